@@ -1,0 +1,68 @@
+"""Activation functions φ of the random MLP (SPEC §1), by name or as any callable.
+
+Every activation is a function ``Tensor -> Tensor`` applied elementwise. Named ones are listed in
+:data:`ACTIVATIONS`; :func:`get_activation` also accepts any Python callable.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Union
+
+import torch
+
+Activation = Callable[[torch.Tensor], torch.Tensor]
+ActivationLike = Union[str, Activation]
+
+LEAKY_RELU_SLOPE = 0.01
+
+
+def _linear(x: torch.Tensor) -> torch.Tensor:
+    return x
+
+
+def _leaky_relu(x: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.leaky_relu(x, LEAKY_RELU_SLOPE)
+
+
+def _gelu(x: torch.Tensor) -> torch.Tensor:
+    # exact GELU x Φ(x) (not the tanh approximation)
+    return 0.5 * x * (1.0 + torch.erf(x / math.sqrt(2.0)))
+
+
+ACTIVATIONS: dict[str, Activation] = {
+    "relu": torch.relu,
+    "leaky_relu": _leaky_relu,
+    "gelu": _gelu,
+    "tanh": torch.tanh,
+    "sigmoid": torch.sigmoid,
+    "silu": torch.nn.functional.silu,
+    "erf": torch.erf,
+    "sin": torch.sin,
+    "linear": _linear,
+}
+
+#: Odd activations: with no biases the noise field is odd, and synchronisation is only up to sign
+#: (SPEC §5, last item).
+ODD_ACTIVATIONS = frozenset({"tanh", "erf", "sin", "linear"})
+
+
+def get_activation(activation: ActivationLike) -> Activation:
+    """Return the elementwise function for a name in :data:`ACTIVATIONS` or a callable."""
+    if callable(activation):
+        return activation
+    try:
+        return ACTIVATIONS[activation]
+    except KeyError:
+        valid = ", ".join(sorted(ACTIVATIONS))
+        raise ValueError(
+            f"activation: unknown activation {activation!r}; valid names are {valid} "
+            "(or any callable from the Python API)"
+        ) from None
+
+
+def activation_name(activation: ActivationLike) -> str:
+    """A printable name: the registry name, or the callable's ``__name__``."""
+    if isinstance(activation, str):
+        return activation
+    return getattr(activation, "__name__", repr(activation))

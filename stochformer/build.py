@@ -1,0 +1,63 @@
+"""From a validated :class:`~stochformer.config.RunConfig` to the model's pieces: kernel,
+attention, noise source and the stepper (transformer layer or SDE integrator)."""
+
+from __future__ import annotations
+
+from typing import Optional, Protocol
+
+import torch
+
+from .attention import Attention
+from .config import RunConfig
+from .kernel import NoiseKernel
+from .noise import ExactField, MLPNoise, NoiseSource, RandomFeatureField
+from .sde import EulerMaruyama, LimitSDE
+from .transformer import TransformerLayer
+
+
+class Stepper(Protocol):
+    """Maps X (batch, N, d) to the state one layer (or SDE step) later."""
+
+    noise: Optional[NoiseSource]
+
+    def step(self, X: torch.Tensor, generator: torch.Generator) -> torch.Tensor: ...
+
+
+def make_kernel(cfg: RunConfig) -> NoiseKernel:
+    """κ for the config's activation, d, σ_U, σ_W and noise scale."""
+    return NoiseKernel(cfg.activation, cfg.d, cfg.sigma_U, cfg.sigma_W, cfg.noise_scale)
+
+
+def make_attention(cfg: RunConfig, dtype=torch.float64, device="cpu", chunk: Optional[int] = None) -> Optional[Attention]:
+    return Attention.from_config(cfg, dtype, device, chunk) if cfg.attention else None
+
+
+def noise_kind(cfg: RunConfig) -> str:
+    """The resolved noise source name (``auto`` → mlp_gaussian for the transformer, exact for the SDE)."""
+    if cfg.noise != "auto":
+        return cfg.noise
+    return "mlp_gaussian" if cfg.dynamics == "transformer" else "exact"
+
+
+def make_noise(cfg: RunConfig) -> Optional[NoiseSource]:
+    if not cfg.mlp or cfg.noise_scale == 0:
+        return None
+    kind = noise_kind(cfg)
+    common = dict(activation=cfg.activation, sigma_U=cfg.sigma_U, sigma_W=cfg.sigma_W, scale=cfg.noise_scale)
+    if kind in ("mlp", "mlp_gaussian"):
+        return MLPNoise(m=cfg.m, mode="weights" if kind == "mlp" else "gaussian", **common)
+    if kind == "random_features":
+        return RandomFeatureField(features=cfg.features, **common)
+    return ExactField(make_kernel(cfg))
+
+
+def make_stepper(cfg: RunConfig, dtype=torch.float64, device="cpu") -> Stepper:
+    """The map X_ℓ → X_{ℓ+1}: a transformer layer, or one step of the SDE integrator."""
+    attention, noise = make_attention(cfg, dtype, device), make_noise(cfg)
+    if cfg.dynamics == "transformer":
+        return TransformerLayer(cfg.dt, attention, noise, cfg.order)
+    sde = LimitSDE(noise, attention, make_kernel(cfg).kappa1, cfg.d)
+    integrators = {"euler": EulerMaruyama}
+    if cfg.integrator not in integrators:
+        raise ValueError(f"integrator: {cfg.integrator!r} is not available; valid: {', '.join(integrators)}")
+    return integrators[cfg.integrator](sde, cfg.dt)

@@ -1,0 +1,19 @@
+"""The ``stochformer`` command line. Each command lives in its own module and is registered here."""
+
+from __future__ import annotations
+
+import click
+
+from .. import __version__
+from .rates import rates_cmd
+from .simulate import simulate_cmd
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="stochformer")
+def main() -> None:
+    """Deep transformers at random initialisation as interacting particle systems."""
+
+
+for _command in (simulate_cmd, rates_cmd):
+    main.add_command(_command)

@@ -1,0 +1,66 @@
+"""Options and plumbing shared by every experiment command: ``--config``, ``--set``, ``--out``."""
+
+from __future__ import annotations
+
+import functools
+import time
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import click
+
+from ..config import ConfigError, RunConfig, build_config
+from ..io import check_output_folder
+
+
+def experiment_options(func: Callable) -> Callable:
+    """Add ``--config FILE``, ``--set FIELD=VALUE`` (repeatable), ``--out DIR``, ``--force``, ``--quiet``."""
+
+    @click.option("--config", "config_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+                  help="TOML file with configuration fields.")
+    @click.option("--set", "overrides", multiple=True, metavar="FIELD=VALUE",
+                  help="Override a field (nested fields dotted, e.g. init.kind=pair); repeatable.")
+    @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
+                  help="Output folder (default runs/<command>-<timestamp>).")
+    @click.option("--force", is_flag=True, help="Replace a non-empty output folder.")
+    @click.option("--quiet", is_flag=True, help="No progress bars.")
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return func(*args, **kwargs)
+
+    return wrapper
+
+
+def default_out(command: str, out: Optional[Path]) -> Path:
+    return out if out is not None else Path("runs") / f"{command}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def resolve(
+    command: str,
+    config_file: Optional[Path],
+    overrides: tuple[str, ...],
+    out: Optional[Path],
+    force: bool,
+    model: type = RunConfig,
+    base: Optional[dict] = None,
+) -> tuple[Any, Path]:
+    """Validate the config and the output folder before any work; errors become one clean message."""
+    try:
+        cfg = build_config(base, list(overrides), config_file, model=model)
+        folder = check_output_folder(default_out(command, out), force)
+    except (ConfigError, FileExistsError) as exc:
+        raise click.UsageError(str(exc)) from None
+    return cfg, folder
+
+
+def fail_cleanly(func: Callable) -> Callable:
+    """Turn input errors raised during a run (bad .npy file, missing CUDA, ...) into one message."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except (ConfigError, ValueError, FileExistsError) as exc:
+            raise click.ClickException(str(exc)) from None
+
+    return wrapper

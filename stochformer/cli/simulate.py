@@ -1,0 +1,35 @@
+"""``stochformer simulate``."""
+
+from __future__ import annotations
+
+import click
+
+from ..experiments.simulate import simulate
+from ..io import output_folder
+from ..plotting import plot_sphere_paths, plot_summary, save_figure
+from .common import experiment_options, fail_cleanly, resolve
+
+
+@click.command("simulate")
+@experiment_options
+@fail_cleanly
+def simulate_cmd(config_file, overrides, out, force, quiet) -> None:
+    """Simulate the deep transformer (or, with --set dynamics=sde, the limit SDE).
+
+    Writes config.json, summary.json, arrays.npz and figures to the output folder."""
+    cfg, folder = resolve("simulate", config_file, overrides, out, force)
+    result = simulate(cfg, progress=not quiet)
+    with output_folder(folder, force) as tmp:
+        result.save(tmp)
+        title = f"{cfg.dynamics}: N={cfg.N}, d={cfg.d}, L={cfg.L}, T={cfg.T}, m={cfg.m}, {cfg.activation}"
+        save_figure(plot_summary(result.summary(), title), tmp / "summary.png")
+        t = result.trajectory
+        if cfg.d == 3 and t.paths is not None:
+            save_figure(plot_sphere_paths(t.paths), tmp / "paths.png")
+    s = result.summary()
+    click.echo(
+        f"{cfg.dynamics}: {cfg.batch} samples, {cfg.L} layers in {result.elapsed_s:.2f} s; at layer {cfg.L}: "
+        f"mean cosine {s['mean_cosine'][-1]:.4f} ± {s['mean_cosine_se'][-1]:.4f}, "
+        f"E_β {s['energy'][-1]:.4g} ± {s['energy_se'][-1]:.2g}"
+    )
+    click.echo(f"results in {folder}")

@@ -1,0 +1,218 @@
+"""Validated run configuration (pydantic), TOML loading and ``FIELD=VALUE`` overrides.
+
+Field names follow SPEC §1 (``N, d, L, T, m, sigma_U, sigma_W, beta, gamma, Q, K, V``). Every
+invalid input raises :class:`ConfigError`, one message naming each bad field and its valid range,
+before any work starts.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any, Literal, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from .activations import ACTIVATIONS
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+GAMMA_WORDS = {"attractive": 1.0, "none": 0.0, "repulsive": -1.0}
+
+
+class ConfigError(ValueError):
+    """An invalid configuration: the message names the field(s) and the valid range."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, validate_assignment=True)
+
+
+class InitConfig(_Strict):
+    """Initial tokens: ``uniform`` on S^{d−1}, a ``npy`` file of shape (N, d) or (batch, N, d),
+    a ``cluster`` around ``center`` (default e₁) with Gaussian ``spread``, or a ``pair`` of tokens at
+    ``cosine`` (N = 2), randomly rotated per sample."""
+
+    kind: Literal["uniform", "npy", "cluster", "pair"] = "uniform"
+    path: Optional[Path] = None
+    center: Optional[list[float]] = None
+    spread: float = Field(0.1, ge=0.0)
+    cosine: float = Field(0.5, ge=-1.0, le=1.0)
+
+    @model_validator(mode="after")
+    def _check(self) -> "InitConfig":
+        if self.kind == "npy" and self.path is None:
+            raise ValueError("init.path: required when init.kind = 'npy' (a .npy file of shape (N, d))")
+        return self
+
+
+class RunConfig(_Strict):
+    """One simulation of the deep transformer (SPEC §1) or of its limit SDE (SPEC §3)."""
+
+    # model sizes
+    N: int = Field(16, ge=2, description="number of tokens (>= 2)")
+    d: int = Field(3, ge=2, description="token dimension (>= 2)")
+    L: int = Field(100, ge=1, description="depth (layers or SDE steps), >= 1")
+    T: float = Field(5.0, gt=0.0, description="time horizon, > 0; step Δt = T/L")
+    m: int = Field(256, ge=1, description="MLP width (>= 1)")
+    # MLP
+    activation: str = "relu"
+    sigma_U: float = Field(0.0, ge=0.0, description="std of the inner bias b_U")
+    sigma_W: float = Field(0.0, ge=0.0, description="std of the outer bias b_W")
+    noise_scale: float = Field(1.0, ge=0.0, description="overall scale s of the MLP (κ → s²κ)")
+    mlp: bool = True
+    # attention: Qᵀ K = βI and V = γI unless explicit matrices are given
+    attention: bool = True
+    beta: float = 1.0
+    gamma: Union[float, Literal["attractive", "none", "repulsive"]] = 1.0
+    Q: Optional[list[list[float]]] = None
+    K: Optional[list[list[float]]] = None
+    V: Optional[list[list[float]]] = None
+    order: Literal["post_ln", "parallel"] = "post_ln"
+    # what evolves and how
+    dynamics: Literal["transformer", "sde"] = "transformer"
+    noise: Literal["auto", "mlp", "mlp_gaussian", "exact", "random_features"] = Field(
+        "auto",
+        description="noise source: 'mlp' draws U, W, b explicitly; 'mlp_gaussian' draws U, b_U and "
+        "the output from its exact conditional Gaussian law (SPEC §2); 'exact' is the limit field "
+        "K^{1/2} Ξ; 'random_features' a fixed random-feature field of width `features`; 'auto' is "
+        "mlp_gaussian for the transformer and exact for the SDE",
+    )
+    integrator: Literal["euler", "heun", "geodesic"] = "euler"
+    features: int = Field(1024, ge=1, description="width of the random-feature field (>= 1)")
+    # samples, numerics, outputs
+    batch: int = Field(8, ge=1, description="independent weight draws (>= 1)")
+    seed: int = Field(0, ge=0)
+    dtype: Literal["float64", "float32"] = "float64"
+    device: str = "cpu"
+    energy_beta: float = Field(1.0, gt=0.0, description="β of the diagnostic E_β, > 0")
+    record_every: int = Field(1, ge=1, description="record statistics every k layers (>= 1)")
+    path_stride: Optional[int] = Field(None, ge=1, description="save token paths every k layers")
+    init: InitConfig = Field(default_factory=InitConfig)
+
+    @field_validator("activation")
+    @classmethod
+    def _activation(cls, v: str) -> str:
+        if v not in ACTIVATIONS:
+            raise ValueError(f"unknown activation {v!r}; valid names are {', '.join(sorted(ACTIVATIONS))}")
+        return v
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, v: str) -> str:
+        if not (v == "cpu" or v == "cuda" or v.startswith("cuda:")):
+            raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:<index>', got {v!r}")
+        return v
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> "RunConfig":
+        for name in ("Q", "K", "V"):
+            mat = getattr(self, name)
+            if mat is not None:
+                if len(mat) != self.d or any(len(row) != self.d for row in mat):
+                    raise ValueError(f"{name}: must be a d x d matrix with d = {self.d}")
+        if self.init.kind == "pair" and self.N != 2:
+            raise ValueError(f"init.kind = 'pair' needs N = 2 (got N = {self.N})")
+        if self.init.center is not None and len(self.init.center) != self.d:
+            raise ValueError(f"init.center: must have d = {self.d} entries")
+        if self.init.center is not None and not any(c != 0 for c in self.init.center):
+            raise ValueError("init.center: must be a non-zero vector")
+        return self
+
+    @property
+    def gamma_value(self) -> float:
+        """γ as a number (the one-word options map to +1, 0, −1)."""
+        return GAMMA_WORDS[self.gamma] if isinstance(self.gamma, str) else float(self.gamma)
+
+    @property
+    def dt(self) -> float:
+        return self.T / self.L
+
+    def with_updates(self, **updates: Any) -> "RunConfig":
+        """A validated copy with top-level or dotted fields replaced."""
+        return build_config(self.model_dump(mode="json"), [f"{k}={json.dumps(v)}" for k, v in updates.items()])
+
+
+def _format_validation_error(err: ValidationError) -> str:
+    lines = []
+    for e in err.errors():
+        field = ".".join(str(p) for p in e["loc"]) or "config"
+        msg = e["msg"].removeprefix("Value error, ")
+        got = e.get("input")
+        got_txt = "" if isinstance(got, dict) else f" (got {got!r})"
+        lines.append(f"{field}: {msg}{got_txt}")
+    return "invalid configuration: " + "; ".join(lines)
+
+
+def parse_value(text: str) -> Any:
+    """Parse an override value: JSON/TOML literal (numbers, booleans, arrays), else a string."""
+    text = text.strip()
+    for loader in (json.loads, lambda s: tomllib.loads(f"v = {s}")["v"]):
+        try:
+            return loader(text)
+        except (ValueError, tomllib.TOMLDecodeError):
+            pass
+    return text
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Apply ``a.b=VALUE`` strings to a nested dict (returns a new dict)."""
+    out = json.loads(json.dumps(data, default=str))
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"--set {item!r}: expected FIELD=VALUE (nested fields dotted, e.g. init.kind=pair)")
+        key, value = item.split("=", 1)
+        parts = key.strip().split(".")
+        node = out
+        for p in parts[:-1]:
+            child = node.setdefault(p, {})
+            if not isinstance(child, dict):
+                raise ConfigError(f"--set {key}: {p!r} is not a section")
+            node = child
+        node[parts[-1]] = parse_value(value)
+    return out
+
+
+def load_toml(path: Union[str, Path]) -> dict[str, Any]:
+    """Read a TOML config file, raising :class:`ConfigError` if it is missing or unreadable."""
+    p = Path(path)
+    try:
+        with p.open("rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError:
+        raise ConfigError(f"config: file not found: {p}") from None
+    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"config: cannot read {p} as TOML: {exc}") from None
+
+
+def validate(model: type[BaseModel], data: dict[str, Any]) -> Any:
+    """Validate ``data`` against ``model``, turning pydantic's errors into one :class:`ConfigError`."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(_format_validation_error(err)) from None
+
+
+def build_config(
+    base: Optional[dict[str, Any]] = None,
+    overrides: Optional[list[str]] = None,
+    config_file: Optional[Union[str, Path]] = None,
+    model: type[BaseModel] = RunConfig,
+) -> Any:
+    """Defaults ← ``base`` ← ``config_file`` ← ``overrides``, validated into ``model``."""
+    data: dict[str, Any] = dict(base or {})
+    if config_file is not None:
+        data = _deep_merge(data, load_toml(config_file))
+    data = apply_overrides(data, list(overrides or []))
+    return validate(model, data)
+
+
+def _deep_merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    out = dict(a)
+    for k, v in b.items():
+        out[k] = _deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out

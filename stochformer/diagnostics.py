@@ -1,0 +1,49 @@
+"""What is measured on a token cloud (SPEC §5). Inputs ``X: (batch, N, d)``, unit rows; outputs
+are per-sample tensors ``(batch,)``."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .sphere import gram
+
+
+def _upper(N: int, device) -> torch.Tensor:
+    return torch.triu(torch.ones(N, N, dtype=torch.bool, device=device), diagonal=1)
+
+
+def mean_cosine(X: torch.Tensor) -> torch.Tensor:
+    """Mean of ⟨x_i, x_j⟩ over pairs i < j. Uses |Σ x_i|² = N + 2 Σ_{i<j} ⟨x_i, x_j⟩ (O(N d))."""
+    N = X.shape[-2]
+    s = torch.linalg.vector_norm(X.sum(-2), dim=-1) ** 2
+    return (s - N) / (N * (N - 1))
+
+
+def energy(X: torch.Tensor, beta: float = 1.0) -> torch.Tensor:
+    """E_β(μ) = ½ ∫∫ (e^β − e^{β⟨x,y⟩}) μ(dx) μ(dy) for the empirical measure (diagonal included).
+
+    Computed as ½ e^β ∫∫ (1 − e^{β(⟨x,y⟩−1)}) with expm1, so values near synchronisation are
+    accurate to relative rounding."""
+    G = gram(X).clamp(max=1.0)
+    return -0.5 * math.exp(beta) * torch.expm1(beta * (G - 1)).mean(dim=(-1, -2))
+
+
+def min_cosine(X: torch.Tensor) -> torch.Tensor:
+    """Minimum of ⟨x_i, x_j⟩ over pairs i < j."""
+    G = gram(X)
+    return G[..., _upper(X.shape[-2], X.device)].min(dim=-1).values
+
+
+def pair_statistics(X: torch.Tensor, energy_beta: float = 1.0) -> dict[str, torch.Tensor]:
+    """The three per-sample statistics of ``summary.json``: mean_cosine, energy, min_cosine."""
+    return {"mean_cosine": mean_cosine(X), "energy": energy(X, energy_beta), "min_cosine": min_cosine(X)}
+
+
+def mean_and_se(values: torch.Tensor, dim: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sample mean and standard error of the mean along ``dim`` (SE = 0 for one sample)."""
+    n = values.shape[dim]
+    mean = values.mean(dim)
+    se = values.std(dim, correction=1) / math.sqrt(n) if n > 1 else torch.zeros_like(mean)
+    return mean, se

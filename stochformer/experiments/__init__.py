@@ -1,0 +1,1 @@
+"""Experiments: each is a function from a validated config to a result object."""

@@ -1,0 +1,134 @@
+"""Writing results: atomic files and folders, JSON that stays valid, and a stage cache for
+resumable runs.
+
+Nothing is ever left half-written: files are written to a temporary name and moved into place
+with :func:`os.replace`; output folders are assembled under a temporary name and renamed at the
+end (:func:`output_folder`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import math
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+import numpy as np
+
+
+def to_jsonable(obj: Any) -> Any:
+    """numpy/torch scalars and arrays → lists and floats; non-finite floats → None."""
+    if hasattr(obj, "detach"):
+        obj = obj.detach().cpu().numpy()
+    if isinstance(obj, np.ndarray):
+        return to_jsonable(obj.tolist())
+    if isinstance(obj, (np.floating, float)):
+        f = float(obj)
+        return f if math.isfinite(f) else None
+    if isinstance(obj, np.integer):
+        return int(obj)
+    if isinstance(obj, dict):
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [to_jsonable(v) for v in obj]
+    if isinstance(obj, Path):
+        return str(obj)
+    return obj
+
+
+def atomic_write_bytes(path: Path | str, data: bytes) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def write_json(path: Path | str, obj: Any) -> None:
+    atomic_write_bytes(path, (json.dumps(to_jsonable(obj), indent=2) + "\n").encode())
+
+
+def read_json(path: Path | str) -> Any:
+    return json.loads(Path(path).read_text())
+
+
+def write_npz(path: Path | str, **arrays: Any) -> None:
+    buf = io.BytesIO()
+    np.savez_compressed(buf, **{k: np.asarray(v) for k, v in arrays.items() if v is not None})
+    atomic_write_bytes(path, buf.getvalue())
+
+
+def check_output_folder(out: Path | str, force: bool = False) -> Path:
+    """Fail early if ``out`` exists and is not empty (unless ``force``)."""
+    out = Path(out)
+    if out.exists() and any(out.iterdir()) and not force:
+        raise FileExistsError(f"--out: {out} already exists and is not empty (choose another folder or pass --force)")
+    return out
+
+
+@contextlib.contextmanager
+def output_folder(out: Path | str, force: bool = False) -> Iterator[Path]:
+    """Assemble an output folder under a temporary name; move it to ``out`` only on success."""
+    out = check_output_folder(out, force)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".partial"))
+    try:
+        yield tmp
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def config_key(payload: Any) -> str:
+    """A stable hash of a JSON-able payload (resolved config + version)."""
+    blob = json.dumps(to_jsonable(payload), sort_keys=True, separators=(",", ":")).encode()
+    return hashlib.sha256(blob).hexdigest()[:20]
+
+
+class StageCache:
+    """A folder of finished stages, each ``<name>-<key>.json`` written atomically.
+
+    Each entry stores its key and a checksum of its result; an entry whose key or checksum does not
+    match (corrupt, truncated, or from another config/version) is ignored and recomputed.
+    """
+
+    def __init__(self, folder: Path | str):
+        self.folder = Path(folder)
+
+    def _path(self, name: str, key: str) -> Path:
+        return self.folder / f"{name}-{key}.json"
+
+    @staticmethod
+    def _checksum(result: Any) -> str:
+        return hashlib.sha256(json.dumps(result, sort_keys=True).encode()).hexdigest()
+
+    def load(self, name: str, key: str) -> Optional[Any]:
+        path = self._path(name, key)
+        try:
+            entry = json.loads(path.read_text())
+            if entry["key"] == key and entry["name"] == name and entry["checksum"] == self._checksum(entry["result"]):
+                return entry["result"]
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+        return None
+
+    def store(self, name: str, key: str, result: Any) -> None:
+        result = to_jsonable(result)
+        write_json(self._path(name, key), {"name": name, "key": key, "checksum": self._checksum(result), "result": result})

@@ -1,0 +1,55 @@
+"""Devices, dtypes, generators and the provenance recorded with every run."""
+
+from __future__ import annotations
+
+import platform
+import sys
+from importlib import metadata
+
+import numpy as np
+import torch
+
+from . import __version__
+
+DTYPES = {"float64": torch.float64, "float32": torch.float32}
+
+
+def resolve_device(name: str) -> torch.device:
+    """``cpu``, ``cuda`` or ``cuda:i``; a clear error if CUDA is asked for and absent."""
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"device: {name!r} requested but no CUDA device is available (use device = 'cpu')")
+    return torch.device(name)
+
+
+def make_generator(seed: int, device: torch.device | str = "cpu") -> torch.Generator:
+    """A torch generator on ``device`` seeded with ``seed`` (same seed, same device ⇒ same numbers)."""
+    g = torch.Generator(device=device)
+    g.manual_seed(int(seed))
+    return g
+
+
+def device_description(device: torch.device | str) -> str:
+    device = torch.device(device)
+    if device.type == "cuda":
+        return f"{device} ({torch.cuda.get_device_name(device)})"
+    return f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+
+
+def _version(pkg: str) -> str | None:
+    try:
+        return metadata.version(pkg)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def provenance(device: torch.device | str) -> dict:
+    """Package versions, Python, platform and device, for the output's ``config.json``."""
+    return {
+        "stochformer": __version__,
+        "torch": torch.__version__,
+        "numpy": np.__version__,
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "device": device_description(device),
+        "pot": _version("pot"),
+    }
