@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 import torch
+import torch.nn.functional as F
 
 from .config import RunConfig
 
@@ -20,6 +21,9 @@ class Attention:
 
     ``chunk``: number of query tokens processed at once; ``None`` computes the dense (N, N) score
     matrix. Chunking keeps memory linear in N for the many-token solver (SPEC §4).
+    ``sdpa``: use ``torch.nn.functional.scaled_dot_product_attention`` with scale 1 (fused,
+    memory-efficient kernels: CPU flash attention, CUDA memory-efficient/flash attention) instead;
+    float64 on CUDA has no such kernel and falls back to the chunked path.
     """
 
     beta: float = 1.0
@@ -27,9 +31,12 @@ class Attention:
     A: Optional[torch.Tensor] = None  # (d, d), overrides beta
     V: Optional[torch.Tensor] = None  # (d, d), overrides gamma
     chunk: Optional[int] = None
+    sdpa: bool = False
 
     @classmethod
-    def from_config(cls, cfg: RunConfig, dtype=torch.float64, device="cpu", chunk: Optional[int] = None) -> "Attention":
+    def from_config(
+        cls, cfg: RunConfig, dtype=torch.float64, device="cpu", chunk: Optional[int] = None, sdpa: bool = False
+    ) -> "Attention":
         eye = torch.eye(cfg.d, dtype=dtype, device=device)
         A = None
         if cfg.Q is not None or cfg.K is not None:
@@ -37,7 +44,7 @@ class Attention:
             Km = torch.tensor(cfg.K, dtype=dtype, device=device) if cfg.K is not None else eye
             A = Qm.T @ Km
         V = torch.tensor(cfg.V, dtype=dtype, device=device) if cfg.V is not None else None
-        return cls(beta=cfg.beta, gamma=cfg.gamma_value, A=A, V=V, chunk=chunk)
+        return cls(beta=cfg.beta, gamma=cfg.gamma_value, A=A, V=V, chunk=chunk, sdpa=sdpa)
 
     def _queries(self, X: torch.Tensor) -> torch.Tensor:
         # ⟨Q x_i, K x_j⟩ = x_iᵀ (Qᵀ K) x_j: the query of token i is (Qᵀ K)ᵀ x_i = Aᵀ x_i.
@@ -50,6 +57,9 @@ class Attention:
         """Attn_μ(x_i) for queries X: (batch, n, d) against the cloud ``keys`` (default X): (batch, N, d)."""
         keys = X if keys is None else keys
         q, vals = self._queries(X), self._values(keys)
+        if self.sdpa and not (X.is_cuda and X.dtype == torch.float64):
+            out = F.scaled_dot_product_attention(q.unsqueeze(-3), keys.unsqueeze(-3), vals.unsqueeze(-3), scale=1.0)
+            return out.squeeze(-3)
         if self.chunk is None or X.shape[-2] <= self.chunk:
             return torch.softmax(q @ keys.transpose(-1, -2), dim=-1) @ vals
         out = torch.empty(*X.shape[:-1], vals.shape[-1], dtype=X.dtype, device=X.device)

@@ -11,7 +11,8 @@ from .attention import Attention
 from .config import RunConfig
 from .kernel import NoiseKernel
 from .noise import ExactField, MLPNoise, NoiseSource, RandomFeatureField
-from .sde import EulerMaruyama, LimitSDE
+from .rng import resolve_backend
+from .sde import INTEGRATORS, LimitSDE
 from .transformer import TransformerLayer
 
 
@@ -45,19 +46,30 @@ def make_noise(cfg: RunConfig) -> Optional[NoiseSource]:
     kind = noise_kind(cfg)
     common = dict(activation=cfg.activation, sigma_U=cfg.sigma_U, sigma_W=cfg.sigma_W, scale=cfg.noise_scale)
     if kind in ("mlp", "mlp_gaussian"):
-        return MLPNoise(m=cfg.m, mode="weights" if kind == "mlp" else "gaussian", **common)
+        rng = resolve_backend(cfg.rng, cfg.device)
+        mode = "weights" if kind == "mlp" else "gaussian"
+        return MLPNoise(m=cfg.m, mode=mode, rng=rng, precision=cfg.draw_precision, **common)
     if kind == "random_features":
         return RandomFeatureField(features=cfg.features, **common)
     return ExactField(make_kernel(cfg))
 
 
-def make_stepper(cfg: RunConfig, dtype=torch.float64, device="cpu") -> Stepper:
-    """The map X_ℓ → X_{ℓ+1}: a transformer layer, or one step of the SDE integrator."""
-    attention, noise = make_attention(cfg, dtype, device), make_noise(cfg)
+def make_stepper(
+    cfg: RunConfig,
+    dtype=torch.float64,
+    device="cpu",
+    attention: Optional[Attention] = None,
+    noise: Optional[NoiseSource] = None,
+) -> Stepper:
+    """The map X_ℓ → X_{ℓ+1}: a transformer layer, or one step of the SDE integrator.
+
+    ``attention`` / ``noise``: prebuilt pieces (a chunked attention, a field shared between
+    systems) used instead of building them from ``cfg``."""
+    attention = attention if attention is not None else make_attention(cfg, dtype, device)
+    noise = noise if noise is not None else make_noise(cfg)
     if cfg.dynamics == "transformer":
         return TransformerLayer(cfg.dt, attention, noise, cfg.order)
     sde = LimitSDE(noise, attention, make_kernel(cfg).kappa1, cfg.d)
-    integrators = {"euler": EulerMaruyama}
-    if cfg.integrator not in integrators:
-        raise ValueError(f"integrator: {cfg.integrator!r} is not available; valid: {', '.join(integrators)}")
-    return integrators[cfg.integrator](sde, cfg.dt)
+    if cfg.integrator not in INTEGRATORS:
+        raise ValueError(f"integrator: {cfg.integrator!r} is not available; valid: {', '.join(INTEGRATORS)}")
+    return INTEGRATORS[cfg.integrator](sde, cfg.dt)

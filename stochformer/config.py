@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any, Literal, Optional, Union
+from typing import Any, Literal, Optional, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -82,12 +82,27 @@ class RunConfig(_Strict):
         "K^{1/2} Ξ; 'random_features' a fixed random-feature field of width `features`; 'auto' is "
         "mlp_gaussian for the transformer and exact for the SDE",
     )
-    integrator: Literal["euler", "heun", "geodesic"] = "euler"
+    integrator: Literal["euler", "heun"] = Field(
+        "heun",
+        description="SDE integrator: 'heun' (projected Stratonovich Heun, default: smaller error at "
+        "equal cost) or 'euler' (projected Euler-Maruyama, Itô); see docs/convergence.md",
+    )
     features: int = Field(1024, ge=1, description="width of the random-feature field (>= 1)")
     # samples, numerics, outputs
     batch: int = Field(8, ge=1, description="independent weight draws (>= 1)")
     seed: int = Field(0, ge=0)
     dtype: Literal["float64", "float32"] = "float64"
+    rng: Literal["auto", "torch", "sfc64"] = Field(
+        "auto",
+        description="normal sampler of the 'mlp_gaussian' noise: 'torch' (the run's generator), "
+        "'sfc64' (parallel numpy SFC64 streams seeded from it, faster on a CPU), 'auto' = sfc64 on "
+        "a CPU and torch on CUDA; same seed => same numbers on the same device",
+    )
+    draw_precision: Literal["full", "float32"] = Field(
+        "full",
+        description="opt-in: 'float32' draws the MLP's normals in float32 and casts them to dtype "
+        "(faster; each draw rounded to float32); 'full' (default) draws them in dtype",
+    )
     device: str = "cpu"
     energy_beta: float = Field(1.0, gt=0.0, description="β of the diagnostic E_β, > 0")
     record_every: int = Field(1, ge=1, description="record statistics every k layers (>= 1)")
@@ -115,6 +130,10 @@ class RunConfig(_Strict):
             if mat is not None:
                 if len(mat) != self.d or any(len(row) != self.d for row in mat):
                     raise ValueError(f"{name}: must be a d x d matrix with d = {self.d}")
+        if self.init.kind == "npy" and self.init.path is not None:
+            from .sphere import load_token_array  # lazy: sphere imports this module
+
+            load_token_array(self.init.path, self.batch, self.N, self.d)
         if self.init.kind == "pair" and self.N != 2:
             raise ValueError(f"init.kind = 'pair' needs N = 2 (got N = {self.N})")
         if self.init.center is not None and len(self.init.center) != self.d:
@@ -137,15 +156,70 @@ class RunConfig(_Strict):
         return build_config(self.model_dump(mode="json"), [f"{k}={json.dumps(v)}" for k, v in updates.items()])
 
 
-def _format_validation_error(err: ValidationError) -> str:
-    lines = []
+_BOUND_ERRORS = {"greater_than", "greater_than_equal", "less_than", "less_than_equal", "literal_error"}
+
+
+def _field_at(model: Optional[type[BaseModel]], loc: tuple) -> tuple[list[str], Any]:
+    """The longest prefix of ``loc`` naming (nested) fields of ``model``, and the last FieldInfo."""
+    names: list[str] = []
+    info = None
+    while model is not None and loc and isinstance(loc[0], str) and loc[0] in model.model_fields:
+        info = model.model_fields[loc[0]]
+        names.append(loc[0])
+        loc = loc[1:]
+        ann = info.annotation
+        model = ann if isinstance(ann, type) and issubclass(ann, BaseModel) else None
+    return names, info
+
+
+def _valid_text(info: Any) -> str:
+    """The valid values of a field from its annotation and ``ge/gt/le/lt`` constraints."""
+    bounds = []
+    for meta in info.metadata:
+        for attr, sym in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")):
+            if getattr(meta, attr, None) is not None:
+                bounds.append(f"{sym} {getattr(meta, attr)}")
+    kinds = []
+    for t in get_args(info.annotation) or (info.annotation,):
+        if get_origin(t) is Literal:
+            kinds.append("one of " + ", ".join(repr(a) for a in get_args(t)))
+        elif t is int:
+            kinds.append("an integer")
+        elif t is float:
+            kinds.append("a finite number")
+        elif get_origin(t) is list:
+            kinds.append("a list of finite numbers")
+    text = " or ".join(dict.fromkeys(kinds))
+    return " ".join(x for x in (text, " and ".join(bounds)) if x)
+
+
+def _format_validation_error(err: ValidationError, model: Optional[type[BaseModel]] = None) -> str:
+    """One line per bad field: ``field: what is wrong (got X); valid: range``."""
+    lines: dict[str, str] = {}
     for e in err.errors():
-        field = ".".join(str(p) for p in e["loc"]) or "config"
-        msg = e["msg"].removeprefix("Value error, ")
+        loc = tuple(e["loc"])
+        names, info = _field_at(model, loc)
         got = e.get("input")
         got_txt = "" if isinstance(got, dict) else f" (got {got!r})"
-        lines.append(f"{field}: {msg}{got_txt}")
-    return "invalid configuration: " + "; ".join(lines)
+        if e["type"] == "extra_forbidden":
+            parent, _ = _field_at(model, loc[:-1])
+            sub = model
+            for n in parent:
+                sub = sub.model_fields[n].annotation
+            valid = ", ".join(sub.model_fields) if sub is not None else ""
+            field = ".".join(str(p) for p in loc) or "''"
+            lines[field] = f"{field}: unknown field{got_txt}" + (f"; valid fields are {valid}" if valid else "")
+            continue
+        # errors of one union field (e.g. gamma: a number or a word) collapse into one line
+        union = info is not None and len(loc) > len(names) and not isinstance(loc[len(names)], int)
+        field = ".".join(names) if union else ".".join(str(p) for p in loc)
+        msg = "invalid value" if union else e["msg"].removeprefix("Value error, ")
+        valid = _valid_text(info) if info is not None else ""
+        tail = f"; valid: {valid}" if valid and (union or e["type"] not in _BOUND_ERRORS) else ""
+        # model-level checks already start with the field name they are about
+        named = not field or msg.startswith(f"{field}.") or msg.startswith(f"{field}:")
+        lines.setdefault(field, msg if named else f"{field}: {msg}{got_txt}{tail}")
+    return "invalid configuration: " + "; ".join(lines.values())
 
 
 def parse_value(text: str) -> Any:
@@ -167,6 +241,8 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
             raise ConfigError(f"--set {item!r}: expected FIELD=VALUE (nested fields dotted, e.g. init.kind=pair)")
         key, value = item.split("=", 1)
         parts = key.strip().split(".")
+        if not all(p.strip() for p in parts):
+            raise ConfigError(f"--set {item!r}: empty field name; expected FIELD=VALUE (nested fields dotted, e.g. init.kind=pair)")
         node = out
         for p in parts[:-1]:
             child = node.setdefault(p, {})
@@ -194,7 +270,7 @@ def validate(model: type[BaseModel], data: dict[str, Any]) -> Any:
     try:
         return model.model_validate(data)
     except ValidationError as err:
-        raise ConfigError(_format_validation_error(err)) from None
+        raise ConfigError(_format_validation_error(err, model)) from None
 
 
 def build_config(

@@ -4,6 +4,7 @@ are per-sample tensors ``(batch,)``."""
 from __future__ import annotations
 
 import math
+from typing import Optional
 
 import torch
 
@@ -21,13 +22,25 @@ def mean_cosine(X: torch.Tensor) -> torch.Tensor:
     return (s - N) / (N * (N - 1))
 
 
-def energy(X: torch.Tensor, beta: float = 1.0) -> torch.Tensor:
+def energy(X: torch.Tensor, beta: float = 1.0, chunk: Optional[int] = None) -> torch.Tensor:
     """E_β(μ) = ½ ∫∫ (e^β − e^{β⟨x,y⟩}) μ(dx) μ(dy) for the empirical measure (diagonal included).
 
     Computed as ½ e^β ∫∫ (1 − e^{β(⟨x,y⟩−1)}) with expm1, so values near synchronisation are
-    accurate to relative rounding."""
-    G = gram(X).clamp(max=1.0)
-    return -0.5 * math.exp(beta) * torch.expm1(beta * (G - 1)).mean(dim=(-1, -2))
+    accurate to relative rounding. ``chunk``: rows of the Gram matrix formed at once (memory
+    O(chunk · N) instead of O(N²), for many tokens)."""
+    N = X.shape[-2]
+    chunk = chunk or N
+    total = torch.zeros(X.shape[:-2], dtype=X.dtype, device=X.device)
+    for s in range(0, N, chunk):
+        G = (X[..., s : s + chunk, :] @ X.transpose(-1, -2)).clamp(max=1.0)
+        total = total + torch.expm1(beta * (G - 1)).sum(dim=(-1, -2))
+    return -0.5 * math.exp(beta) * total / N**2
+
+
+def mean_token(X: torch.Tensor) -> torch.Tensor:
+    """The mean token ∫ x μ(dx) (not normalised): (batch, N, d) → (batch, d). Its squared norm is
+    ∫∫ ⟨x, y⟩ μ(dx) μ(dy), 1 exactly at synchronisation."""
+    return X.mean(dim=-2)
 
 
 def min_cosine(X: torch.Tensor) -> torch.Tensor:

@@ -115,6 +115,10 @@ class StageCache:
     def _path(self, name: str, key: str) -> Path:
         return self.folder / f"{name}-{key}.json"
 
+    def entry_path(self, name: str, key: str) -> Path:
+        """Where the entry of stage ``name`` with ``key`` is (or would be) stored."""
+        return self._path(name, key)
+
     @staticmethod
     def _checksum(result: Any) -> str:
         return hashlib.sha256(json.dumps(result, sort_keys=True).encode()).hexdigest()

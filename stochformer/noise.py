@@ -24,6 +24,7 @@ import torch
 
 from .activations import ActivationLike, get_activation
 from .kernel import NoiseKernel
+from .rng import DrawPrecision, NormalDraws, RngBackend
 
 
 class NoiseSource(Protocol):
@@ -60,7 +61,23 @@ def _normal(shape, generator: torch.Generator, like: torch.Tensor) -> torch.Tens
 
 @dataclass
 class MLPNoise:
-    """The random MLP block G^m of SPEC §1, times the noise scale s, times √dt."""
+    """The random MLP block G^m of SPEC §1, times the noise scale s, times √dt.
+
+    ``mode="weights"`` draws U, W, b_U, b_W explicitly with ``torch.randn`` (the reference).
+    ``mode="gaussian"`` draws the same law with the fewest normals, per sample and call:
+
+    - pre-activations H = U Yᵀ/√d (m × N): rows i.i.d. N(0, YYᵀ/d), rank ≤ min(N, d). For d ≤ N
+      draw U (m·d normals); for d > N draw Z (m × N) and use H = Z Cᵀ with C Cᵀ = YYᵀ/d (m·N);
+    - b_U (m normals, if σ_U > 0); Φ = φ(H + b_U);
+    - the output given Φ is exactly Gaussian with token covariance ΦᵀΦ/m (SPEC §2): either
+      Φᵀ Z'/√m with Z' (m × d) (m·d normals) or S Z''/√m with S Sᵀ = ΦᵀΦ (N·d normals),
+      whichever :func:`_gram_output_cheaper` says costs less on this device;
+    - b_W (d normals, if σ_W > 0).
+
+    ``rng`` and ``precision`` choose how the normals of ``mode="gaussian"`` are drawn
+    (:class:`stochformer.rng.NormalDraws`: ``torch``, or parallel ``sfc64`` streams on a CPU;
+    ``precision="float32"`` is an opt-in that draws them in float32).
+    """
 
     activation: ActivationLike = "relu"
     m: int = 256
@@ -68,15 +85,21 @@ class MLPNoise:
     sigma_W: float = 0.0
     scale: float = 1.0
     mode: Literal["weights", "gaussian"] = "gaussian"
+    rng: RngBackend = "torch"
+    precision: DrawPrecision = "full"
 
     def __post_init__(self) -> None:
         self._phi = get_activation(self.activation)
+        self._draw = NormalDraws(self.rng, self.precision)
 
     def reset(self, batch, d, generator, dtype, device) -> None:  # stateless
         pass
 
     def hidden(self, X: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         """Φ = φ(U x/√d + b_U) with fresh U, b_U: X (batch, N, d) → (batch, m, N)."""
+        if self.mode == "gaussian":
+            z = self._draw(self._n_hidden(*X.shape), generator, X.dtype, X.device)
+            return self._hidden_from(X, z)
         B, N, d = X.shape
         U = _normal((B, self.m, d), generator, X)
         pre = (U @ X.transpose(-1, -2)) / math.sqrt(d)
@@ -89,19 +112,73 @@ class MLPNoise:
         Phi = self.hidden(X, generator)
         return Phi.transpose(-1, -2) @ Phi / self.m + self.sigma_W**2
 
-    def increment(self, X: torch.Tensor, dt: float, generator: torch.Generator) -> torch.Tensor:
+    def _n_hidden(self, B: int, N: int, d: int) -> int:
+        return B * self.m * (min(N, d) + (self.sigma_U > 0))
+
+    def _hidden_from(self, X: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        """Φ (batch, m, N) from the first :meth:`_n_hidden` normals of the flat buffer ``z``."""
+        B, N, d = X.shape
+        m, r = self.m, min(N, d)
+        Z = z[: B * m * r].view(B, m, r)
+        if d <= N:  # H = U Yᵀ/√d, U = Z (B, m, d)
+            Xt = X.transpose(-1, -2) * (1.0 / math.sqrt(d))
+        else:  # H = Z Cᵀ, C Cᵀ = Y Yᵀ/d (N × N): m·N normals instead of m·d
+            Xt = sqrt_psd(X @ X.transpose(-1, -2) * (1.0 / d), "cholesky").transpose(-1, -2)
+        if self.sigma_U > 0:
+            bias = z[B * m * r : B * m * (r + 1)].view(B, m, 1)
+            pre = torch.baddbmm(bias, Z, Xt, beta=self.sigma_U)
+        else:
+            pre = Z @ Xt
+        return self._phi(pre)
+
+    def increment(self, X: torch.Tensor, dt: float, generator: torch.Generator, xi: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """``xi`` (batch, N, d): drive the conditional Gaussian law with these normals through the
+        symmetric root, √dt s K_m^{1/2} Ξ with K_m = ΦᵀΦ/m + σ_W² (the coupling of SPEC §3)."""
+        if xi is not None:
+            return (self.scale * math.sqrt(dt)) * (sqrt_psd(self.empirical_kernel(X, generator)) @ xi)
+        if self.mode == "weights":
+            return self._increment_weights(X, dt, generator)
+        B, N, d = X.shape
+        m = self.m
+        gram = _gram_output_cheaper(N, d, m, X.device)
+        n_hid = self._n_hidden(B, N, d)
+        n_out = B * (N if gram else m) * d
+        z = self._draw(n_hid + n_out + (B * d if self.sigma_W > 0 else 0), generator, X.dtype, X.device)
+        Phi = self._hidden_from(X, z)  # (B, m, N)
+        Zo = z[n_hid : n_hid + n_out]
+        if gram:  # given Φ the output rows are N(0, ΦᵀΦ/m): S Z'' with S Sᵀ = ΦᵀΦ
+            left, right = sqrt_psd(Phi.transpose(-1, -2) @ Phi, "cholesky"), Zo.view(B, N, d)
+        else:  # W Φ/√m with W (d, m) i.i.d. N(0,1), written as Φᵀ Z' with Z' = Wᵀ: (B, m, d)
+            left, right = Phi.transpose(-1, -2), Zo.view(B, m, d)
+        coef = self.scale * math.sqrt(dt)
+        if self.sigma_W > 0:
+            bW = z[n_hid + n_out :].view(B, 1, d)
+            return torch.baddbmm(bW, left, right, beta=coef * self.sigma_W, alpha=coef / math.sqrt(m))
+        return (left @ right).mul_(coef / math.sqrt(m))
+
+    def _increment_weights(self, X: torch.Tensor, dt: float, generator: torch.Generator) -> torch.Tensor:
+        """√dt · s · G^m(X) with U, W, b_U, b_W drawn explicitly (SPEC §1)."""
         B, N, d = X.shape
         Phi = self.hidden(X, generator)  # (B, m, N)
-        if self.mode == "weights" or self.m <= N:
-            # W φ(...)/√m with W (d, m) i.i.d. N(0,1), written as Φᵀ Z with Z = Wᵀ: (B, m, d)
-            out = Phi.transpose(-1, -2) @ _normal((B, self.m, d), generator, X)
-        else:
-            # Given Φ the rows are Gaussian with covariance ΦᵀΦ: draw N·d normals instead of m·d
-            out = sqrt_psd(Phi.transpose(-1, -2) @ Phi, "cholesky") @ _normal((B, N, d), generator, X)
-        out = out / math.sqrt(self.m)
+        out = Phi.transpose(-1, -2) @ _normal((B, self.m, d), generator, X) / math.sqrt(self.m)
         if self.sigma_W > 0:
             out = out + self.sigma_W * _normal((B, 1, d), generator, X)
         return (self.scale * math.sqrt(dt)) * out
+
+
+#: cost of one normal draw in floating-point operations (measured: ~4 ns per float64 normal with
+#: parallel SFC64 on 2 CPU cores against ~20-80 GFLOP/s for the products; far cheaper on a GPU)
+_NORMAL_COST_FLOPS = {"cpu": 100.0, "cuda": 2.0}
+
+
+def _gram_output_cheaper(N: int, d: int, m: int, device: torch.device) -> bool:
+    """Whether drawing the MLP output through a root of the N × N Gram ΦᵀΦ (N·d normals,
+    2mN² + N³/3 + 2N²d flops) costs less than through Φᵀ Z' (m·d normals, 2mNd flops)."""
+    if m <= N:
+        return False
+    c = _NORMAL_COST_FLOPS.get(torch.device(device).type, 2.0)
+    gram = c * N * d + 2 * m * N * N + N**3 / 3 + 2 * N * N * d
+    return gram < c * m * d + 2 * m * N * d
 
 
 @dataclass
@@ -133,6 +210,11 @@ class RandomFeatureField:
 
     with u_k ~ N(0, I_d), b_k ~ N(0, σ_U²) drawn once in :meth:`reset`. Its covariance tends to κ.
     ``token_chunk`` bounds memory to O(token_chunk · M) for many tokens.
+
+    The field is a function of position: systems of any N evaluated with the same features and a
+    generator in the same state receive the same increments (the draws, (F, M, d) per step, do
+    not depend on N). F = the ``batch`` of :meth:`reset`; tokens X (B, N, d) need B = F, or F = 1
+    for one field shared by B independent token clouds (conditional statistics given the field).
     """
 
     activation: ActivationLike = "relu"
@@ -159,12 +241,15 @@ class RandomFeatureField:
 
     def increment(self, X: torch.Tensor, dt: float, generator: torch.Generator) -> torch.Tensor:
         B, N, d = X.shape
-        Z = _normal((B, self.features, d), generator, X)
+        F = self._u.shape[0] if self._u is not None else B
+        if F not in (B, 1):
+            raise ValueError(f"RandomFeatureField: tokens have batch {B} but the field has {F} samples (need equal, or 1)")
+        Z = _normal((F, self.features, d), generator, X)
         chunk = self.token_chunk or N
         out = torch.empty_like(X)
         for s in range(0, N, chunk):  # token chunks, memory O(chunk · M)
             out[:, s : s + chunk] = self.features_at(X[:, s : s + chunk]) @ Z
         out = out / math.sqrt(self.features)
         if self.sigma_W > 0:
-            out = out + self.sigma_W * _normal((B, 1, d), generator, X)
+            out = out + self.sigma_W * _normal((F, 1, d), generator, X)
         return (self.scale * math.sqrt(dt)) * out

@@ -66,10 +66,20 @@ def initial_tokens(
 
 def load_tokens(path, batch: int, N: int, d: int, dtype=torch.float64, device="cpu") -> torch.Tensor:
     """Tokens from a .npy file of shape (N, d) (shared by all samples) or (batch, N, d)."""
+    X = torch.as_tensor(load_token_array(path, batch, N, d), dtype=dtype, device=device)
+    return normalize(X.expand(batch, N, d).clone())
+
+
+def load_token_array(path, batch: int, N: int, d: int) -> np.ndarray:
+    """Read and check a .npy token array ((N, d) or (batch, N, d), finite, no zero row).
+
+    Raises ``ValueError`` naming ``init.path``; also used by config validation, before any work."""
     try:
         arr = np.load(path, allow_pickle=False)
     except (OSError, ValueError) as exc:
         raise ValueError(f"init.path: cannot read {path} as a .npy array: {exc}") from None
+    if arr.dtype.kind not in "fiu":
+        raise ValueError(f"init.path: array has dtype {arr.dtype}; expected real numbers")
     if arr.shape not in ((N, d), (batch, N, d)):
         raise ValueError(f"init.path: array has shape {arr.shape}; expected ({N}, {d}) or ({batch}, {N}, {d})")
     if not np.all(np.isfinite(arr)):
@@ -77,5 +87,4 @@ def load_tokens(path, batch: int, N: int, d: int, dtype=torch.float64, device="c
     norms = np.linalg.norm(arr, axis=-1)
     if np.any(norms == 0):
         raise ValueError("init.path: array has a zero row; tokens must be non-zero (they are normalised)")
-    X = torch.as_tensor(arr, dtype=dtype, device=device)
-    return normalize(X.expand(batch, N, d).clone())
+    return arr

@@ -30,13 +30,15 @@ class TransformerLayer:
     noise: Optional[NoiseSource] = None
     order: Literal["post_ln", "parallel"] = "post_ln"
 
-    def step(self, X: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    def step(self, X: torch.Tensor, generator: torch.Generator, xi: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """One layer; ``xi`` (batch, N, d): normals driving the noise source (couplings, SPEC §3)."""
+        kw = {} if xi is None else {"xi": xi}
         if self.order == "parallel":
             update = torch.zeros_like(X)
             if self.attention is not None:
                 update = update + self.dt * self.attention(X)
             if self.noise is not None:
-                update = update + self.noise.increment(X, self.dt, generator)
+                update = update + self.noise.increment(X, self.dt, generator, **kw)
             return normalize(X + update)
         Y = X if self.attention is None else normalize(X + self.dt * self.attention(X))
-        return Y if self.noise is None else normalize(Y + self.noise.increment(Y, self.dt, generator))
+        return Y if self.noise is None else normalize(Y + self.noise.increment(Y, self.dt, generator, **kw))

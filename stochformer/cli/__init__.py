@@ -5,8 +5,12 @@ from __future__ import annotations
 import click
 
 from .. import __version__
+from .phase import phase_cmd
 from .rates import rates_cmd
+from .reproduce import reproduce_cmd
 from .simulate import simulate_cmd
+from .sweep import sweep_cmd
+from .sync import sync_cmd
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -15,5 +19,5 @@ def main() -> None:
     """Deep transformers at random initialisation as interacting particle systems."""
 
 
-for _command in (simulate_cmd, rates_cmd):
+for _command in (simulate_cmd, rates_cmd, reproduce_cmd, sweep_cmd, sync_cmd, phase_cmd):
     main.add_command(_command)

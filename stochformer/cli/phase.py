@@ -1,0 +1,39 @@
+"""``stochformer phase``: a phase diagram over two config fields with the predicted boundary."""
+
+from __future__ import annotations
+
+import shutil
+from typing import Optional
+
+import click
+
+from ..experiments.phase import PhaseConfig, run_phase
+from ..io import output_folder
+from ..plotting import save_figure
+from ..plotting.sync import plot_phase
+from .common import experiment_options, fail_cleanly, resolve
+
+
+@click.command("phase")
+@experiment_options
+@click.option("--scheduler", default=None, metavar="NAME",
+              help="How grid points run: 'serial' (default), 'processes[:N]', 'local-cluster:N' or a Dask address.")
+@fail_cleanly
+def phase_cmd(config_file, overrides, out, force, quiet, scheduler: Optional[str]) -> None:
+    """Sweep two fields (x_field/x_values, y_field/y_values; 'sigma' sets sigma_U = sigma_W) and
+    measure the pair exponent (measure=lyapunov) or the fraction synchronised at T
+    (measure=sync_fraction), with the boundaries lambda_1 - gamma = 0 and lambda_bar - 2 gamma = 0.
+
+    Finished grid points are kept in OUT.tasks beside the output folder until the run completes, so
+    an interrupted run continues when the same command is run again."""
+    cfg, folder = resolve("phase", config_file, overrides, out, force, model=PhaseConfig)
+    store = folder.with_name(folder.name + ".tasks")
+    result = run_phase(cfg, progress=not quiet, store=store, scheduler=scheduler)
+    with output_folder(folder, force) as tmp:
+        result.save(tmp)
+        save_figure(plot_phase(result), tmp / "phase.png")
+    shutil.rmtree(store, ignore_errors=True)
+    agree = result.agreement()
+    click.echo(f"phase ({cfg.measure}) over {cfg.x_field} x {cfg.y_field}: {agree['points']} points in "
+               f"{result.elapsed_s:.1f} s; agreement with the predicted boundary: {agree}")
+    click.echo(f"results in {folder}")

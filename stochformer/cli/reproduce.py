@@ -1,0 +1,68 @@
+"""``stochformer reproduce``: every experiment of SPEC §6 into one self-contained HTML report."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+
+import click
+
+from ..config import ConfigError
+from ..report import PROFILES, reproduce, stages
+from ..report.profiles import DEFAULT_PROFILE
+from .common import experiment_options
+
+
+def _listing() -> str:
+    lines = ["sections (--only NAME):"]
+    lines += [f"  {s.name:<12s} {s.title} ({s.spec})" for s in stages()]
+    lines += ["profiles (--profile NAME):"]
+    lines += [f"  {name:<12s} {text}" for name, text in PROFILES.items()]
+    return "\n".join(lines)
+
+
+@click.command("reproduce")
+@click.option("--profile", type=click.Choice(list(PROFILES)), default=DEFAULT_PROFILE, show_default=True,
+              help="Sizes of the experiments: tiny (CI), quick (<= 20 min on 2 CPU cores), full (the paper's), gpu (CUDA).")
+@click.option("--only", multiple=True, metavar="NAME", help="Run only this section (repeatable); see --list.")
+@click.option("--resume", is_flag=True, help="Reuse the finished stages stored in OUT/cache (same config and version).")
+@click.option("--scheduler", default=None, metavar="SPEC",
+              help="Where grids of independent runs go: serial (default), processes[:N], local-cluster:N or a Dask address.")
+@click.option("--list", "list_only", is_flag=True, help="List the sections and profiles, then exit.")
+@experiment_options
+def reproduce_cmd(profile, only, resume, scheduler, list_only, config_file, overrides, out, force, quiet) -> None:
+    """Run every experiment of SPEC §6 and write OUT/index.html (default report/) and OUT/results.json.
+
+    Overrides: --set STAGE.FIELD=VALUE changes one section (e.g. --set clusters.L=500);
+    --set FIELD=VALUE every section that has the field (e.g. --set seed=1)."""
+    if list_only:
+        click.echo(_listing())
+        return
+    out = Path("report") if out is None else out
+    if scheduler is not None:
+        from ..sweep import parse_scheduler
+
+        try:
+            parse_scheduler(scheduler)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--scheduler") from None
+    try:
+        report = reproduce(profile, out, only=only, resume=resume, overrides=overrides, config_file=config_file,
+                           scheduler=scheduler, force=force, progress=not quiet,
+                           command=shlex.join(["stochformer", *sys.argv[1:]]))
+    except (ConfigError, FileExistsError) as exc:
+        raise click.UsageError(str(exc)) from None
+    except KeyboardInterrupt:
+        click.echo(f"\ninterrupted: finished stages are stored in {out / 'cache'}; "
+                   "rerun the same command with --resume to continue.", err=True)
+        sys.exit(130)
+    bad = [r for r in report["stages"] if r["status"] in ("failed", "unavailable")]
+    for r in report["stages"]:
+        verdicts = [c["verdict"] for c in r.get("comparisons", [])]
+        holds = sum(v == "holds" for v in verdicts)
+        extra = f"{holds}/{len(verdicts)} rows hold" if verdicts else r.get("error", "")
+        click.echo(f"  {r['name']:<12s} {r['status']:<12s} {extra}")
+    click.echo(f"report: {out / 'index.html'} ({report['elapsed_s']:.1f} s); numbers: {out / 'results.json'}")
+    if bad:
+        raise click.ClickException(f"{len(bad)} section(s) did not run: {', '.join(r['name'] for r in bad)}")

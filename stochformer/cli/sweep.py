@@ -1,0 +1,82 @@
+"""``stochformer sweep``."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Optional
+
+import click
+
+from ..config import ConfigError
+from ..experiments.sweep import load_sweep, plan_sweep, run_sweep
+from ..plotting import save_figure
+from ..plotting.sweep import plot_sweep
+from ..sweep import parse_scheduler
+from .common import default_out, fail_cleanly
+
+
+def _scheduler(scheduler: Optional[str], local_cluster: Optional[int], workers: Optional[int]) -> str:
+    given = [name for name, v in (("--scheduler", scheduler), ("--local-cluster", local_cluster), ("--workers", workers)) if v]
+    if len(given) > 1:
+        raise click.UsageError(f"{' and '.join(given)}: give only one way to run the tasks")
+    if local_cluster:
+        return f"local-cluster:{local_cluster}"
+    if workers:
+        return f"processes:{workers}"
+    chosen = scheduler or "processes"
+    try:
+        parse_scheduler(chosen)
+    except ValueError as exc:
+        raise click.UsageError(f"--{exc}") from None
+    return chosen
+
+
+@click.command("sweep")
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--set", "overrides", multiple=True, metavar="FIELD=VALUE",
+              help="Override a field of the sweep file (e.g. samples=256, grid.gamma=[0,1]); repeatable.")
+@click.option("--scheduler", default=None, metavar="ADDRESS",
+              help="Dask scheduler address (tcp://HOST:8786), or 'processes[:N]', 'local-cluster:N', 'serial'.")
+@click.option("--local-cluster", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Start a local Dask cluster of N worker processes for this sweep.")
+@click.option("--workers", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Size of the local process pool (the default scheduler; default: the number of CPUs).")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Output folder (default runs/sweep-<timestamp>); finished tasks are kept in OUT/tasks.")
+@click.option("--resume", is_flag=True, help="Continue the sweep stored in --out, reusing its finished tasks.")
+@click.option("--force", is_flag=True, help="Delete a non-empty --out folder and start afresh.")
+@click.option("--quiet", is_flag=True, help="No progress bar.")
+@fail_cleanly
+def sweep_cmd(file, overrides, scheduler, local_cluster, workers, out, resume, force, quiet) -> None:
+    """Run the sweep described in FILE (TOML: base config, [grid] and/or [[points]], samples, chunk).
+
+    Writes OUT/dataset.nc (xarray, NetCDF-4), config.json, summary.json and summary.png; each
+    finished task is stored in OUT/tasks as it completes, so a killed sweep continues with --resume."""
+    if resume and force:
+        raise click.UsageError("--resume and --force: choose one (continue the stored sweep, or replace it)")
+    chosen = _scheduler(scheduler, local_cluster, workers)
+    try:  # everything is validated before any work or any folder
+        cfg = load_sweep(file, list(overrides))
+        plan = plan_sweep(cfg)
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from None
+    folder = default_out("sweep", out)
+    if folder.exists() and any(folder.iterdir()) and not resume:
+        if not force:
+            raise click.UsageError(
+                f"--out: {folder} already exists and is not empty; pass --resume to continue the sweep stored "
+                "there, --force to replace it, or choose another folder"
+            )
+        shutil.rmtree(folder)
+    n_tasks = len(plan.configs) * len(plan.chunks)
+    click.echo(f"sweep: {len(plan.configs)} points x {len(plan.chunks)} chunks = {n_tasks} tasks on {chosen}")
+    result = run_sweep(cfg, store=folder / "tasks", scheduler=chosen, progress=not quiet)
+    result.save(folder)
+    save_figure(plot_sweep(result), folder / "summary.png")
+    m = result.meta
+    click.echo(
+        f"{m['tasks']} tasks ({m['tasks_already_stored']} already stored) in {result.elapsed_s:.2f} s "
+        f"on {', '.join(m['task_devices'])}"
+    )
+    click.echo(f"results in {folder}")

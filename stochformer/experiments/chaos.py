@@ -1,0 +1,347 @@
+"""``chaos``: propagation of chaos, Proposition 1.2 (SPEC §4), measured three ways.
+
+With a common noise the limit μ_t is *random*: it is the conditional law of a token given the
+field. Every comparison below therefore keeps the field fixed: the reference system of N_ref
+tokens (``N``) and the systems of N < N_ref tokens (``sizes``) are driven by the same
+random-feature field (same frozen features, same Brownian increments) — a random-feature field is
+a function of position, so it can be evaluated at clouds of any size, which the exact field
+K^{1/2}Ξ cannot.
+
+1. **Synchronous coupling.** The N-system starts from the first N initial points of the reference.
+   Per sample, ``err2(t) = (1/N) Σ_{i≤N} |X^{i,N}_t − X^{i,N_ref}_t|²`` and its sup over the
+   recorded times. Expected ≈ C (1/N − 1/N_ref): the first N tokens' empirical measure differs
+   from the reference's by a fluctuation of variance 1/N − 1/N_ref. ``exponent_coupling`` is the
+   fitted decay exponent of the sample mean of sup_t err2 (target 1), with a 95% bootstrap interval
+   over samples; the fit of err2/(1 − N/N_ref) (the finite-reference factor removed) is reported
+   beside it.
+2. **W₂².** ``W₂²(μ^N_t, μ^{N_ref}_t)`` between the empirical measures, exact (POT network simplex,
+   iteration cap raised, warnings recorded) when both clouds have at most ``exact_ot_max``
+   points, else sliced W₂² (labelled); the sliced distance is also given everywhere. Fitted against
+   N beside r_d(N) for each d in ``dims``.
+3. **Conditional decorrelation.** One field held fixed, ``decor_repeats`` independent uniform
+   initial clouds of N tokens; the correlation of tokens 1 and 2 at time T over the repeats
+   (:func:`~stochformer.meanfield.tagged_correlation`), averaged over ``decor_fields`` fields,
+   against N (expected O(1/N)).
+
+The reference's empirical measure is summarised by E_β and the mean token over time, and for
+d = 3 by its final tokens (density picture).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, Optional
+
+import numpy as np
+import torch
+from pydantic import Field, model_validator
+
+from ..config import RunConfig, validate
+from ..io import write_json, write_npz
+from ..meanfield import (
+    DEFAULT_BLOCK,
+    cloud_summary,
+    evolve_particles,
+    fit_power_law,
+    fit_power_law_se,
+    make_field,
+    particle_stepper,
+    rate_function,
+    tagged_correlation,
+    w2_sliced,
+    w2_squared,
+)
+from ..runtime import DTYPES, child_seeds, make_generator, provenance, resolve_device
+from ..sphere import uniform
+from ..tasks import Task, run_tasks
+from .simulate import run_record
+
+
+class ChaosConfig(RunConfig):
+    """A :class:`RunConfig` for the limit SDE driven by a random-feature field, plus the sizes of
+    the three propagation-of-chaos measurements. ``N`` is the reference size N_ref and ``batch``
+    the number of independent samples (field and initial draw) per dimension."""
+
+    dynamics: Literal["sde"] = Field("sde", description="chaos integrates the limit SDE")
+    noise: Literal["random_features"] = Field(
+        "random_features",
+        description="chaos needs a field that is a function of position, shared by systems of different N",
+    )
+    N: int = Field(4096, ge=16, description="tokens of the reference system N_ref (>= 16)")
+    T: float = Field(1.0, gt=0.0, description="time horizon, > 0")
+    L: int = Field(40, ge=1, description="SDE steps, >= 1")
+    batch: int = Field(16, ge=2, description="independent samples (field + initial tokens) for d = cfg.d (>= 2)")
+    sizes: list[int] = Field([32, 64, 128, 256, 512], min_length=3, description="sizes N < N_ref of the coupled systems")
+    dims: list[int] = Field([3, 4, 6], min_length=1, description="dimensions for W2 (must contain d)")
+    dims_batch: int = Field(8, ge=2, description="samples for the dimensions other than d (>= 2)")
+    records: int = Field(8, ge=1, description="recorded times for the coupling error and summaries (>= 1)")
+    w2_records: int = Field(2, ge=1, description="W2 at t = kT/w2_records, k = 0..w2_records (>= 1)")
+    w2_batch: int = Field(8, ge=1, description="samples per dimension on which W2 is computed (>= 1)")
+    exact_ot_max: int = Field(4096, ge=2, description="exact OT when both clouds have at most this many points")
+    sliced_projections: int = Field(200, ge=1, description="directions of the sliced W2 (>= 1)")
+    decor_sizes: list[int] = Field([4, 8, 16, 32, 64], min_length=2, description="N of the decorrelation runs (>= 3)")
+    decor_repeats: int = Field(2048, ge=16, description="initial draws per field for the decorrelation (>= 16)")
+    decor_fields: int = Field(4, ge=1, description="fields over which the conditional correlation is averaged (>= 1)")
+    bootstrap: int = Field(2000, ge=100, description="bootstrap resamples for the fitted intervals (>= 100)")
+    block: int = Field(DEFAULT_BLOCK, ge=1024, description="attention score entries formed at once (>= 1024)")
+    sdpa: bool = Field(False, description="use torch's fused scaled_dot_product_attention")
+
+    @model_validator(mode="after")
+    def _chaos_checks(self) -> "ChaosConfig":
+        if any(n < 2 or n >= self.N for n in self.sizes):
+            raise ValueError(f"sizes: every size must be in [2, N_ref) with N_ref = N = {self.N} (got {self.sizes})")
+        if any(n < 3 for n in self.decor_sizes):
+            raise ValueError(f"decor_sizes: every size must be >= 3 (got {self.decor_sizes})")
+        if self.d not in self.dims or any(d < 2 for d in self.dims):
+            raise ValueError(f"dims: must contain d = {self.d}, all >= 2 (got {self.dims})")
+        if self.Q is not None or self.K is not None or self.V is not None:
+            raise ValueError("Q, K, V: chaos runs several dimensions; use beta and gamma")
+        if self.init.kind != "uniform":
+            raise ValueError("init.kind: chaos needs i.i.d. uniform initial tokens ('uniform')")
+        return self
+
+    def samples_for(self, d: int) -> int:
+        return self.batch if d == self.d else self.dims_batch
+
+
+def _steps(L: int, k: int) -> list[int]:
+    """k + 1 steps 0, L/k, ..., L (rounded, unique)."""
+    return sorted({round(j * L / k) for j in range(k + 1)})
+
+
+# --------------------------------------------------------------------------- tasks
+
+
+def coupling_task(config: dict, d: int, seed: int, with_w2: bool, keep_cloud: bool) -> dict:
+    """One sample in dimension d: reference of N_ref tokens and the coupled N-systems (first N
+    initial points, same field, same increments). JSON-able result, per recorded time t:
+    ``err2[t][k]`` for ``sizes[k]``, ``w2`` / ``sw2`` at the W₂ times, reference summaries."""
+    cfg = validate(ChaosConfig, config).model_copy(update={"d": d})
+    device, dtype = resolve_device(cfg.device), DTYPES[cfg.dtype]
+    s_init, s_field, s_noise = child_seeds(seed, 3)
+    start = time.perf_counter()
+    X0 = uniform((1, cfg.N), d, make_generator(s_init, device), dtype, device)
+    fld = make_field(cfg, 1, make_generator(s_field, device), dtype, device)
+    rec = _steps(cfg.L, cfg.records)
+    w2_steps = _steps(cfg.L, cfg.w2_records) if with_w2 else []
+    steps = sorted(set(rec) | set(w2_steps))
+
+    def run(X: torch.Tensor) -> list[torch.Tensor]:
+        stepper = particle_stepper(cfg, fld, X.shape[-2], dtype, device, cfg.block, cfg.sdpa)
+        return evolve_particles(X, stepper, cfg.L, s_noise, steps)[1]
+
+    ref = run(X0)
+    at = {s: i for i, s in enumerate(steps)}
+    err2 = np.zeros((len(rec), len(cfg.sizes)))
+    w2 = np.zeros((len(w2_steps), len(cfg.sizes)))
+    sw2 = np.zeros_like(w2)
+    warnings_seen: list[str] = []
+    methods: set[str] = set()
+    for k, n in enumerate(cfg.sizes):
+        sub = run(X0[:, :n].clone())
+        for j, s in enumerate(rec):
+            err2[j, k] = float(((sub[at[s]][0] - ref[at[s]][0, :n]) ** 2).sum(-1).mean())
+        for j, s in enumerate(w2_steps):
+            A, B = sub[at[s]][0].double().cpu().numpy(), ref[at[s]][0].double().cpu().numpy()
+            r = w2_squared(A, B, cfg.exact_ot_max, cfg.sliced_projections, seed=j)
+            w2[j, k], methods = r.value, methods | {r.method}
+            if r.warning:
+                warnings_seen.append(f"N={n}, step {s}: {r.warning}")
+            sw2[j, k] = r.value if r.method == "sliced" else w2_sliced(A, B, cfg.sliced_projections, seed=j).value
+    summ = [cloud_summary(ref[at[s]], cfg.energy_beta, cfg.block) for s in rec]
+    out = {
+        "err2": err2,
+        "w2": w2,
+        "sw2": sw2,
+        "w2_method": "+".join(sorted(methods)),
+        "w2_warnings": warnings_seen,
+        "energy": [float(x["energy"][0]) for x in summ],
+        "mean_token": [x["mean_token"][0] for x in summ],
+        "mean_token_norm": [float(x["mean_token_norm"][0]) for x in summ],
+        "elapsed_s": time.perf_counter() - start,
+    }
+    if keep_cloud:
+        out["cloud_initial"] = X0[0]
+        out["cloud_final"] = ref[at[cfg.L]][0]
+    return {k: (v.detach().cpu().double().numpy() if torch.is_tensor(v) else v) for k, v in out.items()}
+
+
+def decorrelation_task(config: dict, n: int, seed: int) -> dict:
+    """One field held fixed, ``decor_repeats`` independent uniform clouds of n tokens: correlation
+    of tokens 1 and 2 at time T over the repeats, with its standard error."""
+    cfg = validate(ChaosConfig, config)
+    device, dtype = resolve_device(cfg.device), DTYPES[cfg.dtype]
+    s_init, s_field, s_noise = child_seeds(seed, 3)
+    fld = make_field(cfg, 1, make_generator(s_field, device), dtype, device)  # one field for all repeats
+    X0 = uniform((cfg.decor_repeats, n), cfg.d, make_generator(s_init + n, device), dtype, device)
+    X, _ = evolve_particles(X0, particle_stepper(cfg, fld, n, dtype, device, cfg.block, cfg.sdpa), cfg.L, s_noise)
+    rho, se = tagged_correlation(X[:, 0], X[:, 1])
+    return {"rho": rho, "se": se}
+
+
+# --------------------------------------------------------------------------- result
+
+
+@dataclass
+class ChaosResult:
+    """Every table of the chaos experiment (numpy arrays; see :func:`run_chaos`)."""
+
+    config: ChaosConfig
+    coupling: dict  # per d: {"err2": (S, n_rec, n_sizes), "w2": (S_w2, n_w2, n_sizes), ...}
+    decorrelation: dict
+    fits: dict
+    provenance: dict
+    elapsed_s: float
+    clouds: dict = field(default_factory=dict)
+
+    @property
+    def exponent_coupling(self) -> float:
+        return self.fits["coupling"][str(self.config.d)]["exponent"]
+
+    def to_dict(self) -> dict:
+        cfg = self.config
+        out: dict = {
+            "N_ref": cfg.N,
+            "sizes": cfg.sizes,
+            "dims": cfg.dims,
+            "record_times": [s * cfg.dt for s in _steps(cfg.L, cfg.records)],
+            "w2_times": [s * cfg.dt for s in _steps(cfg.L, cfg.w2_records)],
+            "exponent_coupling": self.exponent_coupling,
+            "exponent_coupling_ci": self.fits["coupling"][str(cfg.d)]["ci"],
+            "exponent_coupling_ref_corrected": self.fits["coupling_corrected"][str(cfg.d)]["exponent"],
+            "exponent_coupling_ref_corrected_ci": self.fits["coupling_corrected"][str(cfg.d)]["ci"],
+            "fits": self.fits,
+            "elapsed_s": self.elapsed_s,
+            "coupling": {},
+            "decorrelation": self.decorrelation,
+        }
+        for d, tab in self.coupling.items():
+            e = tab["err2"]
+            sup = e.max(axis=1)
+            S = e.shape[0]
+            row = {
+                "samples": S,
+                "err2_mean": e.mean(0),  # (n_rec, n_sizes)
+                "err2_se": e.std(0, ddof=1) / np.sqrt(S),
+                "err2_sup_mean": sup.mean(0),
+                "err2_sup_se": sup.std(0, ddof=1) / np.sqrt(S),
+                "energy_mean": tab["energy"].mean(0),
+                "energy_se": tab["energy"].std(0, ddof=1) / np.sqrt(S),
+                "mean_token_norm_mean": tab["mean_token_norm"].mean(0),
+                "mean_token_norm_se": tab["mean_token_norm"].std(0, ddof=1) / np.sqrt(S),
+                "mean_token_sample0": tab["mean_token"][0],
+                "r_d": rate_function(int(d), cfg.sizes),
+            }
+            if tab["w2"].size:
+                w, sw = tab["w2"], tab["sw2"]
+                Sw = w.shape[0]
+                se = (lambda a: a.std(0, ddof=1) / np.sqrt(Sw)) if Sw > 1 else (lambda a: np.zeros(a.shape[1:]))
+                row.update({
+                    "w2_samples": Sw,
+                    "w2_method": tab["w2_method"],
+                    "w2_warnings": tab["w2_warnings"],
+                    "w2_mean": w.mean(0),  # (n_w2_times, n_sizes)
+                    "w2_se": se(w),
+                    "w2_sup_mean": w.max(1).mean(0),
+                    "w2_sup_se": se(w.max(1)[:, None, :])[0] if Sw > 1 else np.zeros(w.shape[2]),
+                    "sliced_w2_mean": sw.mean(0),
+                    "sliced_w2_se": se(sw),
+                })
+            out["coupling"][str(d)] = row
+        return out
+
+    def save(self, folder: Path | str) -> None:
+        """config.json, chaos.json (every table and fit) and arrays.npz (per-sample tables, clouds)."""
+        folder = Path(folder)
+        write_json(folder / "config.json", run_record("chaos", self.config, self.provenance, self.elapsed_s))
+        write_json(folder / "chaos.json", self.to_dict())
+        arrays = {}
+        for d, tab in self.coupling.items():
+            for k in ("err2", "w2", "sw2", "energy", "mean_token", "mean_token_norm"):
+                arrays[f"d{d}_{k}"] = tab[k]
+        arrays.update({f"cloud_{k}": v for k, v in self.clouds.items()})
+        write_npz(folder / "arrays.npz", **arrays)
+
+
+# --------------------------------------------------------------------------- experiment
+
+
+def _fits(cfg: ChaosConfig, coupling: dict, decor: dict, seed: int) -> dict:
+    sizes = np.asarray(cfg.sizes, dtype=float)
+    fits: dict = {"coupling": {}, "coupling_corrected": {}, "w2": {}, "w2_t0": {}, "sliced_w2": {}, "r_d": {}}
+    for d, tab in coupling.items():
+        sup = tab["err2"].max(axis=1)  # (S, n_sizes): sup over recorded times
+        fits["coupling"][d] = fit_power_law(sizes, sup, cfg.bootstrap, seed).to_dict()
+        fits["coupling_corrected"][d] = fit_power_law(sizes, sup / (1 - sizes / cfg.N), cfg.bootstrap, seed).to_dict()
+        r = rate_function(int(d), sizes)
+        fits["r_d"][d] = {"exponent": float(-np.polyfit(np.log(sizes), np.log(r), 1)[0]), "law": _rate_law(int(d))}
+        if tab["w2"].size and tab["w2"].shape[0] >= 2:
+            fits["w2"][d] = fit_power_law(sizes, tab["w2"].max(axis=1), cfg.bootstrap, seed).to_dict()
+            fits["w2_t0"][d] = fit_power_law(sizes, tab["w2"][:, 0], cfg.bootstrap, seed).to_dict()
+            fits["sliced_w2"][d] = fit_power_law(sizes, tab["sw2"].max(axis=1), cfg.bootstrap, seed).to_dict()
+    rho, se = np.asarray(decor["rho"]), np.asarray(decor["se"])
+    ok = rho > 3 * se  # only sizes where the correlation is resolved enter the fit
+    fits["decorrelation"] = (
+        {**fit_power_law_se(np.asarray(cfg.decor_sizes)[ok], rho[ok], se[ok], cfg.bootstrap, seed).to_dict(),
+         "sizes_used": np.asarray(cfg.decor_sizes)[ok].tolist()}
+        if ok.sum() >= 2 else {"exponent": None, "ci": [None, None], "sizes_used": np.asarray(cfg.decor_sizes)[ok].tolist()}
+    )
+    return fits
+
+
+def _rate_law(d: int) -> str:
+    return "N^-1/2" if d < 4 else ("N^-1/2 log(1+N)" if d == 4 else f"N^-2/{d}")
+
+
+def run_chaos(cfg: ChaosConfig, progress: bool = False, store: Optional[Path | str] = None) -> ChaosResult:
+    """The three measurements of the module docstring. ``store``: folder of finished tasks (one per
+    sample and dimension, one per decorrelation field and size), so a killed run resumes."""
+    device = resolve_device(cfg.device)
+    start = time.perf_counter()
+    config = cfg.model_dump(mode="json")
+    root_coupling, root_decor = child_seeds(cfg.seed, 2)
+    dim_roots = child_seeds(root_coupling, max(cfg.dims) + 1)
+    tasks = []
+    for d in cfg.dims:
+        for s, seed in enumerate(child_seeds(dim_roots[d], cfg.samples_for(d))):
+            kw = dict(config=config, d=d, seed=seed, with_w2=s < cfg.w2_batch, keep_cloud=(d == 3 and s == 0))
+            tasks.append(Task(f"coupling-d{d}-s{s}", coupling_task, kw))
+    field_seeds = child_seeds(root_decor, cfg.decor_fields)
+    for f, seed in enumerate(field_seeds):
+        for n in cfg.decor_sizes:
+            tasks.append(Task(f"decor-f{f}-n{n}", decorrelation_task, dict(config=config, n=n, seed=seed)))
+    res = run_tasks(tasks, store=store, progress=progress, desc="chaos")
+
+    coupling, clouds = {}, {}
+    for d in cfg.dims:
+        rows = [res[f"coupling-d{d}-s{s}"] for s in range(cfg.samples_for(d))]
+        w_rows = [r for r in rows if len(r["w2"])]
+        coupling[str(d)] = {
+            "err2": np.array([r["err2"] for r in rows]),
+            "w2": np.array([r["w2"] for r in w_rows]) if w_rows else np.zeros((0, 0, 0)),
+            "sw2": np.array([r["sw2"] for r in w_rows]) if w_rows else np.zeros((0, 0, 0)),
+            "w2_method": "+".join(sorted({r["w2_method"] for r in w_rows})),
+            "w2_warnings": [w for r in w_rows for w in r["w2_warnings"]],
+            "energy": np.array([r["energy"] for r in rows]),
+            "mean_token": np.array([r["mean_token"] for r in rows]),
+            "mean_token_norm": np.array([r["mean_token_norm"] for r in rows]),
+        }
+        if d == 3:
+            clouds = {"initial": np.asarray(rows[0]["cloud_initial"]), "final": np.asarray(rows[0]["cloud_final"])}
+    F = cfg.decor_fields
+    rho = np.array([[res[f"decor-f{f}-n{n}"]["rho"] for n in cfg.decor_sizes] for f in range(F)])
+    se = np.array([[res[f"decor-f{f}-n{n}"]["se"] for n in cfg.decor_sizes] for f in range(F)])
+    decor = {
+        "sizes": cfg.decor_sizes,
+        "repeats": cfg.decor_repeats,
+        "fields": F,
+        "rho_per_field": rho,
+        "se_per_field": se,
+        # mean over fields of the conditional correlation; the fields' estimates are independent
+        "rho": rho.mean(0),
+        "se": np.sqrt((se**2).sum(0)) / F,
+    }
+    fits = _fits(cfg, coupling, decor, child_seeds(cfg.seed, 3)[2] % (2**32))
+    return ChaosResult(cfg, coupling, decor, fits, provenance(device), time.perf_counter() - start, clouds)

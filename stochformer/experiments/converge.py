@@ -1,0 +1,285 @@
+"""``converge``: the pathwise error of Theorem 1.1 between the deep transformer and the limit SDE,
+over a grid of depths L and widths m (SPEC §3, §6 item 4).
+
+The coupling (SPEC §3, "Measuring it"). For one sample, one Brownian path is given by i.i.d.
+normals Ξ_s ∈ R^{N×d} on the finest grid of ``refine · max(depths)`` steps of [0, T]. For a depth L:
+
+- the SDE runs ``refine · L`` steps; each step is driven by the normalised sum q^{−1/2} Σ Ξ_s of
+  its q = max(depths)/L finest normals (the same path, coarser);
+- layer ℓ of the transformer is driven by r^{−1/2} Σ of the normals of its r = ``refine`` SDE
+  steps, through √Δt s K_m(Y)^{1/2} Ξ with K_m = ΦᵀΦ/m + σ_W² the empirical kernel of that
+  layer's fresh inner weights (symmetric root); width m = ∞ uses the exact K(Y)^{1/2}.
+
+Errors, per sample, with X_ℓ the transformer and X̄ the SDE on its fine grid t_s = s·T/(rL):
+
+- ``layer``: sup over layer times ℓ = 0..L of (1/N) Σ_i |X^i_ℓ − X̄^i_{t_ℓ}|²  (Theorem 1.1: ≲ 1/L + 1/m);
+- ``continuous``: sup over the fine grid of (1/N) Σ_i |X^i_{⌊Lt/T⌋} − X̄^i_t|²  (≲ log L/L + 1/m).
+
+The samples are split into chunks; each (depth, chunk) is one task of :func:`stochformer.tasks.run_tasks`
+(all widths share the SDE solve of that depth), stored as it finishes so a killed run resumes.
+Means over samples carry standard errors; fitted exponents carry bootstrap intervals over samples
+(resampled jointly across the grid, since every grid point sees the same samples and paths).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+import torch
+from pydantic import Field, model_validator
+
+from ..build import make_attention, make_kernel
+from ..config import RunConfig
+from ..io import write_json, write_npz
+from ..noise import ExactField, MLPNoise
+from ..rng import resolve_backend
+from ..runtime import DTYPES, child_seeds, make_generator, provenance, resolve_device
+from ..sde import INTEGRATORS, LimitSDE
+from ..sphere import initial_tokens
+from ..tasks import Task, run_tasks
+from ..transformer import TransformerLayer
+from .simulate import run_record
+
+#: the two sups of the error
+KINDS = ("layer", "continuous")
+
+
+class ConvergeConfig(RunConfig):
+    """A :class:`RunConfig` (model, T, N, d, activation, attention, ``batch`` = number of samples,
+    ``integrator`` of the SDE) and the grid. The fields L, m, dynamics and noise are not used: the
+    grid is ``depths`` × (``widths`` and m = ∞)."""
+
+    N: int = Field(8, ge=2, description="number of tokens (>= 2)")
+    T: float = Field(1.0, gt=0.0, description="time horizon, > 0")
+    batch: int = Field(512, ge=4, description="samples (independent weights and noise paths), >= 4")
+    depths: list[int] = Field(default_factory=lambda: [8, 16, 32, 64, 128, 256],
+                              description="depths L; each must divide the largest")
+    widths: list[int] = Field(default_factory=lambda: [16, 32, 64, 128, 256],
+                              description="finite MLP widths m (m = ∞ is always included)")
+    refine: int = Field(8, ge=1, le=256, description="SDE steps per layer r, in [1, 256]")
+    chunk: int = Field(128, ge=1, description="samples per task (>= 1)")
+    bootstrap: int = Field(1000, ge=100, le=100000, description="bootstrap resamples for the intervals, in [100, 100000]")
+
+    @model_validator(mode="after")
+    def _grid(self) -> "ConvergeConfig":
+        for name in ("depths", "widths"):
+            values = getattr(self, name)
+            if len(values) < 2 or len(set(values)) != len(values) or any(v < 1 for v in values):
+                raise ValueError(f"{name}: need at least 2 distinct integers >= 1 (got {values})")
+        top = max(self.depths)
+        if any(top % L for L in self.depths):
+            raise ValueError(f"depths: each depth must divide the largest, {top} (got {self.depths}), so that one "
+                             "Brownian path serves every depth")
+        if not self.mlp or self.noise_scale == 0:
+            raise ValueError("mlp: converge needs the MLP noise (mlp = true and noise_scale > 0)")
+        return self
+
+    def model_config_dict(self) -> dict:
+        """The plain :class:`RunConfig` fields (what one grid point needs)."""
+        return {k: v for k, v in self.model_dump(mode="json").items() if k in RunConfig.model_fields}
+
+
+def _coupled_errors(cfg: RunConfig, depths: list[int], widths: list[int], refine: int, depth: int,
+                    seed: int, n: int) -> dict[str, list]:
+    """Per-sample sup errors at one depth for ``n`` samples: {kind: [[per sample] per width]},
+    widths in order and m = ∞ last. ``seed`` fixes X₀, the Brownian path and the weights."""
+    device, dtype = resolve_device(cfg.device), DTYPES[cfg.dtype]
+    s_init, s_noise, s_weights = child_seeds(seed, 3)
+    g_init, g_noise, g_w = (make_generator(s, device) for s in (s_init, s_noise, s_weights))
+    X0 = initial_tokens(cfg.init, n, cfg.N, cfg.d, g_init, dtype, device)
+    kernel, attention = make_kernel(cfg), make_attention(cfg, dtype, device)
+    dt, r, q = cfg.T / depth, refine, max(depths) // depth
+
+    sde = LimitSDE(ExactField(kernel), attention, kernel.kappa1, cfg.d)
+    integrator = INTEGRATORS[cfg.integrator](sde, dt / r)
+    common = dict(activation=cfg.activation, sigma_U=cfg.sigma_U, sigma_W=cfg.sigma_W, scale=cfg.noise_scale)
+    rng = resolve_backend(cfg.rng, cfg.device)
+    layers = [TransformerLayer(dt, attention, MLPNoise(m=m, mode="gaussian", rng=rng, **common), cfg.order) for m in widths]
+    layers.append(TransformerLayer(dt, attention, ExactField(kernel), cfg.order))
+
+    X_bar, Xs = X0, [X0] * len(layers)
+    sup = {k: torch.zeros(len(layers), n, dtype=torch.float64) for k in KINDS}
+
+    def measure(at_layer: bool) -> None:
+        e = torch.stack([((X - X_bar) ** 2).sum(-1).mean(-1) for X in Xs]).double().cpu()
+        sup["continuous"] = torch.maximum(sup["continuous"], e)
+        if at_layer:
+            sup["layer"] = torch.maximum(sup["layer"], e)
+
+    for _ in range(depth):
+        xi_layer = torch.zeros_like(X0)
+        for s in range(r):
+            measure(at_layer=s == 0)
+            # the finest normals of this SDE step, drawn one finest step at a time so that the
+            # stream (hence the Brownian path) is the same for every depth
+            xi = sum(torch.randn(X0.shape, generator=g_noise, dtype=dtype, device=device) for _ in range(q)) / math.sqrt(q)
+            X_bar = integrator.step(X_bar, g_noise, xi=xi)
+            xi_layer = xi_layer + xi
+        xi_layer = xi_layer / math.sqrt(r)
+        Xs = [layer.step(X, g_w, xi=xi_layer) for layer, X in zip(layers, Xs)]
+    measure(at_layer=True)
+    return {k: v.tolist() for k, v in sup.items()}
+
+
+def _fit_power(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Exponents p of y ≈ c x^{−p} by least squares in log–log: x (n,), y (n, ...) → (...)."""
+    lx = np.log(x) - np.log(x).mean()
+    ly = np.log(y)
+    return -np.tensordot(lx, ly - ly.mean(0), axes=(0, 0)) / (lx @ lx)
+
+
+def _fit_additive(L: np.ndarray, m: np.ndarray, y: np.ndarray, log_L: bool) -> np.ndarray:
+    """(a, b) of err ≈ a·g(L) + b/m with g = log L/L or 1/L (1/m = 0 for m = ∞), least squares in
+    relative error: L, m (n,), y (n, ...) → (2, ...)."""
+    gL = (np.log(L) if log_L else 1.0) / L
+    A = np.stack([gL, np.where(np.isinf(m), 0.0, 1.0 / m)], axis=1)  # (n, 2)
+    flat = y.reshape(len(L), -1)
+    out = np.empty((2, flat.shape[1]))
+    for j in range(flat.shape[1]):  # weights 1/y: each point's relative residual counts equally
+        w = 1.0 / flat[:, j]
+        out[:, j] = np.linalg.lstsq(A * w[:, None], np.ones(len(L)), rcond=None)[0]
+    return out.reshape(2, *y.shape[1:])
+
+
+def _interval(point: float, boots: np.ndarray) -> dict:
+    lo, hi = np.percentile(boots, [2.5, 97.5])
+    return {"value": float(point), "se": float(np.std(boots, ddof=1)), "ci": [float(lo), float(hi)]}
+
+
+@dataclass
+class ConvergeResult:
+    """Per-sample errors ``errors[kind]``: (n_depths, n_widths + 1, samples), widths in the order of
+    ``widths`` and m = ∞ last; the fits with their intervals in ``fits``."""
+
+    config: ConvergeConfig
+    depths: list[int]
+    widths: list[float]  # finite widths, then math.inf
+    errors: dict[str, np.ndarray]
+    fits: dict[str, Any]
+    provenance: dict
+    elapsed_s: float
+    meta: dict = field(default_factory=dict)
+
+    def mean_se(self, kind: str) -> tuple[np.ndarray, np.ndarray]:
+        """Sample mean and its SE over samples: (n_depths, n_widths + 1) each."""
+        e = self.errors[kind]
+        return e.mean(-1), e.std(-1, ddof=1) / math.sqrt(e.shape[-1])
+
+    def table(self) -> list[dict]:
+        """One row per (L, m): mean error and SE for both sups (m = None for ∞)."""
+        rows = []
+        stats = {k: self.mean_se(k) for k in KINDS}
+        for i, L in enumerate(self.depths):
+            for j, m in enumerate(self.widths):
+                row: dict[str, Any] = {"L": L, "m": None if math.isinf(m) else int(m)}
+                for k in KINDS:
+                    row[f"err_{k}"], row[f"err_{k}_se"] = float(stats[k][0][i, j]), float(stats[k][1][i, j])
+                rows.append(row)
+        return rows
+
+    def to_dict(self) -> dict:
+        f = self.fits
+        return {
+            "table": self.table(),
+            "depths": self.depths,
+            "widths": [None if math.isinf(m) else int(m) for m in self.widths],
+            "samples": int(self.errors["layer"].shape[-1]),
+            "exponent_L": f["exponent_L"]["value"],
+            "exponent_L_ci": f["exponent_L"]["ci"],
+            "exponent_m": f["exponent_m"]["value"],
+            "exponent_m_ci": f["exponent_m"]["ci"],
+            "fits": f,
+            "elapsed_s": self.elapsed_s,
+            **self.meta,
+        }
+
+    def save(self, folder: Path | str) -> None:
+        """config.json, convergence.json (table, exponents, fits) and arrays.npz (per-sample errors)."""
+        folder = Path(folder)
+        write_json(folder / "config.json", run_record("converge", self.config, self.provenance, self.elapsed_s))
+        write_json(folder / "convergence.json", self.to_dict())
+        write_npz(folder / "arrays.npz", depths=np.asarray(self.depths), widths=np.asarray(self.widths),
+                  **{f"errors_{k}": v for k, v in self.errors.items()})
+
+
+def fit_convergence(depths: list[int], widths: list[float], errors: dict[str, np.ndarray], n_boot: int, seed: int) -> dict:
+    """Exponents and additive fits with bootstrap intervals (samples resampled jointly).
+
+    - ``exponent_L``: layer-time error against L at m = ∞; ``exponent_L_large_m``: at the largest
+      finite m; ``exponent_L_continuous``: continuous-time error at m = ∞;
+    - ``exponent_m``: layer-time error against the finite m at the largest L;
+    - ``additive_layer``: err ≈ a/L + b/m; ``additive_continuous``: err ≈ a·log L/L + b/m, both
+      over the whole grid (m = ∞ included), with the largest relative residual."""
+    L = np.asarray(depths, dtype=float)
+    finite = [j for j, m in enumerate(widths) if math.isfinite(m)]
+    m_fin = np.asarray([widths[j] for j in finite])
+    S = errors["layer"].shape[-1]
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, S, size=(n_boot, S))
+    means = {k: v.mean(-1) for k, v in errors.items()}  # (nL, nM)
+    boots = {k: v[..., idx].mean(-1) for k, v in errors.items()}  # (nL, nM, n_boot)
+
+    def both(fn):
+        return {k: (fn(means[k]), fn(boots[k])) for k in KINDS}
+
+    out: dict[str, Any] = {}
+    ex_L = both(lambda y: _fit_power(L, y[:, -1]))
+    out["exponent_L"] = _interval(*ex_L["layer"])
+    out["exponent_L_continuous"] = _interval(*ex_L["continuous"])
+    big = finite[int(np.argmax(m_fin))]
+    out["exponent_L_large_m"] = {"m": int(widths[big]), **_interval(*both(lambda y: _fit_power(L, y[:, big]))["layer"])}
+    top = int(np.argmax(L))
+    ex_m = both(lambda y: _fit_power(m_fin, y[top, finite]))
+    out["exponent_m"] = {"L": int(L[top]), **_interval(*ex_m["layer"])}
+    out["exponent_m_continuous"] = {"L": int(L[top]), **_interval(*ex_m["continuous"])}
+    Lg, Mg = np.meshgrid(L, np.asarray(widths, dtype=float), indexing="ij")
+    for kind, log_L in (("layer", False), ("continuous", True)):
+        y, yb = means[kind].reshape(-1), boots[kind].reshape(-1, n_boot)
+        ab, abb = _fit_additive(Lg.reshape(-1), Mg.reshape(-1), y, log_L), _fit_additive(Lg.reshape(-1), Mg.reshape(-1), yb, log_L)
+        gL = (np.log(Lg) if log_L else 1.0) / Lg
+        model = ab[0] * gL + ab[1] * np.where(np.isinf(Mg), 0.0, 1.0 / Mg)
+        out[f"additive_{kind}"] = {
+            "form": "a*log(L)/L + b/m" if log_L else "a/L + b/m",
+            "a": _interval(ab[0], abb[0]), "b": _interval(ab[1], abb[1]),
+            "max_rel_residual": float(np.max(np.abs(model / means[kind] - 1.0))),
+        }
+    return out
+
+
+def run_converge(cfg: ConvergeConfig, progress: bool = False, store: Optional[Path | str] = None,
+                 scheduler: Optional[str] = None) -> ConvergeResult:
+    """Run every (depth, sample chunk) task (``store`` makes the run resumable), then fit."""
+    start = time.perf_counter()
+    device = resolve_device(cfg.device)
+    n_chunks = -(-cfg.batch // cfg.chunk)
+    sizes = [min(cfg.chunk, cfg.batch - c * cfg.chunk) for c in range(n_chunks)]
+    seeds = child_seeds(cfg.seed, n_chunks)
+    base = cfg.model_config_dict()
+    widths = sorted(cfg.widths)
+    depths = sorted(cfg.depths)
+    tasks = [
+        Task(f"L{L}-chunk{c}", _grid_task,
+             dict(config=base, depths=depths, widths=widths, refine=cfg.refine, depth=L, seed=seeds[c], n=sizes[c]))
+        for L in depths for c in range(n_chunks)
+    ]
+    results = run_tasks(tasks, store=store, scheduler=scheduler, progress=progress, desc="converge")
+    errors = {
+        k: np.stack([np.concatenate([np.asarray(results[f"L{L}-chunk{c}"][k]) for c in range(n_chunks)], axis=-1)
+                     for L in depths])
+        for k in KINDS
+    }
+    all_widths = [float(m) for m in widths] + [math.inf]
+    fits = fit_convergence(depths, all_widths, errors, cfg.bootstrap, cfg.seed)
+    return ConvergeResult(cfg, depths, all_widths, errors, fits, provenance(device), time.perf_counter() - start)
+
+
+def _grid_task(config: dict, depths: list[int], widths: list[int], refine: int, depth: int, seed: int, n: int) -> dict:
+    """One task: all widths at one depth for one chunk of samples (module level, JSON-able)."""
+    cfg = RunConfig.model_validate(config)
+    with torch.no_grad():
+        return _coupled_errors(cfg, depths, widths, refine, depth, seed, n)

@@ -1,0 +1,191 @@
+"""``phase``: a phase diagram of synchronisation over two config fields (SPEC §6 item 6).
+
+Every grid point (x, y) is an independent task run through :func:`stochformer.tasks.run_tasks`
+(stored as it finishes, so a killed sweep resumes; ``scheduler=`` spreads it over processes or
+Dask). What is measured at a point (``measure``):
+
+* ``lyapunov``: the pair exponent λ̂₁ (Benettin, :func:`stochformer.experiments.sync.measure_lyapunov`)
+  with its SE; it is predicted to be λ₁ − γ, negative where pairs synchronise almost surely;
+* ``sync_fraction``: the fraction of ``batch`` runs from uniform tokens whose minimum pairwise
+  cosine is ≥ 1 − ``sync_tol`` at T (with ``up_to_sign``: |cosine|, for odd fields).
+
+The predicted boundaries λ₁ − γ = 0 and λ̄ − 2γ = 0 are evaluated on a fine grid of the two
+fields. The pseudo-field ``sigma`` sets σ_U = σ_W = σ.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, Optional
+
+import numpy as np
+import torch
+from pydantic import Field, model_validator
+
+from ..config import ConfigError, RunConfig, build_config
+from ..diagnostics import mean_and_se
+from ..io import write_json, write_npz
+from ..runtime import DTYPES, child_seeds, make_generator, provenance, resolve_device
+from ..sphere import gram, initial_tokens
+from ..tasks import Task, run_tasks
+from .simulate import run_record
+from .sync import _stepper_for, measure_lyapunov, predicted_rates
+
+#: Fields that take the grid values; ``sigma`` sets both bias scales.
+PSEUDO_FIELDS = {"sigma": ("sigma_U", "sigma_W")}
+_NUMERIC = {name for name, f in RunConfig.model_fields.items() if f.annotation in (int, float)} | {"gamma"}
+
+
+class PhaseConfig(RunConfig):
+    """A base :class:`RunConfig` and the grid: ``x_field`` × ``y_field`` (numeric fields or ``sigma``)."""
+
+    x_field: str = "gamma"
+    x_values: list[float] = Field(default_factory=lambda: [-1.0, -0.5, 0.0, 0.5])
+    y_field: str = "sigma"
+    y_values: list[float] = Field(default_factory=lambda: [0.0, 0.5, 1.0])
+    measure: Literal["lyapunov", "sync_fraction"] = "lyapunov"
+    pairs: int = Field(64, ge=2, description="pairs per grid point for measure = 'lyapunov' (>= 2)")
+    eps: float = Field(1e-4, gt=0.0, le=1e-2, description="pair separation, in (0, 0.01]")
+    sync_tol: float = Field(1e-2, gt=0.0, lt=1.0, description="synchronised: min cosine >= 1 - sync_tol, in (0, 1)")
+    up_to_sign: bool = Field(False, description="sync_fraction on |cosine| (odd fields synchronise up to sign)")
+    boundary_points: int = Field(61, ge=5, le=1001, description="fine grid per axis for the predicted boundary")
+
+    @model_validator(mode="after")
+    def _grid(self) -> "PhaseConfig":
+        for axis in ("x", "y"):
+            name, values = getattr(self, f"{axis}_field"), getattr(self, f"{axis}_values")
+            if name not in _NUMERIC and name not in PSEUDO_FIELDS:
+                valid = ", ".join(sorted(_NUMERIC | set(PSEUDO_FIELDS)))
+                raise ValueError(f"{axis}_field: {name!r} is not a numeric config field; valid: {valid}")
+            if not values:
+                raise ValueError(f"{axis}_values: must list at least one value")
+        if self.x_field == self.y_field:
+            raise ValueError("y_field: must differ from x_field")
+        return self
+
+    def point(self, x: float, y: float) -> RunConfig:
+        """The validated :class:`RunConfig` at grid point (x, y) (raises ConfigError naming the field)."""
+        base = RunConfig.model_fields.keys()
+        data = {k: v for k, v in self.model_dump(mode="json").items() if k in base}
+        overrides = []
+        for name, value in ((self.x_field, x), (self.y_field, y)):
+            for field in PSEUDO_FIELDS.get(name, (name,)):
+                is_int = RunConfig.model_fields[field].annotation is int
+                overrides.append(f"{field}={int(value) if is_int and float(value).is_integer() else value}")
+        return build_config(data, overrides)
+
+
+def phase_point(config: dict, measure: str, pairs: int, eps: float, sync_tol: float, up_to_sign: bool, seed: int) -> dict:
+    """One grid point (a task: module-level, JSON-able in and out)."""
+    cfg = RunConfig.model_validate(config)
+    pred = predicted_rates(cfg, with_bound=False)
+    out: dict[str, Any] = {"lambda_1_pred": pred["lambda_1_pred"], "lambda_bar_pred": pred["lambda_bar_pred"]}
+    if measure == "lyapunov":
+        lyap = measure_lyapunov(cfg, pairs, eps, seed)
+        out.update(value=lyap["lambda_1"], se=lyap["lambda_1_se"])
+        return out
+    device, dtype = resolve_device(cfg.device), DTYPES[cfg.dtype]
+    gen = make_generator(seed, device)
+    X = initial_tokens(cfg.init, cfg.batch, cfg.N, cfg.d, gen, dtype, device)
+    stepper = _stepper_for(cfg, cfg.batch, gen, dtype, device)
+    for _ in range(cfg.L):
+        X = stepper.step(X, gen)
+    G = gram(X)
+    G = G.abs() if up_to_sign else G
+    iu = torch.triu_indices(cfg.N, cfg.N, offset=1)
+    synced = (G[:, iu[0], iu[1]].min(dim=-1).values >= 1.0 - sync_tol).double()
+    frac, se = mean_and_se(synced)
+    out.update(value=float(frac), se=float(se))
+    return out
+
+
+@dataclass
+class PhaseResult:
+    """``value``/``se``: (ny, nx) measured grid; ``pred_*``: the predictions at the grid points;
+    ``fine_x``, ``fine_y``, ``fine_lambda_1``, ``fine_lambda_bar``: predictions on the fine grid."""
+
+    config: PhaseConfig
+    x: np.ndarray
+    y: np.ndarray
+    value: np.ndarray
+    se: np.ndarray
+    pred_lambda_1: np.ndarray
+    pred_lambda_bar: np.ndarray
+    fine_x: np.ndarray
+    fine_y: np.ndarray
+    fine_lambda_1: np.ndarray
+    fine_lambda_bar: np.ndarray
+    provenance: dict
+    elapsed_s: float
+
+    def agreement(self) -> dict:
+        """For ``lyapunov``: grid points where sign(measured) = sign(predicted λ₁ − γ), and those whose
+        |measured − predicted| ≤ 3 SE; for ``sync_fraction``: points with fraction ≥ ½ exactly where λ₁ − γ < 0."""
+        pred = self.pred_lambda_1
+        if self.config.measure == "lyapunov":
+            same = np.sign(self.value) == np.sign(pred)
+            within = np.abs(self.value - pred) <= 3 * self.se
+            return {"points": int(pred.size), "same_sign": int(same.sum()), "within_3se": int(within.sum())}
+        same = (self.value >= 0.5) == (pred < 0)
+        return {"points": int(pred.size), "same_side": int(same.sum())}
+
+    def to_dict(self) -> dict:
+        c = self.config
+        return {
+            "x_field": c.x_field, "y_field": c.y_field, "measure": c.measure, "x": self.x, "y": self.y,
+            "value": self.value, "se": self.se, "lambda_1_pred": self.pred_lambda_1,
+            "lambda_bar_pred": self.pred_lambda_bar, "agreement": self.agreement(),
+        }
+
+    def save(self, folder: Path | str) -> None:
+        folder = Path(folder)
+        write_json(folder / "config.json", run_record("phase", self.config, self.provenance, self.elapsed_s))
+        write_json(folder / "phase.json", self.to_dict())
+        write_npz(folder / "arrays.npz", x=self.x, y=self.y, value=self.value, se=self.se, fine_x=self.fine_x,
+                  fine_y=self.fine_y, fine_lambda_1=self.fine_lambda_1, fine_lambda_bar=self.fine_lambda_bar)
+
+
+def _fine_axis(cfg: PhaseConfig, field: str, values: list[float]) -> np.ndarray:
+    lo, hi = min(values), max(values)
+    if field in RunConfig.model_fields and RunConfig.model_fields[field].annotation is int:
+        return np.arange(int(lo), int(hi) + 1, dtype=float)
+    return np.linspace(lo, hi, cfg.boundary_points) if hi > lo else np.asarray([lo], float)
+
+
+def _predictions(cfg: PhaseConfig, xs: np.ndarray, ys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    lam1 = np.empty((len(ys), len(xs)))
+    lbar = np.empty_like(lam1)
+    for i, y in enumerate(ys):
+        for j, x in enumerate(xs):
+            p = predicted_rates(cfg.point(x, y), with_bound=False)
+            lam1[i, j], lbar[i, j] = p["lambda_1_pred"], p["lambda_bar_pred"]
+    return lam1, lbar
+
+
+def run_phase(cfg: PhaseConfig, progress: bool = False, store: Optional[Path | str] = None, scheduler: Optional[str] = None) -> PhaseResult:
+    """Measure every grid point (through ``run_tasks``; ``store`` makes it resumable) and the
+    predicted boundaries. All grid configs are validated before any work."""
+    start = time.perf_counter()
+    xs, ys = np.asarray(cfg.x_values, float), np.asarray(cfg.y_values, float)
+    points = {(i, j): cfg.point(x, y) for i, y in enumerate(ys) for j, x in enumerate(xs)}
+    for p in points.values():
+        if p.attention and p.V is not None:
+            raise ConfigError("V: the phase diagram predicts λ₁ − γ for V = γI; explicit V matrices have no boundary")
+    seeds = child_seeds(cfg.seed, len(points))
+    tasks = [
+        Task(f"phase-{i}-{j}", phase_point, dict(config=p.model_dump(mode="json"), measure=cfg.measure, pairs=cfg.pairs,
+                                                 eps=cfg.eps, sync_tol=cfg.sync_tol, up_to_sign=cfg.up_to_sign, seed=s))
+        for ((i, j), p), s in zip(points.items(), seeds)
+    ]
+    results = run_tasks(tasks, store=store, scheduler=scheduler, progress=progress, desc="phase")
+    value, se = np.empty((len(ys), len(xs))), np.empty((len(ys), len(xs)))
+    lam1, lbar = np.empty_like(value), np.empty_like(value)
+    for (i, j) in points:
+        r = results[f"phase-{i}-{j}"]
+        value[i, j], se[i, j], lam1[i, j], lbar[i, j] = r["value"], r["se"], r["lambda_1_pred"], r["lambda_bar_pred"]
+    fx, fy = _fine_axis(cfg, cfg.x_field, cfg.x_values), _fine_axis(cfg, cfg.y_field, cfg.y_values)
+    f1, fb = _predictions(cfg, fx, fy)
+    return PhaseResult(cfg, xs, ys, value, se, lam1, lbar, fx, fy, f1, fb, provenance(resolve_device(cfg.device)),
+                       time.perf_counter() - start)

@@ -1,0 +1,334 @@
+"""``sweep``: Monte Carlo ensembles of :func:`~stochformer.experiments.simulate.simulate` over a
+grid and/or a list of points in configuration space, run as independent tasks.
+
+Each grid point's ``samples`` are split into chunks of ``chunk`` samples; chunk ``j`` of point
+``i`` runs with seed ``child_seeds(child_seeds(seed, P)[i], C)[j]`` (numpy SeedSequence spawning,
+which depends only on the indices), so the numbers do not depend on how many workers run the
+chunks, or in which order. The merged result is one ``xarray.Dataset`` with dims
+``([point,] *grid axes, sample, layer)``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+import numpy as np
+import torch
+from pydantic import Field, field_validator, model_validator
+
+from ..config import ConfigError, RunConfig, validate
+from ..diagnostics import mean_and_se
+from ..io import StageCache, to_jsonable, write_json
+from ..runtime import child_seeds, provenance
+from ..tasks import Task, run_tasks
+from .simulate import run_record, simulate
+
+STATISTICS = ("mean_cosine", "energy", "min_cosine")
+SWEEP_FIELDS = ("samples", "chunk", "grid", "points")
+# fields that a sweep sets itself and that cannot be axes
+NOT_AXES = ("batch", "seed", *SWEEP_FIELDS)
+
+
+def _field_names() -> set[str]:
+    names = set(RunConfig.model_fields) - set(NOT_AXES)
+    return names | {f"init.{k}" for k in RunConfig.model_fields["init"].annotation.model_fields}
+
+
+def _check_names(names: list[str], where: str) -> None:
+    valid = _field_names()
+    for name in names:
+        if name in NOT_AXES:
+            hint = "use `samples` and `chunk`" if name == "batch" else "a sweep sets it per task"
+            raise ValueError(f"{where}: {name!r} cannot be swept ({hint})")
+        if name not in valid:
+            raise ValueError(f"{where}: unknown field {name!r}; valid fields are {', '.join(sorted(valid))}")
+
+
+class SweepConfig(RunConfig):
+    """A sweep: the base :class:`RunConfig` (every ``simulate`` field), the axes and the samples.
+
+    ``grid``: ``{field: [values]}``, the Cartesian product in the order written; ``points``: a list
+    of ``{field: value}`` (fields not given keep the base value), crossed with the grid. Nested
+    fields are dotted (``"init.cosine"``)."""
+
+    samples: int = Field(64, ge=1, description="Monte Carlo samples per grid point (>= 1)")
+    chunk: int = Field(16, ge=1, description="samples per task (>= 1); the last chunk may be smaller")
+    grid: dict[str, list[Any]] = Field(default_factory=dict)
+    points: list[dict[str, Any]] = Field(default_factory=list)
+
+    @field_validator("grid", mode="before")
+    @classmethod
+    def _grid_shape(cls, grid: Any) -> Any:
+        if not isinstance(grid, dict):
+            raise ValueError(f"grid: expected a table of axes, e.g. [grid] gamma = [-1, 0, 1] (got {grid!r})")
+        for name, values in grid.items():
+            if not isinstance(values, list):
+                raise ValueError(f"grid.{name}: expected a list of values, e.g. {name} = [{values!r}] (got {values!r})")
+        return grid
+
+    @field_validator("points", mode="before")
+    @classmethod
+    def _points_shape(cls, points: Any) -> Any:
+        if not isinstance(points, list) or not all(isinstance(p, dict) for p in points):
+            raise ValueError(f"points: expected a list of tables, e.g. [[points]] N = 8 (got {points!r})")
+        return points
+
+    @field_validator("grid")
+    @classmethod
+    def _grid(cls, grid: dict[str, list[Any]]) -> dict[str, list[Any]]:
+        _check_names(list(grid), "grid")
+        for name, values in grid.items():
+            if not values:
+                raise ValueError(f"grid.{name}: empty axis (give at least one value)")
+            if len({json.dumps(v, sort_keys=True) for v in values}) != len(values):
+                raise ValueError(f"grid.{name}: repeated values {values}")
+        return grid
+
+    @field_validator("points")
+    @classmethod
+    def _points(cls, points: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        for i, point in enumerate(points):
+            if not point:
+                raise ValueError(f"points[{i}]: empty point (give at least one field)")
+            _check_names(list(point), f"points[{i}]")
+        return points
+
+    @model_validator(mode="after")
+    def _sweep_checks(self) -> "SweepConfig":
+        if "batch" in self.model_fields_set:
+            raise ValueError("batch: a sweep sets the batch of each task from `chunk`; set `samples` and `chunk` instead")
+        overlap = sorted({k for p in self.points for k in p} & set(self.grid))
+        if overlap:
+            raise ValueError(f"grid and points both set {overlap}; give each field in one of them")
+        return self
+
+    def base(self) -> RunConfig:
+        """The base run configuration (the sweep's own fields removed)."""
+        return RunConfig.model_validate(self.model_dump(exclude=set(SWEEP_FIELDS) | {"batch"}))
+
+
+def load_sweep(path: Path | str, overrides: Optional[list[str]] = None) -> SweepConfig:
+    """Read and validate a sweep file (TOML); ``overrides`` as ``--set FIELD=VALUE``."""
+    from ..config import build_config
+
+    return build_config(None, list(overrides or []), path, model=SweepConfig)
+
+
+@dataclass
+class SweepPlan:
+    """The resolved sweep: ``configs[i]`` is flat point ``i`` (points outer, grid in C order),
+    ``shape`` the point/grid shape, ``dims`` its dimension names."""
+
+    config: SweepConfig
+    dims: list[str]
+    shape: tuple[int, ...]
+    coords: dict[str, Any]
+    configs: list[RunConfig]
+    chunks: list[int]
+
+    def tasks(self) -> list[Task]:
+        """One task per (point, chunk), with its own seed (see the module docstring)."""
+        point_seeds = child_seeds(self.config.seed, len(self.configs))
+        out = []
+        for i, (cfg, pseed) in enumerate(zip(self.configs, point_seeds)):
+            resources = {"GPU": 1} if cfg.device.startswith("cuda") else None
+            for j, (size, cseed) in enumerate(zip(self.chunks, child_seeds(pseed, len(self.chunks)))):
+                run = cfg.model_copy(update={"batch": size, "seed": cseed})
+                out.append(Task(f"point{i:05d}-chunk{j:05d}", simulate_chunk, {"config": run.model_dump(mode="json")}, resources))
+        return out
+
+
+def _dotted_get(cfg: RunConfig, name: str) -> Any:
+    value: Any = cfg
+    for part in name.split("."):
+        value = getattr(value, part)
+    return value
+
+
+def _coordinate(values: list[Any]) -> np.ndarray:
+    arr = np.asarray(values)
+    return arr if arr.dtype.kind in "biuf" else np.asarray([str(v) for v in values])
+
+
+def _resolve(base: RunConfig, updates: dict[str, Any], where: str) -> RunConfig:
+    try:
+        return base.with_updates(**updates)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {str(exc).removeprefix('invalid configuration: ')}") from None
+
+
+def plan_sweep(cfg: SweepConfig) -> SweepPlan:
+    """Resolve and validate every point of the sweep (``ConfigError`` naming the axis and value)."""
+    base = cfg.base()
+    for name, values in cfg.grid.items():  # each value alone, for a message naming it
+        for k, v in enumerate(values):
+            _resolve(base, {name: v}, f"grid.{name}[{k}] = {v!r}")
+    points = cfg.points or [{}]
+    configs = []
+    for i, point in enumerate(points):
+        for combo in itertools.product(*cfg.grid.values()):
+            updates = {**point, **dict(zip(cfg.grid, combo))}
+            where = ", ".join(f"{k} = {v!r}" for k, v in updates.items()) or "base"
+            configs.append(_resolve(base, updates, f"sweep point ({where})"))
+    dims = (["point"] if cfg.points else []) + list(cfg.grid)
+    shape = ((len(cfg.points),) if cfg.points else ()) + tuple(len(v) for v in cfg.grid.values())
+    coords: dict[str, Any] = {name: _coordinate(values) for name, values in cfg.grid.items()}
+    if cfg.points:
+        coords["point"] = np.arange(len(cfg.points))
+        n_grid = math.prod(len(v) for v in cfg.grid.values())
+        for name in sorted({k for p in cfg.points for k in p}):
+            coords[name] = ("point", _coordinate([_dotted_get(configs[i * n_grid], name) for i in range(len(cfg.points))]))
+    n_chunks = math.ceil(cfg.samples / cfg.chunk)
+    chunks = [min(cfg.chunk, cfg.samples - j * cfg.chunk) for j in range(n_chunks)]
+    return SweepPlan(cfg, dims, shape, coords, configs, chunks)
+
+
+@contextlib.contextmanager
+def _torch_threads(n: int) -> Iterator[None]:
+    old = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
+
+
+def simulate_chunk(config: dict) -> dict:
+    """One task: ``simulate`` with ``config`` (batch = chunk size, seed = chunk seed) on one CPU
+    thread (so the numbers do not depend on the worker's thread count; parallelism comes from the
+    chunks). Returns ``{"layers": [...], stat: (batch, n_layers) lists, "elapsed_s", "device"}``."""
+    cfg = validate(RunConfig, config)
+    with _torch_threads(1):
+        res = simulate(cfg)
+    t = res.trajectory
+    return {
+        "layers": t.layers.tolist(),
+        **{name: t.stats[name].tolist() for name in STATISTICS},
+        "elapsed_s": res.elapsed_s,
+        "device": res.provenance["device"],
+    }
+
+
+def merge_chunks(plan: SweepPlan, results: dict[str, dict]) -> "xarray.Dataset":  # noqa: F821
+    """The labelled dataset: per-sample statistics ``(*dims, sample, layer)`` and their sample
+    mean and SE ``(*dims, layer)``; layers missing at a point (a swept ``L``) are NaN."""
+    import xarray as xr
+
+    tasks = plan.tasks()
+    layers = sorted({ell for r in results.values() for ell in r["layers"]})
+    col = {ell: k for k, ell in enumerate(layers)}
+    n_chunks, samples = len(plan.chunks), plan.config.samples
+    data = {name: np.full((len(plan.configs), samples, len(layers)), np.nan) for name in STATISTICS}
+    for n, task in enumerate(tasks):
+        i, j = divmod(n, n_chunks)
+        r = results[task.key]
+        rows = slice(j * plan.config.chunk, j * plan.config.chunk + plan.chunks[j])
+        cols = [col[ell] for ell in r["layers"]]
+        for name in STATISTICS:
+            data[name][i, rows][:, cols] = np.asarray(r[name], dtype=float)
+    dims = [*plan.dims, "sample", "layer"]
+    variables = {}
+    for name in STATISTICS:
+        values = data[name].reshape(*plan.shape, samples, len(layers))
+        mean, se = mean_and_se(torch.from_numpy(values), dim=-2)
+        variables[name] = (dims, values)
+        variables[f"{name}_mean"] = (dims[:-2] + ["layer"], mean.numpy())
+        variables[f"{name}_se"] = (dims[:-2] + ["layer"], se.numpy())
+    coords = {**plan.coords, "sample": np.arange(samples), "layer": np.asarray(layers)}
+    ds = xr.Dataset(variables, coords=coords)
+    ds.attrs.update(
+        {
+            "command": "sweep",
+            "sweep_config": json.dumps(plan.config.model_dump(mode="json")),
+            "seed": plan.config.seed,
+            "samples": samples,
+            "chunk": plan.config.chunk,
+        }
+    )
+    return ds
+
+
+def write_netcdf(ds: "xarray.Dataset", path: Path | str) -> None:  # noqa: F821
+    """Write ``ds`` as NetCDF-4 (h5netcdf) to a temporary name, then move it into place."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        ds.to_netcdf(tmp, engine="h5netcdf")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+@dataclass
+class SweepResult:
+    """What :func:`run_sweep` returns: config, merged dataset, provenance and bookkeeping."""
+
+    config: SweepConfig
+    dataset: Any
+    provenance: dict
+    elapsed_s: float
+    meta: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        """JSON-able summary: axes, and per point the final-layer mean ± SE of each statistic."""
+        ds = self.dataset
+        last = ds.isel(layer=-1) if "layer" in ds.dims else ds
+        final = {}
+        for name in STATISTICS:
+            final[name] = to_jsonable(last[f"{name}_mean"].values)
+            final[f"{name}_se"] = to_jsonable(last[f"{name}_se"].values)
+        return to_jsonable(
+            {
+                "dims": [d for d in ds[f"{STATISTICS[0]}_mean"].dims if d != "layer"],
+                "coords": {k: ds[k].values for k in ds.coords if k not in ("sample", "layer")},
+                "samples": self.config.samples,
+                "chunk": self.config.chunk,
+                "final_layer": int(ds["layer"].values[-1]),
+                "final": final,
+                **self.meta,
+            }
+        )
+
+    def save(self, folder: Path | str) -> None:
+        """Write config.json (provenance), dataset.nc (NetCDF-4) and summary.json."""
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        write_json(folder / "config.json", run_record("sweep", self.config, self.provenance, self.elapsed_s, **self.meta))
+        write_netcdf(self.dataset, folder / "dataset.nc")
+        write_json(folder / "summary.json", self.to_dict())
+
+
+def run_sweep(
+    cfg: SweepConfig,
+    store: Optional[Path | str] = None,
+    scheduler: Any = None,
+    progress: bool = False,
+) -> SweepResult:
+    """Plan the sweep, run its tasks through :func:`stochformer.tasks.run_tasks` (stored in
+    ``store`` as they finish, resumed from it) and merge them into one dataset."""
+    start = time.perf_counter()
+    plan = plan_sweep(cfg)
+    tasks = plan.tasks()
+    cache = StageCache(store) if store is not None else None
+    stored = sum(cache.load(t.key, t.cache_key) is not None for t in tasks) if cache else 0
+    results = run_tasks(tasks, store=store, scheduler=scheduler, progress=progress, desc="sweep")
+    ds = merge_chunks(plan, results)
+    devices = sorted({r["device"] for r in results.values()})
+    meta = {
+        "tasks": len(tasks),
+        "tasks_already_stored": stored,
+        "points": len(plan.configs),
+        "chunks_per_point": len(plan.chunks),
+        "scheduler": scheduler if isinstance(scheduler, str) or scheduler is None else type(scheduler).__name__,
+        "task_devices": devices,
+    }
+    prov = {**provenance("cpu"), "device": ", ".join(devices)}  # where the tasks ran, not the client
+    return SweepResult(cfg, ds, prov, time.perf_counter() - start, meta)

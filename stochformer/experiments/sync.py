@@ -1,0 +1,291 @@
+"""``sync``: measured synchronisation rates beside the closed forms of SPEC §5.
+
+Two estimators, for the deep transformer and for the limit SDE alike (any stepper of
+:func:`stochformer.build.make_stepper`); layers ℓ are mapped to times t = ℓ Δt, Δt = T/L, so every
+rate is per unit time t and comparable with λ₁, λ̄, λ̄' of :mod:`stochformer.kernel` (which carry
+the noise scale s through κ → s²κ).
+
+* **Lyapunov exponent** (Benettin): N = 2 tokens, token 1 a companion of token 0 at chordal
+  distance ``eps``. After every step the log of the distance ratio is accumulated and the
+  companion is put back at distance ``eps`` along the current separation, so the pair stays in
+  the linear regime for any horizon. Per sample ``S_T = Σ log(δ_{ℓ+1}/δ_ℓ⁺)``;
+  ``λ̂₁ = mean(S_T)/T`` with SE ``std(S_T)/(T√n)`` (samples are independent). With attention
+  Qᵀ K = βI, V = γI the pair contracts at the extra rate γ: the prediction is λ₁ − γ.
+* **First-moment rate of the energy**: E[E_β(μ_t)] ∝ e^{rate·t}. The rate is the least-squares
+  slope of log(sample mean of E_β) against t; its SE is the bootstrap SE over samples (resampling
+  whole paths). Near synchronisation (a tight cluster) the prediction is λ̄ − 2γ; from uniform
+  tokens Theorem 1.4 bounds the rate by λ̄' (plus Assumption 2's ε).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import torch
+from pydantic import Field
+from tqdm.auto import tqdm
+
+from ..build import Stepper, make_kernel, make_stepper
+from ..config import InitConfig, RunConfig
+from ..diagnostics import energy, mean_and_se
+from ..io import write_json, write_npz
+from ..kernel import first_moment_rate, lambda_bar_prime, lyapunov_exponent
+from ..runtime import DTYPES, child_seeds, make_generator, provenance, resolve_device
+from ..sphere import initial_tokens, normalize, tangent, uniform
+from .simulate import evolve, run_record
+
+
+class SyncConfig(RunConfig):
+    """A :class:`RunConfig` plus the sizes of the three measurements of :func:`run_sync`."""
+
+    pairs: int = Field(256, ge=2, description="independent pairs for the Lyapunov exponent (>= 2)")
+    eps: float = Field(1e-4, gt=0.0, le=1e-2, description="pair separation of the Benettin estimator, in (0, 0.01]")
+    near_spread: float = Field(1e-3, gt=0.0, le=0.1, description="spread of the near-synchronised cluster, in (0, 0.1]")
+    uniform_start: bool = Field(True, description="also measure the energy rate from uniform tokens")
+    fit_from: float = Field(0.5, ge=0.0, lt=1.0, description="uniform start: fit the rate on t >= fit_from·T, in [0, 1)")
+    near_horizon: Optional[float] = Field(
+        None, gt=0.0, description="horizon of the near-synchronisation energy run (> 0); default "
+        "min(T, 1/(2(κ(1)+κ'(1)))), where the log-variance of a pair's 1 − cosine reaches 2")
+    bootstrap: int = Field(400, ge=10, description="bootstrap resamples for the energy-rate SE (>= 10)")
+
+
+# --------------------------------------------------------------------------- predictions
+
+
+def attention_gamma(cfg: RunConfig) -> Optional[float]:
+    """γ of the near-synchronisation attention terms: 0 without attention, γ for V = γI, None when V
+    is an explicit matrix (no closed form)."""
+    if not cfg.attention:
+        return 0.0
+    return cfg.gamma_value if cfg.V is None else None
+
+
+def near_sync_horizon(kappa: float, kappa_prime: float) -> float:
+    """1/(2(κ + κ')): near synchronisation 1 − ⟨x, y⟩ of a pair is close to a geometric Brownian motion
+    whose log has variance 4(κ + κ') t (SPEC §5 two-point motion); the sample mean of n such paths
+    estimates the first moment well only while that variance is O(1), so the first-moment rate is
+    measured on t ≤ 1/(2(κ + κ')) (log-variance ≤ 2). ``inf`` without noise."""
+    return math.inf if kappa + kappa_prime <= 0 else 1.0 / (2.0 * (kappa + kappa_prime))
+
+
+def predicted_rates(cfg: RunConfig, with_bound: bool = True) -> dict[str, Optional[float]]:
+    """κ(1), κ'(1), λ₁, λ̄ (``*_noise``: noise only, noise scale included), the attention-shifted predictions
+    ``lambda_1_pred = λ₁ − γ``, ``lambda_bar_pred = λ̄ − 2γ`` and Theorem 1.4's ``λ̄'`` (noise only).
+    Without noise (``mlp = false`` or s = 0) the noise terms are 0."""
+    if cfg.mlp and cfg.noise_scale > 0:
+        kern = make_kernel(cfg)
+        k, kp = kern.kappa1, kern.kappa1_prime
+        lam1, lbar = lyapunov_exponent(k, kp, cfg.d), first_moment_rate(k, kp, cfg.d)
+        lbp = lambda_bar_prime(kern, cfg.energy_beta) if with_bound else None
+    else:
+        k = kp = lam1 = lbar = lbp = 0.0
+    g = attention_gamma(cfg)
+    return {
+        "kappa": k,
+        "kappa_prime": kp,
+        "lambda_1_noise": lam1,
+        "lambda_bar_noise": lbar,
+        "gamma": g,
+        "lambda_1_pred": None if g is None else lam1 - g,
+        "lambda_bar_pred": None if g is None else lbar - 2 * g,
+        "lambda_bar_prime_pred": lbp,
+    }
+
+
+# --------------------------------------------------------------------------- estimators
+
+
+def separation(X: torch.Tensor) -> torch.Tensor:
+    """Chordal distance |x₁ − x₀| of a pair X: (batch, 2, d) → (batch,)."""
+    return torch.linalg.vector_norm(X[:, 1] - X[:, 0], dim=-1)
+
+
+def companion(x: torch.Tensor, direction: torch.Tensor, eps: float) -> torch.Tensor:
+    """LN(x + eps·u), u the unit tangent part of ``direction`` at x: (batch, d) → (batch, d)."""
+    u = tangent(x, direction)
+    return normalize(x + eps * u / torch.linalg.vector_norm(u, dim=-1, keepdim=True))
+
+
+def pair_start(batch: int, d: int, eps: float, generator: torch.Generator, dtype=torch.float64, device="cpu") -> torch.Tensor:
+    """A uniform token and a companion at distance ≈ eps in a uniform tangent direction: (batch, 2, d)."""
+    x = uniform((batch,), d, generator, dtype, device)
+    v = torch.randn(batch, d, generator=generator, dtype=dtype, device=device)
+    return torch.stack([x, companion(x, v, eps)], dim=1)
+
+
+def benettin(
+    stepper: Stepper, X0: torch.Tensor, L: int, generator: torch.Generator, eps: float, progress: bool = False
+) -> np.ndarray:
+    """Cumulative log-growth of a pair's separation, renormalised to ``eps`` after every step.
+
+    X0: (batch, 2, d). Returns S: (batch, L+1), S[:, 0] = 0, S[:, ℓ] = Σ_{k<ℓ} log(δ_{k+1}/δ_k⁺)."""
+    X = X0
+    before = separation(X)
+    S = torch.zeros(X.shape[0], L + 1, dtype=torch.float64)
+    for ell in tqdm(range(1, L + 1), desc="lyapunov", disable=not progress, leave=False, mininterval=0.5):
+        X = stepper.step(X, generator)
+        after = separation(X)
+        S[:, ell] = S[:, ell - 1] + torch.log(after / before).double().cpu()
+        X = torch.stack([X[:, 0], companion(X[:, 0], X[:, 1] - X[:, 0], eps)], dim=1)
+        before = separation(X)
+    return S.numpy()
+
+
+def endpoint_rate(S: np.ndarray, T: float) -> tuple[float, float]:
+    """λ̂ = mean(S_T)/T and its SE std(S_T)/(T√n), from S: (n, n_times)."""
+    end = S[:, -1]
+    return float(end.mean() / T), float(end.std(ddof=1) / (T * math.sqrt(len(end))))
+
+
+def log_mean_slope(t: np.ndarray, values: np.ndarray, mask: Optional[np.ndarray] = None) -> float:
+    """Least-squares slope of log(mean over samples) against t. values: (n, n_times)."""
+    mask = np.ones(len(t), bool) if mask is None else mask
+    y = np.log(values[:, mask].mean(axis=0))
+    return float(np.polyfit(t[mask], y, 1)[0])
+
+
+def moment_rate(
+    t: np.ndarray, values: np.ndarray, mask: Optional[np.ndarray] = None, n_boot: int = 400, seed: int = 0
+) -> tuple[float, float]:
+    """First-moment rate of positive paths ``values: (n, n_times)`` at times ``t``: the slope of
+    log(sample mean) against t (on ``mask``), and its bootstrap SE over samples."""
+    mask = np.ones(len(t), bool) if mask is None else mask
+    rate = log_mean_slope(t, values, mask)
+    rng = np.random.default_rng(seed)
+    v = values[:, mask]
+    tt = t[mask] - t[mask].mean()
+    idx = rng.integers(0, v.shape[0], size=(n_boot, v.shape[0]))
+    y = np.log(v[idx].mean(axis=1))  # (n_boot, n_t)
+    slopes = ((y - y.mean(axis=1, keepdims=True)) @ tt) / (tt @ tt)
+    return rate, float(slopes.std(ddof=1))
+
+
+# --------------------------------------------------------------------------- the experiment
+
+
+@dataclass
+class SyncResult:
+    """Measured and predicted rates for one config (see :func:`run_sync`).
+
+    ``times``: (L+1,) times t = ℓ T/L (``near_times`` for the near-synchronisation run); ``log_growth``: (mean, se) of the cumulative log-separation;
+    ``energy_near`` / ``energy_uniform``: (mean, se) of E_β per time (None if not run)."""
+
+    config: SyncConfig
+    measured: dict
+    predicted: dict
+    times: np.ndarray
+    near_times: np.ndarray
+    log_growth: tuple[np.ndarray, np.ndarray]
+    energy_near: tuple[np.ndarray, np.ndarray]
+    energy_uniform: Optional[tuple[np.ndarray, np.ndarray]]
+    fit_mask_uniform: Optional[np.ndarray]
+    provenance: dict
+    elapsed_s: float
+
+    def to_dict(self) -> dict:
+        """``sync.json``: the measured rates with SEs beside the predictions and the curves."""
+        curves = {
+            "times": self.times,
+            "log_growth_mean": self.log_growth[0],
+            "log_growth_se": self.log_growth[1],
+            "near_times": self.near_times,
+            "energy_near_mean": self.energy_near[0],
+            "energy_near_se": self.energy_near[1],
+        }
+        if self.energy_uniform is not None:
+            curves.update(energy_uniform_mean=self.energy_uniform[0], energy_uniform_se=self.energy_uniform[1])
+        return {**self.measured, **self.predicted, "dynamics": self.config.dynamics, "curves": curves}
+
+    def table(self) -> list[dict]:
+        """Rows (quantity, measured, SE, predicted, z = (measured − predicted)/SE)."""
+        m, p = self.measured, self.predicted
+        rows = [
+            ("lambda_1 (pair log-distance)", m["lambda_1"], m["lambda_1_se"], p["lambda_1_pred"]),
+            ("energy rate near sync", m["energy_rate"], m["energy_rate_se"], p["lambda_bar_pred"]),
+        ]
+        if m.get("energy_rate_uniform") is not None:
+            rows.append(("energy rate from uniform (bound)", m["energy_rate_uniform"], m["energy_rate_uniform_se"], p["lambda_bar_prime_pred"]))
+        out = []
+        for name, val, se, pred in rows:
+            z = None if pred is None or not se else (val - pred) / se
+            out.append({"quantity": name, "measured": val, "se": se, "predicted": pred, "z": z})
+        return out
+
+    def save(self, folder: Path | str) -> None:
+        folder = Path(folder)
+        write_json(folder / "config.json", run_record("sync", self.config, self.provenance, self.elapsed_s))
+        write_json(folder / "sync.json", self.to_dict())
+        write_npz(folder / "arrays.npz", times=self.times, log_growth_mean=self.log_growth[0], log_growth_se=self.log_growth[1])
+
+
+def _stepper_for(cfg: RunConfig, batch: int, gen: torch.Generator, dtype, device) -> Stepper:
+    stepper = make_stepper(cfg, dtype, device)
+    if stepper.noise is not None:
+        stepper.noise.reset(batch, cfg.d, gen, dtype, device)
+    return stepper
+
+
+def measure_lyapunov(cfg: RunConfig, pairs: int, eps: float = 1e-4, seed: Optional[int] = None, progress: bool = False) -> dict:
+    """Benettin estimate of the pair exponent for ``cfg`` (N is forced to 2): λ̂₁, its SE and the
+    mean/SE curve of the cumulative log-growth. JSON-able (usable as a task)."""
+    cfg = cfg.model_copy(update={"N": 2, "init": InitConfig(kind="pair")})
+    device, dtype = resolve_device(cfg.device), DTYPES[cfg.dtype]
+    gen = make_generator(cfg.seed if seed is None else seed, device)
+    X0 = pair_start(pairs, cfg.d, eps, gen, dtype, device)
+    S = benettin(_stepper_for(cfg, pairs, gen, dtype, device), X0, cfg.L, gen, eps, progress)
+    lam, se = endpoint_rate(S, cfg.T)
+    mean, sem = mean_and_se(torch.from_numpy(S))
+    return {"lambda_1": lam, "lambda_1_se": se, "log_growth_mean": mean.numpy(), "log_growth_se": sem.numpy()}
+
+
+def energy_paths(cfg: RunConfig, init: InitConfig, seed: int, progress: bool = False) -> np.ndarray:
+    """E_β per sample and layer for ``cfg`` started from ``init``: (batch, L+1)."""
+    device, dtype = resolve_device(cfg.device), DTYPES[cfg.dtype]
+    gen = make_generator(seed, device)
+    X0 = initial_tokens(init, cfg.batch, cfg.N, cfg.d, gen, dtype, device)
+    traj = evolve(X0, _stepper_for(cfg, cfg.batch, gen, dtype, device), cfg.L, gen, cfg.energy_beta, progress=progress, desc="energy")
+    return traj.stats["energy"]
+
+
+def run_sync(cfg: SyncConfig, progress: bool = False) -> SyncResult:
+    """Measure λ₁ (pairs), the energy rate near synchronisation (cluster of ``near_spread``) and
+    from uniform tokens, for ``cfg.dynamics``; return them beside the closed forms."""
+    start = time.perf_counter()
+    seeds = child_seeds(cfg.seed, 3)
+    times = np.arange(cfg.L + 1) * cfg.dt
+    lyap = measure_lyapunov(cfg, cfg.pairs, cfg.eps, seeds[0], progress)
+    predicted = predicted_rates(cfg)
+    T_near = cfg.near_horizon or min(cfg.T, near_sync_horizon(predicted["kappa"], predicted["kappa_prime"]))
+    L_near = max(2, math.ceil(cfg.L * T_near / cfg.T))
+    near_cfg = cfg.model_copy(update={"T": T_near, "L": L_near})
+    near_times = np.arange(L_near + 1) * near_cfg.dt
+    near = energy_paths(near_cfg, InitConfig(kind="cluster", spread=cfg.near_spread), seeds[1], progress)
+    rate, rate_se = moment_rate(near_times, near, n_boot=cfg.bootstrap, seed=seeds[1])
+    measured = {"lambda_1": lyap["lambda_1"], "lambda_1_se": lyap["lambda_1_se"], "energy_rate": rate, "energy_rate_se": rate_se}
+    uni_curve = mask = None
+    if cfg.uniform_start:
+        uni = energy_paths(cfg, InitConfig(kind="uniform"), seeds[2], progress)
+        mask = times >= cfg.fit_from * cfg.T
+        r_u, se_u = moment_rate(times, uni, mask, cfg.bootstrap, seeds[2])
+        measured.update(energy_rate_uniform=r_u, energy_rate_uniform_se=se_u)
+        uni_curve = tuple(x.numpy() for x in mean_and_se(torch.from_numpy(uni)))
+    near_curve = tuple(x.numpy() for x in mean_and_se(torch.from_numpy(near)))
+    device = resolve_device(cfg.device)
+    return SyncResult(
+        config=cfg,
+        measured=measured,
+        predicted=predicted,
+        times=times,
+        near_times=near_times,
+        log_growth=(lyap["log_growth_mean"], lyap["log_growth_se"]),
+        energy_near=near_curve,
+        energy_uniform=uni_curve,
+        fit_mask_uniform=mask,
+        provenance=provenance(device),
+        elapsed_s=time.perf_counter() - start,
+    )

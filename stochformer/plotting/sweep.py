@@ -1,0 +1,45 @@
+"""Summary figure of a sweep: final-layer statistics (mean ± 2 SE over samples) across its points."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from .core import plot_summary, plt
+
+
+def plot_sweep(result, max_lines: int = 12) -> "plt.Figure":
+    """Mean cosine and E_β at the last recorded layer against the first sweep axis, one line per
+    value of the other axes (at most ``max_lines``). A sweep without axes shows the layer curves."""
+    ds = result.dataset
+    dims = [d for d in ds["mean_cosine_mean"].dims if d != "layer"]
+    last = ds.isel(layer=-1)
+    if not dims:
+        summary = {"layers": ds["layer"].values}
+        for name in ("mean_cosine", "energy", "min_cosine"):
+            summary[name], summary[f"{name}_se"] = ds[f"{name}_mean"].values, ds[f"{name}_se"].values
+        return plot_summary(summary, f"{result.config.samples} samples")
+    x_dim, others = dims[0], dims[1:]
+    x = ds[x_dim].values
+    numeric = x.dtype.kind in "biuf"
+    xpos = x if numeric else np.arange(len(x))
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    combos = list(itertools.product(*(range(ds.sizes[d]) for d in others)))[:max_lines]
+    for k, combo in enumerate(combos):
+        sel = last.isel(dict(zip(others, combo)))
+        label = ", ".join(f"{d}={ds[d].values[i]}" for d, i in zip(others, combo)) or None
+        for ax, name in zip(axes, ("mean_cosine", "energy")):
+            y, se = sel[f"{name}_mean"].values, sel[f"{name}_se"].values
+            ax.errorbar(xpos, y, yerr=2 * se, marker="o", capsize=3, color=f"C{k % 10}", label=label)
+    layer = int(ds["layer"].values[-1])
+    axes[0].set(xlabel=x_dim, ylabel="mean cosine", title=f"mean pairwise cosine at layer {layer} (± 2 SE)")
+    axes[1].set(xlabel=x_dim, ylabel=r"$E_\beta$", title=f"interaction energy at layer {layer} (± 2 SE)")
+    for ax in axes:
+        if not numeric:
+            ax.set_xticks(xpos, [str(v) for v in x])
+    if others:
+        axes[0].legend(fontsize=8)
+    fig.suptitle(f"sweep: {result.config.samples} samples per point")
+    fig.tight_layout()
+    return fig

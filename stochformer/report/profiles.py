@@ -1,0 +1,23 @@
+"""The report's profiles: how big each experiment is run.
+
+Each stage (``report.sections``) gives its config fields for every profile; this module names the
+profiles and says what they are for. Measured costs are in ``docs/reproduce.md``.
+"""
+
+from __future__ import annotations
+
+PROFILES: dict[str, str] = {
+    "tiny": "smallest sizes that exercise every code path (tests and CI, about a minute); the numbers are not meant to convince",
+    "quick": "reduced sizes (fewer tokens, layers, samples) that finish within 20 minutes on 2 CPU cores",
+    "full": "the paper's sizes (SPEC §6): hours on a CPU",
+    "gpu": "large sizes on a CUDA device (device = cuda): more samples and longer sweeps than the paper",
+}
+
+DEFAULT_PROFILE = "quick"
+
+
+def sizes(tiny: dict, quick: dict, full: dict, gpu: dict | None = None) -> dict[str, dict]:
+    """A stage's sizes per profile; ``gpu`` defaults to ``full`` on ``device = cuda``."""
+    gpu = {**full, **(gpu or {})}
+    gpu.setdefault("device", "cuda")
+    return {"tiny": tiny, "quick": quick, "full": full, "gpu": gpu}

@@ -1,0 +1,190 @@
+"""The report page: one self-contained HTML file (inline CSS, figures as base64 PNG, no scripts,
+no external resources)."""
+
+from __future__ import annotations
+
+import json
+from html import escape
+from typing import Any, Optional
+
+from .verdict import FAILS, HOLDS, NOT_MEASURED, RULES, UNDETERMINED
+
+CSS = """
+body { font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; margin: 0; color: #1d2329; background: #f6f7f9; }
+main { max-width: 1100px; margin: 0 auto; padding: 24px 28px 60px; background: #fff; }
+h1 { font-size: 1.7em; margin: 0.2em 0; } h2 { margin-top: 2.2em; border-bottom: 2px solid #dde2e7; padding-bottom: 4px; }
+.meta, .small { color: #5b6570; font-size: 0.9em; }
+.claim { border-left: 4px solid #3d7cc9; background: #f0f5fb; padding: 8px 14px; margin: 10px 0; font-size: 1.05em; }
+table { border-collapse: collapse; margin: 10px 0; font-size: 0.9em; }
+th, td { border: 1px solid #d6dbe0; padding: 4px 8px; text-align: right; vertical-align: top; }
+th { background: #eef1f4; } td.q, th.q { text-align: left; }
+.holds { background: #dff3e2; color: #17612a; font-weight: 600; }
+.fails { background: #fbe3e1; color: #8f1d14; font-weight: 600; }
+.none { background: #f1f1f1; color: #666; }
+.status-failed, .status-unavailable { background: #fbe3e1; border: 1px solid #e7b1ab; padding: 8px 12px; }
+.status-not_run, .status-pending { background: #f4f4f4; border: 1px solid #ddd; padding: 8px 12px; }
+figure { margin: 14px 0; } figure img { max-width: 100%; border: 1px solid #e3e6ea; }
+figcaption { color: #444; font-size: 0.9em; margin-top: 4px; }
+pre { background: #f7f8fa; border: 1px solid #e3e6ea; padding: 8px; overflow-x: auto; font-size: 0.82em; }
+details { margin: 8px 0; } summary { cursor: pointer; color: #2c5d99; }
+.howto { background: #fffbea; border: 1px solid #eedc9a; padding: 8px 16px; }
+nav a { margin-right: 12px; }
+"""
+
+_VERDICT_CLASS = {HOLDS: "holds", FAILS: "fails", NOT_MEASURED: "none", UNDETERMINED: "none"}
+
+
+def fmt(x: Any) -> str:
+    """A number with 4 significant digits (integers as they are); ``—`` for missing."""
+    if x is None:
+        return "—"
+    if isinstance(x, bool) or isinstance(x, int):
+        return str(x)
+    if isinstance(x, float):
+        return f"{x:.4g}"
+    return escape(str(x))
+
+
+def _ci(ci: Optional[list]) -> str:
+    if not ci or ci[0] is None or ci[1] is None:
+        return "—"
+    return f"[{fmt(ci[0])}, {fmt(ci[1])}]"
+
+
+def comparison_table(rows: list[dict]) -> str:
+    """The predicted-vs-measured table of a section."""
+    if not rows:
+        return ""
+    head = ("<tr><th class='q'>quantity</th><th>predicted</th><th>measured</th><th>95% CI</th>"
+            "<th>rule</th><th>tol</th><th>verdict</th><th class='q'>note</th></tr>")
+    body = []
+    for r in rows:
+        cls = _VERDICT_CLASS.get(r["verdict"], "none")
+        body.append(
+            f"<tr><td class='q'>{escape(r['quantity'])}</td><td>{fmt(r['predicted'])}</td><td>{fmt(r['measured'])}</td>"
+            f"<td>{_ci(r.get('ci'))}</td><td>{escape(r['rule'])}</td><td>{fmt(r['tol'])}</td>"
+            f"<td class='{cls}'>{escape(r['verdict'])}</td><td class='q'>{escape(r.get('note') or '')}</td></tr>"
+        )
+    return f"<table>{head}{''.join(body)}</table>"
+
+
+def data_table(table: dict) -> str:
+    """A further table of a section: ``{"title", "columns", "rows"}``."""
+    head = "".join(f"<th>{escape(str(c))}</th>" for c in table["columns"])
+    body = "".join("<tr>" + "".join(f"<td>{fmt(v)}</td>" for v in row) + "</tr>" for row in table["rows"])
+    return f"<p><b>{escape(table.get('title', ''))}</b></p><table><tr>{head}</tr>{body}</table>"
+
+
+def _count(rec: dict) -> dict[str, int]:
+    out = {HOLDS: 0, FAILS: 0}
+    for r in rec.get("comparisons", []):
+        if r["verdict"] in out:
+            out[r["verdict"]] += 1
+    return out
+
+
+def summary_table(records: list[dict]) -> str:
+    """One line per section: status, run time and verdict counts."""
+    rows = []
+    for rec in records:
+        c = _count(rec)
+        took = f"{rec['elapsed_s']:.1f} s" if rec.get("elapsed_s") is not None else "—"
+        rows.append(
+            f"<tr><td class='q'><a href='#{escape(rec['name'])}'>{escape(rec['title'])}</a></td>"
+            f"<td class='q'>{escape(rec['spec'])}</td><td class='q'>{escape(rec['status'])}</td><td>{took}</td>"
+            f"<td class='holds'>{c[HOLDS]}</td><td class='fails'>{c[FAILS]}</td></tr>"
+        )
+    head = ("<tr><th class='q'>section</th><th class='q'>SPEC</th><th class='q'>status</th><th>run time</th>"
+            "<th>holds</th><th>does not hold</th></tr>")
+    return f"<table>{head}{''.join(rows)}</table>"
+
+
+def _json_block(obj: Any) -> str:
+    return f"<pre>{escape(json.dumps(obj, indent=2, sort_keys=True))}</pre>"
+
+
+def section(rec: dict) -> str:
+    """The HTML of one stage record (see ``runner.reproduce``)."""
+    name = escape(rec["name"])
+    parts = [f"<section id='{name}'><h2>{escape(rec['title'])} <span class='small'>({escape(rec['spec'])}; "
+             f"<code>--only {name}</code>)</span></h2>",
+             f"<div class='claim'><b>Claim.</b> {escape(rec['claim'])}</div>"]
+    status = rec["status"]
+    if status in ("failed", "unavailable", "not_run", "pending"):
+        text = {
+            "failed": "This section failed to run: ",
+            "unavailable": "This section is not available: ",
+            "not_run": "Not run in this report (run it with <code>stochformer reproduce --only "
+                       f"{name}</code>).",
+            "pending": "Not computed yet.",
+        }[status]
+        err = escape(rec.get("error") or "")
+        parts.append(f"<p class='status-{status}'>{text}{err}</p>")
+    else:
+        when = rec.get("started_at", "")
+        origin = "computed in this run" if status == "computed" else "reused from the cache (computed earlier with the same config and version)"
+        prov = rec.get("provenance") or {}
+        parts.append(f"<p class='meta'>Status: {origin}; started {escape(when)}; run time {rec['elapsed_s']:.1f} s; "
+                     f"device {escape(str(prov.get('device', '?')))}; stochformer {escape(str(prov.get('stochformer', '?')))}.</p>")
+        if rec.get("cache_note"):
+            parts.append(f"<p class='meta'>{escape(rec['cache_note'])}.</p>")
+        for fig in rec.get("figures", []):
+            parts.append(f"<figure><img alt='{escape(fig['name'])}' src='data:image/png;base64,{fig['png']}'>"
+                         f"<figcaption>{escape(fig['caption'])}</figcaption></figure>")
+        parts.append(comparison_table(rec.get("comparisons", [])))
+        parts.extend(data_table(t) for t in rec.get("tables", []))
+        for note in rec.get("notes", []):
+            parts.append(f"<p class='small'>{escape(note)}</p>")
+        parts.append("<details><summary>exact config, seeds, versions</summary>"
+                     f"<p class='small'>cache key {escape(str(rec.get('key')))}</p>"
+                     f"<b>config</b>{_json_block(rec.get('config'))}<b>seeds</b>{_json_block(rec.get('seeds', {}))}"
+                     f"<b>versions and device</b>{_json_block(prov)}</details>")
+    if status in ("failed", "unavailable", "not_run", "pending") and rec.get("config") is not None:
+        parts.append(f"<details><summary>config</summary>{_json_block(rec['config'])}</details>")
+    parts.append("</section>")
+    return "\n".join(parts)
+
+
+HOWTO = (
+    "Each section states one claim of the paper, shows the figure that tests it, and a table of "
+    "<b>predicted</b> (theory, SPEC) against <b>measured</b> (simulation) values with 95% confidence "
+    "intervals. The <b>verdict</b> of a row follows from its numbers by the row's rule (below) and "
+    "tolerance <i>tol</i>: “does not hold at this size” means the measurement at the sizes of this "
+    "profile does not support the prediction; larger profiles (<code>--profile full</code>) shrink "
+    "both the finite-size bias and the intervals. Every number on this page is in "
+    "<code>results.json</code>; the exact config of each section is under its “exact config” fold."
+)
+
+
+def render_html(report: dict) -> str:
+    """The whole page for ``report`` (the dict returned by ``runner.reproduce``)."""
+    records = report["stages"]
+    prov = report.get("provenance", {})
+    rules = "".join(f"<li><b>{escape(k)}</b>: {escape(v)}</li>" for k, v in RULES.items())
+    nav = "".join(f"<a href='#{escape(r['name'])}'>{escape(r['name'])}</a>" for r in records)
+    state = "complete" if report.get("complete") else "incomplete (see the status of each section)"
+    return "\n".join([
+        "<!DOCTYPE html>",
+        "<html lang='en'><head><meta charset='utf-8'>",
+        "<meta name='viewport' content='width=device-width, initial-scale=1'>",
+        "<link rel='icon' href='data:,'>",
+        f"<title>{escape(report['title'])} ({escape(report['profile'])})</title>",
+        f"<style>{CSS}</style></head><body><main>",
+        f"<h1>{escape(report['title'])}</h1>",
+        "<p class='meta'>Stochastic scaling limits and synchronisation by noise in deep transformer models "
+        "(Agazzi, Bruno, Mosig García, Saviozzi, Romito, arXiv:2604.26898): every experiment of SPEC §6.</p>",
+        f"<p class='meta'>Profile <b>{escape(report['profile'])}</b>: {escape(report['profile_description'])}. "
+        f"Created {escape(report['created'])}; this invocation ran {report['elapsed_s']:.1f} s; report {state}. "
+        f"stochformer {escape(report['version'])}, torch {escape(str(prov.get('torch')))}, "
+        f"Python {escape(str(prov.get('python')))}, {escape(str(prov.get('platform')))}.</p>",
+        f"<p class='meta'>Command: <code>{escape(report.get('command') or '')}</code></p>",
+        f"<nav>{nav}</nav>",
+        f"<div class='howto'><p><b>How to read this report.</b> {HOWTO}</p><ul>{rules}</ul>"
+        "<p class='small'>p = predicted, [lo, hi] = 95% CI of the measurement (mean ± 1.96 SE over "
+        "independent samples, or the interval of a fitted slope). A row with no measurement is "
+        "“not measured”; a non-finite measurement is “undetermined”.</p></div>",
+        "<h2>Summary</h2>",
+        summary_table(records),
+        *[section(r) for r in records],
+        "</main></body></html>",
+    ])

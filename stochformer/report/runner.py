@@ -1,0 +1,267 @@
+"""``reproduce``: run the stages of the report for a profile, cache each finished stage, and write
+``index.html`` and ``results.json``.
+
+The output folder (default ``report/``) holds the page, the JSON and ``cache/``: one entry per
+finished stage, ``<stage>-<key>.json``, written atomically, where the key hashes the stage name,
+its resolved config and the package version (:class:`io.StageCache`). ``resume=True`` reuses the
+entries whose key and checksum match and recomputes the rest; a corrupt, truncated or foreign
+entry never matches and is recomputed. Stages made of many independent runs also store each run
+under ``cache/<stage>-<key>/`` (``tasks.run_tasks``), so a stage killed half-way resumes half-way.
+The page and the JSON are rewritten after every stage, so a long run can be watched.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Optional
+
+import torch
+from tqdm.auto import tqdm
+
+from .. import __version__
+from ..config import ConfigError, build_config, load_toml
+from ..io import StageCache, atomic_write_bytes, config_key, to_jsonable, write_json
+from ..runtime import provenance
+from .profiles import PROFILES
+from .stages import Stage, StageContext, StageUnavailable, stages
+
+CACHE_DIR = "cache"
+
+
+@dataclass
+class Planned:
+    """A stage with its resolved config and cache key, or the reason it cannot run."""
+
+    stage: Stage
+    config: Any = None
+    key: Optional[str] = None
+    error: Optional[str] = None
+    selected: bool = True
+
+
+def _split_overrides(overrides: Iterable[str], names: set[str]) -> tuple[dict[str, list[str]], list[str]]:
+    """``STAGE.FIELD=VALUE`` → per-stage lists; ``FIELD=VALUE`` → the list for every stage."""
+    per_stage: dict[str, list[str]] = {n: [] for n in names}
+    common: list[str] = []
+    for item in overrides:
+        head = item.split("=", 1)[0].strip().split(".", 1)
+        if len(head) == 2 and head[0] in names:
+            per_stage[head[0]].append(item.strip().split(".", 1)[1])
+        else:
+            common.append(item)
+    return per_stage, common
+
+
+def _field(item: str) -> str:
+    return item.split("=", 1)[0].strip().split(".")[0]
+
+
+def plan(
+    profile: str = "quick",
+    only: Iterable[str] = (),
+    overrides: Iterable[str] = (),
+    config_file: Optional[Path | str] = None,
+) -> list[Planned]:
+    """Resolve and validate every stage's config for ``profile`` before any work.
+
+    ``overrides``: ``STAGE.FIELD=VALUE`` for one stage, ``FIELD=VALUE`` for every stage that has the
+    field (e.g. ``seed=1``, ``device=cuda``). ``config_file``: TOML whose ``[STAGE]`` tables apply to
+    one stage and whose top-level keys apply like ``FIELD=VALUE``. Raises :class:`ConfigError`."""
+    if profile not in PROFILES:
+        raise ConfigError(f"--profile: unknown profile {profile!r}; valid: {', '.join(PROFILES)}")
+    all_stages = stages()
+    names = {s.name for s in all_stages}
+    only = list(only)
+    bad = [n for n in only if n not in names]
+    if bad:
+        raise ConfigError(f"--only: unknown section(s) {', '.join(bad)}; valid: {', '.join(s.name for s in all_stages)}")
+    file_data = load_toml(config_file) if config_file is not None else {}
+    per_stage, common = _split_overrides(overrides, names)
+    planned, used = [], set()
+    for stage in all_stages:
+        item = Planned(stage, selected=not only or stage.name in only)
+        try:
+            model = stage.model()
+        except StageUnavailable as exc:
+            item.error = str(exc)
+            planned.append(item)
+            continue
+        fields = set(model.model_fields)
+        base = dict(stage.sizes.get(profile, {}))
+        base.update({k: v for k, v in file_data.items() if k in fields and k not in names})
+        used.update(k for k in file_data if k in fields)
+        base.update(file_data.get(stage.name, {}))
+        mine = [o for o in common if _field(o) in fields] + per_stage[stage.name]
+        used.update(_field(o) for o in common if _field(o) in fields)
+        try:
+            item.config = build_config(base, mine, model=model)
+        except ConfigError as exc:
+            raise ConfigError(f"section {stage.name}: {exc}") from None
+        item.key = config_key({"stage": stage.name, "config": item.config.model_dump(mode="json"), "version": __version__})
+        planned.append(item)
+    unused = sorted({_field(o) for o in common} - used) + sorted(k for k in file_data if k not in names and k not in used)
+    if unused:
+        raise ConfigError(f"--set/--config: no section has a field named {', '.join(unused)}")
+    for item in planned:
+        device = getattr(item.config, "device", "cpu") if item.config is not None else "cpu"
+        if item.selected and str(device).startswith("cuda") and not torch.cuda.is_available():
+            raise ConfigError(f"section {item.stage.name}: device {device!r} requested but no CUDA device is available "
+                              "(use --profile quick/full, or --set device=cpu)")
+    return planned
+
+
+def check_report_folder(out: Path, force: bool = False) -> None:
+    """Refuse to write into a non-empty folder that is not a report folder (unless ``force``)."""
+    if out.exists() and not out.is_dir():
+        raise FileExistsError(f"--out: {out} exists and is not a folder")
+    if out.is_dir() and any(out.iterdir()) and not force:
+        if not ((out / "results.json").exists() or (out / CACHE_DIR).is_dir()):
+            raise FileExistsError(f"--out: {out} is not empty and is not a report folder (choose another folder or pass --force)")
+
+
+def nonfinite_paths(obj: Any, path: str = "") -> list[str]:
+    """Where ``obj`` holds a NaN or an infinity (JSON paths), e.g. ``numbers.slope``."""
+    if isinstance(obj, float) or hasattr(obj, "dtype") and getattr(obj, "ndim", 1) == 0:
+        try:
+            return [] if math.isfinite(float(obj)) else [path or "."]
+        except (TypeError, ValueError):
+            return []
+    if isinstance(obj, dict):
+        return [p for k, v in obj.items() for p in nonfinite_paths(v, f"{path}.{k}" if path else str(k))]
+    if isinstance(obj, (list, tuple)):
+        return [p for i, v in enumerate(obj) for p in nonfinite_paths(v, f"{path}[{i}]")]
+    if hasattr(obj, "tolist"):
+        return nonfinite_paths(obj.tolist(), path)
+    return []
+
+
+def _record(item: Planned, profile: str) -> dict:
+    s = item.stage
+    return {"name": s.name, "title": s.title, "spec": s.spec, "claim": s.claim, "profile": profile,
+            "key": item.key, "config": item.config.model_dump(mode="json") if item.config is not None else None}
+
+
+def run_stage(item: Planned, profile: str, cache: StageCache, ctx: StageContext) -> dict:
+    """Run one stage, store it in the cache and return its record (status ``computed``)."""
+    started = time.time()
+    t0 = time.perf_counter()
+    output = item.stage.run(item.config, ctx)
+    elapsed = time.perf_counter() - t0
+    data = output.to_dict()
+    bad = nonfinite_paths(data["numbers"])
+    if bad:
+        data["notes"].append(f"{len(bad)} non-finite value(s) written as null: {', '.join(bad[:8])}"
+                             + (" …" if len(bad) > 8 else ""))
+    record = {**_record(item, profile), **to_jsonable(data), "elapsed_s": elapsed,
+              "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started))}
+    cache.store(item.stage.name, item.key, record)
+    return record
+
+
+def _strip_figures(record: dict) -> dict:
+    """The JSON copy of a record: figures by name and caption (the PNGs live in the page)."""
+    out = dict(record)
+    if "figures" in out:
+        out["figures"] = [{"name": f["name"], "caption": f["caption"]} for f in out["figures"]]
+    return out
+
+
+def _write_outputs(out: Path, report: dict) -> None:
+    from .render import render_html
+
+    write_json(out / "results.json", {**report, "stages": [_strip_figures(r) for r in report["stages"]]})
+    atomic_write_bytes(out / "index.html", render_html(report).encode("utf-8"))
+
+
+def reproduce(
+    profile: str = "quick",
+    out: Path | str = "report",
+    only: Iterable[str] = (),
+    resume: bool = False,
+    overrides: Iterable[str] = (),
+    config_file: Optional[Path | str] = None,
+    scheduler: Optional[str] = None,
+    force: bool = False,
+    progress: bool = False,
+    command: str = "",
+) -> dict:
+    """Run the report's stages for ``profile`` into ``out`` and return the report (also written
+    as ``out/results.json`` and ``out/index.html``).
+
+    Stages not selected by ``only`` are shown from the cache when they were computed before with
+    the same config and version. Raises :class:`ConfigError` / ``FileExistsError`` before any work."""
+    planned = plan(profile, only, overrides, config_file)
+    out = Path(out)
+    check_report_folder(out, force)
+    out.mkdir(parents=True, exist_ok=True)
+    cache = StageCache(out / CACHE_DIR)
+    t0 = time.perf_counter()
+    records: list[dict] = []
+    for item in planned:
+        rec = _record(item, profile)
+        if item.error is not None:
+            rec.update(status="unavailable", error=item.error)
+        else:
+            hit = cache.load(item.stage.name, item.key)
+            if hit is not None and (resume or not item.selected):
+                rec = {**hit, "status": "cached"}
+            elif item.selected:
+                rec["status"] = "pending"
+                if hit is None and cache.entry_path(item.stage.name, item.key).exists():
+                    rec["cache_note"] = "a cache entry for this stage was corrupt or foreign and is recomputed"
+            else:
+                rec["status"] = "not_run"
+        records.append(rec)
+
+    report = {
+        "title": "stochformer: reproduction report",
+        "profile": profile,
+        "profile_description": PROFILES[profile],
+        "command": command,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "version": __version__,
+        "provenance": provenance("cpu"),
+        "stages": records,
+        "elapsed_s": 0.0,
+        "complete": False,
+    }
+    todo = [i for i, r in enumerate(records) if r["status"] == "pending"]
+    bar = tqdm(total=len(todo), desc=f"reproduce ({profile})", unit="stage", disable=not progress, position=0)
+    try:
+        for n, i in enumerate(todo, 1):
+            item = planned[i]
+            bar.set_postfix_str(item.stage.name)
+            workdir = out / CACHE_DIR / f"{item.stage.name}-{item.key}"
+            if not resume:
+                shutil.rmtree(workdir, ignore_errors=True)
+            ctx = StageContext(progress=progress, workdir=workdir, scheduler=scheduler)
+            note = records[i].get("cache_note")
+            try:
+                rec = run_stage(item, profile, cache, ctx)
+                rec["status"] = "computed"
+            except StageUnavailable as exc:
+                rec = {**records[i], "status": "unavailable", "error": str(exc)}
+            except (KeyboardInterrupt, SystemExit):
+                raise
+            except Exception as exc:  # a broken experiment fails its own section, not the report
+                rec = {**records[i], "status": "failed", "error": f"{type(exc).__name__}: {exc}"}
+            if note:
+                rec["cache_note"] = note
+            records[i] = rec
+            if progress:
+                took = f"{rec['elapsed_s']:.1f} s" if "elapsed_s" in rec else rec.get("error", "")
+                tqdm.write(f"[{n}/{len(todo)}] {item.stage.name}: {rec['status']} ({took})", file=sys.stderr)
+            bar.update(1)
+            report["elapsed_s"] = time.perf_counter() - t0
+            _write_outputs(out, report)
+    finally:
+        bar.close()
+    report["elapsed_s"] = time.perf_counter() - t0
+    report["complete"] = all(r["status"] in ("computed", "cached") for r in records)
+    _write_outputs(out, report)
+    return report

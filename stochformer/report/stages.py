@@ -1,0 +1,149 @@
+"""The stage registry: one stage per claim of SPEC §6, each a section of the report.
+
+A :class:`Stage` couples the claim (one sentence) with the experiment that tests it: a config
+model (a pydantic class, imported lazily so that a missing experiment module only disables its
+own section), the sizes of each profile, and a ``run`` function from the resolved config to a
+:class:`StageOutput` (every number, the predicted-vs-measured rows, the figures as PNG). Stages
+never compute science themselves: they call the experiment modules' ``run_xxx`` and plotting
+functions.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from .verdict import Comparison
+
+
+class StageUnavailable(RuntimeError):
+    """The experiment behind a stage cannot be run (its module is missing or broken)."""
+
+
+@dataclass
+class Figure:
+    """A figure of a section: ``png`` is the base64-encoded PNG embedded in the page."""
+
+    name: str
+    caption: str
+    png: str
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "caption": self.caption, "png": self.png}
+
+
+def figure_png(fig, name: str, caption: str, dpi: int = 100) -> Figure:
+    """Render a matplotlib figure to an embedded PNG and close it."""
+    import matplotlib.pyplot as plt
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
+    plt.close(fig)
+    return Figure(name, caption, base64.b64encode(buf.getvalue()).decode("ascii"))
+
+
+@dataclass
+class StageOutput:
+    """What a stage returns: ``numbers`` (the experiment's ``to_dict()``: every number it shows),
+    ``comparisons`` (the predicted-vs-measured rows), ``figures``, further ``tables`` (each
+    ``{"title", "columns", "rows"}``, rows as lists of cells), free-text ``notes``, the ``seeds``
+    used and the run's ``provenance`` (versions, device)."""
+
+    numbers: dict
+    comparisons: list[Comparison]
+    figures: list[Figure]
+    provenance: dict
+    seeds: dict = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    tables: list[dict] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {
+            "numbers": self.numbers,
+            "comparisons": [c.to_dict() for c in self.comparisons],
+            "figures": [f.to_dict() for f in self.figures],
+            "tables": list(self.tables),
+            "provenance": self.provenance,
+            "seeds": self.seeds,
+            "notes": list(self.notes),
+        }
+
+
+@dataclass(frozen=True)
+class StageContext:
+    """How a stage runs: ``progress`` bars, ``workdir`` (the stage's own folder for resumable
+    sub-tasks, ``tasks.run_tasks(..., store=workdir)``) and the task ``scheduler`` (None: serial)."""
+
+    progress: bool = False
+    workdir: Optional[Path] = None
+    scheduler: Optional[str] = None
+
+
+#: ``run(cfg, ctx) -> StageOutput``.
+RunFn = Callable[[Any, StageContext], StageOutput]
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One section of the report.
+
+    ``name``: the ``--only`` name; ``claim``: the claim in one sentence; ``spec``: where SPEC states
+    it; ``model``: returns the experiment's config class (raises :class:`StageUnavailable` if its
+    module is missing); ``sizes``: profile name → config fields; ``run``: the experiment."""
+
+    name: str
+    title: str
+    spec: str
+    claim: str
+    model: Callable[[], type]
+    sizes: dict[str, dict]
+    run: RunFn
+
+
+_REGISTRY: dict[str, Stage] = {}
+
+
+def register(stage: Stage) -> Stage:
+    if stage.name in _REGISTRY:
+        raise ValueError(f"stage {stage.name!r} registered twice")
+    _REGISTRY[stage.name] = stage
+    return stage
+
+
+def stages() -> list[Stage]:
+    """Every registered stage, in the order of the report (SPEC §6)."""
+    from . import sections  # noqa: F401  (registers the stages)
+
+    return list(_REGISTRY.values())
+
+
+def get_stage(name: str) -> Stage:
+    by_name = {s.name: s for s in stages()}
+    if name not in by_name:
+        raise KeyError(name)
+    return by_name[name]
+
+
+def require(module: str, what: str) -> Any:
+    """Import ``stochformer.<module>``; a missing or broken module becomes :class:`StageUnavailable`."""
+    import importlib
+
+    try:
+        return importlib.import_module(f"stochformer.{module}")
+    except Exception as exc:  # ImportError, or an error inside the module
+        raise StageUnavailable(f"{what} is not available: stochformer.{module} cannot be imported ({type(exc).__name__}: {exc})") from exc
+
+
+def lazy_model(module: str, name: str, what: str) -> Callable[[], type]:
+    """A ``Stage.model`` that imports ``stochformer.<module>.<name>`` when first needed."""
+
+    def model() -> type:
+        mod = require(module, what)
+        if not hasattr(mod, name):
+            raise StageUnavailable(f"{what} is not available: stochformer.{module} has no {name}")
+        return getattr(mod, name)
+
+    return model

@@ -1,0 +1,203 @@
+"""Running independent tasks in parallel: a local process pool or a Dask cluster, behind the same
+contract as :func:`stochformer.tasks.run_tasks` (results by key, each stored atomically as it
+finishes, stored tasks skipped on a rerun).
+
+Results are stored by the *client* as futures complete, never by the workers, so the store only
+ever holds finished results: a killed sweep loses at most the tasks that were running; a lost Dask
+worker's tasks are rescheduled by the scheduler (up to ``distributed.scheduler.allowed-failures``
+times); a killed client is resumed by running the same tasks against the same store.
+
+Schedulers (the ``scheduler`` argument):
+
+- ``"serial"``: this process, one task after another (same as ``scheduler=None``);
+- ``"processes"`` or ``"processes:N"``: a local pool of N worker processes (default: CPU count);
+- ``"local-cluster:N"``: a ``dask.distributed.LocalCluster`` of N single-threaded worker processes,
+  started for this call and closed after it;
+- a Dask scheduler address (``tcp://host:8786``, ``tls://...``, ``host:port``), or an existing
+  ``distributed.Client``. Tasks with ``resources`` (e.g. ``{"GPU": 1}``) run only on workers
+  started with them (``dask worker ADDRESS --resources GPU=1``).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import contextlib
+import multiprocessing
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from tqdm.auto import tqdm
+
+from .io import StageCache
+from .tasks import Task
+
+SCHEDULER_FORMS = "'serial', 'processes', 'processes:N', 'local-cluster:N' or a Dask scheduler address (tcp://HOST:PORT)"
+
+
+def _call(fn: Callable[..., Any], kwargs: dict) -> Any:
+    """Run one task on a worker (a wrapper, so task kwargs never clash with ``submit``'s own)."""
+    return fn(**kwargs)
+
+
+def _count(text: str, what: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise ValueError(f"scheduler: {what} needs a worker count >= 1 (got {text!r}); valid forms are {SCHEDULER_FORMS}")
+    return n
+
+
+def parse_scheduler(scheduler: Any) -> tuple[str, Any]:
+    """``(kind, argument)``: ``("serial", None)``, ``("processes", N)``, ``("local-cluster", N)``,
+    ``("address", ADDRESS)`` or ``("client", CLIENT)``; ``ValueError`` naming the valid forms."""
+    if scheduler is None or scheduler == "serial":
+        return "serial", None
+    if not isinstance(scheduler, str):
+        from distributed import Client
+
+        if isinstance(scheduler, Client):
+            return "client", scheduler
+        raise ValueError(f"scheduler: expected {SCHEDULER_FORMS} or a distributed.Client, got {scheduler!r}")
+    name, _, arg = scheduler.partition(":")
+    if name == "processes":
+        return "processes", _count(arg, "processes") if arg else (os.cpu_count() or 1)
+    if name == "local-cluster":
+        return "local-cluster", _count(arg, "local-cluster") if arg else (os.cpu_count() or 1)
+    if "://" in scheduler or (arg and arg.isdigit()):
+        return "address", scheduler
+    raise ValueError(f"scheduler: unknown scheduler {scheduler!r}; valid forms are {SCHEDULER_FORMS}")
+
+
+def _with_key(exc: BaseException, key: str) -> BaseException:
+    if hasattr(exc, "add_note"):
+        exc.add_note(f"(in task {key!r})")
+    return exc
+
+
+class _Runner:
+    """What a scheduler must offer: ``submit(task) -> future``, ``as_completed(futures)``,
+    ``result(future)`` and ``cancel(futures)``."""
+
+    def submit(self, task: Task) -> Any:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def as_completed(self, futures: list) -> Iterator[Any]:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def result(self, future: Any) -> Any:
+        return future.result()
+
+    def cancel(self, futures: list) -> None:
+        for f in futures:
+            f.cancel()
+
+
+class _PoolRunner(_Runner):
+    def __init__(self, pool: cf.ProcessPoolExecutor):
+        self.pool = pool
+
+    def submit(self, task: Task) -> cf.Future:
+        if task.resources:
+            raise ValueError(f"task {task.key!r} requests resources {task.resources}; only a Dask scheduler can place it")
+        return self.pool.submit(_call, task.fn, task.kwargs)
+
+    def as_completed(self, futures: list) -> Iterator[cf.Future]:
+        return cf.as_completed(futures)
+
+
+class _DaskRunner(_Runner):
+    def __init__(self, client: Any):
+        self.client = client
+
+    def submit(self, task: Task) -> Any:
+        # A deterministic Dask key (name + hash of function and arguments): a task resubmitted
+        # after a lost worker or by a resumed client is the same task to the scheduler.
+        return self.client.submit(
+            _call, task.fn, task.kwargs, key=f"{task.key}-{task.cache_key}", pure=False, resources=task.resources
+        )
+
+    def as_completed(self, futures: list) -> Iterator[Any]:
+        from distributed import as_completed
+
+        return iter(as_completed(futures))
+
+
+@contextlib.contextmanager
+def _runner(kind: str, arg: Any) -> Iterator[_Runner]:
+    if kind == "processes":
+        # spawn, not fork: forking a process that has started torch's thread pools is unsafe.
+        with cf.ProcessPoolExecutor(max_workers=arg, mp_context=multiprocessing.get_context("spawn")) as pool:
+            try:
+                yield _PoolRunner(pool)
+            except BaseException:
+                pool.shutdown(wait=True, cancel_futures=True)
+                raise
+        return
+    from distributed import Client, LocalCluster
+
+    if kind == "client":
+        yield _DaskRunner(arg)
+    elif kind == "local-cluster":
+        with LocalCluster(n_workers=arg, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+            with Client(cluster) as client:
+                yield _DaskRunner(client)
+    else:
+        with Client(arg, timeout="30s") as client:
+            yield _DaskRunner(client)
+
+
+def run_tasks_parallel(
+    tasks: list[Task],
+    store: Optional[Path | str] = None,
+    scheduler: Any = "processes",
+    progress: bool = False,
+    desc: str = "tasks",
+) -> dict[str, Any]:
+    """Run ``tasks`` on ``scheduler`` (see the module docstring); same contract as
+    :func:`stochformer.tasks.run_tasks`: returns ``{task.key: result}`` in the tasks' order; with
+    ``store``, tasks already stored are not run and every other result is stored atomically as
+    soon as it arrives. The first task that fails cancels the rest and its error is raised (the
+    results that arrived before it stay stored)."""
+    from .tasks import run_tasks
+
+    kind, arg = parse_scheduler(scheduler)
+    tasks = list(tasks)
+    keys = [t.key for t in tasks]
+    if len(set(keys)) != len(keys):
+        dup = sorted({k for k in keys if keys.count(k) > 1})
+        raise ValueError(f"tasks: duplicate keys {dup[:5]} (each task needs its own key)")
+    if kind == "serial":
+        return run_tasks(tasks, store=store, scheduler=None, progress=progress, desc=desc)
+
+    cache = StageCache(store) if store is not None else None
+    results: dict[str, Any] = {}
+    todo: list[Task] = []
+    for task in tasks:
+        hit = cache.load(task.key, task.cache_key) if cache else None
+        if hit is None:
+            todo.append(task)
+        else:
+            results[task.key] = hit
+    if todo:
+        bar = tqdm(total=len(tasks), initial=len(results), desc=desc, disable=not progress, leave=False)
+        with bar, _runner(kind, arg) as runner:
+            futures = [runner.submit(t) for t in todo]
+            by_future = {id(f): t for f, t in zip(futures, todo)}
+            pending = {id(f): f for f in futures}
+            for future in runner.as_completed(futures):
+                task = by_future[id(future)]
+                pending.pop(id(future))
+                try:
+                    value = runner.result(future)
+                except BaseException as exc:
+                    runner.cancel(list(pending.values()))
+                    raise _with_key(exc, task.key)
+                if cache:
+                    cache.store(task.key, task.cache_key, value)
+                results[task.key] = value
+                bar.update(1)
+    return {k: results[k] for k in keys}

@@ -1,0 +1,252 @@
+"""The noise kernel κ and the synchronisation rates (SPEC §2, §5).
+
+Closed forms are checked three ways: against the package's own Gauss–Hermite path (a callable
+version of the same activation), against an independent scipy integration of the defining Gaussian
+integral, and against a finite difference of κ (for κ'). The rates are checked against the
+closed forms of Proposition 1.5 and the limit F(1⁻) = −λ̄ of Theorem 1.4.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+from scipy import integrate, special
+
+from stochformer.activations import ACTIVATIONS, LEAKY_RELU_SLOPE
+from stochformer.cli import main
+from stochformer.kernel import NoiseKernel, first_moment_rate, lambda_bar_prime, lyapunov_exponent, rates, theorem14_F
+
+CLOSED_FORMS = ["relu", "leaky_relu", "linear", "erf"]
+PARAMS = [(3, 0.0, 0.0), (5, 0.5, 0.3), (64, 0.1, 0.1)]  # (d, σ_U, σ_W)
+RHO = torch.linspace(-1.0, 1.0, 41, dtype=torch.float64)
+
+# numpy versions of φ and φ', written independently of the package (for scipy integration)
+_SIG = lambda x: 1.0 / (1.0 + np.exp(-x))  # noqa: E731
+_NORM_CDF = lambda x: 0.5 * (1.0 + special.erf(x / math.sqrt(2.0)))  # noqa: E731
+_NORM_PDF = lambda x: np.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi)  # noqa: E731
+PHI_NP = {
+    "relu": lambda x: np.maximum(x, 0.0),
+    "leaky_relu": lambda x: np.where(x > 0, x, LEAKY_RELU_SLOPE * x),
+    "linear": lambda x: x,
+    "erf": special.erf,
+    "tanh": np.tanh,
+    "sigmoid": _SIG,
+    "silu": lambda x: x * _SIG(x),
+    "gelu": lambda x: x * _NORM_CDF(x),
+    "sin": np.sin,
+}
+DPHI_NP = {
+    "relu": lambda x: (x > 0).astype(float) if isinstance(x, np.ndarray) else float(x > 0),
+    "leaky_relu": lambda x: 1.0 if x > 0 else LEAKY_RELU_SLOPE,
+    "linear": lambda x: 1.0,
+    "erf": lambda x: 2.0 / math.sqrt(math.pi) * math.exp(-x * x),
+    "tanh": lambda x: 1.0 - math.tanh(x) ** 2,
+    "sigmoid": lambda x: _SIG(x) * (1.0 - _SIG(x)),
+    "silu": lambda x: _SIG(x) * (1.0 + x * (1.0 - _SIG(x))),
+    "gelu": lambda x: _NORM_CDF(x) + x * _NORM_PDF(x),
+    "sin": math.cos,
+}
+Z_MAX = 12.0  # N(0,1) mass beyond 12 is ~1e-33
+
+
+def scipy_pair_expectation(f, rho: float, d: int, sigma_U: float) -> float:
+    """E[f(V₁) f(V₂)], Var = 1/d + σ_U², Cov = ρ/d + σ_U², by nested adaptive quadrature with the
+    kink line of V₂ = 0 given to the inner integral (independent of the package's code)."""
+    v = 1.0 / d + sigma_U**2
+    r = min(1.0, (rho / d + sigma_U**2) / v)
+    s, sv = math.sqrt(max(0.0, 1.0 - r * r)), math.sqrt(v)
+
+    def inner(z1: float) -> float:
+        if s < 1e-12:
+            return float(f(sv * r * z1))
+        kink = -r * z1 / s
+        pts = [kink] if abs(kink) < Z_MAX else None
+        val, _ = integrate.quad(lambda z2: f(sv * (r * z1 + s * z2)) * _NORM_PDF(z2), -Z_MAX, Z_MAX,
+                                points=pts, epsabs=1e-13, epsrel=1e-11, limit=200)
+        return val
+
+    val, _ = integrate.quad(lambda z1: f(sv * z1) * inner(z1) * _NORM_PDF(z1), -Z_MAX, Z_MAX,
+                            points=[0.0], epsabs=1e-12, epsrel=1e-10, limit=200)
+    return val
+
+
+def scipy_square_expectation(f, d: int, sigma_U: float) -> float:
+    """E[f(V)²], V ~ N(0, 1/d + σ_U²), by 1-D adaptive quadrature."""
+    sv = math.sqrt(1.0 / d + sigma_U**2)
+    val, _ = integrate.quad(lambda z: f(sv * z) ** 2 * _NORM_PDF(z), -Z_MAX, Z_MAX, points=[0.0],
+                            epsabs=1e-13, epsrel=1e-11, limit=200)
+    return val
+
+
+# --- κ and κ' -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", CLOSED_FORMS)
+@pytest.mark.parametrize("d,sigma_U,sigma_W", PARAMS)
+def test_closed_form_matches_gauss_hermite(name, d, sigma_U, sigma_W):
+    """The closed form and the quadrature path (a callable version of φ) agree on a grid of ρ.
+
+    relu/leaky_relu have a kink: 2-D Gauss–Hermite on a kink converges only like O(n⁻¹) for κ and,
+    φ' having a jump, like O(n^{-1/2}) for κ' (measured at n = 128: κ error ≈ 2e-3 κ(1), κ' error
+    ≈ 3.5e-2 κ'(1)). The tolerances below are about twice those; for the smooth linear and erf the
+    quadrature is exact to rounding. We also require the error to shrink at those rates from n = 32
+    to n = 128 (convergence to the closed form, not to something nearby)."""
+    phi = ACTIVATIONS[name]
+    closed = NoiseKernel(name, d, sigma_U, sigma_W)
+    errs = {}
+    for n in (32, 128) if name in ("relu", "leaky_relu") else (64,):
+        quad = NoiseKernel(lambda x: phi(x), d, sigma_U, sigma_W, quad_points=n)
+        errs[n] = (  # max errors relative to κ(1) and κ'(1)
+            float((closed.kappa(RHO) - quad.kappa(RHO)).abs().max()) / closed.kappa1,
+            float((closed.kappa_prime(RHO) - quad.kappa_prime(RHO)).abs().max()) / closed.kappa1_prime,
+        )
+    if name in ("relu", "leaky_relu"):
+        assert errs[128][0] < 4e-3 and errs[128][1] < 8e-2
+        # 4× the nodes: κ error ÷ ~4, κ' error ÷ ~2
+        assert errs[128][0] < 0.35 * errs[32][0] and errs[128][1] < 0.65 * errs[32][1]
+    else:
+        assert errs[64][0] < 1e-12 and errs[64][1] < 1e-12
+
+
+@pytest.mark.parametrize("name", CLOSED_FORMS)
+@pytest.mark.parametrize("d,sigma_U,sigma_W", PARAMS[:2])
+def test_closed_form_matches_scipy_integral(name, d, sigma_U, sigma_W):
+    """κ(ρ) = E[φ(V₁)φ(V₂)] + σ_W² against an independent adaptive integration (to ~1e-9)."""
+    k = NoiseKernel(name, d, sigma_U, sigma_W)
+    for rho in (-1.0, -0.6, 0.0, 0.3, 0.9, 1.0):
+        ref = scipy_pair_expectation(PHI_NP[name], rho, d, sigma_U) + sigma_W**2
+        assert float(k.kappa(rho)) == pytest.approx(ref, rel=1e-7, abs=1e-9)
+
+
+@pytest.mark.parametrize("name", CLOSED_FORMS)
+def test_kappa_prime_is_derivative_of_kappa(name):
+    """κ' = dκ/dρ: closed-form κ' against a central difference of closed-form κ (interior ρ)."""
+    k = NoiseKernel(name, 4, 0.3, 0.2)
+    rho = torch.linspace(-0.95, 0.95, 39, dtype=torch.float64)
+    h = 1e-5
+    fd = (k.kappa(rho + h) - k.kappa(rho - h)) / (2 * h)
+    # error of the central difference: O(h² κ''') + rounding O(1e-16/h) ~ 1e-10
+    torch.testing.assert_close(k.kappa_prime(rho), fd, rtol=1e-7, atol=1e-9)
+
+
+@pytest.mark.parametrize("name", sorted(ACTIVATIONS))
+@pytest.mark.parametrize("d,sigma_U,sigma_W", [(3, 0.0, 0.0), (5, 0.5, 0.3)])
+def test_kappa_at_one_and_price_formula(name, d, sigma_U, sigma_W):
+    """κ(1) = E[φ(V)²] + σ_W² and κ'(1) = (1/d) E[φ'(V)²] (Price), V ~ N(0, 1/d + σ_U²), for every
+    named activation (closed forms and the Gauss–Hermite + autograd path), against scipy."""
+    k = NoiseKernel(name, d, sigma_U, sigma_W)
+    k1 = scipy_square_expectation(PHI_NP[name], d, sigma_U) + sigma_W**2
+    kp1 = scipy_square_expectation(DPHI_NP[name], d, sigma_U) / d
+    # at ρ = 1 the 2-D rule collapses to 1-D Gauss–Hermite: accurate for smooth φ, and the kink of
+    # relu/leaky_relu at 0 (where it has a node-free symmetric split) still costs ~1e-4 relative
+    tol = 1e-3 if name in ("relu", "leaky_relu") else 1e-8
+    assert k.kappa1 == pytest.approx(k1, rel=tol)
+    assert k.kappa1_prime == pytest.approx(kp1, rel=tol)
+
+
+def test_noise_scale_multiplies_kernel_by_s_squared():
+    a, b = NoiseKernel("tanh", 4, 0.2, 0.1), NoiseKernel("tanh", 4, 0.2, 0.1, scale=1.7)
+    torch.testing.assert_close(b.kappa(RHO), 1.7**2 * a.kappa(RHO), rtol=1e-13, atol=0)
+    torch.testing.assert_close(b.kappa_prime(RHO), 1.7**2 * a.kappa_prime(RHO), rtol=1e-13, atol=0)
+
+
+# --- rates (SPEC §5) ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("d", [2, 3, 5, 64, 128])
+@pytest.mark.parametrize("sigma_U,sigma_W", [(0.0, 0.0), (0.1, 0.1), (0.5, 0.2)])
+def test_relu_rates_proposition_1_5(d, sigma_U, sigma_W):
+    """Proposition 1.5: κ = (1/d + σ_U²)/2 + σ_W², κ' = 1/(2d),
+    λ₁ = −1/(2d) − (σ_U² + 2σ_W²)(d−1)/4 and λ̄ = 1/d − (σ_U² + 2σ_W²)(d−3)/2."""
+    r = rates(NoiseKernel("relu", d, sigma_U, sigma_W))
+    s2 = sigma_U**2 + 2 * sigma_W**2
+    assert r.kappa == pytest.approx((1 / d + sigma_U**2) / 2 + sigma_W**2, rel=1e-13)
+    assert r.kappa_prime == pytest.approx(1 / (2 * d), rel=1e-13)
+    assert r.lambda_1 == pytest.approx(-1 / (2 * d) - s2 * (d - 1) / 4, rel=1e-12, abs=1e-15)
+    assert r.lambda_bar == pytest.approx(1 / d - s2 * (d - 3) / 2, rel=1e-12, abs=1e-15)
+    assert r.lambda_1 < 0
+
+
+def test_rates_general_formulas_and_attention_shift():
+    """λ₁ = ((d−3)/2)κ' − ((d−1)/2)κ and λ̄ = (d−1)κ' − (d−3)κ for a non-ReLU kernel, and the
+    attention shifts λ₁ − γ, λ̄ − 2γ."""
+    k = NoiseKernel("erf", 7, 0.1, 0.1)
+    r = rates(k, beta=2.0, gamma=-0.5)
+    kap, kp = r.kappa, r.kappa_prime
+    assert r.lambda_1 == pytest.approx(2 * kp - 3 * kap, rel=1e-13)
+    assert r.lambda_bar == pytest.approx(6 * kp - 4 * kap, rel=1e-13)
+    assert r.lambda_1_total == pytest.approx(r.lambda_1 + 0.5, rel=1e-13)
+    assert r.lambda_bar_total == pytest.approx(r.lambda_bar + 1.0, rel=1e-13)
+    assert lyapunov_exponent(kap, kp, 7) == r.lambda_1 and first_moment_rate(kap, kp, 7) == r.lambda_bar
+
+
+def _F_direct(k: NoiseKernel, u: np.ndarray, beta: float) -> np.ndarray:
+    """Theorem 1.4's F(u) = β e^{βu} G(u) / (e^β − e^{βu}) written literally (no expm1)."""
+    d, k1 = k.d, k.kappa1
+    ku = k.kappa(torch.as_tensor(u)).numpy()
+    G = ku * (d - 2 + u**2) - k1 * (d - 1) * u + beta * (1 - u**2) * (k1 - u * ku)
+    return beta * np.exp(beta * u) * G / (np.exp(beta) - np.exp(beta * u))
+
+
+@pytest.mark.parametrize("name,d,sigma,beta", [("relu", 5, 0.1, 1.0), ("tanh", 8, 0.3, 2.0), ("erf", 64, 0.1, 1.0)])
+def test_theorem_1_4_F_and_its_limit(name, d, sigma, beta):
+    """F matches the literal formula away from u = 1, F(1⁻) = −λ̄, and λ̄' = −inf F (with the limit)
+    agrees with an independent dense grid."""
+    k = NoiseKernel(name, d, sigma, sigma)
+    lam_bar = first_moment_rate(k.kappa1, k.kappa1_prime, d)
+    u = np.linspace(-1.0, 0.9, 200)
+    np.testing.assert_allclose(theorem14_F(k, u, beta).numpy(), _F_direct(k, u, beta), rtol=1e-10, atol=1e-13)
+    # F(1 − h) + λ̄ → 0: O(√h) for relu (κ'' blows up like (1−u)^{-1/2}), O(h) for smooth φ
+    gaps = [abs(float(theorem14_F(k, 1.0 - h, beta)) + lam_bar) for h in (1e-4, 1e-6, 1e-8)]
+    assert gaps[2] < gaps[0] and gaps[2] < 1e-3 * max(1.0, abs(lam_bar))
+    # λ̄' = −min(inf F, F(1⁻)) on an independent fine grid (F is smooth on [−1, 1))
+    grid = np.concatenate([np.linspace(-1.0, 0.999, 4001), 1.0 - np.logspace(-3, -7, 50)])
+    ref = -min(_F_direct(k, grid, beta).min(), -lam_bar)
+    lbp = lambda_bar_prime(k, beta, grid=801)
+    assert lbp >= lam_bar - 1e-12
+    assert lbp == pytest.approx(ref, abs=1e-6 * max(1.0, abs(ref)))
+
+
+def test_lambda_bar_prime_relu():
+    """ReLU, σ = 0.1: at d = 5 the infimum of F is its limit −λ̄ at u → 1 (λ̄' = λ̄); at d = 64 it
+    is attained inside (−1, 1) and the bound λ̄' is strictly weaker than λ̄ (still negative)."""
+    r5, r64 = (rates(NoiseKernel("relu", d, 0.1, 0.1), beta=1.0) for d in (5, 64))
+    assert r5.lambda_bar_prime == pytest.approx(r5.lambda_bar, rel=1e-9)
+    assert r64.lambda_bar < r64.lambda_bar_prime < 0
+
+
+# --- the rates CLI --------------------------------------------------------------------------------
+
+
+def test_rates_cli_json_keys_and_values():
+    res = CliRunner().invoke(main, ["rates", "--activation", "relu", "--d", "5", "--sigma-U", "0.1",
+                                    "--sigma-W", "0.1", "--beta", "1", "--gamma", "0", "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    for key in ("kappa", "kappa_prime", "lambda_1", "lambda_bar", "lambda_bar_prime"):
+        assert key in out and isinstance(out[key], float)
+    assert out["kappa"] == pytest.approx(0.115, rel=1e-12)  # (1/5 + 0.01)/2 + 0.01
+    assert out["kappa_prime"] == pytest.approx(0.1, rel=1e-12)
+    assert out["lambda_1"] == pytest.approx(-0.13, rel=1e-12)
+    assert out["lambda_bar"] == pytest.approx(0.17, rel=1e-12)
+
+
+def test_rates_cli_text():
+    res = CliRunner().invoke(main, ["rates", "--activation", "erf", "--d", "8", "--sigma-U", "0.2", "--sigma-W", "0.1"])
+    assert res.exit_code == 0, res.output
+    r = rates(NoiseKernel("erf", 8, 0.2, 0.1))
+    for label, value in (("kappa(1)", r.kappa), ("kappa'(1)", r.kappa_prime), ("lambda_1", r.lambda_1),
+                         ("lambda_bar ", r.lambda_bar), ("lambda_bar'", r.lambda_bar_prime)):
+        line = next(ln for ln in res.output.splitlines() if ln.strip().startswith(label))
+        assert float(line.split()[-1]) == pytest.approx(value, rel=1e-7)
+
+
+@pytest.mark.parametrize("args", [["--d", "1"], ["--activation", "nope"], ["--sigma-U", "-1"], ["--beta", "0"]])
+def test_rates_cli_rejects_bad_input(args):
+    res = CliRunner().invoke(main, ["rates", *args])
+    assert res.exit_code == 2 and "Invalid value" in res.output

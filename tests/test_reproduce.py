@@ -1,0 +1,257 @@
+"""``stochformer reproduce``: the tiny profile end to end, resuming a killed run, rejecting corrupt
+or foreign cache entries, the verdict rules and the validation of the command's input."""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from stochformer.cli import main
+from stochformer.config import ConfigError
+from stochformer.io import StageCache
+from stochformer.report import plan, reproduce, stages
+from stochformer.report.verdict import FAILS, HOLDS, NOT_MEASURED, UNDETERMINED, Comparison, decide
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _strict_json(path: Path):
+    """Parse JSON, failing on NaN / Infinity (which Python's json would otherwise accept)."""
+
+    def reject(token: str):
+        raise AssertionError(f"{path.name} contains {token}")
+
+    return json.loads(path.read_text(), parse_constant=reject)
+
+
+def _numbers(obj):
+    if isinstance(obj, float):
+        yield obj
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            yield from _numbers(v)
+    elif isinstance(obj, list):
+        for v in obj:
+            yield from _numbers(v)
+
+
+# --------------------------------------------------------------------------- the tiny profile, end to end
+
+
+@pytest.fixture(scope="module")
+def tiny_report(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("tiny") / "report"
+    result = CliRunner().invoke(main, ["reproduce", "--profile", "tiny", "--out", str(out), "--quiet"])
+    assert result.exit_code == 0, result.output
+    return out
+
+
+@pytest.mark.slow
+def test_tiny_report_is_complete(tiny_report: Path) -> None:
+    """Every section present and computed, every figure embedded as a valid PNG, every verdict
+    re-derivable from its row by the stated rule, no NaN anywhere in results.json."""
+    page = (tiny_report / "index.html").read_text()
+    results = _strict_json(tiny_report / "results.json")
+    names = [s.name for s in stages()]
+    assert [r["name"] for r in results["stages"]] == names
+    assert results["complete"] is True
+    assert all(math.isfinite(x) for x in _numbers(results))
+    # no external resource: every src/href is embedded data or an in-page anchor
+    for ref in re.findall(r"(?:src|href)='([^']*)'", page):
+        assert ref.startswith(("data:", "#")), ref
+    sections = dict(re.findall(r"<section id='([^']+)'>(.*?)</section>", page, flags=re.S))
+    assert list(sections) == names
+    for rec in results["stages"]:
+        assert rec["status"] == "computed", (rec["name"], rec.get("error"))
+        body = sections[rec["name"]]
+        assert rec["claim"].split()[0] in body
+        assert rec["figures"], f"section {rec['name']} has no figure"
+        imgs = re.findall(r"<img alt='([^']*)' src='data:image/png;base64,([A-Za-z0-9+/=]+)'>", body)
+        assert [a for a, _ in imgs] == [f["name"] for f in rec["figures"]]
+        for _, data in imgs:
+            assert base64.b64decode(data)[:8] == PNG_MAGIC
+        assert rec["config"] and rec["provenance"]["stochformer"] and rec["elapsed_s"] > 0
+        assert "seed" in json.dumps(rec["seeds"])
+        for row in rec["comparisons"]:
+            lo, hi = row["ci"] if row["ci"] else (None, None)
+            assert row["verdict"] == decide(row["rule"], row["predicted"], lo, hi, row["tol"]) or row["verdict"] == UNDETERMINED
+            assert row["verdict"] in body
+    assert sum(len(r["comparisons"]) for r in results["stages"]) > 0
+
+
+# --------------------------------------------------------------------------- resuming
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-c", "from stochformer.cli import main; main()", "reproduce", *args]
+
+
+def _two_cheap_stages() -> list[str]:
+    return [s.name for s in stages()][:2]
+
+
+@pytest.mark.slow
+def test_killed_run_resumes_without_recomputing(tmp_path: Path) -> None:
+    """Kill (SIGKILL) a run while its second stage runs; --resume reuses the first stage's stored
+    entry (same file, same mtime, status 'cached', original start time) and computes the second."""
+    out = tmp_path / "report"
+    first, second = _two_cheap_stages()
+    # the second stage is made long (many layers) so that it is surely running when killed
+    args = ["--profile", "tiny", "--out", str(out), "--quiet", "--only", first, "--only", second]
+    proc = subprocess.Popen(_cli(*args, "--set", f"{second}.L=100000"), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    cache = out / "cache"
+    deadline = time.time() + 60
+    try:
+        while not list(cache.glob(f"{first}-*.json")):
+            assert proc.poll() is None, proc.stderr.read().decode()
+            assert time.time() < deadline, "first stage was not stored within 60 s"
+            time.sleep(0.05)
+        assert proc.poll() is None, "the run finished before it could be killed"
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait(timeout=30)
+    assert proc.returncode == -signal.SIGKILL
+    (entry,) = cache.glob(f"{first}-*.json")
+    before = (entry.stat().st_mtime_ns, entry.read_bytes())
+    stored = json.loads(before[1])["result"]
+    assert not list(cache.glob(f"{second}-*.json"))
+
+    done = subprocess.run(_cli(*args, "--resume"), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert (entry.stat().st_mtime_ns, entry.read_bytes()) == before
+    results = _strict_json(out / "results.json")
+    status = {r["name"]: r for r in results["stages"]}
+    assert status[first]["status"] == "cached"
+    assert status[first]["started_at"] == stored["started_at"]
+    assert status[second]["status"] == "computed"
+
+
+@pytest.fixture
+def table_run(tmp_path: Path):
+    """A report of the cheapest section only; returns (out, stage name, its cache entry)."""
+    out = tmp_path / "report"
+    name = _two_cheap_stages()[0]
+    args = dict(profile="tiny", out=out, only=[name])
+    reproduce(**args)
+    (entry,) = (out / "cache").glob(f"{name}-*.json")
+    return out, name, entry, args
+
+
+def _status(out: Path, name: str) -> dict:
+    return {r["name"]: r for r in _strict_json(out / "results.json")["stages"]}[name]
+
+
+def test_resume_reuses_and_plain_rerun_recomputes(table_run) -> None:
+    out, name, entry, args = table_run
+    started = json.loads(entry.read_text())["result"]["started_at"]
+    reproduce(**args, resume=True)
+    assert _status(out, name)["status"] == "cached"
+    assert _status(out, name)["started_at"] == started
+    reproduce(**args)  # without --resume every selected stage is computed again
+    assert _status(out, name)["status"] == "computed"
+
+
+@pytest.mark.parametrize("damage", ["truncate", "edit_number", "foreign"])
+def test_corrupt_or_foreign_cache_entry_is_recomputed(table_run, damage: str) -> None:
+    out, name, entry, args = table_run
+    data = json.loads(entry.read_text())
+    if damage == "truncate":
+        entry.write_text(entry.read_text()[: len(entry.read_text()) // 2])
+    elif damage == "edit_number":  # valid JSON, but the checksum no longer matches
+        data["result"]["elapsed_s"] = data["result"]["elapsed_s"] + 1.0
+        entry.write_text(json.dumps(data))
+    else:  # an entry of another stage/key copied under this name
+        data["name"], data["key"] = "other", "0" * 20
+        entry.write_text(json.dumps(data))
+    assert StageCache(out / "cache").load(name, entry.stem.rsplit("-", 1)[1]) is None
+    reproduce(**args, resume=True)
+    rec = _status(out, name)
+    assert rec["status"] == "computed"
+    assert "corrupt or foreign" in rec["cache_note"]
+    assert StageCache(out / "cache").load(name, entry.stem.rsplit("-", 1)[1]) is not None
+
+
+def test_only_keeps_other_sections_from_the_cache(table_run) -> None:
+    out, name, entry, args = table_run
+    other = _two_cheap_stages()[1]
+    statuses = {r["name"]: r["status"] for r in _strict_json(out / "results.json")["stages"]}
+    assert statuses[name] == "computed" and statuses[other] == "not_run"
+    page = (out / "index.html").read_text()
+    assert f"stochformer reproduce --only {other}" in page
+
+
+# --------------------------------------------------------------------------- verdict rules
+
+
+@pytest.mark.parametrize(
+    "rule, p, lo, hi, tol, expected",
+    [
+        ("matches", 1.0, 0.9, 1.1, 0.0, HOLDS),
+        ("matches", 1.0, 1.2, 1.4, 0.0, FAILS),
+        ("matches", 1.0, 1.2, 1.4, 0.25, HOLDS),  # widened by tol
+        ("at_most", -0.3, -0.9, -0.5, 0.0, HOLDS),  # a measured rate below the bound
+        ("at_most", -0.3, -0.2, -0.1, 0.05, FAILS),
+        ("at_least", 1.0, 0.5, 0.96, 0.05, HOLDS),
+        ("below", 0.0, -0.5, -0.1, 0.0, HOLDS),
+        ("below", 0.0, -0.5, 0.1, 0.0, FAILS),
+        ("above", 0.25, 0.3, 0.9, 0.0, HOLDS),
+        ("above", 0.25, 0.2, 0.9, 0.0, FAILS),
+    ],
+)
+def test_decide(rule, p, lo, hi, tol, expected) -> None:
+    assert decide(rule, p, lo, hi, tol) == expected
+
+
+def test_comparison_missing_and_nonfinite() -> None:
+    assert Comparison("κ", 0.5).verdict == NOT_MEASURED
+    row = Comparison("λ", -1.0, float("nan"), (float("nan"), 0.0))
+    assert row.verdict == UNDETERMINED and row.measured is None and row.ci == (None, 0.0)
+    row = Comparison.from_mean_se("x", 0.0, 1.0, 0.1, rule="above")
+    assert row.verdict == HOLDS and row.ci[0] == pytest.approx(1 - 1.959963984540054 * 0.1)
+    with pytest.raises(ValueError, match="rule"):
+        decide("roughly", 1.0, 0.0, 2.0)
+
+
+# --------------------------------------------------------------------------- input validation
+
+
+def test_plan_validates_before_any_work(tmp_path: Path) -> None:
+    first, second = _two_cheap_stages()
+    with pytest.raises(ConfigError, match="--profile"):
+        plan("huge")
+    with pytest.raises(ConfigError, match="--only"):
+        plan("tiny", only=["nope"])
+    with pytest.raises(ConfigError, match="no section has a field named bogus"):
+        plan("tiny", overrides=["bogus=1"])
+    with pytest.raises(ConfigError, match=f"section {first}"):
+        plan("tiny", overrides=[f"{first}.seed=-1"])
+    # STAGE.FIELD applies to one section, FIELD to every section that has it
+    p = {x.stage.name: x for x in plan("tiny", overrides=[f"{first}.seed=7", "batch=3"])}
+    assert p[first].config.seed == 7 and p[second].config.seed != 7
+    assert p[first].config.batch == 3 and p[second].config.batch == 3
+    assert p[first].key != {x.stage.name: x for x in plan("tiny")}[first].key
+
+
+def test_cli_refuses_a_foreign_folder_and_bad_input(tmp_path: Path) -> None:
+    runner = CliRunner()
+    foreign = tmp_path / "data"
+    foreign.mkdir()
+    (foreign / "keep.txt").write_text("x")
+    r = runner.invoke(main, ["reproduce", "--profile", "tiny", "--out", str(foreign)])
+    assert r.exit_code == 2 and "not a report folder" in r.output
+    assert sorted(p.name for p in foreign.iterdir()) == ["keep.txt"]
+    r = runner.invoke(main, ["reproduce", "--profile", "tiny", "--out", str(tmp_path / "r"), "--set", "N=1"])
+    assert r.exit_code == 2 and "N" in r.output and not (tmp_path / "r").exists()
+    r = runner.invoke(main, ["reproduce", "--list"])
+    assert r.exit_code == 0 and all(s.name in r.output for s in stages())

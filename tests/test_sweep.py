@@ -1,0 +1,250 @@
+"""Sweeps: parallel task runner (process pool, Dask), chunked Monte Carlo with deterministic seeds,
+resume after a lost worker or a killed client, and sweep-file validation.
+
+The Dask tests use one real LocalCluster (2 worker processes, 1 thread each) for the module."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import xarray as xr
+from click.testing import CliRunner
+
+from stochformer.cli import main
+from stochformer.config import ConfigError, RunConfig
+from stochformer.experiments.simulate import simulate
+from stochformer.experiments.sweep import SweepConfig, load_sweep, plan_sweep, run_sweep
+from stochformer.io import StageCache
+from stochformer.runtime import child_seeds
+from stochformer.sweep import parse_scheduler, run_tasks_parallel
+from stochformer.tasks import Task, run_tasks
+
+distributed = pytest.importorskip("distributed")
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# ---- task functions (module level: the workers import them) ----------------------------------
+
+
+def counted_square(x: int, log: str, marker: str | None = None) -> dict:
+    """x² after appending x to ``log``; kills its own worker process the first time if ``marker``
+    does not exist yet (it creates it first)."""
+    with open(log, "a") as fh:
+        fh.write(f"{x}\n")
+    time.sleep(0.1)
+    if marker is not None and not os.path.exists(marker):
+        Path(marker).touch()
+        os.kill(os.getpid(), signal.SIGKILL)
+    return {"x": x, "square": x * x}
+
+
+# ---- fixtures ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def client():
+    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None)
+    with cluster, distributed.Client(cluster) as c:
+        yield c
+
+
+def small_sweep(**extra) -> SweepConfig:
+    data = {"N": 6, "d": 3, "L": 8, "T": 2.0, "m": 32, "samples": 5, "chunk": 2, "seed": 7,
+            "grid": {"gamma": [-1, 1]}, **extra}
+    return SweepConfig.model_validate(data)
+
+
+# ---- results do not depend on the scheduler ---------------------------------------------------
+
+
+def test_cluster_equals_serial_bit_for_bit(client, tmp_path):
+    cfg = small_sweep(sigma_U=0.2, grid={"gamma": [-1, 1], "beta": [0.5, 2.0]})
+    serial = run_sweep(cfg)
+    on_cluster = run_sweep(cfg, store=tmp_path / "tasks", scheduler=client)
+    ds = serial.dataset
+    assert dict(ds["mean_cosine"].sizes) == {"gamma": 2, "beta": 2, "sample": 5, "layer": 9}
+    assert np.isfinite(ds["energy"].values).all()
+    xr.testing.assert_identical(ds, on_cluster.dataset)  # exact equality of every value
+    # every (point, sample) is its own draw: no two samples share their final statistics
+    final = ds["mean_cosine"].isel(layer=-1).values.ravel()
+    assert len(np.unique(final)) == final.size
+    # the NetCDF written by save() reads back identical
+    serial.save(tmp_path / "out")
+    with xr.open_dataset(tmp_path / "out" / "dataset.nc", engine="h5netcdf") as back:
+        xr.testing.assert_identical(ds, back.load())
+    assert json.loads((tmp_path / "out" / "config.json").read_text())["command"] == "sweep"
+
+
+def test_chunk_seeds_and_points_with_different_depths():
+    """Chunk j of point i is simulate() with seed child_seeds(child_seeds(seed, P)[i], C)[j]; a
+    swept L leaves NaN at the layers a point does not have."""
+    cfg = small_sweep(grid={}, samples=3, chunk=2, points=[{"L": 4}, {"L": 6, "record_every": 3}])
+    res = run_sweep(cfg)
+    ds = res.dataset
+    assert list(ds["layer"].values) == [0, 1, 2, 3, 4, 6]
+    assert list(ds["L"].values) == [4, 6]
+    p_seeds = child_seeds(cfg.seed, 2)
+    for i, L, rec in ((0, 4, 1), (1, 6, 3)):
+        c_seeds = child_seeds(p_seeds[i], 2)
+        for j, rows in ((0, slice(0, 2)), (1, slice(2, 3))):
+            base = cfg.base().with_updates(L=L, record_every=rec, batch=rows.stop - rows.start, seed=c_seeds[j])
+            t = simulate(base).trajectory
+            got = ds["energy"].isel(point=i, sample=rows).sel(layer=t.layers).values
+            np.testing.assert_array_equal(got, t.stats["energy"])
+    missing = ds["energy"].isel(point=1).sel(layer=[1, 2, 4]).values
+    assert np.isnan(missing).all()
+    assert np.isnan(ds["energy"].isel(point=0).sel(layer=6).values).all()
+
+
+# ---- lost worker, killed client ---------------------------------------------------------------
+
+
+def test_worker_killed_mid_sweep_completes_without_loss_or_duplicates(client, tmp_path):
+    log, marker, store = tmp_path / "runs.log", tmp_path / "killed", tmp_path / "tasks"
+    tasks = [Task(f"t{x}", counted_square, {"x": x, "log": str(log), "marker": str(marker) if x == 3 else None})
+             for x in range(8)]
+    results = run_tasks(tasks, store=store, scheduler=client)
+    assert marker.exists()  # the worker running task 3 really was killed
+    assert results == {f"t{x}": {"x": x, "square": x * x} for x in range(8)}
+    runs = [int(s) for s in log.read_text().split()]
+    assert set(runs) == set(range(8)) and runs.count(3) >= 2  # task 3 ran again after the kill
+    stored = sorted(p.name.split("-")[0] for p in store.glob("t*.json"))
+    assert stored == sorted(f"t{x}" for x in range(8))  # each task stored exactly once
+    cache = StageCache(store)
+    assert all(cache.load(t.key, t.cache_key) == results[t.key] for t in tasks)
+
+
+SWEEP_TOML = """
+N = 8
+L = 300
+T = 3.0
+m = 32
+record_every = 100
+samples = 12
+chunk = 2
+seed = 3
+[grid]
+gamma = [-1, 1]
+"""
+
+
+def test_resume_after_client_killed(client, tmp_path):
+    sweep_file, out = tmp_path / "sweep.toml", tmp_path / "out"
+    sweep_file.write_text(SWEEP_TOML)
+    n_tasks = 2 * 6
+    # the client runs in its own process (and session) and is killed mid-sweep; the cluster survives
+    cmd = [sys.executable, "-c", "from stochformer.cli import main; main()", "sweep", str(sweep_file),
+           "--out", str(out), "--scheduler", client.scheduler.address, "--quiet"]
+    proc = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while len(list((out / "tasks").glob("point*.json"))) < 2:
+            assert proc.poll() is None, proc.stderr.read().decode()
+            assert time.monotonic() < deadline, "no task stored within 60 s"
+            time.sleep(0.05)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    before = {p.name: p.stat().st_mtime_ns for p in (out / "tasks").glob("point*.json")}
+    assert 2 <= len(before) < n_tasks, "the client was not killed mid-sweep"
+    assert not (out / "dataset.nc").exists()
+    assert CliRunner().invoke(main, ["sweep", str(sweep_file), "--out", str(out)]).exit_code == 2  # needs --resume
+
+    # resumed on the default scheduler (a local process pool): the store does not depend on it
+    res = CliRunner().invoke(main, ["sweep", str(sweep_file), "--out", str(out), "--resume", "--quiet", "--workers", "2"])
+    assert res.exit_code == 0, res.output
+    after = {p.name: p.stat().st_mtime_ns for p in (out / "tasks").glob("point*.json")}
+    assert len(after) == n_tasks
+    assert all(after[name] == t for name, t in before.items())  # no stored task was run again
+    assert f"({len(before)} already stored)" in res.output
+    reference = run_sweep(load_sweep(sweep_file)).dataset
+    with xr.open_dataset(out / "dataset.nc", engine="h5netcdf") as ds:
+        xr.testing.assert_identical(reference, ds.load())
+    assert (out / "summary.png").exists()
+
+
+# ---- GPU resources ----------------------------------------------------------------------------
+
+
+def test_resource_tasks_run_only_on_workers_that_have_them(client):
+    """The documented way to add a GPU worker: ``dask worker ADDRESS --resources GPU=1`` (here
+    without a nanny, so that the worker is the process we start and ``os.getpid`` identifies it)."""
+    cmd = [sys.executable, "-m", "distributed.cli.dask_worker", client.scheduler.address, "--resources", "GPU=1",
+           "--nthreads", "1", "--no-nanny", "--no-dashboard"]
+    worker = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        client.wait_for_workers(3, timeout=60)
+        tasks = [Task(f"gpu{k}", os.getpid, {}, {"GPU": 1}) for k in range(4)] + [Task("cpu", os.getpid, {})]
+        pids = run_tasks_parallel(tasks, scheduler=client)
+        assert {pids[f"gpu{k}"] for k in range(4)} == {worker.pid}
+    finally:
+        worker.terminate()
+        worker.wait(timeout=30)
+    # a sweep on a CUDA device asks for a GPU; a CPU sweep does not
+    assert all(t.resources == {"GPU": 1} for t in plan_sweep(small_sweep(device="cuda")).tasks())
+    assert all(t.resources is None for t in plan_sweep(small_sweep()).tasks())
+    with pytest.raises(ValueError, match="only a Dask scheduler"):
+        run_tasks_parallel(tasks[:1], scheduler="processes:1")
+
+
+# ---- input validation -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("Nn = 4\n[grid]\ngamma = [0, 1]", "Nn"),
+        ("[grid]\ngama = [0, 1]", "unknown field 'gama'"),
+        ("[grid]\ngamma = []", "grid.gamma: empty axis"),
+        ("[grid]\ngamma = 1", "grid.gamma"),
+        ("[grid]\nN = [4, 'many']", "grid.N[1] = 'many'"),
+        ("[grid]\nN = [4, 1]", "grid.N[1] = 1"),
+        ("batch = 4\n[grid]\ngamma = [0]", "batch"),
+        ("[grid]\nbatch = [4]", "'batch' cannot be swept"),
+        ("samples = 0", "samples"),
+        ("chunk = 'big'", "chunk"),
+        ("[grid]\ngamma = [0]\n[[points]]\ngamma = 1", "grid and points both set ['gamma']"),
+        ("[[points]]\nN = 2\ninit.kind = 'pair'\n[[points]]\nN = 3\ninit.kind = 'pair'", "init.kind = 'pair' needs N = 2"),
+    ],
+)
+def test_bad_sweep_file_fails_before_any_work(tmp_path, text, message):
+    sweep_file, out = tmp_path / "bad.toml", tmp_path / "out"
+    sweep_file.write_text(text)
+    res = CliRunner().invoke(main, ["sweep", str(sweep_file), "--out", str(out), "--scheduler", "serial"])
+    assert res.exit_code == 2, res.output
+    assert message in res.output
+    assert not out.exists()
+    with pytest.raises(ConfigError):
+        plan_sweep(load_sweep(sweep_file))
+
+
+def test_scheduler_strings():
+    assert parse_scheduler(None) == ("serial", None)
+    assert parse_scheduler("processes:3") == ("processes", 3)
+    assert parse_scheduler("local-cluster:2") == ("local-cluster", 2)
+    assert parse_scheduler("tcp://10.0.0.1:8786") == ("address", "tcp://10.0.0.1:8786")
+    assert parse_scheduler("node7:8786") == ("address", "node7:8786")
+    for bad in ("processes:0", "local-cluster:x", "threads", 3):
+        with pytest.raises(ValueError, match="scheduler"):
+            parse_scheduler(bad)
+    res = CliRunner().invoke(main, ["sweep", str(ROOT / "examples" / "sweep.toml"), "--workers", "2", "--local-cluster", "2"])
+    assert res.exit_code == 2 and "give only one way" in res.output
+
+
+def test_example_sweep_file_loads():
+    cfg = load_sweep(ROOT / "examples" / "sweep.toml")
+    plan = plan_sweep(cfg)
+    n_points = max(len(cfg.points), 1) * math.prod(len(v) for v in cfg.grid.values())
+    assert len(plan.configs) == n_points > 1
+    assert len(plan.tasks()) == n_points * math.ceil(cfg.samples / cfg.chunk)
+    assert isinstance(plan.configs[0], RunConfig)
