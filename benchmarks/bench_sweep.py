@@ -21,7 +21,7 @@ import xarray as xr
 from stochformer.experiments.sweep import SweepConfig, run_sweep
 from stochformer.io import atomic_write_bytes
 from stochformer.sweep import run_tasks_parallel
-from stochformer.tasks import Task, run_tasks
+from stochformer.tasks import Task
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
 SECTION = "## Sweeps"
@@ -59,7 +59,8 @@ def main() -> None:
     pool, t_pool = timed(run_sweep, cfg, scheduler="processes:2")  # spawns its 2 processes
     cluster, t_start = timed(LocalCluster, n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None)
     with cluster, Client(cluster) as client:
-        run_tasks(trivial_tasks(2, "warm"), scheduler=client)  # workers have imported the package
+        # warm-up: both workers import the package and run one small task
+        run_sweep(sweep_config(1).model_copy(update={"samples": 8, "chunk": 8}), scheduler=client)
         warm, t_warm = timed(run_sweep, cfg, scheduler=client)
         _, t_trivial = timed(run_tasks_parallel, trivial_tasks(16, "t"), scheduler=client)
     _, t_trivial_pool = timed(run_tasks_parallel, trivial_tasks(16, "p"), scheduler="processes:2")

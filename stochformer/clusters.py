@@ -61,7 +61,7 @@ def antipodal_pairs(X, tol: float = 1e-2) -> np.ndarray:
 def pair_cosines(X) -> np.ndarray:
     """Cosines ⟨x_i, x_j⟩ over pairs i < j: (batch, N(N−1)/2)."""
     G = gram(_batched(X))
-    i, j = torch.triu_indices(G.shape[-1], G.shape[-1], offset=1)
+    i, j = torch.triu_indices(G.shape[-1], G.shape[-1], offset=1, device=G.device)
     return G[:, i, j].cpu().numpy()
 
 

@@ -90,13 +90,13 @@ class RunConfig(_Strict):
     features: int = Field(1024, ge=1, description="width of the random-feature field (>= 1)")
     # samples, numerics, outputs
     batch: int = Field(8, ge=1, description="independent weight draws (>= 1)")
-    seed: int = Field(0, ge=0)
+    seed: int = Field(0, ge=0, le=2**64 - 1, description="random seed (0 <= seed < 2**64)")
     dtype: Literal["float64", "float32"] = "float64"
-    rng: Literal["auto", "torch", "sfc64"] = Field(
+    rng: Literal["auto", "torch", "parallel"] = Field(
         "auto",
         description="normal sampler of the 'mlp_gaussian' noise: 'torch' (the run's generator), "
-        "'sfc64' (parallel numpy SFC64 streams seeded from it, faster on a CPU), 'auto' = sfc64 on "
-        "a CPU and torch on CUDA; same seed => same numbers on the same device",
+        "'parallel' (streams seeded from it, filled on all CPU cores; numpy SFC64 for float64), "
+        "'auto' = parallel on a CPU and torch on CUDA; same seed => same numbers on the same device",
     )
     draw_precision: Literal["full", "float32"] = Field(
         "full",
@@ -104,7 +104,7 @@ class RunConfig(_Strict):
         "(faster; each draw rounded to float32); 'full' (default) draws them in dtype",
     )
     device: str = "cpu"
-    energy_beta: float = Field(1.0, gt=0.0, description="β of the diagnostic E_β, > 0")
+    energy_beta: float = Field(1.0, gt=0.0, le=700.0, description="β of the diagnostic E_β, 0 < β <= 700 (e^β finite)")
     record_every: int = Field(1, ge=1, description="record statistics every k layers (>= 1)")
     path_stride: Optional[int] = Field(None, ge=1, description="save token paths every k layers")
     init: InitConfig = Field(default_factory=InitConfig)
@@ -156,7 +156,11 @@ class RunConfig(_Strict):
         return build_config(self.model_dump(mode="json"), [f"{k}={json.dumps(v)}" for k, v in updates.items()])
 
 
-_BOUND_ERRORS = {"greater_than", "greater_than_equal", "less_than", "less_than_equal", "literal_error"}
+#: pydantic error types about the value's type or range: replaced by "must be <valid values>"
+_RANGE_ERRORS = {
+    "greater_than", "greater_than_equal", "less_than", "less_than_equal", "literal_error", "finite_number",
+    "int_parsing", "int_from_float", "int_type", "float_parsing", "float_type", "bool_parsing", "bool_type",
+}
 
 
 def _field_at(model: Optional[type[BaseModel]], loc: tuple) -> tuple[list[str], Any]:
@@ -178,17 +182,22 @@ def _valid_text(info: Any) -> str:
     for meta in info.metadata:
         for attr, sym in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")):
             if getattr(meta, attr, None) is not None:
-                bounds.append(f"{sym} {getattr(meta, attr)}")
+                bound = getattr(meta, attr)
+                bounds.append(f"{sym} {bound}" if isinstance(bound, int) else f"{sym} {bound:g}")
     kinds = []
-    for t in get_args(info.annotation) or (info.annotation,):
+    ann = info.annotation
+    for t in (ann,) if get_origin(ann) is Literal else (get_args(ann) or (ann,)):
         if get_origin(t) is Literal:
             kinds.append("one of " + ", ".join(repr(a) for a in get_args(t)))
+        elif t is bool:
+            kinds.append("true or false")
         elif t is int:
             kinds.append("an integer")
         elif t is float:
             kinds.append("a finite number")
         elif get_origin(t) is list:
-            kinds.append("a list of finite numbers")
+            nested = any(get_origin(a) is list for a in get_args(t))
+            kinds.append("a matrix (list of rows) of finite numbers" if nested else "a list of finite numbers")
     text = " or ".join(dict.fromkeys(kinds))
     return " ".join(x for x in (text, " and ".join(bounds)) if x)
 
@@ -206,16 +215,19 @@ def _format_validation_error(err: ValidationError, model: Optional[type[BaseMode
             sub = model
             for n in parent:
                 sub = sub.model_fields[n].annotation
-            valid = ", ".join(sub.model_fields) if sub is not None else ""
+            valid = ", ".join(getattr(sub, "model_fields", None) or {})
             field = ".".join(str(p) for p in loc) or "''"
             lines[field] = f"{field}: unknown field{got_txt}" + (f"; valid fields are {valid}" if valid else "")
             continue
         # errors of one union field (e.g. gamma: a number or a word) collapse into one line
         union = info is not None and len(loc) > len(names) and not isinstance(loc[len(names)], int)
         field = ".".join(names) if union else ".".join(str(p) for p in loc)
-        msg = "invalid value" if union else e["msg"].removeprefix("Value error, ")
         valid = _valid_text(info) if info is not None else ""
-        tail = f"; valid: {valid}" if valid and (union or e["type"] not in _BOUND_ERRORS) else ""
+        whole = field == ".".join(names)  # the error is about the field itself, not an item of it
+        if valid and whole and (union or e["type"] in _RANGE_ERRORS):
+            msg, tail = f"must be {valid}", ""
+        else:
+            msg, tail = e["msg"].removeprefix("Value error, "), (f"; valid: {valid}" if valid else "")
         # model-level checks already start with the field name they are about
         named = not field or msg.startswith(f"{field}.") or msg.startswith(f"{field}:")
         lines.setdefault(field, msg if named else f"{field}: {msg}{got_txt}{tail}")

@@ -57,7 +57,7 @@ def make_field(
 
 def particle_stepper(
     cfg: RunConfig, field: Optional[RandomFeatureField], N: int, dtype=torch.float64, device="cpu",
-    block: int = DEFAULT_BLOCK, sdpa: bool = False,
+    block: int = DEFAULT_BLOCK, sdpa: bool = True,
 ) -> Stepper:
     """The SDE integrator of ``cfg.integrator`` for N tokens with memory-linear attention
     (query chunks sized by :func:`query_chunk`, or fused SDPA) driven by ``field``."""

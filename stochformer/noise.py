@@ -75,7 +75,7 @@ class MLPNoise:
     - b_W (d normals, if σ_W > 0).
 
     ``rng`` and ``precision`` choose how the normals of ``mode="gaussian"`` are drawn
-    (:class:`stochformer.rng.NormalDraws`: ``torch``, or parallel ``sfc64`` streams on a CPU;
+    (:class:`stochformer.rng.NormalDraws`: ``torch``, or ``parallel`` streams on all CPU cores;
     ``precision="float32"`` is an opt-in that draws them in float32).
     """
 
@@ -99,7 +99,7 @@ class MLPNoise:
         """Φ = φ(U x/√d + b_U) with fresh U, b_U: X (batch, N, d) → (batch, m, N)."""
         if self.mode == "gaussian":
             z = self._draw(self._n_hidden(*X.shape), generator, X.dtype, X.device)
-            return self._hidden_from(X, z)
+            return self._hidden_from(X, z, generator)
         B, N, d = X.shape
         U = _normal((B, self.m, d), generator, X)
         pre = (U @ X.transpose(-1, -2)) / math.sqrt(d)
@@ -112,23 +112,41 @@ class MLPNoise:
         Phi = self.hidden(X, generator)
         return Phi.transpose(-1, -2) @ Phi / self.m + self.sigma_W**2
 
+    def cost(self, N: int, d: int, device: torch.device | str = "cpu") -> dict[str, float]:
+        """Work of one ``mode="gaussian"`` call per sample at N tokens in dimension d: ``normals``
+        drawn and matrix-product ``flops`` (2mnk per product, n³/3 per Cholesky), for rooflines."""
+        m, r = self.m, min(N, d)
+        normals = m * r + m * (self.sigma_U > 0) + d * (self.sigma_W > 0)
+        flops = 2.0 * m * N * r + (2.0 * N * N * d + N**3 / 3 if d > N else 0.0)
+        if _gram_output_cheaper(N, d, m, torch.device(device)):
+            normals += N * d
+            flops += 2.0 * m * N * N + N**3 / 3 + 2.0 * N * N * d
+        else:
+            normals += m * d
+            flops += 2.0 * m * N * d
+        return {"normals": float(normals), "flops": flops}
+
     def _n_hidden(self, B: int, N: int, d: int) -> int:
         return B * self.m * (min(N, d) + (self.sigma_U > 0))
 
-    def _hidden_from(self, X: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+    def _hidden_from(self, X: torch.Tensor, z: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         """Φ (batch, m, N) from the first :meth:`_n_hidden` normals of the flat buffer ``z``."""
         B, N, d = X.shape
         m, r = self.m, min(N, d)
         Z = z[: B * m * r].view(B, m, r)
-        if d <= N:  # H = U Yᵀ/√d, U = Z (B, m, d)
-            Xt = X.transpose(-1, -2) * (1.0 / math.sqrt(d))
-        else:  # H = Z Cᵀ, C Cᵀ = Y Yᵀ/d (N × N): m·N normals instead of m·d
-            Xt = sqrt_psd(X @ X.transpose(-1, -2) * (1.0 / d), "cholesky").transpose(-1, -2)
+        Yt = X.transpose(-1, -2) * (1.0 / math.sqrt(d))  # (B, d, N)
+        if d <= N:  # H = U Yᵀ/√d with U = Z (B, m, d)
+            pre = Z @ Yt
+        else:  # H = Z Cᵀ with C Cᵀ = Y Yᵀ/d (N × N): m·N normals instead of m·d
+            C, bad = _cholesky(Yt.transpose(-1, -2) @ Yt)
+            pre = Z @ C.transpose(-1, -2)
+            if bad is not None:
+                # Y Yᵀ numerically singular (synchronised tokens): draw U for those samples, the
+                # same law; the extra normals are drawn after the buffer, so runs stay reproducible
+                U = self._draw(int(bad.sum()) * m * d, generator, X.dtype, X.device).view(-1, m, d)
+                pre[bad] = U @ Yt[bad]
         if self.sigma_U > 0:
-            bias = z[B * m * r : B * m * (r + 1)].view(B, m, 1)
-            pre = torch.baddbmm(bias, Z, Xt, beta=self.sigma_U)
-        else:
-            pre = Z @ Xt
+            pre.add_(z[B * m * r : B * m * (r + 1)].view(B, m, 1), alpha=self.sigma_U)
         return self._phi(pre)
 
     def increment(self, X: torch.Tensor, dt: float, generator: torch.Generator, xi: Optional[torch.Tensor] = None) -> torch.Tensor:
@@ -144,17 +162,21 @@ class MLPNoise:
         n_hid = self._n_hidden(B, N, d)
         n_out = B * (N if gram else m) * d
         z = self._draw(n_hid + n_out + (B * d if self.sigma_W > 0 else 0), generator, X.dtype, X.device)
-        Phi = self._hidden_from(X, z)  # (B, m, N)
+        Phi = self._hidden_from(X, z, generator)  # (B, m, N)
         Zo = z[n_hid : n_hid + n_out]
+        PhiT, bad = Phi.transpose(-1, -2), None
         if gram:  # given Φ the output rows are N(0, ΦᵀΦ/m): S Z'' with S Sᵀ = ΦᵀΦ
-            left, right = sqrt_psd(Phi.transpose(-1, -2) @ Phi, "cholesky"), Zo.view(B, N, d)
+            S, bad = _cholesky(PhiT @ Phi)
+            out = S @ Zo.view(B, N, d)
         else:  # W Φ/√m with W (d, m) i.i.d. N(0,1), written as Φᵀ Z' with Z' = Wᵀ: (B, m, d)
-            left, right = Phi.transpose(-1, -2), Zo.view(B, m, d)
+            out = PhiT @ Zo.view(B, m, d)
+        if bad is not None:  # ΦᵀΦ numerically singular: Φᵀ Z' for those samples, the same law
+            out[bad] = PhiT[bad] @ self._draw(int(bad.sum()) * m * d, generator, X.dtype, X.device).view(-1, m, d)
         coef = self.scale * math.sqrt(dt)
         if self.sigma_W > 0:
-            bW = z[n_hid + n_out :].view(B, 1, d)
-            return torch.baddbmm(bW, left, right, beta=coef * self.sigma_W, alpha=coef / math.sqrt(m))
-        return (left @ right).mul_(coef / math.sqrt(m))
+            bW = z[n_hid + n_out : n_hid + n_out + B * d].view(B, 1, d)
+            return out.mul_(coef / math.sqrt(m)).add_(bW, alpha=coef * self.sigma_W)
+        return out.mul_(coef / math.sqrt(m))
 
     def _increment_weights(self, X: torch.Tensor, dt: float, generator: torch.Generator) -> torch.Tensor:
         """√dt · s · G^m(X) with U, W, b_U, b_W drawn explicitly (SPEC §1)."""
@@ -164,6 +186,14 @@ class MLPNoise:
         if self.sigma_W > 0:
             out = out + self.sigma_W * _normal((B, 1, d), generator, X)
         return (self.scale * math.sqrt(dt)) * out
+
+
+def _cholesky(K: torch.Tensor) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """Lower Cholesky factors of K (..., n, n) and the mask of those that failed (None if none):
+    the caller redraws those samples another exact way instead of an O(n³) eigendecomposition."""
+    C, info = torch.linalg.cholesky_ex(K)
+    bad = info > 0
+    return C, (bad if bool(bad.any()) else None)
 
 
 #: cost of one normal draw in floating-point operations (measured: ~4 ns per float64 normal with
@@ -245,11 +275,13 @@ class RandomFeatureField:
         if F not in (B, 1):
             raise ValueError(f"RandomFeatureField: tokens have batch {B} but the field has {F} samples (need equal, or 1)")
         Z = _normal((F, self.features, d), generator, X)
-        chunk = self.token_chunk or N
-        out = torch.empty_like(X)
-        for s in range(0, N, chunk):  # token chunks, memory O(chunk · M)
-            out[:, s : s + chunk] = self.features_at(X[:, s : s + chunk]) @ Z
-        out = out / math.sqrt(self.features)
+        flat = F == 1 and B > 1  # one shared field: treat all B·N tokens as one cloud
+        Xf = X.reshape(1, B * N, d) if flat else X
+        chunk = self.token_chunk or Xf.shape[1]
+        out = torch.empty_like(Xf)
+        for s in range(0, Xf.shape[1], chunk):  # token chunks, memory O(chunk · M)
+            out[:, s : s + chunk] = self.features_at(Xf[:, s : s + chunk]) @ Z
+        out = out.reshape(B, N, d) / math.sqrt(self.features)
         if self.sigma_W > 0:
             out = out + self.sigma_W * _normal((F, 1, d), generator, X)
         return (self.scale * math.sqrt(dt)) * out

@@ -1,17 +1,19 @@
-"""Standard normal draws for the noise sources: torch's generator or parallel SFC64 streams.
+"""Standard normal draws for the noise sources: torch's generator or parallel streams.
 
 Drawing Gaussians dominates the cost of the discrete transformer on a CPU (see
 ``docs/benchmarks.md``). :class:`NormalDraws` fills a flat buffer of ``n`` i.i.d. N(0, 1) numbers:
 
 - ``backend="torch"``: ``torch.randn`` with the run's generator (any device).
-- ``backend="sfc64"``: the buffer is cut into ``streams`` contiguous pieces, each filled by numpy's
-  ziggurat sampler on its own SFC64 bit generator, from a thread pool (numpy releases the GIL), so
-  all cores draw at once. The ``streams`` seeds are drawn from the run's torch generator at every
-  call, so the numbers depend only on that generator's state, ``n`` and ``streams`` — never on the
-  number of threads or on timing: same seed ⇒ same numbers.
+- ``backend="parallel"`` (CPU): the buffer is cut into ``streams`` contiguous pieces, each filled
+  from its own generator by a thread pool (the samplers release the GIL), so all cores draw at
+  once: numpy's ziggurat on an SFC64 bit generator for float64, the fastest exact float64 sampler
+  measured; torch's vectorised Box–Muller on a per-stream torch generator for the float32 opt-in.
+  The ``streams`` seeds are drawn from the run's torch generator at every call, so the numbers
+  depend only on that generator's state, ``n`` and ``streams`` — never on the number of threads
+  or on timing: same seed ⇒ same numbers.
 - ``precision="float32"`` (opt-in, never the default): the normals are drawn in float32 and cast
-  to the run's dtype; faster, but each draw carries float32 rounding (relative 6e-8), and the
-  ziggurat/Box–Muller tails are those of a float32 sampler.
+  to the run's dtype; faster, but each draw carries float32 rounding (relative 6e-8) and the
+  float32 sampler's tails.
 """
 
 from __future__ import annotations
@@ -24,11 +26,11 @@ from typing import Literal, Optional
 import numpy as np
 import torch
 
-RngBackend = Literal["torch", "sfc64"]
+RngBackend = Literal["torch", "parallel"]
 DrawPrecision = Literal["full", "float32"]
 
 #: below this many normals per stream the pieces are filled serially (thread hand-off costs more)
-_PARALLEL_MIN = 1 << 15
+_PARALLEL_MIN = 1 << 14
 _POOL: Optional[ThreadPoolExecutor] = None
 
 
@@ -40,11 +42,11 @@ def _pool() -> ThreadPoolExecutor:
 
 
 def resolve_backend(backend: str, device: torch.device | str) -> RngBackend:
-    """``auto`` → ``sfc64`` on a CPU, ``torch`` on an accelerator (its own generator is fast)."""
+    """``auto`` → ``parallel`` on a CPU, ``torch`` on an accelerator (its own generator is fast)."""
     if backend == "auto":
-        return "sfc64" if torch.device(device).type == "cpu" else "torch"
-    if backend not in ("torch", "sfc64"):
-        raise ValueError(f"rng: unknown backend {backend!r}; valid: auto, torch, sfc64")
+        return "parallel" if torch.device(device).type == "cpu" else "torch"
+    if backend not in ("torch", "parallel"):
+        raise ValueError(f"rng: unknown backend {backend!r}; valid: auto, torch, parallel")
     return backend  # type: ignore[return-value]
 
 
@@ -62,24 +64,27 @@ class NormalDraws:
         if self.backend == "torch":
             z = torch.randn(n, generator=generator, dtype=draw_dtype, device=device)
         else:
-            z = self._sfc64(n, generator, draw_dtype).to(device)
+            z = self._parallel(n, generator, draw_dtype).to(device)
         return z if z.dtype == dtype else z.to(dtype)
 
-    def _sfc64(self, n: int, generator: torch.Generator, dtype: torch.dtype) -> torch.Tensor:
+    def _parallel(self, n: int, generator: torch.Generator, dtype: torch.dtype) -> torch.Tensor:
         if dtype not in (torch.float64, torch.float32):
-            raise ValueError(f"rng: the sfc64 backend draws float64 or float32, not {dtype}")
+            raise ValueError(f"rng: the parallel backend draws float64 or float32, not {dtype}")
         seeds = torch.randint(0, 2**63 - 1, (self.streams,), generator=generator, device=generator.device).tolist()
         out = torch.empty(n, dtype=dtype)
-        buf = out.numpy()
-        np_dtype = np.float64 if dtype == torch.float64 else np.float32
         edges = [(n * k) // self.streams for k in range(self.streams + 1)]
+        if dtype == torch.float64:
+            buf = out.numpy()
 
-        def fill(k: int) -> None:
-            rg = np.random.Generator(np.random.SFC64(seeds[k]))
-            rg.standard_normal(out=buf[edges[k] : edges[k + 1]], dtype=np_dtype)
+            def fill(k: int) -> None:
+                np.random.Generator(np.random.SFC64(seeds[k])).standard_normal(out=buf[edges[k] : edges[k + 1]])
 
-        workers = min(self.streams, torch.get_num_threads())
-        if workers > 1 and n >= _PARALLEL_MIN * self.streams:
+        else:
+
+            def fill(k: int) -> None:
+                out[edges[k] : edges[k + 1]].normal_(generator=torch.Generator().manual_seed(seeds[k]))
+
+        if min(self.streams, torch.get_num_threads()) > 1 and n >= _PARALLEL_MIN * self.streams:
             for f in [_pool().submit(fill, k) for k in range(self.streams)]:
                 f.result()
         else:

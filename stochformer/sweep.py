@@ -24,6 +24,7 @@ import concurrent.futures as cf
 import contextlib
 import multiprocessing
 import os
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -31,7 +32,7 @@ from typing import Any, Callable, Optional
 from tqdm.auto import tqdm
 
 from .io import StageCache
-from .tasks import Task
+from .tasks import Task, run_tasks
 
 SCHEDULER_FORMS = "'serial', 'processes', 'processes:N', 'local-cluster:N' or a Dask scheduler address (tcp://HOST:PORT)"
 
@@ -117,7 +118,7 @@ class _DaskRunner(_Runner):
         # A deterministic Dask key (name + hash of function and arguments): a task resubmitted
         # after a lost worker or by a resumed client is the same task to the scheduler.
         return self.client.submit(
-            _call, task.fn, task.kwargs, key=f"{task.key}-{task.cache_key}", pure=False, resources=task.resources
+            _call, task.fn, task.kwargs, key=f"{task.key}-{task.cache_key}", resources=task.resources
         )
 
     def as_completed(self, futures: list) -> Iterator[Any]:
@@ -146,7 +147,11 @@ def _runner(kind: str, arg: Any) -> Iterator[_Runner]:
             with Client(cluster) as client:
                 yield _DaskRunner(client)
     else:
-        with Client(arg, timeout="30s") as client:
+        try:
+            client = Client(arg, timeout="30s")
+        except OSError as exc:
+            raise ValueError(f"scheduler: cannot connect to the Dask scheduler at {arg!r}: {exc}") from None
+        with client:
             yield _DaskRunner(client)
 
 
@@ -162,13 +167,11 @@ def run_tasks_parallel(
     ``store``, tasks already stored are not run and every other result is stored atomically as
     soon as it arrives. The first task that fails cancels the rest and its error is raised (the
     results that arrived before it stay stored)."""
-    from .tasks import run_tasks
-
     kind, arg = parse_scheduler(scheduler)
     tasks = list(tasks)
     keys = [t.key for t in tasks]
     if len(set(keys)) != len(keys):
-        dup = sorted({k for k in keys if keys.count(k) > 1})
+        dup = sorted(k for k, n in Counter(keys).items() if n > 1)
         raise ValueError(f"tasks: duplicate keys {dup[:5]} (each task needs its own key)")
     if kind == "serial":
         return run_tasks(tasks, store=store, scheduler=None, progress=progress, desc=desc)
@@ -185,10 +188,12 @@ def run_tasks_parallel(
     if todo:
         bar = tqdm(total=len(tasks), initial=len(results), desc=desc, disable=not progress, leave=False)
         with bar, _runner(kind, arg) as runner:
-            futures = [runner.submit(t) for t in todo]
-            by_future = {id(f): t for f, t in zip(futures, todo)}
-            pending = {id(f): f for f in futures}
-            for future in runner.as_completed(futures):
+            pending, by_future = {}, {}
+            for t in todo:
+                f = runner.submit(t)
+                pending[id(f)], by_future[id(f)] = f, t
+            # each result is released as soon as it is stored (only ``pending`` holds futures)
+            for future in runner.as_completed(list(pending.values())):
                 task = by_future[id(future)]
                 pending.pop(id(future))
                 try:

@@ -142,11 +142,9 @@ def test_kappa_at_one_and_price_formula(name, d, sigma_U, sigma_W):
     k = NoiseKernel(name, d, sigma_U, sigma_W)
     k1 = scipy_square_expectation(PHI_NP[name], d, sigma_U) + sigma_W**2
     kp1 = scipy_square_expectation(DPHI_NP[name], d, sigma_U) / d
-    # at ρ = 1 the 2-D rule collapses to 1-D Gauss–Hermite: accurate for smooth φ, and the kink of
-    # relu/leaky_relu at 0 (where it has a node-free symmetric split) still costs ~1e-4 relative
-    tol = 1e-3 if name in ("relu", "leaky_relu") else 1e-8
-    assert k.kappa1 == pytest.approx(k1, rel=tol)
-    assert k.kappa1_prime == pytest.approx(kp1, rel=tol)
+    # at ρ = 1 the 2-D rule collapses to 1-D Gauss–Hermite (64 nodes), accurate for smooth φ
+    assert k.kappa1 == pytest.approx(k1, rel=1e-8)
+    assert k.kappa1_prime == pytest.approx(kp1, rel=1e-8)
 
 
 def test_noise_scale_multiplies_kernel_by_s_squared():
@@ -205,7 +203,7 @@ def test_theorem_1_4_F_and_its_limit(name, d, sigma, beta):
     gaps = [abs(float(theorem14_F(k, 1.0 - h, beta)) + lam_bar) for h in (1e-4, 1e-6, 1e-8)]
     assert gaps[2] < gaps[0] and gaps[2] < 1e-3 * max(1.0, abs(lam_bar))
     # λ̄' = −min(inf F, F(1⁻)) on an independent fine grid (F is smooth on [−1, 1))
-    grid = np.concatenate([np.linspace(-1.0, 0.999, 4001), 1.0 - np.logspace(-3, -7, 50)])
+    grid = np.concatenate([np.linspace(-1.0, 0.999, 2001), 1.0 - np.logspace(-3, -7, 50)])
     ref = -min(_F_direct(k, grid, beta).min(), -lam_bar)
     lbp = lambda_bar_prime(k, beta, grid=801)
     assert lbp >= lam_bar - 1e-12
@@ -246,7 +244,8 @@ def test_rates_cli_text():
         assert float(line.split()[-1]) == pytest.approx(value, rel=1e-7)
 
 
-@pytest.mark.parametrize("args", [["--d", "1"], ["--activation", "nope"], ["--sigma-U", "-1"], ["--beta", "0"]])
+@pytest.mark.parametrize("args", [["--d", "1"], ["--activation", "nope"], ["--sigma-U", "-1"], ["--beta", "0"],
+                                  ["--gamma", "nan"], ["--sigma-W", "inf"]])
 def test_rates_cli_rejects_bad_input(args):
     res = CliRunner().invoke(main, ["rates", *args])
     assert res.exit_code == 2 and "Invalid value" in res.output

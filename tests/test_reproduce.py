@@ -8,6 +8,7 @@ import json
 import math
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -97,8 +98,8 @@ def _cli(*args: str) -> list[str]:
     return [sys.executable, "-c", "from stochformer.cli import main; main()", "reproduce", *args]
 
 
-def _two_cheap_stages() -> list[str]:
-    return [s.name for s in stages()][:2]
+#: A cheap section, and a later one whose length is set by its depth L.
+CHEAP, LONG = "table", "sync"
 
 
 @pytest.mark.slow
@@ -106,8 +107,9 @@ def test_killed_run_resumes_without_recomputing(tmp_path: Path) -> None:
     """Kill (SIGKILL) a run while its second stage runs; --resume reuses the first stage's stored
     entry (same file, same mtime, status 'cached', original start time) and computes the second."""
     out = tmp_path / "report"
-    first, second = _two_cheap_stages()
-    # the second stage is made long (many layers) so that it is surely running when killed
+    first, second = CHEAP, LONG
+    # the second stage is made long (many layers) so that it is surely running when killed; the
+    # resumed run computes it at its tiny size (a different key), the first stage's key is unchanged
     args = ["--profile", "tiny", "--out", str(out), "--quiet", "--only", first, "--only", second]
     proc = subprocess.Popen(_cli(*args, "--set", f"{second}.L=100000"), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     cache = out / "cache"
@@ -137,15 +139,20 @@ def test_killed_run_resumes_without_recomputing(tmp_path: Path) -> None:
     assert status[second]["status"] == "computed"
 
 
+@pytest.fixture(scope="module")
+def cheap_report(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("cheap") / "report"
+    reproduce(profile="tiny", out=out, only=[CHEAP])
+    return out
+
+
 @pytest.fixture
-def table_run(tmp_path: Path):
-    """A report of the cheapest section only; returns (out, stage name, its cache entry)."""
+def table_run(cheap_report: Path, tmp_path: Path):
+    """A copy of a report of the cheap section only: (out, stage name, its cache entry, arguments)."""
     out = tmp_path / "report"
-    name = _two_cheap_stages()[0]
-    args = dict(profile="tiny", out=out, only=[name])
-    reproduce(**args)
-    (entry,) = (out / "cache").glob(f"{name}-*.json")
-    return out, name, entry, args
+    shutil.copytree(cheap_report, out)
+    (entry,) = (out / "cache").glob(f"{CHEAP}-*.json")
+    return out, CHEAP, entry, dict(profile="tiny", out=out, only=[CHEAP])
 
 
 def _status(out: Path, name: str) -> dict:
@@ -184,7 +191,7 @@ def test_corrupt_or_foreign_cache_entry_is_recomputed(table_run, damage: str) ->
 
 def test_only_keeps_other_sections_from_the_cache(table_run) -> None:
     out, name, entry, args = table_run
-    other = _two_cheap_stages()[1]
+    other = LONG
     statuses = {r["name"]: r["status"] for r in _strict_json(out / "results.json")["stages"]}
     assert statuses[name] == "computed" and statuses[other] == "not_run"
     page = (out / "index.html").read_text()
@@ -227,7 +234,7 @@ def test_comparison_missing_and_nonfinite() -> None:
 
 
 def test_plan_validates_before_any_work(tmp_path: Path) -> None:
-    first, second = _two_cheap_stages()
+    first, second = CHEAP, LONG
     with pytest.raises(ConfigError, match="--profile"):
         plan("huge")
     with pytest.raises(ConfigError, match="--only"):
@@ -237,9 +244,9 @@ def test_plan_validates_before_any_work(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=f"section {first}"):
         plan("tiny", overrides=[f"{first}.seed=-1"])
     # STAGE.FIELD applies to one section, FIELD to every section that has it
-    p = {x.stage.name: x for x in plan("tiny", overrides=[f"{first}.seed=7", "batch=3"])}
+    p = {x.stage.name: x for x in plan("tiny", overrides=[f"{first}.seed=7", "batch=5"])}
     assert p[first].config.seed == 7 and p[second].config.seed != 7
-    assert p[first].config.batch == 3 and p[second].config.batch == 3
+    assert p[second].config.batch == 5 and p["convergence"].config.batch == 5
     assert p[first].key != {x.stage.name: x for x in plan("tiny")}[first].key
 
 

@@ -124,6 +124,27 @@ def test_worker_killed_mid_sweep_completes_without_loss_or_duplicates(client, tm
     assert all(cache.load(t.key, t.cache_key) == results[t.key] for t in tasks)
 
 
+def fails_for_five(x: int, store: str) -> int:
+    """x, except for 5, which raises once the other tasks' results are in ``store``."""
+    if x == 5:
+        deadline = time.monotonic() + 30
+        while len(list(Path(store).glob("f*.json"))) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        raise ArithmeticError("five")
+    return x
+
+
+def test_failing_task_raises_with_its_key_and_keeps_finished_results(client, tmp_path):
+    tasks = [Task(f"f{x}", fails_for_five, {"x": x, "store": str(tmp_path)}) for x in (5, 1, 2)]
+    with pytest.raises(ArithmeticError, match="five") as info:
+        run_tasks(tasks, store=tmp_path, scheduler=client)
+    assert any("f5" in note for note in getattr(info.value, "__notes__", ["f5"]))
+    cache = StageCache(tmp_path)
+    assert [cache.load(t.key, t.cache_key) for t in tasks] == [None, 1, 2]  # finished ones stay stored
+    with pytest.raises(ValueError, match="duplicate keys"):
+        run_tasks([tasks[1], tasks[1]], scheduler=client)
+
+
 SWEEP_TOML = """
 N = 8
 L = 300

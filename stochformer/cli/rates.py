@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import click
 
@@ -23,6 +24,10 @@ from ..kernel import NoiseKernel, rates
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 def rates_cmd(activation, d, sigma_U, sigma_W, noise_scale, beta, gamma, as_json) -> None:
     """Print the noise kernel at 1 and the synchronisation rates."""
+    for name, value in (("--sigma-U", sigma_U), ("--sigma-W", sigma_W), ("--noise-scale", noise_scale),
+                        ("--beta", beta), ("--gamma", gamma)):
+        if not math.isfinite(value):
+            raise click.BadParameter(f"must be a finite number (got {value})", param_hint=name)
     r = rates(NoiseKernel(activation, d, sigma_U, sigma_W, noise_scale), beta=beta, gamma=gamma)
     if as_json:
         click.echo(json.dumps(r.to_dict()))

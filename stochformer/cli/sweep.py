@@ -55,6 +55,8 @@ def sweep_cmd(file, overrides, scheduler, local_cluster, workers, out, resume, f
     finished task is stored in OUT/tasks as it completes, so a killed sweep continues with --resume."""
     if resume and force:
         raise click.UsageError("--resume and --force: choose one (continue the stored sweep, or replace it)")
+    if resume and out is None:
+        raise click.UsageError("--resume: give the folder of the sweep to continue with --out DIR")
     chosen = _scheduler(scheduler, local_cluster, workers)
     try:  # everything is validated before any work or any folder
         cfg = load_sweep(file, list(overrides))

@@ -57,7 +57,7 @@ class ConvergeConfig(RunConfig):
     N: int = Field(8, ge=2, description="number of tokens (>= 2)")
     T: float = Field(1.0, gt=0.0, description="time horizon, > 0")
     batch: int = Field(512, ge=4, description="samples (independent weights and noise paths), >= 4")
-    depths: list[int] = Field(default_factory=lambda: [8, 16, 32, 64, 128, 256],
+    depths: list[int] = Field(default_factory=lambda: [8, 16, 32, 64, 128, 256, 512],
                               description="depths L; each must divide the largest")
     widths: list[int] = Field(default_factory=lambda: [16, 32, 64, 128, 256],
                               description="finite MLP widths m (m = ∞ is always included)")

@@ -94,7 +94,7 @@ def phase_point(config: dict, measure: str, pairs: int, eps: float, sync_tol: fl
         X = stepper.step(X, gen)
     G = gram(X)
     G = G.abs() if up_to_sign else G
-    iu = torch.triu_indices(cfg.N, cfg.N, offset=1)
+    iu = torch.triu_indices(cfg.N, cfg.N, offset=1, device=G.device)
     synced = (G[:, iu[0], iu[1]].min(dim=-1).values >= 1.0 - sync_tol).double()
     frac, se = mean_and_se(synced)
     out.update(value=float(frac), se=float(se))

@@ -1,0 +1,74 @@
+"""The figure of Theorem 1.1 (SPEC §6 item 4), from a :class:`~stochformer.experiments.converge.ConvergeResult`."""
+
+from __future__ import annotations
+
+import math
+
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.colors import LogNorm
+
+
+def _errorbars(ax, x, mean, se, **kw):
+    ax.errorbar(x, mean, yerr=2 * np.asarray(se), marker="o", ms=4, capsize=2, **kw)
+
+
+def _guide(ax, x, y_anchor, fn, label, style):
+    """A reference curve c·fn(x) through the last point."""
+    x = np.asarray(x, dtype=float)
+    ax.plot(x, y_anchor * fn(x) / fn(x[-1]), style, color="0.4", label=label)
+
+
+def plot_convergence(result) -> "plt.Figure":
+    """Three panels: error against L (log–log; m = ∞ at layer times and over continuous time, and the
+    largest finite m), error against m at the largest L, and the (L, m) heat map of the layer-time
+    error whose decrease along both edges shows that the two iterated limits agree."""
+    L = np.asarray(result.depths, dtype=float)
+    widths = result.widths
+    fin = [j for j, m in enumerate(widths) if math.isfinite(m)]
+    m_fin = np.asarray([widths[j] for j in fin])
+    lay, lay_se = result.mean_se("layer")
+    con, con_se = result.mean_se("continuous")
+    f = result.fits
+    big = fin[int(np.argmax(m_fin))]
+
+    fig, (a1, a2, a3) = plt.subplots(1, 3, figsize=(16, 4.6))
+    e = f["exponent_L"]
+    _errorbars(a1, L, lay[:, -1], lay_se[:, -1], color="C0",
+               label=f"m = ∞, layer times: slope −{e['value']:.3f} [{e['ci'][0]:.3f}, {e['ci'][1]:.3f}]")
+    e = f["exponent_L_continuous"]
+    _errorbars(a1, L, con[:, -1], con_se[:, -1], color="C1",
+               label=f"m = ∞, continuous t: slope −{e['value']:.3f} [{e['ci'][0]:.3f}, {e['ci'][1]:.3f}]")
+    e = f["exponent_L_large_m"]
+    _errorbars(a1, L, lay[:, big], lay_se[:, big], color="C2",
+               label=f"m = {e['m']}, layer times: slope −{e['value']:.3f} [{e['ci'][0]:.3f}, {e['ci'][1]:.3f}]")
+    _guide(a1, L, lay[-1, -1], lambda x: 1 / x, "1/L", "--")
+    _guide(a1, L, con[-1, -1], lambda x: np.log(x) / x, "log L / L", ":")
+    a1.set(xscale="log", yscale="log", xlabel="depth L", ylabel=r"E sup (1/N) Σ |X − X̄|²",
+           title="error against depth (± 2 SE)")
+    a1.legend(fontsize=7)
+
+    top = int(np.argmax(L))
+    e = f["exponent_m"]
+    _errorbars(a2, m_fin, lay[top, fin], lay_se[top, fin], color="C0",
+               label=f"L = {e['L']}, layer times: slope −{e['value']:.3f} [{e['ci'][0]:.3f}, {e['ci'][1]:.3f}]")
+    _errorbars(a2, m_fin, con[top, fin], con_se[top, fin], color="C1", label=f"L = {e['L']}, continuous t")
+    a2.axhline(lay[top, -1], color="C0", lw=0.8, ls="-.", label="m = ∞ (layer times)")
+    _guide(a2, m_fin, lay[top, fin][-1], lambda x: 1 / x, "1/m", "--")
+    add = f["additive_layer"]
+    a2.set(xscale="log", yscale="log", xlabel="width m", ylabel="error",
+           title=f"error against width; fit a/L + b/m: a = {add['a']['value']:.3g}, b = {add['b']['value']:.3g}")
+    a2.legend(fontsize=7)
+
+    labels = [str(int(m)) if math.isfinite(m) else "∞" for m in widths]
+    im = a3.imshow(lay, origin="lower", aspect="auto", cmap="viridis", norm=LogNorm(vmin=lay.min(), vmax=lay.max()))
+    a3.set_xticks(range(len(widths)), labels)
+    a3.set_yticks(range(len(L)), [str(int(x)) for x in L])
+    for i in range(len(L)):
+        for j in range(len(widths)):
+            a3.text(j, i, f"{lay[i, j]:.1e}", ha="center", va="center", fontsize=6,
+                    color="w" if lay[i, j] < np.sqrt(lay.min() * lay.max()) else "k")
+    a3.set(xlabel="width m", ylabel="depth L", title="layer-time error over (L, m): → 0 along both edges")
+    fig.colorbar(im, ax=a3, fraction=0.046)
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,287 @@
+"""Configuration, validation and the ``simulate`` command's outputs.
+
+Every invalid input must give ONE clear error naming the field and its valid range, before any
+work, and leave no output folder behind."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import stochformer.cli.simulate as cli_simulate
+from stochformer.cli import main
+from stochformer.config import ConfigError, RunConfig, build_config, tomllib
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "simulate.toml"
+FAST = ["--quiet", "--set", "L=4", "--set", "N=4", "--set", "batch=3", "--set", "m=8"]
+
+
+# --- invalid input: one error naming field and range ---------------------------------------------------
+
+# (overrides, field named, text of the valid range that must appear)
+INVALID = [
+    (["N=1"], "N", ">= 2"),
+    (["d=1"], "d", ">= 2"),
+    (["m=0"], "m", ">= 1"),
+    (["L=0"], "L", ">= 1"),
+    (["batch=0"], "batch", ">= 1"),
+    (["T=0"], "T", "> 0"),
+    (["T=-2.5"], "T", "> 0"),
+    (["T=nan"], "T", "> 0"),
+    (["T=inf"], "T", "finite"),
+    (["sigma_U=-0.1"], "sigma_U", ">= 0"),
+    (["sigma_W=-1"], "sigma_W", ">= 0"),
+    (["noise_scale=-2"], "noise_scale", ">= 0"),
+    (["sigma_U=nan"], "sigma_U", ">= 0"),
+    (["beta=inf"], "beta", "finite"),
+    (["energy_beta=0"], "energy_beta", "> 0"),
+    (["energy_beta=800"], "energy_beta", "<= 700"),
+    (["seed=-1"], "seed", ">= 0"),
+    (["seed=18446744073709551616"], "seed", "<= 18446744073709551615"),
+    (["record_every=0"], "record_every", ">= 1"),
+    (["path_stride=0"], "path_stride", ">= 1"),
+    (["mlp=maybe"], "mlp", "true or false"),
+    (["N=abc"], "N", ">= 2"),
+    (["N=2.5"], "N", "integer"),
+    (["activation=swish"], "activation", "relu"),
+    (["order=pre_ln"], "order", "'post_ln'"),
+    (["dynamics=ode"], "dynamics", "'sde'"),
+    (["dtype=float16"], "dtype", "'float32'"),
+    (["gamma=sideways"], "gamma", "'repulsive'"),
+    (["gamma=nan"], "gamma", "finite"),
+    (["Q=[[1,0],[0,1]]"], "Q", "d x d"),
+    (["d=2", "V=[[1,0],[0,1],[0,0]]"], "V", "d x d"),
+    (["d=2", "K=[[1,0],[0,nan]]"], "K", "finite"),
+    (["init.kind=pair"], "N = 2", "init.kind"),
+    (["init.kind=cone"], "init.kind", "'cluster'"),
+    (["init.cosine=1.5"], "init.cosine", "<= 1"),
+    (["init.spread=-1"], "init.spread", ">= 0"),
+    (["init.center=[1,0]"], "init.center", "d = 3"),
+    (["init.kind=npy"], "init.path", ".npy"),
+    (["colour=blue"], "colour", "valid fields are N, d"),
+    (["init.size=3"], "init.size", "valid fields are kind"),
+    (["device=tpu"], "device", "'cuda'"),
+]
+
+
+@pytest.mark.parametrize("overrides,field,valid", INVALID)
+def test_build_config_rejects(overrides, field, valid):
+    with pytest.raises(ConfigError) as exc:
+        build_config(None, overrides)
+    msg = str(exc.value)
+    assert field in msg and valid in msg, msg
+    # one line about the one bad field, not pydantic's multi-line dump
+    assert "\n" not in msg and "validation error" not in msg and "pydantic" not in msg
+
+
+@pytest.mark.parametrize("overrides,field,valid", INVALID[::3])
+def test_cli_rejects_before_any_work(overrides, field, valid, tmp_path, monkeypatch):
+    """The CLI turns the error into one usage message; nothing is simulated and no folder written."""
+    calls = []
+    monkeypatch.setattr(cli_simulate, "simulate", lambda *a, **k: calls.append(1))
+    out = tmp_path / "run"
+    args = ["simulate", "--quiet", "--out", str(out)]
+    for o in overrides:
+        args += ["--set", o]
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 2, res.output
+    assert field in res.output and valid in res.output and "Traceback" not in res.output
+    assert not calls and not out.exists() and list(tmp_path.iterdir()) == []
+
+
+_negative = st.floats(max_value=-1e-300, allow_nan=False) | st.sampled_from([-math.inf])
+_nonfinite = st.sampled_from([math.nan, math.inf, -math.inf])
+_INT_FIELDS = {"N": 2, "d": 2, "m": 1, "L": 1, "batch": 1, "record_every": 1}
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_hypothesis_invalid_numbers(data):
+    """Random out-of-range or non-finite values of the numeric fields always raise ConfigError
+    naming the field (and never anything else)."""
+    kind = data.draw(st.sampled_from(["int", "nonneg", "positive", "nonfinite"]))
+    if kind == "int":
+        field = data.draw(st.sampled_from(sorted(_INT_FIELDS)))
+        value = data.draw(st.integers(max_value=_INT_FIELDS[field] - 1))
+        valid = f">= {_INT_FIELDS[field]}"
+    elif kind == "nonneg":
+        field = data.draw(st.sampled_from(["sigma_U", "sigma_W", "noise_scale"]))
+        value, valid = data.draw(_negative), ">= 0"
+    elif kind == "positive":
+        field = data.draw(st.sampled_from(["T", "energy_beta"]))
+        value, valid = data.draw(st.floats(max_value=0.0, allow_nan=False)), "> 0"
+    else:
+        field = data.draw(st.sampled_from(["T", "sigma_U", "sigma_W", "noise_scale", "beta", "gamma", "energy_beta"]))
+        value, valid = data.draw(_nonfinite), "finite"
+    with pytest.raises(ConfigError) as exc:
+        build_config({field: value})
+    msg = str(exc.value)
+    assert msg.startswith(f"invalid configuration: {field}:") and (valid in msg or "finite" in msg), msg
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(field=st.sampled_from(["N", "d", "m", "L", "batch"]), value=st.integers(-10**6, 0))
+def test_hypothesis_invalid_numbers_cli(field, value, tmp_path):
+    out = tmp_path / f"run-{field}{value}"
+    res = CliRunner().invoke(main, ["simulate", "--quiet", "--out", str(out), "--set", f"{field}={value}"])
+    assert res.exit_code == 2 and f"{field}:" in res.output and ">=" in res.output
+    assert not out.exists()
+
+
+def test_npy_init_errors(tmp_path):
+    """Wrong shape, non-finite entries, zero rows and missing or unreadable files of init.path."""
+    np.save(tmp_path / "shape.npy", np.ones((3, 4)))
+    np.save(tmp_path / "nan.npy", np.full((4, 3), np.nan))
+    zero = np.ones((4, 3))
+    zero[2] = 0
+    np.save(tmp_path / "zero.npy", zero)
+    (tmp_path / "junk.npy").write_text("not an array")
+    cases = {"shape.npy": "expected (4, 3)", "nan.npy": "non-finite", "zero.npy": "zero row",
+             "junk.npy": "cannot read", "missing.npy": "cannot read"}
+    for name, text in cases.items():
+        over = ["N=4", "init.kind=npy", f"init.path={tmp_path / name}"]
+        with pytest.raises(ConfigError, match="init.path") as exc:
+            build_config(None, over)
+        assert text in str(exc.value)
+        out = tmp_path / f"out-{name}"
+        res = CliRunner().invoke(main, ["simulate", "--quiet", "--out", str(out), *sum((["--set", o] for o in over), [])])
+        assert res.exit_code != 0 and "init.path" in res.output and text in res.output
+        assert not out.exists()
+
+
+def test_config_file_errors(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("N = = 3\n")
+    binary = tmp_path / "binary.toml"
+    binary.write_bytes(b"\xff\xfe\x00N = 1")
+    for path, text in ((tmp_path / "missing.toml", "not found"), (bad, "cannot read"), (binary, "cannot read")):
+        with pytest.raises(ConfigError, match="config"):
+            build_config(config_file=path)
+        out = tmp_path / "out"
+        res = CliRunner().invoke(main, ["simulate", "--config", str(path), "--out", str(out)])
+        assert res.exit_code == 2 and text in res.output and not out.exists()
+    wrong = tmp_path / "wrong.toml"
+    wrong.write_text("N = 1\n")
+    res = CliRunner().invoke(main, ["simulate", "--config", str(wrong), "--out", str(tmp_path / "o")])
+    assert res.exit_code == 2 and "N:" in res.output and ">= 2" in res.output
+
+
+@pytest.mark.parametrize("item", ["N5", "=3", "init..kind=pair", ".N=3"])
+def test_bad_set_syntax(item, tmp_path):
+    with pytest.raises(ConfigError, match="FIELD=VALUE"):
+        build_config(None, [item])
+    res = CliRunner().invoke(main, ["simulate", "--set", item, "--out", str(tmp_path / "o")])
+    assert res.exit_code == 2 and "FIELD=VALUE" in res.output and not (tmp_path / "o").exists()
+
+
+def test_existing_output_folder_is_not_overwritten(tmp_path):
+    out = tmp_path / "o"
+    out.mkdir()
+    (out / "keep.txt").write_text("x")
+    res = CliRunner().invoke(main, ["simulate", *FAST, "--out", str(out)])
+    assert res.exit_code == 2 and "--force" in res.output
+    assert [p.name for p in out.iterdir()] == ["keep.txt"]
+
+
+# --- config: precedence, nested fields, example file -------------------------------------------------
+
+
+def test_toml_then_set_precedence(tmp_path):
+    f = tmp_path / "run.toml"
+    f.write_text('N = 5\nd = 4\nactivation = "tanh"\n[init]\nkind = "cluster"\nspread = 0.2\n')
+    cfg = build_config({"N": 9, "m": 7}, ["d=6", "init.spread=0.05"], f)
+    assert (cfg.N, cfg.d, cfg.m, cfg.activation) == (5, 6, 7, "tanh")  # defaults ← base ← file ← --set
+    assert cfg.init.kind == "cluster" and cfg.init.spread == 0.05
+    assert cfg.L == RunConfig().L  # untouched fields keep their defaults
+
+
+def test_dotted_nested_fields_and_values():
+    cfg = build_config(None, ["init.kind=pair", "init.cosine=0.5", "N=2", "gamma=repulsive", "mlp=false",
+                              "Q=[[1,0,0],[0,2,0],[0,0,1]]", "path_stride=3"])
+    assert cfg.init.kind == "pair" and cfg.init.cosine == 0.5 and cfg.N == 2
+    assert cfg.gamma_value == -1.0 and cfg.mlp is False and cfg.Q[1][1] == 2.0 and cfg.path_stride == 3
+    # with_updates re-validates
+    with pytest.raises(ConfigError, match="N"):
+        cfg.with_updates(N=3)
+
+
+def test_example_file_loads_and_matches_the_docs():
+    cfg = build_config(config_file=EXAMPLE)
+    assert isinstance(cfg, RunConfig) and cfg.gamma_value == 1.0
+    # the TOML shown in docs/usage.md is the same configuration
+    doc = (EXAMPLE.parents[1] / "docs" / "usage.md").read_text()
+    block = doc.split("```toml\n", 1)[1].split("```", 1)[0]
+    assert RunConfig.model_validate(tomllib.loads(block)) == cfg
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_missing_cuda_is_one_clean_error(tmp_path):
+    res = CliRunner().invoke(main, ["simulate", *FAST, "--set", "device=cuda", "--out", str(tmp_path / "o")])
+    assert res.exit_code == 1 and "device" in res.output and "Traceback" not in res.output
+    assert list(tmp_path.iterdir()) == []
+
+
+# --- simulate outputs ------------------------------------------------------------------------------------
+
+
+def _pairwise(final: np.ndarray, energy_beta: float) -> dict[str, np.ndarray]:
+    """Per-sample statistics of final tokens (batch, N, d), computed directly."""
+    G = np.einsum("bid,bjd->bij", final, final)
+    iu = np.triu_indices(final.shape[1], 1)
+    pairs = G[:, iu[0], iu[1]]
+    return {
+        "mean_cosine": pairs.mean(1),
+        "min_cosine": pairs.min(1),
+        "energy": 0.5 * (np.exp(energy_beta) - np.exp(energy_beta * G)).mean(axis=(1, 2)),
+    }
+
+
+@pytest.mark.parametrize("dynamics", ["transformer", "sde"])
+def test_simulate_output_folder(dynamics, tmp_path):
+    out = tmp_path / "run"
+    args = ["simulate", *FAST, "--set", "d=3", "--set", "path_stride=2", "--set", "energy_beta=2",
+            "--set", "seed=5", "--set", f"dynamics={dynamics}", "--out", str(out)]
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 0, res.output
+    assert {p.name for p in out.iterdir()} >= {"config.json", "summary.json", "arrays.npz", "summary.png", "paths.png"}
+    assert not any(p.name.endswith(".partial") for p in tmp_path.iterdir())
+    rec = json.loads((out / "config.json").read_text())
+    assert rec["seed"] == 5 and rec["config"]["dynamics"] == dynamics and rec["config"]["N"] == 4
+    assert rec["device"].startswith("cpu") and rec["versions"]["torch"] and rec["version"]
+    assert RunConfig.model_validate(rec["config"]).L == 4  # the resolved config round-trips
+    summary = json.loads((out / "summary.json").read_text())
+    for key in ("layers", "mean_cosine", "mean_cosine_se", "energy", "energy_se", "min_cosine"):
+        assert len(summary[key]) == 5, key
+    assert summary["layers"] == [0, 1, 2, 3, 4]
+    arr = np.load(out / "arrays.npz")
+    assert arr["paths"].shape == (3, 3, 4, 3) and list(arr["path_layers"]) == [0, 2, 4]
+    np.testing.assert_array_equal(arr["paths"][:, -1], arr["final"])
+    direct = _pairwise(arr["final"], 2.0)
+    for key in ("mean_cosine", "energy", "min_cosine"):
+        per_sample = arr[key]  # (batch, layers)
+        assert per_sample.shape == (3, 5)
+        np.testing.assert_allclose(per_sample[:, -1], direct[key], rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(summary[key], per_sample.mean(0), rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(summary["mean_cosine_se"], arr["mean_cosine"].std(0, ddof=1) / np.sqrt(3), rtol=1e-10)
+    np.testing.assert_allclose(summary["energy_se"], arr["energy"].std(0, ddof=1) / np.sqrt(3), rtol=1e-10)
+    # the same seed gives the same numbers through the CLI
+    res2 = CliRunner().invoke(main, [*args[:-1], str(tmp_path / "again")])
+    assert res2.exit_code == 0
+    np.testing.assert_array_equal(np.load(tmp_path / "again" / "arrays.npz")["final"], arr["final"])
+
+
+def test_no_paths_png_without_stride_or_for_d_not_3(tmp_path):
+    for extra, name in ((["--set", "d=3"], "a"), (["--set", "d=4", "--set", "path_stride=1"], "b")):
+        res = CliRunner().invoke(main, ["simulate", *FAST, *extra, "--out", str(tmp_path / name)])
+        assert res.exit_code == 0, res.output
+        files = {p.name for p in (tmp_path / name).iterdir()}
+        assert "summary.png" in files and "paths.png" not in files
+    assert "paths" not in np.load(tmp_path / "a" / "arrays.npz").files
