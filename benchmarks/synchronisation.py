@@ -150,10 +150,10 @@ def render(results: list[dict], repulsive: list[dict], meta: dict) -> str:
             f"{'—' if v['e_10pct_ok'] is None else ('yes' if v['e_10pct_ok'] else '**no**')} |"
         )
     lines += ["", "Sample sizes and horizons:", "",
-              "| φ | d | σ | γ | dynamics | T | pairs (λ₁) | T (energy) | paths (energy) | wall s |", "|---|---|---|---|---|---|---|---|---|---|"]
+              "| φ | d | σ | γ | dynamics | T | pairs (λ₁) | T (energy) | paths (energy) | run | wall s |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         lines.append(f"| {r['activation']} | {r['d']} | {r['sigma']:g} | {r['gamma']:g} | {r['dynamics']} | {r['T']:.3g} | {r['pairs']} | "
-                     f"{r['T_near']:.3g} | {r['energy_pairs']} | {r['wall_s']:.1f} |")
+                     f"{r['T_near']:.3g} | {r['energy_pairs']} | {r.get('run', '')} | {r['wall_s']:.1f} |")
     lines += [
         "", "### Repulsive attention overcome by noise", "",
         "ReLU, d = 8, σ_U = σ_W = 0.5 (λ₁ = −1.375, λ̄ = −1.75: coercive), transformer, T = 10. The predicted",
@@ -177,19 +177,31 @@ def main() -> None:
     ap.add_argument("--json", default=None, help="also write every number to this JSON file")
     ap.add_argument("--only", default=None, help="comma-separated dynamics to run (transformer,sde)")
     ap.add_argument("--cases", type=int, default=None, help="run only the first K cases (smoke test)")
+    ap.add_argument("--merge", default=None, help="JSON written by --json of an earlier run: its cases are reused, not rerun")
+    ap.add_argument("--max-pairs", type=int, default=None, help="cap on pairs for λ₁ (default 16384 with --full, else 1024)")
+    ap.add_argument("--energy-pairs", type=int, default=None, help="paths for the energy rate (default 8192 with --full, else 1024)")
+    ap.add_argument("--m", type=int, default=256, help="MLP width of the transformer")
     args = ap.parse_args()
-    L, T_units, m = 400, 8.0, 256
+    L, T_units, m = 400, 8.0, args.m
     max_pairs, energy_pairs = (16384, 8192) if args.full else (1024, 1024)
+    max_pairs, energy_pairs = args.max_pairs or max_pairs, args.energy_pairs or energy_pairs
+    label = f"{args.device}, m={m}"
+    earlier = json.loads(Path(args.merge).read_text()) if args.merge else {"cases": []}
+    done = {(r["activation"], r["d"], r["sigma"], r["gamma"], r["dynamics"]): r for r in earlier["cases"]}
     dyns = (args.only or "sde,transformer").split(",")
     start = time.perf_counter()
     tasks = []
     for k, (act, d, sigma, gamma) in enumerate(CASES[: args.cases]):
         for dyn in dyns:
+            if (act, d, sigma, gamma, dyn) in done:
+                continue
             tasks.append(Task(f"{act}-d{d}-s{sigma:g}-g{gamma:g}-{dyn}", validation_point,
                               dict(act=act, d=d, sigma=sigma, gamma=gamma, dynamics=dyn, L=L, T_units=T_units, m=m,
                                    max_pairs=max_pairs, energy_pairs=energy_pairs, seed=1000 + k, device=args.device)))
     res = run_tasks(tasks, store=args.store, progress=True, desc="cases")
-    results = [res[t.key] for t in tasks]
+    results = [dict(r, run=r.get("run", "earlier run")) for r in done.values()] + [dict(res[t.key], run=label) for t in tasks]
+    order = {c: k for k, c in enumerate(CASES)}
+    results.sort(key=lambda r: (order.get((r["activation"], r["d"], r["sigma"], r["gamma"]), 99), r["dynamics"]))
     for r in results:
         v = verdicts(r)
         print(f"{r['activation']:8s} d={r['d']:3d} s={r['sigma']:.1f} g={r['gamma']:+.1f} {r['dynamics']:11s} "

@@ -91,6 +91,8 @@ class MLPNoise:
     def __post_init__(self) -> None:
         self._phi = get_activation(self.activation)
         self._draw = NormalDraws(self.rng, self.precision)
+        # the gaussian sampler applies φ to a fresh buffer: in place where that is known to be safe
+        self._phi_fresh = torch.relu_ if self.activation == "relu" else self._phi
 
     def reset(self, batch, d, generator, dtype, device) -> None:  # stateless
         pass
@@ -147,7 +149,7 @@ class MLPNoise:
                 pre[bad] = U @ Yt[bad]
         if self.sigma_U > 0:
             pre.add_(z[B * m * r : B * m * (r + 1)].view(B, m, 1), alpha=self.sigma_U)
-        return self._phi(pre)
+        return self._phi_fresh(pre)
 
     def increment(self, X: torch.Tensor, dt: float, generator: torch.Generator, xi: Optional[torch.Tensor] = None) -> torch.Tensor:
         """``xi`` (batch, N, d): drive the conditional Gaussian law with these normals through the

@@ -15,7 +15,8 @@ Schedulers (the ``scheduler`` argument):
   started for this call and closed after it;
 - a Dask scheduler address (``tcp://host:8786``, ``tls://...``, ``host:port``), or an existing
   ``distributed.Client``. Tasks with ``resources`` (e.g. ``{"GPU": 1}``) run only on workers
-  started with them (``dask worker ADDRESS --resources GPU=1``).
+  started with them (``dask worker ADDRESS --resources GPU=1``); a local process pool ignores
+  ``resources`` (its processes share this machine's devices).
 """
 
 from __future__ import annotations
@@ -102,8 +103,7 @@ class _PoolRunner(_Runner):
         self.pool = pool
 
     def submit(self, task: Task) -> cf.Future:
-        if task.resources:
-            raise ValueError(f"task {task.key!r} requests resources {task.resources}; only a Dask scheduler can place it")
+        # ``resources`` are ignored: every process of a local pool shares this machine's devices
         return self.pool.submit(_call, task.fn, task.kwargs)
 
     def as_completed(self, futures: list) -> Iterator[cf.Future]:

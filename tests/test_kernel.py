@@ -123,9 +123,10 @@ def test_closed_form_matches_scipy_integral(name, d, sigma_U, sigma_W):
         assert float(k.kappa(rho)) == pytest.approx(ref, rel=1e-7, abs=1e-9)
 
 
-@pytest.mark.parametrize("name", CLOSED_FORMS)
+@pytest.mark.parametrize("name", CLOSED_FORMS + ["tanh", "silu"])
 def test_kappa_prime_is_derivative_of_kappa(name):
-    """κ' = dκ/dρ: closed-form κ' against a central difference of closed-form κ (interior ρ)."""
+    """κ' = dκ/dρ: κ' (closed form, or quadrature of φ'φ' by autograd for tanh/silu) against a
+    central difference of κ (interior ρ)."""
     k = NoiseKernel(name, 4, 0.3, 0.2)
     rho = torch.linspace(-0.95, 0.95, 39, dtype=torch.float64)
     h = 1e-5

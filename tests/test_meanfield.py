@@ -56,13 +56,13 @@ def test_query_chunk_bounds_block():
 
 
 def test_large_N_uses_chunked_blocks(monkeypatch):
-    """For N = 1000 and a 10⁴-entry block, no softmax sees more than one block per sample and
+    """For N = 1000 and a 10⁵-entry block, no softmax sees more than one block per sample and
     the field evaluates features on at most token_chunk tokens at a time."""
-    N, block = 1000, 10_000
+    N, block = 1000, 100_000
     cfg = _cfg(features=32)
     fld = make_field(cfg, 1, torch.Generator().manual_seed(0), token_chunk=256)
     stepper = particle_stepper(cfg, fld, N, block=block, sdpa=False)
-    assert stepper.sde.attention.chunk == query_chunk(N, block) == 10
+    assert stepper.sde.attention.chunk == query_chunk(N, block) == 100
     softmax_shapes, feature_shapes = [], []
     real_softmax, real_features = torch.softmax, fld.features_at
     monkeypatch.setattr(torch, "softmax", lambda x, dim: softmax_shapes.append(tuple(x.shape)) or real_softmax(x, dim=dim))
@@ -70,7 +70,7 @@ def test_large_N_uses_chunked_blocks(monkeypatch):
     X = _cloud(1, N, 3)
     stepper.step(X, torch.Generator().manual_seed(1))
     # one step = one or more attention evaluations (integrator-dependent), each N/chunk blocks
-    assert len(softmax_shapes) % (N // 10) == 0 and all(s[-2] * s[-1] <= block for s in softmax_shapes)
+    assert len(softmax_shapes) % (N // 100) == 0 and all(s[-2] * s[-1] <= block for s in softmax_shapes)
     assert len(feature_shapes) == -(-N // 256) and all(s[-2] <= 256 for s in feature_shapes)
 
 

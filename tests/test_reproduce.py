@@ -103,9 +103,11 @@ CHEAP, LONG = "table", "sync"
 
 
 @pytest.mark.slow
-def test_killed_run_resumes_without_recomputing(tmp_path: Path) -> None:
-    """Kill (SIGKILL) a run while its second stage runs; --resume reuses the first stage's stored
-    entry (same file, same mtime, status 'cached', original start time) and computes the second."""
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT], ids=["killed", "ctrl-c"])
+def test_killed_run_resumes_without_recomputing(tmp_path: Path, sig: int) -> None:
+    """Kill (SIGKILL) or interrupt (SIGINT, as Ctrl-C) a run while its second stage runs; --resume
+    reuses the first stage's stored entry (same file, same mtime, status 'cached', original start
+    time) and computes the second."""
     out = tmp_path / "report"
     first, second = CHEAP, LONG
     # the second stage is made long (many layers) so that it is surely running when killed; the
@@ -120,10 +122,13 @@ def test_killed_run_resumes_without_recomputing(tmp_path: Path) -> None:
             assert time.time() < deadline, "first stage was not stored within 60 s"
             time.sleep(0.05)
         assert proc.poll() is None, "the run finished before it could be killed"
-        os.kill(proc.pid, signal.SIGKILL)
+        os.kill(proc.pid, sig)
     finally:
         proc.wait(timeout=30)
-    assert proc.returncode == -signal.SIGKILL
+    if sig == signal.SIGINT:
+        assert proc.returncode == 130 and "--resume" in proc.stderr.read().decode()
+    else:
+        assert proc.returncode == -signal.SIGKILL
     (entry,) = cache.glob(f"{first}-*.json")
     before = (entry.stat().st_mtime_ns, entry.read_bytes())
     stored = json.loads(before[1])["result"]

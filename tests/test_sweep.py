@@ -28,24 +28,11 @@ from stochformer.runtime import child_seeds
 from stochformer.sweep import parse_scheduler, run_tasks_parallel
 from stochformer.tasks import Task, run_tasks
 
+from _sweep_tasks import counted_square, fails_for_five  # light module: imported by the workers
+
 distributed = pytest.importorskip("distributed")
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-# ---- task functions (module level: the workers import them) ----------------------------------
-
-
-def counted_square(x: int, log: str, marker: str | None = None) -> dict:
-    """x² after appending x to ``log``; kills its own worker process the first time if ``marker``
-    does not exist yet (it creates it first)."""
-    with open(log, "a") as fh:
-        fh.write(f"{x}\n")
-    time.sleep(0.1)
-    if marker is not None and not os.path.exists(marker):
-        Path(marker).touch()
-        os.kill(os.getpid(), signal.SIGKILL)
-    return {"x": x, "square": x * x}
 
 
 # ---- fixtures ---------------------------------------------------------------------------------
@@ -124,16 +111,6 @@ def test_worker_killed_mid_sweep_completes_without_loss_or_duplicates(client, tm
     assert all(cache.load(t.key, t.cache_key) == results[t.key] for t in tasks)
 
 
-def fails_for_five(x: int, store: str) -> int:
-    """x, except for 5, which raises once the other tasks' results are in ``store``."""
-    if x == 5:
-        deadline = time.monotonic() + 30
-        while len(list(Path(store).glob("f*.json"))) < 2 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        raise ArithmeticError("five")
-    return x
-
-
 def test_failing_task_raises_with_its_key_and_keeps_finished_results(client, tmp_path):
     tasks = [Task(f"f{x}", fails_for_five, {"x": x, "store": str(tmp_path)}) for x in (5, 1, 2)]
     with pytest.raises(ArithmeticError, match="five") as info:
@@ -147,7 +124,7 @@ def test_failing_task_raises_with_its_key_and_keeps_finished_results(client, tmp
 
 SWEEP_TOML = """
 N = 8
-L = 300
+L = 200
 T = 3.0
 m = 32
 record_every = 100
@@ -214,8 +191,6 @@ def test_resource_tasks_run_only_on_workers_that_have_them(client):
     # a sweep on a CUDA device asks for a GPU; a CPU sweep does not
     assert all(t.resources == {"GPU": 1} for t in plan_sweep(small_sweep(device="cuda")).tasks())
     assert all(t.resources is None for t in plan_sweep(small_sweep()).tasks())
-    with pytest.raises(ValueError, match="only a Dask scheduler"):
-        run_tasks_parallel(tasks[:1], scheduler="processes:1")
 
 
 # ---- input validation -------------------------------------------------------------------------

@@ -34,7 +34,7 @@ def _listing() -> str:
 def reproduce_cmd(profile, only, resume, scheduler, list_only, config_file, overrides, out, force, quiet) -> None:
     """Run every experiment of SPEC §6 and write OUT/index.html (default report/) and OUT/results.json.
 
-    Overrides: --set STAGE.FIELD=VALUE changes one section (e.g. --set clusters.L=500);
+    Overrides: --set STAGE.FIELD=VALUE changes one section (e.g. --set sync.L=500);
     --set FIELD=VALUE every section that has the field (e.g. --set seed=1)."""
     if list_only:
         click.echo(_listing())
@@ -66,3 +66,10 @@ def reproduce_cmd(profile, only, resume, scheduler, list_only, config_file, over
     click.echo(f"report: {out / 'index.html'} ({report['elapsed_s']:.1f} s); numbers: {out / 'results.json'}")
     if bad:
         raise click.ClickException(f"{len(bad)} section(s) did not run: {', '.join(r['name'] for r in bad)}")
+
+
+for _param in reproduce_cmd.params:  # the shared --out/--force help, in this command's terms
+    if _param.name == "out":
+        _param.help = "Output folder (default report/): index.html, results.json and cache/."
+    elif _param.name == "force":
+        _param.help = "Write into a non-empty folder that is not a report folder."

@@ -281,5 +281,12 @@ def run_converge(cfg: ConvergeConfig, progress: bool = False, store: Optional[Pa
 def _grid_task(config: dict, depths: list[int], widths: list[int], refine: int, depth: int, seed: int, n: int) -> dict:
     """One task: all widths at one depth for one chunk of samples (module level, JSON-able)."""
     cfg = RunConfig.model_validate(config)
-    with torch.no_grad():
-        return _coupled_errors(cfg, depths, widths, refine, depth, seed, n)
+    # the tensors are small (chunk × N × N): one thread is faster than two, and processes
+    # (scheduler="processes:2") use the cores without oversubscribing them
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with torch.no_grad():
+            return _coupled_errors(cfg, depths, widths, refine, depth, seed, n)
+    finally:
+        torch.set_num_threads(threads)

@@ -14,6 +14,8 @@ def plot_sweep(result, max_lines: int = 12) -> "plt.Figure":
     value of the other axes (at most ``max_lines``). A sweep without axes shows the layer curves."""
     ds = result.dataset
     dims = [d for d in ds["mean_cosine_mean"].dims if d != "layer"]
+    if len(dims) > 1 and dims[0] == "point":  # a grid axis on the x axis, the points as lines
+        dims = dims[1:] + ["point"]
     last = ds.isel(layer=-1)
     if not dims:
         summary = {"layers": ds["layer"].values}

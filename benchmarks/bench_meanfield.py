@@ -1,0 +1,141 @@
+"""Mean-field particle solver on the CPU: peak memory and time per step at N = 10⁴, 2·10⁴, 4·10⁴
+tokens (d = 16, float64), with the attention in query chunks and with PyTorch's fused
+``scaled_dot_product_attention`` (scale 1).
+
+    python benchmarks/bench_meanfield.py             # writes the "Mean-field particle solver" section of docs/benchmarks.md
+    python benchmarks/bench_meanfield.py --no-write  # prints only
+
+Each (N, attention path) runs in a fresh process; its peak memory is the rise of the process's
+peak resident set (``ru_maxrss``) during the steps, over the state already allocated (tokens,
+field). Memory linear in N shows as a ratio ≈ 2 when N doubles. Time per step is compared with
+the attention FLOP count 4 N² d (scores Q Kᵀ and the weighted sum of values) divided by the
+matmul rate measured in the same process on the attention's own shape ((chunk, d) × (d, N)) and,
+for reference, on a square 2048 × 2048 GEMM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from docsection import write_section  # noqa: E402
+
+DOC = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
+SECTION = "## Mean-field particle solver"
+CHUNK = 256  # query rows per attention block: score block CHUNK × N, linear in N
+FEATURES = 256
+
+
+def _rss_peak_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux: KiB
+
+
+def _rate(m: int, k: int, n: int, reps: int = 3) -> float:
+    """GFLOP/s of an (m, k) × (k, n) float64 matmul (best of ``reps``)."""
+    A, B = torch.randn(m, k, dtype=torch.float64), torch.randn(k, n, dtype=torch.float64)
+    A @ B
+    best = min(_timed(lambda: A @ B) for _ in range(reps))
+    return 2 * m * k * n / best / 1e9
+
+
+def _timed(fn) -> float:
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
+def single(N: int, d: int, path: str, steps: int) -> dict:
+    """One (N, path) measurement in this process."""
+    from stochformer.config import RunConfig
+    from stochformer.meanfield import make_field, particle_stepper
+    from stochformer.sphere import uniform
+
+    cfg = RunConfig(N=N, d=d, dynamics="sde", noise="random_features", features=FEATURES, integrator="euler", T=1.0, L=10)
+    g = torch.Generator().manual_seed(0)
+    X = uniform((1, N), d, g)
+    field = make_field(cfg, 1, g, token_chunk=4096)
+    stepper = particle_stepper(cfg, field, N, block=CHUNK * N, sdpa=(path == "sdpa"))
+    base = _rss_peak_mb()
+    times = []
+    for _ in range(steps + 1):  # the first step warms up
+        t = time.perf_counter()
+        Y = stepper.step(X, g)
+        times.append(time.perf_counter() - t)
+    peak = _rss_peak_mb() - base
+    del Y
+    step_s = sorted(times[1:])[len(times[1:]) // 2]
+    attn_s = sorted(_timed(lambda: stepper.sde.attention(X)) for _ in range(2))[0]
+    rate_shape = _rate(CHUNK, d, N)
+    rate_square = _rate(2048, 2048, 2048)
+    flops = 4.0 * N * N * d
+    return {
+        "N": N, "d": d, "path": path, "step_s": step_s, "attention_s": attn_s, "peak_mb": peak,
+        "flops": flops, "rate_attn_shape_gflops": rate_shape, "rate_gemm_gflops": rate_square,
+        "ratio_shape": step_s / (flops / (rate_shape * 1e9)), "ratio_gemm": step_s / (flops / (rate_square * 1e9)),
+        "threads": torch.get_num_threads(),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", type=int, nargs="+", default=[10_000, 20_000, 40_000])
+    ap.add_argument("--d", type=int, default=16)
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--paths", nargs="+", default=["chunked", "sdpa"], choices=["chunked", "sdpa"])
+    ap.add_argument("--no-write", action="store_true")
+    ap.add_argument("--single", nargs=2, metavar=("N", "PATH"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.single:
+        print(json.dumps(single(int(args.single[0]), args.d, args.single[1], args.steps)))
+        return
+
+    load0 = os.getloadavg()[0]
+    rows = []
+    for path in args.paths:
+        for N in args.sizes:
+            cmd = [sys.executable, __file__, "--single", str(N), path, "--d", str(args.d), "--steps", str(args.steps)]
+            out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+            rows.append(json.loads(out.strip().splitlines()[-1]))
+            print(rows[-1], flush=True)
+    load1 = os.getloadavg()[0]
+
+    cmdline = "python benchmarks/bench_meanfield.py" + ("" if args.sizes == [10_000, 20_000, 40_000] else f" --sizes {' '.join(map(str, args.sizes))}")
+    lines = [
+        SECTION, "",
+        f"`{cmdline}` on {platform.machine()}, {os.cpu_count()} cores, {rows[0]['threads']} torch threads, "
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load average {load0:.1f} before, {load1:.1f} after "
+        "(the machine is shared: other jobs were running).", "",
+        f"Limit SDE (Euler step: attention + random-feature field of width {FEATURES}), d = {args.d}, float64, one "
+        f"sample. Attention `chunked`: query blocks of {CHUNK} rows (score block {CHUNK} × N); `sdpa`: "
+        "`torch.nn.functional.scaled_dot_product_attention(scale=1)` (CPU flash kernel). Peak memory: rise of the "
+        "process's peak RSS during the steps. Model time: 4 N² d FLOPs divided by the float64 matmul rate measured "
+        f"in the same process on the attention's shape ({CHUNK} × {args.d}) · ({args.d} × N), and on a square 2048³ GEMM.", "",
+        "| path | N | time/step (s) | attention (s) | peak memory (MB) | memory ratio vs N/2 | "
+        "rate, attention shape (GFLOP/s) | time / model (attention shape) | rate, GEMM (GFLOP/s) | time / model (GEMM) |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for r in rows:
+        prev = next((p for p in rows if p["path"] == r["path"] and p["N"] * 2 == r["N"]), None)
+        ratio = f"{r['peak_mb'] / prev['peak_mb']:.2f}" if prev and prev["peak_mb"] > 0 else "—"
+        lines.append(
+            f"| {r['path']} | {r['N']} | {r['step_s']:.3f} | {r['attention_s']:.3f} | {r['peak_mb']:.0f} | {ratio} | "
+            f"{r['rate_attn_shape_gflops']:.1f} | {r['ratio_shape']:.2f} | {r['rate_gemm_gflops']:.1f} | {r['ratio_gemm']:.2f} |"
+        )
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if not args.no_write:
+        write_section(DOC, SECTION, text)
+
+
+if __name__ == "__main__":
+    main()

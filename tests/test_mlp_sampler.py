@@ -1,0 +1,157 @@
+"""The fast samplers of the random MLP (``MLPNoise(mode="gaussian")`` with ``rng`` and
+``precision``; ``stochformer.rng.NormalDraws``): same law as SPEC §1–2, reproducible per seed."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from scipy import stats
+
+from stochformer.config import RunConfig
+from stochformer.experiments.simulate import simulate
+from stochformer.kernel import NoiseKernel
+from stochformer.noise import MLPNoise, _cholesky, _gram_output_cheaper
+from stochformer.rng import NormalDraws, resolve_backend
+from stochformer.runtime import make_generator
+
+F64 = torch.float64
+SAMPLERS = [("parallel", "full"), ("parallel", "float32"), ("torch", "float32")]
+
+
+def _tokens(N: int, d: int) -> torch.Tensor:
+    """N fixed unit tokens in R^d with assorted cosines."""
+    x = torch.zeros(N, d, dtype=F64)
+    x[:, :3] = torch.tensor([[1.0, 0.0, 0.0], [0.8, 0.6, 0.0], [-0.3, 0.1, 0.9]], dtype=F64)[:N]
+    x[N - 1, -1] += 0.5
+    return x / x.norm(dim=-1, keepdim=True)
+
+
+def _covariance_z(noise: MLPNoise, x: torch.Tensor, B: int, dt: float, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Monte Carlo estimate of E[ΔW_ia ΔW_jb] over B independent draws at the tokens x (N, d) and
+    its standard error: (Nd, Nd) each."""
+    N, d = x.shape
+    G = noise.increment(x.expand(B, N, d).clone(), dt, make_generator(seed)).reshape(B, N * d)
+    prod = G[:, :, None] * G[:, None, :]
+    return prod.mean(0), prod.std(0) / math.sqrt(B)
+
+
+@pytest.mark.parametrize("rng,precision", SAMPLERS)
+@pytest.mark.parametrize("N,d,m", [(3, 3, 8), (3, 5, 8), (3, 5, 2)])
+def test_each_sampler_has_kernel_kappa(rng, precision, N, d, m):
+    """E[ΔW_ia ΔW_jb] = Δt s² κ(⟨x_i, x_j⟩) δ_ab at finite m (SPEC §2) for each sampler; the sizes
+    reach the three draws: U directly (d ≤ N), the Gram root of YYᵀ/d (d > N), and the output
+    through the Gram root of ΦᵀΦ (m > N) or through Φᵀ Z' (m ≤ N). B = 40000 draws, every entry
+    within 5 SE (SE from the sample variance of the products); the test would see σ_W² dropped."""
+    B, s, dt, sigma_U, sigma_W = 40000, 1.3, 0.25, 0.5, 0.3
+    x = _tokens(N, d)
+    noise = MLPNoise("relu", m, sigma_U, sigma_W, scale=s, mode="gaussian", rng=rng, precision=precision)
+    mean, se = _covariance_z(noise, x, B, dt, seed=11)
+    kappa = NoiseKernel("relu", d, sigma_U, sigma_W, scale=s).kappa((x @ x.T).clamp(-1, 1))
+    expected = dt * torch.kron(kappa, torch.eye(d, dtype=F64))
+    assert float(((mean - expected) / se).abs().max()) < 5.0
+    wrong = dt * torch.kron(kappa - s**2 * sigma_W**2, torch.eye(d, dtype=F64))
+    assert float(((mean - wrong) / se).abs().max()) > 10.0
+
+
+def test_routes_chosen_as_documented():
+    """The output goes through the N × N Gram root only when m > N and it is cheaper on a CPU."""
+    assert not _gram_output_cheaper(3, 5, 2, torch.device("cpu"))  # m ≤ N
+    assert _gram_output_cheaper(3, 3, 8, torch.device("cpu"))
+    assert _gram_output_cheaper(64, 64, 1024, torch.device("cpu"))
+    assert not _gram_output_cheaper(32, 16, 256, torch.device("cuda"))  # normals are cheap there
+
+
+@pytest.mark.parametrize("rng", ["parallel", "torch"])
+def test_synchronised_tokens_fall_back_to_the_same_law(rng):
+    """Two equal tokens make YYᵀ/d exactly singular (d = 4 > N = 3: its Cholesky fails, checked
+    below) and ΦᵀΦ singular: the failing samples are redrawn through U and Φᵀ Z', which must keep
+    E[ΔW ΔWᵀ] = Δt κ ⊗ I (κ(1) between the equal tokens). B = 40000 draws, 5 SE."""
+    N, d, m, B, dt = 3, 4, 8, 40000, 0.5
+    x = torch.zeros(N, d, dtype=F64)
+    x[0, 0] = x[1, 0] = 1.0
+    x[2, 1] = 1.0
+    _, bad = _cholesky((x @ x.T / d).expand(2, N, N))
+    assert bad is not None and bool(bad.all())
+    noise = MLPNoise("relu", m, 0.4, 0.2, mode="gaussian", rng=rng)
+    mean, se = _covariance_z(noise, x, B, dt, seed=12)
+    kappa = NoiseKernel("relu", d, 0.4, 0.2).kappa((x @ x.T).clamp(-1, 1))
+    assert float(((mean - dt * torch.kron(kappa, torch.eye(d, dtype=F64))) / se).abs().max()) < 5.0
+
+
+@pytest.mark.parametrize("rng,precision", SAMPLERS)
+def test_each_sampler_keeps_the_conditional_covariance(rng, precision):
+    """Given the inner weights (the hidden block of the draws frozen), the output rows are Gaussian
+    with token covariance Δt s² (ΦᵀΦ/m + σ_W²) (SPEC §2), with independent output coordinates.
+    The hidden normals are the same for all B samples; the output normals are fresh. 5 SE."""
+    N, d, m, B, dt, s, sigma_U, sigma_W = 4, 3, 16, 40000, 0.5, 1.2, 0.4, 0.2
+    noise = MLPNoise("tanh", m, sigma_U, sigma_W, scale=s, mode="gaussian", rng=rng, precision=precision)
+    draw = noise._draw
+    x = _tokens(3, d)
+    x = torch.cat([x, x[:1] * -1.0])  # N = 4 tokens
+    n_hid1 = noise._n_hidden(1, N, d)
+    hid1 = draw(n_hid1, make_generator(3), F64, "cpu")  # one sample's U and b_U
+
+    def frozen(n, generator, dtype, device):
+        # layout of the buffer: U (B, m, r), b_U (B, m), then the output normals
+        r = min(N, d)
+        U = hid1[: m * r].repeat(B)
+        bU = hid1[m * r :].repeat(B)
+        return torch.cat([U, bU, draw(n - B * n_hid1, generator, dtype, device)])
+
+    noise._draw = frozen
+    Phi = noise._hidden_from(x[None], hid1, make_generator(0))[0]  # (m, N)
+    G = noise.increment(x.expand(B, N, d).clone(), dt, make_generator(5))
+    expected = dt * s**2 * (Phi.T @ Phi / m + sigma_W**2)
+    prod = torch.einsum("bia,bja->bija", G, G)
+    z = (prod.mean(0) - expected[:, :, None]) / (prod.std(0) / math.sqrt(B))
+    assert float(z.abs().max()) < 5.0
+    cross = G[:, :, 0, None] * G[:, None, :, 1]
+    assert float((cross.mean(0) / (cross.std(0) / math.sqrt(B))).abs().max()) < 5.0
+
+
+@pytest.mark.parametrize("precision", ["full", "float32"])
+def test_parallel_draws_are_standard_normal(precision):
+    """NormalDraws('parallel'): 2^20 draws (4 streams) pass a Kolmogorov–Smirnov test against
+    N(0, 1) (p > 1e-4), mean and variance within 5 SE, and the streams are not copies."""
+    n = 1 << 20
+    z = NormalDraws("parallel", precision)(n, make_generator(8), F64, "cpu")
+    assert z.dtype == F64 and z.shape == (n,)
+    assert stats.kstest(z.numpy(), "norm").pvalue > 1e-4
+    assert abs(float(z.mean())) < 5 / math.sqrt(n)
+    assert abs(float(z.var()) - 1) < 5 * math.sqrt(2 / n)
+    q = n // 4
+    corr = torch.corrcoef(z.view(4, q))  # the 4 stream pieces
+    assert float((corr - torch.eye(4, dtype=F64)).abs().max()) < 5 / math.sqrt(q)
+
+
+@pytest.mark.parametrize("rng,precision", SAMPLERS + [("torch", "full")])
+def test_same_seed_same_numbers(rng, precision):
+    """Same generator seed ⇒ identical increments; another seed ⇒ different; for the parallel
+    backend the numbers do not depend on the number of threads (sizes large enough for threads)."""
+    noise = MLPNoise("relu", 256, 0.1, 0.1, mode="gaussian", rng=rng, precision=precision)
+    X = torch.nn.functional.normalize(torch.randn(16, 32, 16, dtype=F64, generator=make_generator(1)), dim=-1)
+    a = noise.increment(X, 0.1, make_generator(3))
+    b = noise.increment(X, 0.1, make_generator(3))
+    c = noise.increment(X, 0.1, make_generator(4))
+    assert torch.equal(a, b) and not torch.allclose(a, c)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        assert torch.equal(noise.increment(X, 0.1, make_generator(3)), a)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_simulate_reproducible_with_each_rng():
+    """simulate(cfg) twice with the same seed gives identical results for rng = auto (parallel on
+    a CPU), torch, and the float32 opt-in; the rng choice is resolved by device."""
+    base = RunConfig(N=8, d=4, m=32, L=5, batch=4, seed=5, sigma_U=0.1)
+    for upd in ({}, {"rng": "torch"}, {"draw_precision": "float32"}):
+        cfg = base.with_updates(**upd)
+        a, b = simulate(cfg).trajectory.final, simulate(cfg).trajectory.final
+        assert (a == b).all()
+    assert resolve_backend("auto", "cpu") == "parallel" and resolve_backend("auto", "cuda") == "torch"
+    with pytest.raises(ValueError, match="rng"):
+        resolve_backend("mt", "cpu")
