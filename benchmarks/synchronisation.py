@@ -177,6 +177,7 @@ def main() -> None:
     ap.add_argument("--json", default=None, help="also write every number to this JSON file")
     ap.add_argument("--only", default=None, help="comma-separated dynamics to run (transformer,sde)")
     ap.add_argument("--cases", type=int, default=None, help="run only the first K cases (smoke test)")
+    ap.add_argument("--select", default=None, help="comma-separated indices into CASES to run")
     ap.add_argument("--merge", default=None, help="JSON written by --json of an earlier run: its cases are reused, not rerun")
     ap.add_argument("--max-pairs", type=int, default=None, help="cap on pairs for λ₁ (default 16384 with --full, else 1024)")
     ap.add_argument("--energy-pairs", type=int, default=None, help="paths for the energy rate (default 8192 with --full, else 1024)")
@@ -191,7 +192,10 @@ def main() -> None:
     dyns = (args.only or "sde,transformer").split(",")
     start = time.perf_counter()
     tasks = []
+    chosen = set(int(i) for i in args.select.split(",")) if args.select else set(range(len(CASES)))
     for k, (act, d, sigma, gamma) in enumerate(CASES[: args.cases]):
+        if k not in chosen:
+            continue
         for dyn in dyns:
             if (act, d, sigma, gamma, dyn) in done:
                 continue

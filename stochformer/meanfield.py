@@ -15,10 +15,11 @@ conditional correlation of two tagged tokens).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import warnings
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Iterator, Optional, Sequence
 
 import numpy as np
 import torch
@@ -68,6 +69,20 @@ def particle_stepper(
     if use_field and field is None:
         raise ValueError("the particle solver needs a field (make_field) when the noise is on")
     return make_stepper(cfg, dtype, device, attention=attention, noise=field if use_field else None)
+
+
+@contextlib.contextmanager
+def cpu_threads_for(tokens: int, small: int = 1024) -> Iterator[None]:
+    """One torch CPU thread while handling fewer than ``small`` tokens in all (the per-operation
+    cost of a parallel region then exceeds the work; on a busy machine by orders of magnitude),
+    the current setting otherwise."""
+    old = torch.get_num_threads()
+    if tokens < small:
+        torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
 
 
 def evolve_particles(

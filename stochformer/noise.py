@@ -16,10 +16,12 @@ Sources with state (random features) are set up by :meth:`reset` at the start of
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Literal, Optional, Protocol
 
+import numpy as np
 import torch
 
 from .activations import ActivationLike, get_activation
@@ -140,7 +142,7 @@ class MLPNoise:
         if d <= N:  # H = U Yᵀ/√d with U = Z (B, m, d)
             pre = Z @ Yt
         else:  # H = Z Cᵀ with C Cᵀ = Y Yᵀ/d (N × N): m·N normals instead of m·d
-            C, bad = _cholesky(Yt.transpose(-1, -2) @ Yt)
+            C, bad = _cholesky(Yt.transpose(-1, -2) @ Yt, d)
             pre = Z @ C.transpose(-1, -2)
             if bad is not None:
                 # Y Yᵀ numerically singular (synchronised tokens): draw U for those samples, the
@@ -168,7 +170,7 @@ class MLPNoise:
         Zo = z[n_hid : n_hid + n_out]
         PhiT, bad = Phi.transpose(-1, -2), None
         if gram:  # given Φ the output rows are N(0, ΦᵀΦ/m): S Z'' with S Sᵀ = ΦᵀΦ
-            S, bad = _cholesky(PhiT @ Phi)
+            S, bad = _cholesky(PhiT @ Phi, m)
             out = S @ Zo.view(B, N, d)
         else:  # W Φ/√m with W (d, m) i.i.d. N(0,1), written as Φᵀ Z' with Z' = Wᵀ: (B, m, d)
             out = PhiT @ Zo.view(B, m, d)
@@ -190,12 +192,25 @@ class MLPNoise:
         return (self.scale * math.sqrt(dt)) * out
 
 
-def _cholesky(K: torch.Tensor) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
-    """Lower Cholesky factors of K (..., n, n) and the mask of those that failed (None if none):
-    the caller redraws those samples another exact way instead of an O(n³) eigendecomposition."""
+def _cholesky(K: torch.Tensor, inner: int) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """Lower Cholesky factors of the Gram matrices K = AᵀA (..., n, n), A with ``inner`` rows,
+    and the mask of those that failed (None if none).
+
+    Near synchronisation K is singular to rounding and the factorisation can fail. Those matrices
+    are factorised again with ``inner · ε · max_i K_ii`` added to the diagonal: the size of the
+    rounding error of the product AᵀA itself, so the law is unchanged at float precision. What
+    still fails is redrawn by the caller another exact way (never an O(n³) eigendecomposition)."""
     C, info = torch.linalg.cholesky_ex(K)
     bad = info > 0
-    return C, (bad if bool(bad.any()) else None)
+    if not bool(bad.any()):
+        return C, None
+    Kb = K[bad]
+    jitter = (inner * torch.finfo(K.dtype).eps) * Kb.diagonal(dim1=-2, dim2=-1).amax(-1)
+    Cb, info_b = torch.linalg.cholesky_ex(Kb + jitter[:, None, None] * torch.eye(K.shape[-1], dtype=K.dtype, device=K.device))
+    C[bad] = Cb
+    still = torch.zeros_like(bad)
+    still[bad] = info_b > 0
+    return C, (still if bool(still.any()) else None)
 
 
 #: cost of one normal draw in floating-point operations (measured: ~4 ns per float64 normal with
@@ -220,18 +235,49 @@ class ExactField:
     kernel: NoiseKernel
     sqrt_method: Literal["symmetric", "cholesky"] = "symmetric"
 
+    def __post_init__(self) -> None:
+        # κ without a closed form (Gauss–Hermite, 64² nodes per entry) is replaced by its Chebyshev
+        # interpolant on [−1, 1] when that agrees to 1e-12 (smooth activations); else computed directly
+        closed = isinstance(self.kernel.activation, str) and self.kernel.activation in ("relu", "leaky_relu", "linear", "erf")
+        self._cheb = None if closed else _chebyshev_fit(self.kernel)
+
     def reset(self, batch, d, generator, dtype, device) -> None:  # stateless
         pass
 
     def covariance(self, X: torch.Tensor) -> torch.Tensor:
         """K(X): (batch, N, N), computed in float64 and returned in X's dtype."""
-        G = (X @ X.transpose(-1, -2)).clamp(-1.0, 1.0)
-        return self.kernel.kappa(G.to(torch.float64)).to(X.dtype)
+        G = (X @ X.transpose(-1, -2)).clamp(-1.0, 1.0).to(torch.float64)
+        K = self.kernel.kappa(G) if self._cheb is None else _clenshaw(self._cheb.to(G.device), G)
+        return K.to(X.dtype)
 
     def increment(self, X: torch.Tensor, dt: float, generator: torch.Generator, xi: Optional[torch.Tensor] = None) -> torch.Tensor:
         """``xi``: optional normals (batch, N, d) to drive the field with (couplings)."""
         xi = _normal(X.shape, generator, X) if xi is None else xi
         return math.sqrt(dt) * (sqrt_psd(self.covariance(X), self.sqrt_method) @ xi)
+
+
+@functools.lru_cache(maxsize=64)
+def _chebyshev_fit(kernel: NoiseKernel, tol: float = 1e-12) -> Optional[torch.Tensor]:
+    """Chebyshev coefficients of κ on [−1, 1] (the lowest degree in 16, 32, 64, 128 whose interpolant
+    is within ``tol``·max|κ| at 2001 test points), or None if none is."""
+    f = lambda x: kernel.kappa(torch.from_numpy(x)).numpy()  # noqa: E731
+    test = np.linspace(-1.0, 1.0, 2001)
+    exact = f(test)
+    scale = max(float(np.abs(exact).max()), 1e-300)
+    for degree in (16, 32, 64, 128):
+        coef = np.polynomial.chebyshev.chebinterpolate(f, degree)
+        if np.abs(np.polynomial.chebyshev.chebval(test, coef) - exact).max() <= tol * scale:
+            return torch.as_tensor(coef, dtype=torch.float64)
+    return None
+
+
+def _clenshaw(coef: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """Σ_k c_k T_k(x) elementwise by Clenshaw's recurrence."""
+    b1 = torch.zeros_like(x)
+    b2 = torch.zeros_like(x)
+    for c in coef[1:].flip(0):
+        b1, b2 = 2 * x * b1 - b2 + c, b1
+    return x * b1 - b2 + coef[0]
 
 
 @dataclass

@@ -63,17 +63,35 @@ def test_routes_chosen_as_documented():
     assert not _gram_output_cheaper(32, 16, 256, torch.device("cuda"))  # normals are cheap there
 
 
+def test_singular_gram_factorised_within_rounding():
+    """Two equal tokens make YYᵀ/d exactly singular (its plain Cholesky fails); the retry with
+    d·ε·max K_ii on the diagonal succeeds and C Cᵀ = K to that size (the rounding of the Gram)."""
+    N, d = 3, 4
+    x = torch.zeros(N, d, dtype=F64)
+    x[0, 0] = x[1, 0] = 1.0
+    x[2, 1] = 1.0
+    K = (x @ x.T / d).expand(2, N, N)
+    assert bool((torch.linalg.cholesky_ex(K).info > 0).all())
+    C, bad = _cholesky(K, d)
+    assert bad is None
+    assert float((C @ C.transpose(-1, -2) - K).abs().max()) <= 4 * d * torch.finfo(F64).eps * 0.25
+
+
 @pytest.mark.parametrize("rng", ["parallel", "torch"])
-def test_synchronised_tokens_fall_back_to_the_same_law(rng):
-    """Two equal tokens make YYᵀ/d exactly singular (d = 4 > N = 3: its Cholesky fails, checked
-    below) and ΦᵀΦ singular: the failing samples are redrawn through U and Φᵀ Z', which must keep
-    E[ΔW ΔWᵀ] = Δt κ ⊗ I (κ(1) between the equal tokens). B = 40000 draws, 5 SE."""
+@pytest.mark.parametrize("fail", [False, True])
+def test_synchronised_tokens_keep_the_law(rng, fail, monkeypatch):
+    """Two equal tokens (d = 4 > N = 3: YYᵀ/d and ΦᵀΦ singular): E[ΔW ΔWᵀ] = Δt κ ⊗ I with κ(1)
+    between the equal tokens. ``fail``: every Cholesky factorisation reports failure, so all
+    samples go through the explicit redraws (U, then Φᵀ Z'), which must have the same law.
+    B = 40000 draws, 5 SE."""
+    import stochformer.noise as noise_module
+
+    if fail:
+        monkeypatch.setattr(noise_module, "_cholesky", lambda K, inner: (K, torch.ones(K.shape[:-2], dtype=torch.bool)))
     N, d, m, B, dt = 3, 4, 8, 40000, 0.5
     x = torch.zeros(N, d, dtype=F64)
     x[0, 0] = x[1, 0] = 1.0
     x[2, 1] = 1.0
-    _, bad = _cholesky((x @ x.T / d).expand(2, N, N))
-    assert bad is not None and bool(bad.all())
     noise = MLPNoise("relu", m, 0.4, 0.2, mode="gaussian", rng=rng)
     mean, se = _covariance_z(noise, x, B, dt, seed=12)
     kappa = NoiseKernel("relu", d, 0.4, 0.2).kappa((x @ x.T).clamp(-1, 1))

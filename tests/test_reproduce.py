@@ -21,7 +21,7 @@ from click.testing import CliRunner
 from stochformer.cli import main
 from stochformer.config import ConfigError
 from stochformer.io import StageCache
-from stochformer.report import plan, reproduce, stages
+from stochformer.report import plan, registered, reproduce
 from stochformer.report.verdict import FAILS, HOLDS, NOT_MEASURED, UNDETERMINED, Comparison, decide
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -64,7 +64,7 @@ def test_tiny_report_is_complete(tiny_report: Path) -> None:
     re-derivable from its row by the stated rule, no NaN anywhere in results.json."""
     page = (tiny_report / "index.html").read_text()
     results = _strict_json(tiny_report / "results.json")
-    names = [s.name for s in stages()]
+    names = [s.name for s in registered()]
     assert [r["name"] for r in results["stages"]] == names
     assert results["complete"] is True
     assert all(math.isfinite(x) for x in _numbers(results))
@@ -266,4 +266,49 @@ def test_cli_refuses_a_foreign_folder_and_bad_input(tmp_path: Path) -> None:
     r = runner.invoke(main, ["reproduce", "--profile", "tiny", "--out", str(tmp_path / "r"), "--set", "N=1"])
     assert r.exit_code == 2 and "N" in r.output and not (tmp_path / "r").exists()
     r = runner.invoke(main, ["reproduce", "--list"])
-    assert r.exit_code == 0 and all(s.name in r.output for s in stages())
+    assert r.exit_code == 0 and all(s.name in r.output for s in registered())
+
+
+# --------------------------------------------------------------------------- sections that fail
+
+
+def _fake_stages(monkeypatch) -> None:
+    """Three extra sections: one returning a NaN, one raising, one whose module is missing."""
+    import matplotlib.pyplot as plt
+
+    from stochformer.config import RunConfig
+    from stochformer.report import stages as registry
+    from stochformer.report.stages import Stage, StageOutput, StageUnavailable, figure_png
+
+    def nan_run(cfg, ctx):
+        fig = plt.figure()
+        return StageOutput({"value": float("nan"), "ok": [1.0, float("inf")]},
+                           [Comparison("q", 1.0, float("nan"), (float("nan"), 2.0))], [figure_png(fig, "f", "c")], {})
+
+    def broken_run(cfg, ctx):
+        raise RuntimeError("boom")
+
+    def missing():
+        raise StageUnavailable("fake is not available")
+
+    for name, run, model in (("fake-nan", nan_run, lambda: RunConfig), ("fake-broken", broken_run, lambda: RunConfig),
+                             ("fake-missing", broken_run, missing)):
+        monkeypatch.setitem(registry._REGISTRY, name, Stage(name, name, "SPEC", "A fake claim.", model, {}, run))
+
+
+def test_failing_sections_are_reported_and_nan_never_written(tmp_path: Path, monkeypatch) -> None:
+    _fake_stages(monkeypatch)
+    out = tmp_path / "report"
+    r = CliRunner().invoke(main, ["reproduce", "--profile", "tiny", "--out", str(out), "--quiet",
+                                  "--only", "fake-nan", "--only", "fake-broken", "--only", "fake-missing"])
+    assert r.exit_code == 1 and "2 section(s) did not run: fake-broken, fake-missing" in r.output
+    results = _strict_json(out / "results.json")
+    rec = {x["name"]: x for x in results["stages"]}
+    assert rec["fake-nan"]["status"] == "computed" and results["complete"] is False
+    assert rec["fake-nan"]["numbers"] == {"value": None, "ok": [1.0, None]}
+    assert "2 non-finite value(s) written as null: value, ok[1]" in rec["fake-nan"]["notes"]
+    assert rec["fake-nan"]["comparisons"][0]["verdict"] == UNDETERMINED
+    assert rec["fake-broken"]["status"] == "failed" and "RuntimeError: boom" in rec["fake-broken"]["error"]
+    assert rec["fake-missing"]["status"] == "unavailable" and "not available" in rec["fake-missing"]["error"]
+    page = (out / "index.html").read_text()
+    assert "This section failed to run: RuntimeError: boom" in page and "fake is not available" in page

@@ -9,14 +9,14 @@ from pathlib import Path
 import click
 
 from ..config import ConfigError
-from ..report import PROFILES, reproduce, stages
+from ..report import PROFILES, registered, reproduce
 from ..report.profiles import DEFAULT_PROFILE
 from .common import experiment_options
 
 
 def _listing() -> str:
     lines = ["sections (--only NAME):"]
-    lines += [f"  {s.name:<12s} {s.title} ({s.spec})" for s in stages()]
+    lines += [f"  {s.name:<12s} {s.title} ({s.spec})" for s in registered()]
     lines += ["profiles (--profile NAME):"]
     lines += [f"  {name:<12s} {text}" for name, text in PROFILES.items()]
     return "\n".join(lines)

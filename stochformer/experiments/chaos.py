@@ -43,6 +43,7 @@ from ..io import write_json, write_npz
 from ..meanfield import (
     DEFAULT_BLOCK,
     cloud_summary,
+    cpu_threads_for,
     evolve_particles,
     fit_power_law,
     fit_power_law_se,
@@ -134,7 +135,8 @@ def coupling_task(config: dict, d: int, seed: int, with_w2: bool, keep_cloud: bo
 
     def run(X: torch.Tensor) -> list[torch.Tensor]:
         stepper = particle_stepper(cfg, fld, X.shape[-2], dtype, device, cfg.block, cfg.sdpa)
-        return evolve_particles(X, stepper, cfg.L, s_noise, steps)[1]
+        with cpu_threads_for(X.shape[-2]):
+            return evolve_particles(X, stepper, cfg.L, s_noise, steps)[1]
 
     ref = run(X0)
     at = {s: i for i, s in enumerate(steps)}

@@ -91,11 +91,13 @@ class ClustersResult:
         write_json(folder / "clusters.json", self.to_dict())
 
 
-def run_clusters(size: Size = "quick", seed: int = 0, tol: float = 0.05, progress: bool = False, device: str = "cpu") -> ClustersResult:
-    """SPEC §6 item 1: ReLU and tanh on S³ (d = 4), no attention, no biases, uniform tokens."""
+def run_clusters(size: Size = "quick", seed: int = 0, tol: float = 0.05, progress: bool = False, device: str = "cpu",
+                 sizes: Optional[dict] = None) -> ClustersResult:
+    """SPEC §6 item 1: ReLU and tanh on S³ (d = 4), no attention, no biases, uniform tokens.
+    ``sizes`` overrides entries of ``CLUSTER_SIZES[size]``."""
     _check_size(size)
     start = time.perf_counter()
-    sizes = CLUSTER_SIZES[size]
+    sizes = {**CLUSTER_SIZES[size], **(sizes or {})}
     curves, clusters, final = {}, {}, {}
     for act, s in zip(("relu", "tanh"), child_seeds(seed, 2)):
         cfg = build_config({**sizes, "d": 4, "activation": act, "attention": False, "seed": s, "device": device,
@@ -155,11 +157,12 @@ class ScenariosResult:
 
 
 def run_scenarios(size: Size = "quick", seed: int = 0, progress: bool = False, store: Optional[Path | str] = None,
-                  scheduler: Optional[str] = None, device: str = "cpu") -> ScenariosResult:
-    """SPEC §6 item 2: every activation (and no MLP) × d × σ × γ, uniform tokens, β = 1."""
+                  scheduler: Optional[str] = None, device: str = "cpu", sizes: Optional[dict] = None) -> ScenariosResult:
+    """SPEC §6 item 2: every activation (and no MLP) × d × σ × γ, uniform tokens, β = 1.
+    ``sizes`` overrides entries of ``SCENARIO_SIZES[size]``."""
     _check_size(size)
     start = time.perf_counter()
-    sz = SCENARIO_SIZES[size]
+    sz = {**SCENARIO_SIZES[size], **(sizes or {})}
     keys, tasks = {}, []
     grid = [(a, d, s, g) for a, d, s, g in itertools.product(SCENARIO_ACTIVATIONS, sz["ds"], sz["sigmas"], SCENARIO_GAMMAS)
             if not (a == "none" and s != sz["sigmas"][0])]  # σ does not enter without an MLP
@@ -249,11 +252,13 @@ class TableResult:
 
 
 def run_table(size: Size = "quick", seed: int = 0, progress: bool = False, store: Optional[Path | str] = None,
-              scheduler: Optional[str] = None, device: str = "cpu", activations: tuple[str, ...] = TABLE_ACTIVATIONS) -> TableResult:
-    """SPEC §6 item 3: the table for ReLU, sigmoid, tanh, SiLU at d ∈ {5, 64, 128}, σ ∈ {0, 0.1}."""
+              scheduler: Optional[str] = None, device: str = "cpu", activations: tuple[str, ...] = TABLE_ACTIVATIONS,
+              sizes: Optional[dict] = None) -> TableResult:
+    """SPEC §6 item 3: the table for ReLU, sigmoid, tanh, SiLU at d ∈ {5, 64, 128}, σ ∈ {0, 0.1}.
+    ``sizes`` overrides entries of ``TABLE_SIZES[size]``."""
     _check_size(size)
     start = time.perf_counter()
-    sz = TABLE_SIZES[size]
+    sz = {**TABLE_SIZES[size], **(sizes or {})}
     grid = list(itertools.product(activations, sz["ds"], sz["sigmas"]))
     tasks = [Task(f"{a}/d{d}/sigma{s:g}", table_point, dict(activation=a, d=d, sigma=s, sizes=sz, seed=sd, device=device))
              for (a, d, s), sd in zip(grid, child_seeds(seed, len(grid)))]

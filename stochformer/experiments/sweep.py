@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from pydantic import Field, field_validator, model_validator
 
-from ..config import ConfigError, RunConfig, validate
+from ..config import ConfigError, RunConfig, build_config, validate
 from ..diagnostics import mean_and_se
 from ..io import StageCache, to_jsonable, write_json
 from ..runtime import child_seeds, provenance
@@ -117,8 +117,6 @@ class SweepConfig(RunConfig):
 
 def load_sweep(path: Path | str, overrides: Optional[list[str]] = None) -> SweepConfig:
     """Read and validate a sweep file (TOML); ``overrides`` as ``--set FIELD=VALUE``."""
-    from ..config import build_config
-
     return build_config(None, list(overrides or []), path, model=SweepConfig)
 
 
@@ -329,6 +327,7 @@ def run_sweep(
         "chunks_per_point": len(plan.chunks),
         "scheduler": scheduler if isinstance(scheduler, str) or scheduler is None else type(scheduler).__name__,
         "task_devices": devices,
+        "task_compute_s": sum(results[t.key]["elapsed_s"] for t in tasks),  # summed over tasks
     }
     prov = {**provenance("cpu"), "device": ", ".join(devices)}  # where the tasks ran, not the client
     return SweepResult(cfg, ds, prov, time.perf_counter() - start, meta)

@@ -56,7 +56,10 @@ def plot_convergence(result) -> "plt.Figure":
     a2.axhline(lay[top, -1], color="C0", lw=0.8, ls="-.", label="m = ∞ (layer times)")
     _guide(a2, m_fin, lay[top, fin][-1], lambda x: 1 / x, "1/m", "--")
     add = f["additive_layer"]
-    a2.set(xscale="log", yscale="log", xlabel="width m", ylabel="error",
+    a2.set_xscale("log")
+    a2.set_xticks(m_fin, [str(int(m)) for m in m_fin])
+    a2.minorticks_off()
+    a2.set(yscale="log", xlabel="width m", ylabel="error",
            title=f"error against width; fit a/L + b/m: a = {add['a']['value']:.3g}, b = {add['b']['value']:.3g}")
     a2.legend(fontsize=7)
 

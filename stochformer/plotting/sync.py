@@ -46,6 +46,15 @@ def plot_sync(result) -> "plt.Figure":
     return fig
 
 
+def _edges(c: np.ndarray) -> np.ndarray:
+    """Cell edges around sorted centres c (one cell of width 1 around a single centre)."""
+    c = np.asarray(c, float)
+    if len(c) == 1:
+        return np.asarray([c[0] - 0.5, c[0] + 0.5])
+    mid = 0.5 * (c[1:] + c[:-1])
+    return np.concatenate([[2 * c[0] - mid[0]], mid, [2 * c[-1] - mid[-1]]])
+
+
 def plot_phase(result) -> "plt.Figure":
     """PhaseResult: the measured value over the grid (λ̂₁ or the synchronised fraction) with the
     predicted boundaries λ₁ − γ = 0 (solid) and λ̄ − 2γ = 0 (dashed)."""
@@ -59,9 +68,7 @@ def plot_phase(result) -> "plt.Figure":
     else:
         kw = dict(cmap="viridis", vmin=0.0, vmax=1.0)
         label = f"fraction synchronised at T (min cos ≥ 1 − {c.sync_tol:g})"
-    xs = x if len(x) > 1 else np.asarray([x[0] - 0.5, x[0] + 0.5])
-    ys = y if len(y) > 1 else np.asarray([y[0] - 0.5, y[0] + 0.5])
-    mesh = ax.pcolormesh(xs, ys, v if (len(x) > 1 and len(y) > 1) else np.atleast_2d(v), shading="nearest", **kw)
+    mesh = ax.pcolormesh(_edges(x), _edges(y), v, shading="flat", **kw)
     fig.colorbar(mesh, ax=ax, label=label)
     if len(result.fine_x) > 1 and len(result.fine_y) > 1:
         for field, style, name in ((result.fine_lambda_1, "-", r"$\lambda_1-\gamma=0$"), (result.fine_lambda_bar, "--", r"$\bar\lambda-2\gamma=0$")):

@@ -3,8 +3,8 @@ the cached runner and the HTML page. Entry point: :func:`reproduce`."""
 
 from .profiles import PROFILES
 from .runner import plan, reproduce
-from .stages import Stage, StageContext, StageOutput, StageUnavailable, stages
+from .stages import Stage, StageContext, StageOutput, StageUnavailable, registered
 from .verdict import RULES, Comparison, decide
 
 __all__ = ["PROFILES", "RULES", "Comparison", "Stage", "StageContext", "StageOutput", "StageUnavailable",
-           "decide", "plan", "reproduce", "stages"]
+           "decide", "plan", "registered", "reproduce"]

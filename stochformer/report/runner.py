@@ -28,7 +28,7 @@ from ..config import ConfigError, build_config, load_toml
 from ..io import StageCache, atomic_write_bytes, config_key, to_jsonable, write_json
 from ..runtime import provenance
 from .profiles import PROFILES
-from .stages import Stage, StageContext, StageUnavailable, stages
+from .stages import Stage, StageContext, StageUnavailable, registered
 
 CACHE_DIR = "cache"
 
@@ -74,7 +74,7 @@ def plan(
     one stage and whose top-level keys apply like ``FIELD=VALUE``. Raises :class:`ConfigError`."""
     if profile not in PROFILES:
         raise ConfigError(f"--profile: unknown profile {profile!r}; valid: {', '.join(PROFILES)}")
-    all_stages = stages()
+    all_stages = registered()
     names = {s.name for s in all_stages}
     only = list(only)
     bad = [n for n in only if n not in names]

@@ -113,7 +113,7 @@ def register(stage: Stage) -> Stage:
     return stage
 
 
-def stages() -> list[Stage]:
+def registered() -> list[Stage]:
     """Every registered stage, in the order of the report (SPEC §6)."""
     from . import sections  # noqa: F401  (registers the stages)
 
@@ -121,7 +121,7 @@ def stages() -> list[Stage]:
 
 
 def get_stage(name: str) -> Stage:
-    by_name = {s.name: s for s in stages()}
+    by_name = {s.name: s for s in registered()}
     if name not in by_name:
         raise KeyError(name)
     return by_name[name]

@@ -1,0 +1,93 @@
+"""Phase diagrams (``phase``) and the paper's experiments of SPEC §6 items 1–3 at tiny sizes."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from stochformer.cli import main
+from stochformer.config import ConfigError, build_config
+from stochformer.experiments import paper
+from stochformer.experiments.phase import PhaseConfig, run_phase
+from stochformer.plotting.sync import plot_clusters, plot_phase, plot_scenarios, plot_table
+
+
+def _phase(*overrides: str) -> PhaseConfig:
+    return build_config({}, list(overrides), model=PhaseConfig)
+
+
+def test_phase_config_validates_fields_and_grid_points():
+    with pytest.raises(ConfigError, match="x_field"):
+        _phase("x_field=colour")
+    with pytest.raises(ConfigError, match="y_field"):
+        _phase("x_field=d", "y_field=d")
+    cfg = _phase("x_field=d", "x_values=[4, 8]", "y_field=sigma", "y_values=[0.5]")
+    p = cfg.point(8, 0.5)
+    assert (p.d, p.sigma_U, p.sigma_W) == (8, 0.5, 0.5)
+    with pytest.raises(ConfigError, match="d"):
+        _phase("x_field=d", "x_values=[1, 4]").point(1, 0.0)
+
+
+def test_phase_lyapunov_grid_resumes_and_agrees_with_the_boundary_far_from_it(tmp_path, monkeypatch):
+    # ReLU d = 8, σ = 0.5: λ₁ = −1.375. Grid γ ∈ {−3, 0} × σ ∈ {0.5}: predicted λ₁ − γ = +1.625, −1.375,
+    # far from 0 compared with the SE (~0.15 with 48 pairs, T = 3), so the signs must agree.
+    cfg = _phase("d=8", "dynamics=sde", "x_field=gamma", "x_values=[-3, 0]", "y_field=sigma", "y_values=[0.5]",
+                 "pairs=48", "L=60", "T=3", "boundary_points=9")
+    store = tmp_path / "store"
+    res = run_phase(cfg, store=store)
+    assert res.value.shape == (1, 2) and res.fine_lambda_1.shape == (1, 9)
+    np.testing.assert_allclose(res.pred_lambda_1[0], [-1.375 + 3, -1.375])
+    assert res.agreement()["same_sign"] == 2
+    assert np.all(np.abs(res.value - res.pred_lambda_1) < 4 * res.se)
+    # a second run reads every point from the store instead of recomputing it
+    import stochformer.experiments.phase as phase_mod
+
+    monkeypatch.setattr(phase_mod, "measure_lyapunov", lambda *a, **k: pytest.fail("recomputed a stored point"))
+    again = run_phase(cfg, store=store)
+    np.testing.assert_array_equal(again.value, res.value)
+    plot_phase(res)
+
+
+def test_phase_cli_sync_fraction(tmp_path):
+    out = tmp_path / "ph"
+    args = ["phase", "--quiet", "--out", str(out)]
+    for o in ("d=4", "N=4", "batch=4", "L=20", "T=1", "dynamics=sde", "measure=sync_fraction", "x_field=gamma",
+              "x_values=[0, 1]", "y_field=noise_scale", "y_values=[0, 1]", "boundary_points=5"):
+        args += ["--set", o]
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 0, r.output
+    data = json.loads((out / "phase.json").read_text())
+    assert np.array(data["value"]).shape == (2, 2)
+    assert ((0 <= np.array(data["value"])) & (np.array(data["value"]) <= 1)).all()
+    assert (out / "phase.png").exists() and not (tmp_path / "ph.tasks").exists()
+
+
+def test_paper_clusters_tanh_ends_in_antipodal_clusters_relu_does_not():
+    # SPEC §6 item 1 (reduced): tanh with no biases is an odd field, so pairs synchronise up to sign:
+    # pair cosines pile up near −1 as well as +1; ReLU's do not reach −1.
+    res = paper.run_clusters("quick", seed=1, tol=0.05, sizes=dict(N=16, L=120, T=20.0, m=64, batch=3))
+    tanh, relu = res.clusters["tanh"], res.clusters["relu"]
+    assert np.all(tanh.frac_near_minus > 0.2) and np.all(tanh.n_antipodal >= 1)
+    assert np.all(relu.frac_near_minus < 0.05)
+    assert json.loads(json.dumps(res.to_dict()))["size"] == "quick"
+    plot_clusters(res)
+
+
+def test_paper_scenarios_and_table_tiny(tmp_path):
+    sc = paper.run_scenarios("quick", sizes=dict(N=4, L=4, m=8, batch=1, ds=[5], sigmas=[0.0]), store=tmp_path / "s")
+    assert len(sc.runs) == len(paper.SCENARIO_ACTIVATIONS) * len(paper.SCENARIO_GAMMAS)
+    assert all(len(r["energy"]) == 5 for r in sc.runs.values())
+    plot_scenarios(sc, "energy")
+    tab = paper.run_table("quick", activations=("relu",),
+                          sizes=dict(draws=4000, pairs=16, energy_pairs=32, L=20, m=16, ds=[5], sigmas=[0.1]))
+    (row,) = tab.rows
+    # κ(1) = E|G(x)|²/d is unbiased for every width m: 4 SE
+    assert abs(row["kappa"] - row["kappa_pred"]) < 4 * row["kappa_se"]
+    assert "| relu | 5 | 0.1 |" in tab.markdown()
+    tab.save(tmp_path / "t")
+    plot_table(tab)
+    with pytest.raises(ValueError, match="size"):
+        paper.run_table("huge")

@@ -1,0 +1,135 @@
+"""Synchronisation rates (SPEC §5): estimators, measured λ₁ and energy rates against the closed
+forms, the attention terms, the ``sync`` command, and the cluster diagnostics.
+
+Statistical tests fix their seed and compare with a tolerance of 4 standard errors of the
+estimate (the SE is computed by the estimator from the samples)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+
+from stochformer.cli import main
+from stochformer.clusters import antipodal_pairs, count_clusters, summarise_clusters
+from stochformer.config import ConfigError, InitConfig, RunConfig, build_config
+from stochformer.experiments.sync import (
+    SyncConfig, energy_paths, measure_lyapunov, moment_rate, near_sync_horizon, predicted_rates, run_sync,
+)
+from stochformer.sphere import normalize
+
+
+def _cfg(*overrides: str, model=RunConfig):
+    return build_config({}, list(overrides), model=model)
+
+
+def test_moment_rate_recovers_a_geometric_brownian_motion():
+    # Y_t = exp((a − b²/2) t + b B_t) has E Y_t = e^{a t}; the fitted rate must be a within 4 SE.
+    rng = np.random.default_rng(3)
+    a, b, n = -0.7, 0.8, 4000
+    t = np.linspace(0, 1.5, 31)
+    B = np.concatenate([np.zeros((n, 1)), np.cumsum(rng.normal(0, math.sqrt(t[1]), (n, 30)), axis=1)], axis=1)
+    rate, se = moment_rate(t, np.exp((a - b * b / 2) * t + b * B), n_boot=300, seed=1)
+    assert 0 < se < 0.1
+    assert abs(rate - a) < 4 * se
+
+
+def test_predicted_rates_add_the_attention_terms():
+    p = predicted_rates(_cfg("d=8", "sigma_U=0.5", "sigma_W=0.5", "gamma=-0.7"), with_bound=False)
+    # Proposition 1.5: λ₁ = −1/(2d) − (σ_U² + 2σ_W²)(d−1)/4, λ̄ = 1/d − (σ_U² + 2σ_W²)(d−3)/2
+    assert p["lambda_1_noise"] == pytest.approx(-1 / 16 - 0.75 * 7 / 4)
+    assert p["lambda_bar_noise"] == pytest.approx(1 / 8 - 0.75 * 5 / 2)
+    assert p["lambda_1_pred"] == pytest.approx(p["lambda_1_noise"] + 0.7)
+    assert p["lambda_bar_pred"] == pytest.approx(p["lambda_bar_noise"] + 1.4)
+    none = predicted_rates(_cfg("d=8", "attention=false", "noise_scale=2"), with_bound=False)
+    assert none["gamma"] == 0.0 and none["kappa"] == pytest.approx(4 * 1 / 16)  # κ → s²κ
+
+
+@pytest.mark.parametrize("dynamics", ["sde", "transformer"])
+def test_lyapunov_exponent_matches_proposition_15(dynamics):
+    # ReLU with biases, d = 4: λ₁ = −0.6875 per unit time t = layer·T/L; pair estimator, 4 SE.
+    cfg = _cfg("d=4", "sigma_U=0.5", "sigma_W=0.5", "attention=false", f"dynamics={dynamics}", "T=4", "L=120", "m=16")
+    out = measure_lyapunov(cfg, pairs=256, eps=1e-4, seed=11)
+    pred = predicted_rates(cfg, with_bound=False)["lambda_1_pred"]
+    assert 0 < out["lambda_1_se"] < 0.06 * abs(pred)
+    assert abs(out["lambda_1"] - pred) < 4 * out["lambda_1_se"]
+
+
+def test_energy_rate_near_synchronisation_matches_lambda_bar():
+    # Coercive noise (λ̄ = −1.75 < 0): E[E_β] of a near-synchronised pair decays at rate λ̄ (4 SE).
+    cfg = _cfg("d=8", "sigma_U=0.5", "sigma_W=0.5", "attention=false", "dynamics=sde", "N=2", "batch=1000", "L=40")
+    p = predicted_rates(cfg, with_bound=False)
+    T = near_sync_horizon(p["kappa"], p["kappa_prime"])
+    cfg = cfg.with_updates(T=T)
+    paths = energy_paths(cfg, InitConfig(kind="cluster", spread=1e-3), seed=5)
+    rate, se = moment_rate(np.arange(cfg.L + 1) * cfg.dt, paths, seed=5)
+    assert rate < 0 and se < 0.1 * abs(p["lambda_bar_pred"])
+    assert abs(rate - p["lambda_bar_pred"]) < 4 * se
+
+
+@pytest.mark.parametrize("gamma", [0.5, -0.7])
+def test_noiseless_attention_pair_exponent_is_the_discrete_minus_gamma(gamma):
+    # Without noise a near-synchronised pair of the transformer obeys δ' = δ/(1 + γΔt) exactly to
+    # first order in δ (post-LN attention step), so the exponent is −log(1 + γΔt)/Δt → −γ.
+    cfg = _cfg("d=5", "mlp=false", f"gamma={gamma}", "T=2", "L=100")
+    out = measure_lyapunov(cfg, pairs=4, eps=1e-5, seed=0)
+    assert out["lambda_1"] == pytest.approx(-math.log1p(gamma * cfg.dt) / cfg.dt, rel=1e-4)
+    assert out["lambda_1"] == pytest.approx(-gamma, rel=0.02)
+
+
+def test_repulsive_attention_is_overcome_by_coercive_noise_on_one_side_of_gamma_equals_lambda_1():
+    # ReLU d = 8, σ_U = σ_W = 0.5: λ₁ = −1.375, λ̄ = −1.75 (coercive). Pair exponent λ₁ − γ:
+    # γ = −0.6 (> λ₁) synchronises (−0.775), γ = −2.2 (< λ₁) does not (+0.825); without noise both repel.
+    for gamma, sign in ((-0.6, -1), (-2.2, +1)):
+        cfg = _cfg("d=8", "sigma_U=0.5", "sigma_W=0.5", f"gamma={gamma}", "T=4", "L=100", "m=16")
+        out = measure_lyapunov(cfg, pairs=96, eps=1e-4, seed=2)
+        assert sign * out["lambda_1"] > 4 * out["lambda_1_se"]
+        quiet = measure_lyapunov(cfg.with_updates(mlp=False), pairs=2, eps=1e-4, seed=2)
+        assert quiet["lambda_1"] > 0
+
+
+def test_run_sync_and_cli_write_sync_json(tmp_path):
+    overrides = ["d=4", "sigma_U=0.5", "sigma_W=0.5", "dynamics=sde", "N=3", "batch=64", "pairs=32", "L=40", "T=2",
+                 "bootstrap=50"]
+    res = run_sync(_cfg(*overrides, model=SyncConfig))
+    d = res.to_dict()
+    for key in ("lambda_1", "lambda_1_se", "energy_rate", "energy_rate_se", "lambda_1_pred", "lambda_bar_pred",
+                "lambda_bar_prime_pred", "energy_rate_uniform"):
+        assert d[key] is not None and math.isfinite(d[key])
+    assert d["lambda_bar_prime_pred"] >= d["lambda_bar_noise"] - 1e-12  # λ̄' = −inf F ≥ −F(1⁻) = λ̄
+    out = tmp_path / "run"
+    args = ["sync", "--quiet", "--out", str(out)] + [a for o in overrides for a in ("--set", o)]
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 0, r.output
+    saved = json.loads((out / "sync.json").read_text())
+    assert saved["lambda_1"] == pytest.approx(d["lambda_1"])  # same seed ⇒ same numbers
+    assert (out / "sync.png").exists() and (out / "config.json").exists()
+
+
+def test_sync_cli_rejects_bad_input_before_any_work(tmp_path):
+    out = tmp_path / "bad"
+    r = CliRunner().invoke(main, ["sync", "--out", str(out), "--set", "eps=0.5"])
+    assert r.exit_code != 0 and "eps" in r.output
+    assert not out.exists()
+    with pytest.raises(ConfigError, match="pairs"):
+        _cfg("pairs=1", model=SyncConfig)
+
+
+def test_cluster_diagnostics_on_constructed_clouds():
+    gen = torch.Generator().manual_seed(0)
+    e = torch.eye(5, dtype=torch.float64)
+    # sample 0: two antipodal clusters; sample 1: three clusters along e1, e2, e3 (none antipodal)
+    jitter = 1e-3 * torch.randn(2, 12, 5, generator=gen, dtype=torch.float64)
+    a = torch.cat([e[0].expand(6, 5), -e[0].expand(6, 5)])
+    b = torch.cat([e[0].expand(4, 5), e[1].expand(4, 5), e[2].expand(4, 5)])
+    X = normalize(torch.stack([a, b]) + jitter)
+    assert count_clusters(X, 1e-2).tolist() == [2, 3]
+    assert antipodal_pairs(X, 1e-2).tolist() == [1, 0]
+    s = summarise_clusters(X, 1e-2)
+    n_pairs = 12 * 11 / 2
+    assert s.frac_near_plus[0] == pytest.approx(2 * 15 / n_pairs) and s.frac_near_minus[0] == pytest.approx(36 / n_pairs)
+    assert s.histogram.sum() == 2 * n_pairs
