@@ -13,19 +13,24 @@ matrix-product flops one run must produce by the rates measured on this machine.
 
 from __future__ import annotations
 
-import argparse
-import json
-import math
 import os
-import platform
-import statistics
-import subprocess
-import sys
-import time
-from pathlib import Path
 
-import numpy as np
-import torch
+# On a shared machine OpenMP threads that spin while waiting stall every parallel region whose
+# partner thread is descheduled; passive waiting avoids that (set before torch starts OpenMP).
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import math  # noqa: E402
+import platform  # noqa: E402
+import statistics  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from docsection import write_section  # noqa: E402
@@ -264,6 +269,7 @@ def main(argv: list[str] | None = None, default_device: str = "cpu") -> None:
         "torch": torch.__version__,
         "numpy": np.__version__,
         "torch_threads": torch.get_num_threads(),
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
         "command": "python benchmarks/bench_transformer.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)),
         "wall_s": time.time() - started,
@@ -299,7 +305,7 @@ def markdown(rep: dict) -> str:
         SECTION,
         "",
         f"`{rep['command']}` on {rep['device']} — {rep['machine']}; torch {rep['torch']} "
-        f"({rep['torch_threads']} intra-op thread(s)), numpy {rep['numpy']}; {rep['date']}, {rep['wall_s']:.0f} s in all. "
+        f"({rep['torch_threads']} intra-op thread(s), OMP_WAIT_POLICY={rep['omp_wait_policy']}), numpy {rep['numpy']}; {rep['date']}, {rep['wall_s']:.0f} s in all. "
         f"Load average {rep['load_average'][0]:.1f} before and {rep['load_average'][1]:.1f} after: "
         + ("the machine was shared with other jobs, so absolute times are inflated and noisy; both "
            "implementations ran interleaved in the same process, so the ratios are the meaningful numbers."

@@ -3,7 +3,6 @@ attention, noise source and the stepper (transformer layer or SDE integrator).""
 
 from __future__ import annotations
 
-import math
 from typing import Optional, Protocol
 
 import torch
@@ -34,21 +33,21 @@ def make_attention(cfg: RunConfig, dtype=torch.float64, device="cpu", chunk: Opt
     return Attention.from_config(cfg, dtype, device, chunk) if cfg.attention else None
 
 
-#: N above which one SDE step with a random-feature field of width 1024 costs less than with the
-#: exact field (measured by benchmarks/bench_sde.py, docs/benchmarks.md "Limit SDE"); exact cost
-#: ∝ N³ and random-feature cost ∝ N·M, so the crossover for width M is RF_CROSSOVER_N·√(M/1024).
-RF_CROSSOVER_N = 100.0
+#: N from which one SDE step with a random-feature field of width 1024 costs at most half the step
+#: with the exact field (benchmarks/bench_sde.py, docs/benchmarks.md "Limit SDE"); for width M the
+#: crossover is RF_CROSSOVER_N · M/1024 (an empirical law fitted to that table).
+RF_CROSSOVER_N = 92.0
 
 
 def noise_kind(cfg: RunConfig) -> str:
     """The resolved noise source name: ``auto`` → mlp_gaussian for the transformer; for the SDE the
-    exact field below the crossover N*(features) = RF_CROSSOVER_N·√(features/1024), random
+    exact field below the crossover N*(features) = RF_CROSSOVER_N · features/1024, random
     features (of width ``features``) from it on."""
     if cfg.noise != "auto":
         return cfg.noise
     if cfg.dynamics == "transformer":
         return "mlp_gaussian"
-    return "exact" if cfg.N < RF_CROSSOVER_N * math.sqrt(cfg.features / 1024) else "random_features"
+    return "exact" if cfg.N < RF_CROSSOVER_N * cfg.features / 1024 else "random_features"
 
 
 def make_noise(cfg: RunConfig) -> Optional[NoiseSource]:

@@ -172,6 +172,19 @@ def rate_function(d: int, N) -> np.ndarray:
     return N ** (-2.0 / d)
 
 
+def sphere_rate(d: int, N) -> np.ndarray:
+    """The sharp order of E W₂²(μ^N, μ) for i.i.d. samples of a measure with a bounded, positive
+    density on S^{d−1}, a manifold of dimension k = d − 1: N^{-1} (k = 1), log(1+N)/N (k = 2,
+    Ajtai–Komlós–Tusnády), N^{-2/k} (k ≥ 3). r_d(N) is a bound for any measure on R^d and is not
+    attained by such measures."""
+    N, k = np.asarray(N, dtype=float), d - 1
+    if k == 1:
+        return 1.0 / N
+    if k == 2:
+        return np.log1p(N) / N
+    return N ** (-2.0 / k)
+
+
 @dataclass(frozen=True)
 class PowerFit:
     """y ≈ C N^{-exponent}: least-squares slope of log(mean y) on log N, 95% bootstrap interval."""

@@ -18,6 +18,7 @@ from stochformer.meanfield import (
     particle_stepper,
     query_chunk,
     rate_function,
+    sphere_rate,
     tagged_correlation,
     w2_exact,
     w2_sliced,
@@ -144,6 +145,9 @@ def test_rate_function_regimes():
     assert np.allclose(rate_function(3, N), N**-0.5)
     assert np.allclose(rate_function(4, N), N**-0.5 * np.log1p(N))
     assert np.allclose(rate_function(8, N), N**-0.25)
+    assert np.allclose(sphere_rate(2, N), 1 / N)
+    assert np.allclose(sphere_rate(3, N), np.log1p(N) / N)
+    assert np.allclose(sphere_rate(6, N), N**-0.4)
 
 
 def test_fit_power_law_recovers_exponent():

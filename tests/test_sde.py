@@ -98,6 +98,17 @@ def test_sqrt_psd_robust_when_tokens_synchronise():
     assert float((dW - dW[:, :1]).abs().max()) < 1e-6 * float(dW.abs().max())
 
 
+@pytest.mark.parametrize("activation, sigma_U", [("tanh", 0.0), ("silu", 0.3), ("gelu", 0.1), ("relu", 0.2)])
+def test_exact_field_covariance_equals_kappa(activation, sigma_U):
+    """ExactField's K (Chebyshev interpolant of κ for activations without a closed form) equals
+    NoiseKernel.kappa on the Gram matrix to 1e-12, including cosines ±1."""
+    kernel = NoiseKernel(activation, 5, sigma_U, 0.1)
+    X = uniform((3, 9), 5, _gen(8))
+    X[:, 1], X[:, 2] = X[:, 0], -X[:, 0]
+    G = (X @ X.transpose(-1, -2)).clamp(-1, 1)
+    assert torch.allclose(ExactField(kernel).covariance(X), kernel.kappa(G), rtol=0, atol=1e-12 * kernel.kappa1)
+
+
 @pytest.mark.parametrize("integrator", sorted(INTEGRATORS))
 def test_sde_keeps_unit_norm(integrator):
     """Every SDE step (built from a RunConfig, attention on, biases on) returns unit rows."""

@@ -44,5 +44,6 @@ def chaos_cmd(config_file, overrides, out, force, quiet, scheduler: Optional[str
         w = result.fits["w2"].get(str(d))
         if w:
             click.echo(f"  W2^2 exponent d = {d}: {w['exponent']:.3f} [{w['ci'][0]:.3f}, {w['ci'][1]:.3f}]"
-                       f"  (r_d: {result.fits['r_d'][str(d)]['law']}, local exponent {result.fits['r_d'][str(d)]['exponent']:.3f})")
+                       f"  (r_d = {result.fits['r_d'][str(d)]['law']}: {result.fits['r_d'][str(d)]['exponent']:.3f}; "
+                       f"S^{d - 1} rate {result.fits['sphere_rate'][str(d)]['law']}: {result.fits['sphere_rate'][str(d)]['exponent']:.3f})")
     click.echo(f"results in {folder}")

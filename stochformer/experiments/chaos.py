@@ -50,6 +50,7 @@ from ..meanfield import (
     make_field,
     particle_stepper,
     rate_function,
+    sphere_rate,
     tagged_correlation,
     w2_sliced,
     w2_squared,
@@ -239,6 +240,7 @@ class ChaosResult:
                 "mean_token_norm_se": tab["mean_token_norm"].std(0, ddof=1) / np.sqrt(S),
                 "mean_token_sample0": tab["mean_token"][0],
                 "r_d": rate_function(int(d), cfg.sizes),
+                "sphere_rate": sphere_rate(int(d), cfg.sizes),
             }
             if tab["w2"].size:
                 w, sw = tab["w2"], tab["sw2"]
@@ -281,8 +283,10 @@ def _fits(cfg: ChaosConfig, coupling: dict, decor: dict, seed: int) -> dict:
         sup = tab["err2"].max(axis=1)  # (S, n_sizes): sup over recorded times
         fits["coupling"][d] = fit_power_law(sizes, sup, cfg.bootstrap, seed).to_dict()
         fits["coupling_corrected"][d] = fit_power_law(sizes, sup / (1 - sizes / cfg.N), cfg.bootstrap, seed).to_dict()
-        r = rate_function(int(d), sizes)
-        fits["r_d"][d] = {"exponent": float(-np.polyfit(np.log(sizes), np.log(r), 1)[0]), "law": _rate_law(int(d))}
+        for name, law, text in (("r_d", rate_function, _rate_law(int(d))), ("sphere_rate", sphere_rate, _sphere_law(int(d)))):
+            # local exponent of the law over the measured sizes (the log factors make it N-dependent)
+            slope = -np.polyfit(np.log(sizes), np.log(law(int(d), sizes)), 1)[0]
+            fits.setdefault(name, {})[d] = {"exponent": float(slope), "law": text}
         if tab["w2"].size and tab["w2"].shape[0] >= 2:
             fits["w2"][d] = fit_power_law(sizes, tab["w2"].max(axis=1), cfg.bootstrap, seed).to_dict()
             fits["w2_t0"][d] = fit_power_law(sizes, tab["w2"][:, 0], cfg.bootstrap, seed).to_dict()
@@ -299,6 +303,10 @@ def _fits(cfg: ChaosConfig, coupling: dict, decor: dict, seed: int) -> dict:
 
 def _rate_law(d: int) -> str:
     return "N^-1/2" if d < 4 else ("N^-1/2 log(1+N)" if d == 4 else f"N^-2/{d}")
+
+
+def _sphere_law(d: int) -> str:
+    return {2: "N^-1", 3: "log(1+N)/N"}.get(d, f"N^-2/{d - 1}")
 
 
 def run_chaos(

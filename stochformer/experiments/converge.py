@@ -79,7 +79,7 @@ class ConvergeConfig(RunConfig):
             raise ValueError("mlp: converge needs the MLP noise (mlp = true and noise_scale > 0)")
         return self
 
-    def model_config_dict(self) -> dict:
+    def run_config_dict(self) -> dict:
         """The plain :class:`RunConfig` fields (what one grid point needs)."""
         return {k: v for k, v in self.model_dump(mode="json").items() if k in RunConfig.model_fields}
 
@@ -259,7 +259,7 @@ def run_converge(cfg: ConvergeConfig, progress: bool = False, store: Optional[Pa
     n_chunks = -(-cfg.batch // cfg.chunk)
     sizes = [min(cfg.chunk, cfg.batch - c * cfg.chunk) for c in range(n_chunks)]
     seeds = child_seeds(cfg.seed, n_chunks)
-    base = cfg.model_config_dict()
+    base = cfg.run_config_dict()
     widths = sorted(cfg.widths)
     depths = sorted(cfg.depths)
     tasks = [

@@ -82,8 +82,8 @@ class ClustersResult:
     elapsed_s: float
 
     def to_dict(self) -> dict:
-        return {"size": self.size, "sizes": self.sizes, "tol": self.tol, "curves": self.curves,
-                "clusters": {k: v.to_dict() for k, v in self.clusters.items()}}
+        return to_jsonable({"size": self.size, "sizes": self.sizes, "tol": self.tol, "curves": self.curves,
+                            "clusters": {k: v.to_dict() for k, v in self.clusters.items()}})
 
     def save(self, folder: Path | str) -> None:
         folder = Path(folder)

@@ -43,6 +43,7 @@ from .simulate import evolve, run_record
 class SyncConfig(RunConfig):
     """A :class:`RunConfig` plus the sizes of the three measurements of :func:`run_sync`."""
 
+    batch: int = Field(512, ge=2, description="independent runs for each energy rate (>= 2)")
     pairs: int = Field(256, ge=2, description="independent pairs for the Lyapunov exponent (>= 2)")
     eps: float = Field(1e-4, gt=0.0, le=1e-2, description="pair separation of the Benettin estimator, in (0, 0.01]")
     near_spread: float = Field(1e-3, gt=0.0, le=0.1, description="spread of the near-synchronised cluster, in (0, 0.1]")

@@ -53,6 +53,8 @@ def plot_chaos(result: ChaosResult) -> "plt.Figure":
                     label=f"d={d} ({row['w2_method']} W₂²)")
         _fit_line(ax, sizes, result.fits["w2"].get(str(d), {}), f"C{i}", f"fit d={d}")
         _guide(ax, sizes, y[0], row["r_d"], f"r_{d}(N) = {result.fits['r_d'][str(d)]['law']}", color=f"C{i}")
+        ax.plot(sizes, y[0] * np.asarray(row["sphere_rate"]) / row["sphere_rate"][0], "-.", color=f"C{i}", lw=0.8,
+                label=f"S^{d - 1} rate {result.fits['sphere_rate'][str(d)]['law']}")
         ax.plot(sizes, row["sliced_w2_mean"][-1], "x", color=f"C{i}", alpha=0.6)
     ax.set(xscale="log", yscale="log", xlabel="N", ylabel=r"sup$_t$ W$_2^2(\mu^N_t, \mu^{N_{ref}}_t)$",
            title="W₂² against N (×: sliced W₂² at T)")

@@ -79,7 +79,8 @@ def plot_phase(result) -> "plt.Figure":
         for j, xx in enumerate(x):
             ax.text(xx, yy, f"{v[i, j]:.2g}", ha="center", va="center", fontsize=7)
     ax.set(xlabel=c.x_field, ylabel=c.y_field, title=f"{c.dynamics}, {c.activation}, d={c.d}: predicted boundary in black")
-    ax.legend(fontsize=8, loc="best")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8, loc="best")
     fig.tight_layout()
     return fig
 

@@ -163,6 +163,7 @@ def render_html(report: dict) -> str:
     rules = "".join(f"<li><b>{escape(k)}</b>: {escape(v)}</li>" for k, v in RULES.items())
     nav = "".join(f"<a href='#{escape(r['name'])}'>{escape(r['name'])}</a>" for r in records)
     state = "complete" if report.get("complete") else "incomplete (see the status of each section)"
+    compute = sum(r.get("elapsed_s") or 0.0 for r in records if r["status"] in ("computed", "cached"))
     return "\n".join([
         "<!DOCTYPE html>",
         "<html lang='en'><head><meta charset='utf-8'>",
@@ -174,7 +175,8 @@ def render_html(report: dict) -> str:
         "<p class='meta'>Stochastic scaling limits and synchronisation by noise in deep transformer models "
         "(Agazzi, Bruno, Mosig García, Saviozzi, Romito, arXiv:2604.26898): every experiment of SPEC §6.</p>",
         f"<p class='meta'>Profile <b>{escape(report['profile'])}</b>: {escape(report['profile_description'])}. "
-        f"Created {escape(report['created'])}; this invocation ran {report['elapsed_s']:.1f} s; report {state}. "
+        f"Created {escape(report['created'])}; the sections' run times add up to {compute:.1f} s, this invocation "
+        f"ran {report['elapsed_s']:.1f} s; report {state}. "
         f"stochformer {escape(report['version'])}, torch {escape(str(prov.get('torch')))}, "
         f"Python {escape(str(prov.get('python')))}, {escape(str(prov.get('platform')))}.</p>",
         f"<p class='meta'>Command: <code>{escape(report.get('command') or '')}</code></p>",
