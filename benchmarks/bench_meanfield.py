@@ -5,9 +5,9 @@ tokens (d = 16, float64), with the attention in query chunks and with PyTorch's 
     python benchmarks/bench_meanfield.py             # writes the "Mean-field particle solver" section of docs/benchmarks.md
     python benchmarks/bench_meanfield.py --no-write  # prints only
 
-Each (N, attention path) runs in a fresh process; its peak memory is the rise of the process's
-peak resident set (``ru_maxrss``) during the steps, over the state already allocated (tokens,
-field). Memory linear in N shows as a ratio ≈ 2 when N doubles. Time per step is compared with
+Each (N, attention path) runs in a fresh process; its peak memory is the largest rise of the
+process's resident set (sampled every millisecond) during the timed steps, over the resident set
+just before them (tokens and field already allocated, one warm-up step done). Memory linear in N shows as a ratio ≈ 2 when N doubles. Time per step is compared with
 the attention FLOP count 4 N² d (scores Q Kᵀ and the weighted sum of values) divided by the
 matmul rate measured in the same process on the attention's own shape ((chunk, d) × (d, N)) and,
 for reference, on a square 2048 × 2048 GEMM.
@@ -16,15 +16,17 @@ for reference, on a square 2048 × 2048 GEMM.
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import os
 import platform
-import resource
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -36,8 +38,30 @@ CHUNK = 256  # query rows per attention block: score block CHUNK × N, linear in
 FEATURES = 256
 
 
-def _rss_peak_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux: KiB
+def _rss_mb() -> float:
+    """Current resident set size (Linux /proc/self/statm)."""
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+class PeakRSS:
+    """Samples the current RSS every millisecond in a thread (torch releases the GIL in its
+    kernels); ``peak`` is the largest sample."""
+
+    def __enter__(self) -> "PeakRSS":
+        self.peak, self._stop = _rss_mb(), threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.001):
+            self.peak = max(self.peak, _rss_mb())
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, _rss_mb())
 
 
 def _rate(m: int, k: int, n: int, reps: int = 3) -> float:
@@ -65,16 +89,18 @@ def single(N: int, d: int, path: str, steps: int) -> dict:
     X = uniform((1, N), d, g)
     field = make_field(cfg, 1, g, token_chunk=4096)
     stepper = particle_stepper(cfg, field, N, block=CHUNK * N, sdpa=(path == "sdpa"))
-    base = _rss_peak_mb()
+    stepper.step(X, g)  # warm-up
+    base = _rss_mb()
     times = []
-    for _ in range(steps + 1):  # the first step warms up
-        t = time.perf_counter()
-        Y = stepper.step(X, g)
-        times.append(time.perf_counter() - t)
-    peak = _rss_peak_mb() - base
-    del Y
-    step_s = sorted(times[1:])[len(times[1:]) // 2]
-    attn_s = sorted(_timed(lambda: stepper.sde.attention(X)) for _ in range(2))[0]
+    with PeakRSS() as rss:
+        for _ in range(steps):
+            t = time.perf_counter()
+            Y = stepper.step(X, g)
+            times.append(time.perf_counter() - t)
+            del Y
+    peak = rss.peak - base
+    step_s = sorted(times)[len(times) // 2]
+    attn_s = _timed(lambda: stepper.sde.attention(X))
     rate_shape = _rate(CHUNK, d, N)
     rate_square = _rate(2048, 2048, 2048)
     flops = 4.0 * N * N * d
@@ -90,10 +116,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", type=int, nargs="+", default=[10_000, 20_000, 40_000])
     ap.add_argument("--d", type=int, default=16)
-    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--paths", nargs="+", default=["chunked", "sdpa"], choices=["chunked", "sdpa"])
     ap.add_argument("--no-write", action="store_true")
     ap.add_argument("--single", nargs=2, metavar=("N", "PATH"), help=argparse.SUPPRESS)
+    ap.add_argument("--rows", type=Path, help="re-tabulate rows printed by an earlier run (one dict per line)")
     args = ap.parse_args()
     if args.single:
         print(json.dumps(single(int(args.single[0]), args.d, args.single[1], args.steps)))
@@ -101,7 +128,9 @@ def main() -> None:
 
     load0 = os.getloadavg()[0]
     rows = []
-    for path in args.paths:
+    if args.rows:
+        rows = [ast.literal_eval(line) for line in args.rows.read_text().splitlines() if line.startswith("{")]
+    for path in [] if args.rows else args.paths:
         for N in args.sizes:
             cmd = [sys.executable, __file__, "--single", str(N), path, "--d", str(args.d), "--steps", str(args.steps)]
             out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
@@ -117,8 +146,8 @@ def main() -> None:
         "(the machine is shared: other jobs were running).", "",
         f"Limit SDE (Euler step: attention + random-feature field of width {FEATURES}), d = {args.d}, float64, one "
         f"sample. Attention `chunked`: query blocks of {CHUNK} rows (score block {CHUNK} × N); `sdpa`: "
-        "`torch.nn.functional.scaled_dot_product_attention(scale=1)` (CPU flash kernel). Peak memory: rise of the "
-        "process's peak RSS during the steps. Model time: 4 N² d FLOPs divided by the float64 matmul rate measured "
+        "`torch.nn.functional.scaled_dot_product_attention(scale=1)` (CPU flash kernel). Peak memory: the "
+        "largest rise of the process's RSS (sampled every ms) during the timed steps. Model time: 4 N² d FLOPs divided by the float64 matmul rate measured "
         f"in the same process on the attention's shape ({CHUNK} × {args.d}) · ({args.d} × N), and on a square 2048³ GEMM.", "",
         "| path | N | time/step (s) | attention (s) | peak memory (MB) | memory ratio vs N/2 | "
         "rate, attention shape (GFLOP/s) | time / model (attention shape) | rate, GEMM (GFLOP/s) | time / model (GEMM) |",
@@ -131,6 +160,16 @@ def main() -> None:
             f"| {r['path']} | {r['N']} | {r['step_s']:.3f} | {r['attention_s']:.3f} | {r['peak_mb']:.0f} | {ratio} | "
             f"{r['rate_attn_shape_gflops']:.1f} | {r['ratio_shape']:.2f} | {r['rate_gemm_gflops']:.1f} | {r['ratio_gemm']:.2f} |"
         )
+    for path in dict.fromkeys(r["path"] for r in rows):
+        pts = sorted((r["N"], r["peak_mb"]) for r in rows if r["path"] == path)
+        if len(pts) >= 3:
+            # memory linear in N: peak = a + bN, so its increments double when N doubles (N² would give 4)
+            inc = [pts[i + 1][1] - pts[i][1] for i in range(len(pts) - 1)]
+            b, a = np.polyfit([n for n, _ in pts], [m for _, m in pts], 1)
+            lines.append("")
+            lines.append(f"`{path}`: peak memory increments {', '.join(f'{x:.0f}' for x in inc)} MB, ratio "
+                         f"{inc[-1] / inc[-2]:.2f} (linear: 2, quadratic: 4); least squares peak ≈ {a:.0f} MB + "
+                         f"{b * 1e3:.2f} MB per 1000 tokens.")
     text = "\n".join(lines) + "\n"
     print(text)
     if not args.no_write:

@@ -11,9 +11,10 @@ from click.testing import CliRunner
 
 from stochformer.cli import main
 from stochformer.config import ConfigError, build_config
-from stochformer.experiments.chaos import ChaosConfig, coupling_task, decorrelation_task
+from stochformer.experiments import chaos
+from stochformer.experiments.chaos import ChaosConfig, coupling_task, decorrelation_task, run_chaos
 
-TINY = ["N=96", "sizes=[8,16,32]", "dims=[3,5]", "batch=3", "dims_batch=2", "w2_batch=2", "L=6", "records=2",
+TINY = ["N=64", "sizes=[8,16,32]", "dims=[3,5]", "batch=3", "dims_batch=2", "w2_batch=2", "L=4", "records=2",
         "features=32", "decor_sizes=[4,8]", "decor_repeats=64", "decor_fields=2", "bootstrap=100"]
 
 
@@ -58,6 +59,21 @@ def test_cli_bad_input_leaves_no_folder(tmp_path):
     res = CliRunner().invoke(main, ["chaos", "--out", str(tmp_path / "x"), "--set", "sizes=[4,5000]"])
     assert res.exit_code != 0 and "sizes" in res.output
     assert not (tmp_path / "x").exists()
+
+
+def test_killed_run_resumes_from_store(tmp_path, monkeypatch):
+    """Finished tasks are stored: a second run with the same store recomputes nothing (the
+    particle evolution is replaced by one that fails) and gives the same tables."""
+    cfg = _cfg(["dims=[3]"])
+    first = run_chaos(cfg, store=tmp_path / "tasks")
+
+    def boom(*args, **kwargs):
+        raise AssertionError("task recomputed")
+
+    monkeypatch.setattr(chaos, "evolve_particles", boom)
+    second = run_chaos(cfg, store=tmp_path / "tasks")
+    assert np.array_equal(first.coupling["3"]["err2"], second.coupling["3"]["err2"])
+    assert first.exponent_coupling == second.exponent_coupling
 
 
 def test_coupling_task_reproducible_per_seed():

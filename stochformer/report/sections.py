@@ -3,49 +3,35 @@
 Each section calls an experiment module's public ``run_xxx`` and its plotting functions, turns the
 result into predicted-vs-measured rows (:class:`~stochformer.report.verdict.Comparison`) and
 embedded figures, and declares its sizes for every profile. A section whose experiment module is
-missing or broken reports itself as not available; the others still run.
+missing or broken (``require`` / ``lazy_model`` fail) reports itself as not available, naming the
+module; the others still run.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable, ClassVar, Literal, Optional
 
-from ..runtime import provenance, resolve_device
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from ..activations import ACTIVATIONS, ODD_ACTIVATIONS
+from ..config import RunConfig, build_config
+from ..runtime import child_seeds, provenance, resolve_device
 from .profiles import sizes
-from .stages import Stage, StageContext, StageOutput, StageUnavailable, figure_png, lazy_model, register, require
+from .stages import Stage, StageContext, StageOutput, figure_png, lazy_model, register, require
 from .verdict import Comparison
 
-
-def _prov(cfg: Any) -> dict:
-    return provenance(resolve_device(getattr(cfg, "device", "cpu")))
-
-
-def not_available(what: str, module: str):
-    """A ``run`` for a section whose experiment is not wired in yet: raises a clear error."""
-
-    def run(cfg: Any, ctx: StageContext) -> StageOutput:
-        raise StageUnavailable(f"{what} is not available yet (stochformer.{module} is not wired into the report)")
-
-    return run
-
-
-
 # --------------------------------------------------------------------------- helpers
-
-from typing import Literal, Optional  # noqa: E402
-
-import numpy as np  # noqa: E402
-from pydantic import BaseModel, ConfigDict, Field, field_validator  # noqa: E402
-
-from ..activations import ACTIVATIONS, ODD_ACTIVATIONS  # noqa: E402
-from ..config import RunConfig, build_config  # noqa: E402
-from ..runtime import child_seeds  # noqa: E402
 
 #: Finite-size allowances of the "matches" rows, as fractions of |predicted|: first-order time
 #: discretisation (Δt = T/L) and finite horizons bias the measured rates; kernel moments are
 #: unbiased Monte Carlo means (only the finite difference h of κ' biases them).
 RATE_RTOL = 0.10
 KERNEL_RTOL = 0.02
+
+
+def _prov(cfg: Any) -> dict:
+    return provenance(resolve_device(getattr(cfg, "device", "cpu")))
 
 
 def _mean_se(values) -> tuple[float, float]:
@@ -63,14 +49,19 @@ def _rate_row(quantity: str, predicted: Optional[float], measured: float, se: fl
 
 
 class PaperItemConfig(BaseModel):
-    """A paper experiment (SPEC §6 items 1–3) at one of its built-in sizes: ``paper`` (the paper's),
-    ``quick``, or ``tiny`` (a sub-grid through the module's public point functions, for tests)."""
+    """A paper experiment (SPEC §6 items 1–3, ``experiments.paper``) at one of its built-in sizes,
+    ``paper`` (the paper's) or ``quick``, with ``sizes`` overriding entries of that size (e.g.
+    ``--set clusters.sizes.N=16``; the keys are those of ``paper.CLUSTER_SIZES`` etc.)."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    size: Literal["tiny", "quick", "paper"] = "quick"
+    size: Literal["quick", "paper"] = "quick"
+    sizes: dict[str, Any] = Field(default_factory=dict)
     seed: int = Field(0, ge=0)
     device: str = "cpu"
+
+    #: the name of the module's table of sizes (``experiments.paper.<SIZES_TABLE>``)
+    SIZES_TABLE: ClassVar[str] = ""
 
     @field_validator("device")
     @classmethod
@@ -78,6 +69,25 @@ class PaperItemConfig(BaseModel):
         if not (v == "cpu" or v == "cuda" or v.startswith("cuda:")):
             raise ValueError("must be 'cpu', 'cuda' or 'cuda:<index>'")
         return v
+
+    @field_validator("sizes")
+    @classmethod
+    def _sizes(cls, v: dict) -> dict:
+        valid = getattr(_paper(), cls.SIZES_TABLE)["quick"]
+        bad = sorted(set(v) - set(valid))
+        if bad:
+            raise ValueError(f"unknown entries {', '.join(bad)}; valid: {', '.join(valid)}")
+        return v
+
+
+def _paper_model(cls: type) -> Callable[[], type]:
+    """A ``Stage.model`` that needs ``experiments.paper`` (a missing module makes the section unavailable)."""
+
+    def model() -> type:
+        _paper()
+        return cls
+
+    return model
 
 
 def _paper():
@@ -96,6 +106,7 @@ def _seeds(cfg: Any, n: int) -> dict:
 
 
 class ClustersStageConfig(PaperItemConfig):
+    SIZES_TABLE: ClassVar[str] = "CLUSTER_SIZES"
     tol: float = Field(0.05, gt=0.0, lt=1.0, description="two tokens are in one cluster when cos >= 1 - tol")
 
 
@@ -109,9 +120,8 @@ def _uniform_tail(d: int, tol: float) -> float:
 
 def _run_clusters(cfg: ClustersStageConfig, ctx: StageContext) -> StageOutput:
     paper, plots = _paper(), _sync_plots()
-    # paper.run_clusters has no tiny size: the tiny profile runs its quick size
-    size = "quick" if cfg.size == "tiny" else cfg.size
-    res = paper.run_clusters(size, seed=cfg.seed, tol=cfg.tol, progress=ctx.progress, device=cfg.device)
+    res = paper.run_clusters(cfg.size, seed=cfg.seed, tol=cfg.tol, progress=ctx.progress, device=cfg.device,
+                             sizes=cfg.sizes)
     rows = []
     uniform = _uniform_tail(4, cfg.tol)
     for act, cl in res.clusters.items():
@@ -138,57 +148,43 @@ register(Stage(
     spec="SPEC §6.1",
     claim="Without attention, the MLP noise alone makes near-uniform tokens on S³ form clusters; with tanh "
           "(an odd field) they end in two antipodal clusters.",
-    model=lambda: ClustersStageConfig,
-    sizes=sizes(tiny={"size": "tiny"}, quick={"size": "quick"}, full={"size": "paper"}),
+    model=_paper_model(ClustersStageConfig),
+    sizes=sizes(tiny={"sizes": {"N": 16, "L": 100, "m": 64, "batch": 2}}, quick={"size": "quick"},
+                full={"size": "paper"}),
     run=_run_clusters,
 ))
 
 
 # --------------------------------------------------------------------------- §6.2 scenarios
 
-#: The sub-grid of the tiny profile: (activation, d, σ, γ).
-TINY_SCENARIOS = [("relu", 5, 0.0, 1.0), ("tanh", 5, 0.1, 0.0), ("none", 5, 0.0, -1.0)]
-TINY_SCENARIO_SIZES = dict(N=8, L=20, T=5.0, m=32, batch=2)
 #: A scenario has a clear prediction at its horizon T when |λ₁ − γ|·T is at least this.
 CLEAR_PREDICTION = 2.5
 
 
-def _scenario_config(key: dict, sz: dict, seed: int, device: str) -> RunConfig:
+def _scenario_model(key: dict) -> RunConfig:
+    """The model of one scenario (activation, d, σ, γ), for its predicted rates."""
     act = key["activation"]
-    return build_config({k: sz[k] for k in ("N", "L", "T", "m", "batch")} | {
-        "d": key["d"], "activation": "relu" if act == "none" else act, "mlp": act != "none",
-        "sigma_U": key["sigma"], "sigma_W": key["sigma"], "gamma": key["gamma"], "attention": key["gamma"] != 0.0,
-        "beta": 1.0, "seed": seed, "device": device})
+    return build_config({"d": key["d"], "activation": "relu" if act == "none" else act, "mlp": act != "none",
+                         "sigma_U": key["sigma"], "sigma_W": key["sigma"], "gamma": key["gamma"],
+                         "attention": key["gamma"] != 0.0, "beta": 1.0})
 
 
-def _tiny_scenarios(paper, cfg: PaperItemConfig, ctx: StageContext):
-    from ..tasks import Task, run_tasks
-
-    keys, tasks = {}, []
-    for (act, d, sigma, gamma), s in zip(TINY_SCENARIOS, child_seeds(cfg.seed, len(TINY_SCENARIOS))):
-        key = f"{act}/d{d}/sigma{sigma:g}/gamma{gamma:g}"
-        keys[key] = {"activation": act, "d": d, "sigma": sigma, "gamma": gamma}
-        config = _scenario_config(keys[key], TINY_SCENARIO_SIZES, s, cfg.device).model_dump(mode="json")
-        tasks.append(Task(key, paper.scenario_point, {"config": config}))
-    runs = run_tasks(tasks, store=ctx.workdir, scheduler=ctx.scheduler, progress=ctx.progress, desc="scenarios")
-    return paper.ScenariosResult("tiny", dict(TINY_SCENARIO_SIZES), keys, runs, cfg.seed, 0.0)
+class ScenariosStageConfig(PaperItemConfig):
+    SIZES_TABLE: ClassVar[str] = "SCENARIO_SIZES"
 
 
-def _run_scenarios(cfg: PaperItemConfig, ctx: StageContext) -> StageOutput:
+def _run_scenarios(cfg: ScenariosStageConfig, ctx: StageContext) -> StageOutput:
     from ..experiments.sync import predicted_rates  # the closed forms of SPEC §5
 
     paper, plots = _paper(), _sync_plots()
-    if cfg.size == "tiny":
-        res = _tiny_scenarios(paper, cfg, ctx)
-    else:
-        res = paper.run_scenarios(cfg.size, seed=cfg.seed, progress=ctx.progress, store=ctx.workdir,
-                                  scheduler=ctx.scheduler, device=cfg.device)
+    res = paper.run_scenarios(cfg.size, seed=cfg.seed, progress=ctx.progress, store=ctx.workdir,
+                              scheduler=ctx.scheduler, device=cfg.device, sizes=cfg.sizes)
     rows, table = [], []
     apart = lost = 0
     T = float(res.sizes["T"])
     for key, coords in res.keys.items():
         run = res.runs[key]
-        pred = predicted_rates(_scenario_config(coords, {**res.sizes, "L": 1}, 0, "cpu"), with_bound=False)["lambda_1_pred"]
+        pred = predicted_rates(_scenario_model(coords), with_bound=False)["lambda_1_pred"]
         e, se = np.asarray(run["energy"]), np.asarray(run["energy_se"])
         delta, delta_se = float(e[-1] - e[0]), float(np.hypot(se[-1], se[0]))
         table.append([coords["activation"], coords["d"], coords["sigma"], coords["gamma"], pred,
@@ -221,20 +217,21 @@ register(Stage(
     spec="SPEC §6.2",
     claim="Across activations, dimensions d ∈ {5, 64, 128}, σ ∈ {0, 0.1} and attention γ ∈ {+1, 0, −1}, tokens "
           "synchronise (E_β decreases) where the Lyapunov exponent λ₁ − γ is clearly negative.",
-    model=lambda: PaperItemConfig,
-    sizes=sizes(tiny={"size": "tiny"}, quick={"size": "quick"}, full={"size": "paper"}),
+    model=_paper_model(ScenariosStageConfig),
+    sizes=sizes(tiny={"sizes": {"N": 8, "L": 20, "m": 32, "batch": 2, "ds": [5], "sigmas": [0.0]}},
+                quick={"size": "quick"}, full={"size": "paper"}),
     run=_run_scenarios,
 ))
 
 
 # --------------------------------------------------------------------------- §6.3 the table
 
-TINY_TABLE_SIZES = dict(draws=200, pairs=16, energy_pairs=32, L=40, T_units=2.0, m=32, ds=[5], sigmas=[0.0])
 _TABLE_QUANTITIES = (("kappa", "κ(1)", KERNEL_RTOL), ("kappa_prime", "κ'(1)", KERNEL_RTOL),
                      ("lambda_1", "λ₁", RATE_RTOL), ("lambda_bar", "λ̄", RATE_RTOL))
 
 
 class TableStageConfig(PaperItemConfig):
+    SIZES_TABLE: ClassVar[str] = "TABLE_SIZES"
     activations: list[str] = Field(default_factory=lambda: ["relu", "sigmoid", "tanh", "silu"])
 
     @field_validator("activations")
@@ -248,14 +245,8 @@ class TableStageConfig(PaperItemConfig):
 
 def _run_table(cfg: TableStageConfig, ctx: StageContext) -> StageOutput:
     paper, plots = _paper(), _sync_plots()
-    if cfg.size == "tiny":
-        sz = TINY_TABLE_SIZES
-        rows = [paper.table_point(a, 5, 0.0, sz, s, device=cfg.device)
-                for a, s in zip(cfg.activations, child_seeds(cfg.seed, len(cfg.activations)))]
-        res = paper.TableResult("tiny", sz, rows, cfg.seed)
-    else:
-        res = paper.run_table(cfg.size, seed=cfg.seed, progress=ctx.progress, store=ctx.workdir, scheduler=ctx.scheduler,
-                              device=cfg.device, activations=tuple(cfg.activations))
+    res = paper.run_table(cfg.size, seed=cfg.seed, progress=ctx.progress, store=ctx.workdir, scheduler=ctx.scheduler,
+                          device=cfg.device, activations=tuple(cfg.activations), sizes=cfg.sizes)
     comps = []
     for r in res.rows:
         where = f"{r['activation']}, d={r['d']}, σ={r['sigma']:g}"
@@ -273,8 +264,10 @@ register(Stage(
     spec="SPEC §6.3, §5",
     claim="The kernel constants κ(1), κ'(1) and the rates λ₁ (Lyapunov exponent) and λ̄ (first-moment rate) of the "
           "paper's Appendix C follow from the activation, d and σ, and match what the transformer measures.",
-    model=lambda: TableStageConfig,
-    sizes=sizes(tiny={"size": "tiny", "activations": ["relu"]}, quick={"size": "quick"}, full={"size": "paper"}),
+    model=_paper_model(TableStageConfig),
+    sizes=sizes(tiny={"activations": ["relu"], "sizes": {"draws": 200, "pairs": 16, "energy_pairs": 32, "L": 40,
+                                                          "T_units": 2.0, "m": 32, "ds": [5], "sigmas": [0.0]}},
+                quick={"size": "quick"}, full={"size": "paper"}),
     run=_run_table,
 ))
 
@@ -348,7 +341,7 @@ register(Stage(
 def _run_chaos(cfg: Any, ctx: StageContext) -> StageOutput:
     chaos = require("experiments.chaos", "Proposition 1.2 (experiments.chaos)")
     plots = require("plotting.chaos", "the propagation-of-chaos figure (plotting.chaos)")
-    res = chaos.run_chaos(cfg, progress=ctx.progress, store=ctx.workdir)
+    res = chaos.run_chaos(cfg, progress=ctx.progress, store=ctx.workdir, scheduler=ctx.scheduler)
     f = res.fits
     rows = []
     for d in cfg.dims:
