@@ -6,8 +6,8 @@ tokens (d = 16, float64), with the attention in query chunks and with PyTorch's 
     python benchmarks/bench_meanfield.py --no-write  # prints only
 
 Each (N, attention path) runs in a fresh process; its peak memory is the largest rise of the
-process's resident set (sampled every millisecond) during the timed steps, over the resident set
-just before them (tokens and field already allocated, one warm-up step done). Memory linear in N shows as a ratio ≈ 2 when N doubles. Time per step is compared with
+process's resident set (sampled every millisecond) during the steps, over the resident set just
+before the first step (tokens and field already allocated). Memory linear in N shows as a ratio ≈ 2 when N doubles. Time per step is compared with
 the attention FLOP count 4 N² d (scores Q Kᵀ and the weighted sum of values) divided by the
 matmul rate measured in the same process on the attention's own shape ((chunk, d) × (d, N)) and,
 for reference, on a square 2048 × 2048 GEMM.
@@ -89,15 +89,15 @@ def single(N: int, d: int, path: str, steps: int) -> dict:
     X = uniform((1, N), d, g)
     field = make_field(cfg, 1, g, token_chunk=4096)
     stepper = particle_stepper(cfg, field, N, block=CHUNK * N, sdpa=(path == "sdpa"))
-    stepper.step(X, g)  # warm-up
     base = _rss_mb()
     times = []
-    with PeakRSS() as rss:
-        for _ in range(steps):
+    with PeakRSS() as rss:  # from the first step: later steps reuse memory the allocator keeps
+        for _ in range(steps + 1):  # the first step warms up and is not timed
             t = time.perf_counter()
             Y = stepper.step(X, g)
             times.append(time.perf_counter() - t)
             del Y
+    times = times[1:]
     peak = rss.peak - base
     step_s = sorted(times)[len(times) // 2]
     attn_s = _timed(lambda: stepper.sde.attention(X))
@@ -147,7 +147,7 @@ def main() -> None:
         f"Limit SDE (Euler step: attention + random-feature field of width {FEATURES}), d = {args.d}, float64, one "
         f"sample. Attention `chunked`: query blocks of {CHUNK} rows (score block {CHUNK} × N); `sdpa`: "
         "`torch.nn.functional.scaled_dot_product_attention(scale=1)` (CPU flash kernel). Peak memory: the "
-        "largest rise of the process's RSS (sampled every ms) during the timed steps. Model time: 4 N² d FLOPs divided by the float64 matmul rate measured "
+        "largest rise of the process's RSS (sampled every ms) from before the first step. Model time: 4 N² d FLOPs divided by the float64 matmul rate measured "
         f"in the same process on the attention's shape ({CHUNK} × {args.d}) · ({args.d} × N), and on a square 2048³ GEMM.", "",
         "| path | N | time/step (s) | attention (s) | peak memory (MB) | memory ratio vs N/2 | "
         "rate, attention shape (GFLOP/s) | time / model (attention shape) | rate, GEMM (GFLOP/s) | time / model (GEMM) |",
