@@ -177,7 +177,8 @@ def main() -> None:
     ap.add_argument("--json", default=None, help="also write every number to this JSON file")
     ap.add_argument("--only", default=None, help="comma-separated dynamics to run (transformer,sde)")
     ap.add_argument("--cases", type=int, default=None, help="run only the first K cases (smoke test)")
-    ap.add_argument("--select", default=None, help="comma-separated indices into CASES to run")
+    ap.add_argument("--select", default=None, help="comma-separated indices into CASES to run ('' for none)")
+    ap.add_argument("--skip-repulsive", action="store_true", help="do not run the repulsive-attention cases")
     ap.add_argument("--merge", default=None, help="JSON written by --json of an earlier run: its cases are reused, not rerun")
     ap.add_argument("--max-pairs", type=int, default=None, help="cap on pairs for λ₁ (default 16384 with --full, else 1024)")
     ap.add_argument("--energy-pairs", type=int, default=None, help="paths for the energy rate (default 8192 with --full, else 1024)")
@@ -192,7 +193,7 @@ def main() -> None:
     dyns = (args.only or "sde,transformer").split(",")
     start = time.perf_counter()
     tasks = []
-    chosen = set(int(i) for i in args.select.split(",")) if args.select else set(range(len(CASES)))
+    chosen = set(int(i) for i in args.select.split(",") if i.strip()) if args.select is not None else set(range(len(CASES)))
     for k, (act, d, sigma, gamma) in enumerate(CASES[: args.cases]):
         if k not in chosen:
             continue
@@ -212,7 +213,7 @@ def main() -> None:
               f"l1 {r['lambda_1']:+.5f}±{r['lambda_1_se']:.5f} pred {r['lambda_1_pred']:+.5f} ({v['l1_rel']:+.1%}, z {v['l1_z']:+.1f}) | "
               f"E {r['energy_rate']:+.4f}±{r['energy_rate_se']:.4f} pred {r['lambda_bar_pred']:+.4f} ({v['e_rel']:+.1%}, z {v['e_z']:+.1f}) "
               f"[{r['wall_s']:.1f}s]", flush=True)
-    repulsive = repulsive_cases(400, 2048 if args.full else 256, 256 if args.full else 32, args.device, 7)
+    repulsive = [] if args.skip_repulsive else repulsive_cases(400, 2048 if args.full else 256, 256 if args.full else 32, args.device, 7)
     for r in repulsive:
         print(r, flush=True)
     meta = {"command": "python benchmarks/synchronisation.py" + (" --full" if args.full else "") + f" --device {args.device}",

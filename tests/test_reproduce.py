@@ -321,6 +321,7 @@ def test_failing_sections_are_reported_and_nan_never_written(tmp_path: Path, mon
     assert "2 non-finite value(s) written as null: value, ok[1]" in rec["fake-nan"]["notes"]
     assert rec["fake-nan"]["comparisons"][0]["verdict"] == UNDETERMINED
     assert rec["fake-broken"]["status"] == "failed" and "RuntimeError: boom" in rec["fake-broken"]["error"]
+    assert "broken_run" in rec["fake-broken"]["traceback"]
     assert rec["fake-missing"]["status"] == "unavailable" and "not available" in rec["fake-missing"]["error"]
     page = (out / "index.html").read_text()
     assert "This section failed to run: RuntimeError: boom" in page and "fake is not available" in page

@@ -120,6 +120,8 @@ def section(rec: dict) -> str:
         }[status]
         err = escape(rec.get("error") or "")
         parts.append(f"<p class='status-{status}'>{text}{err}</p>")
+        if rec.get("traceback"):
+            parts.append(f"<details><summary>traceback</summary><pre>{escape(rec['traceback'])}</pre></details>")
     else:
         when = rec.get("started_at", "")
         origin = "computed in this run" if status == "computed" else "reused from the cache (computed earlier with the same config and version)"

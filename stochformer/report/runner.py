@@ -16,6 +16,7 @@ import math
 import shutil
 import sys
 import time
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Optional
@@ -249,7 +250,8 @@ def reproduce(
             except (KeyboardInterrupt, SystemExit):
                 raise
             except Exception as exc:  # a broken experiment fails its own section, not the report
-                rec = {**records[i], "status": "failed", "error": f"{type(exc).__name__}: {exc}"}
+                rec = {**records[i], "status": "failed", "error": f"{type(exc).__name__}: {exc}",
+                       "traceback": traceback.format_exc(limit=-12)}
             if note:
                 rec["cache_note"] = note
             records[i] = rec
