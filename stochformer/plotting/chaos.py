@@ -67,9 +67,10 @@ def plot_chaos(result: ChaosResult) -> "plt.Figure":
     _fit_line(ax, n, result.fits["decorrelation"], "C3", "fit")
     if rho[0] > 0:
         _guide(ax, n, rho[0], 1 / n, r"$N^{-1}$")
-    ax.axhline(0, color="0.6", lw=0.8)
     if np.all(rho - 2 * se > 0):
         ax.set_yscale("log")
+    else:
+        ax.axhline(0, color="0.6", lw=0.8)
     ax.set(xscale="log", xlabel="N", ylabel="conditional correlation at T",
            title=f"conditional decorrelation ({dec['fields']} fields × {dec['repeats']} draws, ± 2 SE)")
     ax.legend(fontsize=7)
