@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the package, installed or not
 FEATURES = 256
 
 
