@@ -7,6 +7,7 @@ from typing import Optional, Protocol
 
 import torch
 
+from .activations import ActivationLike
 from .attention import Attention
 from .config import RunConfig
 from .kernel import NoiseKernel
@@ -24,9 +25,9 @@ class Stepper(Protocol):
     def step(self, X: torch.Tensor, generator: torch.Generator) -> torch.Tensor: ...
 
 
-def make_kernel(cfg: RunConfig) -> NoiseKernel:
-    """κ for the config's activation, d, σ_U, σ_W and noise scale."""
-    return NoiseKernel(cfg.activation, cfg.d, cfg.sigma_U, cfg.sigma_W, cfg.noise_scale)
+def make_kernel(cfg: RunConfig, activation: Optional[ActivationLike] = None) -> NoiseKernel:
+    """κ for the config's activation (or the callable ``activation``), d, σ_U, σ_W and noise scale."""
+    return NoiseKernel(activation or cfg.activation, cfg.d, cfg.sigma_U, cfg.sigma_W, cfg.noise_scale)
 
 
 def make_attention(cfg: RunConfig, dtype=torch.float64, device="cpu", chunk: Optional[int] = None) -> Optional[Attention]:
@@ -50,18 +51,19 @@ def noise_kind(cfg: RunConfig) -> str:
     return "exact" if cfg.N < RF_CROSSOVER_N * cfg.features / 1024 else "random_features"
 
 
-def make_noise(cfg: RunConfig) -> Optional[NoiseSource]:
+def make_noise(cfg: RunConfig, activation: Optional[ActivationLike] = None) -> Optional[NoiseSource]:
+    """The noise source of ``cfg`` (None without MLP); ``activation``: a callable replacing cfg's."""
     if not cfg.mlp or cfg.noise_scale == 0:
         return None
     kind = noise_kind(cfg)
-    common = dict(activation=cfg.activation, sigma_U=cfg.sigma_U, sigma_W=cfg.sigma_W, scale=cfg.noise_scale)
+    common = dict(activation=activation or cfg.activation, sigma_U=cfg.sigma_U, sigma_W=cfg.sigma_W, scale=cfg.noise_scale)
     if kind in ("mlp", "mlp_gaussian"):
         rng = resolve_backend(cfg.rng, cfg.device)
         mode = "weights" if kind == "mlp" else "gaussian"
         return MLPNoise(m=cfg.m, mode=mode, rng=rng, precision=cfg.draw_precision, **common)
     if kind == "random_features":
         return RandomFeatureField(features=cfg.features, **common)
-    return ExactField(make_kernel(cfg))
+    return ExactField(make_kernel(cfg, activation))
 
 
 def make_stepper(
@@ -70,16 +72,18 @@ def make_stepper(
     device="cpu",
     attention: Optional[Attention] = None,
     noise: Optional[NoiseSource] = None,
+    activation: Optional[ActivationLike] = None,
 ) -> Stepper:
     """The map X_ℓ → X_{ℓ+1}: a transformer layer, or one step of the SDE integrator.
 
     ``attention`` / ``noise``: prebuilt pieces (a chunked attention, a field shared between
-    systems) used instead of building them from ``cfg``."""
+    systems) used instead of building them from ``cfg``; ``activation``: any callable φ replacing
+    ``cfg.activation`` (Python API)."""
     attention = attention if attention is not None else make_attention(cfg, dtype, device)
-    noise = noise if noise is not None else make_noise(cfg)
+    noise = noise if noise is not None else make_noise(cfg, activation)
     if cfg.dynamics == "transformer":
         return TransformerLayer(cfg.dt, attention, noise, cfg.order)
-    sde = LimitSDE(noise, attention, make_kernel(cfg).kappa1, cfg.d)
+    sde = LimitSDE(noise, attention, make_kernel(cfg, activation).kappa1, cfg.d)
     if cfg.integrator not in INTEGRATORS:
         raise ValueError(f"integrator: {cfg.integrator!r} is not available; valid: {', '.join(INTEGRATORS)}")
     return INTEGRATORS[cfg.integrator](sde, cfg.dt)

@@ -11,10 +11,6 @@ import torch
 from .sphere import gram
 
 
-def _upper(N: int, device) -> torch.Tensor:
-    return torch.triu(torch.ones(N, N, dtype=torch.bool, device=device), diagonal=1)
-
-
 def mean_cosine(X: torch.Tensor) -> torch.Tensor:
     """Mean of ⟨x_i, x_j⟩ over pairs i < j. Uses |Σ x_i|² = N + 2 Σ_{i<j} ⟨x_i, x_j⟩ (O(N d))."""
     N = X.shape[-2]
@@ -32,9 +28,13 @@ def energy(X: torch.Tensor, beta: float = 1.0, chunk: Optional[int] = None) -> t
     chunk = chunk or N
     total = torch.zeros(X.shape[:-2], dtype=X.dtype, device=X.device)
     for s in range(0, N, chunk):
-        G = (X[..., s : s + chunk, :] @ X.transpose(-1, -2)).clamp(max=1.0)
-        total = total + torch.expm1(beta * (G - 1)).sum(dim=(-1, -2))
+        total = total + _energy_sum(X[..., s : s + chunk, :] @ X.transpose(-1, -2), beta)
     return -0.5 * math.exp(beta) * total / N**2
+
+
+def _energy_sum(G: torch.Tensor, beta: float) -> torch.Tensor:
+    """Σ_ij expm1(β(G_ij − 1)) over the last two axes of a block of cosines G."""
+    return torch.expm1(G.clamp(max=1.0).sub_(1.0).mul_(beta)).sum(dim=(-1, -2))
 
 
 def mean_token(X: torch.Tensor) -> torch.Tensor:
@@ -45,13 +45,25 @@ def mean_token(X: torch.Tensor) -> torch.Tensor:
 
 def min_cosine(X: torch.Tensor) -> torch.Tensor:
     """Minimum of ⟨x_i, x_j⟩ over pairs i < j."""
-    G = gram(X)
-    return G[..., _upper(X.shape[-2], X.device)].min(dim=-1).values
+    return _min_off_diagonal(gram(X))
+
+
+def _min_off_diagonal(G: torch.Tensor) -> torch.Tensor:
+    """min_{i≠j} G_ij of symmetric (..., N, N) matrices (= the minimum over i < j)."""
+    eye = torch.eye(G.shape[-1], dtype=torch.bool, device=G.device)
+    return G.masked_fill(eye, math.inf).amin(dim=(-1, -2))
 
 
 def pair_statistics(X: torch.Tensor, energy_beta: float = 1.0) -> dict[str, torch.Tensor]:
-    """The three per-sample statistics of ``summary.json``: mean_cosine, energy, min_cosine."""
-    return {"mean_cosine": mean_cosine(X), "energy": energy(X, energy_beta), "min_cosine": min_cosine(X)}
+    """The three per-sample statistics of ``summary.json``: mean_cosine, energy, min_cosine
+    (one Gram matrix for all three)."""
+    G = gram(X)
+    N = X.shape[-2]
+    return {
+        "mean_cosine": (G.sum(dim=(-1, -2)) - G.diagonal(dim1=-2, dim2=-1).sum(-1)) / (N * (N - 1)),
+        "min_cosine": _min_off_diagonal(G),
+        "energy": -0.5 * math.exp(energy_beta) * _energy_sum(G, energy_beta) / N**2,
+    }
 
 
 def mean_and_se(values: torch.Tensor, dim: int = 0) -> tuple[torch.Tensor, torch.Tensor]:

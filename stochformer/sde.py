@@ -65,11 +65,8 @@ class LimitSDE:
 
 
 @dataclass
-class EulerMaruyama:
-    """Projected Euler–Maruyama (Itô): X' = LN( X + [P Attn − κ(1)(d−1)/2 X] dt + P ΔW ).
-
-    The projection LN only removes the O(dt) fluctuation of the norm; the Itô correction keeps
-    the mean norm at 1 to first order (strong order ½)."""
+class _Scheme:
+    """An integrator of ``sde`` with step ``dt``; ``step(X, generator, dW=None, xi=None)``."""
 
     sde: LimitSDE
     dt: float
@@ -77,6 +74,14 @@ class EulerMaruyama:
     @property
     def noise(self) -> Optional[NoiseSource]:
         return self.sde.noise
+
+
+@dataclass
+class EulerMaruyama(_Scheme):
+    """Projected Euler–Maruyama (Itô): X' = LN( X + [P Attn − κ(1)(d−1)/2 X] dt + P ΔW ).
+
+    The projection LN only removes the O(dt) fluctuation of the norm; the Itô correction keeps
+    the mean norm at 1 to first order (strong order ½)."""
 
     def step(
         self, X: torch.Tensor, generator: torch.Generator, dW: Optional[torch.Tensor] = None, xi: Optional[torch.Tensor] = None
@@ -89,7 +94,7 @@ class EulerMaruyama:
 
 
 @dataclass
-class StratonovichHeun:
+class StratonovichHeun(_Scheme):
     """Projected Heun for the Stratonovich form dX = P Attn dt + P ∘ W(dt, X) (SPEC §3)::
 
         ΔW = W(t+dt, X) − W(t, X)                      (one field evaluation, at X)
@@ -102,13 +107,6 @@ class StratonovichHeun:
     K at X̃ with the same normals would not be: the symmetric root rotates its frame with X, which
     adds a spurious drift (measured: its fine-step limit differs from Euler's by ~6× the
     discretisation error). The final LN only removes an O(dt^{3/2}) radial residue."""
-
-    sde: LimitSDE
-    dt: float
-
-    @property
-    def noise(self) -> Optional[NoiseSource]:
-        return self.sde.noise
 
     def step(
         self, X: torch.Tensor, generator: torch.Generator, dW: Optional[torch.Tensor] = None, xi: Optional[torch.Tensor] = None

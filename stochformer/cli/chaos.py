@@ -2,22 +2,18 @@
 
 from __future__ import annotations
 
-import shutil
 from typing import Optional
 
 import click
 
 from ..experiments.chaos import ChaosConfig, run_chaos
-from ..io import output_folder
-from ..plotting import save_figure
 from ..plotting.chaos import plot_chaos, plot_density_s2
-from .common import experiment_options, fail_cleanly, resolve
+from .common import experiment_options, fail_cleanly, resolve, scheduler_option, task_store, write_results
 
 
 @click.command("chaos")
 @experiment_options
-@click.option("--scheduler", default=None, metavar="NAME",
-              help="How tasks run: 'serial' (default), 'processes[:N]', 'local-cluster:N' or a Dask address.")
+@scheduler_option
 @fail_cleanly
 def chaos_cmd(config_file, overrides, out, force, quiet, scheduler: Optional[str]) -> None:
     """Propagation of chaos (Proposition 1.2): synchronous coupling, W2 and conditional
@@ -28,15 +24,13 @@ def chaos_cmd(config_file, overrides, out, force, quiet, scheduler: Optional[str
     OUT.tasks beside the output folder until the run completes, so an interrupted run continues
     when the same command is run again."""
     cfg, folder = resolve("chaos", config_file, overrides, out, force, model=ChaosConfig)
-    store = folder.with_name(folder.name + ".tasks")
+    store = task_store(folder)
     result = run_chaos(cfg, progress=not quiet, store=store, scheduler=scheduler)
-    with output_folder(folder, force) as tmp:
-        result.save(tmp)
-        save_figure(plot_chaos(result), tmp / "chaos.png")
-        if "initial" in result.clouds:
-            save_figure(plot_density_s2(result.clouds["initial"], result.clouds["final"],
-                                        f"reference tokens on S² (N_ref = {cfg.N}, one sample)"), tmp / "density.png")
-    shutil.rmtree(store, ignore_errors=True)
+    figures = {"chaos.png": lambda: plot_chaos(result)}
+    if "initial" in result.clouds:
+        figures["density.png"] = lambda: plot_density_s2(
+            result.clouds["initial"], result.clouds["final"], f"reference tokens on S² (N_ref = {cfg.N}, one sample)")
+    write_results(folder, force, result, figures, store)
     lo, hi = result.to_dict()["exponent_coupling_ci"]
     click.echo(f"chaos: {result.elapsed_s:.1f} s; coupling exponent {result.exponent_coupling:.3f} "
                f"[{lo:.3f}, {hi:.3f}] (d = {cfg.d}, target 1)")

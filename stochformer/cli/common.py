@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import shutil
 import time
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -64,3 +65,33 @@ def fail_cleanly(func: Callable) -> Callable:
             raise click.ClickException(str(exc)) from None
 
     return wrapper
+
+
+def scheduler_option(func: Callable) -> Callable:
+    """``--scheduler NAME``: how independent tasks run (see :func:`stochformer.tasks.run_tasks`)."""
+    return click.option(
+        "--scheduler", default=None, metavar="NAME",
+        help="How tasks run: 'serial' (default), 'processes[:N]', 'local-cluster:N' or a Dask address.",
+    )(func)
+
+
+def task_store(folder: Path) -> Path:
+    """Where finished tasks wait (beside the output folder) until the run completes, so that the
+    same command run again after an interruption continues instead of starting afresh."""
+    return folder.with_name(folder.name + ".tasks")
+
+
+def write_results(
+    folder: Path, force: bool, result: Any, figures: dict[str, Callable[[], Any]], store: Optional[Path] = None
+) -> None:
+    """Save ``result`` and the figures (file name → function returning a matplotlib figure) into an
+    atomically created ``folder``; then drop the finished run's task store."""
+    from ..io import output_folder
+    from ..plotting import save_figure
+
+    with output_folder(folder, force) as tmp:
+        result.save(tmp)
+        for name, make in figures.items():
+            save_figure(make(), tmp / name)
+    if store is not None:
+        shutil.rmtree(store, ignore_errors=True)

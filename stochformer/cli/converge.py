@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import shutil
 from typing import Optional
 
 import click
 
 from ..experiments.converge import ConvergeConfig, run_converge
-from ..io import output_folder
-from ..plotting import save_figure
 from ..plotting.converge import plot_convergence
-from .common import experiment_options, fail_cleanly, resolve
+from .common import experiment_options, fail_cleanly, resolve, scheduler_option, task_store, write_results
 
 
 def _ci(entry: dict) -> str:
@@ -20,8 +17,7 @@ def _ci(entry: dict) -> str:
 
 @click.command("converge")
 @experiment_options
-@click.option("--scheduler", default=None, metavar="NAME",
-              help="How tasks run: 'serial' (default), 'processes[:N]', 'local-cluster:N' or a Dask address.")
+@scheduler_option
 @fail_cleanly
 def converge_cmd(config_file, overrides, out, force, quiet, scheduler: Optional[str]) -> None:
     """Couple the transformer (depth L, width m) with the limit SDE through the same normals
@@ -33,12 +29,9 @@ def converge_cmd(config_file, overrides, out, force, quiet, scheduler: Optional[
     tasks are kept in OUT.tasks beside the output folder until the run completes, so an interrupted
     run continues when the same command is run again."""
     cfg, folder = resolve("converge", config_file, overrides, out, force, model=ConvergeConfig)
-    store = folder.with_name(folder.name + ".tasks")
+    store = task_store(folder)
     result = run_converge(cfg, progress=not quiet, store=store, scheduler=scheduler)
-    with output_folder(folder, force) as tmp:
-        result.save(tmp)
-        save_figure(plot_convergence(result), tmp / "convergence.png")
-    shutil.rmtree(store, ignore_errors=True)
+    write_results(folder, force, result, {"convergence.png": lambda: plot_convergence(result)}, store)
     f = result.fits
     click.echo(f"converge: N={cfg.N}, d={cfg.d}, T={cfg.T}, {cfg.batch} samples, depths {result.depths}, "
                f"widths {sorted(cfg.widths)} and ∞, {cfg.integrator} SDE with {cfg.refine} steps per layer: "

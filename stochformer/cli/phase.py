@@ -2,22 +2,18 @@
 
 from __future__ import annotations
 
-import shutil
 from typing import Optional
 
 import click
 
 from ..experiments.phase import PhaseConfig, run_phase
-from ..io import output_folder
-from ..plotting import save_figure
 from ..plotting.sync import plot_phase
-from .common import experiment_options, fail_cleanly, resolve
+from .common import experiment_options, fail_cleanly, resolve, scheduler_option, task_store, write_results
 
 
 @click.command("phase")
 @experiment_options
-@click.option("--scheduler", default=None, metavar="NAME",
-              help="How grid points run: 'serial' (default), 'processes[:N]', 'local-cluster:N' or a Dask address.")
+@scheduler_option
 @fail_cleanly
 def phase_cmd(config_file, overrides, out, force, quiet, scheduler: Optional[str]) -> None:
     """Sweep two fields (x_field/x_values, y_field/y_values; 'sigma' sets sigma_U = sigma_W) and
@@ -27,12 +23,9 @@ def phase_cmd(config_file, overrides, out, force, quiet, scheduler: Optional[str
     Finished grid points are kept in OUT.tasks beside the output folder until the run completes, so
     an interrupted run continues when the same command is run again."""
     cfg, folder = resolve("phase", config_file, overrides, out, force, model=PhaseConfig)
-    store = folder.with_name(folder.name + ".tasks")
+    store = task_store(folder)
     result = run_phase(cfg, progress=not quiet, store=store, scheduler=scheduler)
-    with output_folder(folder, force) as tmp:
-        result.save(tmp)
-        save_figure(plot_phase(result), tmp / "phase.png")
-    shutil.rmtree(store, ignore_errors=True)
+    write_results(folder, force, result, {"phase.png": lambda: plot_phase(result)}, store)
     agree = result.agreement()
     click.echo(f"phase ({cfg.measure}) over {cfg.x_field} x {cfg.y_field}: {agree['points']} points in "
                f"{result.elapsed_s:.1f} s; agreement with the predicted boundary: {agree}")

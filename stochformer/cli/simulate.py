@@ -5,9 +5,8 @@ from __future__ import annotations
 import click
 
 from ..experiments.simulate import simulate
-from ..io import output_folder
-from ..plotting import plot_sphere_paths, plot_summary, save_figure
-from .common import experiment_options, fail_cleanly, resolve
+from ..plotting import plot_sphere_paths, plot_summary
+from .common import experiment_options, fail_cleanly, resolve, write_results
 
 
 @click.command("simulate")
@@ -19,14 +18,12 @@ def simulate_cmd(config_file, overrides, out, force, quiet) -> None:
     Writes config.json, summary.json, arrays.npz and figures to the output folder."""
     cfg, folder = resolve("simulate", config_file, overrides, out, force)
     result = simulate(cfg, progress=not quiet)
-    with output_folder(folder, force) as tmp:
-        result.save(tmp)
-        title = f"{cfg.dynamics}: N={cfg.N}, d={cfg.d}, L={cfg.L}, T={cfg.T}, m={cfg.m}, {cfg.activation}"
-        save_figure(plot_summary(result.summary(), title), tmp / "summary.png")
-        t = result.trajectory
-        if cfg.d == 3 and t.paths is not None:
-            save_figure(plot_sphere_paths(t.paths), tmp / "paths.png")
     s = result.summary()
+    title = f"{cfg.dynamics}: N={cfg.N}, d={cfg.d}, L={cfg.L}, T={cfg.T}, m={cfg.m}, {cfg.activation}"
+    figures = {"summary.png": lambda: plot_summary(s, title)}
+    if cfg.d == 3 and result.trajectory.paths is not None:
+        figures["paths.png"] = lambda: plot_sphere_paths(result.trajectory.paths)
+    write_results(folder, force, result, figures)
     click.echo(
         f"{cfg.dynamics}: {cfg.batch} samples, {cfg.L} layers in {result.elapsed_s:.2f} s; at layer {cfg.L}: "
         f"mean cosine {s['mean_cosine'][-1]:.4f} ± {s['mean_cosine_se'][-1]:.4f}, "

@@ -5,10 +5,8 @@ from __future__ import annotations
 import click
 
 from ..experiments.sync import SyncConfig, run_sync
-from ..io import output_folder
-from ..plotting import save_figure
 from ..plotting.sync import plot_sync
-from .common import experiment_options, fail_cleanly, resolve
+from .common import experiment_options, fail_cleanly, resolve, write_results
 
 
 def _fmt(v) -> str:
@@ -27,9 +25,7 @@ def sync_cmd(config_file, overrides, out, force, quiet) -> None:
     unit time t = layer · T/L."""
     cfg, folder = resolve("sync", config_file, overrides, out, force, model=SyncConfig)
     result = run_sync(cfg, progress=not quiet)
-    with output_folder(folder, force) as tmp:
-        result.save(tmp)
-        save_figure(plot_sync(result), tmp / "sync.png")
+    write_results(folder, force, result, {"sync.png": lambda: plot_sync(result)})
     click.echo(f"{cfg.dynamics}, {cfg.activation}, d={cfg.d}: {result.elapsed_s:.1f} s")
     click.echo(f"  {'quantity':<34s} {'measured':>11s} {'SE':>9s} {'predicted':>11s} {'z':>7s}")
     for row in result.table():

@@ -12,6 +12,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from ..activations import Activation, activation_name
 from ..build import Stepper, make_stepper
 from ..config import RunConfig
 from ..diagnostics import mean_and_se, pair_statistics
@@ -96,7 +97,7 @@ class SimulationResult:
     def save(self, folder: Path | str) -> None:
         """Write config.json (config, seed, versions, device), summary.json and arrays.npz."""
         folder = Path(folder)
-        write_json(folder / "config.json", run_record("simulate", self.config, self.provenance, self.elapsed_s))
+        write_json(folder / "config.json", run_record("simulate", self.config, self.provenance, self.elapsed_s, **self.meta))
         write_json(folder / "summary.json", self.summary())
         t = self.trajectory
         write_npz(folder / "arrays.npz", layers=t.layers, final=t.final, paths=t.paths, path_layers=t.path_layers, **t.stats)
@@ -116,15 +117,19 @@ def run_record(command: str, config, provenance: dict, elapsed_s: float, **extra
     }
 
 
-def simulate(cfg: RunConfig, progress: bool = False) -> SimulationResult:
-    """Run ``cfg.batch`` independent samples of ``cfg.dynamics`` for L layers (or SDE steps)."""
+def simulate(cfg: RunConfig, progress: bool = False, activation: Optional[Activation] = None) -> SimulationResult:
+    """Run ``cfg.batch`` independent samples of ``cfg.dynamics`` for L layers (or SDE steps).
+
+    ``activation``: any elementwise callable φ (torch → torch) used instead of ``cfg.activation``;
+    its kernel κ comes from Gauss–Hermite quadrature."""
     device = resolve_device(cfg.device)
     dtype = DTYPES[cfg.dtype]
     gen = make_generator(cfg.seed, device)
     start = time.perf_counter()
     X0 = initial_tokens(cfg.init, cfg.batch, cfg.N, cfg.d, gen, dtype, device)
-    stepper = make_stepper(cfg, dtype, device)
+    stepper = make_stepper(cfg, dtype, device, activation=activation)
     if stepper.noise is not None:
         stepper.noise.reset(cfg.batch, cfg.d, gen, dtype, device)
     traj = evolve(X0, stepper, cfg.L, gen, cfg.energy_beta, cfg.record_every, cfg.path_stride, progress, desc=cfg.dynamics)
-    return SimulationResult(cfg, traj, provenance(device), time.perf_counter() - start)
+    meta = {} if activation is None else {"activation_callable": activation_name(activation)}
+    return SimulationResult(cfg, traj, provenance(device), time.perf_counter() - start, meta)
