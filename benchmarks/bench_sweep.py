@@ -12,14 +12,13 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import re
 import time
 from pathlib import Path
 
 import xarray as xr
 
+from docsection import write_section
 from stochformer.experiments.sweep import SweepConfig, run_sweep
-from stochformer.io import atomic_write_bytes
 from stochformer.sweep import run_tasks_parallel
 from stochformer.tasks import Task
 
@@ -103,10 +102,7 @@ def main() -> None:
     text = "\n".join(lines)
     print(text)
     if not args.no_write:
-        old = DOC.read_text() if DOC.exists() else "# Benchmarks\n"
-        pattern = re.compile(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", re.S | re.M)
-        new = pattern.sub(lambda _: text + "\n", old) if pattern.search(old) else old.rstrip("\n") + "\n\n" + text
-        atomic_write_bytes(DOC, new.encode())
+        write_section(DOC, SECTION, text)
         print(f"written to {DOC}")
 
 

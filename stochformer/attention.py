@@ -15,6 +15,16 @@ import torch.nn.functional as F
 from .config import RunConfig
 
 
+#: Entries of one attention (or Gram) block formed at once: 2²² ≈ 4·10⁶ (32 MiB in float64).
+DEFAULT_BLOCK = 1 << 22
+
+
+def query_chunk(N: int, block: int = DEFAULT_BLOCK) -> int:
+    """Query rows per attention chunk so that a (chunk, N) score block has at most ``block``
+    entries (at least one row): working memory O(block + N d) per sample."""
+    return max(1, min(N, block // N))
+
+
 @dataclass(frozen=True)
 class Attention:
     """Attention with score matrix ``A = Qᵀ K`` (or ``beta·I``) and value matrix ``V`` (or ``gamma·I``).

@@ -8,7 +8,6 @@ from typing import Optional
 
 import torch
 
-from .sphere import gram
 
 
 def mean_cosine(X: torch.Tensor) -> torch.Tensor:
@@ -45,24 +44,29 @@ def mean_token(X: torch.Tensor) -> torch.Tensor:
 
 def min_cosine(X: torch.Tensor) -> torch.Tensor:
     """Minimum of ⟨x_i, x_j⟩ over pairs i < j."""
-    return _min_off_diagonal(gram(X))
+    return pair_statistics(X)["min_cosine"]
 
 
-def _min_off_diagonal(G: torch.Tensor) -> torch.Tensor:
-    """min_{i≠j} G_ij of symmetric (..., N, N) matrices (= the minimum over i < j)."""
-    eye = torch.eye(G.shape[-1], dtype=torch.bool, device=G.device)
-    return G.masked_fill(eye, math.inf).amin(dim=(-1, -2))
+def pair_statistics(X: torch.Tensor, energy_beta: float = 1.0, block: Optional[int] = None) -> dict[str, torch.Tensor]:
+    """The three per-sample statistics of ``summary.json``: mean_cosine, energy, min_cosine.
 
-
-def pair_statistics(X: torch.Tensor, energy_beta: float = 1.0) -> dict[str, torch.Tensor]:
-    """The three per-sample statistics of ``summary.json``: mean_cosine, energy, min_cosine
-    (one Gram matrix for all three)."""
-    G = gram(X)
+    One pass over the Gram matrix, formed ``block // N`` rows at a time when ``block`` (entries)
+    is given, so memory stays O(block + N d) for many tokens; at once otherwise."""
     N = X.shape[-2]
+    rows = N if block is None else max(1, min(N, block // N))
+    energy_sum = torch.zeros(X.shape[:-2], dtype=X.dtype, device=X.device)
+    low = torch.full_like(energy_sum, math.inf)
+    for s in range(0, N, rows):
+        G = X[..., s : s + rows, :] @ X.transpose(-1, -2)  # rows s.. of the Gram matrix
+        r = torch.arange(G.shape[-2], device=X.device)
+        on_diagonal = torch.zeros(G.shape[-2:], dtype=torch.bool, device=X.device)
+        on_diagonal[r, r + s] = True
+        low = torch.minimum(low, G.masked_fill(on_diagonal, math.inf).amin(dim=(-1, -2)))
+        energy_sum += _energy_sum(G, energy_beta)
     return {
-        "mean_cosine": (G.sum(dim=(-1, -2)) - G.diagonal(dim1=-2, dim2=-1).sum(-1)) / (N * (N - 1)),
-        "min_cosine": _min_off_diagonal(G),
-        "energy": -0.5 * math.exp(energy_beta) * _energy_sum(G, energy_beta) / N**2,
+        "mean_cosine": mean_cosine(X),
+        "min_cosine": low,
+        "energy": -0.5 * math.exp(energy_beta) * energy_sum / N**2,
     }
 
 

@@ -25,22 +25,12 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from .attention import Attention
+from .attention import DEFAULT_BLOCK, Attention, query_chunk
 from .build import Stepper, make_stepper
 from .config import RunConfig
 from .diagnostics import energy, mean_token
 from .noise import RandomFeatureField
 from .runtime import make_generator
-
-#: Entries of one attention (or Gram) block formed at once: 2²² ≈ 4·10⁶ (32 MiB in float64).
-DEFAULT_BLOCK = 1 << 22
-
-
-def query_chunk(N: int, block: int = DEFAULT_BLOCK) -> int:
-    """Query rows per attention chunk so that a (chunk, N) score block has at most ``block``
-    entries (at least one row): working memory O(block + N d) per sample."""
-    return max(1, min(N, block // N))
-
 
 def make_field(
     cfg: RunConfig, fields: int, generator: torch.Generator, dtype=torch.float64, device="cpu",

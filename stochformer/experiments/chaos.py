@@ -77,7 +77,7 @@ class ChaosConfig(RunConfig):
     N: int = Field(2048, ge=16, description="tokens of the reference system N_ref (>= 16)")
     T: float = Field(1.0, gt=0.0, description="time horizon, > 0")
     L: int = Field(40, ge=1, description="SDE steps, >= 1")
-    batch: int = Field(16, ge=2, description="independent samples (field + initial tokens) for d = cfg.d (>= 2)")
+    batch: int = Field(64, ge=2, description="independent samples (field + initial tokens) for d = cfg.d (>= 2)")
     features: int = Field(512, ge=1, description="width of the random-feature field (>= 1)")
     sizes: list[int] = Field([16, 32, 64, 128, 256], min_length=3, description="sizes N < N_ref of the coupled systems")
     dims: list[int] = Field([3, 4, 6], min_length=1, description="dimensions for W2 (must contain d)")

@@ -13,7 +13,8 @@ import torch
 from tqdm.auto import tqdm
 
 from ..activations import Activation, activation_name
-from ..build import Stepper, make_stepper
+from ..attention import DEFAULT_BLOCK, query_chunk
+from ..build import Stepper, make_attention, make_stepper
 from ..config import RunConfig
 from ..diagnostics import mean_and_se, pair_statistics
 from ..io import write_json, write_npz
@@ -45,15 +46,17 @@ def evolve(
     path_stride: Optional[int] = None,
     progress: bool = False,
     desc: str = "layers",
+    block: Optional[int] = None,
 ) -> Trajectory:
     """Apply ``stepper`` L times to X0: (batch, N, d), recording statistics every ``record_every``
-    layers (layer 0 and L always) and token paths every ``path_stride`` layers."""
+    layers (layer 0 and L always) and token paths every ``path_stride`` layers. ``block``: Gram
+    entries formed at once by the statistics (None: all; memory-linear for many tokens)."""
     X = X0
     layers, records, paths, path_layers = [], [], [], []
 
     def record(ell: int) -> None:
         layers.append(ell)
-        records.append({k: v.detach().cpu() for k, v in pair_statistics(X, energy_beta).items()})
+        records.append({k: v.detach().cpu() for k, v in pair_statistics(X, energy_beta, block).items()})
 
     record(0)
     if path_stride:
@@ -127,9 +130,12 @@ def simulate(cfg: RunConfig, progress: bool = False, activation: Optional[Activa
     gen = make_generator(cfg.seed, device)
     start = time.perf_counter()
     X0 = initial_tokens(cfg.init, cfg.batch, cfg.N, cfg.d, gen, dtype, device)
-    stepper = make_stepper(cfg, dtype, device, activation=activation)
+    # many tokens: attention and statistics in blocks of DEFAULT_BLOCK entries, never an (N, N) matrix
+    block = DEFAULT_BLOCK if cfg.N * cfg.N > DEFAULT_BLOCK else None
+    attention = make_attention(cfg, dtype, device, chunk=query_chunk(cfg.N) if block else None)
+    stepper = make_stepper(cfg, dtype, device, attention=attention, activation=activation)
     if stepper.noise is not None:
         stepper.noise.reset(cfg.batch, cfg.d, gen, dtype, device)
-    traj = evolve(X0, stepper, cfg.L, gen, cfg.energy_beta, cfg.record_every, cfg.path_stride, progress, desc=cfg.dynamics)
+    traj = evolve(X0, stepper, cfg.L, gen, cfg.energy_beta, cfg.record_every, cfg.path_stride, progress, cfg.dynamics, block)
     meta = {} if activation is None else {"activation_callable": activation_name(activation)}
     return SimulationResult(cfg, traj, provenance(device), time.perf_counter() - start, meta)
