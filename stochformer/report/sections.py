@@ -379,7 +379,7 @@ register(Stage(
               "bootstrap": 100, "features": 64},
         quick={"N": 1024, "L": 20, "batch": 8, "sizes": [32, 64, 128, 256], "dims_batch": 4, "records": 4,
                "w2_batch": 4, "decor_repeats": 512, "decor_fields": 2, "bootstrap": 500, "features": 256},
-        full={},  # the module's defaults: N_ref = 4096, sizes up to 512, d ∈ {3, 4, 6}
+        full={},  # the module's defaults (`stochformer chaos`): N_ref = 2048, sizes up to 256, d ∈ {3, 4, 6}
         gpu={"N": 16384, "sizes": [64, 128, 256, 512, 1024, 2048], "batch": 32, "dims_batch": 16, "w2_batch": 16},
     ),
     run=_run_chaos,
