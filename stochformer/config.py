@@ -80,7 +80,8 @@ class RunConfig(_Strict):
         description="noise source: 'mlp' draws U, W, b explicitly; 'mlp_gaussian' draws U, b_U and "
         "the output from its exact conditional Gaussian law (SPEC §2); 'exact' is the limit field "
         "K^{1/2} Ξ; 'random_features' a fixed random-feature field of width `features`; 'auto' is "
-        "mlp_gaussian for the transformer and exact for the SDE",
+        "mlp_gaussian for the transformer; for the SDE exact below N = 92·features/1024 (the measured "
+        "cost crossover, build.RF_CROSSOVER_N) and random_features from there on",
     )
     integrator: Literal["euler", "heun"] = Field(
         "heun",
