@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from docsection import write_section  # noqa: E402
+from docsection import publish  # noqa: E402
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
 SECTION = "## Mean-field particle solver"
@@ -177,9 +177,7 @@ def main() -> None:
     dense = ", ".join(f"{8 * N * N / 2**30:.1f}" for N in sorted({r["N"] for r in rows}))
     lines += ["", f"For comparison, one dense float64 (N, N) score matrix alone would take {dense} GiB."]
     text = "\n".join(lines) + "\n"
-    print(text)
-    if not args.no_write:
-        write_section(DOC, SECTION, text)
+    publish(DOC, SECTION, text, write=not args.no_write)
 
 
 if __name__ == "__main__":

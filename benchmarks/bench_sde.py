@@ -33,7 +33,7 @@ from stochformer.sde import INTEGRATORS, LimitSDE, StratonovichHeun, aggregate_n
 from stochformer.sphere import uniform
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from docsection import write_section  # noqa: E402
+from docsection import publish  # noqa: E402
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
 SECTION = "## Limit SDE"
@@ -223,9 +223,7 @@ def main() -> None:
         f"differ by {o['ref_gap']:.1e} (RMS), below the errors of the table: the same SDE.",
     ]
     text = "\n".join(lines) + "\n"
-    print(text)
-    if not args.no_write:
-        write_section(DOC, SECTION, text)
+    publish(DOC, SECTION, text, write=not args.no_write)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import xarray as xr
 
-from docsection import write_section
+from docsection import publish
 from stochformer.experiments.sweep import SweepConfig, run_sweep
 from stochformer.sweep import run_tasks_parallel
 from stochformer.tasks import Task
@@ -100,10 +100,7 @@ def main() -> None:
         "",
     ]
     text = "\n".join(lines)
-    print(text)
-    if not args.no_write:
-        write_section(DOC, SECTION, text)
-        print(f"written to {DOC}")
+    publish(DOC, SECTION, text, write=not args.no_write)
 
 
 if __name__ == "__main__":
