@@ -5,12 +5,18 @@ tokens (d = 16, float64), with the attention in query chunks and with PyTorch's 
     python benchmarks/bench_meanfield.py             # writes the "Mean-field particle solver" section of docs/benchmarks.md
     python benchmarks/bench_meanfield.py --no-write  # prints only
 
-Each (N, attention path) runs in a fresh process; its peak memory is the largest rise of the
-process's resident set (sampled every millisecond) during the steps, over the resident set just
-before the first step (tokens and field allocated, libraries warmed up by one step at N = 1000). Memory linear in N shows as a ratio ≈ 2 when N doubles. Time per step is compared with
-the attention FLOP count 4 N² d (scores Q Kᵀ and the weighted sum of values) divided by the
-matmul rate measured in the same process on the attention's own shape ((chunk, d) × (d, N)) and,
-for reference, on a square 2048 × 2048 GEMM.
+Each (N, attention path) runs in two fresh processes. The first times the steps. The second
+measures peak memory: the largest rise of the process's resident set (sampled every millisecond)
+during the steps, over the resident set just before the first step (tokens and field allocated,
+libraries warmed up by one step at N = 1000), with glibc's mmap threshold fixed at 64 KiB
+(``MALLOC_MMAP_THRESHOLD_``) so that every freed block leaves the resident set at once instead of
+being kept by the allocator; that makes the resident set follow the live memory (and the steps
+slower, which is why they are timed in the other process). Memory linear in N shows as a ratio
+≈ 2 when N doubles. Time per step is compared with the attention FLOP count 4 N² d (scores Q Kᵀ
+and the weighted sum of values) divided by the matmul rate measured in the same process on the
+attention's own shape ((chunk, d) × (d, N)) and on a square 2048 × 2048 GEMM, and with a floor
+that no exact implementation can beat: that model time plus the N² exponentials of the softmax,
+timed in the same process.
 """
 
 from __future__ import annotations
@@ -31,6 +37,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from docsection import publish  # noqa: E402
+
+from stochformer.attention import CPU_ROWS  # noqa: E402
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
 SECTION = "## Mean-field particle solver"
@@ -108,10 +116,15 @@ def single(N: int, d: int, path: str, steps: int) -> dict:
     rate_shape = _rate(CHUNK, d, N)
     rate_square = _rate(2048, 2048, 2048)
     flops = 4.0 * N * N * d
+    model = flops / (rate_square * 1e9)
+    scores = torch.rand(CHUNK, N, dtype=torch.float64) * 2 - 1  # cosines: exp's arguments in [-β, β]
+    out = torch.empty_like(scores)
+    exp_s = min(_timed(lambda: torch.exp(scores, out=out)) for _ in range(5)) * N / CHUNK  # N² exponentials
     return {
         "N": N, "d": d, "path": path, "step_s": step_s, "attention_s": attn_s, "peak_mb": peak,
         "flops": flops, "rate_attn_shape_gflops": rate_shape, "rate_gemm_gflops": rate_square,
-        "ratio_shape": step_s / (flops / (rate_shape * 1e9)), "ratio_gemm": step_s / (flops / (rate_square * 1e9)),
+        "ratio_shape": step_s / (flops / (rate_shape * 1e9)), "ratio_gemm": step_s / model,
+        "exp_s": exp_s, "floor_s": model + exp_s, "ratio_floor": step_s / (model + exp_s),
         "threads": torch.get_num_threads(),
     }
 
@@ -137,45 +150,60 @@ def main() -> None:
     for path in [] if args.rows else args.paths:
         for N in args.sizes:
             cmd = [sys.executable, __file__, "--single", str(N), path, "--d", str(args.d), "--steps", str(args.steps)]
-            out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-            rows.append(json.loads(out.strip().splitlines()[-1]))
+            timing, memory = (
+                json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout.strip().splitlines()[-1])
+                for env in (dict(os.environ), {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"})
+            )
+            rows.append({**timing, "peak_mb": memory["peak_mb"]})
             print(rows[-1], flush=True)
     load1 = os.getloadavg()[0]
 
-    cmdline = "python benchmarks/bench_meanfield.py" + ("" if args.sizes == [10_000, 20_000, 40_000] else f" --sizes {' '.join(map(str, args.sizes))}")
+    cmdline = " ".join(["python benchmarks/bench_meanfield.py", *sys.argv[1:]])
     lines = [
         SECTION, "",
         f"`{cmdline}` on {platform.machine()}, {os.cpu_count()} cores, {rows[0]['threads']} torch threads, "
-        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load average {load0:.1f} before, {load1:.1f} after "
-        "(the machine is shared: other jobs were running).", "",
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load average {load0:.1f} before, {load1:.1f} after.", "",
         f"Limit SDE (Euler step: attention + random-feature field of width {FEATURES}), d = {args.d}, float64, one "
-        f"sample. Attention `chunked`: query blocks of {CHUNK} rows (score block {CHUNK} × N); `sdpa`: "
+        f"sample. Attention `chunked`: query chunks of {CHUNK} rows, formed {CPU_ROWS} rows at a time on a CPU (score block "
+        f"{CPU_ROWS} × N, shifted by the Cauchy–Schwarz bound of the scores instead of the row maximum); `sdpa`: "
         "`torch.nn.functional.scaled_dot_product_attention(scale=1)` (CPU flash kernel). Peak memory: the "
-        "largest rise of the process's RSS (sampled every ms) from before the first step. Model time: 4 N² d FLOPs divided by the float64 matmul rate measured "
-        f"in the same process on the attention's shape ({CHUNK} × {args.d}) · ({args.d} × N), and on a square 2048³ GEMM.", "",
-        "| path | N | time/step (s) | attention (s) | peak memory (MB) | memory ratio vs N/2 | "
-        "rate, attention shape (GFLOP/s) | time / model (attention shape) | rate, GEMM (GFLOP/s) | time / model (GEMM) |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "largest rise of the process's RSS (sampled every ms) from before the first step, in a second process "
+        "whose allocator returns freed blocks at once (see the script's docstring). Model time: 4 N² d FLOPs divided by the float64 matmul rate measured "
+        f"in the same process on the attention's shape ({CHUNK} × {args.d}) · ({args.d} × N), and on a square 2048³ GEMM. "
+        "Floor: the GEMM model time plus the N² float64 exponentials of the softmax (`torch.exp`, timed in the same process).", "",
+        "| path | N | time/step (s) | attention (s) | peak memory (MB) | peak ratio vs N/2 | "
+        "rate, attention shape (GFLOP/s) | time / model (attention shape) | rate, GEMM (GFLOP/s) | time / model (GEMM) | "
+        "N² exp (s) | time / floor |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in rows:
         prev = next((p for p in rows if p["path"] == r["path"] and p["N"] * 2 == r["N"]), None)
         ratio = f"{r['peak_mb'] / prev['peak_mb']:.2f}" if prev and prev["peak_mb"] > 0 else "—"
         lines.append(
             f"| {r['path']} | {r['N']} | {r['step_s']:.3f} | {r['attention_s']:.3f} | {r['peak_mb']:.0f} | {ratio} | "
-            f"{r['rate_attn_shape_gflops']:.1f} | {r['ratio_shape']:.2f} | {r['rate_gemm_gflops']:.1f} | {r['ratio_gemm']:.2f} |"
+            f"{r['rate_attn_shape_gflops']:.1f} | {r['ratio_shape']:.2f} | {r['rate_gemm_gflops']:.1f} | {r['ratio_gemm']:.2f} | "
+            f"{r['exp_s']:.3f} | {r['ratio_floor']:.2f} |"
         )
     for path in dict.fromkeys(r["path"] for r in rows):
         pts = sorted((r["N"], r["peak_mb"]) for r in rows if r["path"] == path)
-        if len(pts) >= 3:
-            # memory linear in N: peak = a + bN, so its increments double when N doubles (N² would give 4)
-            inc = [pts[i + 1][1] - pts[i][1] for i in range(len(pts) - 1)]
+        if len(pts) >= 2:
             b, a = np.polyfit([n for n, _ in pts], [m for _, m in pts], 1)
-            lines.append("")
-            lines.append(f"`{path}`: peak memory increments {', '.join(f'{x:.0f}' for x in inc)} MB, ratio "
-                         f"{inc[-1] / inc[-2]:.2f} (linear: 2, quadratic: 4); least squares peak ≈ {a:.0f} MB + "
-                         f"{b * 1e3:.2f} MB per 1000 tokens.")
+            lines += ["", f"`{path}`: least squares peak ≈ {a:.0f} MB + {b * 1e3:.2f} MB per 1000 tokens; the peak grows "
+                      f"{pts[-1][1] / pts[0][1]:.2f}× from N = {pts[0][0]} to {pts[-1][0]} ({pts[-1][0] / pts[0][0]:.0f}× the "
+                      f"tokens; {(pts[-1][0] / pts[0][0]) ** 2:.0f}× for quadratic memory)."]
     dense = ", ".join(f"{8 * N * N / 2**30:.1f}" for N in sorted({r["N"] for r in rows}))
     lines += ["", f"For comparison, one dense float64 (N, N) score matrix alone would take {dense} GiB."]
+    def span(values: list[float]) -> str:
+        lo, hi = min(values), max(values)
+        return f"{lo:.2f}" if f"{lo:.2f}" == f"{hi:.2f}" else f"{lo:.2f}–{hi:.2f}"
+
+    model = [r["flops"] / (r["rate_gemm_gflops"] * 1e9) for r in rows]
+    lines += ["", "Time per step against the GEMM model: the softmax's N² exponentials alone take "
+              f"{span([r['exp_s'] / t for r, t in zip(rows, model)])}× the model time here (d = {args.d}: each score "
+              f"costs 4d = {4 * args.d} flops of products and one exponential), so no exact float64 attention can run "
+              f"faster than {span([r['floor_s'] / t for r, t in zip(rows, model)])}× the model on this machine; the "
+              f"measured steps run at {span([r['ratio_gemm'] for r in rows])}× the model, "
+              f"{span([r['ratio_floor'] for r in rows])}× that floor."]
     text = "\n".join(lines) + "\n"
     publish(DOC, SECTION, text, write=not args.no_write)
 

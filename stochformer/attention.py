@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Optional
 
@@ -17,6 +18,9 @@ from .config import RunConfig
 
 #: Entries of one attention (or Gram) block formed at once: 2²² ≈ 4·10⁶ (32 MiB in float64).
 DEFAULT_BLOCK = 1 << 22
+#: On a CPU a query chunk is processed at most this many rows at a time: larger score blocks fall
+#: out of cache (measured fastest for N = 10⁴–4·10⁴, d = 16; docs/benchmarks.md).
+CPU_ROWS = 64
 
 
 def query_chunk(N: int, block: int = DEFAULT_BLOCK) -> int:
@@ -72,8 +76,37 @@ class Attention:
             return out.squeeze(-3)
         if self.chunk is None or X.shape[-2] <= self.chunk:
             return torch.softmax(q @ keys.transpose(-1, -2), dim=-1) @ vals
-        out = torch.empty(*X.shape[:-1], vals.shape[-1], dtype=X.dtype, device=X.device)
-        kT = keys.transpose(-1, -2)
-        for s in range(0, X.shape[-2], self.chunk):  # query chunks: memory O(chunk · N)
-            out[..., s : s + self.chunk, :] = torch.softmax(q[..., s : s + self.chunk, :] @ kT, dim=-1) @ vals
+        return _chunked(q, keys, vals, self.chunk)
+
+
+def _chunked(q: torch.Tensor, keys: torch.Tensor, vals: torch.Tensor, chunk: int) -> torch.Tensor:
+    """softmax(q kᵀ) vals in query chunks of ``chunk`` rows: q (..., n, d), keys (..., N, d),
+    vals (..., N, e) → (..., n, e); memory O(chunk · N).
+
+    By Cauchy–Schwarz |⟨q_i, k_j⟩| ≤ c_i = |q_i| max_j |k_j|, so exp(⟨q_i, k_j⟩ − c_i) lies in
+    [e^{−2c_i}, 1]: with that shift no row maximum is needed, and one product with [vals, 1] gives
+    numerator and denominator together, so each score block is read twice after it is formed
+    (exp, product) instead of the five passes of softmax-then-product. For unit tokens c_i is at
+    most β‖QᵀK‖ (SPEC §4). When 2c_i could leave the exponent range the row maximum is used.
+    On a CPU each chunk is processed ``CPU_ROWS`` rows at a time."""
+    if not q.is_cuda:
+        chunk = min(chunk, CPU_ROWS)
+    c = torch.linalg.vector_norm(q, dim=-1) * torch.linalg.vector_norm(keys, dim=-1).amax(-1, keepdim=True)  # (..., n)
+    kT = keys.transpose(-1, -2)
+    out = torch.empty(*q.shape[:-1], vals.shape[-1], dtype=q.dtype, device=q.device)
+    if not bool(2 * c.max() < 0.9 * -math.log(torch.finfo(q.dtype).tiny)):
+        for s in range(0, q.shape[-2], chunk):
+            out[..., s : s + chunk, :] = torch.softmax(q[..., s : s + chunk, :] @ kT, dim=-1) @ vals
         return out
+    # [vals, 1]ᵀ: (..., e + 1, N); (vᵀ Sᵀ)ᵀ is faster than S v for the skinny v in MKL
+    v1T = torch.cat([vals, torch.ones_like(vals[..., :1])], dim=-1).transpose(-1, -2).contiguous()
+    # one score buffer for all full chunks: a fresh multi-MB block per chunk would be fresh pages
+    # from the OS each time (page faults cost about as much as the exponentials)
+    buf = torch.empty(*q.shape[:-2], chunk, keys.shape[-2], dtype=q.dtype, device=q.device)
+    for s in range(0, q.shape[-2], chunk):
+        rows = min(chunk, q.shape[-2] - s)
+        S = torch.matmul(q[..., s : s + rows, :], kT, out=buf) if rows == chunk else q[..., s : s + rows, :] @ kT
+        S.sub_(c[..., s : s + rows, None]).exp_()
+        nd = v1T @ S.transpose(-1, -2)  # (..., e + 1, rows)
+        out[..., s : s + chunk, :] = (nd[..., :-1, :] / nd[..., -1:, :]).transpose(-1, -2)
+    return out

@@ -26,7 +26,7 @@ import torch
 
 from .activations import ActivationLike, get_activation
 from .kernel import NoiseKernel
-from .rng import DrawPrecision, NormalDraws, RngBackend
+from .rng import DEFAULT_AHEAD, DrawPrecision, NormalDraws, RngBackend
 
 
 class NoiseSource(Protocol):
@@ -68,11 +68,11 @@ class MLPNoise:
     ``mode="weights"`` draws U, W, b_U, b_W explicitly with ``torch.randn`` (the reference).
     ``mode="gaussian"`` draws the same law with the fewest normals, per sample and call:
 
-    - pre-activations H = U Yᵀ/√d (m × N): rows i.i.d. N(0, YYᵀ/d), rank ≤ min(N, d). For d ≤ N
-      draw U (m·d normals); for d > N draw Z (m × N) and use H = Z Cᵀ with C Cᵀ = YYᵀ/d (m·N);
-    - b_U (m normals, if σ_U > 0); Φ = φ(H + b_U);
-    - the output given Φ is exactly Gaussian with token covariance ΦᵀΦ/m (SPEC §2): either
-      Φᵀ Z'/√m with Z' (m × d) (m·d normals) or S Z''/√m with S Sᵀ = ΦᵀΦ (N·d normals),
+    - pre-activations H = Y Uᵀ/√d (N × m): columns i.i.d. N(0, YYᵀ/d), rank ≤ min(N, d). For
+      d ≤ N draw U (m·d normals); for d > N draw Z (m × N) and use H = C Zᵀ with C Cᵀ = YYᵀ/d (m·N);
+    - b_U (m normals, if σ_U > 0); Φ = φ(H + b_U), one row of m features per token;
+    - the output given Φ is exactly Gaussian with token covariance ΦΦᵀ/m (SPEC §2): either
+      Φ Z'/√m with Z' (m × d) (m·d normals) or S Z''/√m with S Sᵀ = ΦΦᵀ (N·d normals),
       whichever :func:`_gram_output_cheaper` says costs less on this device;
     - b_W (d normals, if σ_W > 0).
 
@@ -92,29 +92,31 @@ class MLPNoise:
 
     def __post_init__(self) -> None:
         self._phi = get_activation(self.activation)
-        self._draw = NormalDraws(self.rng, self.precision)
+        # on a CPU several layers' normals are drawn at once (they do not depend on the tokens)
+        self._draw = NormalDraws(self.rng, self.precision, ahead=DEFAULT_AHEAD if self.rng == "parallel" else 0)
         # the gaussian sampler applies φ to a fresh buffer: in place where that is known to be safe
         self._phi_fresh = torch.relu_ if self.activation == "relu" else self._phi
 
-    def reset(self, batch, d, generator, dtype, device) -> None:  # stateless
-        pass
+    def reset(self, batch, d, generator, dtype, device) -> None:
+        self._draw.reset()
 
     def hidden(self, X: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-        """Φ = φ(U x/√d + b_U) with fresh U, b_U: X (batch, N, d) → (batch, m, N)."""
+        """Φ = φ(U x/√d + b_U) with fresh U, b_U: X (batch, N, d) → (batch, N, m), row i the
+        features of token i."""
         if self.mode == "gaussian":
             z = self._draw(self._n_hidden(*X.shape), generator, X.dtype, X.device)
             return self._hidden_from(X, z, generator)
         B, N, d = X.shape
         U = _normal((B, self.m, d), generator, X)
-        pre = (U @ X.transpose(-1, -2)) / math.sqrt(d)
+        pre = (X @ U.transpose(-1, -2)) / math.sqrt(d)
         if self.sigma_U > 0:
-            pre = pre + self.sigma_U * _normal((B, self.m, 1), generator, X)
+            pre = pre + self.sigma_U * _normal((B, 1, self.m), generator, X)
         return self._phi(pre)
 
     def empirical_kernel(self, X: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-        """K_m = ΦᵀΦ/m + σ_W² for fresh inner weights: (batch, N, N) (SPEC §3 coupling)."""
+        """K_m = ΦΦᵀ/m + σ_W² for fresh inner weights: (batch, N, N) (SPEC §3 coupling)."""
         Phi = self.hidden(X, generator)
-        return Phi.transpose(-1, -2) @ Phi / self.m + self.sigma_W**2
+        return Phi @ Phi.transpose(-1, -2) / self.m + self.sigma_W**2
 
     def cost(self, N: int, d: int, device: torch.device | str = "cpu") -> dict[str, float]:
         """Work of one ``mode="gaussian"`` call per sample at N tokens in dimension d: ``normals``
@@ -134,28 +136,28 @@ class MLPNoise:
         return B * self.m * (min(N, d) + (self.sigma_U > 0))
 
     def _hidden_from(self, X: torch.Tensor, z: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-        """Φ (batch, m, N) from the first :meth:`_n_hidden` normals of the flat buffer ``z``."""
+        """Φ (batch, N, m) from the first :meth:`_n_hidden` normals of the flat buffer ``z``."""
         B, N, d = X.shape
         m, r = self.m, min(N, d)
-        Z = z[: B * m * r].view(B, m, r)
-        Yt = X.transpose(-1, -2) * (1.0 / math.sqrt(d))  # (B, d, N)
-        if d <= N:  # H = U Yᵀ/√d with U = Z (B, m, d)
-            pre = Z @ Yt
-        else:  # H = Z Cᵀ with C Cᵀ = Y Yᵀ/d (N × N): m·N normals instead of m·d
-            C, bad = _cholesky(Yt.transpose(-1, -2) @ Yt, d)
-            pre = Z @ C.transpose(-1, -2)
+        Zt = z[: B * m * r].view(B, m, r).transpose(-1, -2)  # (B, r, m)
+        Y = X * (1.0 / math.sqrt(d))
+        if d <= N:  # H = Y Uᵀ/√d with U = Z (B, m, d)
+            pre = Y @ Zt
+        else:  # H = C Zᵀ with C Cᵀ = Y Yᵀ/d (N × N): m·N normals instead of m·d
+            C, bad = _cholesky(Y @ Y.transpose(-1, -2), d)
+            pre = C @ Zt
             if bad is not None:
                 # Y Yᵀ numerically singular (synchronised tokens): draw U for those samples, the
                 # same law; the extra normals are drawn after the buffer, so runs stay reproducible
                 U = self._draw(int(bad.sum()) * m * d, generator, X.dtype, X.device).view(-1, m, d)
-                pre[bad] = U @ Yt[bad]
+                pre[bad] = Y[bad] @ U.transpose(-1, -2)
         if self.sigma_U > 0:
-            pre.add_(z[B * m * r : B * m * (r + 1)].view(B, m, 1), alpha=self.sigma_U)
+            pre.add_(z[B * m * r : B * m * (r + 1)].view(B, 1, m), alpha=self.sigma_U)
         return self._phi_fresh(pre)
 
     def increment(self, X: torch.Tensor, dt: float, generator: torch.Generator, xi: Optional[torch.Tensor] = None) -> torch.Tensor:
         """``xi`` (batch, N, d): drive the conditional Gaussian law with these normals through the
-        symmetric root, √dt s K_m^{1/2} Ξ with K_m = ΦᵀΦ/m + σ_W² (the coupling of SPEC §3)."""
+        symmetric root, √dt s K_m^{1/2} Ξ with K_m = ΦΦᵀ/m + σ_W² (the coupling of SPEC §3)."""
         if xi is not None:
             return (self.scale * math.sqrt(dt)) * (sqrt_psd(self.empirical_kernel(X, generator)) @ xi)
         if self.mode == "weights":
@@ -166,16 +168,16 @@ class MLPNoise:
         n_hid = self._n_hidden(B, N, d)
         n_out = B * (N if gram else m) * d
         z = self._draw(n_hid + n_out + (B * d if self.sigma_W > 0 else 0), generator, X.dtype, X.device)
-        Phi = self._hidden_from(X, z, generator)  # (B, m, N)
+        Phi = self._hidden_from(X, z, generator)  # (B, N, m)
         Zo = z[n_hid : n_hid + n_out]
-        PhiT, bad = Phi.transpose(-1, -2), None
-        if gram:  # given Φ the output rows are N(0, ΦᵀΦ/m): S Z'' with S Sᵀ = ΦᵀΦ
-            S, bad = _cholesky(PhiT @ Phi, m)
+        bad = None
+        if gram:  # given Φ the output rows are N(0, ΦΦᵀ/m): S Z'' with S Sᵀ = ΦΦᵀ
+            S, bad = _cholesky(Phi @ Phi.transpose(-1, -2), m)
             out = S @ Zo.view(B, N, d)
-        else:  # W Φ/√m with W (d, m) i.i.d. N(0,1), written as Φᵀ Z' with Z' = Wᵀ: (B, m, d)
-            out = PhiT @ Zo.view(B, m, d)
-        if bad is not None:  # ΦᵀΦ numerically singular: Φᵀ Z' for those samples, the same law
-            out[bad] = PhiT[bad] @ self._draw(int(bad.sum()) * m * d, generator, X.dtype, X.device).view(-1, m, d)
+        else:  # Φ Wᵀ/√m with W (d, m) i.i.d. N(0,1), written as Φ Z' with Z' = Wᵀ: (B, m, d)
+            out = Phi @ Zo.view(B, m, d)
+        if bad is not None:  # ΦΦᵀ numerically singular: Φ Z' for those samples, the same law
+            out[bad] = Phi[bad] @ self._draw(int(bad.sum()) * m * d, generator, X.dtype, X.device).view(-1, m, d)
         coef = self.scale * math.sqrt(dt)
         if self.sigma_W > 0:
             bW = z[n_hid + n_out : n_hid + n_out + B * d].view(B, 1, d)
@@ -185,8 +187,8 @@ class MLPNoise:
     def _increment_weights(self, X: torch.Tensor, dt: float, generator: torch.Generator) -> torch.Tensor:
         """√dt · s · G^m(X) with U, W, b_U, b_W drawn explicitly (SPEC §1)."""
         B, N, d = X.shape
-        Phi = self.hidden(X, generator)  # (B, m, N)
-        out = Phi.transpose(-1, -2) @ _normal((B, self.m, d), generator, X) / math.sqrt(self.m)
+        Phi = self.hidden(X, generator)  # (B, N, m)
+        out = Phi @ _normal((B, self.m, d), generator, X) / math.sqrt(self.m)
         if self.sigma_W > 0:
             out = out + self.sigma_W * _normal((B, 1, d), generator, X)
         return (self.scale * math.sqrt(dt)) * out
@@ -196,21 +198,17 @@ def _cholesky(K: torch.Tensor, inner: int) -> tuple[torch.Tensor, Optional[torch
     """Lower Cholesky factors of the Gram matrices K = AᵀA (..., n, n), A with ``inner`` rows,
     and the mask of those that failed (None if none).
 
-    Near synchronisation K is singular to rounding and the factorisation can fail. Those matrices
-    are factorised again with ``inner · ε · max_i K_ii`` added to the diagonal: the size of the
-    rounding error of the product AᵀA itself, so the law is unchanged at float precision. What
-    still fails is redrawn by the caller another exact way (never an O(n³) eigendecomposition)."""
-    C, info = torch.linalg.cholesky_ex(K)
+    Every matrix is factorised with δ = ``inner · ε · max_i K_ii`` added to its diagonal: the
+    size of the rounding error of the product AᵀA itself, so the law is unchanged at float
+    precision, while near synchronisation, where K is singular to rounding and its plain
+    factorisation fails, the shifted one succeeds. What still fails is redrawn by the caller
+    another exact way (never an O(n³) eigendecomposition)."""
+    Kd = K.clone()
+    diag = Kd.diagonal(dim1=-2, dim2=-1)
+    diag.add_(diag.amax(-1, keepdim=True), alpha=inner * torch.finfo(K.dtype).eps)
+    C, info = torch.linalg.cholesky_ex(Kd)
     bad = info > 0
-    if not bool(bad.any()):
-        return C, None
-    Kb = K[bad]
-    jitter = (inner * torch.finfo(K.dtype).eps) * Kb.diagonal(dim1=-2, dim2=-1).amax(-1)
-    Cb, info_b = torch.linalg.cholesky_ex(Kb + jitter[:, None, None] * torch.eye(K.shape[-1], dtype=K.dtype, device=K.device))
-    C[bad] = Cb
-    still = torch.zeros_like(bad)
-    still[bad] = info_b > 0
-    return C, (still if bool(still.any()) else None)
+    return C, (bad if bool(bad.any()) else None)
 
 
 #: cost of one normal draw in floating-point operations (measured: ~4 ns per float64 normal with
@@ -219,8 +217,8 @@ _NORMAL_COST_FLOPS = {"cpu": 100.0, "cuda": 2.0}
 
 
 def _gram_output_cheaper(N: int, d: int, m: int, device: torch.device) -> bool:
-    """Whether drawing the MLP output through a root of the N × N Gram ΦᵀΦ (N·d normals,
-    2mN² + N³/3 + 2N²d flops) costs less than through Φᵀ Z' (m·d normals, 2mNd flops)."""
+    """Whether drawing the MLP output through a root of the N × N Gram ΦΦᵀ (N·d normals,
+    2mN² + N³/3 + 2N²d flops) costs less than through Φ Z' (m·d normals, 2mNd flops)."""
     if m <= N:
         return False
     c = _NORMAL_COST_FLOPS.get(torch.device(device).type, 2.0)

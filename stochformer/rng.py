@@ -14,13 +14,21 @@ Drawing Gaussians dominates the cost of the discrete transformer on a CPU (see
 - ``precision="float32"`` (opt-in, never the default): the normals are drawn in float32 and cast
   to the run's dtype; faster, but each draw carries float32 rounding (relative 6e-8) and the
   float32 sampler's tails.
+- ``ahead``: draw up to this many normals at once and serve the following calls from them, so
+  the sampler's threads start once per ``ahead`` normals instead of once per layer (on a CPU the
+  hand-over between them and torch's OpenMP threads costs more than the draws of a small layer).
+  A refill draws twice the request, and twice the previous refill while the generator is
+  untouched (at most ``ahead``), so a short run draws at most about twice what it uses.
+  The buffer is served only while the generator is exactly in the state its draw left it in, so
+  the numbers stay a function of the seed and the sequence of calls; :meth:`NormalDraws.reset`
+  drops it (every run starts with one).
 """
 
 from __future__ import annotations
 
 import os
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal, Optional
 
 import numpy as np
@@ -31,6 +39,8 @@ DrawPrecision = Literal["full", "float32"]
 
 #: below this many normals per stream the pieces are filled serially (thread hand-off costs more)
 _PARALLEL_MIN = 1 << 14
+#: normals drawn at once by the CPU noise sources (32 MiB in float64)
+DEFAULT_AHEAD = 1 << 22
 _POOL: Optional[ThreadPoolExecutor] = None
 
 
@@ -50,6 +60,15 @@ def resolve_backend(backend: str, device: torch.device | str) -> RngBackend:
     return backend  # type: ignore[return-value]
 
 
+@dataclass
+class _Buffer:
+    z: Optional[torch.Tensor] = None  # normals drawn ahead; z[pos:] not served yet
+    pos: int = 0
+    generator: Optional[torch.Generator] = None
+    state: Optional[torch.Tensor] = None  # the generator's state right after z was drawn
+    size: int = 0  # normals drawn by the last refill since the last reset
+
+
 @dataclass(frozen=True)
 class NormalDraws:
     """A sampler of flat i.i.d. N(0, 1) buffers (see the module docstring)."""
@@ -57,9 +76,32 @@ class NormalDraws:
     backend: RngBackend = "torch"
     precision: DrawPrecision = "full"
     streams: int = 4
+    ahead: int = 0
+    _buffer: _Buffer = field(default_factory=_Buffer, repr=False, compare=False)
+
+    def reset(self) -> None:
+        """Drop the normals drawn ahead."""
+        self._buffer.z = self._buffer.generator = self._buffer.state = None
+        self._buffer.size = 0
 
     def __call__(self, n: int, generator: torch.Generator, dtype: torch.dtype, device: torch.device | str) -> torch.Tensor:
-        """``n`` normals, shape (n,), in ``dtype`` on ``device``."""
+        """``n`` normals, shape (n,), in ``dtype`` on ``device`` (a read-only view when served
+        from the buffer drawn ahead)."""
+        if n >= self.ahead:
+            return self._draw(n, generator, dtype, device)
+        b = self._buffer
+        untouched = (
+            b.z is not None and b.z.dtype == dtype and b.z.device == torch.device(device)
+            and b.generator is generator and torch.equal(generator.get_state(), b.state)
+        )
+        if not (untouched and b.pos + n <= b.z.numel()):
+            b.size = min(self.ahead, max(2 * b.size if untouched else 0, 2 * n))
+            b.z, b.pos, b.generator = self._draw(b.size, generator, dtype, device), 0, generator
+            b.state = generator.get_state()
+        b.pos += n
+        return b.z[b.pos - n : b.pos]
+
+    def _draw(self, n: int, generator: torch.Generator, dtype: torch.dtype, device: torch.device | str) -> torch.Tensor:
         draw_dtype = torch.float32 if self.precision == "float32" else dtype
         if self.backend == "torch":
             z = torch.randn(n, generator=generator, dtype=draw_dtype, device=device)

@@ -48,6 +48,20 @@ def test_chunked_and_sdpa_attention_equal_dense(explicit):
             assert torch.max(torch.abs(got - ref)).item() < 1e-12
 
 
+@pytest.mark.parametrize("beta", [2.0, 500.0])
+def test_chunked_attention_shift_and_row_max_paths(beta):
+    """The chunked path shifts scores by the Cauchy–Schwarz bound |q_i| max|k_j| instead of the row
+    maximum; at β = 500 (2β = 1000 > log(1/tiny)) it falls back to the row maximum. Both equal
+    the dense softmax to 1e-12 (float64) and 1e-5 (float32), with chunks above and below the CPU
+    row tile and a partial last chunk."""
+    X = _cloud(2, 150, 4)
+    for dtype, tol in ((torch.float64, 1e-12), (torch.float32, 1e-5)):
+        Xd = X.to(dtype)
+        ref = Attention(beta=beta)(Xd)
+        for chunk in (100, 7):
+            assert torch.max(torch.abs(Attention(beta=beta, chunk=chunk)(Xd) - ref)).item() < tol
+
+
 def test_query_chunk_bounds_block():
     assert query_chunk(10, block=1 << 10) == 10
     assert query_chunk(4096, block=1 << 20) == 256

@@ -42,7 +42,7 @@ def _covariance_z(noise: MLPNoise, x: torch.Tensor, B: int, dt: float, seed: int
 def test_each_sampler_has_kernel_kappa(rng, precision, N, d, m):
     """E[ΔW_ia ΔW_jb] = Δt s² κ(⟨x_i, x_j⟩) δ_ab at finite m (SPEC §2) for each sampler; the sizes
     reach the three draws: U directly (d ≤ N), the Gram root of YYᵀ/d (d > N), and the output
-    through the Gram root of ΦᵀΦ (m > N) or through Φᵀ Z' (m ≤ N). B = 40000 draws, every entry
+    through the Gram root of ΦΦᵀ (m > N) or through Φ Z' (m ≤ N). B = 40000 draws, every entry
     within 5 SE (SE from the sample variance of the products); the test would see σ_W² dropped."""
     B, s, dt, sigma_U, sigma_W = 40000, 1.3, 0.25, 0.5, 0.3
     x = _tokens(N, d)
@@ -80,7 +80,7 @@ def test_singular_gram_factorised_within_rounding():
 @pytest.mark.parametrize("rng", ["parallel", "torch"])
 @pytest.mark.parametrize("fail", [False, True])
 def test_synchronised_tokens_keep_the_law(rng, fail, monkeypatch):
-    """Two equal tokens (d = 4 > N = 3: YYᵀ/d and ΦᵀΦ singular): E[ΔW ΔWᵀ] = Δt κ ⊗ I with κ(1)
+    """Two equal tokens (d = 4 > N = 3: YYᵀ/d and ΦΦᵀ singular): E[ΔW ΔWᵀ] = Δt κ ⊗ I with κ(1)
     between the equal tokens. ``fail``: every Cholesky factorisation reports failure, so all
     samples go through the explicit redraws (U, then Φᵀ Z'), which must have the same law.
     B = 40000 draws, 5 SE."""
@@ -101,7 +101,7 @@ def test_synchronised_tokens_keep_the_law(rng, fail, monkeypatch):
 @pytest.mark.parametrize("rng,precision", SAMPLERS)
 def test_each_sampler_keeps_the_conditional_covariance(rng, precision):
     """Given the inner weights (the hidden block of the draws frozen), the output rows are Gaussian
-    with token covariance Δt s² (ΦᵀΦ/m + σ_W²) (SPEC §2), with independent output coordinates.
+    with token covariance Δt s² (ΦΦᵀ/m + σ_W²) (SPEC §2), with independent output coordinates.
     The hidden normals are the same for all B samples; the output normals are fresh. 5 SE."""
     N, d, m, B, dt, s, sigma_U, sigma_W = 4, 3, 16, 40000, 0.5, 1.2, 0.4, 0.2
     noise = MLPNoise("tanh", m, sigma_U, sigma_W, scale=s, mode="gaussian", rng=rng, precision=precision)
@@ -119,9 +119,9 @@ def test_each_sampler_keeps_the_conditional_covariance(rng, precision):
         return torch.cat([U, bU, draw(n - B * n_hid1, generator, dtype, device)])
 
     noise._draw = frozen
-    Phi = noise._hidden_from(x[None], hid1, make_generator(0))[0]  # (m, N)
+    Phi = noise._hidden_from(x[None], hid1, make_generator(0))[0]  # (N, m)
     G = noise.increment(x.expand(B, N, d).clone(), dt, make_generator(5))
-    expected = dt * s**2 * (Phi.T @ Phi / m + sigma_W**2)
+    expected = dt * s**2 * (Phi @ Phi.T / m + sigma_W**2)
     prod = torch.einsum("bia,bja->bija", G, G)
     z = (prod.mean(0) - expected[:, :, None]) / (prod.std(0) / math.sqrt(B))
     assert float(z.abs().max()) < 5.0
@@ -173,3 +173,42 @@ def test_simulate_reproducible_with_each_rng():
     assert resolve_backend("auto", "cpu") == "parallel" and resolve_backend("auto", "cuda") == "torch"
     with pytest.raises(ValueError, match="rng"):
         resolve_backend("mt", "cpu")
+
+
+def test_draws_ahead_are_the_same_numbers_served_in_order():
+    """NormalDraws(ahead=k): a refill draws twice the request (twice the last refill while the
+    generator is untouched, at most k) and later calls are consecutive pieces of it; a generator
+    touched since that draw (re-seeded, another generator, or reset()) starts afresh, so the
+    numbers stay a function of the seed and the calls."""
+    k = 1 << 16
+
+    def direct(n: int, gen: torch.Generator) -> torch.Tensor:
+        return NormalDraws("parallel")(n, gen, F64, "cpu")
+
+    ahead = NormalDraws("parallel", ahead=k)
+    gen = make_generator(2)
+    pieces = [ahead(n, gen, F64, "cpu") for n in (20000, 10000, 10000)]  # one refill of 40000
+    assert torch.equal(torch.cat(pieces), direct(40000, make_generator(2)))
+    twin = torch.Generator().set_state(gen.get_state())
+    assert torch.equal(ahead(100, gen, F64, "cpu"), direct(k, twin)[:100])  # exhausted: min(k, 80000)
+    gen.manual_seed(2)  # re-seeded: the first numbers again, not the rest of the buffer
+    assert torch.equal(ahead(20000, gen, F64, "cpu"), direct(40000, make_generator(2))[:20000])
+    assert torch.equal(ahead(20000, make_generator(2), F64, "cpu"), direct(40000, make_generator(2))[:20000])
+    gen = make_generator(2)
+    assert torch.equal(ahead(100, gen, F64, "cpu"), direct(200, make_generator(2))[:100])
+    twin = torch.Generator().set_state(gen.get_state())
+    ahead.reset()  # without it the next call would get the buffer's numbers 100:150
+    assert torch.equal(ahead(50, gen, F64, "cpu"), direct(100, twin)[:50])
+    assert torch.equal(ahead(k + 1, make_generator(2), F64, "cpu"), direct(k + 1, make_generator(2)))  # n ≥ k: direct
+
+
+def test_short_runs_draw_little_ahead():
+    """Refills double from twice the first request: 40 calls of 100 normals draw 200 + 400 + … ≤
+    2 · 4000 + 200 normals in all, not the 2²² of a full buffer."""
+    ahead = NormalDraws("parallel", ahead=1 << 22)
+    gen, drawn = make_generator(3), []
+    real = ahead._draw
+    object.__setattr__(ahead, "_draw", lambda n, *a: drawn.append(n) or real(n, *a))
+    for _ in range(40):
+        ahead(100, gen, F64, "cpu")
+    assert drawn[:3] == [200, 400, 800] and sum(drawn) <= 2 * 4000 + 200

@@ -176,17 +176,17 @@ def test_mlp_covariance_matches_kappa(mode, d, m, activation):
 @pytest.mark.parametrize("mode", ["weights", "gaussian"])
 def test_mlp_conditional_covariance_given_inner_weights(mode):
     """Given the hidden features Φ (fixed U, b_U), the output rows are Gaussian with token
-    covariance ΦᵀΦ/m + σ_W² (SPEC §2): the exact conditional law the gaussian sampler draws from.
+    covariance ΦΦᵀ/m + σ_W² (SPEC §2): the exact conditional law the gaussian sampler draws from.
     Φ is frozen by replacing the methods that compute it; Monte Carlo over B outer draws, 5 SE."""
     N, d, m, B, sigma_W = 4, 3, 16, 40000, 0.2
     noise = MLPNoise("tanh", m, 0.4, sigma_W, mode=mode)
     X = initial_tokens(InitConfig(), 1, N, d, make_generator(7))
-    Phi = noise.hidden(X, make_generator(99))  # (1, m, N)
-    noise.hidden = lambda X_, *args: Phi.expand(X_.shape[0], m, N)
+    Phi = noise.hidden(X, make_generator(99))  # (1, N, m)
+    noise.hidden = lambda X_, *args: Phi.expand(X_.shape[0], N, m)
     if hasattr(noise, "_hidden_from"):  # the gaussian sampler computes Φ from its own normals
         noise._hidden_from = noise.hidden
     G = noise.increment(X.expand(B, N, d).clone(), 1.0, make_generator(5))  # (B, N, d)
-    expected = Phi[0].T @ Phi[0] / m + sigma_W**2  # (N, N), the same for every output coordinate a
+    expected = Phi[0] @ Phi[0].T / m + sigma_W**2  # (N, N), the same for every output coordinate a
     prod = torch.einsum("bia,bja->bija", G, G)
     mean, se = prod.mean(0), prod.std(0) / math.sqrt(B)
     z = (mean - expected[:, :, None]) / se

@@ -7,7 +7,7 @@ normals Ξ_s ∈ R^{N×d} on the finest grid of ``refine · max(depths)`` steps 
 - the SDE runs ``refine · L`` steps; each step is driven by the normalised sum q^{−1/2} Σ Ξ_s of
   its q = max(depths)/L finest normals (the same path, coarser);
 - layer ℓ of the transformer is driven by r^{−1/2} Σ of the normals of its r = ``refine`` SDE
-  steps, through √Δt s K_m(Y)^{1/2} Ξ with K_m = ΦᵀΦ/m + σ_W² the empirical kernel of that
+  steps, through √Δt s K_m(Y)^{1/2} Ξ with K_m = ΦΦᵀ/m + σ_W² the empirical kernel of that
   layer's fresh inner weights (symmetric root); width m = ∞ uses the exact K(Y)^{1/2}.
 
 Errors, per sample, with X_ℓ the transformer and X̄ the SDE on its fine grid t_s = s·T/(rL):
