@@ -33,8 +33,9 @@ def query_chunk(N: int, block: int = DEFAULT_BLOCK) -> int:
 class Attention:
     """Attention with score matrix ``A = Qᵀ K`` (or ``beta·I``) and value matrix ``V`` (or ``gamma·I``).
 
-    ``chunk``: number of query tokens processed at once; ``None`` computes the dense (N, N) score
-    matrix. Chunking keeps memory linear in N for the many-token solver (SPEC §4).
+    ``chunk``: number of query tokens processed at once (at most :data:`CPU_ROWS` on a CPU);
+    ``None`` computes the dense (N, N) score matrix. Chunking keeps memory linear in N for the
+    many-token solver (SPEC §4).
     ``sdpa``: use ``torch.nn.functional.scaled_dot_product_attention`` with scale 1 (fused,
     memory-efficient kernels: CPU flash attention, CUDA memory-efficient/flash attention) instead;
     float64 on CUDA has no such kernel and falls back to the chunked path.
