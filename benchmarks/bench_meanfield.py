@@ -195,6 +195,7 @@ def main() -> None:
                       f"tokens; {(pts[-1][0] / pts[0][0]) ** 2:.0f}× for quadratic memory)."]
     dense = ", ".join(f"{8 * N * N / 2**30:.1f}" for N in sorted({r["N"] for r in rows}))
     lines += ["", f"For comparison, one dense float64 (N, N) score matrix alone would take {dense} GiB."]
+
     def span(values: list[float]) -> str:
         lo, hi = min(values), max(values)
         return f"{lo:.2f}" if f"{lo:.2f}" == f"{hi:.2f}" else f"{lo:.2f}–{hi:.2f}"

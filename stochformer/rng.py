@@ -39,7 +39,7 @@ DrawPrecision = Literal["full", "float32"]
 
 #: below this many normals per stream the pieces are filled serially (thread hand-off costs more)
 _PARALLEL_MIN = 1 << 14
-#: normals drawn at once by the CPU noise sources (32 MiB in float64)
+#: most normals drawn at once by the CPU noise sources (32 MiB in float64)
 DEFAULT_AHEAD = 1 << 22
 _POOL: Optional[ThreadPoolExecutor] = None
 
