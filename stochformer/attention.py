@@ -109,5 +109,5 @@ def _chunked(q: torch.Tensor, keys: torch.Tensor, vals: torch.Tensor, chunk: int
         S = torch.matmul(q[..., s : s + rows, :], kT, out=buf) if rows == chunk else q[..., s : s + rows, :] @ kT
         S.sub_(c[..., s : s + rows, None]).exp_()
         nd = v1T @ S.transpose(-1, -2)  # (..., e + 1, rows)
-        out[..., s : s + chunk, :] = (nd[..., :-1, :] / nd[..., -1:, :]).transpose(-1, -2)
+        out[..., s : s + rows, :] = (nd[..., :-1, :] / nd[..., -1:, :]).transpose(-1, -2)
     return out
