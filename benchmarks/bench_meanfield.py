@@ -42,7 +42,7 @@ from stochformer.attention import CPU_ROWS  # noqa: E402
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
 SECTION = "## Mean-field particle solver"
-CHUNK = 256  # query rows per attention block: score block CHUNK × N, linear in N
+CHUNK = 256  # query rows per attention chunk (memory CHUNK × N; a CPU forms CPU_ROWS of them at a time)
 FEATURES = 256
 
 

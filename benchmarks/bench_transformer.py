@@ -306,7 +306,7 @@ def markdown(rep: dict) -> str:
            "implementations ran interleaved in the same process, so the ratios are the meaningful numbers."
            if max(rep["load_average"]) > 0.5 * (os.cpu_count() or 1) else "the machine was quiet.")
         + " Both ran under the same, unchanged OpenMP settings; `OMP_WAIT_POLICY=PASSIVE` makes the "
-        "baseline's many small products about 3× slower and would inflate the ratios (docs/performance.md).",
+        "baseline's many small products about 3× slower and would inflate the ratios (measured: docs/performance.md).",
         "",
         f"Model: post-LN, attention (β = {MODEL['beta']}, γ = {MODEL['gamma']}) then a random ReLU MLP with "
         f"σ_U = σ_W = {MODEL['sigma_U']}, T = {MODEL['T']}, float64, fresh U, W, b_U, b_W per layer and sample. "

@@ -9,7 +9,6 @@ from typing import Optional
 import torch
 
 
-
 def mean_cosine(X: torch.Tensor) -> torch.Tensor:
     """Mean of ⟨x_i, x_j⟩ over pairs i < j. Uses |Σ x_i|² = N + 2 Σ_{i<j} ⟨x_i, x_j⟩ (O(N d))."""
     N = X.shape[-2]
@@ -24,11 +23,14 @@ def energy(X: torch.Tensor, beta: float = 1.0, chunk: Optional[int] = None) -> t
     accurate to relative rounding. ``chunk``: rows of the Gram matrix formed at once (memory
     O(chunk · N) instead of O(N²), for many tokens)."""
     N = X.shape[-2]
-    chunk = chunk or N
-    total = torch.zeros(X.shape[:-2], dtype=X.dtype, device=X.device)
-    for s in range(0, N, chunk):
-        total = total + _energy_sum(X[..., s : s + chunk, :] @ X.transpose(-1, -2), beta)
+    total = sum(_energy_sum(G, beta) for _, G in _gram_rows(X, chunk or N))
     return -0.5 * math.exp(beta) * total / N**2
+
+
+def _gram_rows(X: torch.Tensor, rows: int):
+    """(s, rows s… s+rows of the Gram matrix X Xᵀ) for s = 0, rows, 2·rows, …"""
+    for s in range(0, X.shape[-2], rows):
+        yield s, X[..., s : s + rows, :] @ X.transpose(-1, -2)
 
 
 def _energy_sum(G: torch.Tensor, beta: float) -> torch.Tensor:
@@ -56,8 +58,7 @@ def pair_statistics(X: torch.Tensor, energy_beta: float = 1.0, block: Optional[i
     rows = N if block is None else max(1, min(N, block // N))
     energy_sum = torch.zeros(X.shape[:-2], dtype=X.dtype, device=X.device)
     low = torch.full_like(energy_sum, math.inf)
-    for s in range(0, N, rows):
-        G = X[..., s : s + rows, :] @ X.transpose(-1, -2)  # rows s.. of the Gram matrix
+    for s, G in _gram_rows(X, rows):
         energy_sum += _energy_sum(G, energy_beta)
         G.diagonal(offset=s, dim1=-2, dim2=-1).add_(3.0)  # ⟨x_i, x_i⟩ = 1 → 4: out of the minimum
         low = torch.minimum(low, G.amin(dim=(-1, -2)))

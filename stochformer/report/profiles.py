@@ -9,7 +9,7 @@ from __future__ import annotations
 PROFILES: dict[str, str] = {
     "tiny": "smallest sizes that exercise every code path (tests and CI, about a minute); the numbers are not meant to convince",
     "quick": "reduced sizes (fewer tokens, layers, samples) that finish within 20 minutes on 2 CPU cores",
-    "full": "the paper's sizes (SPEC §6): about 47 minutes on 2 CPU cores",
+    "full": "the paper's sizes (SPEC §6): about 50 minutes on 2 CPU cores",
     "gpu": "large sizes on a CUDA device (device = cuda): more samples and longer sweeps than the paper",
 }
 
