@@ -38,7 +38,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from docsection import publish  # noqa: E402
 
-from stochformer.attention import CPU_ROWS  # noqa: E402
+from stochformer.model.attention import CPU_ROWS  # noqa: E402
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
 SECTION = "## Mean-field particle solver"

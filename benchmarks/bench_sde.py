@@ -26,10 +26,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from stochformer.attention import Attention
-from stochformer.kernel import NoiseKernel
-from stochformer.noise import ExactField, RandomFeatureField
-from stochformer.sde import INTEGRATORS, LimitSDE, StratonovichHeun, aggregate_normals, integrate
+from stochformer.model.attention import Attention
+from stochformer.model.kernel import NoiseKernel
+from stochformer.model.noise import ExactField, RandomFeatureField
+from stochformer.model.sde import INTEGRATORS, LimitSDE, StratonovichHeun, aggregate_normals, integrate
 from stochformer.sphere import uniform
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -34,7 +34,7 @@ from stochformer.build import make_noise  # noqa: E402
 from stochformer.config import RunConfig  # noqa: E402
 from stochformer.diagnostics import mean_cosine  # noqa: E402
 from stochformer.experiments.simulate import simulate  # noqa: E402
-from stochformer.rng import NormalDraws  # noqa: E402
+from stochformer.model.rng import NormalDraws  # noqa: E402
 from stochformer.runtime import make_generator  # noqa: E402
 from stochformer.sphere import uniform  # noqa: E402
 

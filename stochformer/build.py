@@ -7,14 +7,14 @@ from typing import Optional, Protocol
 
 import torch
 
-from .activations import ActivationLike
-from .attention import Attention
+from .model.activations import ActivationLike
+from .model.attention import Attention
 from .config import RunConfig
-from .kernel import NoiseKernel
-from .noise import ExactField, MLPNoise, NoiseSource, RandomFeatureField
-from .rng import resolve_backend
-from .sde import INTEGRATORS, LimitSDE
-from .transformer import TransformerLayer
+from .model.kernel import NoiseKernel
+from .model.noise import ExactField, MLPNoise, NoiseSource, RandomFeatureField
+from .model.rng import resolve_backend
+from .model.sde import INTEGRATORS, LimitSDE
+from .model.transformer import TransformerLayer
 
 
 class Stepper(Protocol):

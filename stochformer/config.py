@@ -14,7 +14,7 @@ from typing import Any, Literal, Optional, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from .activations import ACTIVATIONS
+from .model.activations import ACTIVATIONS
 
 if sys.version_info >= (3, 11):
     import tomllib

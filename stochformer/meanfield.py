@@ -25,11 +25,11 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from .attention import DEFAULT_BLOCK, Attention, query_chunk
+from .model.attention import DEFAULT_BLOCK, Attention, query_chunk
 from .build import Stepper, make_stepper
 from .config import RunConfig
 from .diagnostics import energy, mean_token
-from .noise import RandomFeatureField
+from .model.noise import RandomFeatureField
 from .runtime import make_generator
 
 def make_field(

@@ -56,7 +56,7 @@ def test_coupling_keeps_the_paths_together():
     (L = 8) is far closer to the SDE than two independently driven copies from the same X₀ would be
     (E (1/N)Σ|X − X'|² ≈ 2κ(1)(d−1)T for small noise). A misaligned noise stream would give that
     scale; the coupled error is O(1/L)."""
-    from stochformer.kernel import NoiseKernel
+    from stochformer.model.kernel import NoiseKernel
 
     cfg = _cfg()
     res = cv.run_converge(cfg)

@@ -17,9 +17,9 @@ import torch
 from click.testing import CliRunner
 from scipy import integrate, special
 
-from stochformer.activations import ACTIVATIONS, LEAKY_RELU_SLOPE
+from stochformer.model.activations import ACTIVATIONS, LEAKY_RELU_SLOPE
 from stochformer.cli import main
-from stochformer.kernel import NoiseKernel, first_moment_rate, lambda_bar_prime, lyapunov_exponent, rates, theorem14_F
+from stochformer.model.kernel import NoiseKernel, first_moment_rate, lambda_bar_prime, lyapunov_exponent, rates, theorem14_F
 
 CLOSED_FORMS = ["relu", "leaky_relu", "linear", "erf"]
 PARAMS = [(3, 0.0, 0.0), (5, 0.5, 0.3), (64, 0.1, 0.1)]  # (d, σ_U, σ_W)

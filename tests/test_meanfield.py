@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from stochformer.attention import Attention
+from stochformer.model.attention import Attention
 from stochformer.config import RunConfig
 from stochformer.diagnostics import energy, mean_cosine, mean_token
 from stochformer.meanfield import (

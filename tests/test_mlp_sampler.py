@@ -1,5 +1,5 @@
 """The fast samplers of the random MLP (``MLPNoise(mode="gaussian")`` with ``rng`` and
-``precision``; ``stochformer.rng.NormalDraws``): same law as SPEC §1–2, reproducible per seed."""
+``precision``; ``stochformer.model.rng.NormalDraws``): same law as SPEC §1–2, reproducible per seed."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from scipy import stats
 
 from stochformer.config import RunConfig
 from stochformer.experiments.simulate import simulate
-from stochformer.kernel import NoiseKernel
-from stochformer.noise import MLPNoise, _cholesky, _gram_output_cheaper
-from stochformer.rng import NormalDraws, resolve_backend
+from stochformer.model.kernel import NoiseKernel
+from stochformer.model.noise import MLPNoise, _cholesky, _gram_output_cheaper
+from stochformer.model.rng import NormalDraws, resolve_backend
 from stochformer.runtime import make_generator
 
 F64 = torch.float64
@@ -84,7 +84,7 @@ def test_synchronised_tokens_keep_the_law(rng, fail, monkeypatch):
     between the equal tokens. ``fail``: every Cholesky factorisation reports failure, so all
     samples go through the explicit redraws (U, then Φᵀ Z'), which must have the same law.
     B = 40000 draws, 5 SE."""
-    import stochformer.noise as noise_module
+    import stochformer.model.noise as noise_module
 
     if fail:
         monkeypatch.setattr(noise_module, "_cholesky", lambda K, inner: (K, torch.ones(K.shape[:-2], dtype=torch.bool)))

@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 import torch
 
-from stochformer.attention import Attention
+from stochformer.model.attention import Attention
 from stochformer.build import make_stepper
 from stochformer.config import RunConfig, build_config
 from stochformer.experiments.simulate import simulate
-from stochformer.kernel import NoiseKernel
-from stochformer.noise import ExactField, MLPNoise, RandomFeatureField, sqrt_psd
-from stochformer.sde import INTEGRATORS, LimitSDE, StratonovichHeun, aggregate_normals, integrate
+from stochformer.model.kernel import NoiseKernel
+from stochformer.model.noise import ExactField, MLPNoise, RandomFeatureField, sqrt_psd
+from stochformer.model.sde import INTEGRATORS, LimitSDE, StratonovichHeun, aggregate_normals, integrate
 from stochformer.sphere import normalize, uniform
 
 F64 = torch.float64

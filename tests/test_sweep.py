@@ -25,7 +25,7 @@ from stochformer.experiments.simulate import simulate
 from stochformer.experiments.sweep import SweepConfig, load_sweep, plan_sweep, run_sweep
 from stochformer.io import StageCache
 from stochformer.runtime import child_seeds
-from stochformer.sweep import parse_scheduler, run_tasks_parallel
+from stochformer.tasks.parallel import parse_scheduler, run_tasks_parallel
 from stochformer.tasks import Task, run_tasks
 
 from _sweep_tasks import counted_square, fails_for_five  # light module: imported by the workers

@@ -11,16 +11,16 @@ import torch
 from scipy import stats
 from scipy.integrate import solve_ivp
 
-from stochformer.activations import ACTIVATIONS
-from stochformer.attention import Attention
+from stochformer.model.activations import ACTIVATIONS
+from stochformer.model.attention import Attention
 from stochformer.build import make_stepper
 from stochformer.config import InitConfig, build_config
 from stochformer.experiments.simulate import simulate
-from stochformer.kernel import NoiseKernel
-from stochformer.noise import MLPNoise
+from stochformer.model.kernel import NoiseKernel
+from stochformer.model.noise import MLPNoise
 from stochformer.runtime import make_generator
 from stochformer.sphere import initial_tokens
-from stochformer.transformer import TransformerLayer
+from stochformer.model.transformer import TransformerLayer
 
 
 def small(**fields) -> object:
@@ -260,7 +260,7 @@ def test_blocked_statistics_equal_dense_and_simulate_many_tokens():
     """pair_statistics in row blocks equals the one-block computation to 1e-12 (float64), and
     simulate with N² above the block size (chunked attention, blocked statistics) equals the same
     run with dense pieces."""
-    from stochformer.attention import DEFAULT_BLOCK
+    from stochformer.model.attention import DEFAULT_BLOCK
     from stochformer.config import RunConfig
     from stochformer.diagnostics import pair_statistics
     from stochformer.experiments.simulate import evolve

@@ -7,8 +7,8 @@ import math
 
 import click
 
-from ..activations import ACTIVATIONS
-from ..kernel import NoiseKernel, rates
+from ..model.activations import ACTIVATIONS
+from ..model.kernel import NoiseKernel, rates
 
 
 @click.command("rates")

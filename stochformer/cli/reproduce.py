@@ -41,7 +41,7 @@ def reproduce_cmd(profile, only, resume, scheduler, list_only, config_file, over
         return
     out = Path("report") if out is None else out
     if scheduler is not None:
-        from ..sweep import parse_scheduler
+        from ..tasks.parallel import parse_scheduler
 
         try:
             parse_scheduler(scheduler)

@@ -12,7 +12,7 @@ from ..config import ConfigError
 from ..experiments.sweep import load_sweep, plan_sweep, run_sweep
 from ..plotting import save_figure
 from ..plotting.sweep import plot_sweep
-from ..sweep import parse_scheduler
+from ..tasks.parallel import parse_scheduler
 from .common import default_out, fail_cleanly
 
 

@@ -36,13 +36,13 @@ from pydantic import Field, model_validator
 from ..build import make_attention, make_kernel
 from ..config import RunConfig
 from ..io import write_json, write_npz
-from ..noise import ExactField, MLPNoise
-from ..rng import resolve_backend
+from ..model.noise import ExactField, MLPNoise
+from ..model.rng import resolve_backend
 from ..runtime import DTYPES, child_seeds, make_generator, provenance, resolve_device
-from ..sde import INTEGRATORS, LimitSDE
+from ..model.sde import INTEGRATORS, LimitSDE
 from ..sphere import initial_tokens
 from ..tasks import Task, run_tasks
-from ..transformer import TransformerLayer
+from ..model.transformer import TransformerLayer
 from .simulate import run_record
 
 #: the two sups of the error

@@ -31,7 +31,7 @@ from ..clusters import ClusterSummary, summarise_clusters
 from ..config import InitConfig, RunConfig, build_config
 from ..diagnostics import mean_and_se
 from ..io import to_jsonable, write_json
-from ..noise import MLPNoise
+from ..model.noise import MLPNoise
 from ..runtime import child_seeds, make_generator, provenance, resolve_device
 from ..tasks import Task, run_tasks
 from .simulate import simulate

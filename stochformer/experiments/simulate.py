@@ -12,8 +12,8 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from ..activations import Activation, activation_name
-from ..attention import DEFAULT_BLOCK, query_chunk
+from ..model.activations import Activation, activation_name
+from ..model.attention import DEFAULT_BLOCK, query_chunk
 from ..build import Stepper, make_attention, make_stepper
 from ..config import RunConfig
 from ..diagnostics import mean_and_se, pair_statistics

@@ -34,7 +34,7 @@ from ..build import Stepper, make_kernel, make_stepper
 from ..config import InitConfig, RunConfig
 from ..diagnostics import energy, mean_and_se
 from ..io import write_json, write_npz
-from ..kernel import first_moment_rate, lambda_bar_prime, lyapunov_exponent
+from ..model.kernel import first_moment_rate, lambda_bar_prime, lyapunov_exponent
 from ..runtime import DTYPES, child_seeds, make_generator, provenance, resolve_device
 from ..sphere import initial_tokens, normalize, tangent, uniform
 from .simulate import evolve, run_record

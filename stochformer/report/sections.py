@@ -14,7 +14,7 @@ from typing import Any, Callable, ClassVar, Literal, Optional
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from ..activations import ACTIVATIONS, ODD_ACTIVATIONS
+from ..model.activations import ACTIVATIONS, ODD_ACTIVATIONS
 from ..config import RunConfig, build_config
 from ..runtime import child_seeds, provenance, resolve_device
 from .profiles import sizes

@@ -18,7 +18,7 @@ import torch
 
 from .attention import Attention
 from .noise import NoiseSource
-from .sphere import normalize
+from ..sphere import normalize
 
 
 @dataclass

@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterable, Optional
 
 from tqdm.auto import tqdm
 
-from .io import StageCache, config_key
+from ..io import StageCache, config_key
 
 
 @dataclass(frozen=True)
@@ -30,7 +30,7 @@ class Task:
     @property
     def cache_key(self) -> str:
         """Hash of the function's qualified name and its arguments (plus the package version)."""
-        from . import __version__
+        from .. import __version__
 
         name = f"{self.fn.__module__}.{self.fn.__qualname__}"
         return config_key({"fn": name, "kwargs": self.kwargs, "version": __version__})
@@ -46,7 +46,7 @@ def run_tasks(
     """Run ``tasks``; with ``store`` (a folder) results are saved atomically as each task finishes,
     and tasks already stored with a matching key are not run again. Returns ``{task.key: result}``."""
     if scheduler not in (None, "serial"):
-        from .sweep import run_tasks_parallel  # process pools and Dask, same contract
+        from .parallel import run_tasks_parallel  # process pools and Dask, same contract
 
         return run_tasks_parallel(list(tasks), store=store, scheduler=scheduler, progress=progress, desc=desc)
     cache = StageCache(store) if store is not None else None

@@ -13,7 +13,7 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
-from .config import RunConfig
+from ..config import RunConfig
 
 
 #: Entries of one attention (or Gram) block formed at once: 2²² ≈ 4·10⁶ (32 MiB in float64).

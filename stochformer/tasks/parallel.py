@@ -32,8 +32,8 @@ from typing import Any, Callable, Optional
 
 from tqdm.auto import tqdm
 
-from .io import StageCache
-from .tasks import Task, run_tasks
+from ..io import StageCache
+from .serial import Task, run_tasks
 
 SCHEDULER_FORMS = "'serial', 'processes', 'processes:N', 'local-cluster:N' or a Dask scheduler address (tcp://HOST:PORT)"
 

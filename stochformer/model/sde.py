@@ -30,7 +30,7 @@ import torch
 
 from .attention import Attention
 from .noise import NoiseSource
-from .sphere import normalize, tangent
+from ..sphere import normalize, tangent
 
 
 @dataclass
