@@ -89,24 +89,24 @@ def _timed(fn) -> float:
 def single(N: int, d: int, path: str, steps: int) -> dict:
     """One (N, path) measurement in this process."""
     from stochformer.config import RunConfig
-    from stochformer.meanfield import make_field, particle_stepper
+    from stochformer.build import make_field, make_particles
     from stochformer.sphere import uniform
 
     cfg = RunConfig(N=N, d=d, dynamics="sde", noise="random_features", features=FEATURES, integrator="euler", T=1.0, L=10)
     g = torch.Generator().manual_seed(0)
-    X = uniform((1, N), d, g)
+    X = uniform(1, N, d, generator=g)
     field = make_field(cfg, 1, g, token_chunk=4096)
-    stepper = particle_stepper(cfg, field, N, block=CHUNK * N, sdpa=(path == "sdpa"))
+    stepper = make_particles(cfg, field, N, block=CHUNK * N, sdpa=(path == "sdpa"))
     # warm the libraries up (thread pools, kernel workspaces) on a small cloud: their one-off
     # memory is not the solver's working memory
-    small = uniform((1, 1000), d, g)
-    particle_stepper(cfg, field, 1000, block=CHUNK * 1000, sdpa=(path == "sdpa")).step(small, g)
+    small = uniform(1, 1000, d, generator=g)
+    make_particles(cfg, field, 1000, block=CHUNK * 1000, sdpa=(path == "sdpa")).step(small, cfg.dt, g)
     base = _rss_mb()
     times = []
     with PeakRSS() as rss:  # from the first step: later steps reuse memory the allocator keeps
         for _ in range(steps + 1):  # the first step warms up and is not timed
             t = time.perf_counter()
-            Y = stepper.step(X, g)
+            Y = stepper.step(X, cfg.dt, g)
             times.append(time.perf_counter() - t)
             del Y
     times = times[1:]

@@ -28,16 +28,16 @@ FEATURES = 256
 
 def run_one(N: int, d: int, dtype: torch.dtype, sdpa: bool, steps: int) -> dict:
     from stochformer.config import RunConfig
-    from stochformer.meanfield import make_field, particle_stepper
+    from stochformer.build import make_field, make_particles
     from stochformer.sphere import uniform
 
     dev = torch.device("cuda")
     cfg = RunConfig(N=N, d=d, dynamics="sde", noise="random_features", features=FEATURES, integrator="euler",
                     T=1.0, L=10, dtype="float32" if dtype == torch.float32 else "float64", device="cuda")
     g = torch.Generator(device=dev).manual_seed(0)
-    X = uniform((1, N), d, g, dtype, dev)
+    X = uniform(1, N, d, generator=g, dtype=dtype, device=dev)
     field = make_field(cfg, 1, g, dtype, dev, token_chunk=1 << 16)
-    stepper = particle_stepper(cfg, field, N, dtype, dev, block=1 << 26, sdpa=sdpa)
+    stepper = make_particles(cfg, field, N, dtype, dev, block=1 << 26, sdpa=sdpa)
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     state_mb = torch.cuda.memory_allocated() / 2**20
@@ -49,7 +49,7 @@ def run_one(N: int, d: int, dtype: torch.dtype, sdpa: bool, steps: int) -> dict:
         for _ in range(steps + 1):
             torch.cuda.synchronize()
             t = time.perf_counter()
-            X = stepper.step(X, g)
+            X = stepper.step(X, cfg.dt, g)
             torch.cuda.synchronize()
             times.append(time.perf_counter() - t)
     timed = sorted(times[1:])

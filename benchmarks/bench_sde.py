@@ -26,10 +26,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from stochformer.model.attention import Attention
+from stochformer.brownian import BrownianPath
+from stochformer.model.attention import SoftmaxAttention
 from stochformer.model.kernel import NoiseKernel
 from stochformer.model.noise import ExactField, RandomFeatureField
-from stochformer.model.sde import INTEGRATORS, LimitSDE, StratonovichHeun, aggregate_normals, integrate
+from stochformer.model.sde import INTEGRATORS, LimitSDE, StratonovichHeun
+from stochformer.solve import SaveAt, solve
 from stochformer.sphere import uniform
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -46,7 +48,7 @@ FACTOR = 2.0  # "cheaper": the random-feature step costs at most 1/FACTOR of the
 def kernel_error_constant(kernel: NoiseKernel, widths=(64, 256, 1024, 4096), pairs: int = 256, draws: int = 64) -> dict:
     """c in ε(M) = c/√M, from the relative RMS kernel error of random-feature fields."""
     g = torch.Generator().manual_seed(0)
-    X = uniform((draws, 2 * pairs), kernel.d, g)  # `draws` independent feature draws, random pairs
+    X = uniform(draws, 2 * pairs, kernel.d, generator=g)  # `draws` independent feature draws, random pairs
     x, y = X[:, :pairs], X[:, pairs:]
     exact = kernel.kappa((x * y).sum(-1))
     eps = []
@@ -64,14 +66,15 @@ def step_time(field, N: int, repeats: int) -> float:
     """Seconds per Heun step (attention on) for BATCH samples of N tokens: minimum over repeats."""
     g = torch.Generator().manual_seed(1)
     kernel = NoiseKernel("relu", D)
-    step = StratonovichHeun(LimitSDE(field, Attention(1.0, 1.0), kernel.kappa1, D), 0.01)
+    sde = LimitSDE(SoftmaxAttention(1.0, 1.0), field, StratonovichHeun(), kernel.kappa1)
+    step = lambda X, g: sde.step(X, 0.01, g)  # noqa: E731
     field.reset(BATCH, D, g, torch.float64, "cpu")
-    X = uniform((BATCH, N), D, g)
-    step.step(X, g)
+    X = uniform(BATCH, N, D, generator=g)
+    step(X, g)
     best = math.inf
     for _ in range(repeats):
         t = time.perf_counter()
-        step.step(X, g)
+        step(X, g)
         best = min(best, time.perf_counter() - t)
     return best
 
@@ -83,24 +86,25 @@ def strong_orders(B: int = 128, N: int = 4, T: float = 1.0, n_fine: int = 2048, 
     ``n_fine`` steps; log–log slope with a bootstrap 95% interval over samples; time per step."""
     g = torch.Generator().manual_seed(2)
     kernel = NoiseKernel("relu", D)
-    sde = LimitSDE(ExactField(kernel), Attention(1.0, 1.0), kernel.kappa1, D)
-    X0 = uniform((B, N), D, g)
+    X0 = uniform(B, N, D, generator=g)
     xi = torch.randn(n_fine, B, N, D, generator=g, dtype=torch.float64)
+    path = BrownianPath.from_normals(xi)
     rng = np.random.default_rng(0)
     idx = rng.integers(0, B, size=(n_boot, B))
     h = np.log(T / np.asarray(levels))
     out = {}
-    for name, cls in INTEGRATORS.items():
-        ref = integrate(cls(sde, T / n_fine), X0, xi)
+    for name, integrator in INTEGRATORS.items():
+        sde = LimitSDE(SoftmaxAttention(1.0, 1.0), ExactField(kernel), integrator, kernel.kappa1)
+        end = lambda n: torch.from_numpy(solve(sde, X0, T, n, SaveAt(stats=()), seed=0, path=path)["X_final"].values)  # noqa: E731
+        ref = end(n_fine)
         se = []
         for n in levels:
-            t = time.perf_counter()
-            X = integrate(cls(sde, T / n), X0, aggregate_normals(xi, n_fine // n))
+            X = end(n)
             se.append(((X - ref) ** 2).sum(-1).mean(-1).numpy())
         se = np.asarray(se)  # (levels, B) squared errors
         rms = np.sqrt(se.mean(-1))
         boots = [np.polyfit(h, 0.5 * np.log(se[:, i].mean(-1)), 1)[0] for i in idx]
-        step = min(_time_step(cls(sde, T / 64), X0, g) for _ in range(5))
+        step = min(_time_step(lambda X, g: sde.step(X, T / 64, g), X0, g) for _ in range(5))
         out[name] = {"rms": rms.tolist(), "order": float(np.polyfit(h, np.log(rms), 1)[0]),
                      "order_ci": np.percentile(boots, [2.5, 97.5]).tolist(), "step_ms": 1e3 * step,
                      "ref": ref, "se": se}
@@ -115,7 +119,7 @@ def strong_orders(B: int = 128, N: int = 4, T: float = 1.0, n_fine: int = 2048, 
 
 def _time_step(step, X, g) -> float:
     t = time.perf_counter()
-    step.step(X, g)
+    step(X, g)
     return time.perf_counter() - t
 
 

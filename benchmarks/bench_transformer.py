@@ -33,7 +33,7 @@ from docsection import write_section  # noqa: E402
 from stochformer.build import make_noise  # noqa: E402
 from stochformer.config import RunConfig  # noqa: E402
 from stochformer.diagnostics import mean_cosine  # noqa: E402
-from stochformer.experiments.simulate import simulate  # noqa: E402
+from stochformer.experiments.simulate import run_simulate  # noqa: E402
 from stochformer.model.rng import NormalDraws  # noqa: E402
 from stochformer.runtime import make_generator  # noqa: E402
 from stochformer.sphere import uniform  # noqa: E402
@@ -98,12 +98,12 @@ def run_config(size: dict, device: str, seed: int, **extra) -> RunConfig:
 
 def run_baseline(cfg: RunConfig, device: torch.device) -> torch.Tensor:
     gen = make_generator(cfg.seed, device)
-    X0 = uniform((cfg.batch, cfg.N), cfg.d, gen, torch.float64, device)
+    X0 = uniform(cfg.batch, cfg.N, cfg.d, generator=gen, dtype=torch.float64, device=device)
     return baseline(X0, cfg.L, cfg.T, cfg.m, cfg.beta, cfg.gamma_value, cfg.sigma_U, cfg.sigma_W, gen)
 
 
 def run_ours(cfg: RunConfig) -> torch.Tensor:
-    return torch.from_numpy(simulate(cfg).trajectory.final)
+    return torch.from_numpy(run_simulate(cfg).data["X_final"].values)
 
 
 def law_statistic(X: torch.Tensor) -> list[float]:
@@ -164,7 +164,7 @@ def bmm_rate(cfg: RunConfig, device: torch.device) -> float:
 def layer_work(cfg: RunConfig, device: torch.device) -> dict[str, float]:
     """Normals and matrix-product flops of one run of ``cfg`` with stochformer's exact sampler.
 
-    Per layer and sample: the MLP (``MLPNoise.cost``) plus attention (2 products of 2N²d flops)."""
+    Per layer and sample: the MLP (``RandomMLP.cost``) plus attention (2 products of 2N²d flops)."""
     per = make_noise(cfg).cost(cfg.N, cfg.d, device)
     n_layers = cfg.batch * cfg.L
     normals = per["normals"] * n_layers + cfg.batch * cfg.N * cfg.d  # + the initial tokens
@@ -311,7 +311,7 @@ def markdown(rep: dict) -> str:
         f"Model: post-LN, attention (β = {MODEL['beta']}, γ = {MODEL['gamma']}) then a random ReLU MLP with "
         f"σ_U = σ_W = {MODEL['sigma_U']}, T = {MODEL['T']}, float64, fresh U, W, b_U, b_W per layer and sample. "
         "Baseline: the Python loop over samples in this script (torch.randn weights, explicit softmax). "
-        "stochformer: `simulate(cfg)` (tokens drawn, statistics recorded, defaults: exact draws, "
+        "stochformer: `run_simulate(cfg)` (tokens drawn, statistics recorded, defaults: exact draws, "
         f"`rng = auto`). Times are medians of {rep['repeats']} runs (different seeds).",
         "",
         "| size | baseline (s) | stochformer (s) | speed-up | target | float32 draws, opt-in (s) | speed-up |",
@@ -341,7 +341,7 @@ def markdown(rep: dict) -> str:
         "",
         f"Roofline at {size_txt(last['size'])}: one run must draw {roof['normals'] / 1e6:.1f} M float64 normals and "
         f"do {roof['flops'] / 1e9:.2f} GFLOP of matrix products (stochformer's exact sampler: "
-        "`MLPNoise.cost` per layer and sample, plus attention). Measured here:",
+        "`RandomMLP.cost` per layer and sample, plus attention). Measured here:",
         "",
         f"- float64 matmul: {rep['matmul_gflops']:.1f} GFLOP/s",
         *[f"- {k}: {v:.0f} M normals/s" + (" (fastest)" if k == rep["fastest_sampler"] else "") for k, v in rep["samplers_M_per_s"].items()],

@@ -15,6 +15,7 @@ from typing import Any, Literal, Optional, Union, get_args, get_origin
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .model.activations import ACTIVATIONS
+from .sphere import load_token_array
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -132,8 +133,6 @@ class RunConfig(_Strict):
                 if len(mat) != self.d or any(len(row) != self.d for row in mat):
                     raise ValueError(f"{name}: must be a d x d matrix with d = {self.d}")
         if self.init.kind == "npy" and self.init.path is not None:
-            from .sphere import load_token_array  # lazy: sphere imports this module
-
             load_token_array(self.init.path, self.batch, self.N, self.d)
         if self.init.kind == "pair" and self.N != 2:
             raise ValueError(f"init.kind = 'pair' needs N = 2 (got N = {self.N})")

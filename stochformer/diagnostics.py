@@ -8,6 +8,11 @@ from typing import Optional
 
 import torch
 
+from .model.attention import DEFAULT_BLOCK, query_chunk
+
+#: the per-sample statistics of a cloud that :func:`pair_statistics` computes in one pass
+STATISTICS = ("mean_cosine", "energy", "min_cosine")
+
 
 def mean_cosine(X: torch.Tensor) -> torch.Tensor:
     """Mean of ⟨x_i, x_j⟩ over pairs i < j. Uses |Σ x_i|² = N + 2 Σ_{i<j} ⟨x_i, x_j⟩ (O(N d))."""
@@ -69,9 +74,12 @@ def pair_statistics(X: torch.Tensor, energy_beta: float = 1.0, block: Optional[i
     }
 
 
-def mean_and_se(values: torch.Tensor, dim: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sample mean and standard error of the mean along ``dim`` (SE = 0 for one sample)."""
-    n = values.shape[dim]
-    mean = values.mean(dim)
-    se = values.std(dim, correction=1) / math.sqrt(n) if n > 1 else torch.zeros_like(mean)
-    return mean, se
+def cloud_summary(X: torch.Tensor, beta: float = 1.0, block: int = DEFAULT_BLOCK) -> dict[str, torch.Tensor]:
+    """Large-N statistics of token clouds X: (batch, N, d): E_β (blocked, no (N, N) matrix), the
+    mean token (batch, d) and its norm |∫x dμ| (batch,)."""
+    m = mean_token(X)
+    return {
+        "energy": energy(X, beta, chunk=query_chunk(X.shape[-2], block)),
+        "mean_token": m,
+        "mean_token_norm": torch.linalg.vector_norm(m, dim=-1),
+    }

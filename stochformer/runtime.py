@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import platform
 import sys
 from importlib import metadata
+from typing import Iterator
 
 import numpy as np
 import torch
@@ -60,3 +62,17 @@ def child_seeds(seed: int, n: int) -> list[int]:
 
     Use these for sub-runs and sample chunks so that results do not depend on how work is split."""
     return [int(s.generate_state(1, dtype=np.uint64)[0] >> np.uint64(1)) for s in np.random.SeedSequence(seed).spawn(n)]
+
+
+@contextlib.contextmanager
+def cpu_threads_for(tokens: int, small: int = 1024) -> Iterator[None]:
+    """One torch CPU thread while handling fewer than ``small`` tokens in all (the per-operation
+    cost of a parallel region then exceeds the work; on a busy machine by orders of magnitude),
+    the current setting otherwise."""
+    old = torch.get_num_threads()
+    if tokens < small:
+        torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)

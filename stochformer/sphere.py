@@ -1,16 +1,18 @@
 """Geometry of S^{d−1} and initial tokens.
 
-Convention: token arrays are ``X: (batch, N, d)`` with unit rows.
+Convention: token arrays are ``X: (batch, N, d)`` with unit rows. The initial-token functions
+take either a ``seed`` or a ``generator`` (the run's, so that a run's draws follow one stream)::
+
+    X0 = sphere.uniform(batch=16, N=64, d=4, seed=0)
 """
 
 from __future__ import annotations
 
 import math
+from typing import Optional, Sequence
 
 import numpy as np
 import torch
-
-from .config import InitConfig
 
 
 def normalize(X: torch.Tensor) -> torch.Tensor:
@@ -28,9 +30,20 @@ def gram(X: torch.Tensor) -> torch.Tensor:
     return X @ X.transpose(-1, -2)
 
 
-def uniform(shape: tuple[int, ...], d: int, generator: torch.Generator, dtype=torch.float64, device="cpu") -> torch.Tensor:
-    """i.i.d. uniform points on S^{d−1}: shape (*shape, d)."""
-    return normalize(torch.randn(*shape, d, generator=generator, dtype=dtype, device=device))
+def _gen(seed: Optional[int], generator: Optional[torch.Generator], device) -> torch.Generator:
+    if generator is not None:
+        return generator
+    if seed is None:
+        raise ValueError("seed: give a seed or a generator")
+    return torch.Generator(device=device).manual_seed(int(seed))
+
+
+def uniform(
+    batch: int, N: int, d: int, seed: Optional[int] = None, generator: Optional[torch.Generator] = None,
+    dtype=torch.float64, device="cpu",
+) -> torch.Tensor:
+    """i.i.d. uniform tokens on S^{d−1}: (batch, N, d)."""
+    return normalize(torch.randn(batch, N, d, generator=_gen(seed, generator, device), dtype=dtype, device=device))
 
 
 def random_rotations(batch: int, d: int, generator: torch.Generator, dtype=torch.float64, device="cpu") -> torch.Tensor:
@@ -40,28 +53,32 @@ def random_rotations(batch: int, d: int, generator: torch.Generator, dtype=torch
     return Qm * torch.sign(torch.diagonal(R, dim1=-2, dim2=-1)).unsqueeze(-2)
 
 
-def initial_tokens(
-    init: InitConfig, batch: int, N: int, d: int, generator: torch.Generator, dtype=torch.float64, device="cpu"
+def cluster(
+    batch: int, N: int, d: int, spread: float = 0.1, center: Optional[Sequence[float]] = None, seed: Optional[int] = None,
+    generator: Optional[torch.Generator] = None, dtype=torch.float64, device="cpu",
 ) -> torch.Tensor:
-    """Initial tokens X₀: (batch, N, d), unit rows, as described by ``init``."""
+    """Tokens LN(c + spread · g), g standard Gaussian, around the unit vector c of ``center``
+    (default e₁): (batch, N, d)."""
     kw = dict(dtype=dtype, device=device)
-    if init.kind == "uniform":
-        return uniform((batch, N), d, generator, **kw)
-    if init.kind == "cluster":
-        center = torch.zeros(d, **kw)
-        if init.center is None:
-            center[0] = 1.0
-        else:
-            center = normalize(torch.tensor(init.center, **kw))
-        noise = init.spread * torch.randn(batch, N, d, generator=generator, **kw)
-        return normalize(center + noise)
-    if init.kind == "pair":
-        c = init.cosine
-        pair = torch.zeros(2, d, **kw)
-        pair[0, 0] = 1.0
-        pair[1, 0], pair[1, 1] = c, math.sqrt(max(0.0, 1.0 - c * c))
-        return pair @ random_rotations(batch, d, generator, **kw).transpose(-1, -2)
-    return load_tokens(init.path, batch, N, d, dtype=dtype, device=device)
+    c = torch.zeros(d, **kw)
+    if center is None:
+        c[0] = 1.0
+    else:
+        c = normalize(torch.tensor(center, **kw))
+    noise = spread * torch.randn(batch, N, d, generator=_gen(seed, generator, device), **kw)
+    return normalize(c + noise)
+
+
+def pair(
+    batch: int, d: int, cosine: float = 0.5, seed: Optional[int] = None, generator: Optional[torch.Generator] = None,
+    dtype=torch.float64, device="cpu",
+) -> torch.Tensor:
+    """Two tokens at ``cosine``, randomly rotated per sample: (batch, 2, d)."""
+    kw = dict(dtype=dtype, device=device)
+    P = torch.zeros(2, d, **kw)
+    P[0, 0] = 1.0
+    P[1, 0], P[1, 1] = cosine, math.sqrt(max(0.0, 1.0 - cosine * cosine))
+    return P @ random_rotations(batch, d, _gen(seed, generator, device), **kw).transpose(-1, -2)
 
 
 def load_tokens(path, batch: int, N: int, d: int, dtype=torch.float64, device="cpu") -> torch.Tensor:

@@ -49,7 +49,7 @@ def test_cli_tiny_run_writes_tables(tmp_path):
         assert len(row["r_d"]) == 3
     assert set(data["fits"]) >= {"coupling", "w2", "sliced_w2", "r_d", "decorrelation"}
     assert len(data["decorrelation"]["rho"]) == 2
-    for name in ("config.json", "arrays.npz", "chaos.png", "density.png"):
+    for name in ("config.json", "dataset.nc", "chaos.png", "density.png"):
         assert (out / name).is_file()
     assert not (tmp_path / "run.tasks").exists()
     assert json.loads((out / "config.json").read_text())["command"] == "chaos"
@@ -70,7 +70,7 @@ def test_killed_run_resumes_from_store(tmp_path, monkeypatch):
     def boom(*args, **kwargs):
         raise AssertionError("task recomputed")
 
-    monkeypatch.setattr(chaos, "evolve_particles", boom)
+    monkeypatch.setattr(chaos, "solve", boom)
     second = run_chaos(cfg, store=tmp_path / "tasks")
     assert np.array_equal(first.coupling["3"]["err2"], second.coupling["3"]["err2"])
     assert first.exponent_coupling == second.exponent_coupling

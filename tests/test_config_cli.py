@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+import xarray as xr
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -19,6 +20,7 @@ from hypothesis import strategies as st
 import stochformer.cli.simulate as cli_simulate
 from stochformer.cli import main
 from stochformer.config import ConfigError, RunConfig, build_config, tomllib
+from stochformer.results import load
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "simulate.toml"
 FAST = ["--quiet", "--set", "L=4", "--set", "N=4", "--set", "batch=3", "--set", "m=8"]
@@ -251,7 +253,7 @@ def test_simulate_output_folder(dynamics, tmp_path):
             "--set", "seed=5", "--set", f"dynamics={dynamics}", "--out", str(out)]
     res = CliRunner().invoke(main, args)
     assert res.exit_code == 0, res.output
-    assert {p.name for p in out.iterdir()} >= {"config.json", "summary.json", "arrays.npz", "summary.png", "paths.png"}
+    assert {p.name for p in out.iterdir()} >= {"config.json", "summary.json", "dataset.nc", "summary.png", "paths.png"}
     assert not any(p.name.endswith(".partial") for p in tmp_path.iterdir())
     rec = json.loads((out / "config.json").read_text())
     assert rec["seed"] == 5 and rec["config"]["dynamics"] == dynamics and rec["config"]["N"] == 4
@@ -261,21 +263,24 @@ def test_simulate_output_folder(dynamics, tmp_path):
     for key in ("layers", "mean_cosine", "mean_cosine_se", "energy", "energy_se", "min_cosine"):
         assert len(summary[key]) == 5, key
     assert summary["layers"] == [0, 1, 2, 3, 4]
-    arr = np.load(out / "arrays.npz")
-    assert arr["paths"].shape == (3, 3, 4, 3) and list(arr["path_layers"]) == [0, 2, 4]
-    np.testing.assert_array_equal(arr["paths"][:, -1], arr["final"])
-    direct = _pairwise(arr["final"], 2.0)
+    with xr.open_dataset(out / "dataset.nc") as opened:  # the default engine reads it
+        arr = opened.load()
+    assert arr["X"].shape == (3, 3, 4, 3) and list(arr["snapshot_step"].values) == [0, 2, 4]
+    assert list(arr["time"].values) == [0.0, 1.25, 2.5, 3.75, 5.0]  # t = k T/L with T = 5, L = 4
+    assert json.loads(arr.attrs["config"])["seed"] == 5 and arr.attrs["command"] == "simulate"
+    np.testing.assert_array_equal(arr["X"].values[:, -1], arr["X_final"].values)
+    direct = _pairwise(arr["X_final"].values, 2.0)
     for key in ("mean_cosine", "energy", "min_cosine"):
-        per_sample = arr[key]  # (batch, layers)
+        per_sample = arr[key].values  # (batch, time)
         assert per_sample.shape == (3, 5)
         np.testing.assert_allclose(per_sample[:, -1], direct[key], rtol=1e-10, atol=1e-12)
         np.testing.assert_allclose(summary[key], per_sample.mean(0), rtol=1e-12, atol=1e-14)
-    np.testing.assert_allclose(summary["mean_cosine_se"], arr["mean_cosine"].std(0, ddof=1) / np.sqrt(3), rtol=1e-10)
-    np.testing.assert_allclose(summary["energy_se"], arr["energy"].std(0, ddof=1) / np.sqrt(3), rtol=1e-10)
-    # the same seed gives the same numbers through the CLI
+    np.testing.assert_allclose(summary["mean_cosine_se"], arr["mean_cosine"].values.std(0, ddof=1) / np.sqrt(3), rtol=1e-10)
+    np.testing.assert_allclose(summary["energy_se"], arr["energy"].values.std(0, ddof=1) / np.sqrt(3), rtol=1e-10)
+    # the same seed gives the same numbers through the CLI; sf.load reads the folder back
     res2 = CliRunner().invoke(main, [*args[:-1], str(tmp_path / "again")])
     assert res2.exit_code == 0
-    np.testing.assert_array_equal(np.load(tmp_path / "again" / "arrays.npz")["final"], arr["final"])
+    np.testing.assert_array_equal(load(tmp_path / "again")["X_final"].values, arr["X_final"].values)
 
 
 def test_no_paths_png_without_stride_or_for_d_not_3(tmp_path):
@@ -284,4 +289,4 @@ def test_no_paths_png_without_stride_or_for_d_not_3(tmp_path):
         assert res.exit_code == 0, res.output
         files = {p.name for p in (tmp_path / name).iterdir()}
         assert "summary.png" in files and "paths.png" not in files
-    assert "paths" not in np.load(tmp_path / "a" / "arrays.npz").files
+    assert "X" not in load(tmp_path / "a")

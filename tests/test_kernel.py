@@ -223,8 +223,8 @@ def test_lambda_bar_prime_relu():
 
 
 def test_rates_cli_json_keys_and_values():
-    res = CliRunner().invoke(main, ["rates", "--activation", "relu", "--d", "5", "--sigma-U", "0.1",
-                                    "--sigma-W", "0.1", "--beta", "1", "--gamma", "0", "--json"])
+    res = CliRunner().invoke(main, ["rates", "--set", "activation=relu", "--set", "d=5", "--set", "sigma_U=0.1",
+                                    "--set", "sigma_W=0.1", "--set", "energy_beta=1", "--set", "gamma=0", "--json"])
     assert res.exit_code == 0, res.output
     out = json.loads(res.output)
     for key in ("kappa", "kappa_prime", "lambda_1", "lambda_bar", "lambda_bar_prime"):
@@ -236,7 +236,8 @@ def test_rates_cli_json_keys_and_values():
 
 
 def test_rates_cli_text():
-    res = CliRunner().invoke(main, ["rates", "--activation", "erf", "--d", "8", "--sigma-U", "0.2", "--sigma-W", "0.1"])
+    res = CliRunner().invoke(main, ["rates", "--set", "activation=erf", "--set", "d=8", "--set", "sigma_U=0.2",
+                                    "--set", "sigma_W=0.1"])
     assert res.exit_code == 0, res.output
     r = rates(NoiseKernel("erf", 8, 0.2, 0.1))
     for label, value in (("kappa(1)", r.kappa), ("kappa'(1)", r.kappa_prime), ("lambda_1", r.lambda_1),
@@ -245,8 +246,9 @@ def test_rates_cli_text():
         assert float(line.split()[-1]) == pytest.approx(value, rel=1e-7)
 
 
-@pytest.mark.parametrize("args", [["--d", "1"], ["--activation", "nope"], ["--sigma-U", "-1"], ["--beta", "0"],
-                                  ["--gamma", "nan"], ["--sigma-W", "inf"]])
-def test_rates_cli_rejects_bad_input(args):
-    res = CliRunner().invoke(main, ["rates", *args])
-    assert res.exit_code == 2 and "Invalid value" in res.output
+@pytest.mark.parametrize("field,value", [("d", "1"), ("activation", "nope"), ("sigma_U", "-1"), ("energy_beta", "0"),
+                                         ("gamma", "nan"), ("sigma_W", "inf")])
+def test_rates_cli_rejects_bad_input(field, value):
+    """The same fields and the same one-line error as every command (``--set FIELD=VALUE``)."""
+    res = CliRunner().invoke(main, ["rates", "--set", f"{field}={value}"])
+    assert res.exit_code == 2 and f"invalid configuration: {field}:" in res.output, res.output

@@ -7,27 +7,25 @@ import numpy as np
 import pytest
 import torch
 
-from stochformer.model.attention import Attention
+from stochformer.build import make_field, make_particles
 from stochformer.config import RunConfig
-from stochformer.diagnostics import energy, mean_cosine, mean_token
-from stochformer.meanfield import (
-    cloud_summary,
-    evolve_particles,
-    fit_power_law,
-    make_field,
-    particle_stepper,
-    query_chunk,
-    rate_function,
-    sphere_rate,
-    tagged_correlation,
-    w2_exact,
-    w2_sliced,
-)
+from stochformer.diagnostics import cloud_summary, energy, mean_cosine, mean_token
+from stochformer.distances import rate_function, sphere_rate, w2_exact, w2_sliced
+from stochformer.model.attention import SoftmaxAttention, query_chunk
+from stochformer.solve import SaveAt, solve
 from stochformer.sphere import uniform
+from stochformer.stats import fit_power_law, tagged_correlation
 
 
 def _cloud(batch, N, d, seed=0):
-    return uniform((batch, N), d, torch.Generator().manual_seed(seed))
+    return uniform(batch, N, d, generator=torch.Generator().manual_seed(seed))
+
+
+def evolve_particles(X0, model, L, noise_seed, record_steps=()):
+    """The final state and the states at ``record_steps`` of the particle system (T = 0.5)."""
+    ds = solve(model, X0, 0.5, L, SaveAt(stats=(), tokens_at=record_steps or None), seed=noise_seed)
+    saved = list(torch.from_numpy(ds["X"].values).unbind(1)) if record_steps else []
+    return torch.from_numpy(ds["X_final"].values), saved
 
 
 def _cfg(**kw) -> RunConfig:
@@ -40,8 +38,8 @@ def test_chunked_and_sdpa_attention_equal_dense(explicit):
     g = torch.Generator().manual_seed(1)
     X, keys = _cloud(3, 37, 5), _cloud(3, 53, 5, seed=2)
     kw = dict(A=torch.randn(5, 5, generator=g, dtype=torch.float64), V=torch.randn(5, 5, generator=g, dtype=torch.float64)) if explicit else dict(beta=2.5, gamma=-0.7)
-    dense = Attention(**kw)
-    for other in (Attention(chunk=4, **kw), Attention(chunk=1, **kw), Attention(sdpa=True, **kw)):
+    dense = SoftmaxAttention(**kw)
+    for other in (SoftmaxAttention(chunk=4, **kw), SoftmaxAttention(chunk=1, **kw), SoftmaxAttention(sdpa=True, **kw)):
         for k in (None, keys):
             ref, got = dense(X, keys=k), other(X, keys=k)
             assert got.shape == ref.shape
@@ -57,9 +55,9 @@ def test_chunked_attention_shift_and_row_max_paths(beta):
     X = _cloud(2, 150, 4)
     for dtype, tol in ((torch.float64, 1e-12), (torch.float32, 1e-5)):
         Xd = X.to(dtype)
-        ref = Attention(beta=beta)(Xd)
+        ref = SoftmaxAttention(beta=beta)(Xd)
         for chunk in (100, 7):
-            assert torch.max(torch.abs(Attention(beta=beta, chunk=chunk)(Xd) - ref)).item() < tol
+            assert torch.max(torch.abs(SoftmaxAttention(beta=beta, chunk=chunk)(Xd) - ref)).item() < tol
 
 
 def test_query_chunk_bounds_block():
@@ -76,14 +74,14 @@ def test_large_N_uses_chunked_blocks(monkeypatch):
     N, block = 1000, 100_000
     cfg = _cfg(features=32)
     fld = make_field(cfg, 1, torch.Generator().manual_seed(0), token_chunk=256)
-    stepper = particle_stepper(cfg, fld, N, block=block, sdpa=False)
-    assert stepper.sde.attention.chunk == query_chunk(N, block) == 100
+    model = make_particles(cfg, fld, N, block=block, sdpa=False)
+    assert model.attention.chunk == query_chunk(N, block) == 100
     softmax_shapes, feature_shapes = [], []
     real_softmax, real_features = torch.softmax, fld.features_at
     monkeypatch.setattr(torch, "softmax", lambda x, dim: softmax_shapes.append(tuple(x.shape)) or real_softmax(x, dim=dim))
     monkeypatch.setattr(fld, "features_at", lambda X: feature_shapes.append(tuple(X.shape)) or real_features(X))
     X = _cloud(1, N, 3)
-    stepper.step(X, torch.Generator().manual_seed(1))
+    model.step(X, cfg.dt, torch.Generator().manual_seed(1))
     # one step = one or more attention evaluations (integrator-dependent), each N/chunk blocks
     assert len(softmax_shapes) % (N // 100) == 0 and all(s[-2] * s[-1] <= block for s in softmax_shapes)
     assert len(feature_shapes) == -(-N // 256) and all(s[-2] <= 256 for s in feature_shapes)
@@ -106,10 +104,10 @@ def test_shared_field_is_a_function_of_position():
     cfg = _cfg(attention=False)
     fld = make_field(cfg, 1, torch.Generator().manual_seed(3))
     X0 = _cloud(1, 200, 3)
-    ref, _ = evolve_particles(X0, particle_stepper(cfg, fld, 200), cfg.L, noise_seed=11)
-    sub, _ = evolve_particles(X0[:, :30].clone(), particle_stepper(cfg, fld, 30), cfg.L, noise_seed=11)
+    ref, _ = evolve_particles(X0, make_particles(cfg, fld, 200), cfg.L, noise_seed=11)
+    sub, _ = evolve_particles(X0[:, :30].clone(), make_particles(cfg, fld, 30), cfg.L, noise_seed=11)
     assert torch.max(torch.abs(sub - ref[:, :30])).item() < 1e-13
-    other, _ = evolve_particles(X0[:, :30].clone(), particle_stepper(cfg, fld, 30), cfg.L, noise_seed=12)
+    other, _ = evolve_particles(X0[:, :30].clone(), make_particles(cfg, fld, 30), cfg.L, noise_seed=12)
     assert torch.max(torch.abs(other - ref[:, :30])).item() > 1e-3
 
 
@@ -130,7 +128,7 @@ def test_particles_stay_on_sphere_and_reproducible():
     runs = []
     for _ in range(2):
         fld = make_field(cfg, 2, torch.Generator().manual_seed(4))
-        X, saved = evolve_particles(_cloud(2, 50, 3), particle_stepper(cfg, fld, 50, block=1024), cfg.L, 9, [0, 5, 10])
+        X, saved = evolve_particles(_cloud(2, 50, 3), make_particles(cfg, fld, 50, block=1024), cfg.L, 9, [0, 5, 10])
         runs.append(X)
     assert torch.equal(runs[0], runs[1]) and len(saved) == 3
     assert torch.allclose(torch.linalg.vector_norm(X, dim=-1), torch.ones(2, 50, dtype=X.dtype), atol=1e-14)
@@ -189,4 +187,4 @@ def test_tagged_correlation_known_answer():
 
 def test_particle_stepper_rejects_transformer():
     with pytest.raises(ValueError, match="dynamics"):
-        particle_stepper(_cfg(dynamics="transformer"), None, 10)
+        make_particles(_cfg(dynamics="transformer"), None, 10)

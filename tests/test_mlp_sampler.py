@@ -1,4 +1,4 @@
-"""The fast samplers of the random MLP (``MLPNoise(mode="gaussian")`` with ``rng`` and
+"""The fast samplers of the random MLP (``RandomMLP(mode="gaussian")`` with ``rng`` and
 ``precision``; ``stochformer.model.rng.NormalDraws``): same law as SPEC §1–2, reproducible per seed."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import torch
 from scipy import stats
 
 from stochformer.config import RunConfig
-from stochformer.experiments.simulate import simulate
+from stochformer.experiments.simulate import run_simulate
 from stochformer.model.kernel import NoiseKernel
-from stochformer.model.noise import MLPNoise, _cholesky, _gram_output_cheaper
+from stochformer.model.noise import RandomMLP, _cholesky, _gram_output_cheaper
 from stochformer.model.rng import NormalDraws, resolve_backend
 from stochformer.runtime import make_generator
 
@@ -28,7 +28,7 @@ def _tokens(N: int, d: int) -> torch.Tensor:
     return x / x.norm(dim=-1, keepdim=True)
 
 
-def _covariance_z(noise: MLPNoise, x: torch.Tensor, B: int, dt: float, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _covariance_z(noise: RandomMLP, x: torch.Tensor, B: int, dt: float, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Monte Carlo estimate of E[ΔW_ia ΔW_jb] over B independent draws at the tokens x (N, d) and
     its standard error: (Nd, Nd) each."""
     N, d = x.shape
@@ -46,7 +46,7 @@ def test_each_sampler_has_kernel_kappa(rng, precision, N, d, m):
     within 5 SE (SE from the sample variance of the products); the test would see σ_W² dropped."""
     B, s, dt, sigma_U, sigma_W = 40000, 1.3, 0.25, 0.5, 0.3
     x = _tokens(N, d)
-    noise = MLPNoise("relu", m, sigma_U, sigma_W, scale=s, mode="gaussian", rng=rng, precision=precision)
+    noise = RandomMLP(m, "relu", sigma_U, sigma_W, scale=s, mode="gaussian", rng=rng, precision=precision)
     mean, se = _covariance_z(noise, x, B, dt, seed=11)
     kappa = NoiseKernel("relu", d, sigma_U, sigma_W, scale=s).kappa((x @ x.T).clamp(-1, 1))
     expected = dt * torch.kron(kappa, torch.eye(d, dtype=F64))
@@ -92,7 +92,7 @@ def test_synchronised_tokens_keep_the_law(rng, fail, monkeypatch):
     x = torch.zeros(N, d, dtype=F64)
     x[0, 0] = x[1, 0] = 1.0
     x[2, 1] = 1.0
-    noise = MLPNoise("relu", m, 0.4, 0.2, mode="gaussian", rng=rng)
+    noise = RandomMLP(m, "relu", 0.4, 0.2, mode="gaussian", rng=rng)
     mean, se = _covariance_z(noise, x, B, dt, seed=12)
     kappa = NoiseKernel("relu", d, 0.4, 0.2).kappa((x @ x.T).clamp(-1, 1))
     assert float(((mean - dt * torch.kron(kappa, torch.eye(d, dtype=F64))) / se).abs().max()) < 5.0
@@ -104,7 +104,7 @@ def test_each_sampler_keeps_the_conditional_covariance(rng, precision):
     with token covariance Δt s² (ΦΦᵀ/m + σ_W²) (SPEC §2), with independent output coordinates.
     The hidden normals are the same for all B samples; the output normals are fresh. 5 SE."""
     N, d, m, B, dt, s, sigma_U, sigma_W = 4, 3, 16, 40000, 0.5, 1.2, 0.4, 0.2
-    noise = MLPNoise("tanh", m, sigma_U, sigma_W, scale=s, mode="gaussian", rng=rng, precision=precision)
+    noise = RandomMLP(m, "tanh", sigma_U, sigma_W, scale=s, mode="gaussian", rng=rng, precision=precision)
     draw = noise._draw
     x = _tokens(3, d)
     x = torch.cat([x, x[:1] * -1.0])  # N = 4 tokens
@@ -148,7 +148,7 @@ def test_parallel_draws_are_standard_normal(precision):
 def test_same_seed_same_numbers(rng, precision):
     """Same generator seed ⇒ identical increments; another seed ⇒ different; for the parallel
     backend the numbers do not depend on the number of threads (sizes large enough for threads)."""
-    noise = MLPNoise("relu", 256, 0.1, 0.1, mode="gaussian", rng=rng, precision=precision)
+    noise = RandomMLP(256, "relu", 0.1, 0.1, mode="gaussian", rng=rng, precision=precision)
     X = torch.nn.functional.normalize(torch.randn(16, 32, 16, dtype=F64, generator=make_generator(1)), dim=-1)
     a = noise.increment(X, 0.1, make_generator(3))
     b = noise.increment(X, 0.1, make_generator(3))
@@ -163,12 +163,12 @@ def test_same_seed_same_numbers(rng, precision):
 
 
 def test_simulate_reproducible_with_each_rng():
-    """simulate(cfg) twice with the same seed gives identical results for rng = auto (parallel on
+    """run_simulate(cfg) twice with the same seed gives identical results for rng = auto (parallel on
     a CPU), torch, and the float32 opt-in; the rng choice is resolved by device."""
     base = RunConfig(N=8, d=4, m=32, L=5, batch=4, seed=5, sigma_U=0.1)
     for upd in ({}, {"rng": "torch"}, {"draw_precision": "float32"}):
         cfg = base.with_updates(**upd)
-        a, b = simulate(cfg).trajectory.final, simulate(cfg).trajectory.final
+        a, b = run_simulate(cfg).data["X_final"].values, run_simulate(cfg).data["X_final"].values
         assert (a == b).all()
     assert resolve_backend("auto", "cpu") == "parallel" and resolve_backend("auto", "cuda") == "torch"
     with pytest.raises(ValueError, match="rng"):

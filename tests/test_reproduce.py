@@ -285,7 +285,7 @@ def test_cli_refuses_a_foreign_folder_and_bad_input(tmp_path: Path) -> None:
 
 
 def _fake_stages(monkeypatch) -> None:
-    """Three extra sections: one returning a NaN, one raising, one whose module is missing."""
+    """Three extra sections: one returning a NaN, one raising, one that cannot run here."""
     import matplotlib.pyplot as plt
 
     from stochformer.config import RunConfig
@@ -300,11 +300,11 @@ def _fake_stages(monkeypatch) -> None:
     def broken_run(cfg, ctx):
         raise RuntimeError("boom")
 
-    def missing():
+    def missing_run(cfg, ctx):
         raise StageUnavailable("fake is not available")
 
-    for name, run, model in (("fake-nan", nan_run, lambda: RunConfig), ("fake-broken", broken_run, lambda: RunConfig),
-                             ("fake-missing", broken_run, missing)):
+    for name, run, model in (("fake-nan", nan_run, RunConfig), ("fake-broken", broken_run, RunConfig),
+                             ("fake-missing", missing_run, RunConfig)):
         monkeypatch.setitem(registry._REGISTRY, name, Stage(name, name, "SPEC", "A fake claim.", model, {}, run))
 
 

@@ -9,13 +9,15 @@ import numpy as np
 import pytest
 import torch
 
-from stochformer.model.attention import Attention
-from stochformer.build import make_stepper
+from stochformer.brownian import BrownianPath, Draws
+from stochformer.build import make_model
+from stochformer.model.attention import SoftmaxAttention
 from stochformer.config import RunConfig, build_config
-from stochformer.experiments.simulate import simulate
+from stochformer.experiments.simulate import run_simulate
 from stochformer.model.kernel import NoiseKernel
-from stochformer.model.noise import ExactField, MLPNoise, RandomFeatureField, sqrt_psd
-from stochformer.model.sde import INTEGRATORS, LimitSDE, StratonovichHeun, aggregate_normals, integrate
+from stochformer.model.noise import ExactField, RandomFeatureField, RandomMLP, sqrt_psd
+from stochformer.model.sde import INTEGRATORS, LimitSDE, StratonovichHeun
+from stochformer.solve import SaveAt, solve
 from stochformer.sphere import normalize, uniform
 
 F64 = torch.float64
@@ -42,8 +44,8 @@ def _two_points(d: int, cosine: float, n: int) -> torch.Tensor:
 
 SOURCES = {
     "exact": lambda k: ExactField(k),
-    "mlp_gaussian": lambda k: MLPNoise(k.activation, m=8, sigma_U=k.sigma_U, sigma_W=k.sigma_W, mode="gaussian"),
-    "mlp_weights": lambda k: MLPNoise(k.activation, m=8, sigma_U=k.sigma_U, sigma_W=k.sigma_W, mode="weights"),
+    "mlp_gaussian": lambda k: RandomMLP(8, k.activation, sigma_U=k.sigma_U, sigma_W=k.sigma_W, mode="gaussian"),
+    "mlp_weights": lambda k: RandomMLP(8, k.activation, sigma_U=k.sigma_U, sigma_W=k.sigma_W, mode="weights"),
     "random_features": lambda k: RandomFeatureField(k.activation, features=8, sigma_U=k.sigma_U, sigma_W=k.sigma_W),
 }
 
@@ -60,9 +62,11 @@ def test_field_covariance_at_two_points_is_kappa(source, activation):
     g = _gen(1)
     if source == "mlp_coupled":  # K_m^{1/2} Ξ with the symmetric root, driven by given normals
         noise = SOURCES["mlp_gaussian"](kernel)
-        dW = noise.increment(X, dt, g, xi=torch.randn(n, 2, d, generator=g, dtype=F64))
+        path = BrownianPath.from_normals(torch.randn(1, n, 2, d, generator=g, dtype=F64))
+        dW = noise.increment(X, dt, Draws(g, path))
     elif source == "exact":  # one K for the two points, broadcast over n draws of Ξ
-        dW = ExactField(kernel).increment(X[:1], dt, g, xi=torch.randn(n, 2, d, generator=g, dtype=F64))
+        path = BrownianPath.from_normals(torch.randn(1, n, 2, d, generator=g, dtype=F64))
+        dW = ExactField(kernel).increment(X[:1], dt, Draws(g, path))
     else:
         noise = SOURCES[source](kernel)
         noise.reset(n, d, g, F64, "cpu")
@@ -103,7 +107,7 @@ def test_exact_field_covariance_equals_kappa(activation, sigma_U):
     """ExactField's K (Chebyshev interpolant of κ for activations without a closed form) equals
     NoiseKernel.kappa on the Gram matrix to 1e-12, including cosines ±1."""
     kernel = NoiseKernel(activation, 5, sigma_U, 0.1)
-    X = uniform((3, 9), 5, _gen(8))
+    X = uniform(3, 9, 5, generator=_gen(8))
     X[:, 1], X[:, 2] = X[:, 0], -X[:, 0]
     G = (X @ X.transpose(-1, -2)).clamp(-1, 1)
     assert torch.allclose(ExactField(kernel).covariance(X), kernel.kappa(G), rtol=0, atol=1e-12 * kernel.kappa1)
@@ -114,11 +118,11 @@ def test_sde_keeps_unit_norm(integrator):
     """Every SDE step (built from a RunConfig, attention on, biases on) returns unit rows."""
     cfg = build_config({}, ["dynamics=sde", f"integrator={integrator}", "N=6", "d=4", "L=50", "T=5",
                             "sigma_U=0.5", "sigma_W=0.5", "batch=4"])
-    stepper = make_stepper(cfg)
+    model = make_model(cfg)
     g = _gen(3)
-    X = uniform((4, 6), 4, g)
+    X = uniform(4, 6, 4, generator=g)
     for _ in range(cfg.L):
-        X = stepper.step(X, g)
+        X = model.step(X, cfg.dt, g)
         assert float((torch.linalg.vector_norm(X, dim=-1) - 1).abs().max()) < 1e-12
 
 
@@ -127,13 +131,13 @@ def _strong_errors(name: str, X0: torch.Tensor, xi: torch.Tensor, levels: list[i
     path (normals ``xi`` at the finest level, aggregated for coarser steps)."""
     d = X0.shape[-1]
     kernel = NoiseKernel("relu", d)
-    sde = LimitSDE(ExactField(kernel), Attention(1.0, 1.0), kernel.kappa1, d)
-    n_fine = xi.shape[0]
-    ref = integrate(INTEGRATORS[name](sde, T / n_fine), X0, xi)
+    sde = LimitSDE(SoftmaxAttention(1.0, 1.0), ExactField(kernel), INTEGRATORS[name], kernel.kappa1)
+    path = BrownianPath.from_normals(xi)
+    end = lambda n: torch.from_numpy(solve(sde, X0, T, n, SaveAt(stats=()), seed=0, path=path)["X_final"].values)  # noqa: E731
+    ref = end(xi.shape[0])
     out = []
     for n in levels:
-        X = integrate(INTEGRATORS[name](sde, T / n), X0, aggregate_normals(xi, n_fine // n))
-        out.append(((X - ref) ** 2).sum(-1).mean(-1).numpy())
+        out.append(((end(n) - ref) ** 2).sum(-1).mean(-1).numpy())
     return np.asarray(out), ref
 
 
@@ -144,7 +148,7 @@ def test_strong_order_of_each_integrator():
     advantage: its mean squared error is below Euler's, by more than 4 SE of the paired ratio."""
     B, N, d, T = 48, 3, 3, 0.5
     g = _gen(4)
-    X0 = uniform((B, N), d, g)
+    X0 = uniform(B, N, d, generator=g)
     xi = torch.randn(2048, B, N, d, generator=g, dtype=F64)
     levels = [8, 16, 32, 64]
     rng = np.random.default_rng(0)
@@ -166,16 +170,24 @@ def test_strong_order_of_each_integrator():
     assert gap < 0.1 * mse["euler"][-1].mean(), (gap, mse["euler"][-1].mean())
 
 
-def test_aggregate_normals_keeps_unit_variance_and_the_path():
+@pytest.mark.parametrize("given", [True, False])
+def test_brownian_path_coarse_steps_keep_unit_variance_and_the_path(given):
+    """A path seen on a coarser grid: unit-variance normals (5 SE of the sample variance), the
+    same endpoint Σ√h ξ at every level, and the same normals when read again (replayed)."""
     g = _gen(5)
-    xi = torch.randn(64, 1000, generator=g, dtype=F64)
-    agg = aggregate_normals(xi, 8)
+    if given:
+        xi = torch.randn(64, 1000, generator=g, dtype=F64)
+        path = BrownianPath.from_normals(xi)
+    else:
+        path = BrownianPath((1000,), 64, seed=5)
+        xi = torch.stack([path.increment(k, 64) for k in range(64)])
+    agg = torch.stack([path.increment(k, 8) for k in range(8)])
     assert agg.shape == (8, 1000)
     assert abs(float(agg.var()) - 1.0) < 5 * math.sqrt(2 / agg.numel())
-    # the Brownian endpoint Σ√h ξ is the same at every level
     assert torch.allclose(agg.sum(0) * math.sqrt(8), xi.sum(0))
-    with pytest.raises(ValueError, match="multiple"):
-        aggregate_normals(xi, 7)
+    assert torch.equal(path.increment(3, 64), xi[3])
+    with pytest.raises(ValueError, match="divide"):
+        path.increment(0, 7)
 
 
 def test_heun_does_not_reroot_the_field():
@@ -183,13 +195,13 @@ def test_heun_does_not_reroot_the_field():
     calls = []
 
     class Counting(ExactField):
-        def increment(self, X, dt, generator, xi=None):
+        def increment(self, X, dt, rng):
             calls.append(1)
-            return super().increment(X, dt, generator, xi)
+            return super().increment(X, dt, rng)
 
     k = NoiseKernel("relu", 3)
-    step = StratonovichHeun(LimitSDE(Counting(k), Attention(), k.kappa1, 3), 0.1)
-    step.step(uniform((2, 4), 3, _gen(6)), _gen(7))
+    sde = LimitSDE(SoftmaxAttention(), Counting(k), StratonovichHeun())
+    sde.step(uniform(2, 4, 3, generator=_gen(6)), 0.1, _gen(7))
     assert len(calls) == 1
 
 
@@ -201,8 +213,8 @@ def test_law_of_deep_wide_transformer_matches_sde():
             "sigma_U=0.5", "record_every=100"]
     stats = {}
     for dyn, seed in (("transformer", 11), ("sde", 12)):
-        res = simulate(build_config({}, base + [f"dynamics={dyn}", f"seed={seed}"]))
-        c = res.trajectory.stats["mean_cosine"][:, -1]
+        res = run_simulate(build_config({}, base + [f"dynamics={dyn}", f"seed={seed}"]))
+        c = res.data["mean_cosine"].values[:, -1]
         stats[dyn] = (c.mean(), c.std(ddof=1) / math.sqrt(len(c)))
     # the statistic moved: the test can tell the dynamics from no dynamics
     assert abs(stats["sde"][0] - 0.5) > 10 * stats["sde"][1]

@@ -21,7 +21,7 @@ from click.testing import CliRunner
 
 from stochformer.cli import main
 from stochformer.config import ConfigError, RunConfig
-from stochformer.experiments.simulate import simulate
+from stochformer.experiments.simulate import run_simulate
 from stochformer.experiments.sweep import SweepConfig, load_sweep, plan_sweep, run_sweep
 from stochformer.io import StageCache
 from stochformer.runtime import child_seeds
@@ -58,26 +58,27 @@ def test_cluster_equals_serial_bit_for_bit(client, tmp_path):
     cfg = small_sweep(sigma_U=0.2, grid={"gamma": [-1, 1], "beta": [0.5, 2.0]})
     serial = run_sweep(cfg)
     on_cluster = run_sweep(cfg, store=tmp_path / "tasks", scheduler=client)
-    ds = serial.dataset
+    ds = serial.data
     assert dict(ds["mean_cosine"].sizes) == {"gamma": 2, "beta": 2, "sample": 5, "layer": 9}
     assert np.isfinite(ds["energy"].values).all()
-    xr.testing.assert_identical(ds, on_cluster.dataset)  # exact equality of every value
+    xr.testing.assert_identical(ds, on_cluster.data)  # exact equality of every value
     # every (point, sample) is its own draw: no two samples share their final statistics
     final = ds["mean_cosine"].isel(layer=-1).values.ravel()
     assert len(np.unique(final)) == final.size
-    # the NetCDF written by save() reads back identical
+    # the NetCDF written by save() reads back identical, with the run record in its attributes
     serial.save(tmp_path / "out")
     with xr.open_dataset(tmp_path / "out" / "dataset.nc", engine="h5netcdf") as back:
-        xr.testing.assert_identical(ds, back.load())
+        xr.testing.assert_identical(serial.to_dataset(), back.load())
+        assert json.loads(back.attrs["config"])["samples"] == 5 and back.attrs["command"] == "sweep"
     assert json.loads((tmp_path / "out" / "config.json").read_text())["command"] == "sweep"
 
 
 def test_chunk_seeds_and_points_with_different_depths():
-    """Chunk j of point i is simulate() with seed child_seeds(child_seeds(seed, P)[i], C)[j]; a
+    """Chunk j of point i is run_simulate() with seed child_seeds(child_seeds(seed, P)[i], C)[j]; a
     swept L leaves NaN at the layers a point does not have."""
     cfg = small_sweep(grid={}, samples=3, chunk=2, points=[{"L": 4}, {"L": 6, "record_every": 3}])
     res = run_sweep(cfg)
-    ds = res.dataset
+    ds = res.data
     assert list(ds["layer"].values) == [0, 1, 2, 3, 4, 6]
     assert list(ds["L"].values) == [4, 6]
     p_seeds = child_seeds(cfg.seed, 2)
@@ -85,9 +86,9 @@ def test_chunk_seeds_and_points_with_different_depths():
         c_seeds = child_seeds(p_seeds[i], 2)
         for j, rows in ((0, slice(0, 2)), (1, slice(2, 3))):
             base = cfg.base().with_updates(L=L, record_every=rec, batch=rows.stop - rows.start, seed=c_seeds[j])
-            t = simulate(base).trajectory
-            got = ds["energy"].isel(point=i, sample=rows).sel(layer=t.layers).values
-            np.testing.assert_array_equal(got, t.stats["energy"])
+            t = run_simulate(base).data
+            got = ds["energy"].isel(point=i, sample=rows).sel(layer=t["step"].values).values
+            np.testing.assert_array_equal(got, t["energy"].values)
     missing = ds["energy"].isel(point=1).sel(layer=[1, 2, 4]).values
     assert np.isnan(missing).all()
     assert np.isnan(ds["energy"].isel(point=0).sel(layer=6).values).all()
@@ -141,7 +142,7 @@ def test_resume_after_client_killed(client, tmp_path):
     sweep_file.write_text(SWEEP_TOML)
     n_tasks = 2 * 6
     # the client runs in its own process (and session) and is killed mid-sweep; the cluster survives
-    cmd = [sys.executable, "-c", "from stochformer.cli import main; main()", "sweep", str(sweep_file),
+    cmd = [sys.executable, "-c", "from stochformer.cli import main; main()", "sweep", "--config", str(sweep_file),
            "--out", str(out), "--scheduler", client.scheduler.address, "--quiet"]
     proc = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
@@ -156,18 +157,18 @@ def test_resume_after_client_killed(client, tmp_path):
     before = {p.name: p.stat().st_mtime_ns for p in (out / "tasks").glob("point*.json")}
     assert 2 <= len(before) < n_tasks, "the client was not killed mid-sweep"
     assert not (out / "dataset.nc").exists()
-    assert CliRunner().invoke(main, ["sweep", str(sweep_file), "--out", str(out)]).exit_code == 2  # needs --resume
+    assert CliRunner().invoke(main, ["sweep", "--config", str(sweep_file), "--out", str(out)]).exit_code == 2  # needs --resume
 
     # resumed on the default scheduler (a local process pool): the store does not depend on it
-    res = CliRunner().invoke(main, ["sweep", str(sweep_file), "--out", str(out), "--resume", "--quiet", "--workers", "2"])
+    res = CliRunner().invoke(main, ["sweep", "--config", str(sweep_file), "--out", str(out), "--resume", "--quiet", "--workers", "2"])
     assert res.exit_code == 0, res.output
     after = {p.name: p.stat().st_mtime_ns for p in (out / "tasks").glob("point*.json")}
     assert len(after) == n_tasks
     assert all(after[name] == t for name, t in before.items())  # no stored task was run again
     assert f"({len(before)} already stored)" in res.output
-    reference = run_sweep(load_sweep(sweep_file)).dataset
+    reference = run_sweep(load_sweep(sweep_file)).data
     with xr.open_dataset(out / "dataset.nc", engine="h5netcdf") as ds:
-        xr.testing.assert_identical(reference, ds.load())
+        xr.testing.assert_equal(reference, ds.load())  # every value and coordinate, exactly
     assert (out / "summary.png").exists()
 
 
@@ -216,7 +217,7 @@ def test_resource_tasks_run_only_on_workers_that_have_them(client):
 def test_bad_sweep_file_fails_before_any_work(tmp_path, text, message):
     sweep_file, out = tmp_path / "bad.toml", tmp_path / "out"
     sweep_file.write_text(text)
-    res = CliRunner().invoke(main, ["sweep", str(sweep_file), "--out", str(out), "--scheduler", "serial"])
+    res = CliRunner().invoke(main, ["sweep", "--config", str(sweep_file), "--out", str(out), "--scheduler", "serial"])
     assert res.exit_code == 2, res.output
     assert message in res.output
     assert not out.exists()
@@ -233,7 +234,7 @@ def test_scheduler_strings():
     for bad in ("processes:0", "local-cluster:x", "threads", 3):
         with pytest.raises(ValueError, match="scheduler"):
             parse_scheduler(bad)
-    res = CliRunner().invoke(main, ["sweep", str(ROOT / "examples" / "sweep.toml"), "--workers", "2", "--local-cluster", "2"])
+    res = CliRunner().invoke(main, ["sweep", "--config", str(ROOT / "examples" / "sweep.toml"), "--workers", "2", "--local-cluster", "2"])
     assert res.exit_code == 2 and "give only one way" in res.output
 
 

@@ -12,15 +12,13 @@ from scipy import stats
 from scipy.integrate import solve_ivp
 
 from stochformer.model.activations import ACTIVATIONS
-from stochformer.model.attention import Attention
-from stochformer.build import make_stepper
+from stochformer.build import initial_tokens, make_attention, make_model
+from stochformer.model.attention import SoftmaxAttention
 from stochformer.config import InitConfig, build_config
-from stochformer.experiments.simulate import simulate
+from stochformer.experiments.simulate import run_simulate
 from stochformer.model.kernel import NoiseKernel
-from stochformer.model.noise import MLPNoise
+from stochformer.model.noise import RandomMLP
 from stochformer.runtime import make_generator
-from stochformer.sphere import initial_tokens
-from stochformer.model.transformer import TransformerLayer
 
 
 def small(**fields) -> object:
@@ -37,25 +35,25 @@ def small(**fields) -> object:
 @pytest.mark.parametrize("activation", sorted(ACTIVATIONS))
 def test_unit_norm_float64(activation, order, noise):
     """Every token of every recorded layer has norm 1 to 1e-12 (large steps: Δt = 0.5)."""
-    res = simulate(small(activation=activation, order=order, noise=noise))
-    paths = res.trajectory.paths  # (batch, L + 1, N, d)
+    res = run_simulate(small(activation=activation, order=order, noise=noise))
+    paths = res.data["X"].values  # (batch, L + 1, N, d)
     assert paths.shape == (3, 7, 6, 4)
     assert np.abs(np.linalg.norm(paths, axis=-1) - 1.0).max() < 1e-12
-    assert np.all(np.isfinite(res.trajectory.stats["energy"]))
+    assert np.all(np.isfinite(res.data["energy"].values))
 
 
 @pytest.mark.parametrize("noise", ["mlp", "mlp_gaussian"])
 def test_same_seed_same_numbers_different_seed_different(noise):
     cfg = small(noise=noise, seed=11)
-    a, b, c = simulate(cfg), simulate(cfg), simulate(cfg.with_updates(seed=12))
-    np.testing.assert_array_equal(a.trajectory.paths, b.trajectory.paths)
-    for k in a.trajectory.stats:
-        np.testing.assert_array_equal(a.trajectory.stats[k], b.trajectory.stats[k])
-    assert not np.allclose(a.trajectory.final, c.trajectory.final)
+    a, b, c = run_simulate(cfg), run_simulate(cfg), run_simulate(cfg.with_updates(seed=12))
+    np.testing.assert_array_equal(a.data["X"].values, b.data["X"].values)
+    for k in ("mean_cosine", "energy", "min_cosine"):
+        np.testing.assert_array_equal(a.data[k].values, b.data[k].values)
+    assert not np.allclose(a.data["X_final"].values, c.data["X_final"].values)
     # the MLP is random: a different seed changes the path even from the same initial tokens
-    d1 = simulate(cfg.with_updates(init={"kind": "cluster", "spread": 0.5}))
-    d2 = simulate(cfg.with_updates(init={"kind": "cluster", "spread": 0.5}, seed=12))
-    assert not np.allclose(d1.trajectory.final, d2.trajectory.final)
+    d1 = run_simulate(cfg.with_updates(init={"kind": "cluster", "spread": 0.5}))
+    d2 = run_simulate(cfg.with_updates(init={"kind": "cluster", "spread": 0.5}, seed=12))
+    assert not np.allclose(d1.data["X_final"].values, d2.data["X_final"].values)
 
 
 # --- with the MLP off: projected Euler for the attention ODE ------------------------------------------
@@ -91,9 +89,9 @@ def test_attention_only_is_first_order_euler(order):
     for L in Ls:
         cfg = build_config(dict(N=N, d=d, L=int(L), T=T, mlp=False, order=order, batch=1,
                                 Q=Q.tolist(), K=K.tolist(), V=V.tolist()))
-        stepper, X = make_stepper(cfg), torch.from_numpy(X0)[None].clone()
+        model, X = make_model(cfg), torch.from_numpy(X0)[None].clone()
         for _ in range(L):
-            X = stepper.step(X, make_generator(0))
+            X = model.step(X, cfg.dt, make_generator(0))
         errs.append(np.abs(X[0].numpy() - XT).max())
     fit = stats.linregress(np.log(Ls), np.log(errs))
     half = stats.t.ppf(0.975, len(Ls) - 2) * fit.stderr  # 95% interval of the slope
@@ -106,18 +104,18 @@ def test_explicit_qkv_match_scalar_options():
     gen = make_generator(1)
     X = initial_tokens(InitConfig(), 2, 7, 4, gen)
     eye = torch.eye(4, dtype=torch.float64)
-    scalar = Attention(beta=2.0, gamma=-0.5)
-    explicit = Attention.from_config(build_config(dict(d=4, Q=(2**0.5 * eye).tolist(), K=(2**0.5 * eye).tolist(),
+    scalar = SoftmaxAttention(beta=2.0, gamma=-0.5)
+    explicit = make_attention(build_config(dict(d=4, Q=(2**0.5 * eye).tolist(), K=(2**0.5 * eye).tolist(),
                                                        V=(-0.5 * eye).tolist())))
     torch.testing.assert_close(explicit(X), scalar(X), rtol=1e-13, atol=1e-14)
     # a direct softmax with scores ⟨Q x_i, K x_j⟩ and values V x_j for non-symmetric matrices
     g = torch.Generator().manual_seed(5)
     Q, K, V = (torch.randn(4, 4, generator=g, dtype=torch.float64) for _ in range(3))
-    att = Attention.from_config(build_config(dict(d=4, Q=Q.tolist(), K=K.tolist(), V=V.tolist())))
+    att = make_attention(build_config(dict(d=4, Q=Q.tolist(), K=K.tolist(), V=V.tolist())))
     S = torch.einsum("bia,bja->bij", X @ Q.T, X @ K.T)
     torch.testing.assert_close(att(X), torch.softmax(S, -1) @ (X @ V.T), rtol=1e-12, atol=1e-13)
     # chunked queries give the same numbers
-    chunked = Attention(A=att.A, V=att.V, chunk=3)
+    chunked = SoftmaxAttention(A=att.A, V=att.V, chunk=3)
     torch.testing.assert_close(chunked(X), att(X), rtol=1e-13, atol=1e-14)
 
 
@@ -125,23 +123,23 @@ def test_explicit_qkv_match_scalar_options():
 def test_gamma_words(word, value):
     cfg_word = small(gamma=word, mlp=False, L=4)
     assert cfg_word.gamma_value == value
-    a, b = simulate(cfg_word), simulate(small(gamma=value, mlp=False, L=4))
-    np.testing.assert_array_equal(a.trajectory.paths, b.trajectory.paths)
-    moved = np.abs(a.trajectory.final - a.trajectory.paths[:, 0]).max()
+    a, b = run_simulate(cfg_word), run_simulate(small(gamma=value, mlp=False, L=4))
+    np.testing.assert_array_equal(a.data["X"].values, b.data["X"].values)
+    moved = np.abs(a.data["X_final"].values - a.data["X"].values[:, 0]).max()
     assert (moved < 1e-15) if value == 0 else (moved > 1e-3)
     if value != 0:  # attractive raises the mean cosine, repulsive lowers it
-        mc = a.trajectory.stats["mean_cosine"]
+        mc = a.data["mean_cosine"].values
         assert np.all(np.sign(mc[:, -1] - mc[:, 0]) == np.sign(value))
 
 
 def test_switches_no_attention_no_mlp():
     base = small(L=3)
-    static = simulate(base.with_updates(mlp=False, attention=False)).trajectory
-    np.testing.assert_array_equal(static.final, static.paths[:, 0])
-    mlp_only = make_stepper(base.with_updates(attention=False))
-    att_only = make_stepper(base.with_updates(mlp=False))
-    assert mlp_only.attention is None and mlp_only.noise is not None
-    assert att_only.noise is None and att_only.attention is not None
+    static = run_simulate(base.with_updates(mlp=False, attention=False)).data
+    np.testing.assert_array_equal(static["X_final"].values, static["X"].values[:, 0])
+    mlp_only = make_model(base.with_updates(attention=False))
+    att_only = make_model(base.with_updates(mlp=False))
+    assert mlp_only.attention is None and mlp_only.mlp is not None
+    assert att_only.mlp is None and att_only.attention is not None
 
 
 # --- the MLP at finite width has covariance κ ---------------------------------------------------------
@@ -160,7 +158,7 @@ def test_mlp_covariance_matches_kappa(mode, d, m, activation):
     x[:, :3] = torch.tensor([[1.0, 0.0, 0.0], [0.8, 0.6, 0.0], [-0.3, 0.1, 0.9]], dtype=torch.float64)
     x[2, -1] += 0.5
     x = x / x.norm(dim=-1, keepdim=True)
-    noise = MLPNoise(activation, m, sigma_U, sigma_W, scale=s, mode=mode)
+    noise = RandomMLP(m, activation, sigma_U, sigma_W, scale=s, mode=mode)
     G = noise.increment(x.expand(B, N, d).clone(), dt, make_generator(2024)).reshape(B, N * d)
     prod = G[:, :, None] * G[:, None, :]  # (B, Nd, Nd)
     mean, se = prod.mean(0), prod.std(0) / math.sqrt(B)
@@ -179,7 +177,7 @@ def test_mlp_conditional_covariance_given_inner_weights(mode):
     covariance ΦΦᵀ/m + σ_W² (SPEC §2): the exact conditional law the gaussian sampler draws from.
     Φ is frozen by replacing the methods that compute it; Monte Carlo over B outer draws, 5 SE."""
     N, d, m, B, sigma_W = 4, 3, 16, 40000, 0.2
-    noise = MLPNoise("tanh", m, 0.4, sigma_W, mode=mode)
+    noise = RandomMLP(m, "tanh", 0.4, sigma_W, mode=mode)
     X = initial_tokens(InitConfig(), 1, N, d, make_generator(7))
     Phi = noise.hidden(X, make_generator(99))  # (1, N, m)
     noise.hidden = lambda X_, *args: Phi.expand(X_.shape[0], N, m)
@@ -242,16 +240,16 @@ def test_simulate_accepts_any_callable_activation(tmp_path):
     quadrature): φ = tanh as a lambda gives the same numbers as the name 'tanh' (same seed, same
     sampler, same quadrature), another φ does not, and the callable's name is recorded."""
     from stochformer.config import RunConfig
-    from stochformer.experiments.simulate import simulate
+    from stochformer.experiments.simulate import run_simulate
     from stochformer.io import read_json
 
     phi = lambda x: torch.tanh(x)  # noqa: E731
     for dynamics in ("transformer", "sde"):
         cfg = RunConfig(N=5, d=4, L=10, T=1.0, m=16, batch=3, dynamics=dynamics, seed=3, activation="tanh")
-        by_name = simulate(cfg).trajectory.final
-        res = simulate(cfg, activation=phi)
-        assert np.allclose(res.trajectory.final, by_name, atol=1e-10)
-        assert not np.allclose(simulate(cfg, activation=torch.sin).trajectory.final, by_name, atol=1e-3)
+        by_name = run_simulate(cfg).data["X_final"].values
+        res = run_simulate(cfg, activation=phi)
+        assert np.allclose(res.data["X_final"].values, by_name, atol=1e-10)
+        assert not np.allclose(run_simulate(cfg, activation=torch.sin).data["X_final"].values, by_name, atol=1e-3)
     res.save(tmp_path)
     assert read_json(tmp_path / "config.json")["activation_callable"] == "<lambda>"
 
@@ -263,10 +261,10 @@ def test_blocked_statistics_equal_dense_and_simulate_many_tokens():
     from stochformer.model.attention import DEFAULT_BLOCK
     from stochformer.config import RunConfig
     from stochformer.diagnostics import pair_statistics
-    from stochformer.experiments.simulate import evolve
+    from stochformer.solve import SaveAt, solve
     from stochformer.sphere import uniform
 
-    X = uniform((3, 37), 4, make_generator(0))
+    X = uniform(3, 37, 4, generator=make_generator(0))
     dense = pair_statistics(X, 2.0)
     for block in (37, 100, 37 * 37 - 1):
         blocked = pair_statistics(X, 2.0, block=block)
@@ -275,10 +273,10 @@ def test_blocked_statistics_equal_dense_and_simulate_many_tokens():
 
     N = int(DEFAULT_BLOCK**0.5) + 8  # N² > DEFAULT_BLOCK: simulate takes the memory-linear path
     cfg = RunConfig(N=N, d=3, L=2, T=0.5, m=8, batch=1, seed=1, record_every=1)
-    res = simulate(cfg)
+    res = run_simulate(cfg)
     g = make_generator(1)
     X0 = initial_tokens(cfg.init, 1, N, 3, g)
-    dense_traj = evolve(X0, make_stepper(cfg), cfg.L, g, record_every=1)
-    assert np.allclose(res.trajectory.final, dense_traj.final, atol=1e-12)
-    for k in dense_traj.stats:
-        assert np.allclose(res.trajectory.stats[k], dense_traj.stats[k], atol=1e-12)
+    dense = solve(make_model(cfg), X0, cfg.T, cfg.L, SaveAt(), generator=g)
+    assert np.allclose(res.data["X_final"].values, dense["X_final"].values, atol=1e-12)
+    for k in ("mean_cosine", "energy", "min_cosine"):
+        assert np.allclose(res.data[k].values, dense[k].values, atol=1e-12)

@@ -14,13 +14,33 @@ from ..config import ConfigError, RunConfig, build_config
 from ..io import check_output_folder
 
 
-def experiment_options(func: Callable) -> Callable:
-    """Add ``--config FILE``, ``--set FIELD=VALUE`` (repeatable), ``--out DIR``, ``--force``, ``--quiet``."""
+def config_options(func: Callable) -> Callable:
+    """Add ``--config FILE`` and ``--set FIELD=VALUE`` (repeatable): how every command takes its fields."""
 
     @click.option("--config", "config_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
                   help="TOML file with configuration fields.")
     @click.option("--set", "overrides", multiple=True, metavar="FIELD=VALUE",
                   help="Override a field (nested fields dotted, e.g. init.kind=pair); repeatable.")
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return func(*args, **kwargs)
+
+    return wrapper
+
+
+def resolve_config(config_file: Optional[Path], overrides: tuple[str, ...], model: type = RunConfig,
+                   base: Optional[dict] = None) -> Any:
+    """The validated config (defaults ← ``base`` ← file ← overrides); errors become one usage message."""
+    try:
+        return build_config(base, list(overrides), config_file, model=model)
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from None
+
+
+def experiment_options(func: Callable) -> Callable:
+    """Add ``--config FILE``, ``--set FIELD=VALUE`` (repeatable), ``--out DIR``, ``--force``, ``--quiet``."""
+
+    @config_options
     @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
                   help="Output folder (default runs/<command>-<timestamp>).")
     @click.option("--force", is_flag=True, help="Replace a non-empty output folder.")
@@ -46,10 +66,10 @@ def resolve(
     base: Optional[dict] = None,
 ) -> tuple[Any, Path]:
     """Validate the config and the output folder before any work; errors become one clean message."""
+    cfg = resolve_config(config_file, overrides, model, base)
     try:
-        cfg = build_config(base, list(overrides), config_file, model=model)
         folder = check_output_folder(default_out(command, out), force)
-    except (ConfigError, FileExistsError) as exc:
+    except FileExistsError as exc:
         raise click.UsageError(str(exc)) from None
     return cfg, folder
 

@@ -33,7 +33,8 @@ def _scheduler(scheduler: Optional[str], local_cluster: Optional[int], workers: 
 
 
 @click.command("sweep")
-@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--config", "file", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="TOML file of the sweep: base config, [grid] and/or [[points]], samples, chunk.")
 @click.option("--set", "overrides", multiple=True, metavar="FIELD=VALUE",
               help="Override a field of the sweep file (e.g. samples=256, grid.gamma=[0,1]); repeatable.")
 @click.option("--scheduler", default=None, metavar="ADDRESS",
@@ -49,7 +50,7 @@ def _scheduler(scheduler: Optional[str], local_cluster: Optional[int], workers: 
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @fail_cleanly
 def sweep_cmd(file, overrides, scheduler, local_cluster, workers, out, resume, force, quiet) -> None:
-    """Run the sweep described in FILE (TOML: base config, [grid] and/or [[points]], samples, chunk).
+    """Run the sweep described in the --config file (TOML: base config, [grid] and/or [[points]], samples, chunk).
 
     Writes OUT/dataset.nc (xarray, NetCDF-4), config.json, summary.json and summary.png; each
     finished task is stored in OUT/tasks as it completes, so a killed sweep continues with --resume."""

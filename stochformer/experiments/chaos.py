@@ -20,7 +20,7 @@ K^{1/2}Ξ cannot.
    N beside r_d(N) for each d in ``dims``.
 3. **Conditional decorrelation.** One field held fixed, ``decor_repeats`` independent uniform
    initial clouds of N tokens; the correlation of tokens 1 and 2 at time T over the repeats
-   (:func:`~stochformer.meanfield.tagged_correlation`), averaged over ``decor_fields`` fields,
+   (:func:`~stochformer.stats.tagged_correlation`), averaged over ``decor_fields`` fields,
    against N (expected O(1/N)).
 
 The reference's empirical measure is summarised by E_β and the mean token over time, and for
@@ -32,33 +32,25 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Optional
+from typing import ClassVar, Literal, Optional
 
 import numpy as np
 import torch
+import xarray as xr
 from pydantic import Field, model_validator
 
+from ..brownian import BrownianPath
+from ..build import make_field, make_particles
 from ..config import RunConfig, validate
-from ..io import write_json, write_npz
-from ..meanfield import (
-    DEFAULT_BLOCK,
-    cloud_summary,
-    cpu_threads_for,
-    evolve_particles,
-    fit_power_law,
-    fit_power_law_se,
-    make_field,
-    particle_stepper,
-    rate_function,
-    sphere_rate,
-    tagged_correlation,
-    w2_sliced,
-    w2_squared,
-)
-from ..runtime import DTYPES, child_seeds, make_generator, provenance, resolve_device
+from ..diagnostics import cloud_summary
+from ..distances import rate_function, sphere_rate, w2_sliced, w2_squared
+from ..model.attention import DEFAULT_BLOCK
+from ..results import Result
+from ..runtime import DTYPES, child_seeds, cpu_threads_for, make_generator, provenance, resolve_device
+from ..solve import SaveAt, solve
 from ..sphere import uniform
+from ..stats import fit_power_law, fit_power_law_se, tagged_correlation
 from ..tasks import Task, run_tasks
-from .simulate import run_record
 
 
 class ChaosConfig(RunConfig):
@@ -128,16 +120,19 @@ def coupling_task(config: dict, d: int, seed: int, with_w2: bool, keep_cloud: bo
     device, dtype = resolve_device(cfg.device), DTYPES[cfg.dtype]
     s_init, s_field, s_noise = child_seeds(seed, 3)
     start = time.perf_counter()
-    X0 = uniform((1, cfg.N), d, make_generator(s_init, device), dtype, device)
+    X0 = uniform(1, cfg.N, d, generator=make_generator(s_init, device), dtype=dtype, device=device)
     fld = make_field(cfg, 1, make_generator(s_field, device), dtype, device)
+    # one field and one Brownian path (its increments, seeded by s_noise) drive every system
+    path = BrownianPath(fld.path_shape(1, d), cfg.L, seed=s_noise, dtype=dtype, device=device)
     rec = _steps(cfg.L, cfg.records)
     w2_steps = _steps(cfg.L, cfg.w2_records) if with_w2 else []
     steps = sorted(set(rec) | set(w2_steps))
 
     def run(X: torch.Tensor) -> list[torch.Tensor]:
-        stepper = particle_stepper(cfg, fld, X.shape[-2], dtype, device, cfg.block, cfg.sdpa)
+        model = make_particles(cfg, fld, X.shape[-2], dtype, device, cfg.block, cfg.sdpa)
         with cpu_threads_for(X.shape[-2]):
-            return evolve_particles(X, stepper, cfg.L, s_noise, steps)[1]
+            ds = solve(model, X, cfg.T, cfg.L, SaveAt(stats=(), tokens_at=steps, final=False), seed=s_noise, path=path)
+        return list(torch.from_numpy(ds["X"].values).to(dtype).unbind(1))
 
     ref = run(X0)
     at = {s: i for i, s in enumerate(steps)}
@@ -182,8 +177,10 @@ def decorrelation_task(config: dict, n: int, seed: int) -> dict:
     device, dtype = resolve_device(cfg.device), DTYPES[cfg.dtype]
     s_init, s_field, s_noise = child_seeds(seed, 3)
     fld = make_field(cfg, 1, make_generator(s_field, device), dtype, device)  # one field for all repeats
-    X0 = uniform((cfg.decor_repeats, n), cfg.d, make_generator(s_init + n, device), dtype, device)
-    X, _ = evolve_particles(X0, particle_stepper(cfg, fld, n, dtype, device, cfg.block, cfg.sdpa), cfg.L, s_noise)
+    X0 = uniform(cfg.decor_repeats, n, cfg.d, generator=make_generator(s_init + n, device), dtype=dtype, device=device)
+    model = make_particles(cfg, fld, n, dtype, device, cfg.block, cfg.sdpa)
+    ds = solve(model, X0, cfg.T, cfg.L, SaveAt(stats=()), seed=s_noise)  # the field's increments from s_noise
+    X = torch.from_numpy(ds["X_final"].values).to(dtype)
     rho, se = tagged_correlation(X[:, 0], X[:, 1])
     return {"rho": rho, "se": se}
 
@@ -191,10 +188,12 @@ def decorrelation_task(config: dict, n: int, seed: int) -> dict:
 # --------------------------------------------------------------------------- result
 
 
-@dataclass
-class ChaosResult:
+@dataclass(repr=False)
+class ChaosResult(Result):
     """Every table of the chaos experiment (numpy arrays; see :func:`run_chaos`)."""
 
+    command: ClassVar[str] = "chaos"
+    summary_name: ClassVar[str] = "chaos.json"
     config: ChaosConfig
     coupling: dict  # per d: {"err2": (S, n_rec, n_sizes), "w2": (S_w2, n_w2, n_sizes), ...}
     decorrelation: dict
@@ -260,17 +259,28 @@ class ChaosResult:
             out["coupling"][str(d)] = row
         return out
 
-    def save(self, folder: Path | str) -> None:
-        """config.json, chaos.json (every table and fit) and arrays.npz (per-sample tables, clouds)."""
-        folder = Path(folder)
-        write_json(folder / "config.json", run_record("chaos", self.config, self.provenance, self.elapsed_s))
-        write_json(folder / "chaos.json", self.to_dict())
-        arrays = {}
+    def _dataset(self) -> xr.Dataset:
+        """Per-sample tables per dimension d: ``err2_d{d}`` (sample, time, size), ``w2_d{d}`` /
+        ``sliced_w2_d{d}`` (w2_sample, w2_time, size), ``energy_d{d}``, ``mean_token_norm_d{d}``
+        (sample, time), ``mean_token_d{d}`` (sample, time, dim); the d = 3 clouds; the
+        decorrelation (field, decor_size)."""
+        cfg = self.config
+        data, coords = {}, {"size": cfg.sizes, "time": [s * cfg.dt for s in _steps(cfg.L, cfg.records)],
+                            "w2_time": [s * cfg.dt for s in _steps(cfg.L, cfg.w2_records)], "decor_size": cfg.decor_sizes}
         for d, tab in self.coupling.items():
-            for k in ("err2", "w2", "sw2", "energy", "mean_token", "mean_token_norm"):
-                arrays[f"d{d}_{k}"] = tab[k]
-        arrays.update({f"cloud_{k}": v for k, v in self.clouds.items()})
-        write_npz(folder / "arrays.npz", **arrays)
+            sample, w2_sample = f"sample_d{d}", f"w2_sample_d{d}"
+            data[f"err2_d{d}"] = ((sample, "time", "size"), tab["err2"])
+            data[f"energy_d{d}"] = ((sample, "time"), tab["energy"])
+            data[f"mean_token_norm_d{d}"] = ((sample, "time"), tab["mean_token_norm"])
+            data[f"mean_token_d{d}"] = ((sample, "time", f"dim_d{d}"), tab["mean_token"])
+            if tab["w2"].size:
+                data[f"w2_d{d}"] = ((w2_sample, "w2_time", "size"), tab["w2"])
+                data[f"sliced_w2_d{d}"] = ((w2_sample, "w2_time", "size"), tab["sw2"])
+        for k, v in self.clouds.items():
+            data[f"cloud_{k}"] = (("token", "dim_d3"), v)
+        data["decor_rho"] = (("field", "decor_size"), self.decorrelation["rho_per_field"])
+        data["decor_se"] = (("field", "decor_size"), self.decorrelation["se_per_field"])
+        return xr.Dataset(data, coords=coords)
 
 
 # --------------------------------------------------------------------------- experiment

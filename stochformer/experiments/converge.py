@@ -27,23 +27,24 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, ClassVar, Optional
 
 import numpy as np
 import torch
+import xarray as xr
 from pydantic import Field, model_validator
 
-from ..build import make_attention, make_kernel
+from ..brownian import BrownianPath, Draws
+from ..build import initial_tokens, make_attention, make_kernel
 from ..config import RunConfig
-from ..io import write_json, write_npz
-from ..model.noise import ExactField, MLPNoise
+from ..model.noise import ExactField, RandomMLP
 from ..model.rng import resolve_backend
-from ..runtime import DTYPES, child_seeds, make_generator, provenance, resolve_device
 from ..model.sde import INTEGRATORS, LimitSDE
-from ..sphere import initial_tokens
+from ..model.transformer import Transformer
+from ..results import Result
+from ..runtime import DTYPES, child_seeds, make_generator, provenance, resolve_device
+from ..solve import SaveAt, solve
 from ..tasks import Task, run_tasks
-from ..model.transformer import TransformerLayer
-from .simulate import run_record
 
 #: the two sups of the error
 KINDS = ("layer", "continuous")
@@ -84,6 +85,24 @@ class ConvergeConfig(RunConfig):
         return {k: v for k, v in self.model_dump(mode="json").items() if k in RunConfig.model_fields}
 
 
+@dataclass
+class _Lockstep:
+    """Several models of one sample batch stepped together: the state is their states stacked
+    along the batch (model-major); each model gets the same step randomness in turn, so the
+    weights of layer ℓ are drawn for every width before layer ℓ + 1, and every model reads the
+    same Brownian normals."""
+
+    models: list
+
+    def reset(self, batch, d, generator, dtype, device) -> None:
+        for model in self.models:
+            model.reset(batch // len(self.models), d, generator, dtype, device)
+
+    def step(self, X: torch.Tensor, dt: float, rng: Draws) -> torch.Tensor:
+        parts = X.chunk(len(self.models))
+        return torch.cat([m.step(x, dt, Draws(rng.generator, rng.path, rng.k, rng.n)) for m, x in zip(self.models, parts)])
+
+
 def _coupled_errors(cfg: RunConfig, depths: list[int], widths: list[int], refine: int, depth: int,
                     seed: int, n: int) -> dict[str, list]:
     """Per-sample sup errors at one depth for ``n`` samples: {kind: [[per sample] per width]},
@@ -93,36 +112,29 @@ def _coupled_errors(cfg: RunConfig, depths: list[int], widths: list[int], refine
     g_init, g_noise, g_w = (make_generator(s, device) for s in (s_init, s_noise, s_weights))
     X0 = initial_tokens(cfg.init, n, cfg.N, cfg.d, g_init, dtype, device)
     kernel, attention = make_kernel(cfg), make_attention(cfg, dtype, device)
-    dt, r, q = cfg.T / depth, refine, max(depths) // depth
-
-    sde = LimitSDE(ExactField(kernel), attention, kernel.kappa1, cfg.d)
-    integrator = INTEGRATORS[cfg.integrator](sde, dt / r)
+    r = refine
+    # one Brownian path on the finest grid of every depth: the transformer reads it per layer, the SDE per step
+    path = BrownianPath(tuple(X0.shape), refine * max(depths), generator=g_noise, dtype=dtype, device=device)
     common = dict(activation=cfg.activation, sigma_U=cfg.sigma_U, sigma_W=cfg.sigma_W, scale=cfg.noise_scale)
     rng = resolve_backend(cfg.rng, cfg.device)
-    layers = [TransformerLayer(dt, attention, MLPNoise(m=m, mode="gaussian", rng=rng, **common), cfg.order) for m in widths]
-    layers.append(TransformerLayer(dt, attention, ExactField(kernel), cfg.order))
+    mlps = [RandomMLP(width=m, mode="gaussian", rng=rng, **common) for m in widths] + [ExactField(kernel)]
+    layers = _Lockstep([Transformer(attention, mlp, cfg.order) for mlp in mlps])
+    keep = SaveAt(stats=(), tokens_every=1, final=False)
+    ds = solve(layers, X0.repeat(len(mlps), 1, 1), cfg.T, depth, keep, generator=g_w, path=path)
+    Xs = torch.from_numpy(ds["X"].values).to(dtype).view(len(mlps), n, depth + 1, cfg.N, cfg.d)
 
-    X_bar, Xs = X0, [X0] * len(layers)
-    sup = {k: torch.zeros(len(layers), n, dtype=torch.float64) for k in KINDS}
+    sup = {k: torch.zeros(len(mlps), n, dtype=torch.float64) for k in KINDS}
 
-    def measure(at_layer: bool) -> None:
-        e = torch.stack([((X - X_bar) ** 2).sum(-1).mean(-1) for X in Xs]).double().cpu()
+    def measure(s: int, X_bar: torch.Tensor) -> None:
+        """The errors at fine time s: the transformer at layer ⌊s/r⌋ against the SDE."""
+        e = ((Xs[:, :, s // r] - X_bar) ** 2).sum(-1).mean(-1).double().cpu()
         sup["continuous"] = torch.maximum(sup["continuous"], e)
-        if at_layer:
+        if s % r == 0:
             sup["layer"] = torch.maximum(sup["layer"], e)
 
-    for _ in range(depth):
-        xi_layer = torch.zeros_like(X0)
-        for s in range(r):
-            measure(at_layer=s == 0)
-            # the finest normals of this SDE step, drawn one finest step at a time so that the
-            # stream (hence the Brownian path) is the same for every depth
-            xi = sum(torch.randn(X0.shape, generator=g_noise, dtype=dtype, device=device) for _ in range(q)) / math.sqrt(q)
-            X_bar = integrator.step(X_bar, g_noise, xi=xi)
-            xi_layer = xi_layer + xi
-        xi_layer = xi_layer / math.sqrt(r)
-        Xs = [layer.step(X, g_w, xi=xi_layer) for layer, X in zip(layers, Xs)]
-    measure(at_layer=True)
+    sde = LimitSDE(attention, ExactField(kernel), INTEGRATORS[cfg.integrator], kernel.kappa1)
+    measure(0, X0)
+    solve(sde, X0, cfg.T, r * depth, SaveAt(stats=(), final=False), generator=g_noise, path=path, hook=measure)
     return {k: v.tolist() for k, v in sup.items()}
 
 
@@ -151,11 +163,13 @@ def _interval(point: float, boots: np.ndarray) -> dict:
     return {"value": float(point), "se": float(np.std(boots, ddof=1)), "ci": [float(lo), float(hi)]}
 
 
-@dataclass
-class ConvergeResult:
+@dataclass(repr=False)
+class ConvergeResult(Result):
     """Per-sample errors ``errors[kind]``: (n_depths, n_widths + 1, samples), widths in the order of
     ``widths`` and m = ∞ last; the fits with their intervals in ``fits``."""
 
+    command: ClassVar[str] = "converge"
+    summary_name: ClassVar[str] = "convergence.json"
     config: ConvergeConfig
     depths: list[int]
     widths: list[float]  # finite widths, then math.inf
@@ -198,13 +212,11 @@ class ConvergeResult:
             **self.meta,
         }
 
-    def save(self, folder: Path | str) -> None:
-        """config.json, convergence.json (table, exponents, fits) and arrays.npz (per-sample errors)."""
-        folder = Path(folder)
-        write_json(folder / "config.json", run_record("converge", self.config, self.provenance, self.elapsed_s))
-        write_json(folder / "convergence.json", self.to_dict())
-        write_npz(folder / "arrays.npz", depths=np.asarray(self.depths), widths=np.asarray(self.widths),
-                  **{f"errors_{k}": v for k, v in self.errors.items()})
+    def _dataset(self) -> xr.Dataset:
+        """Per-sample errors ``error_<kind>`` (depth, width, sample), width = inf for m = ∞."""
+        dims = ("depth", "width", "sample")
+        return xr.Dataset({f"error_{k}": (dims, v) for k, v in self.errors.items()},
+                          coords={"depth": self.depths, "width": self.widths})
 
 
 def fit_convergence(depths: list[int], widths: list[float], errors: dict[str, np.ndarray], n_boot: int, seed: int) -> dict:

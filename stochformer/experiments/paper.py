@@ -22,19 +22,22 @@ import itertools
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Optional
+from typing import ClassVar, Literal, Optional
 
 import numpy as np
 import torch
+import xarray as xr
 
 from ..clusters import ClusterSummary, summarise_clusters
 from ..config import InitConfig, RunConfig, build_config
-from ..diagnostics import mean_and_se
-from ..io import to_jsonable, write_json
-from ..model.noise import MLPNoise
+from ..diagnostics import STATISTICS
+from ..io import to_jsonable
+from ..results import Result
+from ..model.noise import RandomMLP
 from ..runtime import child_seeds, make_generator, provenance, resolve_device
+from ..stats import mean_and_se
 from ..tasks import Task, run_tasks
-from .simulate import simulate
+from .simulate import run_simulate
 from .sync import energy_paths, measure_lyapunov, moment_rate, near_sync_horizon, pair_start, predicted_rates
 
 Size = Literal["quick", "paper"]
@@ -54,10 +57,16 @@ def _curves(stats: dict) -> dict:
     return out
 
 
-def _record(command: str, sizes: dict, seed: int, elapsed: float, device: str = "cpu") -> dict:
-    prov = provenance(resolve_device(device))
-    return {"command": command, "sizes": sizes, "seed": seed, "version": prov["stochformer"], "versions": prov,
-            "device": prov["device"], "elapsed_s": elapsed}
+class _PaperResult(Result):
+    """A paper item's result: its config is the size, the sizes and the seed."""
+
+    @property
+    def config(self) -> dict:
+        return {"size": self.size, "sizes": self.sizes, "seed": self.seed}
+
+    @property
+    def provenance(self) -> dict:
+        return provenance(resolve_device(self.device))
 
 
 # --------------------------------------------------------------------------- item 1
@@ -68,8 +77,8 @@ CLUSTER_SIZES = {
 }
 
 
-@dataclass
-class ClustersResult:
+@dataclass(repr=False)
+class ClustersResult(_PaperResult):
     """Per activation: the statistics against layer and the final :class:`ClusterSummary`."""
 
     size: str
@@ -80,15 +89,24 @@ class ClustersResult:
     final: dict[str, np.ndarray]
     seed: int
     elapsed_s: float
+    device: str = "cpu"
+    command: ClassVar[str] = "paper-clusters"
+    summary_name: ClassVar[str] = "clusters.json"
 
     def to_dict(self) -> dict:
         return to_jsonable({"size": self.size, "sizes": self.sizes, "tol": self.tol, "curves": self.curves,
                             "clusters": {k: v.to_dict() for k, v in self.clusters.items()}})
 
-    def save(self, folder: Path | str) -> None:
-        folder = Path(folder)
-        write_json(folder / "config.json", _record("paper-clusters", self.sizes, self.seed, self.elapsed_s))
-        write_json(folder / "clusters.json", self.to_dict())
+    def _dataset(self) -> xr.Dataset:
+        """Per activation: the curves (activation, time), the final tokens and cluster counts."""
+        acts = list(self.curves)
+        data = {k: (("activation", "step"), np.stack([np.asarray(self.curves[a][k]) for a in acts]))
+                for k in self.curves[acts[0]] if k != "layers"}
+        data["X_final"] = (("activation", "sample", "token", "dim"), np.stack([self.final[a] for a in acts]))
+        data["n_clusters"] = (("activation", "sample"), np.stack([self.clusters[a].n_clusters for a in acts]))
+        data["n_antipodal"] = (("activation", "sample"), np.stack([self.clusters[a].n_antipodal for a in acts]))
+        return xr.Dataset(data, coords={"activation": acts, "step": np.asarray(self.curves[acts[0]]["layers"])},
+                          attrs={"tol": self.tol})
 
 
 def run_clusters(size: Size = "quick", seed: int = 0, tol: float = 0.05, progress: bool = False, device: str = "cpu",
@@ -102,11 +120,11 @@ def run_clusters(size: Size = "quick", seed: int = 0, tol: float = 0.05, progres
     for act, s in zip(("relu", "tanh"), child_seeds(seed, 2)):
         cfg = build_config({**sizes, "d": 4, "activation": act, "attention": False, "seed": s, "device": device,
                             "record_every": max(1, sizes["L"] // 200)})
-        res = simulate(cfg, progress=progress)
-        curves[act] = {"layers": res.trajectory.layers, **_curves(res.trajectory.stats)}
-        clusters[act] = summarise_clusters(res.trajectory.final, tol)
-        final[act] = res.trajectory.final
-    return ClustersResult(size, sizes, tol, curves, clusters, final, seed, time.perf_counter() - start)
+        res = run_simulate(cfg, progress=progress)
+        curves[act] = {"layers": res.data["step"].values, **_curves({k: res.data[k].values for k in STATISTICS})}
+        clusters[act] = summarise_clusters(res.data["X_final"].values, tol)
+        final[act] = res.data["X_final"].values
+    return ClustersResult(size, sizes, tol, curves, clusters, final, seed, time.perf_counter() - start, device)
 
 
 # --------------------------------------------------------------------------- item 2
@@ -121,12 +139,12 @@ SCENARIO_GAMMAS = (1.0, 0.0, -1.0)
 
 def scenario_point(config: dict) -> dict:
     """One scenario (a task): mean ± SE over samples of mean/min cosine and E_β per layer."""
-    res = simulate(RunConfig.model_validate(config))
-    return to_jsonable({"layers": res.trajectory.layers, **_curves(res.trajectory.stats)})
+    res = run_simulate(RunConfig.model_validate(config))
+    return to_jsonable({"layers": res.data["step"].values, **_curves({k: res.data[k].values for k in STATISTICS})})
 
 
-@dataclass
-class ScenariosResult:
+@dataclass(repr=False)
+class ScenariosResult(_PaperResult):
     """``runs[key]``: the curves of scenario ``key = activation/d/sigma/gamma``; ``keys`` their grid
     coordinates."""
 
@@ -136,6 +154,9 @@ class ScenariosResult:
     runs: dict[str, dict]
     seed: int
     elapsed_s: float
+    device: str = "cpu"
+    command: ClassVar[str] = "paper-scenarios"
+    summary_name: ClassVar[str] = "scenarios.json"
 
     def final_table(self) -> list[dict]:
         """One row per scenario: its coordinates and the final mean cosine, min cosine and E_β."""
@@ -150,10 +171,16 @@ class ScenariosResult:
         return to_jsonable({"size": self.size, "sizes": self.sizes, "keys": self.keys, "runs": self.runs,
                             "final": self.final_table()})
 
-    def save(self, folder: Path | str) -> None:
-        folder = Path(folder)
-        write_json(folder / "config.json", _record("paper-scenarios", self.sizes, self.seed, self.elapsed_s))
-        write_json(folder / "scenarios.json", self.to_dict())
+    def _dataset(self) -> xr.Dataset:
+        """Mean ± SE curves per scenario (scenario, step); its coordinates as scenario labels."""
+        keys = list(self.keys)
+        first = self.runs[keys[0]]
+        data = {k: (("scenario", "step"), np.stack([np.asarray(self.runs[key][k], dtype=float) for key in keys]))
+                for k in first if k != "layers"}
+        coords = {"scenario": keys, "step": np.asarray(first["layers"])}
+        for c in ("activation", "d", "sigma", "gamma"):
+            coords[c] = ("scenario", [self.keys[key][c] for key in keys])
+        return xr.Dataset(data, coords=coords)
 
 
 def run_scenarios(size: Size = "quick", seed: int = 0, progress: bool = False, store: Optional[Path | str] = None,
@@ -174,7 +201,7 @@ def run_scenarios(size: Size = "quick", seed: int = 0, progress: bool = False, s
             "sigma_W": sigma, "gamma": gamma, "attention": gamma != 0.0, "beta": 1.0, "seed": s, "device": device})
         tasks.append(Task(key, scenario_point, {"config": cfg.model_dump(mode="json")}))
     runs = run_tasks(tasks, store=store, scheduler=scheduler, progress=progress, desc="scenarios")
-    return ScenariosResult(size, {k: v for k, v in sz.items()}, keys, runs, seed, time.perf_counter() - start)
+    return ScenariosResult(size, {k: v for k, v in sz.items()}, keys, runs, seed, time.perf_counter() - start, device)
 
 
 # --------------------------------------------------------------------------- item 3
@@ -193,7 +220,7 @@ def measured_kernel(activation: str, d: int, sigma: float, m: int, draws: int, s
     dev = resolve_device(device)
     gen = make_generator(seed, dev)
     X = pair_start(draws, d, h, gen, torch.float64, dev)
-    G = MLPNoise(activation, m, sigma, sigma, 1.0, mode="weights").increment(X, 1.0, gen)
+    G = RandomMLP(m, activation, sigma, sigma, 1.0, mode="weights").increment(X, 1.0, gen)
     dist2 = ((X[:, 1] - X[:, 0]) ** 2).sum(-1)
     k, k_se = mean_and_se((G[:, 0] ** 2).sum(-1) / d)
     kp, kp_se = mean_and_se(((G[:, 1] - G[:, 0]) ** 2).sum(-1) / (d * dist2))
@@ -221,8 +248,8 @@ def table_point(activation: str, d: int, sigma: float, sizes: dict, seed: int, d
     return row
 
 
-@dataclass
-class TableResult:
+@dataclass(repr=False)
+class TableResult(_PaperResult):
     """Rows of the paper's table: for each quantity q, ``q_pred`` (computed), ``q`` and ``q_se`` (measured)."""
 
     size: str
@@ -230,14 +257,18 @@ class TableResult:
     rows: list[dict] = field(default_factory=list)
     seed: int = 0
     elapsed_s: float = 0.0
+    device: str = "cpu"
+    command: ClassVar[str] = "paper-table"
+    summary_name: ClassVar[str] = "table.json"
 
     def to_dict(self) -> dict:
         return to_jsonable({"size": self.size, "sizes": self.sizes, "rows": self.rows})
 
-    def save(self, folder: Path | str) -> None:
-        folder = Path(folder)
-        write_json(folder / "config.json", _record("paper-table", self.sizes, self.seed, self.elapsed_s))
-        write_json(folder / "table.json", self.to_dict())
+    def _dataset(self) -> xr.Dataset:
+        """One row per (activation, d, σ): every column of the table as a variable on ``row``."""
+        cols = list(self.rows[0]) if self.rows else []
+        data = {c: ("row", [np.nan if r[c] is None else r[c] for r in self.rows]) for c in cols}
+        return xr.Dataset(data, coords={"row": np.arange(len(self.rows))})
 
     def markdown(self) -> str:
         """The table in Markdown: computed | measured ± SE for every quantity."""
@@ -263,4 +294,4 @@ def run_table(size: Size = "quick", seed: int = 0, progress: bool = False, store
     tasks = [Task(f"{a}/d{d}/sigma{s:g}", table_point, dict(activation=a, d=d, sigma=s, sizes=sz, seed=sd, device=device))
              for (a, d, s), sd in zip(grid, child_seeds(seed, len(grid)))]
     res = run_tasks(tasks, store=store, scheduler=scheduler, progress=progress, desc="table")
-    return TableResult(size, sz, [res[t.key] for t in tasks], seed, time.perf_counter() - start)
+    return TableResult(size, sz, [res[t.key] for t in tasks], seed, time.perf_counter() - start, device)

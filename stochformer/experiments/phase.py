@@ -18,20 +18,22 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Any, ClassVar, Literal, Optional
 
 import numpy as np
 import torch
+import xarray as xr
 from pydantic import Field, model_validator
 
+from ..build import initial_tokens, make_model
 from ..config import ConfigError, RunConfig, build_config
-from ..diagnostics import mean_and_se
-from ..io import write_json, write_npz
+from ..results import Result
 from ..runtime import DTYPES, child_seeds, make_generator, provenance, resolve_device
-from ..sphere import gram, initial_tokens
+from ..solve import SaveAt, solve
+from ..sphere import gram
+from ..stats import mean_and_se
 from ..tasks import Task, run_tasks
-from .simulate import run_record
-from .sync import _stepper_for, measure_lyapunov, predicted_rates
+from .sync import measure_lyapunov, predicted_rates
 
 #: Fields that take the grid values; ``sigma`` sets both bias scales.
 PSEUDO_FIELDS = {"sigma": ("sigma_U", "sigma_W")}
@@ -88,11 +90,9 @@ def phase_point(config: dict, measure: str, pairs: int, eps: float, sync_tol: fl
         return out
     device, dtype = resolve_device(cfg.device), DTYPES[cfg.dtype]
     gen = make_generator(seed, device)
-    X = initial_tokens(cfg.init, cfg.batch, cfg.N, cfg.d, gen, dtype, device)
-    stepper = _stepper_for(cfg, cfg.batch, gen, dtype, device)
-    for _ in range(cfg.L):
-        X = stepper.step(X, gen)
-    G = gram(X)
+    X0 = initial_tokens(cfg.init, cfg.batch, cfg.N, cfg.d, gen, dtype, device)
+    ds = solve(make_model(cfg, dtype, device), X0, cfg.T, cfg.L, SaveAt(stats=()), generator=gen)
+    G = gram(torch.from_numpy(ds["X_final"].values).to(dtype))
     G = G.abs() if up_to_sign else G
     iu = torch.triu_indices(cfg.N, cfg.N, offset=1, device=G.device)
     synced = (G[:, iu[0], iu[1]].min(dim=-1).values >= 1.0 - sync_tol).double()
@@ -101,11 +101,13 @@ def phase_point(config: dict, measure: str, pairs: int, eps: float, sync_tol: fl
     return out
 
 
-@dataclass
-class PhaseResult:
+@dataclass(repr=False)
+class PhaseResult(Result):
     """``value``/``se``: (ny, nx) measured grid; ``pred_*``: the predictions at the grid points;
     ``fine_x``, ``fine_y``, ``fine_lambda_1``, ``fine_lambda_bar``: predictions on the fine grid."""
 
+    command: ClassVar[str] = "phase"
+    summary_name: ClassVar[str] = "phase.json"
     config: PhaseConfig
     x: np.ndarray
     y: np.ndarray
@@ -139,12 +141,16 @@ class PhaseResult:
             "lambda_bar_pred": self.pred_lambda_bar, "agreement": self.agreement(),
         }
 
-    def save(self, folder: Path | str) -> None:
-        folder = Path(folder)
-        write_json(folder / "config.json", run_record("phase", self.config, self.provenance, self.elapsed_s))
-        write_json(folder / "phase.json", self.to_dict())
-        write_npz(folder / "arrays.npz", x=self.x, y=self.y, value=self.value, se=self.se, fine_x=self.fine_x,
-                  fine_y=self.fine_y, fine_lambda_1=self.fine_lambda_1, fine_lambda_bar=self.fine_lambda_bar)
+    def _dataset(self) -> xr.Dataset:
+        c = self.config
+        grid, fine = (c.y_field + "_value", c.x_field + "_value"), ("fine_" + c.y_field, "fine_" + c.x_field)
+        return xr.Dataset(
+            {"value": (grid, self.value), "se": (grid, self.se), "lambda_1_pred": (grid, self.pred_lambda_1),
+             "lambda_bar_pred": (grid, self.pred_lambda_bar), "fine_lambda_1": (fine, self.fine_lambda_1),
+             "fine_lambda_bar": (fine, self.fine_lambda_bar)},
+            coords={grid[1]: self.x, grid[0]: self.y, fine[1]: self.fine_x, fine[0]: self.fine_y},
+            attrs={"measure": c.measure, "x_field": c.x_field, "y_field": c.y_field},
+        )
 
 
 def _fine_axis(cfg: PhaseConfig, field: str, values: list[float]) -> np.ndarray:

@@ -3,124 +3,57 @@ pairwise statistics (mean/min cosine, E_β) per layer, with their standard error
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Optional
+from typing import ClassVar, Optional
 
-import numpy as np
 import torch
-from tqdm.auto import tqdm
+import xarray as xr
 
+from ..build import initial_tokens, make_attention, make_model
+from ..config import RunConfig
+from ..diagnostics import STATISTICS
 from ..model.activations import Activation, activation_name
 from ..model.attention import DEFAULT_BLOCK, query_chunk
-from ..build import Stepper, make_attention, make_stepper
-from ..config import RunConfig
-from ..diagnostics import mean_and_se, pair_statistics
-from ..io import write_json, write_npz
+from ..results import Result
 from ..runtime import DTYPES, make_generator, provenance, resolve_device
-from ..sphere import initial_tokens
+from ..solve import SaveAt, solve
+from ..stats import mean_and_se
 
 
-@dataclass
-class Trajectory:
-    """Recorded statistics of one batch of runs.
+@dataclass(repr=False)
+class SimulationResult(Result):
+    """What :func:`run_simulate` returns: the config, the dataset of :func:`stochformer.solve`
+    (statistics ``(sample, time)``, token paths ``X``, ``X_final``) and the run's provenance."""
 
-    ``stats[name]``: (batch, n_records) at ``layers``; ``paths``: (batch, n_paths, N, d) at
-    ``path_layers`` or None; ``final``: (batch, N, d)."""
-
-    layers: np.ndarray
-    stats: dict[str, np.ndarray]
-    final: np.ndarray
-    paths: Optional[np.ndarray] = None
-    path_layers: Optional[np.ndarray] = None
-
-
-def evolve(
-    X0: torch.Tensor,
-    stepper: Stepper,
-    L: int,
-    generator: torch.Generator,
-    energy_beta: float = 1.0,
-    record_every: int = 1,
-    path_stride: Optional[int] = None,
-    progress: bool = False,
-    desc: str = "layers",
-    block: Optional[int] = None,
-) -> Trajectory:
-    """Apply ``stepper`` L times to X0: (batch, N, d), recording statistics every ``record_every``
-    layers (layer 0 and L always) and token paths every ``path_stride`` layers. ``block``: Gram
-    entries formed at once by the statistics (None: all; memory-linear for many tokens)."""
-    X = X0
-    layers, records, paths, path_layers = [], [], [], []
-
-    def record(ell: int) -> None:
-        layers.append(ell)
-        records.append({k: v.detach().cpu() for k, v in pair_statistics(X, energy_beta, block).items()})
-
-    record(0)
-    if path_stride:
-        paths.append(X.detach().cpu())
-        path_layers.append(0)
-    for ell in tqdm(range(1, L + 1), desc=desc, disable=not progress, leave=False, mininterval=0.5):
-        X = stepper.step(X, generator)
-        if ell % record_every == 0 or ell == L:
-            record(ell)
-        if path_stride and (ell % path_stride == 0 or ell == L):
-            paths.append(X.detach().cpu())
-            path_layers.append(ell)
-    stats = {k: torch.stack([r[k] for r in records], dim=-1).double().numpy() for k in records[0]}
-    return Trajectory(
-        layers=np.asarray(layers),
-        stats=stats,
-        final=X.detach().cpu().double().numpy(),
-        paths=torch.stack(paths, dim=1).double().numpy() if path_stride else None,
-        path_layers=np.asarray(path_layers) if path_stride else None,
-    )
-
-
-@dataclass
-class SimulationResult:
-    """What :func:`simulate` returns: the config, the trajectory and the run's provenance."""
-
+    command: ClassVar[str] = "simulate"
     config: RunConfig
-    trajectory: Trajectory
+    data: xr.Dataset
     provenance: dict
     elapsed_s: float
     meta: dict = field(default_factory=dict)
 
+    def _dataset(self) -> xr.Dataset:
+        ds = self.data.copy()
+        for name in STATISTICS:
+            mean, se = mean_and_se(torch.from_numpy(ds[name].values), axis=0)
+            ds[f"{name}_mean"], ds[f"{name}_se"] = ("time", mean.numpy()), ("time", se.numpy())
+        return ds
+
     def summary(self) -> dict:
         """Per recorded layer: sample mean and SE of mean cosine, E_β and min cosine."""
-        out: dict = {"layers": self.trajectory.layers}
-        for name in ("mean_cosine", "energy", "min_cosine"):
-            mean, se = mean_and_se(torch.from_numpy(self.trajectory.stats[name]), dim=0)
-            out[name], out[f"{name}_se"] = mean.numpy(), se.numpy()
+        ds = self._dataset()
+        out: dict = {"layers": ds["step"].values}
+        for name in STATISTICS:
+            out[name], out[f"{name}_se"] = ds[f"{name}_mean"].values, ds[f"{name}_se"].values
         return out
 
-    def save(self, folder: Path | str) -> None:
-        """Write config.json (config, seed, versions, device), summary.json and arrays.npz."""
-        folder = Path(folder)
-        write_json(folder / "config.json", run_record("simulate", self.config, self.provenance, self.elapsed_s, **self.meta))
-        write_json(folder / "summary.json", self.summary())
-        t = self.trajectory
-        write_npz(folder / "arrays.npz", layers=t.layers, final=t.final, paths=t.paths, path_layers=t.path_layers, **t.stats)
+    def to_dict(self) -> dict:
+        return self.summary()
 
 
-def run_record(command: str, config, provenance: dict, elapsed_s: float, **extra) -> dict:
-    """The provenance block written as ``config.json`` by every command."""
-    return {
-        "command": command,
-        "config": config.model_dump(mode="json"),
-        "seed": getattr(config, "seed", None),
-        "version": provenance.get("stochformer"),
-        "versions": provenance,
-        "device": provenance.get("device"),
-        "elapsed_s": elapsed_s,
-        **extra,
-    }
-
-
-def simulate(cfg: RunConfig, progress: bool = False, activation: Optional[Activation] = None) -> SimulationResult:
+def run_simulate(cfg: RunConfig, progress: bool = False, activation: Optional[Activation] = None) -> SimulationResult:
     """Run ``cfg.batch`` independent samples of ``cfg.dynamics`` for L layers (or SDE steps).
 
     ``activation``: any elementwise callable φ (torch → torch) used instead of ``cfg.activation``;
@@ -133,9 +66,10 @@ def simulate(cfg: RunConfig, progress: bool = False, activation: Optional[Activa
     # many tokens: attention and statistics in blocks of DEFAULT_BLOCK entries, never an (N, N) matrix
     block = DEFAULT_BLOCK if cfg.N * cfg.N > DEFAULT_BLOCK else None
     attention = make_attention(cfg, dtype, device, chunk=query_chunk(cfg.N) if block else None)
-    stepper = make_stepper(cfg, dtype, device, attention=attention, activation=activation)
-    if stepper.noise is not None:
-        stepper.noise.reset(cfg.batch, cfg.d, gen, dtype, device)
-    traj = evolve(X0, stepper, cfg.L, gen, cfg.energy_beta, cfg.record_every, cfg.path_stride, progress, cfg.dynamics, block)
+    model = make_model(cfg, dtype, device, attention=attention, activation=activation)
+    save = SaveAt(every=cfg.record_every, tokens_every=cfg.path_stride, energy_beta=cfg.energy_beta, block=block)
+    ds = solve(model, X0, cfg.T, cfg.L, save, generator=gen, progress=progress, desc=cfg.dynamics)
+    ds.attrs["seed"] = str(cfg.seed)
     meta = {} if activation is None else {"activation_callable": activation_name(activation)}
-    return SimulationResult(cfg, traj, provenance(device), time.perf_counter() - start, meta)
+    meta["custom_parts"] = json.loads(ds.attrs["custom_parts"])
+    return SimulationResult(cfg, ds, provenance(device), time.perf_counter() - start, meta)

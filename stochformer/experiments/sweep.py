@@ -1,4 +1,4 @@
-"""``sweep``: Monte Carlo ensembles of :func:`~stochformer.experiments.simulate.simulate` over a
+"""``sweep``: Monte Carlo ensembles of :func:`~stochformer.experiments.simulate.run_simulate` over a
 grid and/or a list of points in configuration space, run as independent tasks.
 
 Each grid point's ``samples`` are split into chunks of ``chunk`` samples; chunk ``j`` of point
@@ -14,22 +14,22 @@ import contextlib
 import itertools
 import json
 import math
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, ClassVar, Iterator, Optional
 
 import numpy as np
 import torch
 from pydantic import Field, field_validator, model_validator
 
 from ..config import ConfigError, RunConfig, build_config, validate
-from ..diagnostics import mean_and_se
-from ..io import StageCache, to_jsonable, write_json
+from ..io import StageCache, to_jsonable
+from ..results import Result
 from ..runtime import child_seeds, provenance
+from ..stats import mean_and_se
 from ..tasks import Task, run_tasks
-from .simulate import run_record, simulate
+from .simulate import run_simulate
 
 STATISTICS = ("mean_cosine", "energy", "min_cosine")
 SWEEP_FIELDS = ("samples", "chunk", "grid", "points")
@@ -205,11 +205,11 @@ def simulate_chunk(config: dict) -> dict:
     chunks). Returns ``{"layers": [...], stat: (batch, n_layers) lists, "elapsed_s", "device"}``."""
     cfg = validate(RunConfig, config)
     with _torch_threads(1):
-        res = simulate(cfg)
-    t = res.trajectory
+        res = run_simulate(cfg)
+    ds = res.data
     return {
-        "layers": t.layers.tolist(),
-        **{name: t.stats[name].tolist() for name in STATISTICS},
+        "layers": ds["step"].values.tolist(),
+        **{name: ds[name].values.tolist() for name in STATISTICS},
         "elapsed_s": res.elapsed_s,
         "device": res.provenance["device"],
     }
@@ -236,7 +236,7 @@ def merge_chunks(plan: SweepPlan, results: dict[str, dict]) -> "xarray.Dataset":
     variables = {}
     for name in STATISTICS:
         values = data[name].reshape(*plan.shape, samples, len(layers))
-        mean, se = mean_and_se(torch.from_numpy(values), dim=-2)
+        mean, se = mean_and_se(torch.from_numpy(values), axis=-2)
         variables[name] = (dims, values)
         variables[f"{name}_mean"] = (dims[:-2] + ["layer"], mean.numpy())
         variables[f"{name}_se"] = (dims[:-2] + ["layer"], se.numpy())
@@ -254,30 +254,20 @@ def merge_chunks(plan: SweepPlan, results: dict[str, dict]) -> "xarray.Dataset":
     return ds
 
 
-def write_netcdf(ds: "xarray.Dataset", path: Path | str) -> None:  # noqa: F821
-    """Write ``ds`` as NetCDF-4 (h5netcdf) to a temporary name, then move it into place."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        ds.to_netcdf(tmp, engine="h5netcdf")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-@dataclass
-class SweepResult:
+@dataclass(repr=False)
+class SweepResult(Result):
     """What :func:`run_sweep` returns: config, merged dataset, provenance and bookkeeping."""
 
+    command: ClassVar[str] = "sweep"
     config: SweepConfig
-    dataset: Any
+    data: Any
     provenance: dict
     elapsed_s: float
     meta: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         """JSON-able summary: axes, and per point the final-layer mean ± SE of each statistic."""
-        ds = self.dataset
+        ds = self.data
         last = ds.isel(layer=-1) if "layer" in ds.dims else ds
         final = {}
         for name in STATISTICS:
@@ -295,13 +285,8 @@ class SweepResult:
             }
         )
 
-    def save(self, folder: Path | str) -> None:
-        """Write config.json (provenance), dataset.nc (NetCDF-4) and summary.json."""
-        folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        write_json(folder / "config.json", run_record("sweep", self.config, self.provenance, self.elapsed_s, **self.meta))
-        write_netcdf(self.dataset, folder / "dataset.nc")
-        write_json(folder / "summary.json", self.to_dict())
+    def _dataset(self) -> Any:
+        return self.data
 
 
 def run_sweep(

@@ -1,7 +1,7 @@
 """``sync``: measured synchronisation rates beside the closed forms of SPEC §5.
 
 Two estimators, for the deep transformer and for the limit SDE alike (any stepper of
-:func:`stochformer.build.make_stepper`); layers ℓ are mapped to times t = ℓ Δt, Δt = T/L, so every
+:func:`stochformer.build.make_model`, stepped by :func:`stochformer.solve`); layers ℓ are mapped to times t = ℓ Δt, Δt = T/L, so every
 rate is per unit time t and comparable with λ₁, λ̄, λ̄' of :mod:`stochformer.kernel` (which carry
 the noise scale s through κ → s²κ).
 
@@ -22,22 +22,21 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Optional
+from typing import ClassVar, Optional
 
 import numpy as np
 import torch
+import xarray as xr
 from pydantic import Field
-from tqdm.auto import tqdm
 
-from ..build import Stepper, make_kernel, make_stepper
+from ..build import initial_tokens, make_kernel, make_model
 from ..config import InitConfig, RunConfig
-from ..diagnostics import energy, mean_and_se
-from ..io import write_json, write_npz
 from ..model.kernel import first_moment_rate, lambda_bar_prime, lyapunov_exponent
 from ..runtime import DTYPES, child_seeds, make_generator, provenance, resolve_device
-from ..sphere import initial_tokens, normalize, tangent, uniform
-from .simulate import evolve, run_record
+from ..solve import Model, SaveAt, solve
+from ..sphere import normalize, tangent, uniform
+from ..results import Result
+from ..stats import mean_and_se
 
 
 class SyncConfig(RunConfig):
@@ -114,26 +113,30 @@ def companion(x: torch.Tensor, direction: torch.Tensor, eps: float) -> torch.Ten
 
 def pair_start(batch: int, d: int, eps: float, generator: torch.Generator, dtype=torch.float64, device="cpu") -> torch.Tensor:
     """A uniform token and a companion at distance ≈ eps in a uniform tangent direction: (batch, 2, d)."""
-    x = uniform((batch,), d, generator, dtype, device)
+    x = uniform(batch, 1, d, generator=generator, dtype=dtype, device=device)[:, 0]
     v = torch.randn(batch, d, generator=generator, dtype=dtype, device=device)
     return torch.stack([x, companion(x, v, eps)], dim=1)
 
 
 def benettin(
-    stepper: Stepper, X0: torch.Tensor, L: int, generator: torch.Generator, eps: float, progress: bool = False
+    model: Model, X0: torch.Tensor, T: float, L: int, generator: torch.Generator, eps: float, progress: bool = False
 ) -> np.ndarray:
-    """Cumulative log-growth of a pair's separation, renormalised to ``eps`` after every step.
+    """Cumulative log-growth of a pair's separation, renormalised to ``eps`` after every step
+    (a :func:`~stochformer.solve` hook).
 
     X0: (batch, 2, d). Returns S: (batch, L+1), S[:, 0] = 0, S[:, ℓ] = Σ_{k<ℓ} log(δ_{k+1}/δ_k⁺)."""
-    X = X0
-    before = separation(X)
-    S = torch.zeros(X.shape[0], L + 1, dtype=torch.float64)
-    for ell in tqdm(range(1, L + 1), desc="lyapunov", disable=not progress, leave=False, mininterval=0.5):
-        X = stepper.step(X, generator)
+    S = torch.zeros(X0.shape[0], L + 1, dtype=torch.float64)
+    before = [separation(X0)]
+
+    def renormalise(ell: int, X: torch.Tensor) -> torch.Tensor:
         after = separation(X)
-        S[:, ell] = S[:, ell - 1] + torch.log(after / before).double().cpu()
+        S[:, ell] = S[:, ell - 1] + torch.log(after / before[0]).double().cpu()
         X = torch.stack([X[:, 0], companion(X[:, 0], X[:, 1] - X[:, 0], eps)], dim=1)
-        before = separation(X)
+        before[0] = separation(X)
+        return X
+
+    solve(model, X0, T, L, SaveAt(stats=(), final=False), generator=generator, hook=renormalise, progress=progress,
+          desc="lyapunov")
     return S.numpy()
 
 
@@ -169,13 +172,15 @@ def moment_rate(
 # --------------------------------------------------------------------------- the experiment
 
 
-@dataclass
-class SyncResult:
+@dataclass(repr=False)
+class SyncResult(Result):
     """Measured and predicted rates for one config (see :func:`run_sync`).
 
     ``times``: (L+1,) times t = ℓ T/L (``near_times`` for the near-synchronisation run); ``log_growth``: (mean, se) of the cumulative log-separation;
     ``energy_near`` / ``energy_uniform``: (mean, se) of E_β per time (None if not run)."""
 
+    command: ClassVar[str] = "sync"
+    summary_name: ClassVar[str] = "sync.json"
     config: SyncConfig
     measured: dict
     predicted: dict
@@ -217,18 +222,16 @@ class SyncResult:
             out.append({"quantity": name, "measured": val, "se": se, "predicted": pred, "z": z})
         return out
 
-    def save(self, folder: Path | str) -> None:
-        folder = Path(folder)
-        write_json(folder / "config.json", run_record("sync", self.config, self.provenance, self.elapsed_s))
-        write_json(folder / "sync.json", self.to_dict())
-        write_npz(folder / "arrays.npz", times=self.times, log_growth_mean=self.log_growth[0], log_growth_se=self.log_growth[1])
-
-
-def _stepper_for(cfg: RunConfig, batch: int, gen: torch.Generator, dtype, device) -> Stepper:
-    stepper = make_stepper(cfg, dtype, device)
-    if stepper.noise is not None:
-        stepper.noise.reset(batch, cfg.d, gen, dtype, device)
-    return stepper
+    def _dataset(self) -> xr.Dataset:
+        data = {
+            "log_growth_mean": ("time", self.log_growth[0]), "log_growth_se": ("time", self.log_growth[1]),
+            "energy_near_mean": ("near_time", self.energy_near[0]), "energy_near_se": ("near_time", self.energy_near[1]),
+        }
+        if self.energy_uniform is not None:
+            data.update(energy_uniform_mean=("time", self.energy_uniform[0]), energy_uniform_se=("time", self.energy_uniform[1]))
+        ds = xr.Dataset(data, coords={"time": self.times, "near_time": self.near_times})
+        ds.attrs.update({k: ("none" if v is None else v) for k, v in {**self.measured, **self.predicted}.items()})
+        return ds
 
 
 def measure_lyapunov(cfg: RunConfig, pairs: int, eps: float = 1e-4, seed: Optional[int] = None, progress: bool = False) -> dict:
@@ -238,7 +241,7 @@ def measure_lyapunov(cfg: RunConfig, pairs: int, eps: float = 1e-4, seed: Option
     device, dtype = resolve_device(cfg.device), DTYPES[cfg.dtype]
     gen = make_generator(cfg.seed if seed is None else seed, device)
     X0 = pair_start(pairs, cfg.d, eps, gen, dtype, device)
-    S = benettin(_stepper_for(cfg, pairs, gen, dtype, device), X0, cfg.L, gen, eps, progress)
+    S = benettin(make_model(cfg, dtype, device), X0, cfg.T, cfg.L, gen, eps, progress)
     lam, se = endpoint_rate(S, cfg.T)
     mean, sem = mean_and_se(torch.from_numpy(S))
     return {"lambda_1": lam, "lambda_1_se": se, "log_growth_mean": mean.numpy(), "log_growth_se": sem.numpy()}
@@ -249,8 +252,9 @@ def energy_paths(cfg: RunConfig, init: InitConfig, seed: int, progress: bool = F
     device, dtype = resolve_device(cfg.device), DTYPES[cfg.dtype]
     gen = make_generator(seed, device)
     X0 = initial_tokens(init, cfg.batch, cfg.N, cfg.d, gen, dtype, device)
-    traj = evolve(X0, _stepper_for(cfg, cfg.batch, gen, dtype, device), cfg.L, gen, cfg.energy_beta, progress=progress, desc="energy")
-    return traj.stats["energy"]
+    save = SaveAt(stats=("energy",), final=False, energy_beta=cfg.energy_beta)
+    ds = solve(make_model(cfg, dtype, device), X0, cfg.T, cfg.L, save, generator=gen, progress=progress, desc="energy")
+    return ds["energy"].values
 
 
 def run_sync(cfg: SyncConfig, progress: bool = False) -> SyncResult:

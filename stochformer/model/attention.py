@@ -8,12 +8,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Protocol
 
 import torch
 import torch.nn.functional as F
-
-from ..config import RunConfig
 
 
 #: Entries of one attention (or Gram) block formed at once: 2²² ≈ 4·10⁶ (32 MiB in float64).
@@ -29,8 +27,16 @@ def query_chunk(N: int, block: int = DEFAULT_BLOCK) -> int:
     return max(1, min(N, block // N))
 
 
+class Attention(Protocol):
+    """What the models call: the drift field of the cloud at the queries (any callable with this
+    signature plugs in, SPEC §1)."""
+
+    def __call__(self, X: torch.Tensor, keys: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """Attn_μ(x_i) for queries X: (batch, n, d) against the cloud ``keys`` (default X): (batch, N, d)."""
+
+
 @dataclass(frozen=True)
-class Attention:
+class SoftmaxAttention:
     """Attention with score matrix ``A = Qᵀ K`` (or ``beta·I``) and value matrix ``V`` (or ``gamma·I``).
 
     ``chunk``: number of query tokens processed at once (at most :data:`CPU_ROWS` on a CPU);
@@ -48,25 +54,26 @@ class Attention:
     chunk: Optional[int] = None
     sdpa: bool = False
 
-    @classmethod
-    def from_config(
-        cls, cfg: RunConfig, dtype=torch.float64, device="cpu", chunk: Optional[int] = None, sdpa: bool = False
-    ) -> "Attention":
-        eye = torch.eye(cfg.d, dtype=dtype, device=device)
-        A = None
-        if cfg.Q is not None or cfg.K is not None:
-            Qm = torch.tensor(cfg.Q, dtype=dtype, device=device) if cfg.Q is not None else eye
-            Km = torch.tensor(cfg.K, dtype=dtype, device=device) if cfg.K is not None else eye
-            A = Qm.T @ Km
-        V = torch.tensor(cfg.V, dtype=dtype, device=device) if cfg.V is not None else None
-        return cls(beta=cfg.beta, gamma=cfg.gamma_value, A=A, V=V, chunk=chunk, sdpa=sdpa)
-
     def _queries(self, X: torch.Tensor) -> torch.Tensor:
         # ⟨Q x_i, K x_j⟩ = x_iᵀ (Qᵀ K) x_j: the query of token i is (Qᵀ K)ᵀ x_i = Aᵀ x_i.
         return self.beta * X if self.A is None else X @ self.A
 
     def _values(self, X: torch.Tensor) -> torch.Tensor:
         return self.gamma * X if self.V is None else X @ self.V.T
+
+    @classmethod
+    def from_matrices(
+        cls, d: int, beta: float = 1.0, gamma: float = 1.0, Q=None, K=None, V=None, dtype=torch.float64, device="cpu",
+        chunk: Optional[int] = None, sdpa: bool = False,
+    ) -> "SoftmaxAttention":
+        """From query, key and value matrices (nested lists or tensors, d × d; a missing Q or K is
+        the identity): A = Qᵀ K and V; without Q, K the score matrix is βI, without V the value γI."""
+        as_t = lambda M: torch.as_tensor(M, dtype=dtype, device=device)  # noqa: E731
+        eye = torch.eye(d, dtype=dtype, device=device)
+        A = None
+        if Q is not None or K is not None:
+            A = (as_t(Q) if Q is not None else eye).T @ (as_t(K) if K is not None else eye)
+        return cls(beta=beta, gamma=gamma, A=A, V=None if V is None else as_t(V), chunk=chunk, sdpa=sdpa)
 
     def __call__(self, X: torch.Tensor, keys: Optional[torch.Tensor] = None) -> torch.Tensor:
         """Attn_μ(x_i) for queries X: (batch, n, d) against the cloud ``keys`` (default X): (batch, N, d)."""

@@ -1,17 +1,21 @@
 """Noise sources: what drives the tokens (SPEC §1–3).
 
-A noise source turns tokens ``X: (batch, N, d)`` (unit rows) and a step ``dt`` into the field's
-increment at the tokens, ``ΔW: (batch, N, d)``, *before* tangent projection. All sources have the
-same token covariance per unit time, κ(⟨x_i, x_j⟩) I_d, exactly or in the limit:
+A noise source turns tokens ``X: (batch, N, d)`` (unit rows), a step ``dt`` and the step's
+randomness (a :class:`~stochformer.brownian.Draws`, or a bare ``torch.Generator``) into the
+field's increment at the tokens, ``ΔW: (batch, N, d)``, *before* tangent projection. All sources
+have the same token covariance per unit time, κ(⟨x_i, x_j⟩) I_d, exactly or in the limit:
 
-- :class:`MLPNoise` (``mode="weights"``): √dt · s · G^m(X), fresh U, W, b_U, b_W per call (SPEC §1).
-- :class:`MLPNoise` (``mode="gaussian"``): the same law with fewer normals: given U and b_U the
+- :class:`RandomMLP` (``mode="weights"``): √dt · s · G^m(X), fresh U, W, b_U, b_W per call (SPEC §1).
+- :class:`RandomMLP` (``mode="gaussian"``): the same law with fewer normals: given U and b_U the
   output is exactly Gaussian with token covariance K_m = ΦΦᵀ/m + σ_W² (SPEC §2).
 - :class:`ExactField`: the limit Brownian field, √dt · K(X)^{1/2} Ξ with K_ij = κ(⟨x_i, x_j⟩).
 - :class:`RandomFeatureField`: a Brownian field with frozen random features of width M,
   covariance (1/M) Σ_k φ_k(x) φ_k(y) + σ_W² → κ as M → ∞; O(N M d) per step instead of O(N³).
 
-Sources with state (random features) are set up by :meth:`reset` at the start of a run.
+Sources with state (random features) are set up by :meth:`reset` at the start of a run. The
+Brownian part of an increment is drawn with ``Draws.brownian``: from a shared
+:class:`~stochformer.brownian.BrownianPath` when the run has one (couplings), else from the
+generator; everything else (weights, features) from ``Draws.generator``.
 """
 
 from __future__ import annotations
@@ -19,24 +23,32 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass, field
-from typing import Literal, Optional, Protocol
+from typing import Literal, Optional, Protocol, Union
 
 import numpy as np
 import torch
 
+from ..brownian import Draws, as_draws
 from .activations import ActivationLike, get_activation
 from .kernel import NoiseKernel
 from .rng import DEFAULT_AHEAD, DrawPrecision, NormalDraws, RngBackend
 
 
+Randomness = Union[torch.Generator, Draws]
+
+
 class NoiseSource(Protocol):
-    """What every noise source provides."""
+    """What every noise source provides (any object with these methods plugs into the models)."""
 
     def reset(self, batch: int, d: int, generator: torch.Generator, dtype: torch.dtype, device) -> None:
         """Draw any state that lives for a whole run (one per sample)."""
 
-    def increment(self, X: torch.Tensor, dt: float, generator: torch.Generator) -> torch.Tensor:
-        """ΔW at the tokens: X (batch, N, d) → (batch, N, d)."""
+    def increment(self, X: torch.Tensor, dt: float, rng: Randomness) -> torch.Tensor:
+        """ΔW at the tokens: X (batch, N, d) → (batch, N, d); its Brownian normals from
+        ``as_draws(rng).brownian(...)``."""
+
+    def noise_kernel(self, d: int) -> NoiseKernel:
+        """κ of the field in dimension d (its κ(1) gives the Itô correction of the limit SDE)."""
 
 
 def sqrt_psd(K: torch.Tensor, method: Literal["symmetric", "cholesky"] = "symmetric") -> torch.Tensor:
@@ -62,7 +74,7 @@ def _normal(shape, generator: torch.Generator, like: torch.Tensor) -> torch.Tens
 
 
 @dataclass
-class MLPNoise:
+class RandomMLP:
     """The random MLP block G^m of SPEC §1, times the noise scale s, times √dt.
 
     ``mode="weights"`` draws U, W, b_U, b_W explicitly with ``torch.randn`` (the reference).
@@ -81,8 +93,8 @@ class MLPNoise:
     ``precision="float32"`` is an opt-in that draws them in float32).
     """
 
+    width: int = 256
     activation: ActivationLike = "relu"
-    m: int = 256
     sigma_U: float = 0.0
     sigma_W: float = 0.0
     scale: float = 1.0
@@ -100,6 +112,9 @@ class MLPNoise:
     def reset(self, batch, d, generator, dtype, device) -> None:
         self._draw.reset()
 
+    def noise_kernel(self, d: int) -> NoiseKernel:
+        return NoiseKernel(self.activation, d, self.sigma_U, self.sigma_W, self.scale)
+
     def hidden(self, X: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         """Φ = φ(U x/√d + b_U) with fresh U, b_U: X (batch, N, d) → (batch, N, m), row i the
         features of token i."""
@@ -107,21 +122,21 @@ class MLPNoise:
             z = self._draw(self._n_hidden(*X.shape), generator, X.dtype, X.device)
             return self._hidden_from(X, z, generator)
         B, N, d = X.shape
-        U = _normal((B, self.m, d), generator, X)
+        U = _normal((B, self.width, d), generator, X)
         pre = (X @ U.transpose(-1, -2)) / math.sqrt(d)
         if self.sigma_U > 0:
-            pre = pre + self.sigma_U * _normal((B, 1, self.m), generator, X)
+            pre = pre + self.sigma_U * _normal((B, 1, self.width), generator, X)
         return self._phi(pre)
 
     def empirical_kernel(self, X: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         """K_m = ΦΦᵀ/m + σ_W² for fresh inner weights: (batch, N, N) (SPEC §3 coupling)."""
         Phi = self.hidden(X, generator)
-        return Phi @ Phi.transpose(-1, -2) / self.m + self.sigma_W**2
+        return Phi @ Phi.transpose(-1, -2) / self.width + self.sigma_W**2
 
     def cost(self, N: int, d: int, device: torch.device | str = "cpu") -> dict[str, float]:
         """Work of one ``mode="gaussian"`` call per sample at N tokens in dimension d: ``normals``
         drawn and matrix-product ``flops`` (2mnk per product, n³/3 per Cholesky), for rooflines."""
-        m, r = self.m, min(N, d)
+        m, r = self.width, min(N, d)
         normals = m * r + m * (self.sigma_U > 0) + d * (self.sigma_W > 0)
         flops = 2.0 * m * N * r + (2.0 * N * N * d + N**3 / 3 if d > N else 0.0)
         if _gram_output_cheaper(N, d, m, torch.device(device)):
@@ -133,12 +148,12 @@ class MLPNoise:
         return {"normals": float(normals), "flops": flops}
 
     def _n_hidden(self, B: int, N: int, d: int) -> int:
-        return B * self.m * (min(N, d) + (self.sigma_U > 0))
+        return B * self.width * (min(N, d) + (self.sigma_U > 0))
 
     def _hidden_from(self, X: torch.Tensor, z: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         """Φ (batch, N, m) from the first :meth:`_n_hidden` normals of the flat buffer ``z``."""
         B, N, d = X.shape
-        m, r = self.m, min(N, d)
+        m, r = self.width, min(N, d)
         Zt = z[: B * m * r].view(B, m, r).transpose(-1, -2)  # (B, r, m)
         Y = X * (1.0 / math.sqrt(d))
         if d <= N:  # H = Y Uᵀ/√d with U = Z (B, m, d)
@@ -155,15 +170,19 @@ class MLPNoise:
             pre.add_(z[B * m * r : B * m * (r + 1)].view(B, 1, m), alpha=self.sigma_U)
         return self._phi_fresh(pre)
 
-    def increment(self, X: torch.Tensor, dt: float, generator: torch.Generator, xi: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """``xi`` (batch, N, d): drive the conditional Gaussian law with these normals through the
-        symmetric root, √dt s K_m^{1/2} Ξ with K_m = ΦΦᵀ/m + σ_W² (the coupling of SPEC §3)."""
-        if xi is not None:
+    def increment(self, X: torch.Tensor, dt: float, rng: Randomness) -> torch.Tensor:
+        """With a Brownian path (``rng`` a coupled :class:`Draws`) the conditional Gaussian law is
+        driven by the path's normals Ξ (batch, N, d) through the symmetric root,
+        √dt s K_m^{1/2} Ξ with K_m = ΦΦᵀ/m + σ_W² (the coupling of SPEC §3)."""
+        draws = as_draws(rng)
+        generator = draws.generator
+        if draws.coupled:
+            xi = draws.brownian(X.shape, X.dtype, X.device)
             return (self.scale * math.sqrt(dt)) * (sqrt_psd(self.empirical_kernel(X, generator)) @ xi)
         if self.mode == "weights":
             return self._increment_weights(X, dt, generator)
         B, N, d = X.shape
-        m = self.m
+        m = self.width
         gram = _gram_output_cheaper(N, d, m, X.device)
         n_hid = self._n_hidden(B, N, d)
         n_out = B * (N if gram else m) * d
@@ -188,7 +207,7 @@ class MLPNoise:
         """√dt · s · G^m(X) with U, W, b_U, b_W drawn explicitly (SPEC §1)."""
         B, N, d = X.shape
         Phi = self.hidden(X, generator)  # (B, N, m)
-        out = Phi @ _normal((B, self.m, d), generator, X) / math.sqrt(self.m)
+        out = Phi @ _normal((B, self.width, d), generator, X) / math.sqrt(self.width)
         if self.sigma_W > 0:
             out = out + self.sigma_W * _normal((B, 1, d), generator, X)
         return (self.scale * math.sqrt(dt)) * out
@@ -242,15 +261,20 @@ class ExactField:
     def reset(self, batch, d, generator, dtype, device) -> None:  # stateless
         pass
 
+    def noise_kernel(self, d: int) -> NoiseKernel:
+        if d != self.kernel.d:
+            raise ValueError(f"ExactField: its kernel is for d = {self.kernel.d}, the tokens have d = {d}")
+        return self.kernel
+
     def covariance(self, X: torch.Tensor) -> torch.Tensor:
         """K(X): (batch, N, N), computed in float64 and returned in X's dtype."""
         G = (X @ X.transpose(-1, -2)).clamp(-1.0, 1.0).to(torch.float64)
         K = self.kernel.kappa(G) if self._cheb is None else _clenshaw(self._cheb.to(G.device), G)
         return K.to(X.dtype)
 
-    def increment(self, X: torch.Tensor, dt: float, generator: torch.Generator, xi: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """``xi``: optional normals (batch, N, d) to drive the field with (couplings)."""
-        xi = _normal(X.shape, generator, X) if xi is None else xi
+    def increment(self, X: torch.Tensor, dt: float, rng: Randomness) -> torch.Tensor:
+        """√dt K(X)^{1/2} Ξ with Ξ (batch, N, d) the step's Brownian normals."""
+        xi = as_draws(rng).brownian(X.shape, X.dtype, X.device)
         return math.sqrt(dt) * (sqrt_psd(self.covariance(X), self.sqrt_method) @ xi)
 
 
@@ -284,7 +308,7 @@ class RandomFeatureField:
 
     W(t, x) = s ( (1/√M) Σ_k φ(u_k·x/√d + b_k) B^k_t + σ_W B^0_t ),  B^k ∈ R^d Brownian motions,
 
-    with u_k ~ N(0, I_d), b_k ~ N(0, σ_U²) drawn once in :meth:`reset`. Its covariance tends to κ.
+    with u_k ~ N(0, I_d), b_k ~ N(0, σ_U²) drawn once (:meth:`draw`, or the first :meth:`reset`). Its covariance tends to κ.
     ``token_chunk`` bounds memory to O(token_chunk · M) for many tokens.
 
     The field is a function of position: systems of any N evaluated with the same features and a
@@ -305,22 +329,37 @@ class RandomFeatureField:
     def __post_init__(self) -> None:
         self._phi = get_activation(self.activation)
 
+    def noise_kernel(self, d: int) -> NoiseKernel:
+        return NoiseKernel(self.activation, d, self.sigma_U, self.sigma_W, self.scale)
+
     def reset(self, batch, d, generator, dtype, device) -> None:
+        """Draw the features at the start of the first run; a field keeps them afterwards (it is
+        a function of position, shared by every system it drives)."""
+        if self._u is None:
+            self.draw(batch, d, generator, dtype, device)
+        elif self._u.shape[1] != d:
+            raise ValueError(f"RandomFeatureField: drawn for d = {self._u.shape[1]}, the tokens have d = {d}")
+
+    def draw(self, batch, d, generator, dtype, device) -> None:
+        """Draw ``batch`` independent fields' features u_k, b_k now."""
         self._u = torch.randn(batch, d, self.features, generator=generator, dtype=dtype, device=device)
         self._b = self.sigma_U * torch.randn(batch, 1, self.features, generator=generator, dtype=dtype, device=device)
 
     def features_at(self, X: torch.Tensor) -> torch.Tensor:
         """φ(u_k·x/√d + b_k): X (batch, n, d) → (batch, n, M)."""
         if self._u is None:
-            raise RuntimeError("RandomFeatureField.reset(...) must be called before use")
+            raise RuntimeError("RandomFeatureField.draw(...) (or reset) must be called before use")
         return self._phi(X @ self._u / math.sqrt(X.shape[-1]) + self._b)
 
-    def increment(self, X: torch.Tensor, dt: float, generator: torch.Generator) -> torch.Tensor:
+    def increment(self, X: torch.Tensor, dt: float, rng: Randomness) -> torch.Tensor:
+        """The Brownian normals of a step are (F, M, d), and (F, 1, d) for B⁰ with σ_W > 0: they
+        do not depend on N, so one path drives systems of any size."""
         B, N, d = X.shape
         F = self._u.shape[0] if self._u is not None else B
         if F not in (B, 1):
             raise ValueError(f"RandomFeatureField: tokens have batch {B} but the field has {F} samples (need equal, or 1)")
-        Z = _normal((F, self.features, d), generator, X)
+        draws = as_draws(rng)
+        Z = draws.brownian((F, self.features, d), X.dtype, X.device)
         flat = F == 1 and B > 1  # one shared field: treat all B·N tokens as one cloud
         Xf = X.reshape(1, B * N, d) if flat else X
         chunk = self.token_chunk or Xf.shape[1]
@@ -329,5 +368,10 @@ class RandomFeatureField:
             out[:, s : s + chunk] = self.features_at(Xf[:, s : s + chunk]) @ Z
         out = out.reshape(B, N, d) / math.sqrt(self.features)
         if self.sigma_W > 0:
-            out = out + self.sigma_W * _normal((F, 1, d), generator, X)
+            out = out + self.sigma_W * draws.brownian((F, 1, d), X.dtype, X.device)
         return (self.scale * math.sqrt(dt)) * out
+
+    def path_shape(self, F: int, d: int) -> list[tuple[int, int, int]]:
+        """Shapes of the Brownian normals of one step for F fields in dimension d, B^k then B⁰ (for
+        a :class:`~stochformer.brownian.BrownianPath` shared by several systems)."""
+        return [(F, self.features, d)] + ([(F, 1, d)] if self.sigma_W > 0 else [])

@@ -4,97 +4,53 @@ Itô form, for every token i::
 
     dX^i = [ P_{X^i} Attn(μ_t, X^i) − κ(1) (d−1)/2 · X^i ] dt + P_{X^i} W(dt, X^i)
 
-The field W is any noise source of :mod:`stochformer.noise` (exact, random features, MLP).
-An integrator maps X (batch, N, d), unit rows, to the state one step ``dt`` later; ``step`` takes
-optional normals ``xi`` (batch, N, d) that drive the field (couplings, strong-order studies).
+The field W is any noise source of :mod:`stochformer.model.noise` (exact, random features, MLP);
+its Brownian normals come from the step's :class:`~stochformer.brownian.Draws`, so that a shared
+:class:`~stochformer.brownian.BrownianPath` couples the SDE with other systems.
+:meth:`LimitSDE.step` maps X (batch, N, d), unit rows, to the state one step ``dt`` later with its
+``integrator``, a small object with ``step(sde, X, dt, dW)``:
 
-Integrators (``RunConfig.integrator``):
-
-- ``euler``: projected Euler–Maruyama, Itô, with the correction term (strong order ½).
-- ``heun`` (default): projected Stratonovich Heun. Strong order ½ as well — the noise is not
-  commutative (tangent fields on the sphere do not commute) and no scheme that uses only
-  increments does better without Lévy areas — but with a smaller error constant (about 0.75× the
-  Euler error at equal step, measured in ``docs/convergence.md``) and second order in the drift.
-
-:func:`aggregate_normals` and :func:`integrate` give one Brownian path at several step sizes
-(dyadic refinement) for strong-order measurements.
+- :class:`EulerMaruyama` (``euler``): projected Euler–Maruyama, Itô, with the correction term
+  (strong order ½).
+- :class:`StratonovichHeun` (``heun``, the default): projected Stratonovich Heun. Strong order ½
+  as well — the noise is not commutative (tangent fields on the sphere do not commute) and no
+  scheme that uses only increments does better without Lévy areas — but with a smaller error
+  constant (about 0.75× the Euler error at equal step, measured in ``docs/convergence.md``) and
+  second order in the drift.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-import math
-from typing import Optional
+from dataclasses import dataclass, field
+from typing import Optional, Protocol
 
 import torch
 
-from .attention import Attention
-from .noise import NoiseSource
 from ..sphere import normalize, tangent
+from .attention import Attention
+from .noise import NoiseSource, Randomness
 
 
-@dataclass
-class LimitSDE:
-    """Drift and diffusion of SPEC §3. ``kappa1`` is κ(1) (noise scale included)."""
+class Integrator(Protocol):
+    """How one step of the SDE is taken from the field increment ΔW (batch, N, d)."""
 
-    noise: Optional[NoiseSource]
-    attention: Optional[Attention]
-    kappa1: float
-    d: int
-
-    def attention_drift(self, X: torch.Tensor) -> torch.Tensor:
-        """P_x Attn(μ, x): (batch, N, d)."""
-        if self.attention is None:
-            return torch.zeros_like(X)
-        return tangent(X, self.attention(X))
-
-    def ito_correction(self, X: torch.Tensor) -> torch.Tensor:
-        """−κ(1)(d−1)/2 · x, the Itô drift that keeps |x| = 1."""
-        if self.noise is None:
-            return torch.zeros_like(X)
-        return -0.5 * self.kappa1 * (self.d - 1) * X
-
-    def increment(self, X: torch.Tensor, dt: float, generator: torch.Generator, xi: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """The field increment at X (before projection); ``xi`` drives it when given (noise sources
-        that take normals: the exact field, the conditionally Gaussian MLP)."""
-        if self.noise is None:
-            return torch.zeros_like(X)
-        if xi is None:
-            return self.noise.increment(X, dt, generator)
-        return self.noise.increment(X, dt, generator, xi=xi)
+    def step(self, sde: "LimitSDE", X: torch.Tensor, dt: float, dW: torch.Tensor) -> torch.Tensor: ...
 
 
-@dataclass
-class _Scheme:
-    """An integrator of ``sde`` with step ``dt``; ``step(X, generator, dW=None, xi=None)``."""
-
-    sde: LimitSDE
-    dt: float
-
-    @property
-    def noise(self) -> Optional[NoiseSource]:
-        return self.sde.noise
-
-
-@dataclass
-class EulerMaruyama(_Scheme):
+@dataclass(frozen=True)
+class EulerMaruyama:
     """Projected Euler–Maruyama (Itô): X' = LN( X + [P Attn − κ(1)(d−1)/2 X] dt + P ΔW ).
 
     The projection LN only removes the O(dt) fluctuation of the norm; the Itô correction keeps
     the mean norm at 1 to first order (strong order ½)."""
 
-    def step(
-        self, X: torch.Tensor, generator: torch.Generator, dW: Optional[torch.Tensor] = None, xi: Optional[torch.Tensor] = None
-    ) -> torch.Tensor:
-        """One step; ``dW`` (batch, N, d): a given field increment, or ``xi``: the normals driving it."""
-        drift = self.sde.attention_drift(X) + self.sde.ito_correction(X)
-        if dW is None:
-            dW = self.sde.increment(X, self.dt, generator, xi)
-        return normalize(X + self.dt * drift + tangent(X, dW))
+    def step(self, sde: "LimitSDE", X: torch.Tensor, dt: float, dW: torch.Tensor) -> torch.Tensor:
+        drift = sde.attention_drift(X) + sde.ito_correction(X)
+        return normalize(X + dt * drift + tangent(X, dW))
 
 
-@dataclass
-class StratonovichHeun(_Scheme):
+@dataclass(frozen=True)
+class StratonovichHeun:
     """Projected Heun for the Stratonovich form dX = P Attn dt + P ∘ W(dt, X) (SPEC §3)::
 
         ΔW = W(t+dt, X) − W(t, X)                      (one field evaluation, at X)
@@ -108,35 +64,62 @@ class StratonovichHeun(_Scheme):
     adds a spurious drift (measured: its fine-step limit differs from Euler's by ~6× the
     discretisation error). The final LN only removes an O(dt^{3/2}) radial residue."""
 
-    def step(
-        self, X: torch.Tensor, generator: torch.Generator, dW: Optional[torch.Tensor] = None, xi: Optional[torch.Tensor] = None
-    ) -> torch.Tensor:
-        """One step; ``dW`` (batch, N, d): a given field increment, or ``xi``: the normals driving it."""
-        if dW is None:
-            dW = self.sde.increment(X, self.dt, generator, xi)
-        a = self.sde.attention_drift(X)
-        Xp = normalize(X + self.dt * a + tangent(X, dW))
-        drift = a if self.sde.attention is None else 0.5 * (a + self.sde.attention_drift(Xp))
-        return normalize(X + self.dt * drift + 0.5 * (tangent(X, dW) + tangent(Xp, dW)))
+    def step(self, sde: "LimitSDE", X: torch.Tensor, dt: float, dW: torch.Tensor) -> torch.Tensor:
+        a = sde.attention_drift(X)
+        Xp = normalize(X + dt * a + tangent(X, dW))
+        drift = a if sde.attention is None else 0.5 * (a + sde.attention_drift(Xp))
+        return normalize(X + dt * drift + 0.5 * (tangent(X, dW) + tangent(Xp, dW)))
 
 
 #: the integrators by their ``RunConfig.integrator`` name
-INTEGRATORS = {"euler": EulerMaruyama, "heun": StratonovichHeun}
+INTEGRATORS: dict[str, Integrator] = {"euler": EulerMaruyama(), "heun": StratonovichHeun()}
 
 
-def aggregate_normals(xi: torch.Tensor, q: int) -> torch.Tensor:
-    """The same Brownian path on a coarser grid: xi (n, ...) i.i.d. N(0,1) per fine step →
-    (n/q, ...), each coarse step q^{−1/2} Σ of its q fine normals (again i.i.d. N(0, 1))."""
-    n = xi.shape[0]
-    if n % q:
-        raise ValueError(f"aggregate_normals: {n} fine steps are not a multiple of {q}")
-    return xi.reshape(n // q, q, *xi.shape[1:]).sum(1) / math.sqrt(q)
+@dataclass
+class LimitSDE:
+    """Drift and diffusion of SPEC §3 and the integrator that steps them.
 
+    ``attention``: any :class:`~stochformer.model.attention.Attention` (None: none); ``noise``: any
+    :class:`~stochformer.model.noise.NoiseSource` (None: none); ``kappa1``: κ(1) of the noise
+    (noise scale included), by default ``noise.noise_kernel(d).kappa1`` for the tokens' d."""
 
-def integrate(integrator, X0: torch.Tensor, xi: torch.Tensor, generator: Optional[torch.Generator] = None) -> torch.Tensor:
-    """Apply ``integrator.step`` once per row of ``xi`` (n, batch, N, d), driven by those normals;
-    returns X at the end: (batch, N, d)."""
-    X = X0
-    for k in range(xi.shape[0]):
-        X = integrator.step(X, generator, xi=xi[k])
-    return X
+    attention: Optional[Attention] = None
+    noise: Optional[NoiseSource] = None
+    integrator: Integrator = field(default_factory=StratonovichHeun)
+    kappa1: Optional[float] = None
+    _kappa1: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def reset(self, batch: int, d: int, generator: torch.Generator, dtype: torch.dtype, device) -> None:
+        """Start of a run: the noise source draws its per-run state."""
+        if self.noise is not None:
+            self.noise.reset(batch, d, generator, dtype, device)
+
+    def attention_drift(self, X: torch.Tensor) -> torch.Tensor:
+        """P_x Attn(μ, x): (batch, N, d)."""
+        if self.attention is None:
+            return torch.zeros_like(X)
+        return tangent(X, self.attention(X))
+
+    def _k1(self, d: int) -> float:
+        if self.kappa1 is not None:
+            return self.kappa1
+        if d not in self._kappa1:
+            self._kappa1[d] = self.noise.noise_kernel(d).kappa1
+        return self._kappa1[d]
+
+    def ito_correction(self, X: torch.Tensor) -> torch.Tensor:
+        """−κ(1)(d−1)/2 · x, the Itô drift that keeps |x| = 1."""
+        if self.noise is None:
+            return torch.zeros_like(X)
+        d = X.shape[-1]
+        return -0.5 * self._k1(d) * (d - 1) * X
+
+    def increment(self, X: torch.Tensor, dt: float, rng: Randomness) -> torch.Tensor:
+        """The field increment ΔW at X (before projection)."""
+        if self.noise is None:
+            return torch.zeros_like(X)
+        return self.noise.increment(X, dt, rng)
+
+    def step(self, X: torch.Tensor, dt: float, rng: Randomness) -> torch.Tensor:
+        """One step of ``integrator``; ``rng``: the step's :class:`~stochformer.brownian.Draws`."""
+        return self.integrator.step(self, X, dt, self.increment(X, dt, rng))

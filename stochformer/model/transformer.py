@@ -6,7 +6,8 @@ Post-LN (the default), attention then MLP, the MLP acting on the post-attention 
     X' = LN( Y + √Δt · s · G^m(Y) )
 
 ``parallel``: ``X' = LN( X + Δt · Attn_X(X) + √Δt · s · G^m(X) )``. Either block may be absent.
-The √Δt · s factor is applied by the noise source (:mod:`stochformer.noise`).
+The √Δt · s factor is applied by the noise source (:mod:`stochformer.model.noise`); the MLP may be
+any noise source (``ExactField`` is the width m = ∞).
 """
 
 from __future__ import annotations
@@ -16,29 +17,34 @@ from typing import Literal, Optional
 
 import torch
 
-from .attention import Attention
-from .noise import NoiseSource
 from ..sphere import normalize
+from .attention import Attention
+from .noise import NoiseSource, Randomness
 
 
 @dataclass
-class TransformerLayer:
-    """One layer ℓ → ℓ+1 with step ``dt = T/L``; :meth:`step` maps X (batch, N, d) → X'."""
+class Transformer:
+    """The layer map X_ℓ → X_{ℓ+1} with step Δt = T/L: :meth:`step` maps X (batch, N, d), unit
+    rows, to X'. ``attention``: any :class:`~stochformer.model.attention.Attention` (None: no
+    attention); ``mlp``: any :class:`~stochformer.model.noise.NoiseSource` (None: no MLP)."""
 
-    dt: float
     attention: Optional[Attention] = None
-    noise: Optional[NoiseSource] = None
+    mlp: Optional[NoiseSource] = None
     order: Literal["post_ln", "parallel"] = "post_ln"
 
-    def step(self, X: torch.Tensor, generator: torch.Generator, xi: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """One layer; ``xi`` (batch, N, d): normals driving the noise source (couplings, SPEC §3)."""
-        kw = {} if xi is None else {"xi": xi}
+    def reset(self, batch: int, d: int, generator: torch.Generator, dtype: torch.dtype, device) -> None:
+        """Start of a run: the noise source draws its per-run state."""
+        if self.mlp is not None:
+            self.mlp.reset(batch, d, generator, dtype, device)
+
+    def step(self, X: torch.Tensor, dt: float, rng: Randomness) -> torch.Tensor:
+        """One layer; ``rng``: the step's :class:`~stochformer.brownian.Draws` (or a generator)."""
         if self.order == "parallel":
             update = torch.zeros_like(X)
             if self.attention is not None:
-                update = update + self.dt * self.attention(X)
-            if self.noise is not None:
-                update = update + self.noise.increment(X, self.dt, generator, **kw)
+                update = update + dt * self.attention(X)
+            if self.mlp is not None:
+                update = update + self.mlp.increment(X, dt, rng)
             return normalize(X + update)
-        Y = X if self.attention is None else normalize(X + self.dt * self.attention(X))
-        return Y if self.noise is None else normalize(Y + self.noise.increment(Y, self.dt, generator, **kw))
+        Y = X if self.attention is None else normalize(X + dt * self.attention(X))
+        return Y if self.mlp is None else normalize(Y + self.mlp.increment(Y, dt, rng))

@@ -12,7 +12,7 @@ from .core import plot_summary, plt
 def plot_sweep(result, max_lines: int = 12) -> "plt.Figure":
     """Mean cosine and E_β at the last recorded layer against the first sweep axis, one line per
     value of the other axes (at most ``max_lines``). A sweep without axes shows the layer curves."""
-    ds = result.dataset
+    ds = result.data
     dims = [d for d in ds["mean_cosine_mean"].dims if d != "layer"]
     if len(dims) > 1 and dims[0] == "point":  # a grid axis on the x axis, the points as lines
         dims = dims[1:] + ["point"]

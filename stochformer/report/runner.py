@@ -28,6 +28,7 @@ from .. import __version__
 from ..config import ConfigError, build_config, load_toml
 from ..io import StageCache, atomic_write_bytes, config_key, to_jsonable, write_json
 from ..runtime import provenance
+from . import sections  # noqa: F401  (registers the stages)
 from .profiles import PROFILES
 from .stages import Stage, StageContext, StageUnavailable, registered
 
@@ -86,12 +87,7 @@ def plan(
     planned, used = [], set()
     for stage in all_stages:
         item = Planned(stage, selected=not only or stage.name in only)
-        try:
-            model = stage.model()
-        except StageUnavailable as exc:
-            item.error = str(exc)
-            planned.append(item)
-            continue
+        model = stage.model
         fields = set(model.model_fields)
         base = dict(stage.sizes.get(profile, {}))
         base.update({k: v for k, v in file_data.items() if k in fields and k not in names})

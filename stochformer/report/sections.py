@@ -2,9 +2,7 @@
 
 Each section calls an experiment module's public ``run_xxx`` and its plotting functions, turns the
 result into predicted-vs-measured rows (:class:`~stochformer.report.verdict.Comparison`) and
-embedded figures, and declares its sizes for every profile. A section whose experiment module is
-missing or broken (``require`` / ``lazy_model`` fail) reports itself as not available, naming the
-module; the others still run.
+embedded figures, and declares its sizes for every profile.
 """
 
 from __future__ import annotations
@@ -18,7 +16,15 @@ from ..model.activations import ACTIVATIONS, ODD_ACTIVATIONS
 from ..config import RunConfig, build_config
 from ..runtime import child_seeds, provenance, resolve_device
 from .profiles import sizes
-from .stages import Stage, StageContext, StageOutput, figure_png, lazy_model, register, require
+from ..experiments import chaos, converge, paper, phase, sync
+from ..experiments.chaos import ChaosConfig
+from ..experiments.converge import ConvergeConfig
+from ..experiments.phase import PhaseConfig
+from ..experiments.sync import SyncConfig, predicted_rates
+from ..plotting import chaos as chaos_plots
+from ..plotting import converge as converge_plots
+from ..plotting import sync as sync_plots
+from .stages import Stage, StageContext, StageOutput, figure_png, register
 from .verdict import Comparison
 
 # --------------------------------------------------------------------------- helpers
@@ -73,29 +79,11 @@ class PaperItemConfig(BaseModel):
     @field_validator("sizes")
     @classmethod
     def _sizes(cls, v: dict) -> dict:
-        valid = getattr(_paper(), cls.SIZES_TABLE)["quick"]
+        valid = getattr(paper, cls.SIZES_TABLE)["quick"]
         bad = sorted(set(v) - set(valid))
         if bad:
             raise ValueError(f"unknown entries {', '.join(bad)}; valid: {', '.join(valid)}")
         return v
-
-
-def _paper_model(cls: type) -> Callable[[], type]:
-    """A ``Stage.model`` that needs ``experiments.paper`` (a missing module makes the section unavailable)."""
-
-    def model() -> type:
-        _paper()
-        return cls
-
-    return model
-
-
-def _paper():
-    return require("experiments.paper", "SPEC §6 items 1–3 (experiments.paper)")
-
-
-def _sync_plots():
-    return require("plotting.sync", "the synchronisation figures (plotting.sync)")
 
 
 def _seeds(cfg: Any, n: int) -> dict:
@@ -119,7 +107,7 @@ def _uniform_tail(d: int, tol: float) -> float:
 
 
 def _run_clusters(cfg: ClustersStageConfig, ctx: StageContext) -> StageOutput:
-    paper, plots = _paper(), _sync_plots()
+    plots = sync_plots
     res = paper.run_clusters(cfg.size, seed=cfg.seed, tol=cfg.tol, progress=ctx.progress, device=cfg.device,
                              sizes=cfg.sizes)
     rows = []
@@ -148,7 +136,7 @@ register(Stage(
     spec="SPEC §6.1",
     claim="Without attention, the MLP noise alone makes near-uniform tokens on S³ form clusters; with tanh "
           "(an odd field) they end in two antipodal clusters.",
-    model=_paper_model(ClustersStageConfig),
+    model=ClustersStageConfig,
     sizes=sizes(tiny={"sizes": {"N": 16, "L": 100, "m": 64, "batch": 2}}, quick={"size": "quick"},
                 full={"size": "paper"}),
     run=_run_clusters,
@@ -174,9 +162,8 @@ class ScenariosStageConfig(PaperItemConfig):
 
 
 def _run_scenarios(cfg: ScenariosStageConfig, ctx: StageContext) -> StageOutput:
-    from ..experiments.sync import predicted_rates  # the closed forms of SPEC §5
 
-    paper, plots = _paper(), _sync_plots()
+    plots = sync_plots
     res = paper.run_scenarios(cfg.size, seed=cfg.seed, progress=ctx.progress, store=ctx.workdir,
                               scheduler=ctx.scheduler, device=cfg.device, sizes=cfg.sizes)
     rows, table = [], []
@@ -217,7 +204,7 @@ register(Stage(
     spec="SPEC §6.2",
     claim="Across activations, dimensions d ∈ {5, 64, 128}, σ ∈ {0, 0.1} and attention γ ∈ {+1, 0, −1}, tokens "
           "synchronise (E_β decreases) where the Lyapunov exponent λ₁ − γ is clearly negative.",
-    model=_paper_model(ScenariosStageConfig),
+    model=ScenariosStageConfig,
     sizes=sizes(tiny={"sizes": {"N": 8, "L": 20, "m": 32, "batch": 2, "ds": [5], "sigmas": [0.0]}},
                 quick={"size": "quick"}, full={"size": "paper"}),
     run=_run_scenarios,
@@ -244,7 +231,7 @@ class TableStageConfig(PaperItemConfig):
 
 
 def _run_table(cfg: TableStageConfig, ctx: StageContext) -> StageOutput:
-    paper, plots = _paper(), _sync_plots()
+    plots = sync_plots
     res = paper.run_table(cfg.size, seed=cfg.seed, progress=ctx.progress, store=ctx.workdir, scheduler=ctx.scheduler,
                           device=cfg.device, activations=tuple(cfg.activations), sizes=cfg.sizes)
     comps = []
@@ -264,7 +251,7 @@ register(Stage(
     spec="SPEC §6.3, §5",
     claim="The kernel constants κ(1), κ'(1) and the rates λ₁ (Lyapunov exponent) and λ̄ (first-moment rate) of the "
           "paper's Appendix C follow from the activation, d and σ, and match what the transformer measures.",
-    model=_paper_model(TableStageConfig),
+    model=TableStageConfig,
     sizes=sizes(tiny={"activations": ["relu"], "sizes": {"draws": 200, "pairs": 16, "energy_pairs": 32, "L": 40,
                                                           "T_units": 2.0, "m": 32, "ds": [5], "sigmas": [0.0]}},
                 quick={"size": "quick"}, full={"size": "paper"}),
@@ -295,8 +282,7 @@ ADDITIVE_RESIDUAL = 0.25
 
 
 def _run_converge(cfg: Any, ctx: StageContext) -> StageOutput:
-    conv = require("experiments.converge", "Theorem 1.1 (experiments.converge)")
-    plots = require("plotting.converge", "the convergence figure (plotting.converge)")
+    conv, plots = converge, converge_plots
     res = conv.run_converge(cfg, progress=ctx.progress, store=ctx.workdir, scheduler=ctx.scheduler)
     f, L = res.fits, np.asarray(res.depths, float)
     logL_over_L = _loglog_exponent(L, np.log(L) / L)
@@ -323,7 +309,7 @@ register(Stage(
     spec="SPEC §6.4, §3",
     claim="The pathwise mean-square distance between the transformer of depth L and width m and the limit SDE is "
           "at most c (log L/L + 1/m) (1/L + 1/m at layer times), and the limits in L and m commute.",
-    model=lazy_model("experiments.converge", "ConvergeConfig", "Theorem 1.1 (experiments.converge)"),
+    model=ConvergeConfig,
     sizes=sizes(
         tiny={"N": 4, "d": 3, "batch": 8, "chunk": 8, "depths": [4, 8, 16], "widths": [8, 32], "refine": 2, "bootstrap": 100},
         quick={"N": 8, "d": 3, "batch": 128, "chunk": 64, "depths": [8, 16, 32, 64, 128], "widths": [16, 64, 256],
@@ -339,8 +325,7 @@ register(Stage(
 
 
 def _run_chaos(cfg: Any, ctx: StageContext) -> StageOutput:
-    chaos = require("experiments.chaos", "Proposition 1.2 (experiments.chaos)")
-    plots = require("plotting.chaos", "the propagation-of-chaos figure (plotting.chaos)")
+    plots = chaos_plots
     res = chaos.run_chaos(cfg, progress=ctx.progress, store=ctx.workdir, scheduler=ctx.scheduler)
     f = res.fits
     rows = []
@@ -372,7 +357,7 @@ register(Stage(
     spec="SPEC §6.5, §4",
     claim="With i.i.d. initial tokens, the empirical measure of N tokens approaches the conditional law μ_t at rate "
           "E sup W₂² ≲ r_d(N), and tokens become independent given the noise.",
-    model=lazy_model("experiments.chaos", "ChaosConfig", "Proposition 1.2 (experiments.chaos)"),
+    model=ChaosConfig,
     sizes=sizes(
         tiny={"N": 32, "d": 3, "L": 8, "batch": 3, "sizes": [4, 8, 16], "dims": [3], "dims_batch": 2, "records": 2,
               "w2_records": 1, "w2_batch": 3, "decor_sizes": [4, 8], "decor_repeats": 32, "decor_fields": 1,
@@ -390,8 +375,7 @@ register(Stage(
 
 
 def _run_sync(cfg: Any, ctx: StageContext) -> StageOutput:
-    sync = require("experiments.sync", "Theorem 1.4 (experiments.sync)")
-    plots = _sync_plots()
+    plots = sync_plots
     res = sync.run_sync(cfg, progress=ctx.progress)
     rows = []
     for r in res.table():
@@ -415,7 +399,7 @@ register(Stage(
     spec="SPEC §6.6, §5",
     claim="When the noise is coercive (λ̄ < 0), the expected interaction energy decays at least like e^{λ̄' t}, "
           "near synchronisation at the rate λ̄, and the distance of two tokens decays at the Lyapunov rate λ₁.",
-    model=lazy_model("experiments.sync", "SyncConfig", "Theorem 1.4 (experiments.sync)"),
+    model=SyncConfig,
     sizes=sizes(
         tiny={**_SYNC_MODEL, "N": 6, "L": 20, "T": 4.0, "batch": 6, "pairs": 16, "bootstrap": 20},
         quick={**_SYNC_MODEL, "N": 16, "L": 200, "T": 8.0, "batch": 64, "pairs": 512, "bootstrap": 200},
@@ -430,8 +414,7 @@ register(Stage(
 
 
 def _run_phase(cfg: Any, ctx: StageContext) -> StageOutput:
-    phase = require("experiments.phase", "the phase diagrams (experiments.phase)")
-    plots = _sync_plots()
+    plots = sync_plots
     res = phase.run_phase(cfg, progress=ctx.progress, store=ctx.workdir, scheduler=ctx.scheduler)
     rows = []
     for i, y in enumerate(res.y):
@@ -458,7 +441,7 @@ register(Stage(
     spec="SPEC §6.6, §5 (derived)",
     claim="Noise synchronises tokens even against repulsive attention (γ < 0) exactly where λ₁ − γ < 0: "
           "the measured pair exponent changes sign on the predicted boundary.",
-    model=lazy_model("experiments.phase", "PhaseConfig", "the phase diagrams (experiments.phase)"),
+    model=PhaseConfig,
     sizes=sizes(
         tiny={**_PHASE_GS, "x_values": [-1.0, 0.0], "y_values": [0.0, 0.5], "L": 20, "T": 2.0, "pairs": 16},
         quick={**_PHASE_GS, "x_values": [-2.0, -1.5, -1.0, -0.5, 0.0], "y_values": [0.0, 0.25, 0.5, 0.75],
@@ -476,7 +459,7 @@ register(Stage(
     spec="SPEC §6.6, §5",
     claim="Over (d, σ) with repulsive attention γ = −1/2, the sign of the measured pair exponent follows the "
           "predicted boundary λ₁ − γ = 0.",
-    model=lazy_model("experiments.phase", "PhaseConfig", "the phase diagrams (experiments.phase)"),
+    model=PhaseConfig,
     sizes=sizes(
         tiny={**_PHASE_DS, "x_values": [3, 8], "y_values": [0.0, 0.4], "L": 20, "T": 2.0, "pairs": 16},
         quick={**_PHASE_DS, "x_values": [3, 4, 6, 8, 12, 16], "y_values": [0.0, 0.2, 0.4, 0.6],

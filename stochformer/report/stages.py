@@ -1,8 +1,7 @@
 """The stage registry: one stage per claim of SPEC §6, each a section of the report.
 
 A :class:`Stage` couples the claim (one sentence) with the experiment that tests it: a config
-model (a pydantic class, imported lazily so that a missing experiment module only disables its
-own section), the sizes of each profile, and a ``run`` function from the resolved config to a
+model (a pydantic class), the sizes of each profile, and a ``run`` function from the resolved config to a
 :class:`StageOutput` (every number, the predicted-vs-measured rows, the figures as PNG). Stages
 never compute science themselves: they call the experiment modules' ``run_xxx`` and plotting
 functions.
@@ -20,7 +19,7 @@ from .verdict import Comparison
 
 
 class StageUnavailable(RuntimeError):
-    """The experiment behind a stage cannot be run (its module is missing or broken)."""
+    """The experiment behind a stage cannot be run here (raised by its ``run``)."""
 
 
 @dataclass
@@ -91,14 +90,13 @@ class Stage:
     """One section of the report.
 
     ``name``: the ``--only`` name; ``claim``: the claim in one sentence; ``spec``: where SPEC states
-    it; ``model``: returns the experiment's config class (raises :class:`StageUnavailable` if its
-    module is missing); ``sizes``: profile name → config fields; ``run``: the experiment."""
+    it; ``model``: the experiment's config class; ``sizes``: profile name → config fields; ``run``: the experiment."""
 
     name: str
     title: str
     spec: str
     claim: str
-    model: Callable[[], type]
+    model: type
     sizes: dict[str, dict]
     run: RunFn
 
@@ -114,9 +112,8 @@ def register(stage: Stage) -> Stage:
 
 
 def registered() -> list[Stage]:
-    """Every registered stage, in the order of the report (SPEC §6)."""
-    from . import sections  # noqa: F401  (registers the stages)
-
+    """Every registered stage, in the order of the report (SPEC §6; ``report.sections`` registers
+    them when the package is imported)."""
     return list(_REGISTRY.values())
 
 
@@ -125,25 +122,3 @@ def get_stage(name: str) -> Stage:
     if name not in by_name:
         raise KeyError(name)
     return by_name[name]
-
-
-def require(module: str, what: str) -> Any:
-    """Import ``stochformer.<module>``; a missing or broken module becomes :class:`StageUnavailable`."""
-    import importlib
-
-    try:
-        return importlib.import_module(f"stochformer.{module}")
-    except Exception as exc:  # ImportError, or an error inside the module
-        raise StageUnavailable(f"{what} is not available: stochformer.{module} cannot be imported ({type(exc).__name__}: {exc})") from exc
-
-
-def lazy_model(module: str, name: str, what: str) -> Callable[[], type]:
-    """A ``Stage.model`` that imports ``stochformer.<module>.<name>`` when first needed."""
-
-    def model() -> type:
-        mod = require(module, what)
-        if not hasattr(mod, name):
-            raise StageUnavailable(f"{what} is not available: stochformer.{module} has no {name}")
-        return getattr(mod, name)
-
-    return model

@@ -1,0 +1,5 @@
+"""``python -m stochformer``: the command line."""
+
+from .cli import main
+
+main(prog_name="stochformer")

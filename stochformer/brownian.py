@@ -1,0 +1,149 @@
+"""The random driver of a run: one Brownian path shared by every system that should feel it.
+
+A :class:`BrownianPath` is the sequence of i.i.d. N(0, 1) normals ``Ξ_s`` (each of ``shape``, or
+one tensor per part when ``shape`` is a list of shapes: a random-feature field's B^k and B⁰) on
+a fine grid of ``steps`` steps of [0, T]. A solver with ``n`` steps (``n`` dividing ``steps``)
+asks for the normals of its step ``k``: the normalised sum ``q^{−1/2} Σ Ξ_s`` over the
+``q = steps/n`` fine steps inside it, i.e. the same path seen on a coarser grid (SPEC §3,
+"Measuring it"). Couplings are therefore one object handed to several :func:`stochformer.solve`
+calls: the transformer and the limit SDE (Theorem 1.1), systems of N and N_ref tokens driven by
+one random-feature field (Proposition 1.2), Δt and Δt/2 (strong order).
+
+The normals are drawn on demand, one fine step at a time, from a generator seeded once: a
+consumer that goes back in time replays the stream from its start, so the path is a function of
+the seed alone and never held in memory whole. The last coarse grid asked for is cached (a few
+transformer widths read the same layer normals).
+
+:class:`Draws` is what a noise source receives at one step: the run's ``generator`` for draws that
+are not part of the path (MLP weights, random features), and :meth:`Draws.brownian`, the step's
+Brownian normals: from the path if there is one, else fresh from the generator.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Optional, Union
+
+import torch
+
+
+class BrownianPath:
+    """i.i.d. N(0, 1) normals of ``shape`` on ``steps`` fine steps, drawn from ``generator`` (or a
+    generator seeded with ``seed``); see the module docstring. ``shape``: one shape, or a list of
+    shapes (parts drawn in this order at every fine step).
+
+    ``normals``: an explicit path, a tensor (steps, *shape), instead of drawing one."""
+
+    def __init__(
+        self,
+        shape: Union[tuple[int, ...], list[tuple[int, ...]]],
+        steps: int,
+        seed: Optional[int] = None,
+        generator: Optional[torch.Generator] = None,
+        dtype: torch.dtype = torch.float64,
+        device: Union[str, torch.device] = "cpu",
+        normals: Optional[torch.Tensor] = None,
+    ):
+        if steps < 1:
+            raise ValueError(f"steps: must be >= 1 (got {steps})")
+        self.parts = [tuple(p) for p in shape] if isinstance(shape, list) else [tuple(shape)]
+        self.shape = self.parts[0] if len(self.parts) == 1 else self.parts
+        self.steps, self.dtype, self.device = int(steps), dtype, torch.device(device)
+        self._given = normals
+        if normals is not None:
+            if tuple(normals.shape) != (self.steps, *self.shape):
+                raise ValueError(f"normals: expected shape {(self.steps, *self.shape)}, got {tuple(normals.shape)}")
+            self._gen = None
+        else:
+            if generator is None:
+                if seed is None:
+                    raise ValueError("BrownianPath: give a seed or a generator")
+                generator = torch.Generator(device=self.device).manual_seed(int(seed))
+            self._gen = generator
+            self._start = generator.get_state()
+        self._cursor = 0  # fine steps drawn from the generator since its start state
+        self._cache: tuple[int, list[torch.Tensor]] = (0, [])
+
+    @classmethod
+    def from_normals(cls, normals: torch.Tensor) -> "BrownianPath":
+        """The path whose fine normals are ``normals``: (steps, *shape)."""
+        return cls(tuple(normals.shape[1:]), normals.shape[0], dtype=normals.dtype, device=normals.device, normals=normals)
+
+    def _fine(self, s: int) -> list[torch.Tensor]:
+        if self._given is not None:
+            return [self._given[s]]
+        if s < self._cursor:  # replay the stream from its start
+            self._gen.set_state(self._start)
+            self._cursor = 0
+        while True:
+            z = [torch.randn(p, generator=self._gen, dtype=self.dtype, device=self.device) for p in self.parts]
+            self._cursor += 1
+            if self._cursor > s:
+                return z
+
+    def increment(self, k: int, n: int) -> list[torch.Tensor]:
+        """The normals of step ``k`` of ``n`` equal steps, one tensor per part: q^{−1/2} Σ of the
+        q = steps/n fine normals inside it, i.i.d. N(0, 1)."""
+        if n < 1 or self.steps % n:
+            raise ValueError(f"BrownianPath: {n} steps do not divide the path's {self.steps} fine steps")
+        if not 0 <= k < n:
+            raise ValueError(f"BrownianPath: step {k} outside 0..{n - 1}")
+        q = self.steps // n
+        cached_n, values = self._cache
+        if cached_n == n and k < len(values):
+            return values[k]
+        z = self._fine(k * q)
+        for j in range(1, q):
+            z = [a + b for a, b in zip(z, self._fine(k * q + j))]
+        z = [a / math.sqrt(q) for a in z] if q > 1 else z
+        if cached_n != n:
+            values = []
+        if len(values) == k and n * sum(math.prod(p) for p in self.parts) <= _CACHE_ENTRIES:
+            values.append(z)
+            self._cache = (n, values)
+        return z
+
+    def __repr__(self) -> str:
+        return f"BrownianPath(shape={self.shape}, steps={self.steps})"
+
+
+#: the largest coarse grid (entries in all) that a path keeps in memory: 2²² (32 MiB in float64)
+_CACHE_ENTRIES = 1 << 22
+
+
+@dataclass
+class Draws:
+    """The randomness of one step ``k`` of ``n``: ``generator`` for draws outside the Brownian path
+    (weights, features); :meth:`brownian` for the path's normals of this step (a path of several
+    parts serves them in order, one per call)."""
+
+    generator: torch.Generator
+    path: Optional[BrownianPath] = None
+    k: int = 0
+    n: int = 1
+    _part: int = field(default=0, repr=False)
+
+    def brownian(self, shape: tuple[int, ...], dtype: torch.dtype, device: Union[str, torch.device]) -> torch.Tensor:
+        """N(0, 1) normals of ``shape`` driving the Brownian part of this step: the path's (of the
+        path's shape, which may differ from ``shape`` in the leading, broadcast axis), else fresh
+        from the generator."""
+        if self.path is None:
+            return torch.randn(*shape, generator=self.generator, dtype=dtype, device=device)
+        parts = self.path.parts
+        if self._part >= len(parts) or tuple(shape)[1:] != parts[self._part][1:]:
+            raise ValueError(f"BrownianPath: the noise source needs normals of shape {tuple(shape)} (part "
+                             f"{self._part}); the path has parts {parts}")
+        z = self.path.increment(self.k, self.n)[self._part]
+        self._part += 1
+        return z.to(dtype=dtype, device=device)
+
+    @property
+    def coupled(self) -> bool:
+        """Whether the Brownian normals come from a given path."""
+        return self.path is not None
+
+
+def as_draws(rng: Union[torch.Generator, Draws]) -> Draws:
+    """A :class:`Draws` from a bare generator (no path) or as it is."""
+    return rng if isinstance(rng, Draws) else Draws(rng)
