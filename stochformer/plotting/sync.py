@@ -55,6 +55,13 @@ def _edges(c: np.ndarray) -> np.ndarray:
     return np.concatenate([[2 * c[0] - mid[0]], mid, [2 * c[-1] - mid[-1]]])
 
 
+def phase_title(c) -> str:
+    """The fixed parameters of a phase diagram (PhaseConfig ``c``), those on its axes left out."""
+    fixed = {"d": f"d={c.d}", "gamma": f"γ={c.gamma_value:g}", "L": f"L={c.L}", "T": f"T={c.T:g}"}
+    shown = ", ".join(v for k, v in fixed.items() if k not in (c.x_field, c.y_field))
+    return f"{c.dynamics}, {c.activation}, {shown}: predicted boundary in black"
+
+
 def plot_phase(result) -> "plt.Figure":
     """PhaseResult: the measured value over the grid (λ̂₁ or the synchronised fraction) with the
     predicted boundaries λ₁ − γ = 0 (solid) and λ̄ − 2γ = 0 (dashed)."""
@@ -78,7 +85,7 @@ def plot_phase(result) -> "plt.Figure":
     for i, yy in enumerate(y):
         for j, xx in enumerate(x):
             ax.text(xx, yy, f"{v[i, j]:.2g}", ha="center", va="center", fontsize=7)
-    ax.set(xlabel=c.x_field, ylabel=c.y_field, title=f"{c.dynamics}, {c.activation}, d={c.d}: predicted boundary in black")
+    ax.set(xlabel=c.x_field, ylabel=c.y_field, title=phase_title(c))
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=8, loc="best")
     fig.tight_layout()
