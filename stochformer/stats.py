@@ -5,7 +5,7 @@
 - :func:`fit_power_law`: y ≈ C x^{−p} by least squares in log–log, with a 95% bootstrap interval
   for p (``scipy.stats.bootstrap``, percentile method), resampling independent samples jointly
   across the grid (every grid point sees the same samples), or, given only means and standard
-  errors, a parametric bootstrap.
+  errors, a weighted fit in linear space with a parametric bootstrap.
 """
 
 from __future__ import annotations
@@ -65,16 +65,33 @@ def fit_power_law(N: Sequence[float], samples: np.ndarray, n_boot: int = 2000, s
 
 
 def fit_power_law_se(N: Sequence[float], y: np.ndarray, se: np.ndarray, n_boot: int = 2000, seed: int = 0) -> PowerFit:
-    """Decay exponent of positive means ``y`` (n,) with independent standard errors ``se`` (n,)
-    against N: slope of log y on log N; 95% interval from a parametric bootstrap (y + se·ξ,
-    draws with a non-positive value discarded)."""
-    logN, y, se = np.log(np.asarray(N, dtype=float)), np.asarray(y, float), np.asarray(se, float)
-    slope, icpt = _loglog_slope(logN, y)
+    """Decay exponent of means ``y`` (n,) with independent standard errors ``se`` (n,) against N:
+    weighted least squares of y ≈ C N^{−p} in linear space (weights 1/se²), so every size enters,
+    also one whose mean is not resolved from 0 or is negative. 95% interval from a parametric
+    bootstrap: refits of y + se·ξ (ξ standard normal)."""
+    from scipy.optimize import curve_fit
+
+    N, y, se = np.asarray(N, float), np.asarray(y, float), np.asarray(se, float)
+    x = N / N[0]  # C is the value at the first size: a well-scaled parameter
+
+    def law(x, C, p):
+        return C * x ** (-p)
+
+    def fit(values: np.ndarray) -> tuple[float, float]:
+        (C, p), _ = curve_fit(law, x, values, p0=(values[0] if values[0] > 0 else float(np.abs(values).max()), 1.0),
+                              sigma=se, absolute_sigma=True, maxfev=2000)
+        return float(C), float(p)
+
+    C, p = fit(y)
     rng = np.random.default_rng(seed)
-    draws = y + se * rng.standard_normal((n_boot, len(y)))
-    boots = np.array([_loglog_slope(logN, row)[0] for row in draws if np.all(row > 0)])
-    lo, hi = np.quantile(-boots, [0.025, 0.975]) if len(boots) else (math.nan, math.nan)
-    return PowerFit(-slope, (float(lo), float(hi)), float(math.exp(icpt)))
+    boots = []
+    for row in y + se * rng.standard_normal((n_boot, len(y))):
+        try:
+            boots.append(fit(row)[1])
+        except RuntimeError:  # no convergence on this draw
+            continue
+    lo, hi = np.quantile(boots, [0.025, 0.975]) if boots else (math.nan, math.nan)
+    return PowerFit(p, (float(lo), float(hi)), float(C * N[0] ** p))
 
 
 def tagged_correlation(A: torch.Tensor, B: torch.Tensor) -> tuple[float, float]:

@@ -302,12 +302,9 @@ def _fits(cfg: ChaosConfig, coupling: dict, decor: dict, seed: int) -> dict:
             fits["w2_t0"][d] = fit_power_law(sizes, tab["w2"][:, 0], cfg.bootstrap, seed).to_dict()
             fits["sliced_w2"][d] = fit_power_law(sizes, tab["sw2"].max(axis=1), cfg.bootstrap, seed).to_dict()
     rho, se = np.asarray(decor["rho"]), np.asarray(decor["se"])
-    ok = rho > 3 * se  # only sizes where the correlation is resolved enter the fit
-    fits["decorrelation"] = (
-        {**fit_power_law_se(np.asarray(cfg.decor_sizes)[ok], rho[ok], se[ok], cfg.bootstrap, seed).to_dict(),
-         "sizes_used": np.asarray(cfg.decor_sizes)[ok].tolist()}
-        if ok.sum() >= 2 else {"exponent": None, "ci": [None, None], "sizes_used": np.asarray(cfg.decor_sizes)[ok].tolist()}
-    )
+    # every size enters, weighted by its SE (dropping unresolved sizes would bias the exponent low)
+    fits["decorrelation"] = {**fit_power_law_se(cfg.decor_sizes, rho, se, cfg.bootstrap, seed).to_dict(),
+                             "sizes_used": list(cfg.decor_sizes)}
     return fits
 
 
