@@ -18,7 +18,8 @@ from stochformer.cli import main
 from stochformer.clusters import antipodal_pairs, count_clusters, summarise_clusters
 from stochformer.config import ConfigError, InitConfig, RunConfig, build_config
 from stochformer.experiments.sync import (
-    SyncConfig, energy_paths, measure_lyapunov, moment_rate, near_sync_horizon, predicted_rates, run_sync,
+    SyncConfig, energy_paths, measure_lyapunov, moment_rate, near_sync_horizon, near_sync_spread, predicted_rates,
+    run_sync,
 )
 from stochformer.sphere import normalize
 
@@ -69,6 +70,33 @@ def test_energy_rate_near_synchronisation_matches_lambda_bar():
     rate, se = moment_rate(np.arange(cfg.L + 1) * cfg.dt, paths, seed=5)
     assert rate < 0 and se < 0.1 * abs(p["lambda_bar_pred"])
     assert abs(rate - p["lambda_bar_pred"]) < 4 * se
+
+
+def test_near_sync_spread_from_the_kernel_regularity_removes_the_relu_bias():
+    # ReLU (a kink: K has a (1 − u)^{3/2} term at u = 1), d = 5, σ = 0, λ̄ = 0.2, on the SDE. The same
+    # seed at every spread (common random numbers), so rate differences have a small paired SE
+    # (bootstrap over pairs). The old spread 1e-2 lowers the rate measurably (by more than 5 SE);
+    # the spread chosen from the regularity (1e-4/√d) is within 1e-3·|λ̄| + 4 SE of a 10 times
+    # smaller one, i.e. its remaining bias is negligible.
+    assert near_sync_spread("tanh", 5) == 1e-3 and near_sync_spread("relu", 5) == pytest.approx(1e-4 / math.sqrt(5))
+    cfg = _cfg("d=5", "sigma_U=0", "sigma_W=0", "attention=false", "dynamics=sde", "N=2", "batch=1024", "L=25")
+    p = predicted_rates(cfg, with_bound=False)
+    cfg = cfg.with_updates(T=near_sync_horizon(p["kappa"], p["kappa_prime"]))
+    t = np.arange(cfg.L + 1) * cfg.dt
+    tt = t - t.mean()
+    idx = np.random.default_rng(0).integers(0, cfg.batch, size=(300, cfg.batch))
+
+    def rate_and_boot(spread):
+        v = energy_paths(cfg, InitConfig(kind="cluster", spread=spread), seed=7)
+        y = np.log(v[idx].mean(axis=1))
+        return np.polyfit(t, np.log(v.mean(0)), 1)[0], ((y - y.mean(1, keepdims=True)) @ tt) / (tt @ tt)
+
+    auto = near_sync_spread("relu", 5)
+    (r_auto, b_auto), (r_old, b_old), (r_fine, b_fine) = (rate_and_boot(s) for s in (auto, 1e-2, auto / 10))
+    old_bias, old_se = r_old - r_auto, (b_old - b_auto).std(ddof=1)
+    assert old_bias < -5 * old_se
+    left, left_se = r_auto - r_fine, (b_auto - b_fine).std(ddof=1)
+    assert abs(left) < 1e-3 * abs(p["lambda_bar_pred"]) + 4 * left_se
 
 
 @pytest.mark.parametrize("gamma", [0.5, -0.7])

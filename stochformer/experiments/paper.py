@@ -38,7 +38,8 @@ from ..runtime import child_seeds, make_generator, provenance, resolve_device
 from ..stats import mean_and_se
 from ..tasks import Task, run_tasks
 from .simulate import run_simulate
-from .sync import energy_paths, measure_lyapunov, moment_rate, near_sync_horizon, pair_start, predicted_rates
+from .sync import (energy_paths, measure_lyapunov, moment_rate, near_sync_horizon, near_sync_spread, pair_start,
+                   predicted_rates)
 
 Size = Literal["quick", "paper"]
 
@@ -242,9 +243,10 @@ def table_point(activation: str, d: int, sigma: float, sizes: dict, seed: int, d
     lyap = measure_lyapunov(cfg.with_updates(T=T), sizes["pairs"], 1e-4, s[1])
     row.update(lambda_1=lyap["lambda_1"], lambda_1_se=lyap["lambda_1_se"])
     near = cfg.with_updates(T=T_near, batch=sizes["energy_pairs"], seed=s[2])
-    paths = energy_paths(near, InitConfig(kind="cluster", spread=1e-3), s[2])
+    spread = near_sync_spread(activation, d)
+    paths = energy_paths(near, InitConfig(kind="cluster", spread=spread), s[2])
     rate, se = moment_rate(np.arange(near.L + 1) * near.dt, paths, seed=s[2])
-    row.update(lambda_bar=rate, lambda_bar_se=se)
+    row.update(lambda_bar=rate, lambda_bar_se=se, near_spread=spread)
     return row
 
 

@@ -31,6 +31,7 @@ from pydantic import Field
 
 from ..build import initial_tokens, make_kernel, make_model
 from ..config import InitConfig, RunConfig
+from ..model.activations import KINKED_ACTIVATIONS
 from ..model.kernel import first_moment_rate, lambda_bar_prime, lyapunov_exponent
 from ..runtime import DTYPES, child_seeds, make_generator, provenance, resolve_device
 from ..solve import Model, SaveAt, solve
@@ -45,7 +46,9 @@ class SyncConfig(RunConfig):
     batch: int = Field(512, ge=2, description="independent runs for each energy rate (>= 2)")
     pairs: int = Field(256, ge=2, description="independent pairs for the Lyapunov exponent (>= 2)")
     eps: float = Field(1e-4, gt=0.0, le=1e-2, description="pair separation of the Benettin estimator, in (0, 0.01]")
-    near_spread: float = Field(1e-3, gt=0.0, le=0.1, description="spread of the near-synchronised cluster, in (0, 0.1]")
+    near_spread: Optional[float] = Field(
+        None, gt=0.0, le=0.1, description="spread of the near-synchronised cluster, in (0, 0.1]; default from the "
+        "kernel's regularity (near_sync_spread)")
     uniform_start: bool = Field(True, description="also measure the energy rate from uniform tokens")
     fit_from: float = Field(0.5, ge=0.0, lt=1.0, description="uniform start: fit the rate on t >= fit_from·T, in [0, 1)")
     near_horizon: Optional[float] = Field(
@@ -71,6 +74,23 @@ def near_sync_horizon(kappa: float, kappa_prime: float) -> float:
     estimates the first moment well only while that variance is O(1), so the first-moment rate is
     measured on t ≤ 1/(2(κ + κ')) (log-variance ≤ 2). ``inf`` without noise."""
     return math.inf if kappa + kappa_prime <= 0 else 1.0 / (2.0 * (kappa + kappa_prime))
+
+
+#: Per-coordinate spread of a near-synchronised cluster for a smooth kernel: the rate's bias is of
+#: order d·spread² there (2e-4 at d = 128).
+SMOOTH_SPREAD = 1e-3
+#: Chordal size √d·spread of the cluster for a kinked activation (KINKED_ACTIVATIONS, or any callable,
+#: whose regularity is unknown): the (1 − u)^{3/2} term of the kernel lowers the measured λ̄ by about
+#: 0.15·√d·spread (measured for ReLU: docs/synchronisation.md), 1.5e-5 at this size.
+KINKED_CHORD = 1e-4
+
+
+def near_sync_spread(activation, d: int) -> float:
+    """Per-coordinate spread of the near-synchronisation cluster, chosen from the kernel's regularity
+    at u = 1: SMOOTH_SPREAD for a smooth activation, KINKED_CHORD/√d for a kinked one or a callable."""
+    if isinstance(activation, str) and activation not in KINKED_ACTIVATIONS:
+        return SMOOTH_SPREAD
+    return KINKED_CHORD / math.sqrt(d)
 
 
 def predicted_rates(cfg: RunConfig, with_bound: bool = True) -> dict[str, Optional[float]]:
@@ -269,9 +289,11 @@ def run_sync(cfg: SyncConfig, progress: bool = False) -> SyncResult:
     L_near = max(2, math.ceil(cfg.L * T_near / cfg.T))
     near_cfg = cfg.model_copy(update={"T": T_near, "L": L_near})
     near_times = np.arange(L_near + 1) * near_cfg.dt
-    near = energy_paths(near_cfg, InitConfig(kind="cluster", spread=cfg.near_spread), seeds[1], progress)
+    spread = cfg.near_spread or near_sync_spread(cfg.activation, cfg.d)
+    near = energy_paths(near_cfg, InitConfig(kind="cluster", spread=spread), seeds[1], progress)
     rate, rate_se = moment_rate(near_times, near, n_boot=cfg.bootstrap, seed=seeds[1])
-    measured = {"lambda_1": lyap["lambda_1"], "lambda_1_se": lyap["lambda_1_se"], "energy_rate": rate, "energy_rate_se": rate_se}
+    measured = {"lambda_1": lyap["lambda_1"], "lambda_1_se": lyap["lambda_1_se"], "energy_rate": rate,
+                "energy_rate_se": rate_se, "near_spread": spread}
     uni_curve = mask = None
     if cfg.uniform_start:
         uni = energy_paths(cfg, InitConfig(kind="uniform"), seeds[2], progress)

@@ -46,6 +46,10 @@ ACTIVATIONS: dict[str, Activation] = {
 #: (SPEC §5, last item).
 ODD_ACTIVATIONS = frozenset({"tanh", "erf", "sin", "linear"})
 
+#: Activations with a kink (not C¹): the kernel K(u) then has a (1 − u)^{3/2} term at u = 1 (for ReLU
+#: the arc-cosine kernel), so quantities measured at a pair distance δ carry a bias of order δ.
+KINKED_ACTIVATIONS = frozenset({"relu", "leaky_relu"})
+
 
 def get_activation(activation: ActivationLike) -> Activation:
     """Return the elementwise function for a name in :data:`ACTIVATIONS` or a callable."""
