@@ -19,7 +19,7 @@ from stochformer.clusters import antipodal_pairs, count_clusters, summarise_clus
 from stochformer.config import ConfigError, InitConfig, RunConfig, build_config
 from stochformer.experiments.sync import (
     SyncConfig, energy_paths, measure_lyapunov, moment_rate, near_sync_horizon, near_sync_spread, predicted_rates,
-    run_sync,
+    richardson, run_sync,
 )
 from stochformer.sphere import normalize
 
@@ -103,10 +103,15 @@ def test_near_sync_spread_from_the_kernel_regularity_removes_the_relu_bias():
 def test_noiseless_attention_pair_exponent_is_the_discrete_minus_gamma(gamma):
     # Without noise a near-synchronised pair of the transformer obeys δ' = δ/(1 + γΔt) exactly to
     # first order in δ (post-LN attention step), so the exponent is −log(1 + γΔt)/Δt → −γ.
+    # The Δt → 0 extrapolation over L, L/2, L/4 steps removes that bias up to its stated error.
     cfg = _cfg("d=5", "mlp=false", f"gamma={gamma}", "T=2", "L=100")
-    out = measure_lyapunov(cfg, pairs=4, eps=1e-5, seed=0)
+    out = measure_lyapunov(cfg, pairs=4, eps=1e-5, seed=0, extrapolate=False)
     assert out["lambda_1"] == pytest.approx(-math.log1p(gamma * cfg.dt) / cfg.dt, rel=1e-4)
     assert out["lambda_1"] == pytest.approx(-gamma, rel=0.02)
+    ext = measure_lyapunov(cfg, pairs=4, eps=1e-5, seed=0)
+    exact = {n: -math.log1p(gamma * cfg.T / n) / (cfg.T / n) for n in (100, 50, 25)}
+    assert ext["lambda_1"] == pytest.approx(richardson(exact)[0], rel=1e-4)
+    assert abs(ext["lambda_1"] + gamma) < ext["lambda_1_extrap_err"] < 0.1 * abs(out["lambda_1"] + gamma)
 
 
 def test_repulsive_attention_is_overcome_by_coercive_noise_on_one_side_of_gamma_equals_lambda_1():

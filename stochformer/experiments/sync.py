@@ -27,9 +27,10 @@ from typing import ClassVar, Optional
 import numpy as np
 import torch
 import xarray as xr
-from pydantic import Field
+from pydantic import Field, model_validator
 
-from ..build import initial_tokens, make_kernel, make_model
+from ..brownian import BrownianPath
+from ..build import initial_tokens, make_kernel, make_model, make_noise
 from ..config import InitConfig, RunConfig
 from ..model.activations import KINKED_ACTIVATIONS
 from ..model.kernel import first_moment_rate, lambda_bar_prime, lyapunov_exponent
@@ -38,6 +39,10 @@ from ..solve import Model, SaveAt, solve
 from ..sphere import normalize, tangent, uniform
 from ..results import Result
 from ..stats import mean_and_se
+
+
+#: Step counts of the Δt → 0 extrapolation, as divisors of L: L, L/2, L/4 on one Brownian path.
+EXTRAPOLATION_LEVELS = (1, 2, 4)
 
 
 class SyncConfig(RunConfig):
@@ -55,6 +60,19 @@ class SyncConfig(RunConfig):
         None, gt=0.0, description="horizon of the near-synchronisation energy run (> 0); default "
         "min(T, 1/(2(κ(1)+κ'(1)))), where the log-variance of a pair's 1 − cosine reaches 2")
     bootstrap: int = Field(400, ge=10, description="bootstrap resamples for the energy-rate SE (>= 10)")
+    extrapolate: bool = Field(True, description="λ₁ extrapolated to Δt → 0 from L, L/2, L/4 steps (L a multiple of 4)")
+
+    @model_validator(mode="after")
+    def _levels(self) -> "SyncConfig":
+        check_extrapolation(self.L, self.extrapolate)
+        return self
+
+
+def check_extrapolation(L: int, extrapolate: bool) -> None:
+    """The Δt → 0 extrapolation runs L, L/2 and L/4 steps: L must be a multiple of 4."""
+    if extrapolate and L % EXTRAPOLATION_LEVELS[-1]:
+        raise ValueError(f"L: must be a multiple of {EXTRAPOLATION_LEVELS[-1]} for the Δt → 0 extrapolation "
+                         f"(L, L/2, L/4 steps; got {L}), or set extrapolate = false")
 
 
 # --------------------------------------------------------------------------- predictions
@@ -139,12 +157,14 @@ def pair_start(batch: int, d: int, eps: float, generator: torch.Generator, dtype
 
 
 def benettin(
-    model: Model, X0: torch.Tensor, T: float, L: int, generator: torch.Generator, eps: float, progress: bool = False
+    model: Model, X0: torch.Tensor, T: float, L: int, generator: torch.Generator, eps: float, progress: bool = False,
+    path: Optional[BrownianPath] = None,
 ) -> np.ndarray:
     """Cumulative log-growth of a pair's separation, renormalised to ``eps`` after every step
     (a :func:`~stochformer.solve` hook).
 
-    X0: (batch, 2, d). Returns S: (batch, L+1), S[:, 0] = 0, S[:, ℓ] = Σ_{k<ℓ} log(δ_{k+1}/δ_k⁺)."""
+    X0: (batch, 2, d); ``path``: a shared Brownian path (couplings across step sizes). Returns S:
+    (batch, L+1), S[:, 0] = 0, S[:, ℓ] = Σ_{k<ℓ} log(δ_{k+1}/δ_k⁺)."""
     S = torch.zeros(X0.shape[0], L + 1, dtype=torch.float64)
     before = [separation(X0)]
 
@@ -155,8 +175,8 @@ def benettin(
         before[0] = separation(X)
         return X
 
-    solve(model, X0, T, L, SaveAt(stats=(), final=False), generator=generator, hook=renormalise, progress=progress,
-          desc="lyapunov")
+    solve(model, X0, T, L, SaveAt(stats=(), final=False), generator=generator, path=path, hook=renormalise,
+          progress=progress, desc="lyapunov")
     return S.numpy()
 
 
@@ -228,18 +248,21 @@ class SyncResult(Result):
         return {**self.measured, **self.predicted, "dynamics": self.config.dynamics, "curves": curves}
 
     def table(self) -> list[dict]:
-        """Rows (quantity, measured, SE, predicted, z = (measured − predicted)/SE)."""
+        """Rows (quantity, measured, SE, extrapolation error ``err`` (0 where not extrapolated),
+        predicted, z = (measured − predicted)/√(SE² + err²))."""
         m, p = self.measured, self.predicted
+        lam1 = "lambda_1 (pair log-distance, Δt → 0)" if self.config.extrapolate else "lambda_1 (pair log-distance)"
         rows = [
-            ("lambda_1 (pair log-distance)", m["lambda_1"], m["lambda_1_se"], p["lambda_1_pred"]),
-            ("energy rate near sync", m["energy_rate"], m["energy_rate_se"], p["lambda_bar_pred"]),
+            (lam1, m["lambda_1"], m["lambda_1_se"], m["lambda_1_extrap_err"], p["lambda_1_pred"]),
+            ("energy rate near sync", m["energy_rate"], m["energy_rate_se"], 0.0, p["lambda_bar_pred"]),
         ]
         if m.get("energy_rate_uniform") is not None:
-            rows.append(("energy rate from uniform (bound)", m["energy_rate_uniform"], m["energy_rate_uniform_se"], p["lambda_bar_prime_pred"]))
+            rows.append(("energy rate from uniform (bound)", m["energy_rate_uniform"], m["energy_rate_uniform_se"], 0.0,
+                         p["lambda_bar_prime_pred"]))
         out = []
-        for name, val, se, pred in rows:
-            z = None if pred is None or not se else (val - pred) / se
-            out.append({"quantity": name, "measured": val, "se": se, "predicted": pred, "z": z})
+        for name, val, se, err, pred in rows:
+            z = None if pred is None or not (se or err) else (val - pred) / math.hypot(se, err)
+            out.append({"quantity": name, "measured": val, "se": se, "err": err, "predicted": pred, "z": z})
         return out
 
     def _dataset(self) -> xr.Dataset:
@@ -254,17 +277,56 @@ class SyncResult(Result):
         return ds
 
 
-def measure_lyapunov(cfg: RunConfig, pairs: int, eps: float = 1e-4, seed: Optional[int] = None, progress: bool = False) -> dict:
+def richardson(values: dict[int, float]) -> tuple[float, float]:
+    """Extrapolate a quantity with a bias a·Δt + b·Δt² + … in Δt = T/n to Δt → 0 from its values at
+    n = L, L/2, L/4 steps (``values: {n: value}``; arrays work too, element by element): the
+    second-order Richardson value (8λ(L) − 6λ(L/2) + λ(L/4))/3, and as its extrapolation error the
+    distance to the first-order value 2λ(L) − λ(L/2) (what the Δt² term moved it)."""
+    L = max(values)
+    a, b, c = values[L], values[L // 2], values[L // 4]
+    second = (8 * a - 6 * b + c) / 3
+    return second, abs(second - (2 * a - b))
+
+
+def measure_lyapunov(cfg: RunConfig, pairs: int, eps: float = 1e-4, seed: Optional[int] = None, progress: bool = False,
+                     extrapolate: bool = True) -> dict:
     """Benettin estimate of the pair exponent for ``cfg`` (N is forced to 2): λ̂₁, its SE and the
-    mean/SE curve of the cumulative log-growth. JSON-able (usable as a task)."""
+    mean/SE curve of the cumulative log-growth (at L steps). JSON-able (usable as a task).
+
+    ``extrapolate``: also run L/2 and L/4 steps from the same pairs on the same Brownian path
+    (common random numbers, so the differences are sharp) and report the Δt → 0 value of
+    :func:`richardson` as ``lambda_1`` (``lambda_1_se``: the SE over pairs of the per-pair
+    combination; ``lambda_1_extrap_err``: the extrapolation error; ``lambda_1_steps``: {steps:
+    λ̂₁}); needs L divisible by 4. Otherwise ``lambda_1`` is the estimate at L steps."""
     cfg = cfg.model_copy(update={"N": 2, "init": InitConfig(kind="pair")})
+    check_extrapolation(cfg.L, extrapolate)
     device, dtype = resolve_device(cfg.device), DTYPES[cfg.dtype]
-    gen = make_generator(cfg.seed if seed is None else seed, device)
+    seed = cfg.seed if seed is None else seed
+    gen = make_generator(seed, device)
     X0 = pair_start(pairs, cfg.d, eps, gen, dtype, device)
-    S = benettin(make_model(cfg, dtype, device), X0, cfg.T, cfg.L, gen, eps, progress)
-    lam, se = endpoint_rate(S, cfg.T)
-    mean, sem = mean_and_se(torch.from_numpy(S))
-    return {"lambda_1": lam, "lambda_1_se": se, "log_growth_mean": mean.numpy(), "log_growth_se": sem.numpy()}
+    if not extrapolate:
+        S = benettin(make_model(cfg, dtype, device), X0, cfg.T, cfg.L, gen, eps, progress)
+        lam, se = endpoint_rate(S, cfg.T)
+        mean, sem = mean_and_se(torch.from_numpy(S))
+        return {"lambda_1": lam, "lambda_1_se": se, "log_growth_mean": mean.numpy(), "log_growth_se": sem.numpy()}
+    noise = make_noise(cfg)
+    s_model, s_path = child_seeds(seed, 2)
+    path = None
+    if noise is not None:
+        shape = noise.path_shape(pairs, cfg.d) if hasattr(noise, "path_shape") else list((tuple(X0.shape),))
+        path = BrownianPath(shape, cfg.L, seed=s_path, dtype=dtype, device=device)
+    ends, curves = {}, None
+    for k in EXTRAPOLATION_LEVELS:
+        n = cfg.L // k
+        S = benettin(make_model(cfg, dtype, device, noise=noise), X0, cfg.T, n, make_generator(s_model, device), eps,
+                     progress, path)
+        ends[n] = S[:, -1] / cfg.T
+        curves = curves or mean_and_se(torch.from_numpy(S))
+    lam, err = richardson({n: float(v.mean()) for n, v in ends.items()})
+    per_pair = richardson(ends)[0]  # the same linear combination, pair by pair
+    return {"lambda_1": lam, "lambda_1_se": float(per_pair.std(ddof=1) / math.sqrt(pairs)),
+            "lambda_1_extrap_err": err, "lambda_1_steps": {str(n): float(v.mean()) for n, v in ends.items()},
+            "log_growth_mean": curves[0].numpy(), "log_growth_se": curves[1].numpy()}
 
 
 def energy_paths(cfg: RunConfig, init: InitConfig, seed: int, progress: bool = False) -> np.ndarray:
@@ -283,7 +345,7 @@ def run_sync(cfg: SyncConfig, progress: bool = False) -> SyncResult:
     start = time.perf_counter()
     seeds = child_seeds(cfg.seed, 3)
     times = np.arange(cfg.L + 1) * cfg.dt
-    lyap = measure_lyapunov(cfg, cfg.pairs, cfg.eps, seeds[0], progress)
+    lyap = measure_lyapunov(cfg, cfg.pairs, cfg.eps, seeds[0], progress, cfg.extrapolate)
     predicted = predicted_rates(cfg)
     T_near = cfg.near_horizon or min(cfg.T, near_sync_horizon(predicted["kappa"], predicted["kappa_prime"]))
     L_near = max(2, math.ceil(cfg.L * T_near / cfg.T))
@@ -292,8 +354,10 @@ def run_sync(cfg: SyncConfig, progress: bool = False) -> SyncResult:
     spread = cfg.near_spread or near_sync_spread(cfg.activation, cfg.d)
     near = energy_paths(near_cfg, InitConfig(kind="cluster", spread=spread), seeds[1], progress)
     rate, rate_se = moment_rate(near_times, near, n_boot=cfg.bootstrap, seed=seeds[1])
-    measured = {"lambda_1": lyap["lambda_1"], "lambda_1_se": lyap["lambda_1_se"], "energy_rate": rate,
+    measured = {"lambda_1": lyap["lambda_1"], "lambda_1_se": lyap["lambda_1_se"],
+                "lambda_1_extrap_err": lyap.get("lambda_1_extrap_err", 0.0), "energy_rate": rate,
                 "energy_rate_se": rate_se, "near_spread": spread}
+    measured.update({f"lambda_1_at_{n}_steps": v for n, v in lyap.get("lambda_1_steps", {}).items()})
     uni_curve = mask = None
     if cfg.uniform_start:
         uni = energy_paths(cfg, InitConfig(kind="uniform"), seeds[2], progress)
