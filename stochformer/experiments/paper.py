@@ -11,7 +11,9 @@ item 1 N = 64, L = 2000, T = 20, m = 2048; item 2 N = 64, L = 150, T = 5). Grids
    (and "none", no MLP), d, σ = σ_U = σ_W and γ.
 3. :func:`run_table`: κ(1), κ'(1), λ₁, λ̄ computed, and beside each the value measured from the
    transformer: κ(1) = E|G(x)|²/d and κ'(1) = E|G(x) − G(y)|²/(d |x − y|²) (|x − y| = 10⁻³) over MLP
-   draws; λ₁ by the pair estimator; λ̄ as the first-moment energy rate of a near-synchronised pair.
+   draws; λ₁ by the pair estimator extrapolated to Δt → 0 (L, L/2, L/4 layers); λ̄ as the
+   first-moment energy rate of a near-synchronised pair (cluster spread from the kernel's
+   regularity, ``sync.near_sync_spread``).
    Horizons are in units of the noise time τ = 1/(d κ(1)) (the time over which a token's noise
    variance is 1); Δt = T/L.
 """
@@ -241,7 +243,7 @@ def table_point(activation: str, d: int, sigma: float, sizes: dict, seed: int, d
            "lambda_bar_pred": p["lambda_bar_noise"]}
     row.update(measured_kernel(activation, d, sigma, sizes["m"], sizes["draws"], s[0], device=device))
     lyap = measure_lyapunov(cfg.with_updates(T=T), sizes["pairs"], 1e-4, s[1])
-    row.update(lambda_1=lyap["lambda_1"], lambda_1_se=lyap["lambda_1_se"])
+    row.update(lambda_1=lyap["lambda_1"], lambda_1_se=lyap["lambda_1_se"], lambda_1_extrap_err=lyap["lambda_1_extrap_err"])
     near = cfg.with_updates(T=T_near, batch=sizes["energy_pairs"], seed=s[2])
     spread = near_sync_spread(activation, d)
     paths = energy_paths(near, InitConfig(kind="cluster", spread=spread), s[2])

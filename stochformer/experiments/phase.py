@@ -33,7 +33,7 @@ from ..solve import SaveAt, solve
 from ..sphere import gram
 from ..stats import mean_and_se
 from ..tasks import Task, run_tasks
-from .sync import measure_lyapunov, predicted_rates
+from .sync import check_extrapolation, measure_lyapunov, predicted_rates
 
 #: Fields that take the grid values; ``sigma`` sets both bias scales.
 PSEUDO_FIELDS = {"sigma": ("sigma_U", "sigma_W")}
@@ -53,6 +53,8 @@ class PhaseConfig(RunConfig):
     sync_tol: float = Field(1e-2, gt=0.0, lt=1.0, description="synchronised: min cosine >= 1 - sync_tol, in (0, 1)")
     up_to_sign: bool = Field(False, description="sync_fraction on |cosine| (odd fields synchronise up to sign)")
     boundary_points: int = Field(61, ge=5, le=1001, description="fine grid per axis for the predicted boundary")
+    extrapolate: bool = Field(True, description="lyapunov: λ̂₁ extrapolated to Δt → 0 from L, L/2, L/4 steps "
+                              "(L a multiple of 4)")
 
     @model_validator(mode="after")
     def _grid(self) -> "PhaseConfig":
@@ -65,6 +67,9 @@ class PhaseConfig(RunConfig):
                 raise ValueError(f"{axis}_values: must list at least one value")
         if self.x_field == self.y_field:
             raise ValueError("y_field: must differ from x_field")
+        depths = self.x_values if self.x_field == "L" else self.y_values if self.y_field == "L" else [self.L]
+        for L in depths:
+            check_extrapolation(int(L), self.extrapolate and self.measure == "lyapunov")
         return self
 
     def point(self, x: float, y: float) -> RunConfig:
@@ -79,14 +84,16 @@ class PhaseConfig(RunConfig):
         return build_config(data, overrides)
 
 
-def phase_point(config: dict, measure: str, pairs: int, eps: float, sync_tol: float, up_to_sign: bool, seed: int) -> dict:
-    """One grid point (a task: module-level, JSON-able in and out)."""
+def phase_point(config: dict, measure: str, pairs: int, eps: float, sync_tol: float, up_to_sign: bool, seed: int,
+                extrapolate: bool = False) -> dict:
+    """One grid point (a task: module-level, JSON-able in and out); ``err``: the Δt → 0
+    extrapolation error of λ̂₁ (0 when not extrapolated)."""
     cfg = RunConfig.model_validate(config)
     pred = predicted_rates(cfg, with_bound=False)
     out: dict[str, Any] = {"lambda_1_pred": pred["lambda_1_pred"], "lambda_bar_pred": pred["lambda_bar_pred"]}
     if measure == "lyapunov":
-        lyap = measure_lyapunov(cfg, pairs, eps, seed)
-        out.update(value=lyap["lambda_1"], se=lyap["lambda_1_se"])
+        lyap = measure_lyapunov(cfg, pairs, eps, seed, extrapolate=extrapolate)
+        out.update(value=lyap["lambda_1"], se=lyap["lambda_1_se"], err=lyap.get("lambda_1_extrap_err", 0.0))
         return out
     device, dtype = resolve_device(cfg.device), DTYPES[cfg.dtype]
     gen = make_generator(seed, device)
@@ -97,13 +104,14 @@ def phase_point(config: dict, measure: str, pairs: int, eps: float, sync_tol: fl
     iu = torch.triu_indices(cfg.N, cfg.N, offset=1, device=G.device)
     synced = (G[:, iu[0], iu[1]].min(dim=-1).values >= 1.0 - sync_tol).double()
     frac, se = mean_and_se(synced)
-    out.update(value=float(frac), se=float(se))
+    out.update(value=float(frac), se=float(se), err=0.0)
     return out
 
 
 @dataclass(repr=False)
 class PhaseResult(Result):
-    """``value``/``se``: (ny, nx) measured grid; ``pred_*``: the predictions at the grid points;
+    """``value``/``se``/``err``: (ny, nx) measured grid, its SE and Δt → 0 extrapolation error;
+    ``pred_*``: the predictions at the grid points;
     ``fine_x``, ``fine_y``, ``fine_lambda_1``, ``fine_lambda_bar``: predictions on the fine grid."""
 
     command: ClassVar[str] = "phase"
@@ -113,6 +121,7 @@ class PhaseResult(Result):
     y: np.ndarray
     value: np.ndarray
     se: np.ndarray
+    err: np.ndarray
     pred_lambda_1: np.ndarray
     pred_lambda_bar: np.ndarray
     fine_x: np.ndarray
@@ -124,11 +133,11 @@ class PhaseResult(Result):
 
     def agreement(self) -> dict:
         """For ``lyapunov``: grid points where sign(measured) = sign(predicted λ₁ − γ), and those whose
-        |measured − predicted| ≤ 3 SE; for ``sync_fraction``: points with fraction ≥ ½ exactly where λ₁ − γ < 0."""
+        |measured − predicted| ≤ 3 √(SE² + err²); for ``sync_fraction``: points with fraction ≥ ½ exactly where λ₁ − γ < 0."""
         pred = self.pred_lambda_1
         if self.config.measure == "lyapunov":
             same = np.sign(self.value) == np.sign(pred)
-            within = np.abs(self.value - pred) <= 3 * self.se
+            within = np.abs(self.value - pred) <= 3 * np.hypot(self.se, self.err)
             return {"points": int(pred.size), "same_sign": int(same.sum()), "within_3se": int(within.sum())}
         same = (self.value >= 0.5) == (pred < 0)
         return {"points": int(pred.size), "same_side": int(same.sum())}
@@ -137,7 +146,7 @@ class PhaseResult(Result):
         c = self.config
         return {
             "x_field": c.x_field, "y_field": c.y_field, "measure": c.measure, "x": self.x, "y": self.y,
-            "value": self.value, "se": self.se, "lambda_1_pred": self.pred_lambda_1,
+            "value": self.value, "se": self.se, "err": self.err, "lambda_1_pred": self.pred_lambda_1,
             "lambda_bar_pred": self.pred_lambda_bar, "agreement": self.agreement(),
         }
 
@@ -145,7 +154,8 @@ class PhaseResult(Result):
         c = self.config
         grid, fine = (c.y_field + "_value", c.x_field + "_value"), ("fine_" + c.y_field, "fine_" + c.x_field)
         return xr.Dataset(
-            {"value": (grid, self.value), "se": (grid, self.se), "lambda_1_pred": (grid, self.pred_lambda_1),
+            {"value": (grid, self.value), "se": (grid, self.se), "err": (grid, self.err),
+             "lambda_1_pred": (grid, self.pred_lambda_1),
              "lambda_bar_pred": (grid, self.pred_lambda_bar), "fine_lambda_1": (fine, self.fine_lambda_1),
              "fine_lambda_bar": (fine, self.fine_lambda_bar)},
             coords={grid[1]: self.x, grid[0]: self.y, fine[1]: self.fine_x, fine[0]: self.fine_y},
@@ -182,16 +192,18 @@ def run_phase(cfg: PhaseConfig, progress: bool = False, store: Optional[Path | s
     seeds = child_seeds(cfg.seed, len(points))
     tasks = [
         Task(f"phase-{i}-{j}", phase_point, dict(config=p.model_dump(mode="json"), measure=cfg.measure, pairs=cfg.pairs,
-                                                 eps=cfg.eps, sync_tol=cfg.sync_tol, up_to_sign=cfg.up_to_sign, seed=s))
+                                                 eps=cfg.eps, sync_tol=cfg.sync_tol, up_to_sign=cfg.up_to_sign, seed=s,
+                                                 extrapolate=cfg.extrapolate and cfg.measure == "lyapunov"))
         for ((i, j), p), s in zip(points.items(), seeds)
     ]
     results = run_tasks(tasks, store=store, scheduler=scheduler, progress=progress, desc="phase")
-    value, se = np.empty((len(ys), len(xs))), np.empty((len(ys), len(xs)))
+    value, se, err = (np.empty((len(ys), len(xs))) for _ in range(3))
     lam1, lbar = np.empty_like(value), np.empty_like(value)
     for (i, j) in points:
         r = results[f"phase-{i}-{j}"]
-        value[i, j], se[i, j], lam1[i, j], lbar[i, j] = r["value"], r["se"], r["lambda_1_pred"], r["lambda_bar_pred"]
+        value[i, j], se[i, j], err[i, j] = r["value"], r["se"], r["err"]
+        lam1[i, j], lbar[i, j] = r["lambda_1_pred"], r["lambda_bar_pred"]
     fx, fy = _fine_axis(cfg, cfg.x_field, cfg.x_values), _fine_axis(cfg, cfg.y_field, cfg.y_values)
     f1, fb = _predictions(cfg, fx, fy)
-    return PhaseResult(cfg, xs, ys, value, se, lam1, lbar, fx, fy, f1, fb, provenance(resolve_device(cfg.device)),
+    return PhaseResult(cfg, xs, ys, value, se, err, lam1, lbar, fx, fy, f1, fb, provenance(resolve_device(cfg.device)),
                        time.perf_counter() - start)
