@@ -22,18 +22,22 @@ def _batched(X) -> torch.Tensor:
     return X.unsqueeze(0) if X.dim() == 2 else X
 
 
-def cluster_labels(X, tol: float = 1e-2) -> np.ndarray:
-    """Cluster label of every token: (batch, N) ints, clusters numbered 0, 1, ... by first token."""
+def cluster_labels(X, tol: float = 1e-2, up_to_sign: bool = False) -> np.ndarray:
+    """Cluster label of every token: (batch, N) ints, clusters numbered 0, 1, ... by first token.
+    ``up_to_sign``: clusters of points of projective space {x, −x} (linked when |cos| ≥ 1 − tol),
+    so two antipodal clusters are one."""
     G = gram(_batched(X)).cpu().numpy()
+    G = np.abs(G) if up_to_sign else G
     labels = np.empty(G.shape[:2], dtype=np.int64)
     for b in range(G.shape[0]):  # one graph per sample; the tokens inside are handled by scipy
         labels[b] = connected_components(G[b] >= 1.0 - tol, directed=False)[1]
     return labels
 
 
-def count_clusters(X, tol: float = 1e-2) -> np.ndarray:
-    """Number of clusters per sample at tolerance ``tol``: (batch,) ints."""
-    return cluster_labels(X, tol).max(axis=1) + 1
+def count_clusters(X, tol: float = 1e-2, up_to_sign: bool = False) -> np.ndarray:
+    """Number of clusters per sample at tolerance ``tol`` (of projective space with ``up_to_sign``):
+    (batch,) ints."""
+    return cluster_labels(X, tol, up_to_sign).max(axis=1) + 1
 
 
 def cluster_centres(X, labels: np.ndarray) -> list[np.ndarray]:
@@ -69,11 +73,13 @@ def pair_cosines(X) -> np.ndarray:
 class ClusterSummary:
     """Cluster statistics of a batch of clouds at tolerance ``tol`` (all per-sample arrays (batch,)).
 
+    ``n_projective``: clusters of points {x, −x} of projective space (an antipodal pair counts once);
     ``frac_near_plus`` / ``frac_near_minus``: fraction of pairs with cosine ≥ 1 − tol / ≤ −1 + tol;
     ``histogram``: counts of all pair cosines in ``bins`` (pooled over samples)."""
 
     tol: float
     n_clusters: np.ndarray
+    n_projective: np.ndarray
     n_antipodal: np.ndarray
     frac_near_plus: np.ndarray
     frac_near_minus: np.ndarray
@@ -92,6 +98,7 @@ def summarise_clusters(X, tol: float = 1e-2, bins: int = 40) -> ClusterSummary:
     return ClusterSummary(
         tol=tol,
         n_clusters=count_clusters(X, tol),
+        n_projective=count_clusters(X, tol, up_to_sign=True),
         n_antipodal=antipodal_pairs(X, tol),
         frac_near_plus=(cos >= 1.0 - tol).mean(axis=1),
         frac_near_minus=(cos <= -1.0 + tol).mean(axis=1),

@@ -68,3 +68,23 @@ def test_scenario_row_without_a_rate_tests_the_decrease_and_skips_unclear_cases(
     assert scenario_row(coords, e_up, se_up, 5.0, _pred(-1.0, -0.6, -0.3)).verdict == FAILS
     assert scenario_row(coords, e, se, 5.0, _pred(-0.4, -0.6, -0.3)) is None  # (λ₁ − γ)T = −2 > −2.5
     assert math.isfinite(row.ci[0])
+
+
+def test_cluster_count_row_tests_the_attractor_itself():
+    from types import SimpleNamespace
+
+    from stochformer.clusters import count_clusters
+    from stochformer.report.sections import cluster_count_row
+
+    # two antipodal clusters: two clusters on the sphere, one point of projective space
+    e = np.eye(4)
+    X = np.stack([e[0], e[0], -e[0], -e[0]])[None]
+    assert count_clusters(X, 0.05)[0] == 2 and count_clusters(X, 0.05, up_to_sign=True)[0] == 1
+    notes: list = []
+    ok = SimpleNamespace(n_projective=np.array([1, 1, 1]), n_clusters=np.array([2, 2, 2]), tol=0.05)
+    assert cluster_count_row("tanh", ok, 64, 20.0, notes).verdict == HOLDS
+    assert "predicted by t ≈" in notes[0]
+    # the paper-size measurement (2–5 clusters, mean 3.5) does not hold; nor two clusters for ReLU
+    bad = SimpleNamespace(n_projective=np.array([2, 3, 4, 5]), n_clusters=np.array([2, 3, 4, 5]), tol=0.05)
+    assert cluster_count_row("tanh", bad, 64, 20.0, notes).verdict == FAILS
+    assert cluster_count_row("relu", ok, 64, 20.0, notes).verdict == FAILS

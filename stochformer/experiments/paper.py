@@ -21,6 +21,7 @@ item 1 N = 64, L = 2000, T = 20, m = 2048; item 2 N = 64, L = 150, T = 5). Grids
 from __future__ import annotations
 
 import itertools
+import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -128,6 +129,21 @@ def run_clusters(size: Size = "quick", seed: int = 0, tol: float = 0.05, progres
         clusters[act] = summarise_clusters(res.data["X_final"].values, tol)
         final[act] = res.data["X_final"].values
     return ClustersResult(size, sizes, tol, curves, clusters, final, seed, time.perf_counter() - start, device)
+
+
+def attractor_horizon(lambda_1: float, kappa: float, kappa_prime: float, N: int, tol: float) -> float:
+    """The time by which all N tokens are linked (cos ≥ 1 − tol, up to sign for an odd field), from
+    e^{λ₁T}: linearised, the log chordal distance of a pair is a Brownian motion with drift λ₁ and
+    variance rate κ + κ' (``sync.near_sync_horizon``) started at log √2 (uniform tokens); the slowest
+    of the P = N(N−1)/2 pairs is below √(2 tol) once λ₁T + z_P √((κ + κ')T) ≤ log √tol,
+    z_P = Φ⁻¹(1 − 1/P). ``inf`` when λ₁ ≥ 0."""
+    from scipy.stats import norm
+
+    if lambda_1 >= 0:
+        return math.inf
+    z, v, c = float(norm.isf(2.0 / (N * (N - 1)))), kappa + kappa_prime, 0.5 * math.log(tol)
+    root = (z * math.sqrt(v) + math.sqrt(z * z * v + 4 * lambda_1 * c)) / (2 * -lambda_1)
+    return root * root
 
 
 # --------------------------------------------------------------------------- item 2

@@ -92,6 +92,22 @@ def plot_phase(result) -> "plt.Figure":
     return fig
 
 
+def plot_cluster_picture(result, sample: int = 0) -> "plt.Figure":
+    """ClustersResult: the paper's picture, the first two coordinates of the final tokens of one
+    sample, one panel per activation."""
+    acts = list(result.final)
+    fig, axes = plt.subplots(1, len(acts), figsize=(4 * len(acts), 4), squeeze=False)
+    theta = np.linspace(0, 2 * np.pi, 200)
+    for ax, act in zip(axes[0], acts):
+        X = np.asarray(result.final[act])[sample]
+        ax.plot(np.cos(theta), np.sin(theta), color="0.8", lw=1)
+        ax.scatter(X[:, 0], X[:, 1], s=12)
+        ax.set(xlim=(-1.1, 1.1), ylim=(-1.1, 1.1), aspect="equal", xlabel="$x_1$", ylabel="$x_2$",
+               title=f"{act}: final tokens (sample {sample})")
+    fig.tight_layout()
+    return fig
+
+
 def plot_clusters(result) -> "plt.Figure":
     """ClustersResult (SPEC §6 item 1): cosines against layer and the final pair-cosine histograms."""
     acts = list(result.curves)

@@ -124,13 +124,34 @@ def _uniform_tail(d: int, tol: float) -> float:
     return float(2 * beta.sf(1 - tol / 2, a, a))
 
 
+def cluster_count_row(act: str, cl, N: int, T: float, notes: list) -> Comparison:
+    """The claim itself: one cluster at the end (ReLU), or for an odd field (tanh) one point of
+    projective space {x, −x} (two antipodal clusters); mean ± SE over samples of the count of
+    ``cl`` (a ClusterSummary), "matches" 1 with no tolerance. Appends to ``notes`` the horizon at
+    which the attractor is predicted (``paper.attractor_horizon``, from e^{λ₁T})."""
+    odd = act in ODD_ACTIVATIONS
+    counts = np.asarray(cl.n_projective if odd else cl.n_clusters, float)
+    m, se = _mean_se(counts)
+    p = predicted_rates(build_config({"d": 4, "activation": act, "attention": False}), with_bound=False)
+    horizon = paper.attractor_horizon(p["lambda_1_noise"], p["kappa"], p["kappa_prime"], N, cl.tol)
+    notes.append(f"{act}: λ₁ = {p['lambda_1_noise']:.4g}; all N = {N} tokens linked (cos ≥ 1 − {cl.tol:g}"
+                 f"{', up to sign' if odd else ''}) predicted by t ≈ {horizon:.3g} (slowest of N(N−1)/2 pairs, "
+                 f"linearised two-point motion), against T = {T:g}; counts at T per sample: {counts.astype(int).tolist()}")
+    what = "points {x, −x} of projective space (antipodal clusters count once)" if odd else "clusters"
+    return Comparison.from_mean_se(f"{act}: number of {what} at the last layer", 1.0, m, se, rule="matches",
+                                   note=f"the attractor: {'two antipodal clusters' if odd else 'one cluster'}; "
+                                        f"reached by t ≈ {horizon:.3g} (predicted), T = {T:g}")
+
+
 def _run_clusters(cfg: ClustersStageConfig, ctx: StageContext) -> StageOutput:
     plots = sync_plots
     res = paper.run_clusters(cfg.size, seed=cfg.seed, tol=cfg.tol, progress=ctx.progress, device=cfg.device,
                              sizes=cfg.sizes)
-    rows = []
+    rows, notes = [], []
     uniform = _uniform_tail(4, cfg.tol)
+    N, T = int(res.sizes["N"]), float(res.sizes["T"])
     for act, cl in res.clusters.items():
+        rows.append(cluster_count_row(act, cl, N, T, notes))
         m, se = _mean_se(np.asarray(cl.frac_near_plus) + np.asarray(cl.frac_near_minus))
         rows.append(Comparison.from_mean_se(
             f"{act}: fraction of pairs with |cos| ≥ 1 − tol at the last layer", uniform, m, se, rule="above",
@@ -144,7 +165,10 @@ def _run_clusters(cfg: ClustersStageConfig, ctx: StageContext) -> StageOutput:
                                                 rule="matches", tol=0.05, note="field not odd: one cluster, no antipodal pair"))
     figs = [figure_png(plots.plot_clusters(res), "clusters",
                        "Mean and min pairwise cosine against layer (left); histogram of the pair cosines at the last layer")]
-    notes = [f"sizes: {res.sizes}; d = 4, no attention, no biases, uniform initial tokens"]
+    figs.append(figure_png(plots.plot_cluster_picture(res), "clusters-picture",
+                           "The paper's picture: the first two coordinates of the final tokens of one sample, "
+                           "ReLU (left) and tanh (right), on the unit circle's projection"))
+    notes.insert(0, f"sizes: {res.sizes}; d = 4, no attention, no biases, uniform initial tokens")
     return StageOutput(res.to_dict(), rows, figs, _prov(cfg), _seeds(cfg, 2), notes)
 
 
