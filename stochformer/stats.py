@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Sequence, Union
 
@@ -69,7 +70,7 @@ def fit_power_law_se(N: Sequence[float], y: np.ndarray, se: np.ndarray, n_boot: 
     weighted least squares of y ≈ C N^{−p} in linear space (weights 1/se²), so every size enters,
     also one whose mean is not resolved from 0 or is negative. 95% interval from a parametric
     bootstrap: refits of y + se·ξ (ξ standard normal)."""
-    from scipy.optimize import curve_fit
+    from scipy.optimize import OptimizeWarning, curve_fit
 
     N, y, se = np.asarray(N, float), np.asarray(y, float), np.asarray(se, float)
     x = N / N[0]  # C is the value at the first size: a well-scaled parameter
@@ -78,8 +79,10 @@ def fit_power_law_se(N: Sequence[float], y: np.ndarray, se: np.ndarray, n_boot: 
         return C * x ** (-p)
 
     def fit(values: np.ndarray) -> tuple[float, float]:
-        (C, p), _ = curve_fit(law, x, values, p0=(values[0] if values[0] > 0 else float(np.abs(values).max()), 1.0),
-                              sigma=se, absolute_sigma=True, maxfev=2000)
+        with warnings.catch_warnings():  # the parameter covariance is not used (the interval is bootstrapped)
+            warnings.simplefilter("ignore", OptimizeWarning)
+            (C, p), _ = curve_fit(law, x, values, p0=(values[0] if values[0] > 0 else float(np.abs(values).max()), 1.0),
+                                  sigma=se, absolute_sigma=True, maxfev=2000)
         return float(C), float(p)
 
     C, p = fit(y)

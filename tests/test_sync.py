@@ -114,6 +114,21 @@ def test_noiseless_attention_pair_exponent_is_the_discrete_minus_gamma(gamma):
     assert abs(ext["lambda_1"] + gamma) < ext["lambda_1_extrap_err"] < 0.1 * abs(out["lambda_1"] + gamma)
 
 
+def test_default_sync_lyapunov_agrees_after_extrapolation():
+    # A case nothing was tuned on: tanh, d = 16, σ = 0.3, repulsive γ = −0.5, the transformer at the
+    # default step (T = 5, L = 100; m = 64 and 64 pairs for speed). λ₁ − γ = −0.7465. At L layers the
+    # estimate is more than 10% low (the time-step bias); extrapolated to Δt → 0 it agrees within 3%
+    # or 3 combined SE √(SE² + err²).
+    cfg = build_config({}, ["activation=tanh", "d=16", "sigma_U=0.3", "sigma_W=0.3", "gamma=-0.5", "m=64"],
+                       model=SyncConfig)
+    assert (cfg.T, cfg.L, cfg.dynamics, cfg.extrapolate) == (5.0, 100, "transformer", True)
+    pred = predicted_rates(cfg, with_bound=False)["lambda_1_pred"]
+    out = measure_lyapunov(cfg, 64, cfg.eps, seed=1)
+    assert abs(out["lambda_1_steps"]["100"] - pred) > 0.1 * abs(pred)
+    tol = max(0.03 * abs(pred), 3 * math.hypot(out["lambda_1_se"], out["lambda_1_extrap_err"]))
+    assert abs(out["lambda_1"] - pred) < tol and out["lambda_1_se"] < 0.1 * abs(pred)
+
+
 def test_repulsive_attention_is_overcome_by_coercive_noise_on_one_side_of_gamma_equals_lambda_1():
     # ReLU d = 8, σ_U = σ_W = 0.5: λ₁ = −1.375, λ̄ = −1.75 (coercive). Pair exponent λ₁ − γ:
     # γ = −0.6 (> λ₁) synchronises (−0.775), γ = −2.2 (< λ₁) does not (+0.825); without noise both repel.
