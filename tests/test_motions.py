@@ -1,0 +1,53 @@
+"""The one- and two-point motions of the noise alone (stochformer.motions) against the transformer
+and the limit SDE: ReLU, d = 4, σ_U = σ_W = 0.5 (κ(1) = 0.5), no attention, T = 1, L = 100."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from stochformer.build import initial_tokens, make_kernel, make_model
+from stochformer.config import InitConfig, build_config
+from stochformer.motions import one_point_mean, simulate_two_point, two_point_coefficients
+from stochformer.runtime import make_generator
+from stochformer.solve import SaveAt, solve
+
+BASE = {"d": 4, "activation": "relu", "sigma_U": 0.5, "sigma_W": 0.5, "attention": False, "T": 1.0, "L": 100, "m": 64}
+
+
+def test_two_point_coefficients_near_synchronisation_give_lambda_bar_and_the_log_variance():
+    k = make_kernel(build_config(BASE))
+    h = 1e-8  # the kinked ReLU kernel's (1 − u)^{3/2} term shifts the rate by O(√h)
+    b, a = two_point_coefficients(k, torch.tensor([1 - h], dtype=torch.float64))
+    lam_bar = (k.d - 1) * k.kappa1_prime - (k.d - 3) * k.kappa1
+    assert float(-b[0] / h) == pytest.approx(lam_bar, rel=1e-4)  # d(1 − u) = λ̄ (1 − u) dt
+    assert float(a[0] / h**2) == pytest.approx(4 * (k.kappa1 + k.kappa1_prime), rel=1e-4)
+
+
+@pytest.fixture(scope="module")
+def reference():
+    """The scalar diffusion from u0 = 0.5, 400 steps, 20000 paths: u_T."""
+    return simulate_two_point(make_kernel(build_config(BASE)), 0.5, 1.0, 400, 20000, seed=0)
+
+
+@pytest.mark.parametrize("dynamics", ["sde", "transformer"])
+def test_one_and_two_point_laws_match_the_motions(dynamics, reference):
+    # 2000 pairs at cosine 0.5. One point: E⟨x₀, X_T⟩ = e^{−κ(1)(d−1)T/2} = 0.4724. Two points: mean of
+    # u_T and P(u_T > 0.9) against the scalar reference; all within 4 combined SE.
+    cfg = build_config({**BASE, "dynamics": dynamics, "N": 2, "batch": 2000})
+    g = make_generator(1)
+    X0 = initial_tokens(InitConfig(kind="pair", cosine=0.5), cfg.batch, 2, cfg.d, g)
+    X = torch.from_numpy(solve(make_model(cfg), X0, cfg.T, cfg.L, SaveAt(stats=()), generator=g)["X_final"].values)
+    one = (X0[:, 0] * X[:, 0]).sum(-1).numpy()
+    assert abs(one.mean() - one_point_mean(0.5, 4, 1.0)) < 4 * one.std(ddof=1) / math.sqrt(len(one))
+    u = (X[:, 0] * X[:, 1]).sum(-1).numpy()
+
+    def se(x):
+        return x.std(ddof=1) / math.sqrt(len(x))
+
+    assert abs(u.mean() - reference.mean()) < 4 * math.hypot(se(u), se(reference))
+    p, q = (u > 0.9).astype(float), (reference > 0.9).astype(float)
+    assert 0.2 < q.mean() < 0.6 and abs(p.mean() - q.mean()) < 4 * math.hypot(se(p), se(q))
+    # a wrong model fails the same check: the diffusion without its drift's κ(u) term
+    assert abs(0.5 * math.exp(-0.5 * 3) - u.mean()) > 4 * math.hypot(se(u), se(reference))
