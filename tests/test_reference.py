@@ -18,7 +18,15 @@ import pytest
 import torch
 
 from stochformer.attention import Attention
-from stochformer.config import RunConfig
+from stochformer.config import InitConfig, RunConfig
+from stochformer.diagnostics import (
+    energy,
+    mean_and_se,
+    mean_cosine,
+    mean_token,
+    min_cosine,
+    pair_statistics,
+)
 from stochformer.kernel import NoiseKernel
 from stochformer.meanfield import make_field, particle_stepper
 from stochformer.noise import (
@@ -29,7 +37,7 @@ from stochformer.noise import (
     sqrt_psd,
 )
 from stochformer.sde import EulerMaruyama, LimitSDE, StratonovichHeun
-from stochformer.sphere import normalize
+from stochformer.sphere import initial_tokens, normalize, random_rotations, uniform
 from stochformer.transformer import TransformerLayer
 
 TOL = 1e-12
@@ -544,3 +552,53 @@ def test_mean_field_particle_step(integrator, sdpa, tokens, gen, replay):
     k1 = kappa(1.0, "relu", d, sU, sW, s)
     ref = euler_reference(Xn, dt, QKV, k1, dW, True) if integrator == "euler" else heun_reference(Xn, dt, QKV, dW)
     close(stepper.step(X, gen), ref)
+
+
+# ----------------------------------------------------------------- sphere geometry and diagnostics
+
+
+def test_initial_tokens(gen, replay):
+    """uniform: LN of i.i.d. normals; cluster: LN(c + spread·normals) around e₁ or a given centre;
+    pair: e₁ and (c, √(1−c²), 0, …) rotated by a Haar rotation R = QR-factor with sign(diag R) > 0."""
+    B, N, d = 2, 3, 4
+    g = replay(gen)
+    close(uniform((B, N), d, gen), np.stack([[ln(v) for v in Z] for Z in randn(g, B, N, d)]))
+    close(initial_tokens(InitConfig(kind="uniform"), B, N, d, gen), np.stack([[ln(v) for v in Z] for Z in randn(g, B, N, d)]))
+    for center in (None, [0.0, 2.0, 0.0, 1.0]):
+        c = np.eye(d)[0] if center is None else ln(np.array(center))
+        ref = np.stack([[ln(c + 0.3 * v) for v in Z] for Z in randn(g, B, N, d)])
+        close(initial_tokens(InitConfig(kind="cluster", spread=0.3, center=center), B, N, d, gen), ref)
+    R, g2 = [], replay(g)
+    for A in randn(g, B, d, d):
+        Qm, Rm = np.linalg.qr(A)
+        R.append(Qm * np.sign(np.diag(Rm)))
+    close(random_rotations(B, d, g2), np.stack(R))
+    p = np.zeros((2, d))
+    p[0, 0], p[1, 0], p[1, 1] = 1.0, 0.4, math.sqrt(1 - 0.16)
+    close(initial_tokens(InitConfig(kind="pair", cosine=0.4), B, 2, d, gen), np.stack([p @ r.T for r in R]))
+
+
+def test_diagnostics(tokens):
+    """Mean and minimum cosine over pairs i < j, E_β = ½ N⁻² Σ_ij (e^β − e^{β⟨x_i,x_j⟩}), the mean
+    token, in one pass or in row blocks; mean ± standard error."""
+    B, N, d, beta = 2, 5, 3, 1.7
+    X = tokens(B, N, d, seed=27)
+    Xn = X.numpy()
+    pairs = [[float(np.dot(Xb[i], Xb[j])) for i in range(N) for j in range(i + 1, N)] for Xb in Xn]
+    E = [0.5 * sum(math.exp(beta) - math.exp(beta * float(np.dot(x, y))) for x in Xb for y in Xb) / N**2 for Xb in Xn]
+    close(mean_cosine(X), np.array([np.mean(p) for p in pairs]))
+    close(min_cosine(X), np.array([min(p) for p in pairs]))
+    close(mean_token(X), Xn.mean(axis=1))
+    for chunk in (None, 2):
+        close(energy(X, beta, chunk=chunk), np.array(E))
+    for block in (None, 2 * N, 1):
+        stats = pair_statistics(X, beta, block=block)
+        close(stats["mean_cosine"], np.array([np.mean(p) for p in pairs]))
+        close(stats["min_cosine"], np.array([min(p) for p in pairs]))
+        close(stats["energy"], np.array(E))
+    v = torch.tensor([[1.0, 2.0], [2.0, 5.0], [6.0, 2.0]], dtype=torch.float64)
+    m, se = mean_and_se(v)
+    close(m, np.array([3.0, 3.0]))
+    close(se, np.array([math.sqrt(7.0 / 3.0), 1.0]))
+    m, se = mean_and_se(v[:1])
+    close(se, np.zeros(2))
