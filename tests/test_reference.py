@@ -17,28 +17,29 @@ import numpy as np
 import pytest
 import torch
 
-from stochformer.attention import Attention
+from stochformer.brownian import BrownianPath, Draws
+from stochformer.build import initial_tokens, make_attention, make_field, make_particles
 from stochformer.config import InitConfig, RunConfig
 from stochformer.diagnostics import (
     energy,
-    mean_and_se,
     mean_cosine,
     mean_token,
     min_cosine,
     pair_statistics,
 )
-from stochformer.kernel import NoiseKernel
-from stochformer.meanfield import make_field, particle_stepper
-from stochformer.noise import (
+from stochformer.model.attention import SoftmaxAttention
+from stochformer.model.kernel import NoiseKernel
+from stochformer.model.noise import (
     ExactField,
-    MLPNoise,
     RandomFeatureField,
+    RandomMLP,
     _gram_output_cheaper,
     sqrt_psd,
 )
-from stochformer.sde import EulerMaruyama, LimitSDE, StratonovichHeun
-from stochformer.sphere import initial_tokens, normalize, random_rotations, uniform
-from stochformer.transformer import TransformerLayer
+from stochformer.model.sde import EulerMaruyama, LimitSDE, StratonovichHeun
+from stochformer.model.transformer import Transformer
+from stochformer.sphere import normalize, random_rotations, uniform
+from stochformer.stats import mean_and_se
 
 TOL = 1e-12
 
@@ -129,8 +130,13 @@ def qkv(d: int, seed: int = 7) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return tuple(np.eye(d) + r.standard_normal((d, d)) / math.sqrt(d) for _ in range(3))
 
 
-def attention_of(Q: np.ndarray, K: np.ndarray, V: np.ndarray, **kw) -> Attention:
-    return Attention(A=torch.from_numpy(Q.T @ K), V=torch.from_numpy(V), **kw)
+def coupled(gen: torch.Generator, xi) -> Draws:
+    """The step randomness with the given normals Ξ (batch, N, d) as the Brownian path's."""
+    return Draws(gen, BrownianPath.from_normals(torch.as_tensor(xi)[None]))
+
+
+def attention_of(Q: np.ndarray, K: np.ndarray, V: np.ndarray, **kw) -> SoftmaxAttention:
+    return SoftmaxAttention(A=torch.from_numpy(Q.T @ K), V=torch.from_numpy(V), **kw)
 
 
 # ----------------------------------------------------------------- attention
@@ -155,7 +161,7 @@ def test_attention_paths(path, matrices, other_keys, tokens):
         Q, K, V = beta * np.eye(d), np.eye(d), gamma * np.eye(d)
         at = {"beta": beta, "gamma": gamma}
     kw = {"dense": {}, "chunked": {"chunk": 3}, "chunked_rowmax": {"chunk": 2}, "sdpa": {"sdpa": True}}[path]
-    got = Attention(**at, **kw)(X, keys=keys)
+    got = SoftmaxAttention(**at, **kw)(X, keys=keys)
     Xk = X if keys is None else keys
     ref = np.stack([attn(X[b].numpy(), Xk[b].numpy(), Q, K, V) for b in range(B)])
     close(got, ref)
@@ -168,7 +174,7 @@ def test_attention_from_config_uses_q_transpose_k(tokens):
     cfg = RunConfig(d=d, Q=Q.tolist(), K=K.tolist(), V=V.tolist())
     X = tokens(2, 5, d, seed=4)
     ref = np.stack([attn(x, x, Q, K, V) for x in X.numpy()])
-    close(Attention.from_config(cfg)(X), ref)
+    close(make_attention(cfg)(X), ref)
 
 
 # ----------------------------------------------------------------- the MLP noise
@@ -192,7 +198,7 @@ def test_mlp_weights_mode(activation, sigma_U, sigma_W, scale, tokens, gen, repl
     """mode="weights": √dt · s · G^m(x_i) with U, W, b_U, b_W drawn explicitly (SPEC §1)."""
     B, N, d, m, dt = 2, 4, 3, 6, 0.3
     X = tokens(B, N, d)
-    noise = MLPNoise(activation=activation, m=m, sigma_U=sigma_U, sigma_W=sigma_W, scale=scale, mode="weights")
+    noise = RandomMLP(width=m, activation=activation, sigma_U=sigma_U, sigma_W=sigma_W, scale=scale, mode="weights")
     U, bU, W, bW = weights_mode_draws(replay(gen), B, m, d, sigma_U, sigma_W)
     got = noise.increment(X, dt, gen)
     phi = PHI[activation]
@@ -250,7 +256,7 @@ def test_mlp_gaussian_mode(N, d, m, gram, activation, sigma_U, sigma_W, scale, t
     assert _gram_output_cheaper(N, d, m, torch.device("cpu")) == gram  # the route this case covers
     B, dt = 2, 0.3
     X = tokens(B, N, d, seed=5)
-    noise = MLPNoise(activation=activation, m=m, sigma_U=sigma_U, sigma_W=sigma_W, scale=scale, mode="gaussian")
+    noise = RandomMLP(width=m, activation=activation, sigma_U=sigma_U, sigma_W=sigma_W, scale=scale, mode="gaussian")
     r = min(N, d)
     n = B * m * (r + (sigma_U > 0)) + B * (N if gram else m) * d + B * d * (sigma_W > 0)
     z = randn(replay(gen), n)
@@ -267,7 +273,7 @@ def test_mlp_coupling_given_normals(mode, N, d, tokens, gen, replay):
     B, m, dt, sigma_U, sigma_W, scale = 2, 9, 0.2, 0.4, 0.3, 1.2
     X = tokens(B, N, d, seed=6)
     xi = torch.from_numpy(np.random.default_rng(9).standard_normal((B, N, d)))
-    noise = MLPNoise(activation="tanh", m=m, sigma_U=sigma_U, sigma_W=sigma_W, scale=scale, mode=mode)
+    noise = RandomMLP(width=m, activation="tanh", sigma_U=sigma_U, sigma_W=sigma_W, scale=scale, mode=mode)
     g = replay(gen)
     if mode == "weights":
         U, bU, _, _ = weights_mode_draws(g, B, m, d, sigma_U, 0.0)
@@ -277,7 +283,7 @@ def test_mlp_coupling_given_normals(mode, N, d, tokens, gen, replay):
         hid, bU = z[: B * m * r].reshape(B, m, r), sigma_U * z[B * m * r :].reshape(B, m)
         Xn = X.numpy()
         U = np.stack([hid[b] if d <= N else u_from_cholesky(Xn[b], hid[b]) for b in range(B)])
-    got = noise.increment(X, dt, gen, xi=xi)
+    got = noise.increment(X, dt, coupled(gen, xi))
     ref = np.zeros((B, N, d))
     for b in range(B):
         Phi = features(X[b].numpy(), U[b], bU[b], math.tanh)
@@ -342,17 +348,17 @@ def test_transformer_layer(order, with_attention, with_mlp, tokens, gen):
     X = tokens(B, N, d, seed=12)
     QKV = qkv(d) if with_attention else None
     frozen = FrozenMLP.random(B, m, d, scale=1.3) if with_mlp else None
-    layer = TransformerLayer(dt, attention_of(*QKV) if with_attention else None, frozen, order)
-    close(layer.step(X, gen), layer_reference(X.numpy(), dt, order, QKV, frozen))
+    layer = Transformer(attention_of(*QKV) if with_attention else None, frozen, order)
+    close(layer.step(X, dt, gen), layer_reference(X.numpy(), dt, order, QKV, frozen))
 
 
-class MLPBeforeAttention(TransformerLayer):
+class MLPBeforeAttention(Transformer):
     """A wrong post-LN layer that passes the statistical tests: the MLP acts on the pre-attention
     token, X' = LN(Y + √Δt s G^m(X)) (the difference vanishes only as Δt → 0)."""
 
-    def step(self, X, generator, xi=None):
-        Y = normalize(X + self.dt * self.attention(X))
-        return normalize(Y + self.noise.increment(X, self.dt, generator))
+    def step(self, X, dt, rng):
+        Y = normalize(X + dt * self.attention(X))
+        return normalize(Y + self.mlp.increment(X, dt, rng))
 
 
 def test_reference_tells_the_mlp_before_attention_mutant_apart(tokens, gen):
@@ -360,7 +366,7 @@ def test_reference_tells_the_mlp_before_attention_mutant_apart(tokens, gen):
     B, N, d, m, dt = 2, 5, 3, 7, 0.4
     X = tokens(B, N, d, seed=12)
     QKV, frozen = qkv(d), FrozenMLP.random(B, m, d, scale=1.3)
-    wrong = MLPBeforeAttention(dt, attention_of(*QKV), frozen, "post_ln").step(X, gen).numpy()
+    wrong = MLPBeforeAttention(attention_of(*QKV), frozen, "post_ln").step(X, dt, gen).numpy()
     assert np.max(np.abs(wrong - layer_reference(X.numpy(), dt, "post_ln", QKV, frozen))) > 1e-3
 
 
@@ -371,16 +377,16 @@ def test_transformer_layer_with_drawn_weights_and_with_normals(order, tokens, ge
     B, N, d, m, dt, sU, sW, s = 2, 5, 3, 6, 0.3, 0.2, 0.1, 0.9
     X = tokens(B, N, d, seed=13)
     QKV = qkv(d, seed=14)
-    noise = MLPNoise(activation="relu", m=m, sigma_U=sU, sigma_W=sW, scale=s, mode="weights")
-    layer = TransformerLayer(dt, attention_of(*QKV), noise, order)
+    noise = RandomMLP(width=m, activation="relu", sigma_U=sU, sigma_W=sW, scale=s, mode="weights")
+    layer = Transformer(attention_of(*QKV), noise, order)
     Xn = X.numpy()
 
     frozen = FrozenMLP(*weights_mode_draws(replay(gen), B, m, d, sU, sW), s, "relu")
-    close(layer.step(X, gen), layer_reference(Xn, dt, order, QKV, frozen))
+    close(layer.step(X, dt, gen), layer_reference(Xn, dt, order, QKV, frozen))
 
     xi = np.random.default_rng(15).standard_normal((B, N, d))
     U, bU, _, _ = weights_mode_draws(replay(gen), B, m, d, sU, 0.0)
-    got = layer.step(X, gen, xi=torch.from_numpy(xi))
+    got = layer.step(X, dt, coupled(gen, xi))
     ref = np.zeros_like(Xn)
     for b in range(B):
         A = attn(Xn[b], Xn[b], *QKV)
@@ -409,7 +415,7 @@ def test_exact_field_increment(activation, sigma_U, sigma_W, scale, method, toke
     xi = randn(replay(gen), B, N, d)
     close(field.increment(X, dt, gen), math.sqrt(dt) * np.stack([r @ x for r, x in zip(root, xi)]))
     xi2 = np.random.default_rng(17).standard_normal((B, N, d))
-    close(field.increment(X, dt, gen, xi=torch.from_numpy(xi2)), math.sqrt(dt) * np.stack([r @ x for r, x in zip(root, xi2)]))
+    close(field.increment(X, dt, coupled(gen, xi2)), math.sqrt(dt) * np.stack([r @ x for r, x in zip(root, xi2)]))
 
 
 def test_sqrt_psd_is_a_root(tokens):
@@ -463,14 +469,14 @@ def test_sde_step_given_increment(scheme, with_attention, with_noise, tokens, ge
     QKV = qkv(d, seed=20) if with_attention else None
     k1 = kappa(1.0, "relu", d, 0.3, 0.2)
     noise = ExactField(NoiseKernel("relu", d, 0.3, 0.2)) if with_noise else None
-    sde = LimitSDE(noise, attention_of(*QKV) if with_attention else None, k1, d)
+    sde = LimitSDE(attention_of(*QKV) if with_attention else None, noise, kappa1=k1)
     dW = 0.4 * np.random.default_rng(21).standard_normal((B, N, d))
     Xn = X.numpy()
     if scheme == "euler":
-        got = EulerMaruyama(sde, dt).step(X, gen, dW=torch.from_numpy(dW))
+        got = EulerMaruyama().step(sde, X, dt, torch.from_numpy(dW))
         ref = euler_reference(Xn, dt, QKV, k1, dW, with_noise)
     else:
-        got = StratonovichHeun(sde, dt).step(X, gen, dW=torch.from_numpy(dW))
+        got = StratonovichHeun().step(sde, X, dt, torch.from_numpy(dW))
         ref = heun_reference(Xn, dt, QKV, dW)
     close(got, ref)
 
@@ -482,16 +488,16 @@ def test_sde_step_given_normals(scheme, tokens, gen):
     X = tokens(B, N, d, seed=22)
     QKV = qkv(d, seed=23)
     k1 = kappa(1.0, "relu", d, sU, sW, s)
-    sde = LimitSDE(ExactField(NoiseKernel("relu", d, sU, sW, s)), attention_of(*QKV), k1, d)
+    integrator = EulerMaruyama() if scheme == "euler" else StratonovichHeun()
+    sde = LimitSDE(attention_of(*QKV), ExactField(NoiseKernel("relu", d, sU, sW, s)), integrator, k1)
     xi = np.random.default_rng(24).standard_normal((B, N, d))
     Xn = X.numpy()
     dW = np.stack([
         math.sqrt(dt) * sym_root(np.array([[kappa(float(np.dot(x, y)), "relu", d, sU, sW, s) for y in Xb] for x in Xb])) @ xb
         for Xb, xb in zip(Xn, xi)
     ])
-    stepper = (EulerMaruyama if scheme == "euler" else StratonovichHeun)(sde, dt)
     ref = euler_reference(Xn, dt, QKV, k1, dW, True) if scheme == "euler" else heun_reference(Xn, dt, QKV, dW)
-    close(stepper.step(X, gen, xi=torch.from_numpy(xi)), ref)
+    close(sde.step(X, dt, coupled(gen, xi)), ref)
 
 
 # ----------------------------------------------------------------- the mean-field particle step
@@ -542,7 +548,7 @@ def test_mean_field_particle_step(integrator, sdpa, tokens, gen, replay):
     g = replay(gf)
     u, b = randn(g, B, d, M), sU * randn(g, B, 1, M)[:, 0]
     field = make_field(cfg, B, gf)
-    stepper = particle_stepper(cfg, field, N, block=2 * N, sdpa=sdpa)
+    stepper = make_particles(cfg, field, N, block=2 * N, sdpa=sdpa)
     X = tokens(B, N, d, seed=26)
     g = replay(gen)
     Z, bW = randn(g, B, M, d), sW * randn(g, B, 1, d)[:, 0]
@@ -551,7 +557,7 @@ def test_mean_field_particle_step(integrator, sdpa, tokens, gen, replay):
     QKV = (1.5 * np.eye(d), np.eye(d), -1.0 * np.eye(d))
     k1 = kappa(1.0, "relu", d, sU, sW, s)
     ref = euler_reference(Xn, dt, QKV, k1, dW, True) if integrator == "euler" else heun_reference(Xn, dt, QKV, dW)
-    close(stepper.step(X, gen), ref)
+    close(stepper.step(X, dt, gen), ref)
 
 
 # ----------------------------------------------------------------- sphere geometry and diagnostics
@@ -562,7 +568,7 @@ def test_initial_tokens(gen, replay):
     pair: e₁ and (c, √(1−c²), 0, …) rotated by a Haar rotation R = QR-factor with sign(diag R) > 0."""
     B, N, d = 2, 3, 4
     g = replay(gen)
-    close(uniform((B, N), d, gen), np.stack([[ln(v) for v in Z] for Z in randn(g, B, N, d)]))
+    close(uniform(B, N, d, generator=gen), np.stack([[ln(v) for v in Z] for Z in randn(g, B, N, d)]))
     close(initial_tokens(InitConfig(kind="uniform"), B, N, d, gen), np.stack([[ln(v) for v in Z] for Z in randn(g, B, N, d)]))
     for center in (None, [0.0, 2.0, 0.0, 1.0]):
         c = np.eye(d)[0] if center is None else ln(np.array(center))

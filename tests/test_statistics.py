@@ -10,17 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from stochformer.meanfield import (
-    PowerFit,
-    fit_power_law,
-    fit_power_law_se,
-    rate_function,
-    sphere_rate,
-    tagged_correlation,
-    w2_exact,
-    w2_sliced,
-    w2_squared,
-)
+from stochformer.distances import rate_function, sphere_rate, w2_exact, w2_sliced, w2_squared
+from stochformer.stats import PowerFit, fit_power_law, fit_power_law_se, tagged_correlation
 
 N = np.array([8, 16, 32, 64])
 
