@@ -26,7 +26,8 @@ from tqdm.auto import tqdm
 
 from .. import __version__
 from ..config import ConfigError, build_config, load_toml
-from ..io import StageCache, atomic_write_bytes, config_key, to_jsonable, write_json
+from ..io import StageCache, atomic_write_bytes, config_key, source_hash, to_jsonable, write_json
+from ..outputs import OutputError, check_writable, has_marker, make_owned, refuse_unsafe, remove_owned
 from ..runtime import provenance
 from .profiles import PROFILES
 from .stages import Stage, StageContext, StageUnavailable, registered
@@ -103,7 +104,8 @@ def plan(
             item.config = build_config(base, mine, model=model)
         except ConfigError as exc:
             raise ConfigError(f"section {stage.name}: {exc}") from None
-        item.key = config_key({"stage": stage.name, "config": item.config.model_dump(mode="json"), "version": __version__})
+        item.key = config_key({"stage": stage.name, "config": item.config.model_dump(mode="json"), "version": __version__,
+                               "source": source_hash()})
         planned.append(item)
     unused = sorted({_field(o) for o in common} - used) + sorted(k for k in file_data if k not in names and k not in used)
     if unused:
@@ -117,12 +119,15 @@ def plan(
 
 
 def check_report_folder(out: Path, force: bool = False) -> None:
-    """Refuse to write into a non-empty folder that is not a report folder (unless ``force``)."""
+    """Refuse an unsafe path, a path that is not a folder, a non-empty folder that stochformer did
+    not create (even with ``force``) and a location where nothing can be written."""
+    refuse_unsafe(out)
     if out.exists() and not out.is_dir():
-        raise FileExistsError(f"--out: {out} exists and is not a folder")
-    if out.is_dir() and any(out.iterdir()) and not force:
-        if not ((out / "results.json").exists() or (out / CACHE_DIR).is_dir()):
-            raise FileExistsError(f"--out: {out} is not empty and is not a report folder (choose another folder or pass --force)")
+        raise OutputError(f"--out: {out} exists and is not a folder")
+    if out.is_dir() and any(out.iterdir()) and not has_marker(out):
+        raise OutputError(f"--out: {out} is not empty and is not a report folder (it was not created by stochformer); "
+                          "choose another folder")
+    check_writable(out)
 
 
 def nonfinite_paths(obj: Any, path: str = "") -> list[str]:
@@ -195,11 +200,14 @@ def reproduce(
     as ``out/results.json`` and ``out/index.html``).
 
     Stages not selected by ``only`` are shown from the cache when they were computed before with
-    the same config and version. Raises :class:`ConfigError` / ``FileExistsError`` before any work."""
+    the same config, version and source. ``force`` replaces an existing report folder. Raises
+    :class:`ConfigError` / :class:`~stochformer.outputs.OutputError` before any work."""
     planned = plan(profile, only, overrides, config_file)
     out = Path(out)
     check_report_folder(out, force)
-    out.mkdir(parents=True, exist_ok=True)
+    if force:
+        remove_owned(out)
+    make_owned(out, "reproduce")
     cache = StageCache(out / CACHE_DIR)
     t0 = time.perf_counter()
     records: list[dict] = []
