@@ -28,8 +28,31 @@ class ConfigError(ValueError):
     """An invalid configuration: the message names the field(s) and the valid range."""
 
 
+#: the largest integer torch accepts for sizes (int64); larger ones fail validation
+INT_MAX = 2**63 - 1
+
+
+def _too_big(value: Any) -> bool:
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return abs(value) > INT_MAX
+    if isinstance(value, (list, tuple)):
+        return any(_too_big(v) for v in value)
+    if isinstance(value, dict):
+        return any(_too_big(v) for v in value.values())
+    return False
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False, validate_assignment=True)
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _int64(cls, value: Any, info: Any) -> Any:
+        if info.field_name != "seed" and _too_big(value):  # seed has its own range (< 2**64)
+            raise ValueError("integers beyond int64 are not accepted (|value| <= 2**63 - 1)")
+        return value
 
 
 class InitConfig(_Strict):
@@ -47,7 +70,15 @@ class InitConfig(_Strict):
     def _check(self) -> "InitConfig":
         if self.kind == "npy" and self.path is None:
             raise ValueError("init.path: required when init.kind = 'npy' (a .npy file of shape (N, d))")
+        for name, kind in _INIT_USED_BY.items():  # a field that cannot take effect is an error
+            if self.kind != kind and getattr(self, name) != type(self).model_fields[name].default:
+                raise ValueError(f"init.{name}: has no effect with init.kind = {self.kind!r} (it is used only "
+                                 f"with init.kind = {kind!r}); remove it or set init.kind = {kind!r}")
         return self
+
+
+#: the init fields that only one init.kind reads
+_INIT_USED_BY = {"path": "npy", "center": "cluster", "spread": "cluster", "cosine": "pair"}
 
 
 class RunConfig(_Strict):

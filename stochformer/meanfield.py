@@ -31,6 +31,7 @@ from .config import RunConfig
 from .diagnostics import energy, mean_token
 from .noise import RandomFeatureField
 from .runtime import make_generator
+from .validation import check_finite
 
 def make_field(
     cfg: RunConfig, fields: int, generator: torch.Generator, dtype=torch.float64, device="cpu",
@@ -89,7 +90,7 @@ def evolve_particles(
     if 0 in wanted:
         saved[0] = X0.clone()
     for ell in tqdm(range(1, L + 1), desc=desc, disable=not progress, leave=False, mininterval=0.5):
-        X = stepper.step(X, gen)
+        X = check_finite(stepper.step(X, gen), ell, what="particles")
         if ell in wanted:
             saved[ell] = X.clone()
     return X, [saved[s] for s in sorted(wanted)]

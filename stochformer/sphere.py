@@ -66,7 +66,9 @@ def initial_tokens(
 
 def load_tokens(path, batch: int, N: int, d: int, dtype=torch.float64, device="cpu") -> torch.Tensor:
     """Tokens from a .npy file of shape (N, d) (shared by all samples) or (batch, N, d)."""
-    X = torch.as_tensor(load_token_array(path, batch, N, d), dtype=dtype, device=device)
+    arr = load_token_array(path, batch, N, d).astype(np.float64)
+    arr = arr / np.abs(arr).max(axis=-1, keepdims=True)  # rows of any magnitude normalise without overflow
+    X = torch.as_tensor(arr, dtype=dtype, device=device)
     return normalize(X.expand(batch, N, d).clone())
 
 
@@ -84,7 +86,6 @@ def load_token_array(path, batch: int, N: int, d: int) -> np.ndarray:
         raise ValueError(f"init.path: array has shape {arr.shape}; expected ({N}, {d}) or ({batch}, {N}, {d})")
     if not np.all(np.isfinite(arr)):
         raise ValueError("init.path: array contains non-finite values")
-    norms = np.linalg.norm(arr, axis=-1)
-    if np.any(norms == 0):
+    if np.any(np.abs(arr).max(axis=-1) == 0):
         raise ValueError("init.path: array has a zero row; tokens must be non-zero (they are normalised)")
     return arr

@@ -9,6 +9,7 @@ import click
 
 from ..activations import ACTIVATIONS
 from ..kernel import NoiseKernel, rates
+from .common import fail_cleanly
 
 
 @click.command("rates")
@@ -22,6 +23,7 @@ from ..kernel import NoiseKernel, rates
 @click.option("--gamma", type=float, default=0.0, show_default=True,
               help="attention V = γI: adds −γ to λ₁ and −2γ to λ̄ (the *_total values)")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
+@fail_cleanly
 def rates_cmd(activation, d, sigma_U, sigma_W, noise_scale, beta, gamma, as_json) -> None:
     """Print the noise kernel at 1 and the synchronisation rates."""
     for name, value in (("--sigma-U", sigma_U), ("--sigma-W", sigma_W), ("--noise-scale", noise_scale),

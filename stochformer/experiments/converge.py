@@ -43,6 +43,7 @@ from ..sde import INTEGRATORS, LimitSDE
 from ..sphere import initial_tokens
 from ..tasks import Task, run_tasks
 from ..transformer import TransformerLayer
+from ..validation import check_finite
 from .simulate import run_record
 
 #: the two sups of the error
@@ -111,7 +112,7 @@ def _coupled_errors(cfg: RunConfig, depths: list[int], widths: list[int], refine
         if at_layer:
             sup["layer"] = torch.maximum(sup["layer"], e)
 
-    for _ in range(depth):
+    for ell in range(1, depth + 1):
         xi_layer = torch.zeros_like(X0)
         for s in range(r):
             measure(at_layer=s == 0)
@@ -122,6 +123,7 @@ def _coupled_errors(cfg: RunConfig, depths: list[int], widths: list[int], refine
             xi_layer = xi_layer + xi
         xi_layer = xi_layer / math.sqrt(r)
         Xs = [layer.step(X, g_w, xi=xi_layer) for layer, X in zip(layers, Xs)]
+        check_finite(torch.stack([X_bar, *Xs]), ell, cfg)
     measure(at_layer=True)
     return {k: v.tolist() for k, v in sup.items()}
 

@@ -30,6 +30,7 @@ from ..io import write_json, write_npz
 from ..runtime import DTYPES, child_seeds, make_generator, provenance, resolve_device
 from ..sphere import gram, initial_tokens
 from ..tasks import Task, run_tasks
+from ..validation import check_finite
 from .simulate import run_record
 from .sync import _stepper_for, measure_lyapunov, predicted_rates
 
@@ -90,8 +91,8 @@ def phase_point(config: dict, measure: str, pairs: int, eps: float, sync_tol: fl
     gen = make_generator(seed, device)
     X = initial_tokens(cfg.init, cfg.batch, cfg.N, cfg.d, gen, dtype, device)
     stepper = _stepper_for(cfg, cfg.batch, gen, dtype, device)
-    for _ in range(cfg.L):
-        X = stepper.step(X, gen)
+    for ell in range(1, cfg.L + 1):
+        X = check_finite(stepper.step(X, gen), ell, cfg)
     G = gram(X)
     G = G.abs() if up_to_sign else G
     iu = torch.triu_indices(cfg.N, cfg.N, offset=1, device=G.device)

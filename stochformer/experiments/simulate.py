@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 import torch
@@ -20,6 +20,7 @@ from ..diagnostics import mean_and_se, pair_statistics
 from ..io import write_json, write_npz
 from ..runtime import DTYPES, make_generator, provenance, resolve_device
 from ..sphere import initial_tokens
+from ..validation import check_finite
 
 
 @dataclass
@@ -47,11 +48,14 @@ def evolve(
     progress: bool = False,
     desc: str = "layers",
     block: Optional[int] = None,
+    config: Any = None,
 ) -> Trajectory:
     """Apply ``stepper`` L times to X0: (batch, N, d), recording statistics every ``record_every``
     layers (layer 0 and L always) and token paths every ``path_stride`` layers. ``block``: Gram
-    entries formed at once by the statistics (None: all; memory-linear for many tokens)."""
-    X = X0
+    entries formed at once by the statistics (None: all; memory-linear for many tokens).
+    A non-finite state raises :class:`~stochformer.validation.NonFiniteError` naming the layer and
+    the likely fields of ``config``."""
+    X = check_finite(X0, 0, config)
     layers, records, paths, path_layers = [], [], [], []
 
     def record(ell: int) -> None:
@@ -63,7 +67,7 @@ def evolve(
         paths.append(X.detach().cpu())
         path_layers.append(0)
     for ell in tqdm(range(1, L + 1), desc=desc, disable=not progress, leave=False, mininterval=0.5):
-        X = stepper.step(X, generator)
+        X = check_finite(stepper.step(X, generator), ell, config)
         if ell % record_every == 0 or ell == L:
             record(ell)
         if path_stride and (ell % path_stride == 0 or ell == L):
@@ -136,6 +140,6 @@ def simulate(cfg: RunConfig, progress: bool = False, activation: Optional[Activa
     stepper = make_stepper(cfg, dtype, device, attention=attention, activation=activation)
     if stepper.noise is not None:
         stepper.noise.reset(cfg.batch, cfg.d, gen, dtype, device)
-    traj = evolve(X0, stepper, cfg.L, gen, cfg.energy_beta, cfg.record_every, cfg.path_stride, progress, cfg.dynamics, block)
+    traj = evolve(X0, stepper, cfg.L, gen, cfg.energy_beta, cfg.record_every, cfg.path_stride, progress, cfg.dynamics, block, cfg)
     meta = {} if activation is None else {"activation_callable": activation_name(activation)}
     return SimulationResult(cfg, traj, provenance(device), time.perf_counter() - start, meta)

@@ -37,12 +37,14 @@ from ..io import write_json, write_npz
 from ..kernel import first_moment_rate, lambda_bar_prime, lyapunov_exponent
 from ..runtime import DTYPES, child_seeds, make_generator, provenance, resolve_device
 from ..sphere import initial_tokens, normalize, tangent, uniform
+from ..validation import check_finite
 from .simulate import evolve, run_record
 
 
 class SyncConfig(RunConfig):
     """A :class:`RunConfig` plus the sizes of the three measurements of :func:`run_sync`."""
 
+    T: float = Field(5.0, ge=1e-6, description="time horizon, >= 1e-6 (rates are slopes fitted against t = layer · T/L)")
     batch: int = Field(512, ge=2, description="independent runs for each energy rate (>= 2)")
     pairs: int = Field(256, ge=2, description="independent pairs for the Lyapunov exponent (>= 2)")
     eps: float = Field(1e-4, gt=0.0, le=1e-2, description="pair separation of the Benettin estimator, in (0, 0.01]")
@@ -129,7 +131,7 @@ def benettin(
     before = separation(X)
     S = torch.zeros(X.shape[0], L + 1, dtype=torch.float64)
     for ell in tqdm(range(1, L + 1), desc="lyapunov", disable=not progress, leave=False, mininterval=0.5):
-        X = stepper.step(X, generator)
+        X = check_finite(stepper.step(X, generator), ell, what="pair tokens")
         after = separation(X)
         S[:, ell] = S[:, ell - 1] + torch.log(after / before).double().cpu()
         X = torch.stack([X[:, 0], companion(X[:, 0], X[:, 1] - X[:, 0], eps)], dim=1)
@@ -249,7 +251,8 @@ def energy_paths(cfg: RunConfig, init: InitConfig, seed: int, progress: bool = F
     device, dtype = resolve_device(cfg.device), DTYPES[cfg.dtype]
     gen = make_generator(seed, device)
     X0 = initial_tokens(init, cfg.batch, cfg.N, cfg.d, gen, dtype, device)
-    traj = evolve(X0, _stepper_for(cfg, cfg.batch, gen, dtype, device), cfg.L, gen, cfg.energy_beta, progress=progress, desc="energy")
+    traj = evolve(X0, _stepper_for(cfg, cfg.batch, gen, dtype, device), cfg.L, gen, cfg.energy_beta, progress=progress, desc="energy",
+                  config=cfg)
     return traj.stats["energy"]
 
 
