@@ -24,8 +24,10 @@ from .config import ConfigError, RunConfig
 FLOPS = 5e9
 #: fixed cost of one layer or SDE step (Python and kernel launches), seconds
 STEP_OVERHEAD_S = 5e-5
-#: bytes a recorded statistic costs besides its numbers (one small tensor per record and statistic)
-RECORD_OVERHEAD = 1000
+#: bytes one recorded layer costs: a fixed part (three small tensors) and a part per sample (their
+#: numbers, the final stacked arrays and the heap fragmentation between them), as measured in
+#: tests/test_preflight.py
+RECORD_BYTES, RECORD_BYTES_PER_SAMPLE = 2000, 150
 #: default ceiling on the estimated run time, hours
 MAX_HOURS = 24.0
 
@@ -77,8 +79,13 @@ def _step(cfg: RunConfig, batch: int, N: int) -> tuple[dict[str, float], float]:
     if cfg.mlp and cfg.noise_scale > 0:
         kind = noise_kind(cfg)
         if kind in ("mlp", "mlp_gaussian"):
-            terms["m or batch"] = 1.5 * s * B * N * m + (2 * s * B * m * d if kind == "mlp" else 0)
-            flops += 4.0 * B * N * m * min(N, d)
+            from .noise import _gram_output_cheaper
+
+            terms["m or batch"] = 1.5 * s * B * N * m
+            # the output's normals: through a root of the N × N Gram, or Φ Z' with Z' (m, d)
+            out = N if kind == "mlp_gaussian" and _gram_output_cheaper(N, d, m, cfg.device) else m
+            terms["d, m or batch"] = 2.0 * s * B * d * out
+            flops += 4.0 * B * N * m * min(N, d) + 2.0 * B * N * d * out
         elif kind == "exact":
             terms["N or batch (or noise = 'random_features')"] = 8.0 * s * B * N * N
             flops += 10.0 * B * N**3
@@ -96,7 +103,7 @@ def simulate_estimate(cfg: RunConfig, batch: Optional[int] = None, N: Optional[i
     work, field = _largest(terms)
     state = 8.0 * s * B * N * cfg.d
     records = cfg.L // cfg.record_every + 2
-    kept = {"L (or raise record_every)": records * (3 * RECORD_OVERHEAD + 9.0 * 8 * B)}
+    kept = {"L (or raise record_every)": records * (RECORD_BYTES + RECORD_BYTES_PER_SAMPLE * B)}
     if cfg.path_stride:
         kept["path_stride (or N, batch, L)"] = (cfg.L // cfg.path_stride + 2) * 3.0 * 8 * B * N * cfg.d
     kept_bytes, kept_field = _largest(kept)
@@ -134,9 +141,8 @@ def estimate(cfg: Any, workers: int = 1) -> Optional[Estimate]:
         return Estimate(mem * workers, steps * step / max(1, workers), "N, chunk or widths", "depths, refine or batch")
     if isinstance(cfg, ChaosConfig):
         s = 8
-        n_sys = len(cfg.sizes) + 1
         chunk = min(cfg.N, max(1, DEFAULT_BLOCK // cfg.features))
-        mem = s * (6.0 * n_sys * cfg.N * max(cfg.dims) + 3.0 * chunk * cfg.features + cfg.features * max(cfg.dims))
+        mem = s * (6.0 * (cfg.N + sum(cfg.sizes)) * max(cfg.dims) + 3.0 * chunk * cfg.features + cfg.features * max(cfg.dims))
         mem += s * 3.0 * min(cfg.N, cfg.exact_ot_max) ** 2 + s * 6.0 * cfg.decor_repeats * max(cfg.decor_sizes) * max(cfg.dims)
         step = STEP_OVERHEAD_S + 2 * 4.0 * (cfg.N + sum(cfg.sizes)) * cfg.features * cfg.d / FLOPS
         samples = cfg.batch + cfg.dims_batch * (len(cfg.dims) - 1)

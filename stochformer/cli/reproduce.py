@@ -13,6 +13,7 @@ from ..outputs import OutputError
 from ..report import PROFILES, registered, reproduce
 from ..report.profiles import DEFAULT_PROFILE
 from ..report.runner import check_report_folder, plan
+from ..report.verdict import recompute
 from .common import EXIT_INTERRUPTED, command_line, experiment_options, hold_output, size_check
 
 
@@ -73,7 +74,7 @@ def reproduce_cmd(profile, only, resume, scheduler, list_only, config_file, over
         sys.exit(EXIT_INTERRUPTED)
     bad = [r for r in report["stages"] if r["status"] in ("failed", "unavailable")]
     for r in report["stages"]:
-        verdicts = [c["verdict"] for c in r.get("comparisons", [])]
+        verdicts = [c["verdict"] for c in recompute(r.get("comparisons", []))]
         holds = sum(v == "holds" for v in verdicts)
         extra = f"{holds}/{len(verdicts)} rows hold" if verdicts else r.get("error", "")
         click.echo(f"  {r['name']:<12s} {r['status']:<12s} {extra}")

@@ -80,13 +80,19 @@ def sweep_cmd(file, overrides, scheduler, local_cluster, workers, out, resume, f
     hold_output(folder, "sweep")
     if force and not resume:
         remove_owned(folder)
+    created = not folder.exists()
     make_owned(folder, "sweep")
     again = [a for a in sys.argv[1:] if a != "--force"] + ([] if resume else ["--resume"])
     click.get_current_context().meta["stochformer.kept"] = (
         f"finished tasks are kept in {folder / 'tasks'}; continue with: {shlex.join(['stochformer', *again])}")
     n_tasks = len(plan.configs) * len(plan.chunks)
     click.echo(f"sweep: {len(plan.configs)} points x {len(plan.chunks)} chunks = {n_tasks} tasks on {chosen}")
-    result = run_sweep(cfg, store=folder / "tasks", scheduler=chosen, progress=not quiet)
+    try:
+        result = run_sweep(cfg, store=folder / "tasks", scheduler=chosen, progress=not quiet)
+    except Exception:
+        if created and not any((folder / "tasks").glob("*.json")):  # nothing finished: leave nothing behind
+            remove_owned(folder)
+        raise
     result.save(folder)
     save_figure(plot_sweep(result), folder / "summary.png")
     m = result.meta

@@ -31,6 +31,7 @@ from ..outputs import OutputError, check_writable, has_marker, make_owned, refus
 from ..runtime import provenance
 from .profiles import PROFILES
 from .stages import Stage, StageContext, StageUnavailable, registered
+from .verdict import recompute
 
 CACHE_DIR = "cache"
 
@@ -152,6 +153,26 @@ def _record(item: Planned, profile: str) -> dict:
             "key": item.key, "config": item.config.model_dump(mode="json") if item.config is not None else None}
 
 
+#: what a cached stage record must hold, by type (anything else makes the entry count as corrupt)
+_CACHED_TYPES = {"numbers": dict, "comparisons": list, "figures": list, "tables": list, "notes": list,
+                 "seeds": dict, "provenance": dict, "elapsed_s": (int, float), "started_at": str}
+
+
+def _from_cache(hit: Any, record: dict) -> Optional[dict]:
+    """A cached stage record made safe to show, or None if it is not one: the stage's identity
+    (name, title, claim, config, key) comes from the plan, not the cache; each field must have
+    its type; verdicts are derived again from the stored numbers (never read from the cache)."""
+    if not isinstance(hit, dict) or any(not isinstance(hit.get(k), t) for k, t in _CACHED_TYPES.items()):
+        return None
+    figures_ok = all(isinstance(f, dict) and all(isinstance(f.get(k), str) for k in ("name", "caption", "png"))
+                     for f in hit["figures"])
+    tables_ok = all(isinstance(t, dict) and isinstance(t.get("columns"), list) and isinstance(t.get("rows"), list)
+                    and all(isinstance(r, list) for r in t["rows"]) for t in hit["tables"])
+    if not (figures_ok and tables_ok):
+        return None
+    return {**hit, **record, "comparisons": recompute(hit["comparisons"]), "notes": [str(n) for n in hit["notes"]]}
+
+
 def run_stage(item: Planned, profile: str, cache: StageCache, ctx: StageContext) -> dict:
     """Run one stage, store it in the cache and return its record (status ``computed``)."""
     started = time.time()
@@ -216,7 +237,7 @@ def reproduce(
         if item.error is not None:
             rec.update(status="unavailable", error=item.error)
         else:
-            hit = cache.load(item.stage.name, item.key)
+            hit = _from_cache(cache.load(item.stage.name, item.key), rec)
             if hit is not None and (resume or not item.selected):
                 rec = {**hit, "status": "cached"}
             elif item.selected:
