@@ -28,7 +28,7 @@ def experiment_options(func: Callable) -> Callable:
                   help="TOML file with configuration fields.")
     @click.option("--set", "overrides", multiple=True, metavar="FIELD=VALUE",
                   help="Override a field (nested fields dotted, e.g. init.kind=pair); repeatable.")
-    @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
+    @click.option("--out", type=str, default=None,  # a string: "" must reach the check, not become "."
                   help="Output folder (default runs/<command>-<timestamp>).")
     @click.option("--force", is_flag=True, help="Replace a non-empty output folder.")
     @click.option("--quiet", is_flag=True, help="No progress bars.")
@@ -93,7 +93,9 @@ def hold_output(folder: Path, command: str) -> None:
     remove_stale_partials(folder)
 
 
-def default_out(command: str, out: Optional[Path]) -> Path:
+def default_out(command: str, out: Optional[Path | str]) -> Path | str:
+    """``out`` as given (checked later by :func:`~stochformer.outputs.check_output_folder`), or
+    ``runs/<command>-<timestamp>``."""
     return out if out is not None else Path("runs") / f"{command}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 

@@ -42,7 +42,7 @@ def reproduce_cmd(profile, only, resume, scheduler, list_only, config_file, over
     if list_only:
         click.echo(_listing())
         return
-    out = Path("report") if out is None else out
+    out = "report" if out is None else out
     if scheduler is not None:
         from ..sweep import parse_scheduler
 
@@ -52,7 +52,7 @@ def reproduce_cmd(profile, only, resume, scheduler, list_only, config_file, over
             raise click.BadParameter(str(exc), param_hint="--scheduler") from None
     try:
         planned = plan(profile, only, overrides, config_file)
-        check_report_folder(out, force)
+        out = check_report_folder(out, force)
     except (ConfigError, OutputError) as exc:
         raise click.UsageError(str(exc)) from None
     for item in planned:

@@ -44,7 +44,7 @@ def _scheduler(scheduler: Optional[str], local_cluster: Optional[int], workers: 
               help="Start a local Dask cluster of N worker processes for this sweep.")
 @click.option("--workers", type=click.IntRange(min=1), default=None, metavar="N",
               help="Size of the local process pool (the default scheduler; default: the number of CPUs).")
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
+@click.option("--out", type=str, default=None,
               help="Output folder (default runs/sweep-<timestamp>); finished tasks are kept in OUT/tasks.")
 @click.option("--resume", is_flag=True, help="Continue the sweep stored in --out, reusing its finished tasks.")
 @click.option("--force", is_flag=True, help="Delete a non-empty --out folder and start afresh.")
@@ -64,16 +64,16 @@ def sweep_cmd(file, overrides, scheduler, local_cluster, workers, out, resume, f
     try:  # everything is validated before any work or any folder
         cfg = load_sweep(file, list(overrides))
         plan = plan_sweep(cfg)
-        folder = default_out("sweep", out)
         if resume:
-            check_output_folder(folder, force=True)
+            folder = check_output_folder(out, force=True)
             if not has_marker(folder):
                 raise OutputError(f"--resume: {folder} holds no sweep (no stochformer marker); check --out")
         else:
             try:
-                check_output_folder(folder, force)
+                folder = check_output_folder(default_out("sweep", out), force)
             except OutputError as exc:
-                raise OutputError(f"{exc}; or pass --resume to continue the sweep stored there") from None
+                more = "; or pass --resume to continue the sweep stored there" if "not empty" in str(exc) else ""
+                raise OutputError(f"{exc}{more}") from None
     except (ConfigError, OutputError) as exc:
         raise click.UsageError(str(exc)) from None
     size_check(cfg, chosen)

@@ -119,16 +119,17 @@ def plan(
     return planned
 
 
-def check_report_folder(out: Path, force: bool = False) -> None:
-    """Refuse an unsafe path, a path that is not a folder, a non-empty folder that stochformer did
-    not create (even with ``force``) and a location where nothing can be written."""
-    refuse_unsafe(out)
+def check_report_folder(out: Path | str, force: bool = False) -> Path:
+    """``out`` as a Path; refuse an unsafe path, a path that is not a folder, a non-empty folder
+    that stochformer did not create (even with ``force``) and a location where nothing can be written."""
+    out = refuse_unsafe(out)
     if out.exists() and not out.is_dir():
         raise OutputError(f"--out: {out} exists and is not a folder")
     if out.is_dir() and any(out.iterdir()) and not has_marker(out):
         raise OutputError(f"--out: {out} is not empty and is not a report folder (it was not created by stochformer); "
                           "choose another folder")
     check_writable(out)
+    return out
 
 
 def nonfinite_paths(obj: Any, path: str = "") -> list[str]:
@@ -224,8 +225,7 @@ def reproduce(
     the same config, version and source. ``force`` replaces an existing report folder. Raises
     :class:`ConfigError` / :class:`~stochformer.outputs.OutputError` before any work."""
     planned = plan(profile, only, overrides, config_file)
-    out = Path(out)
-    check_report_folder(out, force)
+    out = check_report_folder(out, force)
     if force:
         remove_owned(out)
     make_owned(out, "reproduce")
