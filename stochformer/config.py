@@ -151,7 +151,7 @@ class RunConfig(_Strict):
     @field_validator("device")
     @classmethod
     def _device(cls, v: str) -> str:
-        if not (v == "cpu" or v == "cuda" or v.startswith("cuda:")):
+        if not (v == "cpu" or v == "cuda" or (v.startswith("cuda:") and v[5:].isdigit())):
             raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:<index>', got {v!r}")
         return v
 
@@ -307,6 +307,8 @@ def load_toml(path: Union[str, Path]) -> dict[str, Any]:
         raise ConfigError(f"config: file not found: {p}") from None
     except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"config: cannot read {p} as TOML: {exc}") from None
+    except RecursionError:
+        raise ConfigError(f"config: cannot read {p} as TOML: nested too deeply") from None
 
 
 def validate(model: type[BaseModel], data: dict[str, Any]) -> Any:
@@ -315,6 +317,16 @@ def validate(model: type[BaseModel], data: dict[str, Any]) -> Any:
         return model.model_validate(data)
     except ValidationError as err:
         raise ConfigError(_format_validation_error(err, model)) from None
+
+
+def as_config(cfg: Any, model: type[BaseModel] = RunConfig, name: str = "cfg") -> Any:
+    """``cfg`` if it is a ``model``; a dict of its fields validated (:class:`ConfigError`); anything
+    else is a ``ValueError`` naming the argument (for the experiments' Python API)."""
+    if isinstance(cfg, model):
+        return cfg
+    if isinstance(cfg, dict):
+        return validate(model, cfg)
+    raise ValueError(f"{name}: must be a {model.__name__} or a dict of its fields, got {type(cfg).__name__}")
 
 
 def build_config(

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from .activations import LEAKY_RELU_SLOPE, ActivationLike, activation_name, get_activation
+from .config import INT_MAX
 from .validation import check_float, check_int
 
 _F64 = torch.float64
@@ -71,7 +72,7 @@ class NoiseKernel:
     def __post_init__(self) -> None:
         if not callable(self.activation):
             get_activation(self.activation)  # ValueError naming the valid names
-        check_int("d", self.d, 2)
+        check_int("d", self.d, 2, INT_MAX)
         check_float("sigma_U", self.sigma_U, 0.0)
         check_float("sigma_W", self.sigma_W, 0.0)
         check_float("scale", self.scale, 0.0)

@@ -29,7 +29,7 @@ STEP_OVERHEAD_S = 5e-5
 #: tests/test_preflight.py
 RECORD_BYTES, RECORD_BYTES_PER_SAMPLE = 2000, 150
 #: default ceiling on the estimated run time, hours
-MAX_HOURS = 24.0
+MAX_HOURS = 12.0
 
 
 class SizeError(ConfigError):
@@ -144,7 +144,8 @@ def estimate(cfg: Any, workers: int = 1) -> Optional[Estimate]:
         chunk = min(cfg.N, max(1, DEFAULT_BLOCK // cfg.features))
         mem = s * (6.0 * (cfg.N + sum(cfg.sizes)) * max(cfg.dims) + 3.0 * chunk * cfg.features + cfg.features * max(cfg.dims))
         mem += s * 3.0 * min(cfg.N, cfg.exact_ot_max) ** 2 + s * 6.0 * cfg.decor_repeats * max(cfg.decor_sizes) * max(cfg.dims)
-        step = STEP_OVERHEAD_S + 2 * 4.0 * (cfg.N + sum(cfg.sizes)) * cfg.features * cfg.d / FLOPS
+        heun = 2 if cfg.integrator == "heun" else 1  # field evaluations per step
+        step = STEP_OVERHEAD_S + heun * 2 * 4.0 * (cfg.N + sum(cfg.sizes)) * cfg.features * cfg.d / FLOPS
         samples = cfg.batch + cfg.dims_batch * (len(cfg.dims) - 1)
         return Estimate(mem * workers, cfg.L * step * samples / max(1, workers), "N, features or decor_repeats",
                         "L, N, features or batch")

@@ -76,9 +76,16 @@ def load_token_array(path, batch: int, N: int, d: int) -> np.ndarray:
     """Read and check a .npy token array ((N, d) or (batch, N, d), finite, no zero row).
 
     Raises ``ValueError`` naming ``init.path``; also used by config validation, before any work."""
-    try:
+    try:  # the header first: a wrong shape or type is refused before any data is read
+        with open(path, "rb") as fh:
+            version = np.lib.format.read_magic(fh)
+            read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+            shape, _, dtype = read(fh)
+        if shape not in ((N, d), (batch, N, d)) or dtype.kind not in "fiu":
+            raise ValueError(f"array has shape {shape} and dtype {dtype}; expected real numbers of shape ({N}, {d}) "
+                             f"or ({batch}, {N}, {d})")
         arr = np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, EOFError, MemoryError) as exc:
         raise ValueError(f"init.path: cannot read {path} as a .npy array: {exc}") from None
     if arr.dtype.kind not in "fiu":
         raise ValueError(f"init.path: array has dtype {arr.dtype}; expected real numbers")

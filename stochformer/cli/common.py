@@ -13,7 +13,7 @@ from typing import Any, Callable, Optional
 import click
 
 from ..config import ConfigError, RunConfig, build_config
-from ..outputs import (OutputError, check_output_folder, has_marker, hold, make_owned, remove_owned,
+from ..outputs import (MARKER, OutputError, check_output_folder, has_marker, hold, make_owned, remove_owned,
                        remove_stale_partials)
 from ..preflight import check_size, parse_size
 
@@ -115,7 +115,15 @@ def resolve(
         folder = check_output_folder(default_out(command, out), force)
     except (ConfigError, FileExistsError, OutputError) as exc:
         raise click.UsageError(str(exc)) from None
-    size_check(cfg, click.get_current_context().params.get("scheduler"))
+    scheduler = click.get_current_context().params.get("scheduler")
+    if scheduler is not None:
+        from ..sweep import parse_scheduler
+
+        try:
+            parse_scheduler(scheduler)
+        except ValueError as exc:
+            raise click.UsageError(f"--{exc}") from None
+    size_check(cfg, scheduler)
     hold_output(folder, command)
     return cfg, folder
 
@@ -130,6 +138,9 @@ def fail_cleanly(func: Callable) -> Callable:
         try:
             return func(*args, **kwargs)
         except (ConfigError, ValueError, FileExistsError) as exc:
+            store = click.get_current_context().meta.get("stochformer.store")
+            if store is not None and [p.name for p in store.iterdir()] == [MARKER]:
+                remove_owned(store)  # nothing finished: leave no empty task store behind
             raise click.ClickException(str(exc)) from None
         except KeyboardInterrupt:
             kept = click.get_current_context().meta.get("stochformer.kept")
@@ -157,6 +168,7 @@ def task_store(folder: Path) -> Path:
         raise click.UsageError(f"--out: {store} (where finished tasks are kept) exists and was not created by "
                                "stochformer; move it away or choose another folder")
     make_owned(store)
+    click.get_current_context().meta["stochformer.store"] = store
     click.get_current_context().meta["stochformer.kept"] = (
         f"finished tasks are kept in {store}; run the same command again to continue: {command_line()}")
     return store

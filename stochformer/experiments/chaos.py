@@ -38,7 +38,7 @@ import numpy as np
 import torch
 from pydantic import Field, model_validator
 
-from ..config import RunConfig, validate
+from ..config import RunConfig, as_config, validate
 from ..io import write_json, write_npz
 from ..meanfield import (
     DEFAULT_BLOCK,
@@ -315,6 +315,7 @@ def run_chaos(
     """The three measurements of the module docstring. ``store``: folder of finished tasks (one per
     sample and dimension, one per decorrelation field and size), so a killed run resumes;
     ``scheduler``: as in :func:`~stochformer.tasks.run_tasks`."""
+    cfg = as_config(cfg, ChaosConfig)
     device = resolve_device(cfg.device)
     start = time.perf_counter()
     config = cfg.model_dump(mode="json")

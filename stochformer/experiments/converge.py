@@ -34,7 +34,7 @@ import torch
 from pydantic import Field, model_validator
 
 from ..build import make_attention, make_kernel
-from ..config import RunConfig
+from ..config import RunConfig, as_config
 from ..io import write_json, write_npz
 from ..noise import ExactField, MLPNoise
 from ..rng import resolve_backend
@@ -256,6 +256,7 @@ def fit_convergence(depths: list[int], widths: list[float], errors: dict[str, np
 def run_converge(cfg: ConvergeConfig, progress: bool = False, store: Optional[Path | str] = None,
                  scheduler: Optional[str] = None) -> ConvergeResult:
     """Run every (depth, sample chunk) task (``store`` makes the run resumable), then fit."""
+    cfg = as_config(cfg, ConvergeConfig)
     start = time.perf_counter()
     device = resolve_device(cfg.device)
     n_chunks = -(-cfg.batch // cfg.chunk)

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from pydantic import Field, model_validator
 
-from ..config import ConfigError, RunConfig, build_config
+from ..config import ConfigError, RunConfig, as_config, build_config
 from ..diagnostics import mean_and_se
 from ..io import write_json, write_npz
 from ..runtime import DTYPES, child_seeds, make_generator, provenance, resolve_device
@@ -168,6 +168,7 @@ def _predictions(cfg: PhaseConfig, xs: np.ndarray, ys: np.ndarray) -> tuple[np.n
 def run_phase(cfg: PhaseConfig, progress: bool = False, store: Optional[Path | str] = None, scheduler: Optional[str] = None) -> PhaseResult:
     """Measure every grid point (through ``run_tasks``; ``store`` makes it resumable) and the
     predicted boundaries. All grid configs are validated before any work."""
+    cfg = as_config(cfg, PhaseConfig)
     start = time.perf_counter()
     xs, ys = np.asarray(cfg.x_values, float), np.asarray(cfg.y_values, float)
     points = {(i, j): cfg.point(x, y) for i, y in enumerate(ys) for j, x in enumerate(xs)}

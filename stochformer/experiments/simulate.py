@@ -15,7 +15,7 @@ from tqdm.auto import tqdm
 from ..activations import Activation, activation_name
 from ..attention import DEFAULT_BLOCK, query_chunk
 from ..build import Stepper, make_attention, make_stepper
-from ..config import RunConfig
+from ..config import RunConfig, as_config
 from ..diagnostics import mean_and_se, pair_statistics
 from ..io import write_json, write_npz
 from ..runtime import DTYPES, make_generator, provenance, resolve_device
@@ -129,6 +129,7 @@ def simulate(cfg: RunConfig, progress: bool = False, activation: Optional[Activa
 
     ``activation``: any elementwise callable φ (torch → torch) used instead of ``cfg.activation``;
     its kernel κ comes from Gauss–Hermite quadrature."""
+    cfg = as_config(cfg)
     device = resolve_device(cfg.device)
     dtype = DTYPES[cfg.dtype]
     gen = make_generator(cfg.seed, device)

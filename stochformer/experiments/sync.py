@@ -31,7 +31,7 @@ from pydantic import Field
 from tqdm.auto import tqdm
 
 from ..build import Stepper, make_kernel, make_stepper
-from ..config import InitConfig, RunConfig
+from ..config import InitConfig, RunConfig, as_config
 from ..diagnostics import energy, mean_and_se
 from ..io import write_json, write_npz
 from ..kernel import first_moment_rate, lambda_bar_prime, lyapunov_exponent
@@ -259,6 +259,7 @@ def energy_paths(cfg: RunConfig, init: InitConfig, seed: int, progress: bool = F
 def run_sync(cfg: SyncConfig, progress: bool = False) -> SyncResult:
     """Measure λ₁ (pairs), the energy rate near synchronisation (cluster of ``near_spread``) and
     from uniform tokens, for ``cfg.dynamics``; return them beside the closed forms."""
+    cfg = as_config(cfg, SyncConfig)
     start = time.perf_counter()
     seeds = child_seeds(cfg.seed, 3)
     times = np.arange(cfg.L + 1) * cfg.dt
