@@ -180,3 +180,18 @@ def test_ctrl_c_keeps_finished_tasks_and_says_how_to_resume(scratch: Path, monke
     res = CliRunner().invoke(main, [*command, *again])
     assert res.exit_code == 0, res.output
     assert sorted(p.name for p in scratch.iterdir()) == sorted(["data", "notes.txt", "s.toml", command[-1]])
+
+
+def test_dask_connect_fails_fast_naming_the_address(monkeypatch) -> None:
+    from stochformer.sweep import TIMEOUT_ENV, _connect
+
+    monkeypatch.setenv(TIMEOUT_ENV, "1")
+    t0 = time.monotonic()
+    with pytest.raises(ValueError, match="cannot reach the Dask scheduler at 'tcp://127.0.0.1:1' within 1 s"):
+        _connect("tcp://127.0.0.1:1")
+    assert time.monotonic() - t0 < 10
+    with pytest.raises(ValueError, match="tls:// address but Dask's TLS settings are missing"):
+        _connect("tls://127.0.0.1:1")
+    monkeypatch.setenv(TIMEOUT_ENV, "soon")
+    with pytest.raises(ValueError, match=TIMEOUT_ENV):
+        _connect("tcp://127.0.0.1:1")
