@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from .model.activations import ACTIVATIONS
 from .sphere import load_token_array
+from .validation import INT_MAX
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -29,8 +30,27 @@ class ConfigError(ValueError):
     """An invalid configuration: the message names the field(s) and the valid range."""
 
 
+def _too_big(value: Any) -> bool:
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return abs(value) > INT_MAX
+    if isinstance(value, (list, tuple)):
+        return any(_too_big(v) for v in value)
+    if isinstance(value, dict):
+        return any(_too_big(v) for v in value.values())
+    return False
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False, validate_assignment=True)
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _int64(cls, value: Any, info: Any) -> Any:
+        if info.field_name != "seed" and _too_big(value):  # seed has its own range (< 2**64)
+            raise ValueError("integers beyond int64 are not accepted (|value| <= 2**63 - 1)")
+        return value
 
 
 class InitConfig(_Strict):
@@ -48,7 +68,15 @@ class InitConfig(_Strict):
     def _check(self) -> "InitConfig":
         if self.kind == "npy" and self.path is None:
             raise ValueError("init.path: required when init.kind = 'npy' (a .npy file of shape (N, d))")
+        for name, kind in _INIT_USED_BY.items():  # a field that cannot take effect is an error
+            if self.kind != kind and getattr(self, name) != type(self).model_fields[name].default:
+                raise ValueError(f"init.{name}: has no effect with init.kind = {self.kind!r} (it is used only "
+                                 f"with init.kind = {kind!r}); remove it or set init.kind = {kind!r}")
         return self
+
+
+#: the init fields that only one init.kind reads
+_INIT_USED_BY = {"path": "npy", "center": "cluster", "spread": "cluster", "cosine": "pair"}
 
 
 class RunConfig(_Strict):
@@ -121,7 +149,7 @@ class RunConfig(_Strict):
     @field_validator("device")
     @classmethod
     def _device(cls, v: str) -> str:
-        if not (v == "cpu" or v == "cuda" or v.startswith("cuda:")):
+        if not (v == "cpu" or v == "cuda" or (v.startswith("cuda:") and v[5:].isdigit())):
             raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:<index>', got {v!r}")
         return v
 
@@ -275,6 +303,8 @@ def load_toml(path: Union[str, Path]) -> dict[str, Any]:
         raise ConfigError(f"config: file not found: {p}") from None
     except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"config: cannot read {p} as TOML: {exc}") from None
+    except RecursionError:
+        raise ConfigError(f"config: cannot read {p} as TOML: nested too deeply") from None
 
 
 def validate(model: type[BaseModel], data: dict[str, Any]) -> Any:
@@ -283,6 +313,16 @@ def validate(model: type[BaseModel], data: dict[str, Any]) -> Any:
         return model.model_validate(data)
     except ValidationError as err:
         raise ConfigError(_format_validation_error(err, model)) from None
+
+
+def as_config(cfg: Any, model: type[BaseModel] = RunConfig, name: str = "cfg") -> Any:
+    """``cfg`` if it is a ``model``; a dict of its fields validated (:class:`ConfigError`); anything
+    else is a ``ValueError`` naming the argument (for the experiments' Python API)."""
+    if isinstance(cfg, model):
+        return cfg
+    if isinstance(cfg, dict):
+        return validate(model, cfg)
+    raise ValueError(f"{name}: must be a {model.__name__} or a dict of its fields, got {type(cfg).__name__}")
 
 
 def build_config(

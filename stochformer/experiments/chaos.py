@@ -41,7 +41,7 @@ from pydantic import Field, model_validator
 
 from ..brownian import BrownianPath
 from ..build import make_field, make_particles
-from ..config import RunConfig, validate
+from ..config import RunConfig, as_config, validate
 from ..diagnostics import cloud_summary
 from ..distances import rate_function, sphere_rate, w2_sliced, w2_squared
 from ..model.attention import DEFAULT_BLOCK
@@ -131,7 +131,8 @@ def coupling_task(config: dict, d: int, seed: int, with_w2: bool, keep_cloud: bo
     def run(X: torch.Tensor) -> list[torch.Tensor]:
         model = make_particles(cfg, fld, X.shape[-2], dtype, device, cfg.block, cfg.sdpa)
         with cpu_threads_for(X.shape[-2]):
-            ds = solve(model, X, cfg.T, cfg.L, SaveAt(stats=(), tokens_at=steps, final=False), seed=s_noise, path=path)
+            ds = solve(model, X, cfg.T, cfg.L, SaveAt(stats=(), tokens_at=steps, final=False), seed=s_noise, path=path,
+                       context=cfg, what="particles")
         return list(torch.from_numpy(ds["X"].values).to(dtype).unbind(1))
 
     ref = run(X0)
@@ -179,7 +180,7 @@ def decorrelation_task(config: dict, n: int, seed: int) -> dict:
     fld = make_field(cfg, 1, make_generator(s_field, device), dtype, device)  # one field for all repeats
     X0 = uniform(cfg.decor_repeats, n, cfg.d, generator=make_generator(s_init + n, device), dtype=dtype, device=device)
     model = make_particles(cfg, fld, n, dtype, device, cfg.block, cfg.sdpa)
-    ds = solve(model, X0, cfg.T, cfg.L, SaveAt(stats=()), seed=s_noise)  # the field's increments from s_noise
+    ds = solve(model, X0, cfg.T, cfg.L, SaveAt(stats=()), seed=s_noise, context=cfg, what="particles")  # increments from s_noise
     X = torch.from_numpy(ds["X_final"].values).to(dtype)
     rho, se = tagged_correlation(X[:, 0], X[:, 1])
     return {"rho": rho, "se": se}
@@ -318,6 +319,7 @@ def run_chaos(
     """The three measurements of the module docstring. ``store``: folder of finished tasks (one per
     sample and dimension, one per decorrelation field and size), so a killed run resumes;
     ``scheduler``: as in :func:`~stochformer.tasks.run_tasks`."""
+    cfg = as_config(cfg, ChaosConfig)
     device = resolve_device(cfg.device)
     start = time.perf_counter()
     config = cfg.model_dump(mode="json")

@@ -36,7 +36,7 @@ from pydantic import Field, model_validator
 
 from ..brownian import BrownianPath, Draws
 from ..build import initial_tokens, make_attention, make_kernel
-from ..config import RunConfig
+from ..config import RunConfig, as_config
 from ..model.noise import ExactField, RandomMLP
 from ..model.rng import resolve_backend
 from ..model.sde import INTEGRATORS, LimitSDE
@@ -121,7 +121,7 @@ def _coupled_errors(cfg: RunConfig, depths: list[int], widths: list[int], refine
     mlps = [RandomMLP(width=m, mode="gaussian", rng=rng, **common) for m in widths] + [ExactField(kernel)]
     layers = _Lockstep([Transformer(attention, mlp, cfg.order) for mlp in mlps])
     keep = SaveAt(stats=(), tokens_every=1, final=False)
-    ds = solve(layers, X0.repeat(len(mlps), 1, 1), cfg.T, depth, keep, generator=g_w, path=path)
+    ds = solve(layers, X0.repeat(len(mlps), 1, 1), cfg.T, depth, keep, generator=g_w, path=path, context=cfg)
     Xs = torch.from_numpy(ds["X"].values).to(dtype).view(len(mlps), n, depth + 1, cfg.N, cfg.d)
 
     sup = {k: torch.zeros(len(mlps), n, dtype=torch.float64) for k in KINDS}
@@ -135,7 +135,7 @@ def _coupled_errors(cfg: RunConfig, depths: list[int], widths: list[int], refine
 
     sde = LimitSDE(attention, ExactField(kernel), INTEGRATORS[cfg.integrator], kernel.kappa1)
     measure(0, X0)
-    solve(sde, X0, cfg.T, r * depth, SaveAt(stats=(), final=False), generator=g_noise, path=path, hook=measure)
+    solve(sde, X0, cfg.T, r * depth, SaveAt(stats=(), final=False), generator=g_noise, path=path, hook=measure, context=cfg)
     return {k: v.tolist() for k, v in sup.items()}
 
 
@@ -260,6 +260,7 @@ def fit_convergence(depths: list[int], widths: list[float], errors: dict[str, np
 def run_converge(cfg: ConvergeConfig, progress: bool = False, store: Optional[Path | str] = None,
                  scheduler: Optional[str] = None) -> ConvergeResult:
     """Run every (depth, sample chunk) task (``store`` makes the run resumable), then fit."""
+    cfg = as_config(cfg, ConvergeConfig)
     start = time.perf_counter()
     device = resolve_device(cfg.device)
     n_chunks = -(-cfg.batch // cfg.chunk)
