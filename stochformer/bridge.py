@@ -307,11 +307,9 @@ def cosine_stats(X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 def run_network(kind: str, X0: torch.Tensor, L: int, seed: int, **block) -> torch.Tensor:
     """One network of L fresh blocks (weights from a torch generator seeded with ``seed``) applied
     to X0 (1, N, d): mean cosine by depth, (L + 1,)."""
-    from .meanfield import cpu_threads_for  # one thread for tiny tensors (parallel regions cost more)
-
     out = [cosine_stats(X0)[0]]
     X = X0
-    with torch.random.fork_rng(devices=[]), cpu_threads_for(X0.shape[-2] * X0.shape[-1]):
+    with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         with torch.no_grad():
             for _ in range(L):

@@ -15,10 +15,18 @@ from stochformer.experiments.bridge import BridgeConfig, compare, run_bridge
 from stochformer.experiments.simulate import simulate
 from stochformer.kernel import NoiseKernel
 from stochformer.report.verdict import FAILS, HOLDS
+from stochformer.meanfield import cpu_threads_for
 from stochformer.runtime import make_generator
 from stochformer.sphere import normalize
 
 F64 = torch.float64
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Every tensor here is tiny: one CPU thread (parallel regions cost more than the work)."""
+    with cpu_threads_for(0):
+        yield
 
 
 def test_encoder_branch_scaling_equals_scaled_branches():
@@ -100,7 +108,7 @@ def test_bridge_runs_every_block_and_validates():
         res = run_bridge(cfg)
         rows = res.comparisons()
         assert len(rows) == 2 and all(np.isfinite(r.measured) for r in rows)
-        assert res.measured[3][0].shape == (4,)
+        assert res.curves["measured"][3].shape == (4, 4)
     with pytest.raises(ValueError, match="heads"):
         BridgeConfig(block="llama", d=12, heads=4)
     with pytest.raises(ValueError, match="gpt2_init"):

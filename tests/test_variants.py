@@ -22,10 +22,18 @@ from stochformer.experiments.variants import (
 )
 from stochformer.kernel import NoiseKernel
 from stochformer.noise import draw_weights
+from stochformer.meanfield import cpu_threads_for
 from stochformer.runtime import make_generator
 from stochformer.sphere import normalize
 
 F64 = torch.float64
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Every tensor here is tiny: one CPU thread (parallel regions cost more than the work)."""
+    with cpu_threads_for(0):
+        yield
 
 
 def _tokens(batch=2, N=5, d=4, seed=0):

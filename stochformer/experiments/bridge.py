@@ -7,8 +7,9 @@ For each depth L: ``samples`` independent networks of L fresh blocks (residual b
 mean pairwise cosine of the tokens (normalised to the sphere) at every depth, mean ± SE over
 networks. Beside it, each with its own samples: the idealised model at the same depth with the
 matched Gaussian MLP ("model") and the limit SDE of the matched kernel ("sde"). A verdict row per
-prediction at the last layer: the difference measured − predicted with the SE of both, rule
-"matches" with the stated allowance ``tol``.
+prediction and depth on the change of the mean cosine from the input to the last layer (per-sample
+differences, so the spread of the initial tokens cancels): measured against predicted with the SE
+of both, rule "matches" with the stated allowance ``tol``.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ class BridgeConfig(BaseModel):
     std: float = Field(0.02, gt=0.0, description="weight std of the gpt2 and llama blocks (> 0)")
     gpt2_init: bool = Field(False, description="gpt2: residual projections N(0, std²/(2L)) and α₁ = α₂ = 1")
     init_spread: float = Field(0.0, ge=0.0, description="0: uniform initial tokens; > 0: a cluster of this Gaussian spread")
-    tol: float = Field(0.02, ge=0.0, description="allowance of the verdict on the final mean cosine (finite L, m)")
+    tol: float = Field(0.02, ge=0.0, description="allowance of the verdict on the change of the mean cosine (finite L, m)")
     # the paper block's own fields (SPEC §1)
     activation: str = "relu"
     sigma_U: float = Field(0.0, ge=0.0)
@@ -109,62 +110,75 @@ def compare(quantity: str, measured: tuple[float, float], predicted: tuple[float
     return Comparison(quantity, p, m, (m - h, m + h), rule="matches", tol=tol, note=note)
 
 
+def mean_se(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and SE over the first axis (independent samples)."""
+    return a.mean(0), a.std(0, ddof=1) / math.sqrt(a.shape[0])
+
+
+#: the curves of a result: the block, then the two predictions
+CURVES = ("measured", "model", "sde")
+_LABELS = {"model": "paper's model (matched MLP)", "sde": "limit SDE (matched κ)"}
+
+
 @dataclass
 class BridgeResult:
-    """Mean-cosine curves (mean, SE) by depth for every L: ``measured[L]``, ``model[L]``, ``sde[L]``."""
+    """Per-sample mean-cosine curves ``curves[name][L]``: (samples, L + 1) for name in
+    :data:`CURVES` (the block's networks, the paper's model with the matched MLP, the limit SDE of
+    the matched kernel at the layer times)."""
 
     config: BridgeConfig
-    measured: dict[int, tuple[np.ndarray, np.ndarray]]
-    model: dict[int, tuple[np.ndarray, np.ndarray]]
-    sde: dict[int, tuple[np.ndarray, np.ndarray]]
+    curves: dict[str, dict[int, np.ndarray]]
     kappa1: float
     provenance: dict
     elapsed_s: float
 
+    def summary(self, name: str, L: int) -> tuple[np.ndarray, np.ndarray]:
+        """Mean cosine by depth, mean and SE over samples: (L + 1,) each."""
+        return mean_se(self.curves[name][L])
+
+    def change(self, name: str, L: int) -> tuple[float, float]:
+        """The change of the mean cosine from the input to the last layer, mean and SE (per-sample
+        differences: the spread of the initial tokens cancels)."""
+        c = self.curves[name][L]
+        m, se = mean_se(c[:, -1] - c[:, 0])
+        return float(m), float(se)
+
     def comparisons(self) -> list[Comparison]:
-        """At the last layer of each depth: measured against the model and against the SDE."""
+        """At each depth: the measured change of the mean cosine against each prediction's."""
         rows = []
-        for L in sorted(self.measured):
-            meas = tuple(float(a[-1]) for a in self.measured[L])
-            for name, pred in (("paper's model (matched MLP)", self.model[L]), ("limit SDE (matched κ)", self.sde[L])):
-                rows.append(compare(f"{self.config.block}, L = {L}: final mean cosine vs {name}", meas,
-                                    tuple(float(a[-1]) for a in pred), self.config.tol,
-                                    f"tol = {self.config.tol:g} (finite L and m); difference measured − predicted "
-                                    f"= {meas[0] - float(pred[0][-1]):+.4f}"))
+        for L in sorted(self.curves["measured"]):
+            meas = self.change("measured", L)
+            for name in ("model", "sde"):
+                pred = self.change(name, L)
+                rows.append(compare(f"{self.config.block}, L = {L}: change of the mean cosine vs {_LABELS[name]}", meas,
+                                    pred, self.config.tol,
+                                    f"tol = {self.config.tol:g} (finite L and m); measured − predicted = "
+                                    f"{meas[0] - pred[0]:+.4f} ± {math.hypot(meas[1], pred[1]):.4f} (SE)"))
         return rows
 
     def to_dict(self) -> dict:
-        curves = lambda c: {str(L): {"mean": v[0].tolist(), "se": v[1].tolist()} for L, v in c.items()}  # noqa: E731
-        return {"block": self.config.block, "kappa1_unit_sphere": self.kappa1, "measured": curves(self.measured),
-                "model": curves(self.model), "sde": curves(self.sde),
-                "comparisons": [c.to_dict() for c in self.comparisons()], "elapsed_s": self.elapsed_s}
+        out: dict = {"block": self.config.block, "kappa1_unit_sphere": self.kappa1, "elapsed_s": self.elapsed_s}
+        for name in CURVES:
+            out[name] = {str(L): {"mean": mean_se(c)[0].tolist(), "se": mean_se(c)[1].tolist(),
+                                  "change": self.change(name, L)} for L, c in self.curves[name].items()}
+        out["comparisons"] = [c.to_dict() for c in self.comparisons()]
+        return out
 
     def save(self, folder: Path | str) -> None:
-        """config.json, bridge.json (curves, verdicts) and arrays.npz."""
+        """config.json, bridge.json (curves, verdicts) and arrays.npz (per-sample curves)."""
         folder = Path(folder)
         write_json(folder / "config.json", run_record("bridge", self.config, self.provenance, self.elapsed_s))
         write_json(folder / "bridge.json", self.to_dict())
-        arrays = {}
-        for name, c in (("measured", self.measured), ("model", self.model), ("sde", self.sde)):
-            for L, (m, se) in c.items():
-                arrays[f"{name}_L{L}_mean"], arrays[f"{name}_L{L}_se"] = m, se
-        write_npz(folder / "arrays.npz", **arrays)
-
-
-def _mean_se(x: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
-    a = x.double().numpy()
-    return a.mean(0), a.std(0, ddof=1) / math.sqrt(a.shape[0])
+        write_npz(folder / "arrays.npz", **{f"{n}_L{L}": c for n in CURVES for L, c in self.curves[n].items()})
 
 
 def run_bridge(cfg: BridgeConfig, progress: bool = False) -> BridgeResult:
-    """Measure the block's networks and the two predictions at every depth (CPU, float64, one
-    thread: the tensors are tiny and threads only add overhead)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    """Measure the block's networks and the two predictions at every depth (CPU, float64; one
+    thread below 1024 token coordinates: the tensors are tiny and threads only add overhead)."""
+    from ..meanfield import cpu_threads_for
+
+    with cpu_threads_for(cfg.N * cfg.d):
         return _run_bridge(cfg, progress)
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _run_bridge(cfg: BridgeConfig, progress: bool) -> BridgeResult:
@@ -172,7 +186,7 @@ def _run_bridge(cfg: BridgeConfig, progress: bool) -> BridgeResult:
 
     start = time.perf_counter()
     norm, pre = NORMS[cfg.block], cfg.block in PRE_NORM
-    measured, model, sde = {}, {}, {}
+    curves: dict[str, dict[int, np.ndarray]] = {name: {} for name in CURVES}
     kappa1 = math.nan
     paper = dict(activation=cfg.activation, sigma_U=cfg.sigma_U, sigma_W=cfg.sigma_W, beta=cfg.beta, gamma=cfg.gamma)
     for L, seed in zip(sorted(cfg.depths), child_seeds(cfg.seed, len(cfg.depths))):
@@ -185,14 +199,15 @@ def _run_bridge(cfg: BridgeConfig, progress: bool) -> BridgeResult:
         nets = [run_network(cfg.block, X0[b : b + 1], L, s, d=cfg.d, heads=cfg.heads, m=cfg.m, a1=a1, a2=a2,
                             std=cfg.std, depth=L, gpt2_init=cfg.gpt2_init, **(paper if cfg.block == "paper" else {}))
                 for b, s in enumerate(tqdm(child_seeds(s_net, cfg.samples), desc=f"L={L}", disable=not progress, leave=False))]
-        measured[L] = _mean_se(torch.stack(nets))
+        curves["measured"][L] = torch.stack(nets).numpy()
         attention = Attention(cfg.beta, cfg.gamma) if cfg.block == "paper" else None
         P0 = _initial(cfg, cfg.pred_samples, g_init)
         P0 = _embed(cfg, P0)[0] if pre else P0
         with torch.no_grad():
-            model[L] = _mean_se(predict_model(pre, norm, law, P0, r, L, a2, make_generator(s_model), attention, a1))
+            curves["model"][L] = predict_model(pre, norm, law, P0, r, L, a2, make_generator(s_model), attention, a1).numpy()
             kernel = (NoiseKernel(cfg.activation, cfg.d, cfg.sigma_U, cfg.sigma_W) if cfg.block == "paper"
                       else MatchedKernel(law, r * r, 1.0 if pre else 1.0 / (r * r)))
-            sde[L] = _mean_se(predict_sde(pre, norm, kernel, P0, a2 * a2 * L, L, cfg.refine, make_generator(s_sde), attention))
+            curves["sde"][L] = predict_sde(pre, norm, kernel, P0, a2 * a2 * L, L, cfg.refine, make_generator(s_sde),
+                                           attention).numpy()
         kappa1 = kernel.kappa1 if not pre else kernel.kappa1 / (r * r)
-    return BridgeResult(cfg, measured, model, sde, kappa1, provenance("cpu"), time.perf_counter() - start)
+    return BridgeResult(cfg, curves, kappa1, provenance("cpu"), time.perf_counter() - start)

@@ -21,10 +21,10 @@ from typing import Callable, Optional
 
 import numpy as np
 import torch
-from pydantic import Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from scipy import stats
 
-from ..attention_variants import AveragedAttention, ResampledAttention
+from ..attention_variants import AveragedAttention, MultiHeadAttention, ResampledAttention
 from ..build import make_noise
 from ..config import RunConfig
 from ..diagnostics import mean_cosine
@@ -208,3 +208,132 @@ def run_resampled(cfg: ResampledConfig, progress: bool = False) -> ResampledResu
             curves[L], final[L] = c, c[:, -1]
             sq[L] = ((c - ref[:, :: top // L][:, : L + 1]) ** 2).max(-1) if top % L == 0 else (c[:, -1] - ref[:, -1]) ** 2
     return ResampledResult(cfg, depths, final, ref[:, -1], ref, curves, sq, provenance(device), time.perf_counter() - start)
+
+
+# ----------------------------------------------------------------- all checks at once (report)
+
+
+class VariantsConfig(BaseModel):
+    """Sizes of :func:`run_variants`: the deterministic flows (β, step, horizon), the weight-law
+    covariances (d, m, draws) and the per-layer random attention (depths, samples, draws)."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    beta: float = Field(1.0, gt=0.0, le=10.0, description="inverse temperature of the flows, in (0, 10]")
+    flow_steps: int = Field(200, ge=20, description="Heun steps of the equiangular check over t in [0, 2] (>= 20)")
+    law_d: int = Field(64, ge=2, description="dimension of the weight-law covariance check (>= 2)")
+    law_m: int = Field(1024, ge=1, description="MLP width of the weight-law check (>= 1)")
+    law_draws: int = Field(32, ge=4, description="independent MLPs per law (>= 4)")
+    depths: list[int] = Field(default_factory=lambda: [4, 16, 64], description="depths of the random-attention check")
+    samples: int = Field(32, ge=4, description="samples of the random-attention check (>= 4)")
+    attention_draws: int = Field(128, ge=1, description="draws of the averaged drift (>= 1)")
+    seed: int = Field(0, ge=0, le=2**64 - 1)
+
+    @field_validator("depths")
+    @classmethod
+    def _depths(cls, v: list[int]) -> list[int]:
+        if len(v) < 2 or min(v) < 1 or len(set(v)) != len(v) or any(max(v) % L for L in v):
+            raise ValueError(f"need at least 2 distinct depths >= 1, each dividing the largest (got {v})")
+        return v
+
+
+def _equiangular_check(kind: str, beta: float, steps: int, n: int = 4, d: int = 5, rho0: float = 0.1, T: float = 2.0) -> dict:
+    """Heun (noiseless SDE integrator) from equiangular tokens against the ODE of SPEC §7."""
+    from scipy.integrate import solve_ivp
+
+    from ..build import make_stepper
+    from ..config import build_config
+
+    cfg = build_config({"N": n, "d": d, "L": steps, "T": T, "beta": beta, "mlp": False, "dynamics": "sde",
+                        "attention_kind": kind})
+    stepper = make_stepper(cfg)
+    t = np.linspace(0, T, steps + 1)
+    ode = solve_ivp(lambda _, r: [equiangular_rhs(kind, beta, n)(r[0])], (0, T), [rho0], rtol=1e-12, atol=1e-14, t_eval=t).y[0]
+    X, iu = equiangular_tokens(n, d, rho0), torch.triu_indices(n, n, 1)
+    sim, spread = [rho0], 0.0
+    for _ in range(steps):
+        X = stepper.step(X, None)
+        c = (X @ X.transpose(-1, -2))[0, iu[0], iu[1]]
+        sim.append(float(c.mean()))
+        spread = max(spread, float(c.max() - c.min()))
+    return {"t": t.tolist(), "rho_ode": ode.tolist(), "rho_sim": sim, "max_error": float(np.abs(np.asarray(sim) - ode).max()),
+            "max_spread": spread}
+
+
+def _decay_fits(beta: float) -> dict:
+    """Softmax and USA post-LN (slope of log(1 − ρ) in t) and softmax pre-LN (slope in log t)
+    from three orthogonal tokens in d = 3; windows where 1 − ρ lies in [1e-12, 1e-3] (post) and
+    t ∈ [50, 200] (pre)."""
+    from ..attention import Attention
+    from ..attention_variants import UnnormalisedAttention
+
+    X0 = equiangular_tokens(3, 3, 0.0)
+    eye = torch.eye(3, dtype=torch.float64)
+    out = {}
+    for key, attn, dt, steps, every in (("post", Attention(beta=beta), 0.01, 1200, 10),
+                                        ("usa_post", UnnormalisedAttention(beta * eye, eye), 0.002, 2000, 10),
+                                        ("pre", Attention(beta=beta), 0.1, 2000, 50)):
+        t, c, _ = attention_flow(X0, attn, dt, steps, "pre" if key == "pre" else "post", every)
+        gap = 1 - c[0]
+        sel = (t >= 50) if key == "pre" else (gap > 1e-12) & (gap < 1e-3)
+        fit = fit_line(np.log(t[sel]) if key == "pre" else t[sel], np.log(gap[sel]))
+        out[key] = {"t": t[sel].tolist(), "one_minus_rho": gap[sel].tolist(), "slope": fit.to_dict(), "dt": dt}
+    return out
+
+
+def _law_checks(cfg: VariantsConfig) -> dict:
+    """κ against the measured MLP covariance for every law (d = law_d, delocalised pair at cosine
+    0.5, ReLU, σ_U = σ_W = 0.3), and the Rademacher departure at d = 2 (module tests' pair)."""
+    from ..kernel import NoiseKernel
+    from ..noise import WEIGHT_LAWS
+
+    d = cfg.law_d
+    g = make_generator(cfg.seed)
+    x = normalize(torch.sign(torch.randn(d, generator=g, dtype=torch.float64)))
+    z = normalize(torch.sign(torch.randn(d, generator=g, dtype=torch.float64)))
+    y = 0.5 * x + math.sqrt(0.75) * normalize(z - (z @ x) * x)
+    kappa = float(NoiseKernel("relu", d, 0.3, 0.3).kappa(float(x @ y)))
+    laws = {}
+    for law, s in zip(WEIGHT_LAWS, child_seeds(cfg.seed, len(WEIGHT_LAWS))):
+        laws[law] = mlp_covariance(x, y, law, "relu", cfg.law_m, cfg.law_draws, 0.3, 0.3, seed=s)
+    e1, e12 = torch.tensor([1.0, 0.0], dtype=torch.float64), torch.tensor([1.0, 1.0], dtype=torch.float64) / math.sqrt(2)
+    small = mlp_covariance(e1, e12, "rademacher", "relu", 4096, 64, seed=cfg.seed + 1, conditional=True)
+    return {"d": d, "cosine": float(x @ y), "kappa": kappa, "laws": {k: list(v) for k, v in laws.items()},
+            "small_d": {"measured": list(small), "exact": 1 / (4 * math.sqrt(2)),
+                        "kappa": float(NoiseKernel("relu", 2).kappa(1 / math.sqrt(2)))}}
+
+
+def run_variants(cfg: VariantsConfig) -> dict:
+    """Every check of SPEC §7 that does not need the standard blocks; a dict of numbers (one CPU
+    thread: every tensor is tiny)."""
+    from ..meanfield import cpu_threads_for
+
+    with cpu_threads_for(0):
+        return _run_variants(cfg)
+
+
+def _run_variants(cfg: VariantsConfig) -> dict:
+    from ..attention import Attention
+    from ..attention_variants import SinkhornAttention
+    from ..meanfield import fit_power_law
+
+    start = time.perf_counter()
+    g = make_generator(cfg.seed)
+    X = normalize(torch.randn(4, 6, 4, generator=g, dtype=torch.float64))
+    Q, K, V = (torch.randn(4, 4, generator=g, dtype=torch.float64) / 2 for _ in range(3))
+    one_head = float((MultiHeadAttention.split(Q, K, V, 1)(X) - Attention(A=Q.T @ K, V=V)(X)).abs().max())
+    S = SinkhornAttention(3 * Q.T @ K, V, iters=5000, tol=1e-13).weights(X)
+    sums = float(max((S.sum(-1) - 1).abs().max(), (S.sum(-2) - 1).abs().max()))
+    with torch.no_grad():
+        res = run_resampled(ResampledConfig(N=5, d=4, T=2.0, mlp=False, batch=cfg.samples, depths=cfg.depths,
+                                            attention_draws=cfg.attention_draws, seed=cfg.seed))
+    depths = res.depths
+    fit = fit_power_law(depths, np.stack([res.sq_error[L] for L in depths], axis=1), n_boot=400, seed=cfg.seed)
+    return {
+        "one_head_max_diff": one_head, "sinkhorn_max_sum_error": sums,
+        "equiangular": {k: _equiangular_check(k, cfg.beta, cfg.flow_steps) for k in ("softmax", "usa")},
+        "normalisation": _decay_fits(cfg.beta),
+        "weight_laws": _law_checks(cfg),
+        "resampled": {**res.to_dict(), "sq_error_exponent": fit.to_dict()},
+        "elapsed_s": time.perf_counter() - start,
+    }
