@@ -125,7 +125,7 @@ def test_sinkhorn_doubly_stochastic_and_against_direct_iteration():
 
 def test_resampled_draws_and_averaged_drift():
     """σ = 0: the resampled attention is the softmax one; a bank of one draw equals that draw."""
-    X, g = _tokens()
+    X, _ = _tokens()
     r = ResampledAttention(4, beta=1.5, gamma=-1.0, std=0.0)
     torch.testing.assert_close(r(X), Attention(beta=1.5, gamma=-1.0)(X), rtol=0, atol=1e-12)
     r = ResampledAttention(4, beta=1.0, gamma=1.0, std=1.0, seed=3)
@@ -260,3 +260,34 @@ def test_resampled_attention_approaches_averaged_drift():
     rows = {r["L"]: r for r in res.differences()}
     assert rows[64]["sq_error"] < rows[4]["sq_error"] / 4
     assert abs(rows[64]["diff"]) < 4.5 * rows[64]["diff_se"] + 0.01
+
+
+# --- the report's verdict rules fail on wrong models ------------------------------------------------
+
+
+def test_variants_rows_hold_and_fail_on_wrong_numbers():
+    """The variants section's rows hold on a tiny run (except possibly the statistical ones at this
+    size) and each kind of rule fails when the measured number is that of a wrong model."""
+    import copy
+
+    from stochformer.experiments.variants import VariantsConfig, run_variants
+    from stochformer.report.sections_variants import variants_rows
+    from stochformer.report.verdict import FAILS, HOLDS
+
+    cfg = VariantsConfig(flow_steps=40, law_d=16, law_m=64, law_draws=8, depths=[2, 8], samples=8, attention_draws=16)
+    numbers = run_variants(cfg)
+    rows = {r.quantity.split(":")[0]: r for r in variants_rows(numbers, cfg.beta)}
+    for key in ("multi-head, H = 1, d_h = d, O = I", "Sinkhorn", "softmax post-LN", "softmax pre-LN"):
+        assert rows[key].verdict == HOLDS, rows[key]
+    wrong = copy.deepcopy(numbers)
+    wrong["one_head_max_diff"] = 1e-6                                  # heads not summed correctly
+    wrong["sinkhorn_max_sum_error"] = 1e-3                             # stopped early
+    wrong["equiangular"]["softmax"]["max_error"] = 1e-2                # wrong ODE
+    wrong["normalisation"]["pre"]["slope"] = {"value": -1.0, "ci": [-1.01, -0.99]}  # 1/t instead of 1/t²
+    wrong["weight_laws"]["laws"]["rademacher"] = [wrong["weight_laws"]["kappa"] * 1.5, 1e-4]
+    wrong["resampled"]["rows"][-1].update(diff=0.3, diff_se=0.01)     # not the averaged drift
+    bad = {r.quantity.split(":")[0]: r for r in variants_rows(wrong, cfg.beta)}
+    for key in ("multi-head, H = 1, d_h = d, O = I", "Sinkhorn", "equiangular tokens (softmax)", "softmax pre-LN",
+                "MLP covariance, rademacher weights, d = 16, cosine 0.50",
+                "per-layer random attention, L = 8"):
+        assert bad[key].verdict == FAILS, bad[key]

@@ -25,7 +25,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..attention import Attention
-from ..bridge import BLOCKS, NORMS, PRE_NORM, MatchedKernel, block_law, ln_basis, predict_model, predict_sde, run_network
+from ..bridge import NORMS, PRE_NORM, MatchedKernel, block_law, ln_basis, predict_model, predict_sde, run_network
 from ..io import write_json, write_npz
 from ..kernel import NoiseKernel
 from ..report.verdict import Comparison, Z95

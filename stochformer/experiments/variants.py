@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Callable
 
 import numpy as np
 import torch
@@ -271,8 +271,8 @@ def _decay_fits(beta: float) -> dict:
     eye = torch.eye(3, dtype=torch.float64)
     out = {}
     for key, attn, dt, steps, every in (("post", Attention(beta=beta), 0.01, 1200, 10),
-                                        ("usa_post", UnnormalisedAttention(beta * eye, eye), 0.002, 2000, 10),
-                                        ("pre", Attention(beta=beta), 0.1, 2000, 50)):
+                                        ("usa_post", UnnormalisedAttention(beta * eye, eye), 0.002, 1500, 10),
+                                        ("pre", Attention(beta=beta), 0.2, 1000, 25)):
         t, c, _ = attention_flow(X0, attn, dt, steps, "pre" if key == "pre" else "post", every)
         gap = 1 - c[0]
         sel = (t >= 50) if key == "pre" else (gap > 1e-12) & (gap < 1e-3)
@@ -297,7 +297,7 @@ def _law_checks(cfg: VariantsConfig) -> dict:
     for law, s in zip(WEIGHT_LAWS, child_seeds(cfg.seed, len(WEIGHT_LAWS))):
         laws[law] = mlp_covariance(x, y, law, "relu", cfg.law_m, cfg.law_draws, 0.3, 0.3, seed=s)
     e1, e12 = torch.tensor([1.0, 0.0], dtype=torch.float64), torch.tensor([1.0, 1.0], dtype=torch.float64) / math.sqrt(2)
-    small = mlp_covariance(e1, e12, "rademacher", "relu", 4096, 64, seed=cfg.seed + 1, conditional=True)
+    small = mlp_covariance(e1, e12, "rademacher", "relu", 1024, 64, seed=cfg.seed + 1, conditional=True)
     return {"d": d, "cosine": float(x @ y), "kappa": kappa, "laws": {k: list(v) for k, v in laws.items()},
             "small_d": {"measured": list(small), "exact": 1 / (4 * math.sqrt(2)),
                         "kappa": float(NoiseKernel("relu", 2).kappa(1 / math.sqrt(2)))}}
