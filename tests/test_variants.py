@@ -145,6 +145,11 @@ def test_every_variant_runs_in_transformer_and_sde(kind):
         res = simulate(cfg)
         assert np.all(np.isfinite(res.trajectory.final))
         assert np.abs(np.linalg.norm(res.trajectory.final, axis=-1) - 1).max() < 1e-12
+    # the many-token particle solver takes the variant too
+    from stochformer.meanfield import make_field, particle_stepper
+
+    stepper = particle_stepper(cfg, make_field(cfg, 1, make_generator(0)), cfg.N)
+    assert type(stepper.sde.attention) is type(make_variant(cfg))
 
 
 def test_variant_config_errors():
