@@ -118,7 +118,9 @@ def _coupled_errors(cfg: RunConfig, depths: list[int], widths: list[int], refine
     path = BrownianPath(tuple(X0.shape), refine * max(depths), generator=g_noise, dtype=dtype, device=device)
     common = dict(activation=cfg.activation, sigma_U=cfg.sigma_U, sigma_W=cfg.sigma_W, scale=cfg.noise_scale)
     rng = resolve_backend(cfg.rng, cfg.device)
-    mlps = [RandomMLP(width=m, mode="gaussian", rng=rng, **common) for m in widths] + [ExactField(kernel)]
+    # non-Gaussian weights (SPEC §7): inner weights U from the law, the output coupled through K_m^{1/2}Ξ
+    laws = dict(mode="gaussian") if cfg.weight_law == "gaussian" else dict(mode="weights", law=cfg.weight_law, nu=cfg.student_nu)
+    mlps = [RandomMLP(width=m, rng=rng, **laws, **common) for m in widths] + [ExactField(kernel)]
     layers = _Lockstep([Transformer(attention, mlp, cfg.order) for mlp in mlps])
     keep = SaveAt(stats=(), tokens_every=1, final=False)
     ds = solve(layers, X0.repeat(len(mlps), 1, 1), cfg.T, depth, keep, generator=g_w, path=path, context=cfg)
