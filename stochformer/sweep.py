@@ -205,7 +205,7 @@ def run_tasks_parallel(
                     value = runner.result(future)
                 except BaseException as exc:
                     runner.cancel(list(pending.values()))
-                    raise _with_key(exc, task.key)
+                    raise _with_key(exc, task.key)  # noqa: B904  (the task's own exception, with a note)
                 if cache:
                     cache.store(task.key, task.cache_key, value)
                 results[task.key] = value

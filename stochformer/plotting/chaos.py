@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
 
-from .core import assign, figure_axes, finish, rate_law
+from .core import assign, exponent_label, figure_axes, finish, integer_ticks, rate_law
 
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.figure import Figure
@@ -20,9 +20,8 @@ def _fit_line(ax, N, fit: dict, color, label: str) -> None:
     if fit.get("exponent") is None:
         return
     N = np.asarray(N, float)
-    lo, hi = fit["ci"]
     ax.plot(N, fit["prefactor"] * N ** -fit["exponent"], "--", color=color,
-            label=f"{label}: slope −{fit['exponent']:.2f} [{lo:.2f}, {hi:.2f}]")
+            label=f"{label}: {exponent_label(fit['exponent'], fit['ci'])}")
 
 
 def _guide(ax, N, y0: float, law: np.ndarray, label: str, color="0.4") -> None:
@@ -49,8 +48,9 @@ def plot_chaos(result: "ChaosResult", axes: Optional[Any] = None) -> "Figure":
         if d == cfg.d:
             _guide(ax, sizes, y[0], 1 / sizes, r"$N^{-1}$")
     ax.set(xscale="log", yscale="log", xlabel="$N$",
-           ylabel=r"$\mathbb{E}\,\sup_t \frac{1}{N}\sum_i |X^{i,N}_t - X^{i,N_\mathrm{ref}}_t|^2$",
+           ylabel=r"$\mathbb{E}\,\mathrm{sup}_t\,\frac{1}{N}\sum_i |X^{i,N}_t - X^{i,N_\mathrm{ref}}_t|^2$",
            title=f"synchronous coupling ({n_ref}, ± 2 SE)")
+    integer_ticks(ax, sizes)
     ax.legend(fontsize=7)
 
     ax = axes[0, 1]
@@ -66,8 +66,9 @@ def plot_chaos(result: "ChaosResult", axes: Optional[Any] = None) -> "Figure":
         ax.plot(sizes, y[0] * np.asarray(row["sphere_rate"]) / row["sphere_rate"][0], "-.", color=f"C{i}", lw=0.8,
                 label=f"$S^{{{d - 1}}}$ rate {rate_law(result.fits['sphere_rate'][str(d)]['law'])}")
         ax.plot(sizes, row["sliced_w2_mean"][-1], "x", color=f"C{i}", alpha=0.6)
-    ax.set(xscale="log", yscale="log", xlabel="$N$", ylabel=r"$\sup_t W_2^2(\mu^N_t, \mu^{N_\mathrm{ref}}_t)$",
+    ax.set(xscale="log", yscale="log", xlabel="$N$", ylabel=r"$\mathrm{sup}_t\,W_2^2(\mu^N_t, \mu^{N_\mathrm{ref}}_t)$",
            title=r"$W_2^2$ against $N$ (×: sliced $W_2^2$ at $T$)")
+    integer_ticks(ax, sizes)
     ax.legend(fontsize=7)
 
     ax = axes[1, 0]
@@ -83,6 +84,7 @@ def plot_chaos(result: "ChaosResult", axes: Optional[Any] = None) -> "Figure":
         ax.axhline(0, color="0.6", lw=0.8)
     ax.set(xscale="log", xlabel="$N$", ylabel="conditional correlation at $T$",
            title=f"conditional decorrelation ({dec['fields']} fields × {dec['repeats']} draws, ± 2 SE)")
+    integer_ticks(ax, n)
     ax.legend(fontsize=7)
 
     ax = axes[1, 1]

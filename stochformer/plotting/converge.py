@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
 
-from .core import figure_axes, finish
+from .core import exponent_label, figure_axes, finish, integer_ticks
 
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.figure import Figure
@@ -44,24 +44,25 @@ def plot_convergence(result: Any, axes: Optional[Any] = None) -> "Figure":
     a1, a2, a3 = ax[0]
     e = f["exponent_L"]
     _errorbars(a1, L, lay[:, -1], lay_se[:, -1], color="C0",
-               label=rf"$m = \infty$, layer times: slope −{e['value']:.3f} [{e['ci'][0]:.3f}, {e['ci'][1]:.3f}]")
+               label=rf"$m = \infty$, layer times: {exponent_label(e['value'], e['ci'], 3)}")
     e = f["exponent_L_continuous"]
     _errorbars(a1, L, con[:, -1], con_se[:, -1], color="C1",
-               label=rf"$m = \infty$, continuous $t$: slope −{e['value']:.3f} [{e['ci'][0]:.3f}, {e['ci'][1]:.3f}]")
+               label=rf"$m = \infty$, continuous $t$: {exponent_label(e['value'], e['ci'], 3)}")
     e = f["exponent_L_large_m"]
     _errorbars(a1, L, lay[:, big], lay_se[:, big], color="C2",
-               label=f"$m = {e['m']}$, layer times: slope −{e['value']:.3f} [{e['ci'][0]:.3f}, {e['ci'][1]:.3f}]")
+               label=f"$m = {e['m']}$, layer times: {exponent_label(e['value'], e['ci'], 3)}")
     _guide(a1, L, lay[-1, -1], lambda x: 1 / x, "$L^{-1}$", "--")
     _guide(a1, L, con[-1, -1], lambda x: np.log(x) / x, r"$\log L / L$", ":")
     a1.set(xscale="log", yscale="log", xlabel="depth $L$",
-           ylabel=r"$\mathbb{E}\,\sup \frac{1}{N}\sum_i |X^i - \bar X^i|^2$",
+           ylabel=r"$\mathbb{E}\,\mathrm{sup}\,\frac{1}{N}\sum_i |X^i - \bar X^i|^2$",
            title="error against depth (± 2 SE)")
+    integer_ticks(a1, L)
     a1.legend(fontsize=7)
 
     top = int(np.argmax(L))
     e = f["exponent_m"]
     _errorbars(a2, m_fin, lay[top, fin], lay_se[top, fin], color="C0",
-               label=f"$L = {e['L']}$, layer times: slope −{e['value']:.3f} [{e['ci'][0]:.3f}, {e['ci'][1]:.3f}]")
+               label=f"$L = {e['L']}$, layer times: {exponent_label(e['value'], e['ci'], 3)}")
     _errorbars(a2, m_fin, con[top, fin], con_se[top, fin], color="C1", label=f"$L = {e['L']}$, continuous $t$")
     a2.axhline(lay[top, -1], color="C0", lw=0.8, ls="-.", label=r"$m = \infty$ (layer times)")
     _guide(a2, m_fin, lay[top, fin][-1], lambda x: 1 / x, "$m^{-1}$", "--")

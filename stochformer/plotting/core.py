@@ -39,6 +39,23 @@ def _value(value: Any) -> str:
     return str(value)
 
 
+def exponent_label(value: float, ci: Sequence[float], digits: int = 2) -> str:
+    """``exponent 1.04 [0.45, 1.61]`` (fitted y ∝ x^(−exponent), 95% interval), with true minus signs."""
+    lo, hi = ci
+    return "exponent " + _value_fixed(value, digits) + f" [{_value_fixed(lo, digits)}, {_value_fixed(hi, digits)}]"
+
+
+def _value_fixed(x: float, digits: int) -> str:
+    return f"{x:.{digits}f}".replace("-", "−")
+
+
+def integer_ticks(ax: "Axes", values: Any, axis: str = "x") -> None:
+    """Tick a log axis at the measured sizes, labelled as plain integers (no 4×10⁰)."""
+    values = np.asarray(values, float)
+    getattr(ax, f"set_{axis}ticks")(values, [f"{int(v)}" for v in values])
+    getattr(ax, f"set_{axis}ticks")([], minor=True)
+
+
 def assign(field: str, value: Any) -> str:
     """``field = value`` for a legend, in mathtext when the field has a symbol (``$\\beta = 4$``)."""
     if field in SYMBOLS:
@@ -154,45 +171,47 @@ def plot_sphere_paths(
     """Token paths on S² for one sample: ``paths`` (batch, n_paths, N, 3), unit rows. The near
     hemisphere is drawn solid, the hidden one faded (``hidden_alpha``), seen from (``elev``, ``azim``);
     dots mark the final layer. ``ax``: a 3-D axes (``projection="3d"``), or None for a new figure."""
-    created = ax is None
-    if created:
+    import matplotlib as mpl
+
+    fig: Any
+    ax3: Any
+    if ax is None:
         import matplotlib.pyplot as plt
 
         fig = plt.figure(figsize=(5.5, 5.5))
-        ax = fig.add_subplot(projection="3d")
+        ax3 = fig.add_subplot(projection="3d")
     else:
-        fig = ax.get_figure()
-    import matplotlib as mpl
+        ax3, fig = ax, ax.get_figure()
 
     P = np.asarray(paths[sample], float)
     v = _view_direction(elev, azim)
-    ax.view_init(elev=elev, azim=azim)
+    ax3.view_init(elev=elev, azim=azim)
     t = np.linspace(0, 2 * np.pi, 121)
     for lat in np.radians(np.arange(-60, 61, 30)):  # parallels and meridians, split like the paths
         ring = np.stack([np.cos(lat) * np.cos(t), np.cos(lat) * np.sin(t), np.full_like(t, np.sin(lat))], 1)
         front, back = _split_visible(ring, v)
-        ax.plot(*front.T, color="0.8", lw=0.5)
-        ax.plot(*back.T, color="0.8", lw=0.5, alpha=hidden_alpha)
+        ax3.plot(*front.T, color="0.8", lw=0.5)
+        ax3.plot(*back.T, color="0.8", lw=0.5, alpha=hidden_alpha)
     for lon in np.radians(np.arange(0, 180, 30)):
         ring = np.stack([np.cos(lon) * np.cos(t), np.sin(lon) * np.cos(t), np.sin(t)], 1)
         front, back = _split_visible(ring, v)
-        ax.plot(*front.T, color="0.8", lw=0.5)
-        ax.plot(*back.T, color="0.8", lw=0.5, alpha=hidden_alpha)
+        ax3.plot(*front.T, color="0.8", lw=0.5)
+        ax3.plot(*back.T, color="0.8", lw=0.5, alpha=hidden_alpha)
     # the silhouette: the great circle orthogonal to the viewing direction
     u1 = np.cross(v, [0.0, 0.0, 1.0]) if abs(v[2]) < 0.999 else np.array([1.0, 0.0, 0.0])
     u1 /= np.linalg.norm(u1)
     u2 = np.cross(v, u1)
     rim = np.outer(np.cos(t), u1) + np.outer(np.sin(t), u2)
-    ax.plot(*rim.T, color="0.55", lw=0.8)
+    ax3.plot(*rim.T, color="0.55", lw=0.8)
     colors = mpl.colormaps["viridis"](np.linspace(0, 1, P.shape[1]))
     for i in range(P.shape[1]):
         front, back = _split_visible(P[:, i], v)
-        ax.plot(*front.T, color=colors[i], lw=0.9)
-        ax.plot(*back.T, color=colors[i], lw=0.9, alpha=hidden_alpha)
+        ax3.plot(*front.T, color=colors[i], lw=0.9)
+        ax3.plot(*back.T, color=colors[i], lw=0.9, alpha=hidden_alpha)
         end = P[-1, i]
-        ax.scatter(*end, color=colors[i], s=14, alpha=1.0 if end @ v >= 0 else hidden_alpha, depthshade=False)
-    ax.set(xlim=(-1, 1), ylim=(-1, 1), zlim=(-1, 1))
-    ax.set_box_aspect((1, 1, 1))
-    ax.set_axis_off()
-    ax.set_title(title or "token paths (dots: final layer; far side faded)")
+        ax3.scatter(end[0], end[1], end[2], color=colors[i], s=14, alpha=1.0 if end @ v >= 0 else hidden_alpha, depthshade=False)
+    ax3.set(xlim=(-1, 1), ylim=(-1, 1), zlim=(-1, 1))
+    ax3.set_box_aspect((1, 1, 1), zoom=1.3)
+    ax3.set_axis_off()
+    ax3.set_title(title or "token paths (dots: final layer; far side faded)")
     return fig

@@ -24,24 +24,27 @@ def plot_sync(result: Any, axes: Optional[Any] = None) -> "Figure":
     created = axes is None
     fig, ax = figure_axes(axes, (1, 2), (11, 4))
     a1, a2 = ax[0]
-    linear_band(a1, t, *result.log_growth, "C0", f"measured: {m['lambda_1']:.4g} ± {m['lambda_1_se']:.2g} per unit t")
+    growth, growth_se = result.log_growth
+    linear_band(a1, t, growth, growth_se, "C0", f"measured: {m['lambda_1']:.4g} ± {m['lambda_1_se']:.2g} per unit $t$")
     if p["lambda_1_pred"] is not None:
         a1.plot(t, p["lambda_1_pred"] * t, "k--", label=rf"predicted $\lambda_1-\gamma$ = {p['lambda_1_pred']:.4g}")
-    a1.set(xlabel="t = layer · T/L", ylabel=r"mean of $\log(\delta_t/\delta_0)$", title="pair separation (renormalised)")
+    a1.set(xlabel="$t$ = layer · $T/L$", ylabel=r"mean of $\log(\delta_t/\delta_0)$", title="pair separation (renormalised)")
     a1.legend(fontsize=8)
     e0 = result.energy_near[0][0]
     tn = result.near_times
-    log_band(a2, tn, *result.energy_near, "C1", f"near sync: rate {m['energy_rate']:.4g} ± {m['energy_rate_se']:.2g}")
+    near, near_se = result.energy_near
+    log_band(a2, tn, near, near_se, "C1", f"near sync: rate {m['energy_rate']:.4g} ± {m['energy_rate_se']:.2g}")
     if p["lambda_bar_pred"] is not None:
         a2.plot(tn, e0 * np.exp(p["lambda_bar_pred"] * tn), "C1--", label=rf"$\bar\lambda-2\gamma$ = {p['lambda_bar_pred']:.4g}")
     if result.energy_uniform is not None:
         mu = result.energy_uniform[0]
-        log_band(a2, t, *result.energy_uniform, "C2",
+        uni, uni_se = result.energy_uniform
+        log_band(a2, t, uni, uni_se, "C2",
                  f"uniform start: rate {m['energy_rate_uniform']:.4g} ± {m['energy_rate_uniform_se']:.2g}")
         if p["lambda_bar_prime_pred"] is not None:
             a2.plot(t, mu[0] * np.exp(p["lambda_bar_prime_pred"] * t), "C2:", label=rf"bound $\bar\lambda'$ = {p['lambda_bar_prime_pred']:.4g}")
     a2.set_yscale("log")
-    a2.set(xlabel="t", ylabel=r"$E[E_\beta(\mu_t)]$", title="energy (mean ± 2 SE)")
+    a2.set(xlabel="$t$", ylabel=r"$E[E_\beta(\mu_t)]$", title="energy (mean ± 2 SE)")
     a2.legend(fontsize=8)
     c = result.config
     title = ", ".join([f"{c.dynamics}: {c.activation}"] + [assign(k, v) for k, v in (
@@ -67,6 +70,7 @@ def plot_phase(result: Any, ax: Optional["Axes"] = None) -> "Figure":
     fig, axs = figure_axes(ax, (1, 1), (6.5, 5))
     ax = axs[0, 0]
     x, y, v = result.x, result.y, result.value
+    kw: dict[str, Any]
     if c.measure == "lyapunov":
         lim = np.nanmax(np.abs(v)) or 1.0
         kw = dict(cmap="RdBu_r", vmin=-lim, vmax=lim)
@@ -106,6 +110,7 @@ def plot_clusters(result: Any, axes: Optional[Any] = None) -> "Figure":
         centres = 0.5 * (cl.bins[1:] + cl.bins[:-1])
         axes[1 + k].bar(centres, cl.histogram, width=np.diff(cl.bins), color=f"C{k}")
         axes[1 + k].set_yscale("log")
+        axes[1 + k].set_ylim(bottom=0.8)  # whole decades from one pair up, whatever the counts
         axes[1 + k].set(xlabel=r"$\langle x_i, x_j\rangle$ at the last layer", ylabel="pairs",
                         title=f"{act}: clusters {np.mean(cl.n_clusters):.2g}, antipodal pairs {np.mean(cl.n_antipodal):.2g}")
     axes[0].set(xlabel="layer", ylabel="cosine", ylim=(-1.05, 1.05), title=f"{assign('d', 4)}, no attention")
