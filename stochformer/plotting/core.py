@@ -34,9 +34,7 @@ def symbol(field: str) -> str:
 
 
 def _value(value: Any) -> str:
-    if isinstance(value, (float, np.floating)):
-        return f"{float(value):g}".replace("-", "−")
-    return str(value)
+    return f"{float(value):g}" if isinstance(value, (float, np.floating)) else str(value)
 
 
 def exponent_label(value: float, ci: Sequence[float], digits: int = 2) -> str:
@@ -59,7 +57,7 @@ def integer_ticks(ax: "Axes", values: Any, axis: str = "x") -> None:
 def assign(field: str, value: Any) -> str:
     """``field = value`` for a legend, in mathtext when the field has a symbol (``$\\beta = 4$``)."""
     if field in SYMBOLS:
-        return f"${SYMBOLS[field]} = {_value(value).replace('−', '-')}$"
+        return f"${SYMBOLS[field]} = {_value(value)}$"
     return f"{field} = {_value(value)}"
 
 
