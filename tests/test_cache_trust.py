@@ -115,7 +115,7 @@ def test_recompute_turns_invalid_rows_into_undetermined() -> None:
 def test_keys_include_the_source_hash(monkeypatch) -> None:
     """Changed code (same version) gives other cache and task keys, so old results are not reused."""
     import stochformer.report.runner as runner
-    import stochformer.tasks as tasks
+    import stochformer.tasks.serial as tasks
     from stochformer.report.runner import plan
     from stochformer.tasks import Task
 

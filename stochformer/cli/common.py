@@ -1,5 +1,9 @@
 """Options and plumbing shared by every experiment command: ``--config``, ``--set``, ``--out``,
-the size check, the output-folder lock and Ctrl-C."""
+the size check, the output-folder lock, Ctrl-C and ``--format``.
+
+This module and every command module import only click and the standard library at module level:
+``stochformer --help`` and ``--version`` load neither torch nor matplotlib. Each command imports
+what it runs when it runs."""
 
 from __future__ import annotations
 
@@ -12,13 +16,13 @@ from typing import Any, Callable, Optional
 
 import click
 
-from ..config import ConfigError, RunConfig, build_config
 from ..outputs import (MARKER, OutputError, check_output_folder, has_marker, hold, make_owned, remove_owned,
                        remove_stale_partials)
-from ..preflight import check_size, parse_size
 
 #: exit status of a run stopped by Ctrl-C (128 + SIGINT), as shells report it
 EXIT_INTERRUPTED = 130
+#: the formats of saved figures (``--format``; the same as ``stochformer.plotting.FORMATS``)
+FIGURE_FORMATS = ("png", "pdf", "svg")
 
 
 def config_options(func: Callable) -> Callable:
@@ -35,11 +39,14 @@ def config_options(func: Callable) -> Callable:
     return wrapper
 
 
-def resolve_config(config_file: Optional[Path], overrides: tuple[str, ...], model: type = RunConfig,
+def resolve_config(config_file: Optional[Path], overrides: tuple[str, ...], model: Optional[type] = None,
                    base: Optional[dict] = None) -> Any:
-    """The validated config (defaults ← ``base`` ← file ← overrides); errors become one usage message."""
+    """The validated config (``model``, default :class:`~stochformer.config.RunConfig`; defaults ←
+    ``base`` ← file ← overrides); errors become one usage message."""
+    from ..config import ConfigError, RunConfig, build_config
+
     try:
-        return build_config(base, list(overrides), config_file, model=model)
+        return build_config(base, list(overrides), config_file, model=RunConfig if model is None else model)
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
 
@@ -91,6 +98,8 @@ def size_check(cfg: Any, scheduler: Optional[str] = None) -> None:
     max_memory, skip = click.get_current_context().meta.get("stochformer.size", (None, False))
     if skip:
         return
+    from ..preflight import check_size, parse_size
+
     try:
         check_size(cfg, parse_size(max_memory) if max_memory is not None else None, workers=workers_of(scheduler))
     except ValueError as exc:
@@ -125,11 +134,12 @@ def resolve(
     overrides: tuple[str, ...],
     out: Optional[Path],
     force: bool,
-    model: type = RunConfig,
+    model: Optional[type] = None,
     base: Optional[dict] = None,
 ) -> tuple[Any, Path]:
-    """Validate the config, the output folder and the size before any work (errors become one
-    clean message), then hold the output folder for the rest of the command."""
+    """Validate the config (``model``, default :class:`~stochformer.config.RunConfig`), the output
+    folder and the size before any work (errors become one clean message), then hold the output
+    folder for the rest of the command."""
     cfg = resolve_config(config_file, overrides, model, base)
     try:
         folder = check_output_folder(default_out(command, out), force)
@@ -149,15 +159,18 @@ def resolve(
 
 
 def fail_cleanly(func: Callable) -> Callable:
-    """Turn input errors raised during a run (bad .npy file, missing CUDA, a non-finite state,
-    ...) into one message, and Ctrl-C into exit status 130 with one line saying what was kept and
-    how to resume."""
+    """Turn input errors raised during a run (bad .npy file, missing CUDA, a non-finite state, a
+    missing optional dependency, ...) into one message, and Ctrl-C into exit status 130 with one
+    line saying what was kept and how to resume. (``ConfigError`` is a ``ValueError``;
+    ``MissingExtraError`` an ``ImportError``.)"""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from ..extras import MissingExtraError
+
         try:
             return func(*args, **kwargs)
-        except (ConfigError, ValueError, FileExistsError) as exc:
+        except (ValueError, FileExistsError, MissingExtraError) as exc:
             store = click.get_current_context().meta.get("stochformer.store")
             if store is not None and [p.name for p in store.iterdir()] == [MARKER]:
                 remove_owned(store)  # nothing finished: leave no empty task store behind
@@ -179,6 +192,33 @@ def scheduler_option(func: Callable) -> Callable:
     )(func)
 
 
+def format_option(func: Callable) -> Callable:
+    """``--format png|pdf|svg``: the file format of the saved figures."""
+    return click.option(
+        "--format", "fmt", type=click.Choice(FIGURE_FORMATS), default="png", show_default=True,
+        help="File format of the saved figures (pdf and svg are vector graphics).",
+    )(func)
+
+
+def use_agg() -> None:
+    """The command line draws off-screen: choose matplotlib's Agg backend (the library never does)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+
+
+def save_figures(folder: Path, figures: dict[str, Callable[[], Any]], fmt: str = "png") -> None:
+    """Save each figure (name without suffix → function returning a matplotlib figure) as
+    ``folder/NAME.FMT``."""
+    if not figures:
+        return
+    use_agg()
+    from ..plotting import save_figure
+
+    for name, make in figures.items():
+        save_figure(make(), folder / f"{name}.{fmt}")
+
+
 def task_store(folder: Path) -> Path:
     """Where finished tasks wait (beside the output folder) until the run completes, so that the
     same command run again after an interruption continues instead of starting afresh. Created
@@ -195,16 +235,16 @@ def task_store(folder: Path) -> Path:
 
 
 def write_results(
-    folder: Path, force: bool, result: Any, figures: dict[str, Callable[[], Any]], store: Optional[Path] = None
+    folder: Path, force: bool, result: Any, figures: dict[str, Callable[[], Any]], store: Optional[Path] = None,
+    fmt: str = "png",
 ) -> None:
-    """Save ``result`` and the figures (file name → function returning a matplotlib figure) into an
-    atomically created ``folder``; then drop the finished run's task store."""
+    """Save ``result`` and the figures (name without suffix → function returning a matplotlib
+    figure, saved as NAME.FMT) into an atomically created ``folder``; then drop the finished run's
+    task store."""
     from ..io import output_folder
-    from ..plotting import save_figure
 
     with output_folder(folder, force) as tmp:
         result.save(tmp)
-        for name, make in figures.items():
-            save_figure(make(), tmp / name)
+        save_figures(tmp, figures, fmt)
     if store is not None:
         remove_owned(store)

@@ -7,16 +7,13 @@ import sys
 
 import click
 
-from ..config import ConfigError
-from ..outputs import OutputError
-from ..report import PROFILES, registered, reproduce
-from ..report.profiles import DEFAULT_PROFILE
-from ..report.runner import check_report_folder, plan
-from ..report.verdict import recompute
-from .common import EXIT_INTERRUPTED, command_line, experiment_options, hold_output, size_check
+from ..report.profiles import DEFAULT_PROFILE, PROFILES
+from .common import EXIT_INTERRUPTED, command_line, experiment_options, hold_output, size_check, use_agg
 
 
 def _listing() -> str:
+    from ..report import registered
+
     lines = ["sections (--only NAME):"]
     lines += [f"  {s.name:<12s} {s.title} ({s.spec})" for s in registered()]
     lines += ["profiles (--profile NAME):"]
@@ -42,13 +39,21 @@ def reproduce_cmd(profile, only, resume, scheduler, list_only, config_file, over
         click.echo(_listing())
         return
     out = "report" if out is None else out
+    from ..config import ConfigError
+    from ..extras import MissingExtraError
+    from ..outputs import OutputError
+    from ..report import reproduce
+    from ..report.runner import check_report_folder, plan
+    from ..report.verdict import recompute
+
     if scheduler is not None:
         from ..tasks.parallel import parse_scheduler
 
         try:
             parse_scheduler(scheduler)
-        except ValueError as exc:
+        except (ValueError, MissingExtraError) as exc:
             raise click.BadParameter(str(exc), param_hint="--scheduler") from None
+    use_agg()
     try:
         planned = plan(profile, only, overrides, config_file)
         out = check_report_folder(out, force)

@@ -71,7 +71,7 @@ class BridgeConfig(BaseModel):
             raise ValueError(f"heads: llama's rotary embedding needs an even head dimension d/heads (got {self.d // self.heads})")
         if self.gpt2_init and self.block != "gpt2":
             raise ValueError("gpt2_init: only for block = 'gpt2'")
-        from ..activations import ACTIVATIONS
+        from ..model.activations import ACTIVATIONS
 
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"activation: unknown {self.activation!r}; valid: {', '.join(sorted(ACTIVATIONS))}")

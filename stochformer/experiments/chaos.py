@@ -43,6 +43,7 @@ from ..brownian import BrownianPath
 from ..build import make_field, make_particles
 from ..config import RunConfig, as_config, validate
 from ..diagnostics import cloud_summary
+from ..extras import require
 from ..distances import rate_function, sphere_rate, w2_sliced, w2_squared
 from ..model.attention import DEFAULT_BLOCK
 from ..results import Result
@@ -320,6 +321,7 @@ def run_chaos(
     sample and dimension, one per decorrelation field and size), so a killed run resumes;
     ``scheduler``: as in :func:`~stochformer.tasks.run_tasks`."""
     cfg = as_config(cfg, ChaosConfig)
+    require("ot", "the chaos study (W₂ between token clouds)")  # before any work
     device = resolve_device(cfg.device)
     start = time.perf_counter()
     config = cfg.model_dump(mode="json")

@@ -2,7 +2,7 @@
 
 Two estimators, for the deep transformer and for the limit SDE alike (any stepper of
 :func:`stochformer.build.make_model`, stepped by :func:`stochformer.solve`); layers ℓ are mapped to times t = ℓ Δt, Δt = T/L, so every
-rate is per unit time t and comparable with λ₁, λ̄, λ̄' of :mod:`stochformer.kernel` (which carry
+rate is per unit time t and comparable with λ₁, λ̄, λ̄' of :mod:`stochformer.model.kernel` (which carry
 the noise scale s through κ → s²κ).
 
 * **Lyapunov exponent** (Benettin): N = 2 tokens, token 1 a companion of token 0 at chordal

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
-from .core import plt
+if TYPE_CHECKING:
+    import matplotlib.pyplot as plt
 
 
 def plot_bridge(result) -> "plt.Figure":
     """Mean pairwise cosine against t = layer · T/L for every depth: the block (± 2 SE band), the
     paper's model with the matched MLP (dashed) and the limit SDE of the matched kernel (dotted)."""
+    import matplotlib.pyplot as plt
+
     depths = sorted(result.curves["measured"])
     fig, axes = plt.subplots(1, len(depths), figsize=(4.2 * len(depths), 3.4), squeeze=False)
     for ax, L in zip(axes[0], depths):
@@ -29,6 +34,8 @@ def plot_variants(numbers: dict) -> "plt.Figure":
     """Three panels from the variants section's numbers: equiangular ρ(t) against the ODE (softmax,
     USA); 1 − ρ under post-LN (semi-log) and pre-LN (log-log) attention; the per-layer random
     attention's final mean cosine minus the averaged drift's, against L (± 2 SE)."""
+    import matplotlib.pyplot as plt
+
     fig, (a, b, c) = plt.subplots(1, 3, figsize=(13, 3.6))
     for kind, color in (("softmax", "C0"), ("usa", "C1")):
         e = numbers["equiangular"][kind]
