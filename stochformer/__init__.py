@@ -18,28 +18,29 @@ The same :func:`solve` runs the limit SDE (:class:`LimitSDE`) and the mean-field
 
 __version__ = "0.1.0"
 
-from . import sphere  # noqa: E402
-from .brownian import BrownianPath, Draws  # noqa: E402
-from .model import (  # noqa: E402
-    ACTIVATIONS,
-    Attention,
-    EulerMaruyama,
-    ExactField,
-    LimitSDE,
-    NoiseKernel,
-    NoiseSource,
-    RandomFeatureField,
-    RandomMLP,
-    SoftmaxAttention,
-    StratonovichHeun,
-    Transformer,
-    rates,
-)
-from .results import load  # noqa: E402
-from .solve import Model, SaveAt, solve  # noqa: E402
+import importlib
+from typing import Any
 
-__all__ = [
-    "ACTIVATIONS", "Attention", "BrownianPath", "Draws", "EulerMaruyama", "ExactField", "LimitSDE", "Model",
-    "NoiseKernel", "NoiseSource", "RandomFeatureField", "RandomMLP", "SaveAt", "SoftmaxAttention",
-    "StratonovichHeun", "Transformer", "load", "rates", "solve", "sphere",
-]
+#: the public names and the modules they live in, imported on first use (``import stochformer``
+#: and the command line's ``--help`` stay free of torch)
+_WHERE = {
+    "sphere": None, "BrownianPath": "brownian", "Draws": "brownian", "load": "results", "Model": "solve",
+    "SaveAt": "solve", "solve": "solve",
+    **{name: "model" for name in ("ACTIVATIONS", "Attention", "EulerMaruyama", "ExactField", "LimitSDE", "NoiseKernel",
+                                   "NoiseSource", "RandomFeatureField", "RandomMLP", "SoftmaxAttention",
+                                   "StratonovichHeun", "Transformer", "rates")},
+}
+
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if _WHERE[name] is None:
+        return importlib.import_module(f"{__name__}.{name}")
+    return getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
