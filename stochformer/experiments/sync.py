@@ -315,7 +315,7 @@ def measure_lyapunov(cfg: RunConfig, pairs: int, eps: float = 1e-4, seed: Option
     s_model, s_path = child_seeds(seed, 2)
     path = None
     if noise is not None:
-        shape = noise.path_shape(pairs, cfg.d) if hasattr(noise, "path_shape") else list((tuple(X0.shape),))
+        shape = noise.path_shape(pairs, cfg.d) if hasattr(noise, "path_shape") else tuple(X0.shape)
         path = BrownianPath(shape, cfg.L, seed=s_path, dtype=dtype, device=device)
     ends, curves = {}, None
     for k in EXTRAPOLATION_LEVELS:
