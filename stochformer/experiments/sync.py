@@ -35,7 +35,7 @@ from ..config import InitConfig, RunConfig, as_config
 from ..model.activations import KINKED_ACTIVATIONS
 from ..model.kernel import first_moment_rate, lambda_bar_prime, lyapunov_exponent
 from ..runtime import DTYPES, child_seeds, make_generator, provenance, resolve_device
-from ..solve import Model, SaveAt, solve
+from ..solver import Model, SaveAt, solve
 from ..sphere import normalize, tangent, uniform
 from ..results import Result
 from ..stats import mean_and_se
