@@ -11,7 +11,7 @@ from stochformer.build import initial_tokens, make_kernel, make_model
 from stochformer.config import InitConfig, build_config
 from stochformer.motions import one_point_mean, simulate_two_point, two_point_coefficients
 from stochformer.runtime import make_generator
-from stochformer.solve import SaveAt, solve
+from stochformer.solver import SaveAt, solve
 
 BASE = {"d": 4, "activation": "relu", "sigma_U": 0.5, "sigma_W": 0.5, "attention": False, "T": 1.0, "L": 100, "m": 64}
 
