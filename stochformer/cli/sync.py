@@ -19,9 +19,10 @@ def sync_cmd(config_file, overrides, out, force, quiet, fmt: str) -> None:
     """Measure the Lyapunov exponent (pairs, renormalised) and the first-moment energy rate (near
     synchronisation and from uniform tokens) of the transformer or (dynamics=sde) the limit SDE.
 
-    Writes config.json, sync.json (lambda_1, lambda_1_se, energy_rate, energy_rate_se beside
-    lambda_1_pred, lambda_bar_pred, lambda_bar_prime_pred), dataset.nc and sync.png. Rates are per
-    unit time t = layer · T/L."""
+    Writes config.json, sync.json (lambda_1, lambda_1_se, lambda_1_extrap_err, energy_rate,
+    energy_rate_se beside lambda_1_pred, lambda_bar_pred, lambda_bar_prime_pred), dataset.nc and
+    sync.png. Rates are per unit time t = layer · T/L; lambda_1 is extrapolated to Δt → 0 from L,
+    L/2 and L/4 steps (set extrapolate=false for the plain estimate at L)."""
     from ..experiments.sync import SyncConfig, run_sync
     from ..plotting.sync import plot_sync
 
