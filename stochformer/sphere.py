@@ -99,8 +99,8 @@ def load_token_array(path, batch: int, N: int, d: int) -> np.ndarray:
             read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
             shape, _, dtype = read(fh)
         if shape not in ((N, d), (batch, N, d)) or dtype.kind not in "fiu":
-            raise ValueError(f"array has shape {shape} and dtype {dtype}; expected real numbers of shape ({N}, {d}) "
-                             f"or ({batch}, {N}, {d})")
+            raise ValueError(f"array has shape {shape} and dtype {dtype}; expected ({N}, {d}) or ({batch}, {N}, {d}), "
+                             "real numbers")
         arr = np.load(path, allow_pickle=False)
     except (OSError, ValueError, EOFError, MemoryError) as exc:
         raise ValueError(f"init.path: cannot read {path} as a .npy array: {exc}") from None
