@@ -28,8 +28,8 @@ from stochformer.diagnostics import (
     min_cosine,
     pair_statistics,
 )
-from stochformer.kernel import NoiseKernel
-from stochformer.meanfield import make_field, particle_stepper
+from stochformer.kernel import NoiseKernel, rates
+from stochformer.meanfield import evolve_particles, make_field, particle_stepper
 from stochformer.noise import (
     ExactField,
     MLPNoise,
@@ -37,8 +37,8 @@ from stochformer.noise import (
     _gram_output_cheaper,
     sqrt_psd,
 )
-from stochformer.sde import EulerMaruyama, LimitSDE, StratonovichHeun
-from stochformer.sphere import initial_tokens, normalize, random_rotations, uniform
+from stochformer.sde import EulerMaruyama, LimitSDE, StratonovichHeun, aggregate_normals, integrate
+from stochformer.sphere import gram, initial_tokens, normalize, random_rotations, tangent, uniform
 from stochformer.transformer import TransformerLayer
 
 TOL = 1e-12
@@ -658,3 +658,79 @@ def test_diagnostics(tokens):
     close(se, np.array([math.sqrt(7.0 / 3.0), 1.0]))
     m, se = mean_and_se(v[:1])
     close(se, np.zeros(2))
+
+
+def test_gram_and_tangent(tokens):
+    """Gram matrix ⟨x_i, x_j⟩ and P_x v = v − ⟨x, v⟩x for non-tangent v."""
+    X = tokens(2, 4, 3, seed=28)
+    V = torch.from_numpy(np.random.default_rng(29).standard_normal((2, 4, 3)))
+    Xn, Vn = X.numpy(), V.numpy()
+    close(gram(X), np.stack([[[float(np.dot(x, y)) for y in Xb] for x in Xb] for Xb in Xn]))
+    close(tangent(X, V), np.stack([[proj(x, v) for x, v in zip(Xb, Vb)] for Xb, Vb in zip(Xn, Vn)]))
+
+
+@pytest.mark.parametrize("scheme", ["euler", "heun"])
+def test_integrate_is_repeated_steps_on_the_aggregated_path(scheme, tokens, gen):
+    """integrate(step, X₀, Ξ) applies one step per row of Ξ; aggregate_normals(Ξ, q) sums q fine
+    normals and divides by √q (the same Brownian path on the coarser grid)."""
+    B, N, d, dt = 2, 3, 3, 0.1
+    X = tokens(B, N, d, seed=30)
+    sde = LimitSDE(ExactField(NoiseKernel("relu", d, 0.2, 0.1)), attention_of(*qkv(d, seed=31)), kappa(1.0, "relu", d, 0.2, 0.1), d)
+    stepper = (EulerMaruyama if scheme == "euler" else StratonovichHeun)(sde, dt)
+    xi = np.random.default_rng(32).standard_normal((6, B, N, d))
+    coarse = aggregate_normals(torch.from_numpy(xi), 3)
+    close(coarse, np.stack([xi[0:3].sum(0), xi[3:6].sum(0)]) / math.sqrt(3))
+    ref = X
+    for k in range(2):
+        ref = stepper.step(ref, gen, xi=coarse[k])
+    close(integrate(stepper, X, coarse, gen), ref.numpy())
+    with pytest.raises(ValueError, match="^aggregate_normals: 6 fine steps are not a multiple of 4$"):
+        aggregate_normals(torch.from_numpy(xi), 4)
+
+
+def test_particle_solver_assembly_and_loop(tokens):
+    """make_field passes the config's activation, width, σ_U, σ_W and noise scale to the field;
+    particle_stepper drops the field when the noise is off and refuses a missing one;
+    evolve_particles applies the step L times with a generator seeded by ``noise_seed`` and records
+    the requested layers (0 = the initial state)."""
+    d, N = 3, 4
+    cfg = RunConfig(dynamics="sde", noise="random_features", features=7, d=d, N=N, T=0.4, L=4, activation="tanh",
+                    sigma_U=0.3, sigma_W=0.2, noise_scale=1.5)
+    field = make_field(cfg, 2, torch.Generator().manual_seed(0))
+    assert (field.activation, field.features, field.sigma_U, field.sigma_W, field.scale, field.token_chunk) == ("tanh", 7, 0.3, 0.2, 1.5, 4096)
+    assert field.features_at(tokens(2, N, d)).shape == (2, N, 7)
+    assert particle_stepper(cfg, field, N).noise is field
+    for off in ({"mlp": False}, {"noise_scale": 0.0}):
+        assert particle_stepper(cfg.with_updates(**off), None, N).noise is None
+    with pytest.raises(ValueError, match=r"^the particle solver needs a field \(make_field\) when the noise is on$"):
+        particle_stepper(cfg, None, N)
+    with pytest.raises(ValueError, match=r"^dynamics: the particle solver integrates the limit SDE \(dynamics = 'sde'\)$"):
+        particle_stepper(cfg.with_updates(dynamics="transformer"), field, N)
+
+    class Count:
+        """A stepper that adds one normal from the generator to every coordinate."""
+
+        def step(self, X, generator):
+            return X + torch.randn(X.shape, generator=generator, dtype=X.dtype)
+
+    X0 = tokens(2, N, d)
+    final, saved = evolve_particles(X0, Count(), 3, noise_seed=5, record_steps=[3, 0, 1])
+    g = torch.Generator().manual_seed(5)
+    ref = [X0.numpy()]
+    for _ in range(3):
+        ref.append(ref[-1] + randn(g, 2, N, d))
+    close(final, ref[3])
+    assert len(saved) == 3
+    for got, k in zip(saved, (0, 1, 3)):
+        close(got, ref[k])
+
+
+def test_rates_record_their_beta_and_gamma():
+    """rates(kernel) uses β = 1, γ = 0 by default and records both; the totals shift by −γ and −2γ."""
+    k = NoiseKernel("relu", 5, 0.1, 0.2)
+    r = rates(k)
+    assert (r.beta, r.gamma, r.lambda_1_total, r.lambda_bar_total) == (1.0, 0.0, r.lambda_1, r.lambda_bar)
+    assert r.lambda_bar_prime == rates(k, 1.0, 0.0).lambda_bar_prime != rates(k, 2.0, 0.0).lambda_bar_prime
+    s = rates(k, beta=2.0, gamma=0.5)
+    assert (s.beta, s.gamma, s.lambda_1_total, s.lambda_bar_total) == (2.0, 0.5, s.lambda_1 - 0.5, s.lambda_bar - 1.0)
+    assert s.to_dict()["gamma"] == 0.5
