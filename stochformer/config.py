@@ -15,6 +15,7 @@ from typing import Any, Literal, Optional, Union, get_args, get_origin
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .activations import ACTIVATIONS
+from .validation import INT_MAX
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -26,10 +27,6 @@ GAMMA_WORDS = {"attractive": 1.0, "none": 0.0, "repulsive": -1.0}
 
 class ConfigError(ValueError):
     """An invalid configuration: the message names the field(s) and the valid range."""
-
-
-#: the largest integer torch accepts for sizes (int64); larger ones fail validation
-INT_MAX = 2**63 - 1
 
 
 def _too_big(value: Any) -> bool:

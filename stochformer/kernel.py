@@ -25,8 +25,7 @@ import numpy as np
 import torch
 
 from .activations import LEAKY_RELU_SLOPE, ActivationLike, activation_name, get_activation
-from .config import INT_MAX
-from .validation import check_float, check_int
+from .validation import INT_MAX, check_float, check_int
 
 _F64 = torch.float64
 

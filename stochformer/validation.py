@@ -10,6 +10,10 @@ from typing import Any, Optional
 import torch
 
 
+#: the largest integer torch accepts for sizes (int64); larger ones fail validation
+INT_MAX = 2**63 - 1
+
+
 class NonFiniteError(ValueError):
     """The state became NaN or infinite; the message names the layer and the likely fields."""
 

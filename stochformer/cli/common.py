@@ -82,6 +82,23 @@ def command_line() -> str:
     return shlex.join(["stochformer", *sys.argv[1:]])
 
 
+def resume_command(resumed: bool) -> str:
+    """The command that continues this one: as typed, without ``--force``, with ``--resume``."""
+    args = [a for a in sys.argv[1:] if a != "--force"]
+    return shlex.join(["stochformer", *args, *([] if resumed else ["--resume"])])
+
+
+def check_scheduler(scheduler: Optional[str]) -> None:
+    """A usage error naming ``--scheduler`` unless it is one of the valid forms."""
+    if scheduler is not None:
+        from ..sweep import parse_scheduler
+
+        try:
+            parse_scheduler(scheduler)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--scheduler") from None
+
+
 def hold_output(folder: Path, command: str) -> None:
     """Lock ``folder`` until the command ends (a second run on it fails at once) and remove the
     temporary folders of interrupted runs."""
@@ -116,13 +133,7 @@ def resolve(
     except (ConfigError, FileExistsError, OutputError) as exc:
         raise click.UsageError(str(exc)) from None
     scheduler = click.get_current_context().params.get("scheduler")
-    if scheduler is not None:
-        from ..sweep import parse_scheduler
-
-        try:
-            parse_scheduler(scheduler)
-        except ValueError as exc:
-            raise click.UsageError(f"--{exc}") from None
+    check_scheduler(scheduler)
     size_check(cfg, scheduler)
     hold_output(folder, command)
     return cfg, folder

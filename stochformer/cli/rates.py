@@ -39,7 +39,7 @@ def rates_cmd(activation, d, sigma_U, sigma_W, noise_scale, beta, gamma, as_json
         ("kappa(1)", r.kappa), ("kappa'(1)", r.kappa_prime),
         ("lambda_1  (Lyapunov exponent)", r.lambda_1), ("lambda_bar (first-moment rate)", r.lambda_bar),
         (f"lambda_bar' (Theorem 1.4 bound, beta={beta})", r.lambda_bar_prime),
-        (f"lambda_1 - gamma (gamma={gamma})", r.lambda_1_total), (f"lambda_bar - 2 gamma", r.lambda_bar_total),
+        (f"lambda_1 - gamma (gamma={gamma})", r.lambda_1_total), ("lambda_bar - 2 gamma", r.lambda_bar_total),
     ]
     for name, value in rows:
         click.echo(f"  {name:<44s} {value: .8g}")

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import shlex
 import sys
-from pathlib import Path
 
 import click
 
@@ -14,7 +12,8 @@ from ..report import PROFILES, registered, reproduce
 from ..report.profiles import DEFAULT_PROFILE
 from ..report.runner import check_report_folder, plan
 from ..report.verdict import recompute
-from .common import EXIT_INTERRUPTED, command_line, experiment_options, hold_output, size_check
+from .common import (EXIT_INTERRUPTED, check_scheduler, command_line, experiment_options, hold_output, resume_command,
+                     size_check)
 
 
 def _listing() -> str:
@@ -43,13 +42,7 @@ def reproduce_cmd(profile, only, resume, scheduler, list_only, config_file, over
         click.echo(_listing())
         return
     out = "report" if out is None else out
-    if scheduler is not None:
-        from ..sweep import parse_scheduler
-
-        try:
-            parse_scheduler(scheduler)
-        except ValueError as exc:
-            raise click.BadParameter(str(exc), param_hint="--scheduler") from None
+    check_scheduler(scheduler)
     try:
         planned = plan(profile, only, overrides, config_file)
         out = check_report_folder(out, force)
@@ -62,7 +55,6 @@ def reproduce_cmd(profile, only, resume, scheduler, list_only, config_file, over
             except click.UsageError as exc:
                 raise click.UsageError(f"section {item.stage.name}: {exc.message}") from None
     hold_output(out, "reproduce")
-    again = [a for a in sys.argv[1:] if a != "--force"] + ([] if resume else ["--resume"])
     try:
         report = reproduce(profile, out, only=only, resume=resume, overrides=overrides, config_file=config_file,
                            scheduler=scheduler, force=force, progress=not quiet, command=command_line())
@@ -70,7 +62,7 @@ def reproduce_cmd(profile, only, resume, scheduler, list_only, config_file, over
         raise click.UsageError(str(exc)) from None
     except KeyboardInterrupt:
         click.echo(f"\ninterrupted: finished stages are kept in {out / 'cache'}; continue with: "
-                   f"{shlex.join(['stochformer', *again])}", err=True)
+                   f"{resume_command(resume)}", err=True)
         sys.exit(EXIT_INTERRUPTED)
     bad = [r for r in report["stages"] if r["status"] in ("failed", "unavailable")]
     for r in report["stages"]:

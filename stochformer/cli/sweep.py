@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import shlex
-import sys
 from pathlib import Path
 from typing import Optional
 
@@ -15,7 +13,7 @@ from ..outputs import OutputError, check_output_folder, has_marker, make_owned, 
 from ..plotting import save_figure
 from ..plotting.sweep import plot_sweep
 from ..sweep import parse_scheduler
-from .common import default_out, fail_cleanly, hold_output, size_check, size_options
+from .common import default_out, fail_cleanly, hold_output, resume_command, size_check, size_options
 
 
 def _scheduler(scheduler: Optional[str], local_cluster: Optional[int], workers: Optional[int]) -> str:
@@ -82,9 +80,8 @@ def sweep_cmd(file, overrides, scheduler, local_cluster, workers, out, resume, f
         remove_owned(folder)
     created = not folder.exists()
     make_owned(folder, "sweep")
-    again = [a for a in sys.argv[1:] if a != "--force"] + ([] if resume else ["--resume"])
     click.get_current_context().meta["stochformer.kept"] = (
-        f"finished tasks are kept in {folder / 'tasks'}; continue with: {shlex.join(['stochformer', *again])}")
+        f"finished tasks are kept in {folder / 'tasks'}; continue with: {resume_command(resume)}")
     n_tasks = len(plan.configs) * len(plan.chunks)
     click.echo(f"sweep: {len(plan.configs)} points x {len(plan.chunks)} chunks = {n_tasks} tasks on {chosen}")
     try:
