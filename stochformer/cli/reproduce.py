@@ -28,7 +28,7 @@ def _listing() -> str:
 @click.option("--profile", type=click.Choice(list(PROFILES)), default=DEFAULT_PROFILE, show_default=True,
               help="Sizes of the experiments: tiny (CI), quick (<= 20 min on 2 CPU cores), full (the paper's), gpu (CUDA).")
 @click.option("--only", multiple=True, metavar="NAME", help="Run only this section (repeatable); see --list.")
-@click.option("--resume", is_flag=True, help="Reuse the finished stages stored in OUT/cache (same config and version).")
+@click.option("--resume", is_flag=True, help="Reuse the finished stages stored in OUT/cache (same config, version and source).")
 @click.option("--scheduler", default=None, metavar="SPEC",
               help="Where grids of independent runs go: serial (default), processes[:N], local-cluster:N or a Dask address.")
 @click.option("--list", "list_only", is_flag=True, help="List the sections and profiles, then exit.")
