@@ -241,7 +241,7 @@ def _format_validation_error(err: ValidationError, model: Optional[type[BaseMode
         got_txt = "" if isinstance(got, dict) else f" (got {got!r})"
         if e["type"] == "extra_forbidden":
             parent, _ = _field_at(model, loc[:-1])
-            sub = model
+            sub: Any = model
             for n in parent:
                 sub = sub.model_fields[n].annotation
             valid = ", ".join(getattr(sub, "model_fields", None) or {})

@@ -1,5 +1,9 @@
 """Options and plumbing shared by every experiment command: ``--config``, ``--set``, ``--out``,
-the size check, the output-folder lock and Ctrl-C."""
+``--format``, the size check, the output-folder lock and Ctrl-C.
+
+This module and every command module import only click and the standard library at module level:
+``stochformer --help`` and ``--version`` load neither torch nor matplotlib. Each command imports
+what it runs when it runs."""
 
 from __future__ import annotations
 
@@ -12,17 +16,15 @@ from typing import Any, Callable, Optional
 
 import click
 
-from ..config import ConfigError, RunConfig, build_config
-from ..outputs import (MARKER, OutputError, check_output_folder, has_marker, hold, make_owned, remove_owned,
-                       remove_stale_partials)
-from ..preflight import check_size, parse_size
-
+#: the formats of saved figures (``--format``; the same as ``stochformer.plotting.FORMATS``)
+FIGURE_FORMATS = ("png", "pdf", "svg")
 #: exit status of a run stopped by Ctrl-C (128 + SIGINT), as shells report it
 EXIT_INTERRUPTED = 130
 
 
 def experiment_options(func: Callable) -> Callable:
-    """Add ``--config FILE``, ``--set FIELD=VALUE`` (repeatable), ``--out DIR``, ``--force``, ``--quiet``."""
+    """Add ``--config FILE``, ``--set FIELD=VALUE`` (repeatable), ``--out DIR``, ``--force``, ``--quiet``,
+    ``--max-memory SIZE`` and ``--no-size-check``."""
 
     @click.option("--config", "config_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
                   help="TOML file with configuration fields.")
@@ -30,7 +32,7 @@ def experiment_options(func: Callable) -> Callable:
                   help="Override a field (nested fields dotted, e.g. init.kind=pair); repeatable.")
     @click.option("--out", type=str, default=None,  # a string: "" must reach the check, not become "."
                   help="Output folder (default runs/<command>-<timestamp>).")
-    @click.option("--force", is_flag=True, help="Replace a non-empty output folder.")
+    @click.option("--force", is_flag=True, help="Replace a non-empty output folder (only one stochformer created).")
     @click.option("--quiet", is_flag=True, help="No progress bars.")
     @size_options
     @functools.wraps(func)
@@ -57,17 +59,20 @@ def size_options(func: Callable) -> Callable:
 
 def workers_of(scheduler: Optional[str]) -> int:
     """How many tasks of ``scheduler`` run at once on this machine (for the size check)."""
+    from ..extras import MissingExtraError
     from ..sweep import parse_scheduler
 
     try:
         kind, arg = parse_scheduler(scheduler)
-    except ValueError:
+    except (ValueError, MissingExtraError):
         return 1
     return arg if kind in ("processes", "local-cluster") else 1
 
 
 def size_check(cfg: Any, scheduler: Optional[str] = None) -> None:
     """The pre-flight estimate of :mod:`stochformer.preflight` with this command's options."""
+    from ..preflight import check_size, parse_size
+
     max_memory, skip = click.get_current_context().meta.get("stochformer.size", (None, False))
     if skip:
         return
@@ -75,6 +80,18 @@ def size_check(cfg: Any, scheduler: Optional[str] = None) -> None:
         check_size(cfg, parse_size(max_memory) if max_memory is not None else None, workers=workers_of(scheduler))
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
+
+
+def check_scheduler(scheduler: Optional[str]) -> None:
+    """A usage error naming ``--scheduler`` unless it is one of the valid forms (and its extra is installed)."""
+    if scheduler is not None:
+        from ..extras import MissingExtraError
+        from ..sweep import parse_scheduler
+
+        try:
+            parse_scheduler(scheduler)
+        except (ValueError, MissingExtraError) as exc:
+            raise click.BadParameter(str(exc), param_hint="--scheduler") from None
 
 
 def command_line() -> str:
@@ -88,20 +105,11 @@ def resume_command(resumed: bool) -> str:
     return shlex.join(["stochformer", *args, *([] if resumed else ["--resume"])])
 
 
-def check_scheduler(scheduler: Optional[str]) -> None:
-    """A usage error naming ``--scheduler`` unless it is one of the valid forms."""
-    if scheduler is not None:
-        from ..sweep import parse_scheduler
-
-        try:
-            parse_scheduler(scheduler)
-        except ValueError as exc:
-            raise click.BadParameter(str(exc), param_hint="--scheduler") from None
-
-
 def hold_output(folder: Path, command: str) -> None:
     """Lock ``folder`` until the command ends (a second run on it fails at once) and remove the
     temporary folders of interrupted runs."""
+    from ..outputs import OutputError, hold, remove_stale_partials
+
     ctx = click.get_current_context()
     try:
         ctx.with_resource(hold(folder, command))
@@ -120,13 +128,18 @@ def resolve(
     command: str,
     config_file: Optional[Path],
     overrides: tuple[str, ...],
-    out: Optional[Path],
+    out: Optional[Path | str],
     force: bool,
-    model: type = RunConfig,
+    model: Optional[type] = None,
     base: Optional[dict] = None,
 ) -> tuple[Any, Path]:
-    """Validate the config, the output folder and the size before any work (errors become one
-    clean message), then hold the output folder for the rest of the command."""
+    """Validate the config (``model``, default :class:`~stochformer.config.RunConfig`), the output
+    folder, the scheduler and the size before any work (errors become one clean message), then
+    hold the output folder for the rest of the command."""
+    from ..config import ConfigError, RunConfig, build_config
+    from ..outputs import OutputError, check_output_folder
+
+    model = RunConfig if model is None else model
     try:
         cfg = build_config(base, list(overrides), config_file, model=model)
         folder = check_output_folder(default_out(command, out), force)
@@ -140,15 +153,20 @@ def resolve(
 
 
 def fail_cleanly(func: Callable) -> Callable:
-    """Turn input errors raised during a run (bad .npy file, missing CUDA, a non-finite state,
-    ...) into one message, and Ctrl-C into exit status 130 with one line saying what was kept and
-    how to resume."""
+    """Turn input errors raised during a run (bad .npy file, missing CUDA, a missing optional
+    dependency, a non-finite state, ...) into one message, and Ctrl-C into exit status 130 with one
+    line saying what was kept and how to resume. (``ConfigError`` is a ``ValueError``;
+    ``MissingExtraError`` an ``ImportError``.)"""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from ..extras import MissingExtraError
+
         try:
             return func(*args, **kwargs)
-        except (ConfigError, ValueError, FileExistsError) as exc:
+        except (ValueError, FileExistsError, MissingExtraError) as exc:
+            from ..outputs import MARKER, remove_owned
+
             store = click.get_current_context().meta.get("stochformer.store")
             if store is not None and [p.name for p in store.iterdir()] == [MARKER]:
                 remove_owned(store)  # nothing finished: leave no empty task store behind
@@ -170,10 +188,39 @@ def scheduler_option(func: Callable) -> Callable:
     )(func)
 
 
+def format_option(func: Callable) -> Callable:
+    """``--format png|pdf|svg``: the file format of the saved figures."""
+    return click.option(
+        "--format", "fmt", type=click.Choice(FIGURE_FORMATS), default="png", show_default=True,
+        help="File format of the saved figures (pdf and svg are vector graphics).",
+    )(func)
+
+
+def use_agg() -> None:
+    """The command line draws off-screen: choose matplotlib's Agg backend (the library never does)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+
+
+def save_figures(folder: Path, figures: dict[str, Callable[[], Any]], fmt: str = "png") -> None:
+    """Save each figure (name without suffix → function returning a matplotlib figure) as
+    ``folder/NAME.FMT``."""
+    if not figures:
+        return
+    use_agg()
+    from ..plotting import save_figure
+
+    for name, make in figures.items():
+        save_figure(make(), folder / f"{name}.{fmt}")
+
+
 def task_store(folder: Path) -> Path:
     """Where finished tasks wait (beside the output folder) until the run completes, so that the
     same command run again after an interruption continues instead of starting afresh. Created
     (marked as stochformer's own) here; a foreign folder of that name is refused."""
+    from ..outputs import has_marker, make_owned
+
     store = folder.with_name(folder.name + ".tasks")
     if store.exists() and not has_marker(store) and (not store.is_dir() or any(store.iterdir())):
         raise click.UsageError(f"--out: {store} (where finished tasks are kept) exists and was not created by "
@@ -186,16 +233,17 @@ def task_store(folder: Path) -> Path:
 
 
 def write_results(
-    folder: Path, force: bool, result: Any, figures: dict[str, Callable[[], Any]], store: Optional[Path] = None
+    folder: Path, force: bool, result: Any, figures: dict[str, Callable[[], Any]], store: Optional[Path] = None,
+    fmt: str = "png",
 ) -> None:
-    """Save ``result`` and the figures (file name → function returning a matplotlib figure) into an
-    atomically created ``folder``; then drop the finished run's task store."""
+    """Save ``result`` and the figures (name without suffix → function returning a matplotlib
+    figure, saved as NAME.FMT) into an atomically created ``folder``; then drop the finished run's
+    task store."""
     from ..io import output_folder
-    from ..plotting import save_figure
+    from ..outputs import remove_owned
 
     with output_folder(folder, force) as tmp:
         result.save(tmp)
-        for name, make in figures.items():
-            save_figure(make(), tmp / name)
+        save_figures(tmp, figures, fmt)
     if store is not None:
         remove_owned(store)

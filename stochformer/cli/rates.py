@@ -7,13 +7,25 @@ import math
 
 import click
 
-from ..activations import ACTIVATIONS
-from ..kernel import NoiseKernel, rates
 from .common import fail_cleanly
 
 
+class _Activations(click.Choice):
+    """The activation names, read from :mod:`stochformer.activations` (which needs torch) only when
+    this command parses its options or shows its help, not when ``stochformer --help`` lists it."""
+
+    def __init__(self) -> None:
+        self.case_sensitive = True
+
+    @property
+    def choices(self) -> tuple[str, ...]:  # type: ignore[override]
+        from ..activations import ACTIVATIONS
+
+        return tuple(sorted(ACTIVATIONS))
+
+
 @click.command("rates")
-@click.option("--activation", type=click.Choice(sorted(ACTIVATIONS)), default="relu", show_default=True)
+@click.option("--activation", type=_Activations(), default="relu", show_default=True)
 @click.option("--d", "d", type=click.IntRange(min=2), default=3, show_default=True, help="dimension, >= 2")
 @click.option("--sigma-U", "sigma_U", type=click.FloatRange(min=0), default=0.0, show_default=True)
 @click.option("--sigma-W", "sigma_W", type=click.FloatRange(min=0), default=0.0, show_default=True)
@@ -30,6 +42,8 @@ def rates_cmd(activation, d, sigma_U, sigma_W, noise_scale, beta, gamma, as_json
                         ("--beta", beta), ("--gamma", gamma)):
         if not math.isfinite(value):
             raise click.BadParameter(f"must be a finite number (got {value})", param_hint=name)
+    from ..kernel import NoiseKernel, rates
+
     r = rates(NoiseKernel(activation, d, sigma_U, sigma_W, noise_scale), beta=beta, gamma=gamma)
     if as_json:
         click.echo(json.dumps(r.to_dict()))

@@ -6,17 +6,14 @@ import sys
 
 import click
 
-from ..config import ConfigError
-from ..outputs import OutputError
-from ..report import PROFILES, registered, reproduce
-from ..report.profiles import DEFAULT_PROFILE
-from ..report.runner import check_report_folder, plan
-from ..report.verdict import recompute
+from ..report.profiles import DEFAULT_PROFILE, PROFILES
 from .common import (EXIT_INTERRUPTED, check_scheduler, command_line, experiment_options, hold_output, resume_command,
-                     size_check)
+                     size_check, use_agg)
 
 
 def _listing() -> str:
+    from ..report import registered
+
     lines = ["sections (--only NAME):"]
     lines += [f"  {s.name:<12s} {s.title} ({s.spec})" for s in registered()]
     lines += ["profiles (--profile NAME):"]
@@ -42,6 +39,12 @@ def reproduce_cmd(profile, only, resume, scheduler, list_only, config_file, over
         click.echo(_listing())
         return
     out = "report" if out is None else out
+    from ..config import ConfigError
+    from ..outputs import OutputError
+    from ..report import reproduce
+    from ..report.runner import check_report_folder, plan
+    from ..report.verdict import recompute
+
     check_scheduler(scheduler)
     try:
         planned = plan(profile, only, overrides, config_file)
@@ -55,6 +58,7 @@ def reproduce_cmd(profile, only, resume, scheduler, list_only, config_file, over
             except click.UsageError as exc:
                 raise click.UsageError(f"section {item.stage.name}: {exc.message}") from None
     hold_output(out, "reproduce")
+    use_agg()
     try:
         report = reproduce(profile, out, only=only, resume=resume, overrides=overrides, config_file=config_file,
                            scheduler=scheduler, force=force, progress=not quiet, command=command_line())

@@ -32,7 +32,7 @@ from tqdm.auto import tqdm
 
 from ..build import Stepper, make_kernel, make_stepper
 from ..config import InitConfig, RunConfig, as_config
-from ..diagnostics import energy, mean_and_se
+from ..diagnostics import mean_and_se
 from ..io import write_json, write_npz
 from ..kernel import first_moment_rate, lambda_bar_prime, lyapunov_exponent
 from ..runtime import DTYPES, child_seeds, make_generator, provenance, resolve_device
