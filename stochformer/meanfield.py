@@ -26,7 +26,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .attention import DEFAULT_BLOCK, Attention, query_chunk
-from .build import Stepper, make_stepper
+from .build import Stepper, make_attention, make_stepper
 from .config import RunConfig
 from .diagnostics import energy, mean_token
 from .extras import require
@@ -57,7 +57,10 @@ def particle_stepper(
     (query chunks sized by :func:`query_chunk`, or fused SDPA) driven by ``field``."""
     if cfg.dynamics != "sde":
         raise ValueError("dynamics: the particle solver integrates the limit SDE (dynamics = 'sde')")
-    attention = Attention.from_config(cfg, dtype, device, query_chunk(N, block), sdpa) if cfg.attention else None
+    if cfg.attention and cfg.attention_kind != "softmax":  # a variant (SPEC §7): dense, same interface
+        attention = make_attention(cfg, dtype, device)
+    else:
+        attention = Attention.from_config(cfg, dtype, device, query_chunk(N, block), sdpa) if cfg.attention else None
     use_field = cfg.mlp and cfg.noise_scale > 0
     if use_field and field is None:
         raise ValueError("the particle solver needs a field (make_field) when the noise is on")

@@ -62,10 +62,11 @@ class SyncConfig(RunConfig):
 
 def attention_gamma(cfg: RunConfig) -> Optional[float]:
     """γ of the near-synchronisation attention terms: 0 without attention, γ for V = γI, None when V
-    is an explicit matrix (no closed form)."""
+    is an explicit matrix or the attention is a variant other than L² (equal to softmax on the
+    sphere) (no closed form derived; SPEC §7)."""
     if not cfg.attention:
         return 0.0
-    return cfg.gamma_value if cfg.V is None else None
+    return cfg.gamma_value if cfg.V is None and cfg.attention_kind in ("softmax", "l2") else None
 
 
 def near_sync_horizon(kappa: float, kappa_prime: float) -> float:
