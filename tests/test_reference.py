@@ -522,6 +522,10 @@ def test_sde_step_given_increment(scheme, with_attention, with_noise, tokens, ge
     sde = LimitSDE(noise, attention_of(*QKV) if with_attention else None, k1, d)
     dW = 0.4 * np.random.default_rng(21).standard_normal((B, N, d))
     Xn = X.numpy()
+    if not with_noise:  # no field: no increment to draw
+        stepper = (EulerMaruyama if scheme == "euler" else StratonovichHeun)(sde, dt)
+        zero = np.zeros_like(dW)
+        close(stepper.step(X, gen), euler_reference(Xn, dt, QKV, k1, zero, False) if scheme == "euler" else heun_reference(Xn, dt, QKV, zero))
     if scheme == "euler":
         got = EulerMaruyama(sde, dt).step(X, gen, dW=torch.from_numpy(dW))
         ref = euler_reference(Xn, dt, QKV, k1, dW, with_noise)
@@ -673,7 +677,7 @@ def test_gram_and_tangent(tokens):
 def test_integrate_is_repeated_steps_on_the_aggregated_path(scheme, tokens, gen):
     """integrate(step, X₀, Ξ) applies one step per row of Ξ; aggregate_normals(Ξ, q) sums q fine
     normals and divides by √q (the same Brownian path on the coarser grid)."""
-    B, N, d, dt = 2, 3, 3, 0.1
+    B, N, d, dt = 3, 3, 3, 0.1
     X = tokens(B, N, d, seed=30)
     sde = LimitSDE(ExactField(NoiseKernel("relu", d, 0.2, 0.1)), attention_of(*qkv(d, seed=31)), kappa(1.0, "relu", d, 0.2, 0.1), d)
     stepper = (EulerMaruyama if scheme == "euler" else StratonovichHeun)(sde, dt)
@@ -701,7 +705,7 @@ def test_particle_solver_assembly_and_loop(tokens):
     assert field.features_at(tokens(2, N, d)).shape == (2, N, 7)
     assert particle_stepper(cfg, field, N).noise is field
     for off in ({"mlp": False}, {"noise_scale": 0.0}):
-        assert particle_stepper(cfg.with_updates(**off), None, N).noise is None
+        assert particle_stepper(cfg.with_updates(**off), field, N).noise is None
     with pytest.raises(ValueError, match=r"^the particle solver needs a field \(make_field\) when the noise is on$"):
         particle_stepper(cfg, None, N)
     with pytest.raises(ValueError, match=r"^dynamics: the particle solver integrates the limit SDE \(dynamics = 'sde'\)$"):
