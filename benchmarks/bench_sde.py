@@ -94,7 +94,6 @@ def strong_orders(B: int = 128, N: int = 4, T: float = 1.0, n_fine: int = 2048, 
         ref = integrate(cls(sde, T / n_fine), X0, xi)
         se = []
         for n in levels:
-            t = time.perf_counter()
             X = integrate(cls(sde, T / n), X0, aggregate_normals(xi, n_fine // n))
             se.append(((X - ref) ** 2).sum(-1).mean(-1).numpy())
         se = np.asarray(se)  # (levels, B) squared errors

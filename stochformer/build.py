@@ -31,7 +31,15 @@ def make_kernel(cfg: RunConfig, activation: Optional[ActivationLike] = None) -> 
 
 
 def make_attention(cfg: RunConfig, dtype=torch.float64, device="cpu", chunk: Optional[int] = None) -> Optional[Attention]:
-    return Attention.from_config(cfg, dtype, device, chunk) if cfg.attention else None
+    """The attention of ``cfg`` (None without attention); ``attention_kind`` other than softmax:
+    :func:`stochformer.attention_variants.make_variant` (same call interface)."""
+    if not cfg.attention:
+        return None
+    if cfg.attention_kind != "softmax":
+        from .attention_variants import make_variant
+
+        return make_variant(cfg, dtype, device)
+    return Attention.from_config(cfg, dtype, device, chunk)
 
 
 #: N from which one SDE step with a random-feature field of width 1024 costs at most half the step
@@ -47,7 +55,7 @@ def noise_kind(cfg: RunConfig) -> str:
     if cfg.noise != "auto":
         return cfg.noise
     if cfg.dynamics == "transformer":
-        return "mlp_gaussian"
+        return "mlp_gaussian" if cfg.weight_law == "gaussian" else "mlp"
     return "exact" if cfg.N < RF_CROSSOVER_N * cfg.features / 1024 else "random_features"
 
 
@@ -60,7 +68,8 @@ def make_noise(cfg: RunConfig, activation: Optional[ActivationLike] = None) -> O
     if kind in ("mlp", "mlp_gaussian"):
         rng = resolve_backend(cfg.rng, cfg.device)
         mode = "weights" if kind == "mlp" else "gaussian"
-        return MLPNoise(m=cfg.m, mode=mode, rng=rng, precision=cfg.draw_precision, **common)
+        return MLPNoise(m=cfg.m, mode=mode, rng=rng, precision=cfg.draw_precision, law=cfg.weight_law,
+                        nu=cfg.student_nu, **common)
     if kind == "random_features":
         return RandomFeatureField(features=cfg.features, **common)
     return ExactField(make_kernel(cfg, activation))

@@ -73,6 +73,26 @@ class RunConfig(_Strict):
     K: Optional[list[list[float]]] = None
     V: Optional[list[list[float]]] = None
     order: Literal["post_ln", "parallel"] = "post_ln"
+    # attention variants (SPEC §7, stochformer.attention_variants)
+    attention_kind: Literal["softmax", "multihead", "usa", "l2", "sinkhorn", "resampled", "averaged"] = Field(
+        "softmax",
+        description="attention: 'softmax' (SPEC §1), 'multihead' (`heads` heads splitting the rows of Q, K, V), "
+        "'usa' (unnormalised), 'l2' (softmax of -|Qx - Ky|^2), 'sinkhorn' (doubly stochastic), 'resampled' "
+        "(fresh random Q, K, V every layer), 'averaged' (the L -> infinity drift of 'resampled')",
+    )
+    heads: int = Field(1, ge=1, description="attention heads of 'multihead' (>= 1, must divide d)")
+    sinkhorn_iters: int = Field(20, ge=1, le=10000, description="Sinkhorn normalisation rounds, in [1, 10000]")
+    sinkhorn_tol: Optional[float] = Field(None, gt=0.0, description="stop Sinkhorn once row sums are within this of 1 (> 0)")
+    attention_std: float = Field(1.0, ge=0.0, description="std σ of the random parts σZ/√d of Q, K, V ('resampled', 'averaged')")
+    attention_draws: int = Field(256, ge=1, description="Monte Carlo draws of (Q, K) of the 'averaged' drift (>= 1)")
+    attention_seed: int = Field(0, ge=0, le=2**64 - 1, description="seed of the 'averaged' drift's draws")
+    # law of the explicit MLP weights U, W (SPEC §7); biases stay Gaussian
+    weight_law: Literal["gaussian", "rademacher", "uniform", "student_t"] = Field(
+        "gaussian",
+        description="law of the i.i.d. unit-variance MLP weights U, W: 'gaussian', 'rademacher', 'uniform' "
+        "(on [-sqrt 3, sqrt 3]), 'student_t' (nu = student_nu, rescaled); non-Gaussian laws need noise = 'mlp' or 'auto'",
+    )
+    student_nu: float = Field(5.0, gt=4.0, le=1e6, description="degrees of freedom of 'student_t' (> 4: finite fourth moment)")
     # what evolves and how
     dynamics: Literal["transformer", "sde"] = "transformer"
     noise: Literal["auto", "mlp", "mlp_gaussian", "exact", "random_features"] = Field(
@@ -131,6 +151,14 @@ class RunConfig(_Strict):
             if mat is not None:
                 if len(mat) != self.d or any(len(row) != self.d for row in mat):
                     raise ValueError(f"{name}: must be a d x d matrix with d = {self.d}")
+        if self.attention_kind == "multihead" and self.d % self.heads:
+            raise ValueError(f"heads: must divide d = {self.d} (got {self.heads})")
+        if self.attention_kind == "resampled" and self.dynamics != "transformer":
+            raise ValueError("attention_kind: 'resampled' draws Q, K, V per layer and needs dynamics = 'transformer'; "
+                             "its limit is attention_kind = 'averaged'")
+        if self.weight_law != "gaussian" and self.noise not in ("auto", "mlp"):
+            raise ValueError(f"weight_law: {self.weight_law!r} needs explicit weights, noise = 'mlp' or 'auto' "
+                             f"(got noise = {self.noise!r})")
         if self.init.kind == "npy" and self.init.path is not None:
             from .sphere import load_token_array  # lazy: sphere imports this module
 
@@ -213,7 +241,7 @@ def _format_validation_error(err: ValidationError, model: Optional[type[BaseMode
         got_txt = "" if isinstance(got, dict) else f" (got {got!r})"
         if e["type"] == "extra_forbidden":
             parent, _ = _field_at(model, loc[:-1])
-            sub = model
+            sub: Any = model
             for n in parent:
                 sub = sub.model_fields[n].annotation
             valid = ", ".join(getattr(sub, "model_fields", None) or {})

@@ -26,11 +26,13 @@ import torch
 from tqdm.auto import tqdm
 
 from .attention import DEFAULT_BLOCK, Attention, query_chunk
-from .build import Stepper, make_stepper
+from .build import Stepper, make_attention, make_stepper
 from .config import RunConfig
 from .diagnostics import energy, mean_token
+from .extras import require
 from .noise import RandomFeatureField
 from .runtime import make_generator
+
 
 def make_field(
     cfg: RunConfig, fields: int, generator: torch.Generator, dtype=torch.float64, device="cpu",
@@ -54,7 +56,10 @@ def particle_stepper(
     (query chunks sized by :func:`query_chunk`, or fused SDPA) driven by ``field``."""
     if cfg.dynamics != "sde":
         raise ValueError("dynamics: the particle solver integrates the limit SDE (dynamics = 'sde')")
-    attention = Attention.from_config(cfg, dtype, device, query_chunk(N, block), sdpa) if cfg.attention else None
+    if cfg.attention and cfg.attention_kind != "softmax":  # a variant (SPEC §7): dense, same interface
+        attention = make_attention(cfg, dtype, device)
+    else:
+        attention = Attention.from_config(cfg, dtype, device, query_chunk(N, block), sdpa) if cfg.attention else None
     use_field = cfg.mlp and cfg.noise_scale > 0
     if use_field and field is None:
         raise ValueError("the particle solver needs a field (make_field) when the noise is on")
@@ -122,7 +127,7 @@ def w2_exact(X: np.ndarray, Y: np.ndarray, max_iter: int = 10**8) -> W2Result:
     """Exact W₂² (squared Euclidean cost) between the empirical measures of X (n, d) and Y (m, d),
     by POT's network simplex with the iteration cap raised to ``max_iter``; a cap warning is
     caught and returned (the value is then only an upper bound)."""
-    import ot
+    ot = require("ot", "exact W₂")
 
     M = ot.dist(X, Y, metric="sqeuclidean")
     a, b = np.full(len(X), 1.0 / len(X)), np.full(len(Y), 1.0 / len(Y))
@@ -136,7 +141,7 @@ def w2_exact(X: np.ndarray, Y: np.ndarray, max_iter: int = 10**8) -> W2Result:
 def w2_sliced(X: np.ndarray, Y: np.ndarray, projections: int = 200, seed: int = 0) -> W2Result:
     """Sliced W₂² (mean over ``projections`` random directions of the 1-D W₂², Euclidean
     projections of the points in R^d): a different, smaller distance than W₂², labelled as such."""
-    import ot
+    ot = require("ot", "sliced W₂")
 
     sw = ot.sliced_wasserstein_distance(X, Y, n_projections=projections, p=2, seed=seed)
     return W2Result(float(sw) ** 2, "sliced")

@@ -32,6 +32,7 @@ from typing import Any, Callable, Optional
 
 from tqdm.auto import tqdm
 
+from .extras import require
 from .io import StageCache
 from .tasks import Task, run_tasks
 
@@ -55,7 +56,8 @@ def _count(text: str, what: str) -> int:
 
 def parse_scheduler(scheduler: Any) -> tuple[str, Any]:
     """``(kind, argument)``: ``("serial", None)``, ``("processes", N)``, ``("local-cluster", N)``,
-    ``("address", ADDRESS)`` or ``("client", CLIENT)``; ``ValueError`` naming the valid forms."""
+    ``("address", ADDRESS)`` or ``("client", CLIENT)``; ``ValueError`` naming the valid forms, and
+    :class:`~stochformer.extras.MissingExtraError` for a Dask form without Dask installed."""
     if scheduler is None or scheduler == "serial":
         return "serial", None
     if not isinstance(scheduler, str):
@@ -68,8 +70,11 @@ def parse_scheduler(scheduler: Any) -> tuple[str, Any]:
     if name == "processes":
         return "processes", _count(arg, "processes") if arg else (os.cpu_count() or 1)
     if name == "local-cluster":
-        return "local-cluster", _count(arg, "local-cluster") if arg else (os.cpu_count() or 1)
+        n = _count(arg, "local-cluster") if arg else (os.cpu_count() or 1)
+        require("distributed", f"scheduler {scheduler!r} (a local Dask cluster)")
+        return "local-cluster", n
     if "://" in scheduler or (arg and arg.isdigit()):
+        require("distributed", f"scheduler {scheduler!r} (a Dask scheduler address)")
         return "address", scheduler
     raise ValueError(f"scheduler: unknown scheduler {scheduler!r}; valid forms are {SCHEDULER_FORMS}")
 
@@ -200,7 +205,7 @@ def run_tasks_parallel(
                     value = runner.result(future)
                 except BaseException as exc:
                     runner.cancel(list(pending.values()))
-                    raise _with_key(exc, task.key)
+                    raise _with_key(exc, task.key)  # noqa: B904  (the task's own exception, with a note)
                 if cache:
                     cache.store(task.key, task.cache_key, value)
                 results[task.key] = value

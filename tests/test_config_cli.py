@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import stochformer.cli.simulate as cli_simulate
+import stochformer.experiments.simulate as experiments_simulate
 from stochformer.cli import main
 from stochformer.config import ConfigError, RunConfig, build_config, tomllib
 
@@ -86,7 +86,7 @@ def test_build_config_rejects(overrides, field, valid):
 def test_cli_rejects_before_any_work(overrides, field, valid, tmp_path, monkeypatch):
     """The CLI turns the error into one usage message; nothing is simulated and no folder written."""
     calls = []
-    monkeypatch.setattr(cli_simulate, "simulate", lambda *a, **k: calls.append(1))
+    monkeypatch.setattr(experiments_simulate, "simulate", lambda *a, **k: calls.append(1))
     out = tmp_path / "run"
     args = ["simulate", "--quiet", "--out", str(out)]
     for o in overrides:

@@ -67,7 +67,7 @@ def test_cluster_equals_serial_bit_for_bit(client, tmp_path):
     assert len(np.unique(final)) == final.size
     # the NetCDF written by save() reads back identical
     serial.save(tmp_path / "out")
-    with xr.open_dataset(tmp_path / "out" / "dataset.nc", engine="h5netcdf") as back:
+    with xr.open_dataset(tmp_path / "out" / "dataset.nc") as back:
         xr.testing.assert_identical(ds, back.load())
     assert json.loads((tmp_path / "out" / "config.json").read_text())["command"] == "sweep"
 
@@ -166,7 +166,7 @@ def test_resume_after_client_killed(client, tmp_path):
     assert all(after[name] == t for name, t in before.items())  # no stored task was run again
     assert f"({len(before)} already stored)" in res.output
     reference = run_sweep(load_sweep(sweep_file)).dataset
-    with xr.open_dataset(out / "dataset.nc", engine="h5netcdf") as ds:
+    with xr.open_dataset(out / "dataset.nc") as ds:
         xr.testing.assert_identical(reference, ds.load())
     assert (out / "summary.png").exists()
 

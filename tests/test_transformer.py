@@ -20,7 +20,6 @@ from stochformer.kernel import NoiseKernel
 from stochformer.noise import MLPNoise
 from stochformer.runtime import make_generator
 from stochformer.sphere import initial_tokens
-from stochformer.transformer import TransformerLayer
 
 
 def small(**fields) -> object:

@@ -7,12 +7,23 @@ import math
 
 import click
 
-from ..activations import ACTIVATIONS
-from ..kernel import NoiseKernel, rates
+
+class _Activations(click.Choice):
+    """The activation names, read from :mod:`stochformer.activations` (which needs torch) only when
+    this command parses its options or shows its help, not when ``stochformer --help`` lists it."""
+
+    def __init__(self) -> None:
+        self.case_sensitive = True
+
+    @property
+    def choices(self) -> tuple[str, ...]:  # type: ignore[override]
+        from ..activations import ACTIVATIONS
+
+        return tuple(sorted(ACTIVATIONS))
 
 
 @click.command("rates")
-@click.option("--activation", type=click.Choice(sorted(ACTIVATIONS)), default="relu", show_default=True)
+@click.option("--activation", type=_Activations(), default="relu", show_default=True)
 @click.option("--d", "d", type=click.IntRange(min=2), default=3, show_default=True, help="dimension, >= 2")
 @click.option("--sigma-U", "sigma_U", type=click.FloatRange(min=0), default=0.0, show_default=True)
 @click.option("--sigma-W", "sigma_W", type=click.FloatRange(min=0), default=0.0, show_default=True)
@@ -28,6 +39,8 @@ def rates_cmd(activation, d, sigma_U, sigma_W, noise_scale, beta, gamma, as_json
                         ("--beta", beta), ("--gamma", gamma)):
         if not math.isfinite(value):
             raise click.BadParameter(f"must be a finite number (got {value})", param_hint=name)
+    from ..kernel import NoiseKernel, rates
+
     r = rates(NoiseKernel(activation, d, sigma_U, sigma_W, noise_scale), beta=beta, gamma=gamma)
     if as_json:
         click.echo(json.dumps(r.to_dict()))
@@ -37,7 +50,7 @@ def rates_cmd(activation, d, sigma_U, sigma_W, noise_scale, beta, gamma, as_json
         ("kappa(1)", r.kappa), ("kappa'(1)", r.kappa_prime),
         ("lambda_1  (Lyapunov exponent)", r.lambda_1), ("lambda_bar (first-moment rate)", r.lambda_bar),
         (f"lambda_bar' (Theorem 1.4 bound, beta={beta})", r.lambda_bar_prime),
-        (f"lambda_1 - gamma (gamma={gamma})", r.lambda_1_total), (f"lambda_bar - 2 gamma", r.lambda_bar_total),
+        (f"lambda_1 - gamma (gamma={gamma})", r.lambda_1_total), ("lambda_bar - 2 gamma", r.lambda_bar_total),
     ]
     for name, value in rows:
         click.echo(f"  {name:<44s} {value: .8g}")

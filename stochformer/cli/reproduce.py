@@ -8,13 +8,13 @@ from pathlib import Path
 
 import click
 
-from ..config import ConfigError
-from ..report import PROFILES, registered, reproduce
-from ..report.profiles import DEFAULT_PROFILE
-from .common import experiment_options
+from ..report.profiles import DEFAULT_PROFILE, PROFILES
+from .common import experiment_options, use_agg
 
 
 def _listing() -> str:
+    from ..report import registered
+
     lines = ["sections (--only NAME):"]
     lines += [f"  {s.name:<12s} {s.title} ({s.spec})" for s in registered()]
     lines += ["profiles (--profile NAME):"]
@@ -40,13 +40,18 @@ def reproduce_cmd(profile, only, resume, scheduler, list_only, config_file, over
         click.echo(_listing())
         return
     out = Path("report") if out is None else out
+    from ..config import ConfigError
+    from ..extras import MissingExtraError
+    from ..report import reproduce
+
     if scheduler is not None:
         from ..sweep import parse_scheduler
 
         try:
             parse_scheduler(scheduler)
-        except ValueError as exc:
+        except (ValueError, MissingExtraError) as exc:
             raise click.BadParameter(str(exc), param_hint="--scheduler") from None
+    use_agg()
     try:
         report = reproduce(profile, out, only=only, resume=resume, overrides=overrides, config_file=config_file,
                            scheduler=scheduler, force=force, progress=not quiet,

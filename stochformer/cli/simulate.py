@@ -4,26 +4,31 @@ from __future__ import annotations
 
 import click
 
-from ..experiments.simulate import simulate
-from ..plotting import plot_sphere_paths, plot_summary
-from .common import experiment_options, fail_cleanly, resolve, write_results
+from .common import experiment_options, fail_cleanly, format_option, resolve, write_results
 
 
 @click.command("simulate")
 @experiment_options
+@format_option
 @fail_cleanly
-def simulate_cmd(config_file, overrides, out, force, quiet) -> None:
+def simulate_cmd(config_file, overrides, out, force, quiet, fmt: str) -> None:
     """Simulate the deep transformer (or, with --set dynamics=sde, the limit SDE).
 
     Writes config.json, summary.json, arrays.npz and figures to the output folder."""
+    from ..experiments.simulate import simulate
+    from ..plotting import plot_sphere_paths, plot_summary
+    from ..plotting.core import assign
+
     cfg, folder = resolve("simulate", config_file, overrides, out, force)
     result = simulate(cfg, progress=not quiet)
     s = result.summary()
-    title = f"{cfg.dynamics}: N={cfg.N}, d={cfg.d}, L={cfg.L}, T={cfg.T}, m={cfg.m}, {cfg.activation}"
-    figures = {"summary.png": lambda: plot_summary(s, title)}
-    if cfg.d == 3 and result.trajectory.paths is not None:
-        figures["paths.png"] = lambda: plot_sphere_paths(result.trajectory.paths)
-    write_results(folder, force, result, figures)
+    title = ", ".join([f"{cfg.dynamics}: {assign('N', cfg.N)}"] + [assign(k, getattr(cfg, k)) for k in ("d", "L", "T", "m")]
+                      + [cfg.activation])
+    figures = {"summary": lambda: plot_summary(s, title)}
+    paths = result.trajectory.paths
+    if cfg.d == 3 and paths is not None:
+        figures["paths"] = lambda: plot_sphere_paths(paths)
+    write_results(folder, force, result, figures, fmt=fmt)
     click.echo(
         f"{cfg.dynamics}: {cfg.batch} samples, {cfg.L} layers in {result.elapsed_s:.2f} s; at layer {cfg.L}: "
         f"mean cosine {s['mean_cosine'][-1]:.4f} ± {s['mean_cosine_se'][-1]:.4f}, "

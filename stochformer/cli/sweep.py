@@ -8,27 +8,28 @@ from typing import Optional
 
 import click
 
-from ..config import ConfigError
-from ..experiments.sweep import load_sweep, plan_sweep, run_sweep
-from ..plotting import save_figure
-from ..plotting.sweep import plot_sweep
-from ..sweep import parse_scheduler
-from .common import default_out, fail_cleanly
+from .common import default_out, fail_cleanly, format_option, save_figures
 
 
 def _scheduler(scheduler: Optional[str], local_cluster: Optional[int], workers: Optional[int]) -> str:
+    from ..extras import MissingExtraError
+    from ..sweep import parse_scheduler
+
     given = [name for name, v in (("--scheduler", scheduler), ("--local-cluster", local_cluster), ("--workers", workers)) if v]
     if len(given) > 1:
         raise click.UsageError(f"{' and '.join(given)}: give only one way to run the tasks")
     if local_cluster:
-        return f"local-cluster:{local_cluster}"
-    if workers:
-        return f"processes:{workers}"
-    chosen = scheduler or "processes"
+        chosen = f"local-cluster:{local_cluster}"
+    elif workers:
+        chosen = f"processes:{workers}"
+    else:
+        chosen = scheduler or "processes"
     try:
         parse_scheduler(chosen)
     except ValueError as exc:
         raise click.UsageError(f"--{exc}") from None
+    except MissingExtraError as exc:
+        raise click.UsageError(str(exc)) from None
     return chosen
 
 
@@ -47,8 +48,9 @@ def _scheduler(scheduler: Optional[str], local_cluster: Optional[int], workers: 
 @click.option("--resume", is_flag=True, help="Continue the sweep stored in --out, reusing its finished tasks.")
 @click.option("--force", is_flag=True, help="Delete a non-empty --out folder and start afresh.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
+@format_option
 @fail_cleanly
-def sweep_cmd(file, overrides, scheduler, local_cluster, workers, out, resume, force, quiet) -> None:
+def sweep_cmd(file, overrides, scheduler, local_cluster, workers, out, resume, force, quiet, fmt: str) -> None:
     """Run the sweep described in FILE (TOML: base config, [grid] and/or [[points]], samples, chunk).
 
     Writes OUT/dataset.nc (xarray, NetCDF-4), config.json, summary.json and summary.png; each
@@ -58,6 +60,10 @@ def sweep_cmd(file, overrides, scheduler, local_cluster, workers, out, resume, f
     if resume and out is None:
         raise click.UsageError("--resume: give the folder of the sweep to continue with --out DIR")
     chosen = _scheduler(scheduler, local_cluster, workers)
+    from ..config import ConfigError
+    from ..experiments.sweep import load_sweep, plan_sweep, run_sweep
+    from ..plotting.sweep import plot_sweep
+
     try:  # everything is validated before any work or any folder
         cfg = load_sweep(file, list(overrides))
         plan = plan_sweep(cfg)
@@ -75,7 +81,7 @@ def sweep_cmd(file, overrides, scheduler, local_cluster, workers, out, resume, f
     click.echo(f"sweep: {len(plan.configs)} points x {len(plan.chunks)} chunks = {n_tasks} tasks on {chosen}")
     result = run_sweep(cfg, store=folder / "tasks", scheduler=chosen, progress=not quiet)
     result.save(folder)
-    save_figure(plot_sweep(result), folder / "summary.png")
+    save_figures(folder, {"summary": lambda: plot_sweep(result)}, fmt)
     m = result.meta
     click.echo(
         f"{m['tasks']} tasks ({m['tasks_already_stored']} already stored) in {result.elapsed_s:.2f} s "

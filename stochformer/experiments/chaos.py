@@ -39,6 +39,7 @@ import torch
 from pydantic import Field, model_validator
 
 from ..config import RunConfig, validate
+from ..extras import require
 from ..io import write_json, write_npz
 from ..meanfield import (
     DEFAULT_BLOCK,
@@ -316,6 +317,7 @@ def run_chaos(
     sample and dimension, one per decorrelation field and size), so a killed run resumes;
     ``scheduler``: as in :func:`~stochformer.tasks.run_tasks`."""
     device = resolve_device(cfg.device)
+    require("ot", "the chaos study (W₂ between token clouds)")  # before any work
     start = time.perf_counter()
     config = cfg.model_dump(mode="json")
     root_coupling, root_decor = child_seeds(cfg.seed, 2)

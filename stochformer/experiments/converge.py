@@ -99,7 +99,9 @@ def _coupled_errors(cfg: RunConfig, depths: list[int], widths: list[int], refine
     integrator = INTEGRATORS[cfg.integrator](sde, dt / r)
     common = dict(activation=cfg.activation, sigma_U=cfg.sigma_U, sigma_W=cfg.sigma_W, scale=cfg.noise_scale)
     rng = resolve_backend(cfg.rng, cfg.device)
-    layers = [TransformerLayer(dt, attention, MLPNoise(m=m, mode="gaussian", rng=rng, **common), cfg.order) for m in widths]
+    # non-Gaussian weights (SPEC §7): inner weights U from the law, the output coupled through K_m^{1/2}Ξ
+    laws = dict(mode="gaussian") if cfg.weight_law == "gaussian" else dict(mode="weights", law=cfg.weight_law, nu=cfg.student_nu)
+    layers = [TransformerLayer(dt, attention, MLPNoise(m=m, rng=rng, **laws, **common), cfg.order) for m in widths]
     layers.append(TransformerLayer(dt, attention, ExactField(kernel), cfg.order))
 
     X_bar, Xs = X0, [X0] * len(layers)

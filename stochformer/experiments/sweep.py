@@ -171,7 +171,7 @@ def plan_sweep(cfg: SweepConfig) -> SweepPlan:
             _resolve(base, {name: v}, f"grid.{name}[{k}] = {v!r}")
     points = cfg.points or [{}]
     configs = []
-    for i, point in enumerate(points):
+    for point in points:
         for combo in itertools.product(*cfg.grid.values()):
             updates = {**point, **dict(zip(cfg.grid, combo))}
             where = ", ".join(f"{k} = {v!r}" for k, v in updates.items()) or "base"
@@ -255,11 +255,13 @@ def merge_chunks(plan: SweepPlan, results: dict[str, dict]) -> "xarray.Dataset":
 
 
 def write_netcdf(ds: "xarray.Dataset", path: Path | str) -> None:  # noqa: F821
-    """Write ``ds`` as NetCDF-4 (h5netcdf) to a temporary name, then move it into place."""
+    """Write ``ds`` as NetCDF-4 to a temporary name, then move it into place. The engine is
+    xarray's default (netCDF4 when installed, else h5netcdf, a required dependency), the one
+    ``xarray.open_dataset(path)`` picks to read it back."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp")
     try:
-        ds.to_netcdf(tmp, engine="h5netcdf")
+        ds.to_netcdf(tmp, format="NETCDF4")
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)

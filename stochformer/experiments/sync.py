@@ -32,7 +32,7 @@ from tqdm.auto import tqdm
 
 from ..build import Stepper, make_kernel, make_stepper
 from ..config import InitConfig, RunConfig
-from ..diagnostics import energy, mean_and_se
+from ..diagnostics import mean_and_se
 from ..io import write_json, write_npz
 from ..kernel import first_moment_rate, lambda_bar_prime, lyapunov_exponent
 from ..runtime import DTYPES, child_seeds, make_generator, provenance, resolve_device
@@ -60,10 +60,11 @@ class SyncConfig(RunConfig):
 
 def attention_gamma(cfg: RunConfig) -> Optional[float]:
     """γ of the near-synchronisation attention terms: 0 without attention, γ for V = γI, None when V
-    is an explicit matrix (no closed form)."""
+    is an explicit matrix or the attention is a variant other than L² (equal to softmax on the
+    sphere) (no closed form derived; SPEC §7)."""
     if not cfg.attention:
         return 0.0
-    return cfg.gamma_value if cfg.V is None else None
+    return cfg.gamma_value if cfg.V is None and cfg.attention_kind in ("softmax", "l2") else None
 
 
 def near_sync_horizon(kappa: float, kappa_prime: float) -> float:

@@ -26,6 +26,7 @@ from tqdm.auto import tqdm
 
 from .. import __version__
 from ..config import ConfigError, build_config, load_toml
+from ..extras import MissingExtraError
 from ..io import StageCache, atomic_write_bytes, config_key, to_jsonable, write_json
 from ..runtime import provenance
 from .profiles import PROFILES
@@ -245,7 +246,7 @@ def reproduce(
             try:
                 rec = run_stage(item, profile, cache, ctx)
                 rec["status"] = "computed"
-            except StageUnavailable as exc:
+            except (StageUnavailable, MissingExtraError) as exc:
                 rec = {**records[i], "status": "unavailable", "error": str(exc)}
             except (KeyboardInterrupt, SystemExit):
                 raise

@@ -487,3 +487,8 @@ register(Stage(
     ),
     run=_run_phase,
 ))
+
+
+# --------------------------------------------------------------------------- §7 (own module)
+
+from . import sections_variants  # noqa: E402,F401  (registers "variants" and "bridge")
