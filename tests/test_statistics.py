@@ -1,0 +1,126 @@
+"""The statistics of the experiments against direct implementations: the power-law fits with their
+bootstrap intervals (same seed, same resamples), the tagged-token correlation and its standard
+error, the rate functions and the choice between exact and sliced W₂²."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from stochformer.meanfield import (
+    PowerFit,
+    fit_power_law,
+    fit_power_law_se,
+    rate_function,
+    sphere_rate,
+    tagged_correlation,
+    w2_exact,
+    w2_sliced,
+    w2_squared,
+)
+
+N = np.array([8, 16, 32, 64])
+
+
+def slope(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """Least-squares line through (x, log y): slope and intercept."""
+    ly = np.log(y)
+    b = float(np.sum((x - x.mean()) * (ly - ly.mean())) / np.sum((x - x.mean()) ** 2))
+    return b, float(ly.mean() - b * x.mean())
+
+
+def test_fit_power_law_is_the_row_bootstrap_of_the_log_log_slope():
+    """exponent = −slope of log(mean over rows) on log N; the interval is the 2.5/97.5% quantiles
+    of −slope over rows resampled with replacement (numpy's generator with the given seed);
+    resamples with a non-positive mean are dropped."""
+    rng = np.random.default_rng(3)
+    samples = N ** -0.7 * rng.exponential(size=(6, 4))
+    samples[0, 1] = -50.0  # some resampled means are negative
+    for n_boot, seed in ((300, 0), (200, 5)):
+        kw = {} if (n_boot, seed) == (300, 0) else {"n_boot": n_boot, "seed": seed}
+        fit = fit_power_law(list(N), samples, **({"n_boot": 300} | kw))
+        x = np.log(N.astype(float))
+        b, a = slope(x, samples.mean(0)) if np.all(samples.mean(0) > 0) else (math.nan, math.nan)
+        idx = np.random.default_rng(seed).integers(0, 6, size=(n_boot, 6))
+        boots = [-slope(x, samples[i].mean(0))[0] for i in idx if np.all(samples[i].mean(0) > 0)]
+        assert 0 < len(boots) < n_boot
+        lo, hi = np.quantile(boots, [0.025, 0.975])
+        assert fit.ci == pytest.approx((lo, hi), abs=1e-12)
+        if not math.isnan(b):
+            assert fit.exponent == pytest.approx(-b, abs=1e-12) and fit.prefactor == pytest.approx(math.exp(a), rel=1e-12)
+    clean = N**-0.7 * np.exp(0.1 * rng.standard_normal((5, 4)))
+    fit = fit_power_law(N, clean, n_boot=50)
+    b, a = slope(np.log(N), clean.mean(0))
+    assert (fit.exponent, fit.prefactor) == (pytest.approx(-b, abs=1e-12), pytest.approx(math.exp(a), rel=1e-12))
+    assert fit.to_dict() == {"exponent": fit.exponent, "ci": list(fit.ci), "prefactor": fit.prefactor}
+    none = fit_power_law(N, -clean, n_boot=20)
+    assert math.isnan(none.ci[0]) and math.isnan(none.ci[1])
+
+
+def test_fit_power_law_default_bootstrap():
+    samples = N**-0.5 * np.random.default_rng(4).exponential(size=(5, 4))
+    x = np.log(N.astype(float))
+    idx = np.random.default_rng(0).integers(0, 5, size=(2000, 5))
+    boots = [-slope(x, samples[i].mean(0))[0] for i in idx]
+    assert fit_power_law(N, samples).ci == pytest.approx(tuple(np.quantile(boots, [0.025, 0.975])), abs=1e-12)
+
+
+def test_fit_power_law_se_is_a_parametric_bootstrap():
+    """exponent from the means; interval from y + se·ξ (ξ standard normal from the seeded generator),
+    draws with a non-positive entry dropped."""
+    y = N**-1.2 * np.array([1.0, 1.1, 0.9, 1.05])
+    se = 0.4 * y
+    se[-1] = 2.0 * y[-1]  # some draws go negative
+    x = np.log(N.astype(float))
+    for kw, (n_boot, seed) in (({}, (2000, 0)), ({"n_boot": 300, "seed": 9}, (300, 9))):
+        fit = fit_power_law_se(list(N), list(y), list(se), **kw)
+        b, a = slope(x, y)
+        draws = y + se * np.random.default_rng(seed).standard_normal((n_boot, 4))
+        boots = [-slope(x, row)[0] for row in draws if np.all(row > 0)]
+        assert 0 < len(boots) < n_boot
+        assert fit.exponent == pytest.approx(-b, abs=1e-12) and fit.prefactor == pytest.approx(math.exp(a), rel=1e-12)
+        assert fit.ci == pytest.approx(tuple(np.quantile(boots, [0.025, 0.975])), abs=1e-12)
+    fit = fit_power_law_se(N, y, 1e3 * y, n_boot=5)  # every draw has a negative entry
+    assert isinstance(fit, PowerFit) and math.isnan(fit.ci[0]) and math.isnan(fit.ci[1])
+
+
+def test_tagged_correlation_formula():
+    """ρ = mean⟨Ã, B̃⟩ / √(mean|Ã|² mean|B̃|²) (centred), SE = sd(⟨Ã_r, B̃_r⟩, ddof 1)/√R/denominator."""
+    rng = np.random.default_rng(5)
+    A = rng.standard_normal((50, 3)) + np.array([1.0, -2.0, 0.5])
+    B = 0.3 * A + rng.standard_normal((50, 3)) + np.array([0.0, 3.0, 1.0])
+    Ac, Bc = A - A.mean(0), B - B.mean(0)
+    prod = np.einsum("rd,rd->r", Ac, Bc)
+    den = math.sqrt(np.mean(np.sum(Ac**2, 1)) * np.mean(np.sum(Bc**2, 1)))
+    rho, se = tagged_correlation(torch.from_numpy(A).float(), torch.from_numpy(B))
+    assert rho == pytest.approx(prod.mean() / den, abs=1e-6)
+    rho, se = tagged_correlation(torch.from_numpy(A), torch.from_numpy(B))
+    assert rho == pytest.approx(prod.mean() / den, abs=1e-12)
+    assert se == pytest.approx(prod.std(ddof=1) / math.sqrt(50) / den, abs=1e-12)
+
+
+def test_rate_functions_for_integer_sizes():
+    """r_d(N) and the sphere rates for a list of integer sizes."""
+    n = [10, 1000]
+    Nf = np.array(n, dtype=float)
+    assert rate_function(3, n) == pytest.approx(Nf**-0.5, rel=1e-14)
+    assert rate_function(4, n) == pytest.approx(Nf**-0.5 * np.log1p(Nf), rel=1e-14)
+    assert rate_function(5, n) == pytest.approx(Nf**-0.4, rel=1e-14)
+    assert sphere_rate(2, n) == pytest.approx(1.0 / Nf, rel=1e-14)
+    assert sphere_rate(3, n) == pytest.approx(np.log1p(Nf) / Nf, rel=1e-14)
+    assert sphere_rate(5, n) == pytest.approx(Nf**-0.5, rel=1e-14)
+
+
+def test_w2_squared_is_exact_up_to_exact_max_then_sliced():
+    rng = np.random.default_rng(6)
+    X, Y = rng.standard_normal((20, 3)), rng.standard_normal((15, 3)) + 0.5
+    exact = w2_squared(X, Y, exact_max=20)
+    assert exact.method == "exact" and exact.value == pytest.approx(w2_exact(X, Y).value, abs=1e-14)
+    for kw in ({}, {"projections": 37, "seed": 4}):
+        sliced = w2_squared(X, Y, exact_max=19, **kw)
+        ref = w2_sliced(X, Y, **({"projections": 200, "seed": 0} | kw))
+        assert sliced.method == "sliced" and sliced.value == pytest.approx(ref.value, abs=1e-14)
+    assert w2_squared(X, Y, exact_max=19, seed=1).value != pytest.approx(w2_sliced(X, Y).value, abs=1e-14)

@@ -1,0 +1,187 @@
+"""Mutation testing of the science modules with mutmut 3 (too long for CI; see docs/testing.md).
+
+    pip install -e .[mutation]
+    nice -n 10 python tools/mutation.py                    # the current tests
+    nice -n 10 python tools/mutation.py --tests-rev REV --label before   # the tests of a revision
+    nice -n 10 python tools/mutation.py --rerun-of before --label after    # + the tests added since
+
+The modules to mutate, the test files whose tests may kill them, the deselected slow tests and the
+mutants triaged as equivalent are read from ``tools/mutation.toml``. The run happens in a scratch
+copy (``build/mutation/<label>/``, git-ignored): the package, ``pyproject.toml`` and the tests (from
+the working tree, or from ``--tests-rev``) plus a generated ``setup.cfg`` with the ``[mutmut]``
+section. mutmut records which tests call which function and runs, for each mutant, only those tests
+(stopping at the first failure). At the end the counts per module and every surviving mutant
+(with its diff) are written to ``build/mutation/<label>/summary.json`` and ``survivors.txt`` and
+printed: generated / killed / timeout / survived / no tests, the survivors triaged as equivalent in
+the config, and the score = killed / (generated − equivalent).
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import math
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIG = ROOT / "tools" / "mutation.toml"
+#: mutmut's exit-code classes (mutmut.stats.status_by_exit_code), collapsed to what the report counts
+STATUS = {1: "killed", 3: "killed", 0: "survived", 5: "no tests", 33: "no tests", 36: "timeout", -24: "timeout", 24: "timeout", 152: "timeout", 255: "timeout"}
+
+
+def prepare(workdir: Path, cfg: dict, tests_rev: str | None) -> None:
+    """A scratch copy of the package and the tests, with mutmut's configuration."""
+    if workdir.exists():
+        shutil.rmtree(workdir)
+    workdir.mkdir(parents=True)
+    shutil.copytree(ROOT / "stochformer", workdir / "stochformer", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy2(ROOT / "pyproject.toml", workdir / "pyproject.toml")
+    if tests_rev is None:
+        shutil.copytree(ROOT / "tests", workdir / "tests", ignore=shutil.ignore_patterns("__pycache__"))
+    else:
+        with tempfile.TemporaryFile() as tar:
+            subprocess.run(["git", "-C", str(ROOT), "archive", tests_rev, "tests"], stdout=tar, check=True)
+            tar.seek(0)
+            with tarfile.open(fileobj=tar) as t:
+                t.extractall(workdir, filter="data")
+    tests = [t for t in cfg["tests"] if (workdir / t.split("::")[0]).exists()]
+    selection = tests + [f"--deselect={node}" for node in cfg.get("deselect", [])]
+    lines = [
+        "[mutmut]",
+        "source_paths=stochformer",
+        "only_mutate=" + "\n    ".join(cfg["modules"]),
+        "pytest_add_cli_args_test_selection=" + "\n    ".join(selection),
+        "pytest_add_cli_args=-p no:cacheprovider\n    -W ignore",
+        f"timeout_multiplier={float(cfg.get('timeout_multiplier', 5.0))}",
+    ]
+    (workdir / "setup.cfg").write_text("\n".join(lines) + "\n")
+
+
+def statuses(workdir: Path) -> dict[str, str]:
+    """mutant name → killed / timeout / survived / no tests / ..., from the ``.meta`` files of a run."""
+    out: dict[str, str] = {}
+    for meta in (workdir / "mutants").rglob("*.py.meta"):
+        for name, code in json.loads(meta.read_text())["exit_code_by_key"].items():
+            out[name] = "not checked" if code is None else STATUS.get(code, "other")
+    return out
+
+
+def mutant_diff(workdir: Path, name: str) -> str:
+    """The lines of ``name`` that differ from the original function, read from mutmut's generated
+    module (``mutmut show`` gives the same, one slow process per mutant)."""
+    module, func = name.rsplit(".", 1)
+    text = (workdir / "mutants" / (module.replace(".", "/") + ".py")).read_text().splitlines()
+
+    def body(fname: str) -> list[str]:
+        start = next(i for i, line in enumerate(text) if line.lstrip().startswith(f"def {fname}("))
+        indent = len(text[start]) - len(text[start].lstrip())
+        end = next((j for j in range(start + 1, len(text)) if text[j].strip() and not text[j].lstrip().startswith(")")
+                    and len(text[j]) - len(text[j].lstrip()) <= indent), len(text))
+        return [line.replace(fname, "f") for line in text[start:end]]
+
+    orig = body(func.rsplit("__mutmut_", 1)[0] + "__mutmut_orig")
+    diff = difflib.unified_diff(orig, body(func), lineterm="", n=0)
+    return "\n".join(line for line in diff if line[:1] in "+-" and line[:3] not in ("+++", "---"))
+
+
+def module_of(mutant: str) -> str:
+    """``stochformer.sphere.x_tangent__mutmut_3``, ``stochformer.attention.xǁAttentionǁ__call____mutmut_1``
+    → the module name."""
+    return mutant.rsplit(".", 1)[0]
+
+
+def summarise(workdir: Path, status: dict[str, str], equivalent: dict[str, str], label: str, tests: str) -> dict:
+    """Counts (all mutants, and per module), the score and the list of survivors with their diffs."""
+    survivors = sorted(n for n, s in status.items() if s == "survived")
+    untested = sorted(n for n, s in status.items() if s == "no tests")
+    per_module: dict[str, Counter] = {}
+    for name, s in status.items():
+        per_module.setdefault(module_of(name), Counter())[s] += 1
+    generated = len(status)
+    killed = sum(s in ("killed", "timeout") for s in status.values())  # a timeout is a detected mutant
+    eq = [n for n in survivors + untested if n in equivalent]
+    summary = {
+        "label": label,
+        "tests": tests,
+        "generated": generated,
+        "killed": killed,
+        "timeout": sum(s == "timeout" for s in status.values()),
+        "survived": len(survivors),
+        "no_tests": len(untested),
+        "not_checked": sum(s == "not checked" for s in status.values()),
+        "other": sum(s == "other" for s in status.values()),
+        "equivalent": len(eq),
+        "score_non_equivalent": round(killed / max(1, generated - len(eq)), 4),
+        "score_checked_non_equivalent": round(killed / max(1, generated - len(eq) - sum(s == "not checked" for s in status.values())), 4),
+        "per_module": {m: dict(c) for m, c in sorted(per_module.items())},
+        "survivors": survivors,
+        "untested": untested,
+    }
+    (workdir / "summary.json").write_text(json.dumps(summary, indent=1, ensure_ascii=False) + "\n")
+    with open(workdir / "survivors.txt", "w") as f:
+        for name in survivors + untested:
+            tag = "EQUIVALENT: " + equivalent[name] if name in equivalent else status[name].upper()
+            diff = mutant_diff(workdir, name)
+            f.write(f"## {name}  [{tag}]\n{diff}\n")
+    return summary
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--tests-rev", help="take tests/ from this git revision (e.g. a baseline), not the working tree")
+    ap.add_argument("--rerun-of", metavar="LABEL", help="run only the mutants that survived (or had no tests) in "
+                    "the run LABEL and keep its other results: valid when the tests were only added to since")
+    ap.add_argument("--sample", type=int, default=0, metavar="K", help="with --rerun-of: also run a seeded "
+                    "uniform sample of K mutants that the run LABEL did not check (a stopped run), to estimate the rest")
+    ap.add_argument("--tests", nargs="+", metavar="FILE", help="use these test files instead of the config's "
+                    "(with --rerun-of: the tests added since, which alone decide whether a survivor is now killed)")
+    ap.add_argument("--label", help="name of the run (default: 'current' or the revision)")
+    ap.add_argument("--max-children", type=int, default=None, help="parallel mutant runs (default: config)")
+    ap.add_argument("--summary-only", action="store_true", help="re-read an earlier run's results")
+    args = ap.parse_args()
+    cfg = tomllib.loads(CONFIG.read_text())
+    label = args.label or (args.tests_rev or "current").replace("/", "_")
+    workdir = ROOT / "build" / "mutation" / label
+    base: dict[str, str] = {}
+    if args.rerun_of:
+        base = statuses(ROOT / "build" / "mutation" / args.rerun_of)
+    if not args.summary_only:
+        prepare(workdir, cfg["mutation"] | ({"tests": args.tests} if args.tests else {}), args.tests_rev)
+        names = sorted(n for n, s in base.items() if s not in ("killed", "timeout", "not checked"))
+        unchecked = sorted(n for n, s in base.items() if s == "not checked")
+        names += random.Random(0).sample(unchecked, min(args.sample, len(unchecked)))
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # mutmut puts the mutants first
+        env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+        children = str(args.max_children or cfg["mutation"].get("max_children", 2))
+        subprocess.run(["mutmut", "run", "--max-children", children, *names], cwd=workdir, env=env, check=True)
+    status = statuses(workdir)
+    if base:  # killed before stays killed: the earlier tests are still there
+        status = {n: (status.get(n, "not checked") if s not in ("killed", "timeout") else s) for n, s in base.items()}
+        sample = [n for n, s in base.items() if s == "not checked" and status[n] != "not checked"]
+    tests = "working tree" if args.tests_rev is None else f"git {args.tests_rev}"
+    s = summarise(workdir, status, cfg.get("equivalent", {}), label, tests + (f", rerun of {args.rerun_of}" if base else ""))
+    if base and sample:  # the kill fraction among the mutants the base run left unchecked, estimated
+        k, n = sum(status[x] in ("killed", "timeout") for x in sample), len(sample)
+        p, se = k / n, math.sqrt(k / n * (1 - k / n) / n)
+        s["unchecked_sample"] = {"size": n, "killed": k, "fraction": round(p, 4), "se": round(se, 4)}
+        (workdir / "summary.json").write_text(json.dumps(s, indent=1, ensure_ascii=False) + "\n")
+    print(json.dumps({k: v for k, v in s.items() if k not in ("survivors", "untested")}, indent=1, ensure_ascii=False))
+    print(f"survivors and untested mutants with their diffs: {workdir / 'survivors.txt'}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
