@@ -111,3 +111,15 @@ def test_bridge_runs_every_block_and_validates():
         BridgeConfig(block="llama", d=12, heads=4)
     with pytest.raises(ValueError, match="gpt2_init"):
         BridgeConfig(block="llama", gpt2_init=True)
+
+
+def test_a_non_finite_curve_stops_the_bridge_naming_its_layer():
+    from stochformer.experiments.bridge import BridgeConfig, _checked
+    from stochformer.validation import NonFiniteError
+
+    curve = torch.zeros(3, 6, dtype=torch.float64)
+    assert _checked(curve, BridgeConfig(), "x").shape == (3, 6)
+    curve[1, 4] = float("nan")
+    curve[2, 5] = float("inf")
+    with pytest.raises(NonFiniteError, match="at layer 4"):
+        _checked(curve, BridgeConfig(), "x")

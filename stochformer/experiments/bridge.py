@@ -32,6 +32,8 @@ from ..report.verdict import Comparison, Z95
 from ..runtime import child_seeds, make_generator, provenance
 from ..sphere import normalize
 from ..results import run_record
+from ..stats import mean_and_se
+from ..validation import check_finite
 
 
 class BridgeConfig(BaseModel):
@@ -110,9 +112,12 @@ def compare(quantity: str, measured: tuple[float, float], predicted: tuple[float
     return Comparison(quantity, p, m, (m - h, m + h), rule="matches", tol=tol, note=note)
 
 
-def mean_se(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Mean and SE over the first axis (independent samples)."""
-    return a.mean(0), a.std(0, ddof=1) / math.sqrt(a.shape[0])
+def _checked(curve: torch.Tensor, cfg: BridgeConfig, what: str) -> np.ndarray:
+    """A (samples, L + 1) cosine curve as an array; a non-finite entry stops the run naming its layer."""
+    bad = (~torch.isfinite(curve)).any(0).nonzero()
+    if len(bad):
+        check_finite(curve[:, int(bad[0])], int(bad[0]), cfg, what)
+    return curve.numpy()
 
 
 #: the curves of a result: the block, then the two predictions
@@ -134,13 +139,13 @@ class BridgeResult:
 
     def summary(self, name: str, L: int) -> tuple[np.ndarray, np.ndarray]:
         """Mean cosine by depth, mean and SE over samples: (L + 1,) each."""
-        return mean_se(self.curves[name][L])
+        return mean_and_se(self.curves[name][L])
 
     def change(self, name: str, L: int) -> tuple[float, float]:
         """The change of the mean cosine from the input to the last layer, mean and SE (per-sample
         differences: the spread of the initial tokens cancels)."""
         c = self.curves[name][L]
-        m, se = mean_se(c[:, -1] - c[:, 0])
+        m, se = mean_and_se(c[:, -1] - c[:, 0])
         return float(m), float(se)
 
     def comparisons(self) -> list[Comparison]:
@@ -159,7 +164,7 @@ class BridgeResult:
     def to_dict(self) -> dict:
         out: dict = {"block": self.config.block, "kappa1_unit_sphere": self.kappa1, "elapsed_s": self.elapsed_s}
         for name in CURVES:
-            out[name] = {str(L): {"mean": mean_se(c)[0].tolist(), "se": mean_se(c)[1].tolist(),
+            out[name] = {str(L): {"mean": mean_and_se(c)[0].tolist(), "se": mean_and_se(c)[1].tolist(),
                                   "change": self.change(name, L)} for L, c in self.curves[name].items()}
         out["comparisons"] = [c.to_dict() for c in self.comparisons()]
         return out
@@ -199,15 +204,16 @@ def _run_bridge(cfg: BridgeConfig, progress: bool) -> BridgeResult:
         nets = [run_network(cfg.block, X0[b : b + 1], L, s, d=cfg.d, heads=cfg.heads, m=cfg.m, a1=a1, a2=a2,
                             std=cfg.std, depth=L, gpt2_init=cfg.gpt2_init, **(paper if cfg.block == "paper" else {}))
                 for b, s in enumerate(tqdm(child_seeds(s_net, cfg.samples), desc=f"L={L}", disable=not progress, leave=False))]
-        curves["measured"][L] = torch.stack(nets).numpy()
+        curves["measured"][L] = _checked(torch.stack(nets), cfg, f"{cfg.block} cosines (L = {L})")
         attention = SoftmaxAttention(cfg.beta, cfg.gamma) if cfg.block == "paper" else None
         P0 = _initial(cfg, cfg.pred_samples, g_init)
         P0 = _embed(cfg, P0)[0] if pre else P0
         with torch.no_grad():
-            curves["model"][L] = predict_model(pre, norm, law, P0, r, L, a2, make_generator(s_model), attention, a1).numpy()
+            curves["model"][L] = _checked(predict_model(pre, norm, law, P0, r, L, a2, make_generator(s_model), attention, a1),
+                                          cfg, f"model cosines (L = {L})")
             kernel = (NoiseKernel(cfg.activation, cfg.d, cfg.sigma_U, cfg.sigma_W) if cfg.block == "paper"
                       else MatchedKernel(law, r * r, 1.0 if pre else 1.0 / (r * r)))
-            curves["sde"][L] = predict_sde(pre, norm, kernel, P0, a2 * a2 * L, L, cfg.refine, make_generator(s_sde),
-                                           attention).numpy()
+            curves["sde"][L] = _checked(predict_sde(pre, norm, kernel, P0, a2 * a2 * L, L, cfg.refine,
+                                                    make_generator(s_sde), attention), cfg, f"SDE cosines (L = {L})")
         kappa1 = kernel.kappa1 if not pre else kernel.kappa1 / (r * r)
     return BridgeResult(cfg, curves, kappa1, provenance("cpu"), time.perf_counter() - start)
