@@ -48,12 +48,12 @@ def test_phase_lyapunov_grid_resumes_and_agrees_with_the_boundary_far_from_it(tm
     monkeypatch.setattr(phase_mod, "measure_lyapunov", lambda *a, **k: pytest.fail("recomputed a stored point"))
     again = run_phase(cfg, store=store)
     np.testing.assert_array_equal(again.value, res.value)
-    assert plot_phase(res).axes[0].get_title() == "sde, relu, d=8, L=60, T=3: predicted boundary in black"
+    assert plot_phase(res).axes[0].get_title() == "sde, relu, $d = 8$, $L = 60$, $T = 3$: predicted boundary in black"
 
 
 def test_phase_title_names_the_fixed_parameters_not_the_axes():
     cfg = _phase("gamma=-0.5", "x_field=d", "x_values=[3, 8]", "y_field=sigma", "y_values=[0.0]", "L=40", "T=2")
-    assert phase_title(cfg) == f"{cfg.dynamics}, {cfg.activation}, γ=-0.5, L=40, T=2: predicted boundary in black"
+    assert phase_title(cfg) == f"{cfg.dynamics}, {cfg.activation}, $\\gamma = -0.5$, $L = 40$, $T = 2$: predicted boundary in black"
 
 
 def test_phase_cli_sync_fraction(tmp_path):
