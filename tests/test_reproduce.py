@@ -258,10 +258,10 @@ def test_plan_validates_before_any_work(tmp_path: Path) -> None:
 def test_plan_reads_a_config_file(tmp_path: Path) -> None:
     """Top-level keys of the TOML apply to every section that has the field, [SECTION] tables to one."""
     cfg = tmp_path / "report.toml"
-    cfg.write_text(f"seed = 11\n\n[{LONG}]\nL = 33\n")
+    cfg.write_text(f"seed = 11\n\n[{LONG}]\nL = 36\n")
     p = {x.stage.name: x for x in plan("tiny", config_file=cfg)}
     assert all(x.config.seed == 11 for x in p.values())
-    assert p[LONG].config.L == 33 and p["convergence"].config.L != 33
+    assert p[LONG].config.L == 36 and p["convergence"].config.L != 36
     cfg.write_text(f"[{LONG}]\nL = 0\n")
     with pytest.raises(ConfigError, match=f"section {LONG}: .*L"):
         plan("tiny", config_file=cfg)
