@@ -18,28 +18,34 @@ The same :func:`solve` runs the limit SDE (:class:`LimitSDE`) and the mean-field
 
 __version__ = "0.1.0"
 
-from . import sphere  # noqa: E402
-from .brownian import BrownianPath, Draws  # noqa: E402
-from .model import (  # noqa: E402
-    ACTIVATIONS,
-    Attention,
-    EulerMaruyama,
-    ExactField,
-    LimitSDE,
-    NoiseKernel,
-    NoiseSource,
-    RandomFeatureField,
-    RandomMLP,
-    SoftmaxAttention,
-    StratonovichHeun,
-    Transformer,
-    rates,
-)
-from .results import load  # noqa: E402
-from .solve import Model, SaveAt, solve  # noqa: E402
+import importlib
+from typing import Any
 
-__all__ = [
-    "ACTIVATIONS", "Attention", "BrownianPath", "Draws", "EulerMaruyama", "ExactField", "LimitSDE", "Model",
-    "NoiseKernel", "NoiseSource", "RandomFeatureField", "RandomMLP", "SaveAt", "SoftmaxAttention",
-    "StratonovichHeun", "Transformer", "load", "rates", "solve", "sphere",
-]
+#: the public names and the module each comes from; imported on first use (PEP 562), so that
+#: ``import stochformer`` and ``stochformer --help`` stay light (no torch until a name is used)
+_EXPORTS = {
+    **dict.fromkeys(
+        ("ACTIVATIONS", "Attention", "EulerMaruyama", "ExactField", "LimitSDE", "NoiseKernel", "NoiseSource",
+         "RandomFeatureField", "RandomMLP", "SoftmaxAttention", "StratonovichHeun", "Transformer", "rates"),
+        ".model",
+    ),
+    "BrownianPath": ".brownian", "Draws": ".brownian",
+    "load": ".results",
+    "Model": ".solve", "SaveAt": ".solve", "solve": ".solve",
+}
+
+__all__ = sorted([*_EXPORTS, "sphere"])
+
+
+def __getattr__(name: str) -> Any:
+    if name == "sphere":
+        return importlib.import_module(".sphere", __name__)
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name], __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'stochformer' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
