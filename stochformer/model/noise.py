@@ -119,7 +119,7 @@ class RandomMLP:
         """Φ = φ(U x/√d + b_U) with fresh U, b_U: X (batch, N, d) → (batch, N, m), row i the
         features of token i."""
         if self.mode == "gaussian":
-            z = self._draw(self._n_hidden(*X.shape), generator, X.dtype, X.device)
+            z = self._draw(self._n_hidden(*X.shape, X.dtype), generator, X.dtype, X.device)
             return self._hidden_from(X, z, generator)
         B, N, d = X.shape
         U = _normal((B, self.width, d), generator, X)
@@ -133,13 +133,13 @@ class RandomMLP:
         Phi = self.hidden(X, generator)
         return Phi @ Phi.transpose(-1, -2) / self.width + self.sigma_W**2
 
-    def cost(self, N: int, d: int, device: torch.device | str = "cpu") -> dict[str, float]:
+    def cost(self, N: int, d: int, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float64) -> dict[str, float]:
         """Work of one ``mode="gaussian"`` call per sample at N tokens in dimension d: ``normals``
         drawn and matrix-product ``flops`` (2mnk per product, n³/3 per Cholesky), for rooflines."""
-        m, r = self.width, min(N, d)
+        m, r = self.width, _hidden_rank(N, d, dtype)
         normals = m * r + m * (self.sigma_U > 0) + d * (self.sigma_W > 0)
-        flops = 2.0 * m * N * r + (2.0 * N * N * d + N**3 / 3 if d > N else 0.0)
-        if _gram_output_cheaper(N, d, m, torch.device(device)):
+        flops = 2.0 * m * N * r + (2.0 * N * N * d + N**3 / 3 if r < d else 0.0)
+        if _output_through_gram(N, d, m, torch.device(device), dtype):
             normals += N * d
             flops += 2.0 * m * N * N + N**3 / 3 + 2.0 * N * N * d
         else:
@@ -147,16 +147,16 @@ class RandomMLP:
             flops += 2.0 * m * N * d
         return {"normals": float(normals), "flops": flops}
 
-    def _n_hidden(self, B: int, N: int, d: int) -> int:
-        return B * self.width * (min(N, d) + (self.sigma_U > 0))
+    def _n_hidden(self, B: int, N: int, d: int, dtype: torch.dtype) -> int:
+        return B * self.width * (_hidden_rank(N, d, dtype) + (self.sigma_U > 0))
 
     def _hidden_from(self, X: torch.Tensor, z: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         """Φ (batch, N, m) from the first :meth:`_n_hidden` normals of the flat buffer ``z``."""
         B, N, d = X.shape
-        m, r = self.width, min(N, d)
+        m, r = self.width, _hidden_rank(N, d, X.dtype)
         Zt = z[: B * m * r].view(B, m, r).transpose(-1, -2)  # (B, r, m)
         Y = X * (1.0 / math.sqrt(d))
-        if d <= N:  # H = Y Uᵀ/√d with U = Z (B, m, d)
+        if r == d:  # H = Y Uᵀ/√d with U = Z (B, m, d)
             pre = Y @ Zt
         else:  # H = C Zᵀ with C Cᵀ = Y Yᵀ/d (N × N): m·N normals instead of m·d
             C, bad = _cholesky(Y @ Y.transpose(-1, -2), d)
@@ -183,8 +183,8 @@ class RandomMLP:
             return self._increment_weights(X, dt, generator)
         B, N, d = X.shape
         m = self.width
-        gram = _gram_output_cheaper(N, d, m, X.device)
-        n_hid = self._n_hidden(B, N, d)
+        gram = _output_through_gram(N, d, m, X.device, X.dtype)
+        n_hid = self._n_hidden(B, N, d, X.dtype)
         n_out = B * (N if gram else m) * d
         z = self._draw(n_hid + n_out + (B * d if self.sigma_W > 0 else 0), generator, X.dtype, X.device)
         Phi = self._hidden_from(X, z, generator)  # (B, N, m)
@@ -233,6 +233,26 @@ def _cholesky(K: torch.Tensor, inner: int) -> tuple[torch.Tensor, Optional[torch
 #: cost of one normal draw in floating-point operations (measured: ~4 ns per float64 normal with
 #: parallel SFC64 on 2 CPU cores against ~20-80 GFLOP/s for the products; far cheaper on a GPU)
 _NORMAL_COST_FLOPS = {"cpu": 100.0, "cuda": 2.0}
+
+
+def _gram_roots_resolve(dtype: torch.dtype) -> bool:
+    """Whether roots of Gram matrices are used in ``dtype``: float64 only. A Gram matrix of nearly
+    equal rows is known to about ``inner · ε`` of its diagonal, so its root cannot tell apart
+    rows closer than about √(inner · ε) (relative): 2·10⁻⁷ in float64 at inner = 256, but 6·10⁻³ in
+    float32, where near synchronisation it would add independent noise far larger than the
+    tokens' separations (measured: λ₁ = +46 instead of −0.13; docs/performance.md). In float32
+    the explicit routes (U, Φ Z') are used, whose error is the rounding of the tokens themselves."""
+    return torch.finfo(dtype).eps < 1e-12
+
+
+def _hidden_rank(N: int, d: int, dtype: torch.dtype) -> int:
+    """Normals per hidden unit: min(N, d) through the root of YYᵀ/d when it resolves, else d (U)."""
+    return min(N, d) if _gram_roots_resolve(dtype) else d
+
+
+def _output_through_gram(N: int, d: int, m: int, device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether the output is drawn through the root of ΦΦᵀ (float64 only, and when cheaper)."""
+    return _gram_roots_resolve(dtype) and _gram_output_cheaper(N, d, m, device)
 
 
 def _gram_output_cheaper(N: int, d: int, m: int, device: torch.device) -> bool:
