@@ -29,7 +29,7 @@ from ..config import ConfigError, build_config, load_toml
 from ..io import StageCache, atomic_write_bytes, config_key, to_jsonable, write_json
 from ..runtime import provenance
 from . import sections  # noqa: F401  (registers the stages)
-from .profiles import PROFILES
+from .profiles import DERIVED, PROFILES
 from .stages import Stage, StageContext, StageUnavailable, registered
 
 CACHE_DIR = "cache"
@@ -89,7 +89,9 @@ def plan(
         item = Planned(stage, selected=not only or stage.name in only)
         model = stage.model
         fields = set(model.model_fields)
-        base = dict(stage.sizes.get(profile, {}))
+        sized, extra = DERIVED.get(profile, (profile, {}))
+        base = dict(stage.sizes.get(sized, {}))
+        base.update({k: v for k, v in extra.items() if k in fields})
         base.update({k: v for k, v in file_data.items() if k in fields and k not in names})
         used.update(k for k in file_data if k in fields)
         base.update(file_data.get(stage.name, {}))
