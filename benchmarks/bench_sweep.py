@@ -19,7 +19,7 @@ import xarray as xr
 
 from docsection import publish
 from stochformer.experiments.sweep import SweepConfig, run_sweep
-from stochformer.sweep import run_tasks_parallel
+from stochformer.tasks.parallel import run_tasks_parallel
 from stochformer.tasks import Task
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"

@@ -32,30 +32,25 @@ if os.environ.get("STOCHFORMER_OMP") != "keep" and "torch" not in sys.modules:
     for _key, _value in OMP_DEFAULTS.items():
         os.environ.setdefault(_key, _value)
 
-#: the public names and the module each comes from; imported on first use (PEP 562), so that
-#: ``import stochformer`` and ``stochformer --help`` stay light (no torch until a name is used)
-_EXPORTS = {
-    **dict.fromkeys(
-        ("ACTIVATIONS", "Attention", "EulerMaruyama", "ExactField", "LimitSDE", "NoiseKernel", "NoiseSource",
-         "RandomFeatureField", "RandomMLP", "SoftmaxAttention", "StratonovichHeun", "Transformer", "rates"),
-        ".model",
-    ),
-    "BrownianPath": ".brownian", "Draws": ".brownian",
-    "load": ".results",
-    "Model": ".solve", "SaveAt": ".solve", "solve": ".solve",
+#: the public names and the modules they live in, imported on first use (``import stochformer``
+#: and the command line's ``--help`` stay free of torch)
+_WHERE = {
+    "sphere": None, "BrownianPath": "brownian", "Draws": "brownian", "load": "results", "Model": "solve",
+    "SaveAt": "solve", "solve": "solve",
+    **{name: "model" for name in ("ACTIVATIONS", "Attention", "EulerMaruyama", "ExactField", "LimitSDE", "NoiseKernel",
+                                   "NoiseSource", "RandomFeatureField", "RandomMLP", "SoftmaxAttention",
+                                   "StratonovichHeun", "Transformer", "rates")},
 }
 
-__all__ = sorted([*_EXPORTS, "sphere"])
+__all__ = sorted(_WHERE)
 
 
 def __getattr__(name: str) -> Any:
-    if name == "sphere":
-        return importlib.import_module(".sphere", __name__)
-    if name in _EXPORTS:
-        value = getattr(importlib.import_module(_EXPORTS[name], __name__), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'stochformer' has no attribute {name!r}")
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if _WHERE[name] is None:
+        return importlib.import_module(f"{__name__}.{name}")
+    return getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
 
 
 def __dir__() -> list[str]:

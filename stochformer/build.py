@@ -4,6 +4,7 @@ tokens, attention, noise source, and the model (transformer or limit SDE)."""
 
 from __future__ import annotations
 
+import math
 from typing import Optional, Union
 
 import torch
@@ -12,11 +13,21 @@ from . import sphere
 from .config import InitConfig, RunConfig
 from .model.activations import ActivationLike
 from .model.attention import DEFAULT_BLOCK, Attention, SoftmaxAttention, query_chunk
+from .model.attention_variants import (
+    ATTENTION_KINDS,
+    AveragedAttention,
+    L2Attention,
+    MultiHeadAttention,
+    ResampledAttention,
+    SinkhornAttention,
+    UnnormalisedAttention,
+)
 from .model.kernel import NoiseKernel
 from .model.noise import ExactField, NoiseSource, RandomFeatureField, RandomMLP
 from .model.rng import resolve_backend
 from .model.sde import INTEGRATORS, LimitSDE
 from .model.transformer import Transformer
+from .runtime import child_seeds
 
 Model = Union[Transformer, LimitSDE]
 
@@ -42,11 +53,45 @@ def make_kernel(cfg: RunConfig, activation: Optional[ActivationLike] = None) -> 
 
 def make_attention(
     cfg: RunConfig, dtype=torch.float64, device="cpu", chunk: Optional[int] = None, sdpa: bool = False
-) -> Optional[SoftmaxAttention]:
-    """The config's attention (None when ``attention = false``)."""
+) -> Optional[Attention]:
+    """The config's attention (None when ``attention = false``); an ``attention_kind`` other than
+    softmax is built by :func:`make_variant` (dense; ``chunk`` and ``sdpa`` apply to softmax)."""
     if not cfg.attention:
         return None
+    if cfg.attention_kind != "softmax":
+        return make_variant(cfg, dtype, device)
     return SoftmaxAttention.from_matrices(cfg.d, cfg.beta, cfg.gamma_value, cfg.Q, cfg.K, cfg.V, dtype, device, chunk, sdpa)
+
+
+def _matrix(cfg: RunConfig, name: str, default: torch.Tensor) -> torch.Tensor:
+    value = getattr(cfg, name)
+    return default if value is None else torch.tensor(value, dtype=default.dtype, device=default.device)
+
+
+def make_variant(cfg: RunConfig, dtype=torch.float64, device="cpu") -> Attention:
+    """The attention of ``cfg.attention_kind`` (any kind but ``softmax``), from β, γ, Q, K, V and
+    the variant's own fields. Defaults: Q = K = √β I (L²: √(β/2) I, so that on the sphere it is
+    softmax(β⟨x, y⟩)), V = γ I; explicit Q, K, V replace them (then a missing Q or K is I)."""
+    kind = cfg.attention_kind
+    eye = torch.eye(cfg.d, dtype=dtype, device=device)
+    gamma = cfg.gamma_value
+    if kind == "resampled":
+        return ResampledAttention(cfg.d, cfg.beta, gamma, cfg.attention_std, child_seeds(cfg.seed, 1)[0])
+    if kind == "averaged":
+        return AveragedAttention.from_law(cfg.d, cfg.beta, gamma, cfg.attention_std, cfg.attention_draws,
+                                          cfg.attention_seed, dtype, device)
+    # as for the softmax Attention: β applies when neither Q nor K is given, else the missing one is I
+    qk = 1.0 if (cfg.Q is not None or cfg.K is not None) else math.sqrt(cfg.beta / 2 if kind == "l2" else cfg.beta)
+    Q, K, V = _matrix(cfg, "Q", qk * eye), _matrix(cfg, "K", qk * eye), _matrix(cfg, "V", gamma * eye)
+    if kind == "multihead":
+        return MultiHeadAttention.split(Q, K, V, cfg.heads)
+    if kind == "l2":
+        return L2Attention(Q, K, V)
+    if kind == "usa":
+        return UnnormalisedAttention(Q.T @ K, V)
+    if kind == "sinkhorn":
+        return SinkhornAttention(Q.T @ K, V, cfg.sinkhorn_iters, cfg.sinkhorn_tol)
+    raise ValueError(f"attention_kind: {kind!r} has no variant; valid: {', '.join(ATTENTION_KINDS)}")
 
 
 #: N from which one SDE step with a random-feature field of width 1024 costs at most half the step
@@ -62,7 +107,7 @@ def noise_kind(cfg: RunConfig) -> str:
     if cfg.noise != "auto":
         return cfg.noise
     if cfg.dynamics == "transformer":
-        return "mlp_gaussian"
+        return "mlp_gaussian" if cfg.weight_law == "gaussian" else "mlp"
     return "exact" if cfg.N < RF_CROSSOVER_N * cfg.features / 1024 else "random_features"
 
 
@@ -75,7 +120,8 @@ def make_noise(cfg: RunConfig, activation: Optional[ActivationLike] = None, toke
     if kind in ("mlp", "mlp_gaussian"):
         rng = resolve_backend(cfg.rng, cfg.device)
         mode = "weights" if kind == "mlp" else "gaussian"
-        return RandomMLP(width=cfg.m, mode=mode, rng=rng, precision=cfg.draw_precision, **common)
+        return RandomMLP(width=cfg.m, mode=mode, rng=rng, precision=cfg.draw_precision, law=cfg.weight_law,
+                         nu=cfg.student_nu, **common)
     if kind == "random_features":
         return RandomFeatureField(features=cfg.features, token_chunk=token_chunk, **common)
     return ExactField(make_kernel(cfg, activation))
@@ -121,8 +167,8 @@ def make_particles(
     block: int = DEFAULT_BLOCK, sdpa: bool = True,
 ) -> LimitSDE:
     """The mean-field particle system (SPEC §4): the limit SDE of ``cfg`` for N tokens with
-    memory-linear attention (query chunks sized by :func:`query_chunk`, or fused SDPA) driven by
-    ``field``."""
+    memory-linear attention (query chunks sized by :func:`query_chunk`, or fused SDPA; a variant's
+    attention is dense) driven by ``field``."""
     if cfg.dynamics != "sde":
         raise ValueError("dynamics: the particle solver integrates the limit SDE (dynamics = 'sde')")
     use_field = cfg.mlp and cfg.noise_scale > 0

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from .model.activations import ACTIVATIONS
 from .sphere import load_token_array
+from .validation import INT_MAX
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -29,8 +30,27 @@ class ConfigError(ValueError):
     """An invalid configuration: the message names the field(s) and the valid range."""
 
 
+def _too_big(value: Any) -> bool:
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return abs(value) > INT_MAX
+    if isinstance(value, (list, tuple)):
+        return any(_too_big(v) for v in value)
+    if isinstance(value, dict):
+        return any(_too_big(v) for v in value.values())
+    return False
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False, validate_assignment=True)
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _int64(cls, value: Any, info: Any) -> Any:
+        if info.field_name != "seed" and _too_big(value):  # seed has its own range (< 2**64)
+            raise ValueError("integers beyond int64 are not accepted (|value| <= 2**63 - 1)")
+        return value
 
 
 class InitConfig(_Strict):
@@ -48,7 +68,15 @@ class InitConfig(_Strict):
     def _check(self) -> "InitConfig":
         if self.kind == "npy" and self.path is None:
             raise ValueError("init.path: required when init.kind = 'npy' (a .npy file of shape (N, d))")
+        for name, kind in _INIT_USED_BY.items():  # a field that cannot take effect is an error
+            if self.kind != kind and getattr(self, name) != type(self).model_fields[name].default:
+                raise ValueError(f"init.{name}: has no effect with init.kind = {self.kind!r} (it is used only "
+                                 f"with init.kind = {kind!r}); remove it or set init.kind = {kind!r}")
         return self
+
+
+#: the init fields that only one init.kind reads
+_INIT_USED_BY = {"path": "npy", "center": "cluster", "spread": "cluster", "cosine": "pair"}
 
 
 class RunConfig(_Strict):
@@ -74,6 +102,26 @@ class RunConfig(_Strict):
     K: Optional[list[list[float]]] = None
     V: Optional[list[list[float]]] = None
     order: Literal["post_ln", "parallel"] = "post_ln"
+    # attention variants (SPEC §7, stochformer.attention_variants)
+    attention_kind: Literal["softmax", "multihead", "usa", "l2", "sinkhorn", "resampled", "averaged"] = Field(
+        "softmax",
+        description="attention: 'softmax' (SPEC §1), 'multihead' (`heads` heads splitting the rows of Q, K, V), "
+        "'usa' (unnormalised), 'l2' (softmax of -|Qx - Ky|^2), 'sinkhorn' (doubly stochastic), 'resampled' "
+        "(fresh random Q, K, V every layer), 'averaged' (the L -> infinity drift of 'resampled')",
+    )
+    heads: int = Field(1, ge=1, description="attention heads of 'multihead' (>= 1, must divide d)")
+    sinkhorn_iters: int = Field(20, ge=1, le=10000, description="Sinkhorn normalisation rounds, in [1, 10000]")
+    sinkhorn_tol: Optional[float] = Field(None, gt=0.0, description="stop Sinkhorn once row sums are within this of 1 (> 0)")
+    attention_std: float = Field(1.0, ge=0.0, description="std σ of the random parts σZ/√d of Q, K, V ('resampled', 'averaged')")
+    attention_draws: int = Field(256, ge=1, description="Monte Carlo draws of (Q, K) of the 'averaged' drift (>= 1)")
+    attention_seed: int = Field(0, ge=0, le=2**64 - 1, description="seed of the 'averaged' drift's draws")
+    # law of the explicit MLP weights U, W (SPEC §7); biases stay Gaussian
+    weight_law: Literal["gaussian", "rademacher", "uniform", "student_t"] = Field(
+        "gaussian",
+        description="law of the i.i.d. unit-variance MLP weights U, W: 'gaussian', 'rademacher', 'uniform' "
+        "(on [-sqrt 3, sqrt 3]), 'student_t' (nu = student_nu, rescaled); non-Gaussian laws need noise = 'mlp' or 'auto'",
+    )
+    student_nu: float = Field(5.0, gt=4.0, le=1e6, description="degrees of freedom of 'student_t' (> 4: finite fourth moment)")
     # what evolves and how
     dynamics: Literal["transformer", "sde"] = "transformer"
     noise: Literal["auto", "mlp", "mlp_gaussian", "exact", "random_features"] = Field(
@@ -121,7 +169,7 @@ class RunConfig(_Strict):
     @field_validator("device")
     @classmethod
     def _device(cls, v: str) -> str:
-        if not (v == "cpu" or v == "cuda" or v.startswith("cuda:")):
+        if not (v == "cpu" or v == "cuda" or (v.startswith("cuda:") and v[5:].isdigit())):
             raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:<index>', got {v!r}")
         return v
 
@@ -132,6 +180,14 @@ class RunConfig(_Strict):
             if mat is not None:
                 if len(mat) != self.d or any(len(row) != self.d for row in mat):
                     raise ValueError(f"{name}: must be a d x d matrix with d = {self.d}")
+        if self.attention_kind == "multihead" and self.d % self.heads:
+            raise ValueError(f"heads: must divide d = {self.d} (got {self.heads})")
+        if self.attention_kind == "resampled" and self.dynamics != "transformer":
+            raise ValueError("attention_kind: 'resampled' draws Q, K, V per layer and needs dynamics = 'transformer'; "
+                             "its limit is attention_kind = 'averaged'")
+        if self.weight_law != "gaussian" and self.noise not in ("auto", "mlp"):
+            raise ValueError(f"weight_law: {self.weight_law!r} needs explicit weights, noise = 'mlp' or 'auto' "
+                             f"(got noise = {self.noise!r})")
         if self.init.kind == "npy" and self.init.path is not None:
             load_token_array(self.init.path, self.batch, self.N, self.d)
         if self.init.kind == "pair" and self.N != 2:
@@ -212,7 +268,7 @@ def _format_validation_error(err: ValidationError, model: Optional[type[BaseMode
         got_txt = "" if isinstance(got, dict) else f" (got {got!r})"
         if e["type"] == "extra_forbidden":
             parent, _ = _field_at(model, loc[:-1])
-            sub = model
+            sub: Any = model
             for n in parent:
                 sub = sub.model_fields[n].annotation
             valid = ", ".join(getattr(sub, "model_fields", None) or {})
@@ -275,6 +331,8 @@ def load_toml(path: Union[str, Path]) -> dict[str, Any]:
         raise ConfigError(f"config: file not found: {p}") from None
     except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"config: cannot read {p} as TOML: {exc}") from None
+    except RecursionError:
+        raise ConfigError(f"config: cannot read {p} as TOML: nested too deeply") from None
 
 
 def validate(model: type[BaseModel], data: dict[str, Any]) -> Any:
@@ -283,6 +341,16 @@ def validate(model: type[BaseModel], data: dict[str, Any]) -> Any:
         return model.model_validate(data)
     except ValidationError as err:
         raise ConfigError(_format_validation_error(err, model)) from None
+
+
+def as_config(cfg: Any, model: type[BaseModel] = RunConfig, name: str = "cfg") -> Any:
+    """``cfg`` if it is a ``model``; a dict of its fields validated (:class:`ConfigError`); anything
+    else is a ``ValueError`` naming the argument (for the experiments' Python API)."""
+    if isinstance(cfg, model):
+        return cfg
+    if isinstance(cfg, dict):
+        return validate(model, cfg)
+    raise ValueError(f"{name}: must be a {model.__name__} or a dict of its fields, got {type(cfg).__name__}")
 
 
 def build_config(

@@ -12,6 +12,8 @@ from typing import Optional
 
 import numpy as np
 
+from .extras import require
+
 
 @dataclass(frozen=True)
 class W2Result:
@@ -26,7 +28,7 @@ def w2_exact(X: np.ndarray, Y: np.ndarray, max_iter: int = 10**8) -> W2Result:
     """Exact W₂² (squared Euclidean cost) between the empirical measures of X (n, d) and Y (m, d),
     by POT's network simplex with the iteration cap raised to ``max_iter``; a cap warning is
     caught and returned (the value is then only an upper bound)."""
-    import ot
+    ot = require("ot", "exact W₂")
 
     M = ot.dist(X, Y, metric="sqeuclidean")
     a, b = np.full(len(X), 1.0 / len(X)), np.full(len(Y), 1.0 / len(Y))
@@ -40,7 +42,7 @@ def w2_exact(X: np.ndarray, Y: np.ndarray, max_iter: int = 10**8) -> W2Result:
 def w2_sliced(X: np.ndarray, Y: np.ndarray, projections: int = 200, seed: int = 0) -> W2Result:
     """Sliced W₂² (mean over ``projections`` random directions of the 1-D W₂², Euclidean
     projections of the points in R^d): a different, smaller distance than W₂², labelled as such."""
-    import ot
+    ot = require("ot", "sliced W₂")
 
     sw = ot.sliced_wasserstein_distance(X, Y, n_projections=projections, p=2, seed=seed)
     return W2Result(float(sw) ** 2, "sliced")

@@ -9,6 +9,7 @@ end (:func:`output_folder`).
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import io
 import json
@@ -20,6 +21,8 @@ from pathlib import Path
 from typing import Any, Iterator, Optional
 
 import numpy as np
+
+from .outputs import check_output_folder, remove_owned, remove_stale_partials, write_marker
 
 
 def to_jsonable(obj: Any) -> Any:
@@ -77,28 +80,35 @@ def write_npz(path: Path | str, **arrays: Any) -> None:
     atomic_write_bytes(path, buf.getvalue())
 
 
-def check_output_folder(out: Path | str, force: bool = False) -> Path:
-    """Fail early if ``out`` exists and is not empty (unless ``force``)."""
-    out = Path(out)
-    if out.exists() and any(out.iterdir()) and not force:
-        raise FileExistsError(f"--out: {out} already exists and is not empty (choose another folder or pass --force)")
-    return out
-
-
 @contextlib.contextmanager
 def output_folder(out: Path | str, force: bool = False) -> Iterator[Path]:
-    """Assemble an output folder under a temporary name; move it to ``out`` only on success."""
+    """Assemble an output folder under a temporary name; move it to ``out`` only on success.
+
+    The folder is marked as stochformer's own; an existing ``out`` is replaced only if it is
+    stochformer's own (``force``), and temporary folders of interrupted runs are removed."""
     out = check_output_folder(out, force)
     out.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_partials(out)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".partial"))
     try:
+        write_marker(tmp)
         yield tmp
-        if out.exists():
-            shutil.rmtree(out)
+        remove_owned(out)
         os.replace(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+@functools.lru_cache(maxsize=1)
+def source_hash() -> str:
+    """A hash of the package's source files: part of every cache and task-store key, so changed
+    code never reuses results stored by other code under the same version number."""
+    root = Path(__file__).resolve().parent
+    h = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
 
 
 def config_key(payload: Any) -> str:

@@ -41,11 +41,13 @@ def run_record(command: str, config: Any, provenance: dict, elapsed_s: float, **
 
 
 def write_dataset(ds: xr.Dataset, path: Path | str) -> None:
-    """Write ``ds`` as NetCDF-4 (h5netcdf) to a temporary name, then move it into place."""
+    """Write ``ds`` as NetCDF-4 to a temporary name, then move it into place. The engine is
+    xarray's default (netCDF4 when installed, else h5netcdf, a required dependency), the one
+    ``xarray.open_dataset(path)`` picks to read it back."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp")
     try:
-        ds.to_netcdf(tmp, engine="h5netcdf")
+        ds.to_netcdf(tmp, format="NETCDF4")
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)

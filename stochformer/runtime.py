@@ -44,16 +44,21 @@ def _version(pkg: str) -> str | None:
         return None
 
 
+#: distributions whose versions every run records (None: not installed; dask and POT are extras)
+SCIENTIFIC_PACKAGES = ("scipy", "xarray", "pydantic", "matplotlib", "h5netcdf", "netCDF4", "dask", "distributed", "pot")
+
+
 def provenance(device: torch.device | str) -> dict:
-    """Package versions, Python, platform and device, for the output's ``config.json``."""
+    """Package versions (torch, numpy and every distribution of :data:`SCIENTIFIC_PACKAGES`), Python,
+    platform and device, for the output's ``config.json``."""
     return {
         "stochformer": __version__,
         "torch": torch.__version__,
         "numpy": np.__version__,
+        **{name.lower(): _version(name) for name in SCIENTIFIC_PACKAGES},
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "device": device_description(device),
-        "pot": _version("pot"),
     }
 
 

@@ -31,6 +31,7 @@ from .brownian import BrownianPath, Draws
 from .diagnostics import STATISTICS, pair_statistics
 from .model.activations import ACTIVATIONS
 from .runtime import make_generator, provenance
+from .validation import check_finite
 
 
 class Model(Protocol):
@@ -101,14 +102,18 @@ def solve(
     hook: Optional[Hook] = None,
     progress: bool = False,
     desc: str = "steps",
+    context: Any = None,
+    what: str = "tokens",
 ) -> xr.Dataset:
     """Step ``model`` ``steps`` times with Δt = T/steps from X0: (batch, N, d), unit rows.
 
     ``seed`` or ``generator``: the run's random numbers (weights, features, and the Brownian
     normals unless ``path`` is given); ``path``: a :class:`~stochformer.brownian.BrownianPath` whose
     fine steps are a multiple of ``steps``, shared with other runs for a coupling; ``hook``: called
-    after every step (e.g. the Lyapunov estimator's renormalisation). Returns the dataset of the
-    module docstring; the noise source is reset first (per-run state drawn from the generator)."""
+    after every step (e.g. the Lyapunov estimator's renormalisation). A non-finite state stops the
+    run with :class:`~stochformer.validation.NonFiniteError` naming the step and the likely fields
+    of ``context`` (the config, if any) and ``what`` is stepped. Returns the dataset of the module
+    docstring; the noise source is reset first (per-run state drawn from the generator)."""
     if not (isinstance(T, (int, float)) and math.isfinite(T) and T > 0):
         raise ValueError(f"T: must be a finite number > 0 (got {T!r})")
     if not isinstance(steps, int) or steps < 1:
@@ -133,10 +138,10 @@ def solve(
         if k in token_steps:
             snapshots.append(X.detach().cpu())
 
-    X = X0
+    X = check_finite(X0, 0, context, what)
     keep(0, X)
     for k in tqdm(range(1, steps + 1), desc=desc, disable=not progress, leave=False, mininterval=0.5):
-        X = model.step(X, dt, Draws(generator, path, k - 1, steps))
+        X = check_finite(model.step(X, dt, Draws(generator, path, k - 1, steps)), k, context, what)
         if hook is not None:
             new = hook(k, X)
             X = X if new is None else new

@@ -83,7 +83,9 @@ def pair(
 
 def load_tokens(path, batch: int, N: int, d: int, dtype=torch.float64, device="cpu") -> torch.Tensor:
     """Tokens from a .npy file of shape (N, d) (shared by all samples) or (batch, N, d)."""
-    X = torch.as_tensor(load_token_array(path, batch, N, d), dtype=dtype, device=device)
+    arr = load_token_array(path, batch, N, d).astype(np.float64)
+    arr = arr / np.abs(arr).max(axis=-1, keepdims=True)  # rows of any magnitude normalise without overflow
+    X = torch.as_tensor(arr, dtype=dtype, device=device)
     return normalize(X.expand(batch, N, d).clone())
 
 
@@ -91,9 +93,16 @@ def load_token_array(path, batch: int, N: int, d: int) -> np.ndarray:
     """Read and check a .npy token array ((N, d) or (batch, N, d), finite, no zero row).
 
     Raises ``ValueError`` naming ``init.path``; also used by config validation, before any work."""
-    try:
+    try:  # the header first: a wrong shape or type is refused before any data is read
+        with open(path, "rb") as fh:
+            version = np.lib.format.read_magic(fh)
+            read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+            shape, _, dtype = read(fh)
+        if shape not in ((N, d), (batch, N, d)) or dtype.kind not in "fiu":
+            raise ValueError(f"array has shape {shape} and dtype {dtype}; expected real numbers of shape ({N}, {d}) "
+                             f"or ({batch}, {N}, {d})")
         arr = np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, EOFError, MemoryError) as exc:
         raise ValueError(f"init.path: cannot read {path} as a .npy array: {exc}") from None
     if arr.dtype.kind not in "fiu":
         raise ValueError(f"init.path: array has dtype {arr.dtype}; expected real numbers")
@@ -101,7 +110,6 @@ def load_token_array(path, batch: int, N: int, d: int) -> np.ndarray:
         raise ValueError(f"init.path: array has shape {arr.shape}; expected ({N}, {d}) or ({batch}, {N}, {d})")
     if not np.all(np.isfinite(arr)):
         raise ValueError("init.path: array contains non-finite values")
-    norms = np.linalg.norm(arr, axis=-1)
-    if np.any(norms == 0):
+    if np.any(np.abs(arr).max(axis=-1) == 0):
         raise ValueError("init.path: array has a zero row; tokens must be non-zero (they are normalised)")
     return arr

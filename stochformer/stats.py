@@ -2,17 +2,17 @@
 
 - :func:`mean_and_se`: the sample mean and the standard error of the mean over independent
   samples (numpy or torch arrays, any axis);
-- :func:`fit_power_law`: y ≈ C x^{−p} by least squares in log–log, with a 95% bootstrap interval
-  for p (``scipy.stats.bootstrap``, percentile method), resampling independent samples jointly
-  across the grid (every grid point sees the same samples), or, given only means and standard
-  errors, a parametric bootstrap.
+- :func:`fit_power_law`: y ≈ C x^{−p} by least squares in log–log, with a 95% percentile
+  bootstrap interval and SE for p, resampling independent samples jointly across the grid (every
+  grid point sees the same samples), or, given only means and standard errors, a parametric
+  bootstrap; :func:`loglog_slope` is its point estimate (also the local exponent of a rate law).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Sequence, Union
+from typing import Optional, Sequence, Union
 
 import numpy as np
 import torch
@@ -36,45 +36,48 @@ def mean_and_se(values: Array, axis: int = 0) -> tuple[Array, Array]:
 
 @dataclass(frozen=True)
 class PowerFit:
-    """y ≈ C N^{-exponent}: least-squares slope of log(mean y) on log N, 95% bootstrap interval."""
+    """y ≈ C x^{−exponent}: least-squares slope of log(mean y) on log x, with the bootstrap SE of
+    the exponent and its 95% percentile interval."""
 
     exponent: float
     ci: tuple[float, float]
     prefactor: float
+    se: float = math.nan
 
     def to_dict(self) -> dict:
         return {"exponent": self.exponent, "ci": list(self.ci), "prefactor": self.prefactor}
 
 
-def _loglog_slope(logN: np.ndarray, y: np.ndarray) -> tuple[float, float]:
-    b, a = np.polyfit(logN, np.log(y), 1)
+def loglog_slope(x: Sequence[float], y: Sequence[float]) -> tuple[float, float]:
+    """Slope and intercept of the least-squares line through (log x, log y)."""
+    b, a = np.polyfit(np.log(np.asarray(x, dtype=float)), np.log(np.asarray(y, dtype=float)), 1)
     return float(b), float(a)
 
 
-def fit_power_law(N: Sequence[float], samples: np.ndarray, n_boot: int = 2000, seed: int = 0) -> PowerFit:
-    """Fit the decay exponent of the sample mean of ``samples`` (S, n) (S independent samples, the
-    same samples at every N: one row = one field and initial draw) against N (n,). The interval
-    resamples rows (S) with replacement, so it keeps the correlation between N values."""
-    logN, samples = np.log(np.asarray(N, dtype=float)), np.asarray(samples, dtype=float)
-    slope, icpt = _loglog_slope(logN, samples.mean(0))
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, samples.shape[0], size=(n_boot, samples.shape[0]))
-    boots = np.array([_loglog_slope(logN, samples[i].mean(0))[0] for i in idx if np.all(samples[i].mean(0) > 0)])
-    lo, hi = np.quantile(-boots, [0.025, 0.975]) if len(boots) else (math.nan, math.nan)
-    return PowerFit(-slope, (float(lo), float(hi)), float(math.exp(icpt)))
+def fit_power_law(
+    x: Sequence[float], samples: np.ndarray, n_boot: int = 2000, seed: int = 0, se: Optional[np.ndarray] = None
+) -> PowerFit:
+    """The decay exponent p of y ≈ C x^{−p} with a bootstrap interval — the one power-law fit.
 
-
-def fit_power_law_se(N: Sequence[float], y: np.ndarray, se: np.ndarray, n_boot: int = 2000, seed: int = 0) -> PowerFit:
-    """Decay exponent of positive means ``y`` (n,) with independent standard errors ``se`` (n,)
-    against N: slope of log y on log N; 95% interval from a parametric bootstrap (y + se·ξ,
-    draws with a non-positive value discarded)."""
-    logN, y, se = np.log(np.asarray(N, dtype=float)), np.asarray(y, float), np.asarray(se, float)
-    slope, icpt = _loglog_slope(logN, y)
+    ``samples`` (S, n): S independent samples at every x (n,) (the same samples at every x, e.g.
+    one field and initial draw per row); the fit is to the sample mean, and the bootstrap resamples
+    rows with replacement (keeping the correlation between the x values). With ``se`` (n,),
+    ``samples`` are instead n independent positive means with these standard errors and the
+    bootstrap is parametric (y + se·ξ). Resamples with a non-positive mean are discarded."""
     rng = np.random.default_rng(seed)
-    draws = y + se * rng.standard_normal((n_boot, len(y)))
-    boots = np.array([_loglog_slope(logN, row)[0] for row in draws if np.all(row > 0)])
-    lo, hi = np.quantile(-boots, [0.025, 0.975]) if len(boots) else (math.nan, math.nan)
-    return PowerFit(-slope, (float(lo), float(hi)), float(math.exp(icpt)))
+    if se is None:
+        samples = np.asarray(samples, dtype=float)
+        y = samples.mean(0)
+        idx = rng.integers(0, samples.shape[0], size=(n_boot, samples.shape[0]))
+        draws = (samples[i].mean(0) for i in idx)
+    else:
+        y = np.asarray(samples, dtype=float)
+        draws = iter(y + np.asarray(se, float) * rng.standard_normal((n_boot, len(y))))
+    slope, icpt = loglog_slope(x, y)
+    boots = -np.array([loglog_slope(x, row)[0] for row in draws if np.all(row > 0)])
+    lo, hi = np.quantile(boots, [0.025, 0.975]) if len(boots) else (math.nan, math.nan)
+    boot_se = float(np.std(boots, ddof=1)) if len(boots) > 1 else math.nan
+    return PowerFit(-slope, (float(lo), float(hi)), float(math.exp(icpt)), boot_se)
 
 
 def tagged_correlation(A: torch.Tensor, B: torch.Tensor) -> tuple[float, float]:

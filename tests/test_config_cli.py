@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import stochformer.cli.simulate as cli_simulate
+import stochformer.experiments.simulate as experiments_simulate
 from stochformer.cli import main
 from stochformer.config import ConfigError, RunConfig, build_config, tomllib
 from stochformer.results import load
@@ -66,7 +66,10 @@ INVALID = [
     (["init.kind=cone"], "init.kind", "'cluster'"),
     (["init.cosine=1.5"], "init.cosine", "<= 1"),
     (["init.spread=-1"], "init.spread", ">= 0"),
-    (["init.center=[1,0]"], "init.center", "d = 3"),
+    (["init.kind=cluster", "init.center=[1,0]"], "init.center", "d = 3"),
+    (["init.center=[1,0,0]"], "init.center", "init.kind = 'cluster'"),
+    (["init.cosine=0.2"], "init.cosine", "no effect"),
+    (["N=9223372036854775808"], "N", "2**63"),
     (["init.kind=npy"], "init.path", ".npy"),
     (["colour=blue"], "colour", "valid fields are N, d"),
     (["init.size=3"], "init.size", "valid fields are kind"),
@@ -88,7 +91,7 @@ def test_build_config_rejects(overrides, field, valid):
 def test_cli_rejects_before_any_work(overrides, field, valid, tmp_path, monkeypatch):
     """The CLI turns the error into one usage message; nothing is simulated and no folder written."""
     calls = []
-    monkeypatch.setattr(cli_simulate, "simulate", lambda *a, **k: calls.append(1))
+    monkeypatch.setattr(experiments_simulate, "simulate", lambda *a, **k: calls.append(1))
     out = tmp_path / "run"
     args = ["simulate", "--quiet", "--out", str(out)]
     for o in overrides:

@@ -19,6 +19,7 @@ import torch
 
 from stochformer.brownian import BrownianPath, Draws
 from stochformer.build import initial_tokens, make_attention, make_field, make_particles
+from stochformer.model.activations import ACTIVATIONS, activation_name, get_activation
 from stochformer.config import InitConfig, RunConfig
 from stochformer.diagnostics import (
     energy,
@@ -137,6 +138,39 @@ def coupled(gen: torch.Generator, xi) -> Draws:
 
 def attention_of(Q: np.ndarray, K: np.ndarray, V: np.ndarray, **kw) -> SoftmaxAttention:
     return SoftmaxAttention(A=torch.from_numpy(Q.T @ K), V=torch.from_numpy(V), **kw)
+
+
+# ----------------------------------------------------------------- activations
+
+
+def test_activations():
+    """Each named φ elementwise against its formula; names of callables; unknown names refused."""
+    x = np.linspace(-3.0, 3.0, 13)
+    formulas = {
+        **{k: np.vectorize(f) for k, f in PHI.items()},
+        "leaky_relu": lambda v: np.where(v > 0, v, 0.01 * v),
+        "erf": np.vectorize(math.erf),
+        "sin": np.sin,
+        "linear": lambda v: v,
+    }
+    assert set(formulas) == set(ACTIVATIONS)
+    for name, f in formulas.items():
+        close(get_activation(name)(torch.from_numpy(x)), f(x))
+        assert activation_name(name) == name
+    assert get_activation(math.cos) is math.cos and activation_name(math.cos) == "cos"
+
+    class Odd:
+        def __call__(self, v):
+            return v
+
+        def __repr__(self):
+            return "Odd()"
+
+    assert activation_name(Odd()) == "Odd()"
+    valid = ", ".join(sorted(ACTIVATIONS))
+    with pytest.raises(ValueError) as exc:
+        get_activation("swish")
+    assert str(exc.value) == f"activation: unknown activation 'swish'; valid names are {valid} (or any callable from the Python API)"
 
 
 # ----------------------------------------------------------------- attention
@@ -263,6 +297,28 @@ def test_mlp_gaussian_mode(N, d, m, gram, activation, sigma_U, sigma_W, scale, t
     got = noise.increment(X, dt, gen)
     ref = scale * math.sqrt(dt) * gaussian_mode_reference(X.numpy(), z, m, sigma_U, sigma_W, PHI[activation], gram)
     close(got, ref)
+
+
+@pytest.mark.parametrize("N,d,m,gram", GAUSSIAN_SHAPES)
+@pytest.mark.parametrize("sigma_U,sigma_W", [(0.0, 0.0), (0.3, 0.2)])
+def test_mlp_gaussian_mode_cost(N, d, m, gram, sigma_U, sigma_W, tokens, gen, replay):
+    """``cost``: the normals one call draws (the generator ends where that many draws leave it) and
+    the flops of its products (2mnk each) and Cholesky factorisations (n³/3 each)."""
+    noise = RandomMLP(width=m, sigma_U=sigma_U, sigma_W=sigma_W, mode="gaussian")
+    cost = noise.cost(N, d)
+    g = replay(gen)
+    torch.randn(int(cost["normals"]), generator=g, dtype=torch.float64)
+    noise.increment(tokens(1, N, d, seed=8), 0.1, gen)
+    assert torch.equal(gen.get_state(), g.get_state())
+    r = min(N, d)
+    flops = 2 * m * N * r  # pre-activations: (N × r)(r × m)
+    if d > N:
+        flops += 2 * N * N * d + N**3 / 3  # Y Yᵀ and its Cholesky factor
+    if gram:
+        flops += 2 * m * N * N + N**3 / 3 + 2 * N * N * d  # ΦΦᵀ, its factor S, S Z''
+    else:
+        flops += 2 * m * N * d  # Φ Z'
+    assert cost["flops"] == pytest.approx(flops, rel=1e-15)
 
 
 @pytest.mark.parametrize("mode", ["weights", "gaussian"])

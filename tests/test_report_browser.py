@@ -1,8 +1,11 @@
-"""The report page in headless Chromium: it loads, renders every section and logs nothing to the
-console (runs only where a ``chromium`` binary is on PATH, e.g. Debian's chromium package)."""
+"""The report page in headless Chromium: it loads, renders every section, every image decodes, and
+it logs nothing to the console. Runs where a ``chromium`` binary is on PATH (Debian's chromium
+package; ``.ci/run`` installs it); with STOCHFORMER_REQUIRE_BROWSER=1 (set by ``.ci/run``) a
+missing browser fails the test instead of skipping it."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -13,10 +16,27 @@ import pytest
 from stochformer.report import reproduce
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+if CHROMIUM is None and os.environ.get("STOCHFORMER_REQUIRE_BROWSER") == "1":
+    raise RuntimeError("STOCHFORMER_REQUIRE_BROWSER=1 but no chromium on PATH (apt-get install -y chromium)")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed")
 
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-         "--no-first-run", "--disable-extensions", "--enable-logging=stderr", "--v=0"]
+         "--no-first-run", "--disable-extensions", "--enable-logging=stderr", "--v=0", "--virtual-time-budget=10000"]
+
+# Appended to a copy of the page: once everything has loaded, each image that did not decode is
+# reported on the console, and the counts are written into the DOM for the test to read.
+IMAGE_PROBE = """<script>
+window.addEventListener("load", () => {
+  const imgs = Array.from(document.images);
+  const failed = imgs.filter(img => !(img.complete && img.naturalWidth > 0));
+  failed.forEach(img => console.error("image failed to load: " + (img.alt || img.src.slice(0, 40))));
+  const out = document.createElement("div");
+  out.id = "image-probe";
+  out.setAttribute("data-images", imgs.length);
+  out.setAttribute("data-failed", failed.length);
+  document.body.appendChild(out);
+});
+</script>"""
 
 
 def _chromium(page: Path, *extra: str, profile: Path) -> subprocess.CompletedProcess:
@@ -24,21 +44,40 @@ def _chromium(page: Path, *extra: str, profile: Path) -> subprocess.CompletedPro
                           capture_output=True, text=True, timeout=180)
 
 
+def _probed(page: Path, copy: Path) -> Path:
+    html = page.read_text()
+    copy.write_text(html.replace("</body>", IMAGE_PROBE + "</body>") if "</body>" in html else html + IMAGE_PROBE)
+    return copy
+
+
+def _console(run: subprocess.CompletedProcess) -> list[str]:
+    return [line for line in run.stderr.splitlines() if "CONSOLE" in line]
+
+
+def _probe_counts(dom: str) -> tuple[int, int]:
+    m = re.search(r'id="image-probe" data-images="(\d+)" data-failed="(\d+)"', dom)
+    assert m, "the image probe did not run"
+    return int(m.group(1)), int(m.group(2))
+
+
+def test_probes_catch_script_errors_and_broken_images(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.html"
+    bad.write_text("<!DOCTYPE html><html><body><img alt='broken' src='data:image/png;base64,AAAA'>"
+                   "<script>console.error('probe'); undefinedFn();</script></body></html>")
+    run = _chromium(_probed(bad, tmp_path / "bad-probed.html"), "--dump-dom", profile=tmp_path / "chromium-probe")
+    console = "\n".join(_console(run))
+    assert "undefinedFn" in console and "image failed to load: broken" in console, run.stderr[-2000:]
+    assert _probe_counts(run.stdout) == (1, 1)
+
+
 def test_page_renders_without_console_messages(tmp_path: Path) -> None:
     out = tmp_path / "report"
     report = reproduce(profile="tiny", out=out, only=["table", "sync"])
     page = out / "index.html"
 
-    # the probe works: a page with a script error is reported on the console log
-    bad = tmp_path / "bad.html"
-    bad.write_text("<!DOCTYPE html><html><body><script>console.error('probe'); undefinedFn();</script></body></html>")
-    probe = _chromium(bad, "--dump-dom", profile=tmp_path / "chromium-probe")
-    assert "CONSOLE" in probe.stderr and "undefinedFn" in probe.stderr
-
-    run = _chromium(page, "--dump-dom", profile=tmp_path / "chromium")
+    run = _chromium(_probed(page, out / "probed.html"), "--dump-dom", profile=tmp_path / "chromium")
     assert run.returncode == 0, run.stderr[-2000:]
-    console = [line for line in run.stderr.splitlines() if "CONSOLE" in line]
-    assert console == [], console
+    assert _console(run) == [], _console(run)
     dom = run.stdout
     for rec in report["stages"]:
         assert f'id="{rec["name"]}"' in dom
@@ -46,6 +85,7 @@ def test_page_renders_without_console_messages(tmp_path: Path) -> None:
     n_figures = sum(len(r["figures"]) for r in computed)
     assert n_figures > 0
     assert len(re.findall(r'<img [^>]*src="data:image/png;base64,', dom)) == n_figures
+    assert _probe_counts(dom) == (n_figures, 0)  # every figure decoded
 
     shot = tmp_path / "page.png"
     run = _chromium(page, f"--screenshot={shot}", "--window-size=1200,2000", profile=tmp_path / "chromium-shot")

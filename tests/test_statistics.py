@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from stochformer.distances import rate_function, sphere_rate, w2_exact, w2_sliced, w2_squared
-from stochformer.stats import PowerFit, fit_power_law, fit_power_law_se, tagged_correlation
+from stochformer.stats import PowerFit, fit_power_law, tagged_correlation
 
 N = np.array([8, 16, 32, 64])
 
@@ -67,14 +67,14 @@ def test_fit_power_law_se_is_a_parametric_bootstrap():
     se[-1] = 2.0 * y[-1]  # some draws go negative
     x = np.log(N.astype(float))
     for kw, (n_boot, seed) in (({}, (2000, 0)), ({"n_boot": 300, "seed": 9}, (300, 9))):
-        fit = fit_power_law_se(list(N), list(y), list(se), **kw)
+        fit = fit_power_law(list(N), list(y), se=list(se), **kw)
         b, a = slope(x, y)
         draws = y + se * np.random.default_rng(seed).standard_normal((n_boot, 4))
         boots = [-slope(x, row)[0] for row in draws if np.all(row > 0)]
         assert 0 < len(boots) < n_boot
         assert fit.exponent == pytest.approx(-b, abs=1e-12) and fit.prefactor == pytest.approx(math.exp(a), rel=1e-12)
         assert fit.ci == pytest.approx(tuple(np.quantile(boots, [0.025, 0.975])), abs=1e-12)
-    fit = fit_power_law_se(N, y, 1e3 * y, n_boot=5)  # every draw has a negative entry
+    fit = fit_power_law(N, y, se=1e3 * y, n_boot=5)  # every draw has a negative entry
     assert isinstance(fit, PowerFit) and math.isnan(fit.ci[0]) and math.isnan(fit.ci[1])
 
 

@@ -67,7 +67,7 @@ def test_cluster_equals_serial_bit_for_bit(client, tmp_path):
     assert len(np.unique(final)) == final.size
     # the NetCDF written by save() reads back identical, with the run record in its attributes
     serial.save(tmp_path / "out")
-    with xr.open_dataset(tmp_path / "out" / "dataset.nc", engine="h5netcdf") as back:
+    with xr.open_dataset(tmp_path / "out" / "dataset.nc") as back:
         xr.testing.assert_identical(serial.to_dataset(), back.load())
         assert json.loads(back.attrs["config"])["samples"] == 5 and back.attrs["command"] == "sweep"
     assert json.loads((tmp_path / "out" / "config.json").read_text())["command"] == "sweep"
@@ -167,7 +167,7 @@ def test_resume_after_client_killed(client, tmp_path):
     assert all(after[name] == t for name, t in before.items())  # no stored task was run again
     assert f"({len(before)} already stored)" in res.output
     reference = run_sweep(load_sweep(sweep_file)).data
-    with xr.open_dataset(out / "dataset.nc", engine="h5netcdf") as ds:
+    with xr.open_dataset(out / "dataset.nc") as ds:
         xr.testing.assert_equal(reference, ds.load())  # every value and coordinate, exactly
     assert (out / "summary.png").exists()
 

@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+import random
 import shutil
 import subprocess
 import sys
@@ -83,7 +85,7 @@ def module_of(mutant: str) -> str:
     return mutant.rsplit(".", 1)[0]
 
 
-def summarise(workdir: Path, status: dict[str, str], equivalent: dict[str, str], label: str, tests: str) -> dict:
+def summarise(workdir: Path, status: dict[str, str], equivalent: dict[str, str], label: str, tests: str, diffs: bool) -> dict:
     """Counts (all mutants, and per module), the score and the list of survivors with their diffs."""
     survivors = sorted(n for n, s in status.items() if s == "survived")
     untested = sorted(n for n, s in status.items() if s == "no tests")
@@ -101,9 +103,11 @@ def summarise(workdir: Path, status: dict[str, str], equivalent: dict[str, str],
         "timeout": sum(s == "timeout" for s in status.values()),
         "survived": len(survivors),
         "no_tests": len(untested),
-        "other": sum(s in ("other", "not checked") for s in status.values()),
+        "not_checked": sum(s == "not checked" for s in status.values()),
+        "other": sum(s == "other" for s in status.values()),
         "equivalent": len(eq),
         "score_non_equivalent": round(killed / max(1, generated - len(eq)), 4),
+        "score_checked_non_equivalent": round(killed / max(1, generated - len(eq) - sum(s == "not checked" for s in status.values())), 4),
         "per_module": {m: dict(c) for m, c in sorted(per_module.items())},
         "survivors": survivors,
         "untested": untested,
@@ -112,7 +116,7 @@ def summarise(workdir: Path, status: dict[str, str], equivalent: dict[str, str],
     with open(workdir / "survivors.txt", "w") as f:
         for name in survivors + untested:
             tag = "EQUIVALENT: " + equivalent[name] if name in equivalent else status[name].upper()
-            diff = subprocess.run(["mutmut", "show", name], cwd=workdir, capture_output=True, text=True).stdout
+            diff = subprocess.run(["mutmut", "show", name], cwd=workdir, capture_output=True, text=True).stdout if diffs else ""
             f.write(f"## {name}  [{tag}]\n{diff}\n")
     return summary
 
@@ -122,8 +126,11 @@ def main() -> None:
     ap.add_argument("--tests-rev", help="take tests/ from this git revision (e.g. a baseline), not the working tree")
     ap.add_argument("--rerun-of", metavar="LABEL", help="run only the mutants that survived (or had no tests) in "
                     "the run LABEL and keep its other results: valid when the tests were only added to since")
+    ap.add_argument("--sample", type=int, default=0, metavar="K", help="with --rerun-of: also run a seeded "
+                    "uniform sample of K mutants that the run LABEL did not check (a stopped run), to estimate the rest")
     ap.add_argument("--label", help="name of the run (default: 'current' or the revision)")
     ap.add_argument("--max-children", type=int, default=None, help="parallel mutant runs (default: config)")
+    ap.add_argument("--diffs", action="store_true", help="write each survivor's diff to survivors.txt (slow)")
     ap.add_argument("--summary-only", action="store_true", help="re-read an earlier run's results")
     args = ap.parse_args()
     cfg = tomllib.loads(CONFIG.read_text())
@@ -134,7 +141,9 @@ def main() -> None:
         base = statuses(ROOT / "build" / "mutation" / args.rerun_of)
     if not args.summary_only:
         prepare(workdir, cfg["mutation"], args.tests_rev)
-        names = sorted(n for n, s in base.items() if s not in ("killed", "timeout"))
+        names = sorted(n for n, s in base.items() if s not in ("killed", "timeout", "not checked"))
+        unchecked = sorted(n for n, s in base.items() if s == "not checked")
+        names += random.Random(0).sample(unchecked, min(args.sample, len(unchecked)))
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # mutmut puts the mutants first
         env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
         children = str(args.max_children or cfg["mutation"].get("max_children", 2))
@@ -142,8 +151,14 @@ def main() -> None:
     status = statuses(workdir)
     if base:  # killed before stays killed: the earlier tests are still there
         status = {n: (status.get(n, "not checked") if s not in ("killed", "timeout") else s) for n, s in base.items()}
+        sample = [n for n, s in base.items() if s == "not checked" and status[n] != "not checked"]
     tests = "working tree" if args.tests_rev is None else f"git {args.tests_rev}"
-    s = summarise(workdir, status, cfg.get("equivalent", {}), label, tests + (f", rerun of {args.rerun_of}" if base else ""))
+    s = summarise(workdir, status, cfg.get("equivalent", {}), label, tests + (f", rerun of {args.rerun_of}" if base else ""), args.diffs)
+    if base and sample:  # the kill fraction among the mutants the base run left unchecked, estimated
+        k, n = sum(status[x] in ("killed", "timeout") for x in sample), len(sample)
+        p, se = k / n, math.sqrt(k / n * (1 - k / n) / n)
+        s["unchecked_sample"] = {"size": n, "killed": k, "fraction": round(p, 4), "se": round(se, 4)}
+        (workdir / "summary.json").write_text(json.dumps(s, indent=1, ensure_ascii=False) + "\n")
     print(json.dumps({k: v for k, v in s.items() if k not in ("survivors", "untested")}, indent=1, ensure_ascii=False))
     print(f"survivors and untested mutants with their diffs: {workdir / 'survivors.txt'}")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from .. import __version__
+from .bridge import bridge_cmd
 from .chaos import chaos_cmd
 from .converge import converge_cmd
 from .phase import phase_cmd
@@ -21,5 +22,5 @@ def main() -> None:
     """Deep transformers at random initialisation as interacting particle systems."""
 
 
-for _command in (simulate_cmd, rates_cmd, reproduce_cmd, sweep_cmd, sync_cmd, phase_cmd, converge_cmd, chaos_cmd):
+for _command in (simulate_cmd, rates_cmd, reproduce_cmd, sweep_cmd, sync_cmd, phase_cmd, converge_cmd, chaos_cmd, bridge_cmd):
     main.add_command(_command)

@@ -6,31 +6,35 @@ from typing import Optional
 
 import click
 
-from ..experiments.chaos import ChaosConfig, run_chaos
-from ..plotting.chaos import plot_chaos, plot_density_s2
-from .common import experiment_options, fail_cleanly, resolve, scheduler_option, task_store, write_results
+from .common import experiment_options, fail_cleanly, format_option, resolve, scheduler_option, task_store, write_results
 
 
 @click.command("chaos")
 @experiment_options
 @scheduler_option
+@format_option
 @fail_cleanly
-def chaos_cmd(config_file, overrides, out, force, quiet, scheduler: Optional[str]) -> None:
+def chaos_cmd(config_file, overrides, out, force, quiet, scheduler: Optional[str], fmt: str) -> None:
     """Propagation of chaos (Proposition 1.2): synchronous coupling, W2 and conditional
     decorrelation against N, for a many-token system driven by one random-feature field.
 
     Writes config.json, chaos.json (every table, exponent_coupling, exponent_coupling_ci),
-    arrays.npz and chaos.png (and density.png when d = 3 is among dims). Finished tasks are kept in
+    dataset.nc and chaos.png (and density.png when d = 3 is among dims). Needs POT
+    (pip install 'stochformer[ot]'). Finished tasks are kept in
     OUT.tasks beside the output folder until the run completes, so an interrupted run continues
     when the same command is run again."""
+    from ..experiments.chaos import ChaosConfig, run_chaos
+    from ..plotting.chaos import plot_chaos, plot_density_s2
+
     cfg, folder = resolve("chaos", config_file, overrides, out, force, model=ChaosConfig)
     store = task_store(folder)
     result = run_chaos(cfg, progress=not quiet, store=store, scheduler=scheduler)
-    figures = {"chaos.png": lambda: plot_chaos(result)}
+    figures = {"chaos": lambda: plot_chaos(result)}
     if "initial" in result.clouds:
-        figures["density.png"] = lambda: plot_density_s2(
-            result.clouds["initial"], result.clouds["final"], f"reference tokens on S² (N_ref = {cfg.N}, one sample)")
-    write_results(folder, force, result, figures, store)
+        figures["density"] = lambda: plot_density_s2(
+            result.clouds["initial"], result.clouds["final"],
+            rf"reference tokens on $S^2$ ($N_{{\mathrm{{ref}}}} = {cfg.N}$, one sample)")
+    write_results(folder, force, result, figures, store, fmt)
     lo, hi = result.to_dict()["exponent_coupling_ci"]
     click.echo(f"chaos: {result.elapsed_s:.1f} s; coupling exponent {result.exponent_coupling:.3f} "
                f"[{lo:.3f}, {hi:.3f}] (d = {cfg.d}, target 1)")

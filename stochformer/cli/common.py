@@ -1,17 +1,28 @@
-"""Options and plumbing shared by every experiment command: ``--config``, ``--set``, ``--out``."""
+"""Options and plumbing shared by every experiment command: ``--config``, ``--set``, ``--out``,
+the size check, the output-folder lock, Ctrl-C and ``--format``.
+
+This module and every command module import only click and the standard library at module level:
+``stochformer --help`` and ``--version`` load neither torch nor matplotlib. Each command imports
+what it runs when it runs."""
 
 from __future__ import annotations
 
 import functools
-import shutil
+import shlex
+import sys
 import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 import click
 
-from ..config import ConfigError, RunConfig, build_config
-from ..io import check_output_folder
+from ..outputs import (MARKER, OutputError, check_output_folder, has_marker, hold, make_owned, remove_owned,
+                       remove_stale_partials)
+
+#: exit status of a run stopped by Ctrl-C (128 + SIGINT), as shells report it
+EXIT_INTERRUPTED = 130
+#: the formats of saved figures (``--format``; the same as ``stochformer.plotting.FORMATS``)
+FIGURE_FORMATS = ("png", "pdf", "svg")
 
 
 def config_options(func: Callable) -> Callable:
@@ -28,11 +39,14 @@ def config_options(func: Callable) -> Callable:
     return wrapper
 
 
-def resolve_config(config_file: Optional[Path], overrides: tuple[str, ...], model: type = RunConfig,
+def resolve_config(config_file: Optional[Path], overrides: tuple[str, ...], model: Optional[type] = None,
                    base: Optional[dict] = None) -> Any:
-    """The validated config (defaults ← ``base`` ← file ← overrides); errors become one usage message."""
+    """The validated config (``model``, default :class:`~stochformer.config.RunConfig`; defaults ←
+    ``base`` ← file ← overrides); errors become one usage message."""
+    from ..config import ConfigError, RunConfig, build_config
+
     try:
-        return build_config(base, list(overrides), config_file, model=model)
+        return build_config(base, list(overrides), config_file, model=RunConfig if model is None else model)
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
 
@@ -41,10 +55,11 @@ def experiment_options(func: Callable) -> Callable:
     """Add ``--config FILE``, ``--set FIELD=VALUE`` (repeatable), ``--out DIR``, ``--force``, ``--quiet``."""
 
     @config_options
-    @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
+    @click.option("--out", type=str, default=None,  # a string: "" must reach the check, not become "."
                   help="Output folder (default runs/<command>-<timestamp>).")
     @click.option("--force", is_flag=True, help="Replace a non-empty output folder.")
     @click.option("--quiet", is_flag=True, help="No progress bars.")
+    @size_options
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         return func(*args, **kwargs)
@@ -52,7 +67,64 @@ def experiment_options(func: Callable) -> Callable:
     return wrapper
 
 
-def default_out(command: str, out: Optional[Path]) -> Path:
+def size_options(func: Callable) -> Callable:
+    """``--max-memory SIZE`` and ``--no-size-check``: kept in the click context for :func:`size_check`,
+    so commands do not take them as arguments."""
+
+    @click.option("--max-memory", default=None, metavar="SIZE",
+                  help="Refuse runs whose estimated peak memory exceeds SIZE (e.g. 8G; default: the memory available now).")
+    @click.option("--no-size-check", is_flag=True, help="Skip the pre-flight memory and time estimate.")
+    @functools.wraps(func)
+    def wrapper(*args: Any, max_memory: Optional[str] = None, no_size_check: bool = False, **kwargs: Any) -> Any:
+        click.get_current_context().meta["stochformer.size"] = (max_memory, no_size_check)
+        return func(*args, **kwargs)
+
+    return wrapper
+
+
+def workers_of(scheduler: Optional[str]) -> int:
+    """How many tasks of ``scheduler`` run at once on this machine (for the size check)."""
+    from ..tasks.parallel import parse_scheduler
+
+    try:
+        kind, arg = parse_scheduler(scheduler)
+    except ValueError:
+        return 1
+    return arg if kind in ("processes", "local-cluster") else 1
+
+
+def size_check(cfg: Any, scheduler: Optional[str] = None) -> None:
+    """The pre-flight estimate of :mod:`stochformer.preflight` with this command's options."""
+    max_memory, skip = click.get_current_context().meta.get("stochformer.size", (None, False))
+    if skip:
+        return
+    from ..preflight import check_size, parse_size
+
+    try:
+        check_size(cfg, parse_size(max_memory) if max_memory is not None else None, workers=workers_of(scheduler))
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+
+
+def command_line() -> str:
+    """The command as typed (for messages that say how to resume)."""
+    return shlex.join(["stochformer", *sys.argv[1:]])
+
+
+def hold_output(folder: Path, command: str) -> None:
+    """Lock ``folder`` until the command ends (a second run on it fails at once) and remove the
+    temporary folders of interrupted runs."""
+    ctx = click.get_current_context()
+    try:
+        ctx.with_resource(hold(folder, command))
+    except OutputError as exc:
+        raise click.UsageError(str(exc)) from None
+    remove_stale_partials(folder)
+
+
+def default_out(command: str, out: Optional[Path | str]) -> Path | str:
+    """``out`` as given (checked later by :func:`~stochformer.outputs.check_output_folder`), or
+    ``runs/<command>-<timestamp>``."""
     return out if out is not None else Path("runs") / f"{command}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
@@ -62,27 +134,52 @@ def resolve(
     overrides: tuple[str, ...],
     out: Optional[Path],
     force: bool,
-    model: type = RunConfig,
+    model: Optional[type] = None,
     base: Optional[dict] = None,
 ) -> tuple[Any, Path]:
-    """Validate the config and the output folder before any work; errors become one clean message."""
+    """Validate the config (``model``, default :class:`~stochformer.config.RunConfig`), the output
+    folder and the size before any work (errors become one clean message), then hold the output
+    folder for the rest of the command."""
     cfg = resolve_config(config_file, overrides, model, base)
     try:
         folder = check_output_folder(default_out(command, out), force)
-    except FileExistsError as exc:
+    except (FileExistsError, OutputError) as exc:
         raise click.UsageError(str(exc)) from None
+    scheduler = click.get_current_context().params.get("scheduler")
+    if scheduler is not None:
+        from ..tasks.parallel import parse_scheduler
+
+        try:
+            parse_scheduler(scheduler)
+        except ValueError as exc:
+            raise click.UsageError(f"--{exc}") from None
+    size_check(cfg, scheduler)
+    hold_output(folder, command)
     return cfg, folder
 
 
 def fail_cleanly(func: Callable) -> Callable:
-    """Turn input errors raised during a run (bad .npy file, missing CUDA, ...) into one message."""
+    """Turn input errors raised during a run (bad .npy file, missing CUDA, a non-finite state, a
+    missing optional dependency, ...) into one message, and Ctrl-C into exit status 130 with one
+    line saying what was kept and how to resume. (``ConfigError`` is a ``ValueError``;
+    ``MissingExtraError`` an ``ImportError``.)"""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from ..extras import MissingExtraError
+
         try:
             return func(*args, **kwargs)
-        except (ConfigError, ValueError, FileExistsError) as exc:
+        except (ValueError, FileExistsError, MissingExtraError) as exc:
+            store = click.get_current_context().meta.get("stochformer.store")
+            if store is not None and [p.name for p in store.iterdir()] == [MARKER]:
+                remove_owned(store)  # nothing finished: leave no empty task store behind
             raise click.ClickException(str(exc)) from None
+        except KeyboardInterrupt:
+            kept = click.get_current_context().meta.get("stochformer.kept")
+            what = kept or f"nothing was written; run the same command again to start afresh: {command_line()}"
+            click.echo(f"\ninterrupted: {what}", err=True)
+            sys.exit(EXIT_INTERRUPTED)
 
     return wrapper
 
@@ -95,23 +192,59 @@ def scheduler_option(func: Callable) -> Callable:
     )(func)
 
 
+def format_option(func: Callable) -> Callable:
+    """``--format png|pdf|svg``: the file format of the saved figures."""
+    return click.option(
+        "--format", "fmt", type=click.Choice(FIGURE_FORMATS), default="png", show_default=True,
+        help="File format of the saved figures (pdf and svg are vector graphics).",
+    )(func)
+
+
+def use_agg() -> None:
+    """The command line draws off-screen: choose matplotlib's Agg backend (the library never does)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+
+
+def save_figures(folder: Path, figures: dict[str, Callable[[], Any]], fmt: str = "png") -> None:
+    """Save each figure (name without suffix → function returning a matplotlib figure) as
+    ``folder/NAME.FMT``."""
+    if not figures:
+        return
+    use_agg()
+    from ..plotting import save_figure
+
+    for name, make in figures.items():
+        save_figure(make(), folder / f"{name}.{fmt}")
+
+
 def task_store(folder: Path) -> Path:
     """Where finished tasks wait (beside the output folder) until the run completes, so that the
-    same command run again after an interruption continues instead of starting afresh."""
-    return folder.with_name(folder.name + ".tasks")
+    same command run again after an interruption continues instead of starting afresh. Created
+    (marked as stochformer's own) here; a foreign folder of that name is refused."""
+    store = folder.with_name(folder.name + ".tasks")
+    if store.exists() and not has_marker(store) and (not store.is_dir() or any(store.iterdir())):
+        raise click.UsageError(f"--out: {store} (where finished tasks are kept) exists and was not created by "
+                               "stochformer; move it away or choose another folder")
+    make_owned(store)
+    click.get_current_context().meta["stochformer.store"] = store
+    click.get_current_context().meta["stochformer.kept"] = (
+        f"finished tasks are kept in {store}; run the same command again to continue: {command_line()}")
+    return store
 
 
 def write_results(
-    folder: Path, force: bool, result: Any, figures: dict[str, Callable[[], Any]], store: Optional[Path] = None
+    folder: Path, force: bool, result: Any, figures: dict[str, Callable[[], Any]], store: Optional[Path] = None,
+    fmt: str = "png",
 ) -> None:
-    """Save ``result`` and the figures (file name → function returning a matplotlib figure) into an
-    atomically created ``folder``; then drop the finished run's task store."""
+    """Save ``result`` and the figures (name without suffix → function returning a matplotlib
+    figure, saved as NAME.FMT) into an atomically created ``folder``; then drop the finished run's
+    task store."""
     from ..io import output_folder
-    from ..plotting import save_figure
 
     with output_folder(folder, force) as tmp:
         result.save(tmp)
-        for name, make in figures.items():
-            save_figure(make(), tmp / name)
+        save_figures(tmp, figures, fmt)
     if store is not None:
-        shutil.rmtree(store, ignore_errors=True)
+        remove_owned(store)

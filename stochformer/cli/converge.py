@@ -6,9 +6,7 @@ from typing import Optional
 
 import click
 
-from ..experiments.converge import ConvergeConfig, run_converge
-from ..plotting.converge import plot_convergence
-from .common import experiment_options, fail_cleanly, resolve, scheduler_option, task_store, write_results
+from .common import experiment_options, fail_cleanly, format_option, resolve, scheduler_option, task_store, write_results
 
 
 def _ci(entry: dict) -> str:
@@ -18,20 +16,24 @@ def _ci(entry: dict) -> str:
 @click.command("converge")
 @experiment_options
 @scheduler_option
+@format_option
 @fail_cleanly
-def converge_cmd(config_file, overrides, out, force, quiet, scheduler: Optional[str]) -> None:
+def converge_cmd(config_file, overrides, out, force, quiet, scheduler: Optional[str], fmt: str) -> None:
     """Couple the transformer (depth L, width m) with the limit SDE through the same normals
     (SPEC §3) and measure E sup (1/N) Σ|X − X̄|² over the grid depths × (widths, ∞), sup over layer
     times and over continuous time.
 
     Writes config.json, convergence.json (table with SEs; exponent_L, exponent_L_ci, exponent_m,
-    exponent_m_ci; fits a/L + b/m and a log L/L + b/m), arrays.npz and convergence.png. Finished
+    exponent_m_ci; fits a/L + b/m and a log L/L + b/m), dataset.nc and convergence.png. Finished
     tasks are kept in OUT.tasks beside the output folder until the run completes, so an interrupted
     run continues when the same command is run again."""
+    from ..experiments.converge import ConvergeConfig, run_converge
+    from ..plotting.converge import plot_convergence
+
     cfg, folder = resolve("converge", config_file, overrides, out, force, model=ConvergeConfig)
     store = task_store(folder)
     result = run_converge(cfg, progress=not quiet, store=store, scheduler=scheduler)
-    write_results(folder, force, result, {"convergence.png": lambda: plot_convergence(result)}, store)
+    write_results(folder, force, result, {"convergence": lambda: plot_convergence(result)}, store, fmt)
     f = result.fits
     click.echo(f"converge: N={cfg.N}, d={cfg.d}, T={cfg.T}, {cfg.batch} samples, depths {result.depths}, "
                f"widths {sorted(cfg.widths)} and ∞, {cfg.integrator} SDE with {cfg.refine} steps per layer: "

@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import shlex
 import sys
-from pathlib import Path
 
 import click
 
-from ..config import ConfigError
-from ..report import PROFILES, registered, reproduce
-from ..report.profiles import DEFAULT_PROFILE
-from .common import experiment_options
+from ..report.profiles import DEFAULT_PROFILE, PROFILES
+from .common import EXIT_INTERRUPTED, command_line, experiment_options, hold_output, size_check, use_agg
 
 
 def _listing() -> str:
+    from ..report import registered
+
     lines = ["sections (--only NAME):"]
     lines += [f"  {s.name:<12s} {s.title} ({s.spec})" for s in registered()]
     lines += ["profiles (--profile NAME):"]
@@ -39,27 +38,47 @@ def reproduce_cmd(profile, only, resume, scheduler, list_only, config_file, over
     if list_only:
         click.echo(_listing())
         return
-    out = Path("report") if out is None else out
+    out = "report" if out is None else out
+    from ..config import ConfigError
+    from ..extras import MissingExtraError
+    from ..outputs import OutputError
+    from ..report import reproduce
+    from ..report.runner import check_report_folder, plan
+    from ..report.verdict import recompute
+
     if scheduler is not None:
         from ..tasks.parallel import parse_scheduler
 
         try:
             parse_scheduler(scheduler)
-        except ValueError as exc:
+        except (ValueError, MissingExtraError) as exc:
             raise click.BadParameter(str(exc), param_hint="--scheduler") from None
+    use_agg()
+    try:
+        planned = plan(profile, only, overrides, config_file)
+        out = check_report_folder(out, force)
+    except (ConfigError, OutputError) as exc:
+        raise click.UsageError(str(exc)) from None
+    for item in planned:
+        if item.selected and item.config is not None:
+            try:
+                size_check(item.config, scheduler)
+            except click.UsageError as exc:
+                raise click.UsageError(f"section {item.stage.name}: {exc.message}") from None
+    hold_output(out, "reproduce")
+    again = [a for a in sys.argv[1:] if a != "--force"] + ([] if resume else ["--resume"])
     try:
         report = reproduce(profile, out, only=only, resume=resume, overrides=overrides, config_file=config_file,
-                           scheduler=scheduler, force=force, progress=not quiet,
-                           command=shlex.join(["stochformer", *sys.argv[1:]]))
-    except (ConfigError, FileExistsError) as exc:
+                           scheduler=scheduler, force=force, progress=not quiet, command=command_line())
+    except (ConfigError, OutputError) as exc:
         raise click.UsageError(str(exc)) from None
     except KeyboardInterrupt:
-        click.echo(f"\ninterrupted: finished stages are stored in {out / 'cache'}; "
-                   "rerun the same command with --resume to continue.", err=True)
-        sys.exit(130)
+        click.echo(f"\ninterrupted: finished stages are kept in {out / 'cache'}; continue with: "
+                   f"{shlex.join(['stochformer', *again])}", err=True)
+        sys.exit(EXIT_INTERRUPTED)
     bad = [r for r in report["stages"] if r["status"] in ("failed", "unavailable")]
     for r in report["stages"]:
-        verdicts = [c["verdict"] for c in r.get("comparisons", [])]
+        verdicts = [c["verdict"] for c in recompute(r.get("comparisons", []))]
         holds = sum(v == "holds" for v in verdicts)
         extra = f"{holds}/{len(verdicts)} rows hold" if verdicts else r.get("error", "")
         click.echo(f"  {r['name']:<12s} {r['status']:<12s} {extra}")
@@ -72,4 +91,4 @@ for _param in reproduce_cmd.params:  # the shared --out/--force help, in this co
     if _param.name == "out":
         _param.help = "Output folder (default report/): index.html, results.json and cache/."
     elif _param.name == "force":
-        _param.help = "Write into a non-empty folder that is not a report folder."
+        _param.help = "Replace an existing report folder (only one stochformer created) instead of updating it."

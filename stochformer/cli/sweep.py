@@ -2,33 +2,36 @@
 
 from __future__ import annotations
 
-import shutil
+import shlex
+import sys
 from pathlib import Path
 from typing import Optional
 
 import click
 
-from ..config import ConfigError
-from ..experiments.sweep import load_sweep, plan_sweep, run_sweep
-from ..plotting import save_figure
-from ..plotting.sweep import plot_sweep
-from ..tasks.parallel import parse_scheduler
-from .common import default_out, fail_cleanly
+from ..outputs import OutputError, check_output_folder, has_marker, make_owned, remove_owned
+from .common import default_out, fail_cleanly, format_option, hold_output, save_figures, size_check, size_options
 
 
 def _scheduler(scheduler: Optional[str], local_cluster: Optional[int], workers: Optional[int]) -> str:
+    from ..extras import MissingExtraError
+    from ..tasks.parallel import parse_scheduler
+
     given = [name for name, v in (("--scheduler", scheduler), ("--local-cluster", local_cluster), ("--workers", workers)) if v]
     if len(given) > 1:
         raise click.UsageError(f"{' and '.join(given)}: give only one way to run the tasks")
     if local_cluster:
-        return f"local-cluster:{local_cluster}"
-    if workers:
-        return f"processes:{workers}"
-    chosen = scheduler or "processes"
+        chosen = f"local-cluster:{local_cluster}"
+    elif workers:
+        chosen = f"processes:{workers}"
+    else:
+        chosen = scheduler or "processes"
     try:
         parse_scheduler(chosen)
     except ValueError as exc:
         raise click.UsageError(f"--{exc}") from None
+    except MissingExtraError as exc:
+        raise click.UsageError(str(exc)) from None
     return chosen
 
 
@@ -43,13 +46,15 @@ def _scheduler(scheduler: Optional[str], local_cluster: Optional[int], workers: 
               help="Start a local Dask cluster of N worker processes for this sweep.")
 @click.option("--workers", type=click.IntRange(min=1), default=None, metavar="N",
               help="Size of the local process pool (the default scheduler; default: the number of CPUs).")
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
+@click.option("--out", type=str, default=None,
               help="Output folder (default runs/sweep-<timestamp>); finished tasks are kept in OUT/tasks.")
 @click.option("--resume", is_flag=True, help="Continue the sweep stored in --out, reusing its finished tasks.")
 @click.option("--force", is_flag=True, help="Delete a non-empty --out folder and start afresh.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
+@size_options
+@format_option
 @fail_cleanly
-def sweep_cmd(file, overrides, scheduler, local_cluster, workers, out, resume, force, quiet) -> None:
+def sweep_cmd(file, overrides, scheduler, local_cluster, workers, out, resume, force, quiet, fmt: str) -> None:
     """Run the sweep described in the --config file (TOML: base config, [grid] and/or [[points]], samples, chunk).
 
     Writes OUT/dataset.nc (xarray, NetCDF-4), config.json, summary.json and summary.png; each
@@ -59,24 +64,44 @@ def sweep_cmd(file, overrides, scheduler, local_cluster, workers, out, resume, f
     if resume and out is None:
         raise click.UsageError("--resume: give the folder of the sweep to continue with --out DIR")
     chosen = _scheduler(scheduler, local_cluster, workers)
+    from ..config import ConfigError
+    from ..experiments.sweep import load_sweep, plan_sweep, run_sweep
+    from ..plotting.sweep import plot_sweep
+
     try:  # everything is validated before any work or any folder
         cfg = load_sweep(file, list(overrides))
         plan = plan_sweep(cfg)
-    except ConfigError as exc:
+        if resume:
+            folder = check_output_folder(out, force=True)
+            if not has_marker(folder):
+                raise OutputError(f"--resume: {folder} holds no sweep (no stochformer marker); check --out")
+        else:
+            try:
+                folder = check_output_folder(default_out("sweep", out), force)
+            except OutputError as exc:
+                more = "; or pass --resume to continue the sweep stored there" if "not empty" in str(exc) else ""
+                raise OutputError(f"{exc}{more}") from None
+    except (ConfigError, OutputError) as exc:
         raise click.UsageError(str(exc)) from None
-    folder = default_out("sweep", out)
-    if folder.exists() and any(folder.iterdir()) and not resume:
-        if not force:
-            raise click.UsageError(
-                f"--out: {folder} already exists and is not empty; pass --resume to continue the sweep stored "
-                "there, --force to replace it, or choose another folder"
-            )
-        shutil.rmtree(folder)
+    size_check(cfg, chosen)
+    hold_output(folder, "sweep")
+    if force and not resume:
+        remove_owned(folder)
+    created = not folder.exists()
+    make_owned(folder, "sweep")
+    again = [a for a in sys.argv[1:] if a != "--force"] + ([] if resume else ["--resume"])
+    click.get_current_context().meta["stochformer.kept"] = (
+        f"finished tasks are kept in {folder / 'tasks'}; continue with: {shlex.join(['stochformer', *again])}")
     n_tasks = len(plan.configs) * len(plan.chunks)
     click.echo(f"sweep: {len(plan.configs)} points x {len(plan.chunks)} chunks = {n_tasks} tasks on {chosen}")
-    result = run_sweep(cfg, store=folder / "tasks", scheduler=chosen, progress=not quiet)
+    try:
+        result = run_sweep(cfg, store=folder / "tasks", scheduler=chosen, progress=not quiet)
+    except Exception:
+        if created and not any((folder / "tasks").glob("*.json")):  # nothing finished: leave nothing behind
+            remove_owned(folder)
+        raise
     result.save(folder)
-    save_figure(plot_sweep(result), folder / "summary.png")
+    save_figures(folder, {"summary": lambda: plot_sweep(result)}, fmt)
     m = result.meta
     click.echo(
         f"{m['tasks']} tasks ({m['tasks_already_stored']} already stored) in {result.elapsed_s:.2f} s "

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import click
 
-from ..experiments.sync import SyncConfig, run_sync
-from ..plotting.sync import plot_sync
-from .common import experiment_options, fail_cleanly, resolve, write_results
+from .common import experiment_options, fail_cleanly, format_option, resolve, write_results
 
 
 def _fmt(v) -> str:
@@ -15,17 +13,21 @@ def _fmt(v) -> str:
 
 @click.command("sync")
 @experiment_options
+@format_option
 @fail_cleanly
-def sync_cmd(config_file, overrides, out, force, quiet) -> None:
+def sync_cmd(config_file, overrides, out, force, quiet, fmt: str) -> None:
     """Measure the Lyapunov exponent (pairs, renormalised) and the first-moment energy rate (near
     synchronisation and from uniform tokens) of the transformer or (dynamics=sde) the limit SDE.
 
     Writes config.json, sync.json (lambda_1, lambda_1_se, energy_rate, energy_rate_se beside
-    lambda_1_pred, lambda_bar_pred, lambda_bar_prime_pred), arrays.npz and sync.png. Rates are per
+    lambda_1_pred, lambda_bar_pred, lambda_bar_prime_pred), dataset.nc and sync.png. Rates are per
     unit time t = layer · T/L."""
+    from ..experiments.sync import SyncConfig, run_sync
+    from ..plotting.sync import plot_sync
+
     cfg, folder = resolve("sync", config_file, overrides, out, force, model=SyncConfig)
     result = run_sync(cfg, progress=not quiet)
-    write_results(folder, force, result, {"sync.png": lambda: plot_sync(result)})
+    write_results(folder, force, result, {"sync": lambda: plot_sync(result)}, fmt=fmt)
     click.echo(f"{cfg.dynamics}, {cfg.activation}, d={cfg.d}: {result.elapsed_s:.1f} s")
     click.echo(f"  {'quantity':<34s} {'measured':>11s} {'SE':>9s} {'predicted':>11s} {'z':>7s}")
     for row in result.table():

@@ -41,15 +41,16 @@ from pydantic import Field, model_validator
 
 from ..brownian import BrownianPath
 from ..build import make_field, make_particles
-from ..config import RunConfig, validate
+from ..config import RunConfig, as_config, validate
 from ..diagnostics import cloud_summary
+from ..extras import require
 from ..distances import rate_function, sphere_rate, w2_sliced, w2_squared
 from ..model.attention import DEFAULT_BLOCK
 from ..results import Result
 from ..runtime import DTYPES, child_seeds, cpu_threads_for, make_generator, provenance, resolve_device
 from ..solve import SaveAt, solve
 from ..sphere import uniform
-from ..stats import fit_power_law, fit_power_law_se, tagged_correlation
+from ..stats import fit_power_law, loglog_slope, mean_and_se, tagged_correlation
 from ..tasks import Task, run_tasks
 
 
@@ -131,7 +132,8 @@ def coupling_task(config: dict, d: int, seed: int, with_w2: bool, keep_cloud: bo
     def run(X: torch.Tensor) -> list[torch.Tensor]:
         model = make_particles(cfg, fld, X.shape[-2], dtype, device, cfg.block, cfg.sdpa)
         with cpu_threads_for(X.shape[-2]):
-            ds = solve(model, X, cfg.T, cfg.L, SaveAt(stats=(), tokens_at=steps, final=False), seed=s_noise, path=path)
+            ds = solve(model, X, cfg.T, cfg.L, SaveAt(stats=(), tokens_at=steps, final=False), seed=s_noise, path=path,
+                       context=cfg, what="particles")
         return list(torch.from_numpy(ds["X"].values).to(dtype).unbind(1))
 
     ref = run(X0)
@@ -179,7 +181,7 @@ def decorrelation_task(config: dict, n: int, seed: int) -> dict:
     fld = make_field(cfg, 1, make_generator(s_field, device), dtype, device)  # one field for all repeats
     X0 = uniform(cfg.decor_repeats, n, cfg.d, generator=make_generator(s_init + n, device), dtype=dtype, device=device)
     model = make_particles(cfg, fld, n, dtype, device, cfg.block, cfg.sdpa)
-    ds = solve(model, X0, cfg.T, cfg.L, SaveAt(stats=()), seed=s_noise)  # the field's increments from s_noise
+    ds = solve(model, X0, cfg.T, cfg.L, SaveAt(stats=()), seed=s_noise, context=cfg, what="particles")  # increments from s_noise
     X = torch.from_numpy(ds["X_final"].values).to(dtype)
     rho, se = tagged_correlation(X[:, 0], X[:, 1])
     return {"rho": rho, "se": se}
@@ -225,36 +227,29 @@ class ChaosResult(Result):
         }
         for d, tab in self.coupling.items():
             e = tab["err2"]
-            sup = e.max(axis=1)
-            S = e.shape[0]
-            row = {
-                "samples": S,
-                "err2_mean": e.mean(0),  # (n_rec, n_sizes)
-                "err2_se": e.std(0, ddof=1) / np.sqrt(S),
-                "err2_sup_mean": sup.mean(0),
-                "err2_sup_se": sup.std(0, ddof=1) / np.sqrt(S),
-                "energy_mean": tab["energy"].mean(0),
-                "energy_se": tab["energy"].std(0, ddof=1) / np.sqrt(S),
-                "mean_token_norm_mean": tab["mean_token_norm"].mean(0),
-                "mean_token_norm_se": tab["mean_token_norm"].std(0, ddof=1) / np.sqrt(S),
+            stats = {k: mean_and_se(v) for k, v in (("err2", e), ("err2_sup", e.max(axis=1)), ("energy", tab["energy"]),
+                                                   ("mean_token_norm", tab["mean_token_norm"]))}
+            row = {"samples": e.shape[0]}  # err2: (n_rec, n_sizes)
+            for k, (mean, se) in stats.items():
+                row[f"{k}_mean"], row[f"{k}_se"] = mean, se
+            row.update({
                 "mean_token_sample0": tab["mean_token"][0],
                 "r_d": rate_function(int(d), cfg.sizes),
                 "sphere_rate": sphere_rate(int(d), cfg.sizes),
-            }
+            })
             if tab["w2"].size:
                 w, sw = tab["w2"], tab["sw2"]
-                Sw = w.shape[0]
-                se = (lambda a: a.std(0, ddof=1) / np.sqrt(Sw)) if Sw > 1 else (lambda a: np.zeros(a.shape[1:]))
+                w2, w2_sup, sliced = mean_and_se(w), mean_and_se(w.max(1)), mean_and_se(sw)
                 row.update({
-                    "w2_samples": Sw,
+                    "w2_samples": w.shape[0],
                     "w2_method": tab["w2_method"],
                     "w2_warnings": tab["w2_warnings"],
-                    "w2_mean": w.mean(0),  # (n_w2_times, n_sizes)
-                    "w2_se": se(w),
-                    "w2_sup_mean": w.max(1).mean(0),
-                    "w2_sup_se": se(w.max(1)[:, None, :])[0] if Sw > 1 else np.zeros(w.shape[2]),
-                    "sliced_w2_mean": sw.mean(0),
-                    "sliced_w2_se": se(sw),
+                    "w2_mean": w2[0],  # (n_w2_times, n_sizes)
+                    "w2_se": w2[1],
+                    "w2_sup_mean": w2_sup[0],
+                    "w2_sup_se": w2_sup[1],
+                    "sliced_w2_mean": sliced[0],
+                    "sliced_w2_se": sliced[1],
                 })
             out["coupling"][str(d)] = row
         return out
@@ -295,7 +290,7 @@ def _fits(cfg: ChaosConfig, coupling: dict, decor: dict, seed: int) -> dict:
         fits["coupling_corrected"][d] = fit_power_law(sizes, sup / (1 - sizes / cfg.N), cfg.bootstrap, seed).to_dict()
         for name, law, text in (("r_d", rate_function, _rate_law(int(d))), ("sphere_rate", sphere_rate, _sphere_law(int(d)))):
             # local exponent of the law over the measured sizes (the log factors make it N-dependent)
-            slope = -np.polyfit(np.log(sizes), np.log(law(int(d), sizes)), 1)[0]
+            slope = -loglog_slope(sizes, law(int(d), sizes))[0]
             fits.setdefault(name, {})[d] = {"exponent": float(slope), "law": text}
         if tab["w2"].size and tab["w2"].shape[0] >= 2:
             fits["w2"][d] = fit_power_law(sizes, tab["w2"].max(axis=1), cfg.bootstrap, seed).to_dict()
@@ -304,7 +299,7 @@ def _fits(cfg: ChaosConfig, coupling: dict, decor: dict, seed: int) -> dict:
     rho, se = np.asarray(decor["rho"]), np.asarray(decor["se"])
     ok = rho > 3 * se  # only sizes where the correlation is resolved enter the fit
     fits["decorrelation"] = (
-        {**fit_power_law_se(np.asarray(cfg.decor_sizes)[ok], rho[ok], se[ok], cfg.bootstrap, seed).to_dict(),
+        {**fit_power_law(np.asarray(cfg.decor_sizes)[ok], rho[ok], cfg.bootstrap, seed, se=se[ok]).to_dict(),
          "sizes_used": np.asarray(cfg.decor_sizes)[ok].tolist()}
         if ok.sum() >= 2 else {"exponent": None, "ci": [None, None], "sizes_used": np.asarray(cfg.decor_sizes)[ok].tolist()}
     )
@@ -325,6 +320,8 @@ def run_chaos(
     """The three measurements of the module docstring. ``store``: folder of finished tasks (one per
     sample and dimension, one per decorrelation field and size), so a killed run resumes;
     ``scheduler``: as in :func:`~stochformer.tasks.run_tasks`."""
+    cfg = as_config(cfg, ChaosConfig)
+    require("ot", "the chaos study (W₂ between token clouds)")  # before any work
     device = resolve_device(cfg.device)
     start = time.perf_counter()
     config = cfg.model_dump(mode="json")

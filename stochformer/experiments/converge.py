@@ -36,7 +36,7 @@ from pydantic import Field, model_validator
 
 from ..brownian import BrownianPath, Draws
 from ..build import initial_tokens, make_attention, make_kernel
-from ..config import RunConfig
+from ..config import RunConfig, as_config
 from ..model.noise import ExactField, RandomMLP
 from ..model.rng import resolve_backend
 from ..model.sde import INTEGRATORS, LimitSDE
@@ -44,6 +44,7 @@ from ..model.transformer import Transformer
 from ..results import Result
 from ..runtime import DTYPES, child_seeds, make_generator, provenance, resolve_device
 from ..solve import SaveAt, solve
+from ..stats import fit_power_law, mean_and_se
 from ..tasks import Task, run_tasks
 
 #: the two sups of the error
@@ -117,10 +118,12 @@ def _coupled_errors(cfg: RunConfig, depths: list[int], widths: list[int], refine
     path = BrownianPath(tuple(X0.shape), refine * max(depths), generator=g_noise, dtype=dtype, device=device)
     common = dict(activation=cfg.activation, sigma_U=cfg.sigma_U, sigma_W=cfg.sigma_W, scale=cfg.noise_scale)
     rng = resolve_backend(cfg.rng, cfg.device)
-    mlps = [RandomMLP(width=m, mode="gaussian", rng=rng, **common) for m in widths] + [ExactField(kernel)]
+    # non-Gaussian weights (SPEC §7): inner weights U from the law, the output coupled through K_m^{1/2}Ξ
+    laws = dict(mode="gaussian") if cfg.weight_law == "gaussian" else dict(mode="weights", law=cfg.weight_law, nu=cfg.student_nu)
+    mlps = [RandomMLP(width=m, rng=rng, **laws, **common) for m in widths] + [ExactField(kernel)]
     layers = _Lockstep([Transformer(attention, mlp, cfg.order) for mlp in mlps])
     keep = SaveAt(stats=(), tokens_every=1, final=False)
-    ds = solve(layers, X0.repeat(len(mlps), 1, 1), cfg.T, depth, keep, generator=g_w, path=path)
+    ds = solve(layers, X0.repeat(len(mlps), 1, 1), cfg.T, depth, keep, generator=g_w, path=path, context=cfg)
     Xs = torch.from_numpy(ds["X"].values).to(dtype).view(len(mlps), n, depth + 1, cfg.N, cfg.d)
 
     sup = {k: torch.zeros(len(mlps), n, dtype=torch.float64) for k in KINDS}
@@ -134,15 +137,8 @@ def _coupled_errors(cfg: RunConfig, depths: list[int], widths: list[int], refine
 
     sde = LimitSDE(attention, ExactField(kernel), INTEGRATORS[cfg.integrator], kernel.kappa1)
     measure(0, X0)
-    solve(sde, X0, cfg.T, r * depth, SaveAt(stats=(), final=False), generator=g_noise, path=path, hook=measure)
+    solve(sde, X0, cfg.T, r * depth, SaveAt(stats=(), final=False), generator=g_noise, path=path, hook=measure, context=cfg)
     return {k: v.tolist() for k, v in sup.items()}
-
-
-def _fit_power(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Exponents p of y ≈ c x^{−p} by least squares in log–log: x (n,), y (n, ...) → (...)."""
-    lx = np.log(x) - np.log(x).mean()
-    ly = np.log(y)
-    return -np.tensordot(lx, ly - ly.mean(0), axes=(0, 0)) / (lx @ lx)
 
 
 def _fit_additive(L: np.ndarray, m: np.ndarray, y: np.ndarray, log_L: bool) -> np.ndarray:
@@ -181,8 +177,7 @@ class ConvergeResult(Result):
 
     def mean_se(self, kind: str) -> tuple[np.ndarray, np.ndarray]:
         """Sample mean and its SE over samples: (n_depths, n_widths + 1) each."""
-        e = self.errors[kind]
-        return e.mean(-1), e.std(-1, ddof=1) / math.sqrt(e.shape[-1])
+        return mean_and_se(self.errors[kind], axis=-1)
 
     def table(self) -> list[dict]:
         """One row per (L, m): mean error and SE for both sups (m = None for ∞)."""
@@ -220,7 +215,8 @@ class ConvergeResult(Result):
 
 
 def fit_convergence(depths: list[int], widths: list[float], errors: dict[str, np.ndarray], n_boot: int, seed: int) -> dict:
-    """Exponents and additive fits with bootstrap intervals (samples resampled jointly).
+    """Exponents (:func:`stochformer.stats.fit_power_law`) and additive fits with bootstrap
+    intervals (samples resampled jointly: every fit draws the same rows from ``seed``).
 
     - ``exponent_L``: layer-time error against L at m = ∞; ``exponent_L_large_m``: at the largest
       finite m; ``exponent_L_continuous``: continuous-time error at m = ∞;
@@ -236,19 +232,19 @@ def fit_convergence(depths: list[int], widths: list[float], errors: dict[str, np
     means = {k: v.mean(-1) for k, v in errors.items()}  # (nL, nM)
     boots = {k: v[..., idx].mean(-1) for k, v in errors.items()}  # (nL, nM, n_boot)
 
-    def both(fn):
-        return {k: (fn(means[k]), fn(boots[k])) for k in KINDS}
+    def power(x: np.ndarray, samples: np.ndarray) -> dict:
+        """stats.fit_power_law over the samples (S, n), resampled with the same rows as ``idx``."""
+        fit = fit_power_law(x, samples, n_boot, seed)
+        return {"value": fit.exponent, "se": fit.se, "ci": list(fit.ci)}
 
     out: dict[str, Any] = {}
-    ex_L = both(lambda y: _fit_power(L, y[:, -1]))
-    out["exponent_L"] = _interval(*ex_L["layer"])
-    out["exponent_L_continuous"] = _interval(*ex_L["continuous"])
+    out["exponent_L"] = power(L, errors["layer"][:, -1].T)
+    out["exponent_L_continuous"] = power(L, errors["continuous"][:, -1].T)
     big = finite[int(np.argmax(m_fin))]
-    out["exponent_L_large_m"] = {"m": int(widths[big]), **_interval(*both(lambda y: _fit_power(L, y[:, big]))["layer"])}
+    out["exponent_L_large_m"] = {"m": int(widths[big]), **power(L, errors["layer"][:, big].T)}
     top = int(np.argmax(L))
-    ex_m = both(lambda y: _fit_power(m_fin, y[top, finite]))
-    out["exponent_m"] = {"L": int(L[top]), **_interval(*ex_m["layer"])}
-    out["exponent_m_continuous"] = {"L": int(L[top]), **_interval(*ex_m["continuous"])}
+    out["exponent_m"] = {"L": int(L[top]), **power(m_fin, errors["layer"][top, finite].T)}
+    out["exponent_m_continuous"] = {"L": int(L[top]), **power(m_fin, errors["continuous"][top, finite].T)}
     Lg, Mg = np.meshgrid(L, np.asarray(widths, dtype=float), indexing="ij")
     for kind, log_L in (("layer", False), ("continuous", True)):
         y, yb = means[kind].reshape(-1), boots[kind].reshape(-1, n_boot)
@@ -266,6 +262,7 @@ def fit_convergence(depths: list[int], widths: list[float], errors: dict[str, np
 def run_converge(cfg: ConvergeConfig, progress: bool = False, store: Optional[Path | str] = None,
                  scheduler: Optional[str] = None) -> ConvergeResult:
     """Run every (depth, sample chunk) task (``store`` makes the run resumable), then fit."""
+    cfg = as_config(cfg, ConvergeConfig)
     start = time.perf_counter()
     device = resolve_device(cfg.device)
     n_chunks = -(-cfg.batch // cfg.chunk)

@@ -26,7 +26,7 @@ import xarray as xr
 from pydantic import Field, model_validator
 
 from ..build import initial_tokens, make_model
-from ..config import ConfigError, RunConfig, build_config
+from ..config import ConfigError, RunConfig, as_config, build_config
 from ..results import Result
 from ..runtime import DTYPES, child_seeds, make_generator, provenance, resolve_device
 from ..solve import SaveAt, solve
@@ -91,7 +91,7 @@ def phase_point(config: dict, measure: str, pairs: int, eps: float, sync_tol: fl
     device, dtype = resolve_device(cfg.device), DTYPES[cfg.dtype]
     gen = make_generator(seed, device)
     X0 = initial_tokens(cfg.init, cfg.batch, cfg.N, cfg.d, gen, dtype, device)
-    ds = solve(make_model(cfg, dtype, device), X0, cfg.T, cfg.L, SaveAt(stats=()), generator=gen)
+    ds = solve(make_model(cfg, dtype, device), X0, cfg.T, cfg.L, SaveAt(stats=()), generator=gen, context=cfg)
     G = gram(torch.from_numpy(ds["X_final"].values).to(dtype))
     G = G.abs() if up_to_sign else G
     iu = torch.triu_indices(cfg.N, cfg.N, offset=1, device=G.device)
@@ -173,6 +173,7 @@ def _predictions(cfg: PhaseConfig, xs: np.ndarray, ys: np.ndarray) -> tuple[np.n
 def run_phase(cfg: PhaseConfig, progress: bool = False, store: Optional[Path | str] = None, scheduler: Optional[str] = None) -> PhaseResult:
     """Measure every grid point (through ``run_tasks``; ``store`` makes it resumable) and the
     predicted boundaries. All grid configs are validated before any work."""
+    cfg = as_config(cfg, PhaseConfig)
     start = time.perf_counter()
     xs, ys = np.asarray(cfg.x_values, float), np.asarray(cfg.y_values, float)
     points = {(i, j): cfg.point(x, y) for i, y in enumerate(ys) for j, x in enumerate(xs)}

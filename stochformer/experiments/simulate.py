@@ -12,7 +12,7 @@ import torch
 import xarray as xr
 
 from ..build import initial_tokens, make_attention, make_model
-from ..config import RunConfig
+from ..config import RunConfig, as_config
 from ..diagnostics import STATISTICS
 from ..model.activations import Activation, activation_name
 from ..model.attention import DEFAULT_BLOCK, query_chunk
@@ -58,6 +58,7 @@ def run_simulate(cfg: RunConfig, progress: bool = False, activation: Optional[Ac
 
     ``activation``: any elementwise callable φ (torch → torch) used instead of ``cfg.activation``;
     its kernel κ comes from Gauss–Hermite quadrature."""
+    cfg = as_config(cfg)
     device = resolve_device(cfg.device)
     dtype = DTYPES[cfg.dtype]
     gen = make_generator(cfg.seed, device)
@@ -68,7 +69,7 @@ def run_simulate(cfg: RunConfig, progress: bool = False, activation: Optional[Ac
     attention = make_attention(cfg, dtype, device, chunk=query_chunk(cfg.N) if block else None)
     model = make_model(cfg, dtype, device, attention=attention, activation=activation)
     save = SaveAt(every=cfg.record_every, tokens_every=cfg.path_stride, energy_beta=cfg.energy_beta, block=block)
-    ds = solve(model, X0, cfg.T, cfg.L, save, generator=gen, progress=progress, desc=cfg.dynamics)
+    ds = solve(model, X0, cfg.T, cfg.L, save, generator=gen, progress=progress, desc=cfg.dynamics, context=cfg)
     ds.attrs["seed"] = str(cfg.seed)
     meta = {} if activation is None else {"activation_callable": activation_name(activation)}
     meta["custom_parts"] = json.loads(ds.attrs["custom_parts"])

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from pydantic import Field, field_validator, model_validator
 
-from ..config import ConfigError, RunConfig, build_config, validate
+from ..config import ConfigError, RunConfig, as_config, build_config, validate
 from ..io import StageCache, to_jsonable
 from ..results import Result
 from ..runtime import child_seeds, provenance
@@ -33,6 +33,8 @@ from .simulate import run_simulate
 
 STATISTICS = ("mean_cosine", "energy", "min_cosine")
 SWEEP_FIELDS = ("samples", "chunk", "grid", "points")
+#: largest number of grid points and of tasks a sweep plans (planning validates each point)
+MAX_POINTS, MAX_TASKS = 100_000, 1_000_000
 # fields that a sweep sets itself and that cannot be axes
 NOT_AXES = ("batch", "seed", *SWEEP_FIELDS)
 
@@ -103,6 +105,12 @@ class SweepConfig(RunConfig):
 
     @model_validator(mode="after")
     def _sweep_checks(self) -> "SweepConfig":
+        n_points = math.prod(len(v) for v in self.grid.values()) * max(1, len(self.points))
+        if n_points > MAX_POINTS:
+            raise ValueError(f"grid: {n_points} points; a sweep has at most {MAX_POINTS} (split it into several sweeps)")
+        if n_points * math.ceil(self.samples / self.chunk) > MAX_TASKS:
+            raise ValueError(f"samples: {n_points} points x ceil(samples / chunk) tasks exceed {MAX_TASKS}; "
+                             "raise chunk or lower samples")
         if "batch" in self.model_fields_set:
             raise ValueError("batch: a sweep sets the batch of each task from `chunk`; set `samples` and `chunk` instead")
         overlap = sorted({k for p in self.points for k in p} & set(self.grid))
@@ -297,6 +305,7 @@ def run_sweep(
 ) -> SweepResult:
     """Plan the sweep, run its tasks through :func:`stochformer.tasks.run_tasks` (stored in
     ``store`` as they finish, resumed from it) and merge them into one dataset."""
+    cfg = as_config(cfg, SweepConfig)
     start = time.perf_counter()
     plan = plan_sweep(cfg)
     tasks = plan.tasks()

@@ -2,7 +2,7 @@
 
 Two estimators, for the deep transformer and for the limit SDE alike (any stepper of
 :func:`stochformer.build.make_model`, stepped by :func:`stochformer.solve`); layers ℓ are mapped to times t = ℓ Δt, Δt = T/L, so every
-rate is per unit time t and comparable with λ₁, λ̄, λ̄' of :mod:`stochformer.kernel` (which carry
+rate is per unit time t and comparable with λ₁, λ̄, λ̄' of :mod:`stochformer.model.kernel` (which carry
 the noise scale s through κ → s²κ).
 
 * **Lyapunov exponent** (Benettin): N = 2 tokens, token 1 a companion of token 0 at chordal
@@ -30,7 +30,7 @@ import xarray as xr
 from pydantic import Field
 
 from ..build import initial_tokens, make_kernel, make_model
-from ..config import InitConfig, RunConfig
+from ..config import InitConfig, RunConfig, as_config
 from ..model.kernel import first_moment_rate, lambda_bar_prime, lyapunov_exponent
 from ..runtime import DTYPES, child_seeds, make_generator, provenance, resolve_device
 from ..solve import Model, SaveAt, solve
@@ -42,6 +42,7 @@ from ..stats import mean_and_se
 class SyncConfig(RunConfig):
     """A :class:`RunConfig` plus the sizes of the three measurements of :func:`run_sync`."""
 
+    T: float = Field(5.0, ge=1e-6, description="time horizon, >= 1e-6 (rates are slopes fitted against t = layer · T/L)")
     batch: int = Field(512, ge=2, description="independent runs for each energy rate (>= 2)")
     pairs: int = Field(256, ge=2, description="independent pairs for the Lyapunov exponent (>= 2)")
     eps: float = Field(1e-4, gt=0.0, le=1e-2, description="pair separation of the Benettin estimator, in (0, 0.01]")
@@ -59,10 +60,11 @@ class SyncConfig(RunConfig):
 
 def attention_gamma(cfg: RunConfig) -> Optional[float]:
     """γ of the near-synchronisation attention terms: 0 without attention, γ for V = γI, None when V
-    is an explicit matrix (no closed form)."""
+    is an explicit matrix or the attention is a variant other than L² (equal to softmax on the
+    sphere) (no closed form derived; SPEC §7)."""
     if not cfg.attention:
         return 0.0
-    return cfg.gamma_value if cfg.V is None else None
+    return cfg.gamma_value if cfg.V is None and cfg.attention_kind in ("softmax", "l2") else None
 
 
 def near_sync_horizon(kappa: float, kappa_prime: float) -> float:
@@ -136,7 +138,7 @@ def benettin(
         return X
 
     solve(model, X0, T, L, SaveAt(stats=(), final=False), generator=generator, hook=renormalise, progress=progress,
-          desc="lyapunov")
+          desc="lyapunov", what="pair tokens")
     return S.numpy()
 
 
@@ -253,13 +255,15 @@ def energy_paths(cfg: RunConfig, init: InitConfig, seed: int, progress: bool = F
     gen = make_generator(seed, device)
     X0 = initial_tokens(init, cfg.batch, cfg.N, cfg.d, gen, dtype, device)
     save = SaveAt(stats=("energy",), final=False, energy_beta=cfg.energy_beta)
-    ds = solve(make_model(cfg, dtype, device), X0, cfg.T, cfg.L, save, generator=gen, progress=progress, desc="energy")
+    ds = solve(make_model(cfg, dtype, device), X0, cfg.T, cfg.L, save, generator=gen, progress=progress, desc="energy",
+               context=cfg)
     return ds["energy"].values
 
 
 def run_sync(cfg: SyncConfig, progress: bool = False) -> SyncResult:
     """Measure λ₁ (pairs), the energy rate near synchronisation (cluster of ``near_spread``) and
     from uniform tokens, for ``cfg.dynamics``; return them beside the closed forms."""
+    cfg = as_config(cfg, SyncConfig)
     start = time.perf_counter()
     seeds = child_seeds(cfg.seed, 3)
     times = np.arange(cfg.L + 1) * cfg.dt

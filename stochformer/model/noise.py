@@ -73,11 +73,59 @@ def _normal(shape, generator: torch.Generator, like: torch.Tensor) -> torch.Tens
     return torch.randn(*shape, generator=generator, dtype=like.dtype, device=like.device)
 
 
+#: laws of the explicit MLP weights: i.i.d., mean 0, variance 1 (SPEC §7)
+WEIGHT_LAWS = ("gaussian", "rademacher", "uniform", "student_t")
+
+
+def draw_weights(shape, generator: torch.Generator, like: torch.Tensor, law: str = "gaussian", nu: float = 5.0) -> torch.Tensor:
+    """i.i.d. entries of mean 0 and variance 1 from ``law``: N(0, 1); ±1 (Rademacher); uniform on
+    [−√3, √3]; Student-t with ν > 4 degrees of freedom times √((ν − 2)/ν) (finite fourth moment
+    3(ν − 2)/(ν − 4))."""
+    kw = dict(generator=generator, dtype=like.dtype, device=like.device)
+    if law == "gaussian":
+        return torch.randn(*shape, **kw)
+    if law == "rademacher":
+        return torch.randint(0, 2, tuple(shape), generator=generator, device=like.device).to(like.dtype).mul_(2).sub_(1)
+    if law == "uniform":
+        return torch.rand(*shape, **kw).mul_(2 * math.sqrt(3.0)).sub_(math.sqrt(3.0))
+    if law == "student_t":
+        if not nu > 4:
+            raise ValueError(f"student_nu: must be > 4 for a finite fourth moment (got {nu})")
+        # t = Z / √(χ²_ν/ν), χ²_ν = 2·Gamma(ν/2); torch's gamma sampler takes no generator, so
+        # Gamma(ν/2) comes from the run's generator by Marsaglia–Tsang (ν/2 > 2)
+        z = torch.randn(*shape, **kw)
+        chi2 = _gamma(nu / 2, shape, generator, like) * (2.0 / nu)
+        return z / chi2.sqrt() * math.sqrt((nu - 2) / nu)
+    raise ValueError(f"weight_law: unknown law {law!r}; valid: {', '.join(WEIGHT_LAWS)}")
+
+
+def _gamma(a: float, shape, generator: torch.Generator, like: torch.Tensor) -> torch.Tensor:
+    """Gamma(a, 1) variates (a ≥ 1) by Marsaglia–Tsang rejection, from ``generator`` only."""
+    kw = dict(generator=generator, dtype=like.dtype, device=like.device)
+    d = a - 1.0 / 3.0
+    c = 1.0 / math.sqrt(9.0 * d)
+    n = math.prod(shape)
+    out = torch.empty(n, dtype=like.dtype, device=like.device)
+    filled = 0
+    while filled < n:
+        k = int(1.2 * (n - filled)) + 16
+        x = torch.randn(k, **kw)
+        u = torch.rand(k, **kw)
+        v = (1 + c * x) ** 3
+        ok = (v > 0) & (torch.log(u) < 0.5 * x * x + d - d * v + d * torch.log(v.clamp_min(1e-300)))
+        acc = (d * v)[ok][: n - filled]
+        out[filled : filled + len(acc)] = acc
+        filled += len(acc)
+    return out.view(*shape)
+
+
 @dataclass
 class RandomMLP:
     """The random MLP block G^m of SPEC §1, times the noise scale s, times √dt.
 
-    ``mode="weights"`` draws U, W, b_U, b_W explicitly with ``torch.randn`` (the reference).
+    ``mode="weights"`` draws U, W, b_U, b_W explicitly with ``torch.randn`` (the reference); U and
+    W from ``law`` (:func:`draw_weights`, Student-t with ``nu`` degrees of freedom) when it is not
+    Gaussian (SPEC §7).
     ``mode="gaussian"`` draws the same law with the fewest normals, per sample and call:
 
     - pre-activations H = Y Uᵀ/√d (N × m): columns i.i.d. N(0, YYᵀ/d), rank ≤ min(N, d). For
@@ -101,8 +149,12 @@ class RandomMLP:
     mode: Literal["weights", "gaussian"] = "gaussian"
     rng: RngBackend = "torch"
     precision: DrawPrecision = "full"
+    law: str = "gaussian"
+    nu: float = 5.0
 
     def __post_init__(self) -> None:
+        if self.law != "gaussian" and self.mode != "weights":
+            raise ValueError(f"weight_law: {self.law!r} needs explicit weights (mode = 'weights')")
         self._phi = get_activation(self.activation)
         # on a CPU several layers' normals are drawn at once (they do not depend on the tokens)
         self._draw = NormalDraws(self.rng, self.precision, ahead=DEFAULT_AHEAD if self.rng == "parallel" else 0)
@@ -122,7 +174,7 @@ class RandomMLP:
             z = self._draw(self._n_hidden(*X.shape, X.dtype), generator, X.dtype, X.device)
             return self._hidden_from(X, z, generator)
         B, N, d = X.shape
-        U = _normal((B, self.width, d), generator, X)
+        U = draw_weights((B, self.width, d), generator, X, self.law, self.nu)
         pre = (X @ U.transpose(-1, -2)) / math.sqrt(d)
         if self.sigma_U > 0:
             pre = pre + self.sigma_U * _normal((B, 1, self.width), generator, X)
@@ -207,7 +259,7 @@ class RandomMLP:
         """√dt · s · G^m(X) with U, W, b_U, b_W drawn explicitly (SPEC §1)."""
         B, N, d = X.shape
         Phi = self.hidden(X, generator)  # (B, N, m)
-        out = Phi @ _normal((B, self.width, d), generator, X) / math.sqrt(self.width)
+        out = Phi @ draw_weights((B, self.width, d), generator, X, self.law, self.nu) / math.sqrt(self.width)
         if self.sigma_W > 0:
             out = out + self.sigma_W * _normal((B, 1, d), generator, X)
         return (self.scale * math.sqrt(dt)) * out

@@ -4,19 +4,24 @@ token, density on S² for d = 3). Reads :class:`~stochformer.experiments.chaos.C
 
 from __future__ import annotations
 
-import matplotlib.pyplot as plt
+from typing import TYPE_CHECKING, Any, Optional
+
 import numpy as np
 
-from ..experiments.chaos import ChaosResult
+from .core import assign, exponent_label, figure_axes, finish, integer_ticks, rate_law
+
+if TYPE_CHECKING:  # pragma: no cover
+    from matplotlib.figure import Figure
+
+    from ..experiments.chaos import ChaosResult
 
 
 def _fit_line(ax, N, fit: dict, color, label: str) -> None:
     if fit.get("exponent") is None:
         return
     N = np.asarray(N, float)
-    lo, hi = fit["ci"]
     ax.plot(N, fit["prefactor"] * N ** -fit["exponent"], "--", color=color,
-            label=f"{label}: slope −{fit['exponent']:.2f} [{lo:.2f}, {hi:.2f}]")
+            label=f"{label}: {exponent_label(fit['exponent'], fit['ci'])}")
 
 
 def _guide(ax, N, y0: float, law: np.ndarray, label: str, color="0.4") -> None:
@@ -25,22 +30,27 @@ def _guide(ax, N, y0: float, law: np.ndarray, label: str, color="0.4") -> None:
     ax.plot(N, y0 * law / law[0], ":", color=color, label=label)
 
 
-def plot_chaos(result: ChaosResult) -> "plt.Figure":
-    """2×2 panels: coupling, W₂² per d, decorrelation, reference summaries."""
+def plot_chaos(result: "ChaosResult", axes: Optional[Any] = None) -> "Figure":
+    """2×2 panels: coupling, W₂² per d, decorrelation, reference summaries. ``axes``: four axes
+    (2×2), or None for a new figure."""
     cfg, tab = result.config, result.to_dict()
     sizes = np.asarray(cfg.sizes, float)
-    fig, axes = plt.subplots(2, 2, figsize=(12, 9))
+    created = axes is None
+    fig, axes = figure_axes(axes, (2, 2), (12, 9))
+    n_ref = rf"$N_{{\mathrm{{ref}}}} = {cfg.N}$"
 
     ax = axes[0, 0]
     for i, d in enumerate(cfg.dims):
         row = tab["coupling"][str(d)]
         y, se = np.asarray(row["err2_sup_mean"]), np.asarray(row["err2_sup_se"])
-        ax.errorbar(sizes, y, yerr=2 * se, fmt="o", color=f"C{i}", capsize=3, label=f"d={d}")
-        _fit_line(ax, sizes, result.fits["coupling"][str(d)], f"C{i}", f"fit d={d}")
+        ax.errorbar(sizes, y, yerr=2 * se, fmt="o", color=f"C{i}", capsize=3, label=assign("d", d))
+        _fit_line(ax, sizes, result.fits["coupling"][str(d)], f"C{i}", f"fit {assign('d', d)}")
         if d == cfg.d:
             _guide(ax, sizes, y[0], 1 / sizes, r"$N^{-1}$")
-    ax.set(xscale="log", yscale="log", xlabel="N", ylabel=r"E sup$_t$ (1/N)$\sum_i |X^{i,N}_t - X^{i,N_{ref}}_t|^2$",
-           title=f"synchronous coupling (N_ref = {cfg.N}, ± 2 SE)")
+    ax.set(xscale="log", yscale="log", xlabel="$N$",
+           ylabel=r"$\mathbb{E}\,\mathrm{sup}_t\,\frac{1}{N}\sum_i |X^{i,N}_t - X^{i,N_\mathrm{ref}}_t|^2$",
+           title=f"synchronous coupling ({n_ref}, ± 2 SE)")
+    integer_ticks(ax, sizes)
     ax.legend(fontsize=7)
 
     ax = axes[0, 1]
@@ -50,14 +60,15 @@ def plot_chaos(result: ChaosResult) -> "plt.Figure":
             continue
         y = np.asarray(row["w2_sup_mean"])
         ax.errorbar(sizes, y, yerr=2 * np.asarray(row["w2_sup_se"]), fmt="o", color=f"C{i}", capsize=3,
-                    label=f"d={d} ({row['w2_method']} W₂²)")
-        _fit_line(ax, sizes, result.fits["w2"].get(str(d), {}), f"C{i}", f"fit d={d}")
-        _guide(ax, sizes, y[0], row["r_d"], f"r_{d}(N) = {result.fits['r_d'][str(d)]['law']}", color=f"C{i}")
+                    label=rf"{assign('d', d)} ({row['w2_method']} $W_2^2$)")
+        _fit_line(ax, sizes, result.fits["w2"].get(str(d), {}), f"C{i}", f"fit {assign('d', d)}")
+        _guide(ax, sizes, y[0], row["r_d"], f"$r_{d}(N)$ = {rate_law(result.fits['r_d'][str(d)]['law'])}", color=f"C{i}")
         ax.plot(sizes, y[0] * np.asarray(row["sphere_rate"]) / row["sphere_rate"][0], "-.", color=f"C{i}", lw=0.8,
-                label=f"S^{d - 1} rate {result.fits['sphere_rate'][str(d)]['law']}")
+                label=f"$S^{{{d - 1}}}$ rate {rate_law(result.fits['sphere_rate'][str(d)]['law'])}")
         ax.plot(sizes, row["sliced_w2_mean"][-1], "x", color=f"C{i}", alpha=0.6)
-    ax.set(xscale="log", yscale="log", xlabel="N", ylabel=r"sup$_t$ W$_2^2(\mu^N_t, \mu^{N_{ref}}_t)$",
-           title="W₂² against N (×: sliced W₂² at T)")
+    ax.set(xscale="log", yscale="log", xlabel="$N$", ylabel=r"$\mathrm{sup}_t\,W_2^2(\mu^N_t, \mu^{N_\mathrm{ref}}_t)$",
+           title=r"$W_2^2$ against $N$ (×: sliced $W_2^2$ at $T$)")
+    integer_ticks(ax, sizes)
     ax.legend(fontsize=7)
 
     ax = axes[1, 0]
@@ -71,34 +82,35 @@ def plot_chaos(result: ChaosResult) -> "plt.Figure":
         ax.set_yscale("log")
     else:
         ax.axhline(0, color="0.6", lw=0.8)
-    ax.set(xscale="log", xlabel="N", ylabel="conditional correlation at T",
+    ax.set(xscale="log", xlabel="$N$", ylabel="conditional correlation at $T$",
            title=f"conditional decorrelation ({dec['fields']} fields × {dec['repeats']} draws, ± 2 SE)")
+    integer_ticks(ax, n)
     ax.legend(fontsize=7)
 
     ax = axes[1, 1]
     t = np.asarray(tab["record_times"])
     for i, d in enumerate(cfg.dims):
         row = tab["coupling"][str(d)]
-        ax.plot(t, row["energy_mean"], "-", color=f"C{i}", label=f"E_β, d={d}")
-        ax.plot(t, row["mean_token_norm_mean"], "--", color=f"C{i}", label=f"|mean token|, d={d}")
-    ax.set(xlabel="t", title=f"reference measure (N_ref = {cfg.N}): E_β and |∫x dμ|")
+        ax.plot(t, row["energy_mean"], "-", color=f"C{i}", label=rf"$E_\beta$, {assign('d', d)}")
+        ax.plot(t, row["mean_token_norm_mean"], "--", color=f"C{i}", label=f"|mean token|, {assign('d', d)}")
+    ax.set(xlabel="$t$", title=rf"reference measure ({n_ref}): $E_\beta$ and $|\int x\,d\mu|$")
     ax.legend(fontsize=7)
-    fig.suptitle(f"propagation of chaos (Prop. 1.2): {cfg.activation}, β={cfg.beta}, γ={cfg.gamma_value}, "
-                 f"T={cfg.T}, L={cfg.L}, field width {cfg.features}")
-    fig.tight_layout()
-    return fig
+    title = ", ".join([f"propagation of chaos (Prop. 1.2): {cfg.activation}"] + [assign(k, v) for k, v in (
+        ("beta", cfg.beta), ("gamma", cfg.gamma_value), ("T", cfg.T), ("L", cfg.L))]) + f", field width {cfg.features}"
+    return finish(fig, created, title)
 
 
-def plot_density_s2(X0: np.ndarray, XT: np.ndarray, title: str = "") -> "plt.Figure":
+def plot_density_s2(X0: np.ndarray, XT: np.ndarray, title: str = "", axes: Optional[Any] = None) -> "Figure":
     """Density of tokens on S² (d = 3) at t = 0 and t = T: 2-D histograms in the equal-area
-    coordinates (longitude, sin latitude), so a uniform measure is flat."""
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
-    for ax, X, name in ((axes[0], X0, "t = 0"), (axes[1], XT, "t = T")):
+    coordinates (longitude, sin latitude), so a uniform measure is flat. ``X0``, ``XT``: (n, 3),
+    unit rows; ``axes``: two axes, or None."""
+    created = axes is None
+    fig, ax2 = figure_axes(axes, (1, 2), (11, 4), sharey=True)
+    axes = ax2[0]
+    for ax, X, name in ((axes[0], X0, "$t = 0$"), (axes[1], XT, "$t = T$")):
         lon, z = np.arctan2(X[:, 1], X[:, 0]), np.clip(X[:, 2], -1, 1)
         h = ax.hist2d(lon, z, bins=(48, 24), range=((-np.pi, np.pi), (-1, 1)), density=True, cmap="magma")
         fig.colorbar(h[3], ax=ax, label="density")
         ax.set(xlabel="longitude", title=name)
-    axes[0].set_ylabel("sin(latitude) = x₃")
-    fig.suptitle(title or "reference tokens on S² (equal-area histogram)")
-    fig.tight_layout()
-    return fig
+    axes[0].set_ylabel("sin(latitude) = $x_3$")
+    return finish(fig, created, title or "reference tokens on $S^2$ (equal-area histogram)")

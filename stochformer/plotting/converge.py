@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING, Any, Optional
 
-import matplotlib.pyplot as plt
 import numpy as np
-from matplotlib.colors import LogNorm
+
+from .core import exponent_label, figure_axes, finish, integer_ticks
+
+if TYPE_CHECKING:  # pragma: no cover
+    from matplotlib.figure import Figure
 
 
 def _errorbars(ax, x, mean, se, **kw):
@@ -19,10 +23,13 @@ def _guide(ax, x, y_anchor, fn, label, style):
     ax.plot(x, y_anchor * fn(x) / fn(x[-1]), style, color="0.4", label=label)
 
 
-def plot_convergence(result) -> "plt.Figure":
+def plot_convergence(result: Any, axes: Optional[Any] = None) -> "Figure":
     """Three panels: error against L (log–log; m = ∞ at layer times and over continuous time, and the
     largest finite m), error against m at the largest L, and the (L, m) heat map of the layer-time
-    error whose decrease along both edges shows that the two iterated limits agree."""
+    error whose decrease along both edges shows that the two iterated limits agree.
+    ``result``: a ConvergeResult; ``axes``: three axes, or None for a new figure."""
+    from matplotlib.colors import LogNorm
+
     L = np.asarray(result.depths, dtype=float)
     widths = result.widths
     fin = [j for j, m in enumerate(widths) if math.isfinite(m)]
@@ -32,38 +39,42 @@ def plot_convergence(result) -> "plt.Figure":
     f = result.fits
     big = fin[int(np.argmax(m_fin))]
 
-    fig, (a1, a2, a3) = plt.subplots(1, 3, figsize=(16, 4.6))
+    created = axes is None
+    fig, ax = figure_axes(axes, (1, 3), (16, 4.6))
+    a1, a2, a3 = ax[0]
     e = f["exponent_L"]
     _errorbars(a1, L, lay[:, -1], lay_se[:, -1], color="C0",
-               label=f"m = ∞, layer times: slope −{e['value']:.3f} [{e['ci'][0]:.3f}, {e['ci'][1]:.3f}]")
+               label=rf"$m = \infty$, layer times: {exponent_label(e['value'], e['ci'], 3)}")
     e = f["exponent_L_continuous"]
     _errorbars(a1, L, con[:, -1], con_se[:, -1], color="C1",
-               label=f"m = ∞, continuous t: slope −{e['value']:.3f} [{e['ci'][0]:.3f}, {e['ci'][1]:.3f}]")
+               label=rf"$m = \infty$, continuous $t$: {exponent_label(e['value'], e['ci'], 3)}")
     e = f["exponent_L_large_m"]
     _errorbars(a1, L, lay[:, big], lay_se[:, big], color="C2",
-               label=f"m = {e['m']}, layer times: slope −{e['value']:.3f} [{e['ci'][0]:.3f}, {e['ci'][1]:.3f}]")
-    _guide(a1, L, lay[-1, -1], lambda x: 1 / x, "1/L", "--")
-    _guide(a1, L, con[-1, -1], lambda x: np.log(x) / x, "log L / L", ":")
-    a1.set(xscale="log", yscale="log", xlabel="depth L", ylabel=r"E sup (1/N) Σ |X − X̄|²",
+               label=f"$m = {e['m']}$, layer times: {exponent_label(e['value'], e['ci'], 3)}")
+    _guide(a1, L, lay[-1, -1], lambda x: 1 / x, "$L^{-1}$", "--")
+    _guide(a1, L, con[-1, -1], lambda x: np.log(x) / x, r"$\log L / L$", ":")
+    a1.set(xscale="log", yscale="log", xlabel="depth $L$",
+           ylabel=r"$\mathbb{E}\,\mathrm{sup}\,\frac{1}{N}\sum_i |X^i - \bar X^i|^2$",
            title="error against depth (± 2 SE)")
+    integer_ticks(a1, L)
     a1.legend(fontsize=7)
 
     top = int(np.argmax(L))
     e = f["exponent_m"]
     _errorbars(a2, m_fin, lay[top, fin], lay_se[top, fin], color="C0",
-               label=f"L = {e['L']}, layer times: slope −{e['value']:.3f} [{e['ci'][0]:.3f}, {e['ci'][1]:.3f}]")
-    _errorbars(a2, m_fin, con[top, fin], con_se[top, fin], color="C1", label=f"L = {e['L']}, continuous t")
-    a2.axhline(lay[top, -1], color="C0", lw=0.8, ls="-.", label="m = ∞ (layer times)")
-    _guide(a2, m_fin, lay[top, fin][-1], lambda x: 1 / x, "1/m", "--")
+               label=f"$L = {e['L']}$, layer times: {exponent_label(e['value'], e['ci'], 3)}")
+    _errorbars(a2, m_fin, con[top, fin], con_se[top, fin], color="C1", label=f"$L = {e['L']}$, continuous $t$")
+    a2.axhline(lay[top, -1], color="C0", lw=0.8, ls="-.", label=r"$m = \infty$ (layer times)")
+    _guide(a2, m_fin, lay[top, fin][-1], lambda x: 1 / x, "$m^{-1}$", "--")
     add = f["additive_layer"]
     a2.set_xscale("log")
     a2.set_xticks(m_fin, [str(int(m)) for m in m_fin])
     a2.minorticks_off()
-    a2.set(yscale="log", xlabel="width m", ylabel="error",
-           title=f"error against width; fit a/L + b/m: a = {add['a']['value']:.3g}, b = {add['b']['value']:.3g}")
+    a2.set(yscale="log", xlabel="width $m$", ylabel="error",
+           title=f"error against width; fit $a/L + b/m$: a = {add['a']['value']:.3g}, b = {add['b']['value']:.3g}")
     a2.legend(fontsize=7)
 
-    labels = [str(int(m)) if math.isfinite(m) else "∞" for m in widths]
+    labels = [str(int(m)) if math.isfinite(m) else r"$\infty$" for m in widths]
     im = a3.imshow(lay, origin="lower", aspect="auto", cmap="viridis", norm=LogNorm(vmin=lay.min(), vmax=lay.max()))
     a3.set_xticks(range(len(widths)), labels)
     a3.set_yticks(range(len(L)), [str(int(x)) for x in L])
@@ -71,7 +82,6 @@ def plot_convergence(result) -> "plt.Figure":
         for j in range(len(widths)):
             a3.text(j, i, f"{lay[i, j]:.1e}", ha="center", va="center", fontsize=6,
                     color="w" if lay[i, j] < np.sqrt(lay.min() * lay.max()) else "k")
-    a3.set(xlabel="width m", ylabel="depth L", title="layer-time error over (L, m): → 0 along both edges")
+    a3.set(xlabel="width $m$", ylabel="depth $L$", title="layer-time error over $(L, m)$: → 0 along both edges")
     fig.colorbar(im, ax=a3, fraction=0.046)
-    fig.tight_layout()
-    return fig
+    return finish(fig, created)

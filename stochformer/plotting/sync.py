@@ -1,49 +1,56 @@
 """Figures of the synchronisation experiments (``sync``, ``phase``, SPEC §6 items 1–3 and 6).
-Each function reads a result object and returns a matplotlib figure."""
+Each function reads a result object, draws into the given ``ax``/``axes`` (or a new figure) and
+returns the figure."""
 
 from __future__ import annotations
 
-import matplotlib.pyplot as plt
+from typing import TYPE_CHECKING, Any, Optional
+
 import numpy as np
 
+from .core import assign, figure_axes, finish, linear_band, log_band, symbol
 
-def _band(ax, x, mean, se, color, label, log=False):
-    mean, se = np.asarray(mean), np.asarray(se)
-    ax.plot(x, mean, color=color, label=label)
-    lo = np.maximum(mean - 2 * se, mean * 1e-3) if log else mean - 2 * se
-    ax.fill_between(x, lo, mean + 2 * se, color=color, alpha=0.25)
+if TYPE_CHECKING:  # pragma: no cover
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 
-def plot_sync(result) -> "plt.Figure":
+def plot_sync(result: Any, axes: Optional[Any] = None) -> "Figure":
     """SyncResult: cumulative log-separation with slope λ₁ − γ (left); E[E_β] near synchronisation and
-    from uniform tokens, semi-log, with the predicted slopes λ̄ − 2γ and the bound λ̄' (right)."""
+    from uniform tokens, semi-log, with the predicted slopes λ̄ − 2γ and the bound λ̄' (right).
+    ``axes``: two axes, or None for a new figure."""
     t = result.times
     m, p = result.measured, result.predicted
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4))
-    _band(a1, t, *result.log_growth, "C0", f"measured: {m['lambda_1']:.4g} ± {m['lambda_1_se']:.2g} per unit t")
+    created = axes is None
+    fig, ax = figure_axes(axes, (1, 2), (11, 4))
+    a1, a2 = ax[0]
+    growth, growth_se = result.log_growth
+    linear_band(a1, t, growth, growth_se, "C0", f"measured: {m['lambda_1']:.4g} ± {m['lambda_1_se']:.2g} per unit $t$")
     if p["lambda_1_pred"] is not None:
         a1.plot(t, p["lambda_1_pred"] * t, "k--", label=rf"predicted $\lambda_1-\gamma$ = {p['lambda_1_pred']:.4g}")
-    a1.set(xlabel="t = layer · T/L", ylabel=r"mean of $\log(\delta_t/\delta_0)$", title="pair separation (renormalised)")
+    a1.set(xlabel="$t$ = layer · $T/L$", ylabel=r"mean of $\log(\delta_t/\delta_0)$", title="pair separation (renormalised)")
     a1.legend(fontsize=8)
     e0 = result.energy_near[0][0]
     tn = result.near_times
-    _band(a2, tn, *result.energy_near, "C1", f"near sync: rate {m['energy_rate']:.4g} ± {m['energy_rate_se']:.2g}", log=True)
+    near, near_se = result.energy_near
+    log_band(a2, tn, near, near_se, "C1", f"near sync: rate {m['energy_rate']:.4g} ± {m['energy_rate_se']:.2g}")
     if p["lambda_bar_pred"] is not None:
         a2.plot(tn, e0 * np.exp(p["lambda_bar_pred"] * tn), "C1--", label=rf"$\bar\lambda-2\gamma$ = {p['lambda_bar_pred']:.4g}")
     if result.energy_uniform is not None:
         mu = result.energy_uniform[0]
-        _band(a2, t, *result.energy_uniform, "C2",
-              f"uniform start: rate {m['energy_rate_uniform']:.4g} ± {m['energy_rate_uniform_se']:.2g}", log=True)
+        uni, uni_se = result.energy_uniform
+        log_band(a2, t, uni, uni_se, "C2",
+                 f"uniform start: rate {m['energy_rate_uniform']:.4g} ± {m['energy_rate_uniform_se']:.2g}")
         if p["lambda_bar_prime_pred"] is not None:
             a2.plot(t, mu[0] * np.exp(p["lambda_bar_prime_pred"] * t), "C2:", label=rf"bound $\bar\lambda'$ = {p['lambda_bar_prime_pred']:.4g}")
     a2.set_yscale("log")
-    a2.set(xlabel="t", ylabel=r"$E[E_\beta(\mu_t)]$", title="energy (mean ± 2 SE)")
+    a2.set(xlabel="$t$", ylabel=r"$E[E_\beta(\mu_t)]$", title="energy (mean ± 2 SE)")
     a2.legend(fontsize=8)
     c = result.config
-    fig.suptitle(f"{c.dynamics}: {c.activation}, d={c.d}, σ_U={c.sigma_U}, σ_W={c.sigma_W}, s={c.noise_scale}, "
-                 f"γ={c.gamma_value if c.attention else 0}, T={c.T}, L={c.L}")
-    fig.tight_layout()
-    return fig
+    title = ", ".join([f"{c.dynamics}: {c.activation}"] + [assign(k, v) for k, v in (
+        ("d", c.d), ("sigma_U", c.sigma_U), ("sigma_W", c.sigma_W), ("noise_scale", c.noise_scale),
+        ("gamma", c.gamma_value if c.attention else 0), ("T", c.T), ("L", c.L))])
+    return finish(fig, created, title)
 
 
 def _edges(c: np.ndarray) -> np.ndarray:
@@ -55,12 +62,15 @@ def _edges(c: np.ndarray) -> np.ndarray:
     return np.concatenate([[2 * c[0] - mid[0]], mid, [2 * c[-1] - mid[-1]]])
 
 
-def plot_phase(result) -> "plt.Figure":
+def plot_phase(result: Any, ax: Optional["Axes"] = None) -> "Figure":
     """PhaseResult: the measured value over the grid (λ̂₁ or the synchronised fraction) with the
-    predicted boundaries λ₁ − γ = 0 (solid) and λ̄ − 2γ = 0 (dashed)."""
+    predicted boundaries λ₁ − γ = 0 (solid) and λ̄ − 2γ = 0 (dashed). ``ax``: one axes, or None."""
     c = result.config
-    fig, ax = plt.subplots(figsize=(6.5, 5))
+    created = ax is None
+    fig, axs = figure_axes(ax, (1, 1), (6.5, 5))
+    ax = axs[0, 0]
     x, y, v = result.x, result.y, result.value
+    kw: dict[str, Any]
     if c.measure == "lyapunov":
         lim = np.nanmax(np.abs(v)) or 1.0
         kw = dict(cmap="RdBu_r", vmin=-lim, vmax=lim)
@@ -78,17 +88,20 @@ def plot_phase(result) -> "plt.Figure":
     for i, yy in enumerate(y):
         for j, xx in enumerate(x):
             ax.text(xx, yy, f"{v[i, j]:.2g}", ha="center", va="center", fontsize=7)
-    ax.set(xlabel=c.x_field, ylabel=c.y_field, title=f"{c.dynamics}, {c.activation}, d={c.d}: predicted boundary in black")
+    ax.set(xlabel=symbol(c.x_field), ylabel=symbol(c.y_field),
+           title=f"{c.dynamics}, {c.activation}, {assign('d', c.d)}: predicted boundary in black")
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=8, loc="best")
-    fig.tight_layout()
-    return fig
+    return finish(fig, created)
 
 
-def plot_clusters(result) -> "plt.Figure":
-    """ClustersResult (SPEC §6 item 1): cosines against layer and the final pair-cosine histograms."""
+def plot_clusters(result: Any, axes: Optional[Any] = None) -> "Figure":
+    """ClustersResult (SPEC §6 item 1): cosines against layer and the final pair-cosine histograms.
+    ``axes``: 1 + (number of activations) axes, or None."""
     acts = list(result.curves)
-    fig, axes = plt.subplots(1, 1 + len(acts), figsize=(4.2 * (1 + len(acts)), 3.8))
+    created = axes is None
+    fig, ax = figure_axes(axes, (1, 1 + len(acts)), (4.2 * (1 + len(acts)), 3.8))
+    axes = ax[0]
     for k, act in enumerate(acts):
         c = result.curves[act]
         axes[0].plot(c["layers"], c["mean_cosine"], color=f"C{k}", label=f"{act}: mean cos")
@@ -97,41 +110,48 @@ def plot_clusters(result) -> "plt.Figure":
         centres = 0.5 * (cl.bins[1:] + cl.bins[:-1])
         axes[1 + k].bar(centres, cl.histogram, width=np.diff(cl.bins), color=f"C{k}")
         axes[1 + k].set_yscale("log")
+        axes[1 + k].set_ylim(bottom=0.8)  # whole decades from one pair up, whatever the counts
         axes[1 + k].set(xlabel=r"$\langle x_i, x_j\rangle$ at the last layer", ylabel="pairs",
                         title=f"{act}: clusters {np.mean(cl.n_clusters):.2g}, antipodal pairs {np.mean(cl.n_antipodal):.2g}")
-    axes[0].set(xlabel="layer", ylabel="cosine", ylim=(-1.05, 1.05), title="d = 4, no attention")
+    axes[0].set(xlabel="layer", ylabel="cosine", ylim=(-1.05, 1.05), title=f"{assign('d', 4)}, no attention")
     axes[0].legend(fontsize=7)
-    fig.tight_layout()
-    return fig
+    return finish(fig, created)
 
 
-def plot_scenarios(result, quantity: str = "mean_cosine") -> "plt.Figure":
+def plot_scenarios(result: Any, quantity: str = "mean_cosine", axes: Optional[Any] = None) -> "Figure":
     """ScenariosResult (SPEC §6 item 2): ``quantity`` against layer; one panel per (d, σ), one colour
-    per activation, line style per γ."""
+    per activation, line style per γ. ``axes``: (number of σ) × (number of d) axes, or None."""
     keys = result.keys
     ds = sorted({k["d"] for k in keys.values()})
     sigmas = sorted({k["sigma"] for k in keys.values()})
     acts = list(dict.fromkeys(k["activation"] for k in keys.values()))
     styles = {1.0: "-", 0.0: "--", -1.0: ":"}
-    fig, axes = plt.subplots(len(sigmas), len(ds), figsize=(4.2 * len(ds), 3.3 * len(sigmas)), squeeze=False)
+    created = axes is None
+    fig, axes = figure_axes(axes, (len(sigmas), len(ds)), (4.2 * len(ds), 3.3 * len(sigmas)))
     for key, c in keys.items():
         run = result.runs[key]
         sig_rows = [sigmas.index(c["sigma"])] if c["activation"] != "none" else range(len(sigmas))
         for r in sig_rows:
             ax = axes[r, ds.index(c["d"])]
             ax.plot(run["layers"], run[quantity], color=f"C{acts.index(c['activation'])}", ls=styles.get(c["gamma"], "-."),
-                    label=f"{c['activation']}, γ={c['gamma']:g}")
-            ax.set(title=f"d={c['d']}, σ={sigmas[r]:g}", xlabel="layer", ylabel=quantity)
+                    label=f"{c['activation']}, {assign('gamma', float(c['gamma']))}")
+            ax.set(title=f"{assign('d', c['d'])}, {assign('sigma', float(sigmas[r]))}", xlabel="layer",
+                   ylabel=_QUANTITIES.get(quantity, quantity))
             if quantity == "energy":
                 ax.set_yscale("log")
     axes[0, -1].legend(fontsize=6, ncol=2)
-    fig.tight_layout()
-    return fig
+    return finish(fig, created)
 
 
-def plot_table(result) -> "plt.Figure":
-    """TableResult (SPEC §6 item 3): measured against computed λ₁ and λ̄ (±2 SE), with y = x."""
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4.3))
+_QUANTITIES = {"mean_cosine": "mean cosine", "min_cosine": "min cosine", "energy": r"$E_\beta$"}
+
+
+def plot_table(result: Any, axes: Optional[Any] = None) -> "Figure":
+    """TableResult (SPEC §6 item 3): measured against computed λ₁ and λ̄ (±2 SE), with y = x.
+    ``axes``: two axes, or None."""
+    created = axes is None
+    fig, ax2 = figure_axes(axes, (1, 2), (10, 4.3))
+    axes = ax2[0]
     for ax, q, name in ((axes[0], "lambda_1", r"$\lambda_1$"), (axes[1], "lambda_bar", r"$\bar\lambda$")):
         pred = np.array([r[f"{q}_pred"] for r in result.rows])
         meas = np.array([r[q] for r in result.rows])
@@ -146,5 +166,4 @@ def plot_table(result) -> "plt.Figure":
         ax.set_yscale("symlog", linthresh=1e-2)
         ax.set(xlabel=f"computed {name}", ylabel=f"measured {name} (transformer)")
         ax.legend(fontsize=8)
-    fig.tight_layout()
-    return fig
+    return finish(fig, created)

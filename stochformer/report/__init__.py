@@ -1,10 +1,30 @@
 """The reproduction report: profiles, the stage registry (one section per claim of SPEC §6),
-the cached runner and the HTML page. Entry point: :func:`reproduce`."""
+the cached runner and the HTML page. Entry point: :func:`reproduce`.
 
-from .profiles import PROFILES
-from .runner import plan, reproduce
-from .stages import Stage, StageContext, StageOutput, StageUnavailable, registered
-from .verdict import RULES, Comparison, decide
+The names below are imported on first use, so that ``stochformer.report.profiles`` (read by the
+command line's ``--help``) loads without torch; ``registered`` comes through the runner, which
+imports the sections (they register themselves)."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_WHERE = {
+    "PROFILES": "profiles", "plan": "runner", "reproduce": "runner", "Stage": "stages", "StageContext": "stages",
+    "StageOutput": "stages", "StageUnavailable": "stages", "registered": "runner", "RULES": "verdict",
+    "Comparison": "verdict", "decide": "verdict",
+}
 
 __all__ = ["PROFILES", "RULES", "Comparison", "Stage", "StageContext", "StageOutput", "StageUnavailable",
            "decide", "plan", "registered", "reproduce"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _WHERE:
+        return getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -1,13 +1,52 @@
 """The report page: one self-contained HTML file (inline CSS, figures as base64 PNG, no scripts,
-no external resources)."""
+no external resources).
+
+Nothing read from the cache is trusted: every string is escaped, every verdict is derived again
+from the row's numbers (:func:`verdict.recompute`), and every figure is decoded, checked as a PNG
+and re-encoded (:func:`safe_png`) or left out with a note."""
 
 from __future__ import annotations
 
+import base64
+import binascii
+import html
+import io
 import json
-from html import escape
 from typing import Any, Optional
 
-from .verdict import FAILS, HOLDS, NOT_MEASURED, RULES, UNDETERMINED
+from .verdict import FAILS, HOLDS, NOT_MEASURED, RULES, UNDETERMINED, recompute
+
+#: the largest figure accepted from the cache, in pixels (a PNG that expands beyond it is refused)
+MAX_FIGURE_PIXELS = 50_000_000
+
+
+def escape(text: Any) -> str:
+    """Any value as HTML text (quotes escaped too, so it is safe inside attributes)."""
+    return html.escape("" if text is None else str(text), quote=True)
+
+
+def safe_png(data: Any) -> Optional[str]:
+    """``data`` (base64 text) decoded, checked to be one PNG image of reasonable size, and
+    re-encoded from its pixels; None when it is anything else."""
+    from PIL import Image
+
+    try:
+        raw = base64.b64decode(str(data), validate=True)
+        if not raw.startswith(b"\x89PNG\r\n\x1a\n"):
+            return None
+        with Image.open(io.BytesIO(raw), formats=["PNG"]) as img:
+            if img.width * img.height > MAX_FIGURE_PIXELS:
+                return None
+            img.load()
+            buf = io.BytesIO()
+            img.save(buf, format="PNG")
+    except (binascii.Error, ValueError, OSError, SyntaxError, Image.DecompressionBombError):
+        return None
+    return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def _seconds(x: Any) -> str:
+    return f"{x:.1f} s" if isinstance(x, (int, float)) and not isinstance(x, bool) else "—"
 
 CSS = """
 body { font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; margin: 0; color: #1d2329; background: #f6f7f9; }
@@ -58,7 +97,7 @@ def comparison_table(rows: list[dict]) -> str:
     head = ("<tr><th class='q'>quantity</th><th>predicted</th><th>measured</th><th>95% CI</th>"
             "<th>rule</th><th>tol</th><th>verdict</th><th class='q'>note</th></tr>")
     body = []
-    for r in rows:
+    for r in recompute(rows):
         cls = _VERDICT_CLASS.get(r["verdict"], "none")
         body.append(
             f"<tr><td class='q'>{escape(r['quantity'])}</td><td>{fmt(r['predicted'])}</td><td>{fmt(r['measured'])}</td>"
@@ -77,7 +116,7 @@ def data_table(table: dict) -> str:
 
 def _count(rec: dict) -> dict[str, int]:
     out = {HOLDS: 0, FAILS: 0}
-    for r in rec.get("comparisons", []):
+    for r in recompute(rec.get("comparisons", [])):
         if r["verdict"] in out:
             out[r["verdict"]] += 1
     return out
@@ -88,7 +127,7 @@ def summary_table(records: list[dict]) -> str:
     rows = []
     for rec in records:
         c = _count(rec)
-        took = f"{rec['elapsed_s']:.1f} s" if rec.get("elapsed_s") is not None else "—"
+        took = _seconds(rec.get("elapsed_s"))
         rows.append(
             f"<tr><td class='q'><a href='#{escape(rec['name'])}'>{escape(rec['title'])}</a></td>"
             f"<td class='q'>{escape(rec['spec'])}</td><td class='q'>{escape(rec['status'])}</td><td>{took}</td>"
@@ -126,13 +165,18 @@ def section(rec: dict) -> str:
         when = rec.get("started_at", "")
         origin = "computed in this run" if status == "computed" else "reused from the cache (computed earlier with the same config and version)"
         prov = rec.get("provenance") or {}
-        parts.append(f"<p class='meta'>Status: {origin}; started {escape(when)}; run time {rec['elapsed_s']:.1f} s; "
+        parts.append(f"<p class='meta'>Status: {origin}; started {escape(when)}; run time {_seconds(rec.get('elapsed_s'))}; "
                      f"device {escape(str(prov.get('device', '?')))}; stochformer {escape(str(prov.get('stochformer', '?')))}.</p>")
         if rec.get("cache_note"):
             parts.append(f"<p class='meta'>{escape(rec['cache_note'])}.</p>")
         for fig in rec.get("figures", []):
-            parts.append(f"<figure><img alt='{escape(fig['name'])}' src='data:image/png;base64,{fig['png']}'>"
-                         f"<figcaption>{escape(fig['caption'])}</figcaption></figure>")
+            png = safe_png(fig.get("png"))
+            if png is None:
+                parts.append(f"<p class='small'>Figure {escape(fig.get('name'))} left out: the stored image is not "
+                             "a valid PNG.</p>")
+                continue
+            parts.append(f"<figure><img alt='{escape(fig.get('name'))}' src='data:image/png;base64,{png}'>"
+                         f"<figcaption>{escape(fig.get('caption'))}</figcaption></figure>")
         parts.append(comparison_table(rec.get("comparisons", [])))
         parts.extend(data_table(t) for t in rec.get("tables", []))
         for note in rec.get("notes", []):
@@ -165,7 +209,8 @@ def render_html(report: dict) -> str:
     rules = "".join(f"<li><b>{escape(k)}</b>: {escape(v)}</li>" for k, v in RULES.items())
     nav = "".join(f"<a href='#{escape(r['name'])}'>{escape(r['name'])}</a>" for r in records)
     state = "complete" if report.get("complete") else "incomplete (see the status of each section)"
-    compute = sum(r.get("elapsed_s") or 0.0 for r in records if r["status"] in ("computed", "cached"))
+    compute = sum(r["elapsed_s"] for r in records
+                  if r["status"] in ("computed", "cached") and isinstance(r.get("elapsed_s"), (int, float)))
     return "\n".join([
         "<!DOCTYPE html>",
         "<html lang='en'><head><meta charset='utf-8'>",

@@ -26,11 +26,14 @@ from tqdm.auto import tqdm
 
 from .. import __version__
 from ..config import ConfigError, build_config, load_toml
-from ..io import StageCache, atomic_write_bytes, config_key, to_jsonable, write_json
+from ..extras import MissingExtraError
+from ..io import StageCache, atomic_write_bytes, config_key, source_hash, to_jsonable, write_json
+from ..outputs import OutputError, check_writable, has_marker, make_owned, refuse_unsafe, remove_owned
 from ..runtime import provenance
 from . import sections  # noqa: F401  (registers the stages)
 from .profiles import DERIVED, PROFILES
 from .stages import Stage, StageContext, StageUnavailable, registered
+from .verdict import recompute
 
 CACHE_DIR = "cache"
 
@@ -101,7 +104,8 @@ def plan(
             item.config = build_config(base, mine, model=model)
         except ConfigError as exc:
             raise ConfigError(f"section {stage.name}: {exc}") from None
-        item.key = config_key({"stage": stage.name, "config": item.config.model_dump(mode="json"), "version": __version__})
+        item.key = config_key({"stage": stage.name, "config": item.config.model_dump(mode="json"), "version": __version__,
+                               "source": source_hash()})
         planned.append(item)
     unused = sorted({_field(o) for o in common} - used) + sorted(k for k in file_data if k not in names and k not in used)
     if unused:
@@ -114,13 +118,17 @@ def plan(
     return planned
 
 
-def check_report_folder(out: Path, force: bool = False) -> None:
-    """Refuse to write into a non-empty folder that is not a report folder (unless ``force``)."""
+def check_report_folder(out: Path | str, force: bool = False) -> Path:
+    """``out`` as a Path; refuse an unsafe path, a path that is not a folder, a non-empty folder
+    that stochformer did not create (even with ``force``) and a location where nothing can be written."""
+    out = refuse_unsafe(out)
     if out.exists() and not out.is_dir():
-        raise FileExistsError(f"--out: {out} exists and is not a folder")
-    if out.is_dir() and any(out.iterdir()) and not force:
-        if not ((out / "results.json").exists() or (out / CACHE_DIR).is_dir()):
-            raise FileExistsError(f"--out: {out} is not empty and is not a report folder (choose another folder or pass --force)")
+        raise OutputError(f"--out: {out} exists and is not a folder")
+    if out.is_dir() and any(out.iterdir()) and not has_marker(out):
+        raise OutputError(f"--out: {out} is not empty and is not a report folder (it was not created by stochformer); "
+                          "choose another folder")
+    check_writable(out)
+    return out
 
 
 def nonfinite_paths(obj: Any, path: str = "") -> list[str]:
@@ -143,6 +151,26 @@ def _record(item: Planned, profile: str) -> dict:
     s = item.stage
     return {"name": s.name, "title": s.title, "spec": s.spec, "claim": s.claim, "profile": profile,
             "key": item.key, "config": item.config.model_dump(mode="json") if item.config is not None else None}
+
+
+#: what a cached stage record must hold, by type (anything else makes the entry count as corrupt)
+_CACHED_TYPES = {"numbers": dict, "comparisons": list, "figures": list, "tables": list, "notes": list,
+                 "seeds": dict, "provenance": dict, "elapsed_s": (int, float), "started_at": str}
+
+
+def _from_cache(hit: Any, record: dict) -> Optional[dict]:
+    """A cached stage record made safe to show, or None if it is not one: the stage's identity
+    (name, title, claim, config, key) comes from the plan, not the cache; each field must have
+    its type; verdicts are derived again from the stored numbers (never read from the cache)."""
+    if not isinstance(hit, dict) or any(not isinstance(hit.get(k), t) for k, t in _CACHED_TYPES.items()):
+        return None
+    figures_ok = all(isinstance(f, dict) and all(isinstance(f.get(k), str) for k in ("name", "caption", "png"))
+                     for f in hit["figures"])
+    tables_ok = all(isinstance(t, dict) and isinstance(t.get("columns"), list) and isinstance(t.get("rows"), list)
+                    and all(isinstance(r, list) for r in t["rows"]) for t in hit["tables"])
+    if not (figures_ok and tables_ok):
+        return None
+    return {**hit, **record, "comparisons": recompute(hit["comparisons"]), "notes": [str(n) for n in hit["notes"]]}
 
 
 def run_stage(item: Planned, profile: str, cache: StageCache, ctx: StageContext) -> dict:
@@ -193,11 +221,13 @@ def reproduce(
     as ``out/results.json`` and ``out/index.html``).
 
     Stages not selected by ``only`` are shown from the cache when they were computed before with
-    the same config and version. Raises :class:`ConfigError` / ``FileExistsError`` before any work."""
+    the same config, version and source. ``force`` replaces an existing report folder. Raises
+    :class:`ConfigError` / :class:`~stochformer.outputs.OutputError` before any work."""
     planned = plan(profile, only, overrides, config_file)
-    out = Path(out)
-    check_report_folder(out, force)
-    out.mkdir(parents=True, exist_ok=True)
+    out = check_report_folder(out, force)
+    if force:
+        remove_owned(out)
+    make_owned(out, "reproduce")
     cache = StageCache(out / CACHE_DIR)
     t0 = time.perf_counter()
     records: list[dict] = []
@@ -206,7 +236,7 @@ def reproduce(
         if item.error is not None:
             rec.update(status="unavailable", error=item.error)
         else:
-            hit = cache.load(item.stage.name, item.key)
+            hit = _from_cache(cache.load(item.stage.name, item.key), rec)
             if hit is not None and (resume or not item.selected):
                 rec = {**hit, "status": "cached"}
             elif item.selected:
@@ -243,7 +273,7 @@ def reproduce(
             try:
                 rec = run_stage(item, profile, cache, ctx)
                 rec["status"] = "computed"
-            except StageUnavailable as exc:
+            except (StageUnavailable, MissingExtraError) as exc:
                 rec = {**records[i], "status": "unavailable", "error": str(exc)}
             except (KeyboardInterrupt, SystemExit):
                 raise

@@ -7,7 +7,7 @@ embedded figures, and declares its sizes for every profile.
 
 from __future__ import annotations
 
-from typing import Any, Callable, ClassVar, Literal, Optional
+from typing import Any, ClassVar, Literal, Optional
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from ..model.activations import ACTIVATIONS, ODD_ACTIVATIONS
 from ..config import RunConfig, build_config
 from ..runtime import child_seeds, provenance, resolve_device
+from ..stats import loglog_slope, mean_and_se
 from .profiles import sizes
 from ..experiments import chaos, converge, paper, phase, sync
 from ..experiments.chaos import ChaosConfig
@@ -41,10 +42,9 @@ def _prov(cfg: Any) -> dict:
 
 
 def _mean_se(values) -> tuple[float, float]:
-    """Sample mean and its standard error of a 1-D array of independent samples."""
-    v = np.asarray(values, dtype=float).ravel()
-    se = float(v.std(ddof=1) / np.sqrt(len(v))) if len(v) > 1 else 0.0
-    return float(v.mean()), se
+    """Sample mean and its standard error of independent samples (any shape, flattened)."""
+    mean, se = mean_and_se(np.asarray(values, dtype=float).ravel())
+    return float(mean), float(se)
 
 
 def _rate_row(quantity: str, predicted: Optional[float], measured: float, se: float, rtol: float = RATE_RTOL,
@@ -264,7 +264,7 @@ register(Stage(
 
 def _loglog_exponent(x, y) -> float:
     """Decay exponent p of y ≈ c x^{−p} by least squares in log–log (for the rate laws' own slope)."""
-    return float(-np.polyfit(np.log(np.asarray(x, float)), np.log(np.asarray(y, float)), 1)[0])
+    return -loglog_slope(x, y)[0]
 
 
 def _fit_row(quantity: str, predicted: Optional[float], fit: dict, rule: str, tol: float, note: str) -> Comparison:
@@ -470,3 +470,8 @@ register(Stage(
     ),
     run=_run_phase,
 ))
+
+
+# --------------------------------------------------------------------------- §7 (own module)
+
+from . import sections_variants  # noqa: E402,F401  (registers "variants" and "bridge")

@@ -106,3 +106,17 @@ def _clean(x: Optional[float]) -> Optional[float]:
         return None
     x = float(x)
     return x if math.isfinite(x) else None
+
+
+def recompute(rows: list) -> list[dict]:
+    """The rows of a stored table with every verdict derived again from the row's own numbers, so
+    a stored verdict is never trusted; a row that is not a valid :class:`Comparison` becomes an
+    ``undetermined`` row saying so."""
+    out = []
+    for row in rows if isinstance(rows, list) else []:
+        try:
+            out.append(Comparison.from_dict(row).to_dict())
+        except (TypeError, ValueError, KeyError, AttributeError, IndexError):
+            name = row.get("quantity") if isinstance(row, dict) else None
+            out.append(Comparison(str(name or "?"), None, note="invalid stored row").to_dict() | {"verdict": UNDETERMINED})
+    return out

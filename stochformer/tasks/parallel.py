@@ -25,6 +25,7 @@ import concurrent.futures as cf
 import contextlib
 import multiprocessing
 import os
+import socket
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,6 +33,7 @@ from typing import Any, Callable, Optional
 
 from tqdm.auto import tqdm
 
+from ..extras import require
 from ..io import StageCache
 from .serial import Task, run_tasks
 
@@ -55,7 +57,8 @@ def _count(text: str, what: str) -> int:
 
 def parse_scheduler(scheduler: Any) -> tuple[str, Any]:
     """``(kind, argument)``: ``("serial", None)``, ``("processes", N)``, ``("local-cluster", N)``,
-    ``("address", ADDRESS)`` or ``("client", CLIENT)``; ``ValueError`` naming the valid forms."""
+    ``("address", ADDRESS)`` or ``("client", CLIENT)``; ``ValueError`` naming the valid forms, and
+    :class:`~stochformer.extras.MissingExtraError` for a Dask form without Dask installed."""
     if scheduler is None or scheduler == "serial":
         return "serial", None
     if not isinstance(scheduler, str):
@@ -68,8 +71,11 @@ def parse_scheduler(scheduler: Any) -> tuple[str, Any]:
     if name == "processes":
         return "processes", _count(arg, "processes") if arg else (os.cpu_count() or 1)
     if name == "local-cluster":
-        return "local-cluster", _count(arg, "local-cluster") if arg else (os.cpu_count() or 1)
+        n = _count(arg, "local-cluster") if arg else (os.cpu_count() or 1)
+        require("distributed", f"scheduler {scheduler!r} (a local Dask cluster)")
+        return "local-cluster", n
     if "://" in scheduler or (arg and arg.isdigit()):
+        require("distributed", f"scheduler {scheduler!r} (a Dask scheduler address)")
         return "address", scheduler
     raise ValueError(f"scheduler: unknown scheduler {scheduler!r}; valid forms are {SCHEDULER_FORMS}")
 
@@ -147,12 +153,56 @@ def _runner(kind: str, arg: Any) -> Iterator[_Runner]:
             with Client(cluster) as client:
                 yield _DaskRunner(client)
     else:
-        try:
-            client = Client(arg, timeout="30s")
-        except OSError as exc:
-            raise ValueError(f"scheduler: cannot connect to the Dask scheduler at {arg!r}: {exc}") from None
-        with client:
+        with _connect(arg) as client:
             yield _DaskRunner(client)
+
+
+#: environment variable: seconds to wait for a Dask scheduler (default :data:`CONNECT_TIMEOUT_S`)
+TIMEOUT_ENV = "STOCHFORMER_DASK_TIMEOUT"
+CONNECT_TIMEOUT_S = 5.0
+
+
+def connect_timeout() -> float:
+    """Seconds to wait for a Dask scheduler: ``$STOCHFORMER_DASK_TIMEOUT`` or 5."""
+    text = os.environ.get(TIMEOUT_ENV, "")
+    try:
+        value = float(text) if text else CONNECT_TIMEOUT_S
+    except ValueError:
+        value = float("nan")
+    if not (0 < value <= 3600):
+        raise ValueError(f"{TIMEOUT_ENV}: must be a number of seconds in (0, 3600] (got {text!r})")
+    return value
+
+
+def _connect(address: str) -> Any:
+    """A ``distributed.Client`` for ``address``: the port is tried first with a plain socket and
+    the connect timeout, so an unreachable scheduler fails within seconds with a message naming
+    it; ``tls://`` uses Dask's own security settings (``distributed.comm.tls.*``)."""
+    from urllib.parse import urlsplit
+
+    from distributed import Client
+    from distributed.security import Security
+
+    timeout = connect_timeout()
+    url = urlsplit(address if "://" in address else f"tcp://{address}")
+    security = None
+    if url.scheme == "tls":
+        security = Security()
+        if not (security.tls_ca_file and security.tls_client_cert):
+            raise ValueError(f"scheduler: {address!r} is a tls:// address but Dask's TLS settings are missing: set "
+                             "distributed.comm.tls.ca-file, .client.cert and .client.key (e.g. DASK_DISTRIBUTED__COMM__TLS__"
+                             "CA_FILE=...; see docs/sweeps.md)")
+    hint = f"check the address and that the scheduler runs (wait longer with {TIMEOUT_ENV}=SECONDS)"
+    try:
+        socket.create_connection((url.hostname, url.port), timeout=timeout).close()
+    except (OSError, ValueError, TypeError) as exc:
+        raise ValueError(f"scheduler: cannot reach the Dask scheduler at {address!r} within {timeout:g} s "
+                         f"({exc}); {hint}") from None
+    try:
+        return Client(address, timeout=timeout, security=security)
+    except Exception as exc:  # a port that answers but is not a Dask scheduler, a TLS mismatch, ...
+        raise ValueError(f"scheduler: cannot connect to the Dask scheduler at {address!r} within {timeout:g} s "
+                         f"({type(exc).__name__}: {exc}); {hint}") from None
 
 
 def run_tasks_parallel(

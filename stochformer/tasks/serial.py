@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterable, Optional
 
 from tqdm.auto import tqdm
 
-from ..io import StageCache, config_key
+from ..io import StageCache, config_key, source_hash
 
 
 @dataclass(frozen=True)
@@ -29,11 +29,12 @@ class Task:
 
     @property
     def cache_key(self) -> str:
-        """Hash of the function's qualified name and its arguments (plus the package version)."""
+        """Hash of the function's qualified name and its arguments (plus the package version and
+        a hash of its source, so changed code never reuses stored results)."""
         from .. import __version__
 
         name = f"{self.fn.__module__}.{self.fn.__qualname__}"
-        return config_key({"fn": name, "kwargs": self.kwargs, "version": __version__})
+        return config_key({"fn": name, "kwargs": self.kwargs, "version": __version__, "source": source_hash()})
 
 
 def run_tasks(

@@ -1,0 +1,213 @@
+"""``bridge``: standard transformer blocks at random initialisation against the paper's model and
+its limit SDE for the matched kernel (SPEC §7; the blocks and the matching in
+:mod:`stochformer.bridge`).
+
+For each depth L: ``samples`` independent networks of L fresh blocks (residual branches scaled by
+α₁ = T/L, α₂ = √(T/L), or GPT-2's own initialisation) from the same law of initial tokens; the
+mean pairwise cosine of the tokens (normalised to the sphere) at every depth, mean ± SE over
+networks. Beside it, each with its own samples: the idealised model at the same depth with the
+matched Gaussian MLP ("model") and the limit SDE of the matched kernel ("sde"). A verdict row per
+prediction and depth on the change of the mean cosine from the input to the last layer (per-sample
+differences, so the spread of the initial tokens cancels): measured against predicted with the SE
+of both, rule "matches" with the stated allowance ``tol``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import torch
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from ..model.attention import SoftmaxAttention
+from ..bridge import NORMS, PRE_NORM, MatchedKernel, block_law, ln_basis, predict_model, predict_sde, run_network
+from ..io import write_json, write_npz
+from ..model.kernel import NoiseKernel
+from ..report.verdict import Comparison, Z95
+from ..runtime import child_seeds, make_generator, provenance
+from ..sphere import normalize
+from ..results import run_record
+
+
+class BridgeConfig(BaseModel):
+    """One block kind at one or more depths, and the sizes of the predictions."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, validate_assignment=True)
+
+    block: Literal["paper", "encoder_post", "encoder_pre", "gpt2", "llama"] = "encoder_post"
+    N: int = Field(8, ge=2, description="tokens (>= 2)")
+    d: int = Field(32, ge=3, description="model dimension (>= 3)")
+    heads: int = Field(4, ge=1, description="attention heads (must divide d; d/heads even for llama's rotary)")
+    m: int = Field(128, ge=1, description="MLP width (>= 1)")
+    T: float = Field(5.0, gt=0.0, description="horizon: α₁ = T/L, α₂ = √(T/L) (> 0)")
+    depths: list[int] = Field(default_factory=lambda: [16, 64], description="depths L (each >= 1)")
+    samples: int = Field(32, ge=4, description="independent networks per depth (>= 4)")
+    pred_samples: int = Field(256, ge=4, description="samples of each prediction (>= 4)")
+    refine: int = Field(2, ge=1, le=64, description="SDE steps per layer, in [1, 64]")
+    std: float = Field(0.02, gt=0.0, description="weight std of the gpt2 and llama blocks (> 0)")
+    gpt2_init: bool = Field(False, description="gpt2: residual projections N(0, std²/(2L)) and α₁ = α₂ = 1")
+    init_spread: float = Field(0.0, ge=0.0, description="0: uniform initial tokens; > 0: a cluster of this Gaussian spread")
+    tol: float = Field(0.02, ge=0.0, description="allowance of the verdict on the change of the mean cosine (finite L, m)")
+    # the paper block's own fields (SPEC §1)
+    activation: str = "relu"
+    sigma_U: float = Field(0.0, ge=0.0)
+    sigma_W: float = Field(0.0, ge=0.0)
+    beta: float = 1.0
+    gamma: float = 1.0
+    seed: int = Field(0, ge=0, le=2**64 - 1)
+
+    @model_validator(mode="after")
+    def _check(self) -> "BridgeConfig":
+        if not self.depths or min(self.depths) < 1 or len(set(self.depths)) != len(self.depths):
+            raise ValueError(f"depths: need distinct integers >= 1 (got {self.depths})")
+        if self.block != "paper" and self.d % self.heads:
+            raise ValueError(f"heads: must divide d = {self.d} (got {self.heads})")
+        if self.block == "llama" and (self.d // self.heads) % 2:
+            raise ValueError(f"heads: llama's rotary embedding needs an even head dimension d/heads (got {self.d // self.heads})")
+        if self.gpt2_init and self.block != "gpt2":
+            raise ValueError("gpt2_init: only for block = 'gpt2'")
+        from ..model.activations import ACTIVATIONS
+
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"activation: unknown {self.activation!r}; valid: {', '.join(sorted(ACTIVATIONS))}")
+        return self
+
+    def scalings(self, L: int) -> tuple[float, float]:
+        """(α₁, α₂) at depth L."""
+        return (1.0, 1.0) if self.gpt2_init else (self.T / L, math.sqrt(self.T / L))
+
+
+def _initial(cfg: BridgeConfig, n: int, generator: torch.Generator) -> torch.Tensor:
+    """Unit tokens (n, N, k) in the norm's space (k = d − 1 for LayerNorm: coordinates of 1⊥)."""
+    k = cfg.d - 1 if NORMS[cfg.block] == "ln" else cfg.d
+    X = torch.randn(n, cfg.N, k, generator=generator, dtype=torch.float64)
+    if cfg.init_spread > 0:
+        center = torch.randn(n, 1, k, generator=generator, dtype=torch.float64)
+        X = normalize(center) + cfg.init_spread * X
+    return normalize(X)
+
+
+def _embed(cfg: BridgeConfig, U: torch.Tensor) -> tuple[torch.Tensor, float]:
+    """Unit tokens → the block's input: × √d in R^d (LayerNorm: through a basis of 1⊥); the radius."""
+    norm = NORMS[cfg.block]
+    if norm == "sphere":
+        return U, 1.0
+    r = math.sqrt(cfg.d)
+    return r * (U @ ln_basis(cfg.d).T if norm == "ln" else U), r
+
+
+def compare(quantity: str, measured: tuple[float, float], predicted: tuple[float, float], tol: float,
+            note: str = "") -> Comparison:
+    """Rule ``matches`` on (mean, SE) pairs: the measured mean with a 95% interval from the SE of
+    the difference √(SE_m² + SE_p²) must reach the predicted mean within ``tol``."""
+    (m, se_m), (p, se_p) = measured, predicted
+    h = Z95 * math.hypot(se_m, se_p)
+    return Comparison(quantity, p, m, (m - h, m + h), rule="matches", tol=tol, note=note)
+
+
+def mean_se(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and SE over the first axis (independent samples)."""
+    return a.mean(0), a.std(0, ddof=1) / math.sqrt(a.shape[0])
+
+
+#: the curves of a result: the block, then the two predictions
+CURVES = ("measured", "model", "sde")
+_LABELS = {"model": "paper's model (matched MLP)", "sde": "limit SDE (matched κ)"}
+
+
+@dataclass
+class BridgeResult:
+    """Per-sample mean-cosine curves ``curves[name][L]``: (samples, L + 1) for name in
+    :data:`CURVES` (the block's networks, the paper's model with the matched MLP, the limit SDE of
+    the matched kernel at the layer times)."""
+
+    config: BridgeConfig
+    curves: dict[str, dict[int, np.ndarray]]
+    kappa1: float
+    provenance: dict
+    elapsed_s: float
+
+    def summary(self, name: str, L: int) -> tuple[np.ndarray, np.ndarray]:
+        """Mean cosine by depth, mean and SE over samples: (L + 1,) each."""
+        return mean_se(self.curves[name][L])
+
+    def change(self, name: str, L: int) -> tuple[float, float]:
+        """The change of the mean cosine from the input to the last layer, mean and SE (per-sample
+        differences: the spread of the initial tokens cancels)."""
+        c = self.curves[name][L]
+        m, se = mean_se(c[:, -1] - c[:, 0])
+        return float(m), float(se)
+
+    def comparisons(self) -> list[Comparison]:
+        """At each depth: the measured change of the mean cosine against each prediction's."""
+        rows = []
+        for L in sorted(self.curves["measured"]):
+            meas = self.change("measured", L)
+            for name in ("model", "sde"):
+                pred = self.change(name, L)
+                rows.append(compare(f"{self.config.block}, L = {L}: change of the mean cosine vs {_LABELS[name]}", meas,
+                                    pred, self.config.tol,
+                                    f"tol = {self.config.tol:g} (finite L and m); measured − predicted = "
+                                    f"{meas[0] - pred[0]:+.4f} ± {math.hypot(meas[1], pred[1]):.4f} (SE)"))
+        return rows
+
+    def to_dict(self) -> dict:
+        out: dict = {"block": self.config.block, "kappa1_unit_sphere": self.kappa1, "elapsed_s": self.elapsed_s}
+        for name in CURVES:
+            out[name] = {str(L): {"mean": mean_se(c)[0].tolist(), "se": mean_se(c)[1].tolist(),
+                                  "change": self.change(name, L)} for L, c in self.curves[name].items()}
+        out["comparisons"] = [c.to_dict() for c in self.comparisons()]
+        return out
+
+    def save(self, folder: Path | str) -> None:
+        """config.json, bridge.json (curves, verdicts) and arrays.npz (per-sample curves)."""
+        folder = Path(folder)
+        write_json(folder / "config.json", run_record("bridge", self.config, self.provenance, self.elapsed_s))
+        write_json(folder / "bridge.json", self.to_dict())
+        write_npz(folder / "arrays.npz", **{f"{n}_L{L}": c for n in CURVES for L, c in self.curves[n].items()})
+
+
+def run_bridge(cfg: BridgeConfig, progress: bool = False) -> BridgeResult:
+    """Measure the block's networks and the two predictions at every depth (CPU, float64; one
+    thread below 1024 token coordinates: the tensors are tiny and threads only add overhead)."""
+    from ..runtime import cpu_threads_for
+
+    with cpu_threads_for(cfg.N * cfg.d):
+        return _run_bridge(cfg, progress)
+
+
+def _run_bridge(cfg: BridgeConfig, progress: bool) -> BridgeResult:
+    from tqdm.auto import tqdm
+
+    start = time.perf_counter()
+    norm, pre = NORMS[cfg.block], cfg.block in PRE_NORM
+    curves: dict[str, dict[int, np.ndarray]] = {name: {} for name in CURVES}
+    kappa1 = math.nan
+    paper = dict(activation=cfg.activation, sigma_U=cfg.sigma_U, sigma_W=cfg.sigma_W, beta=cfg.beta, gamma=cfg.gamma)
+    for L, seed in zip(sorted(cfg.depths), child_seeds(cfg.seed, len(cfg.depths))):
+        s_init, s_net, s_model, s_sde = child_seeds(seed, 4)
+        a1, a2 = cfg.scalings(L)
+        law = block_law(cfg.block, cfg.d, cfg.m, cfg.std, L, cfg.gpt2_init, cfg.activation, cfg.sigma_U, cfg.sigma_W)
+        g_init = make_generator(s_init)
+        U0 = _initial(cfg, cfg.samples, g_init)
+        X0, r = _embed(cfg, U0)
+        nets = [run_network(cfg.block, X0[b : b + 1], L, s, d=cfg.d, heads=cfg.heads, m=cfg.m, a1=a1, a2=a2,
+                            std=cfg.std, depth=L, gpt2_init=cfg.gpt2_init, **(paper if cfg.block == "paper" else {}))
+                for b, s in enumerate(tqdm(child_seeds(s_net, cfg.samples), desc=f"L={L}", disable=not progress, leave=False))]
+        curves["measured"][L] = torch.stack(nets).numpy()
+        attention = SoftmaxAttention(cfg.beta, cfg.gamma) if cfg.block == "paper" else None
+        P0 = _initial(cfg, cfg.pred_samples, g_init)
+        P0 = _embed(cfg, P0)[0] if pre else P0
+        with torch.no_grad():
+            curves["model"][L] = predict_model(pre, norm, law, P0, r, L, a2, make_generator(s_model), attention, a1).numpy()
+            kernel = (NoiseKernel(cfg.activation, cfg.d, cfg.sigma_U, cfg.sigma_W) if cfg.block == "paper"
+                      else MatchedKernel(law, r * r, 1.0 if pre else 1.0 / (r * r)))
+            curves["sde"][L] = predict_sde(pre, norm, kernel, P0, a2 * a2 * L, L, cfg.refine, make_generator(s_sde),
+                                           attention).numpy()
+        kappa1 = kernel.kappa1 if not pre else kernel.kappa1 / (r * r)
+    return BridgeResult(cfg, curves, kappa1, provenance("cpu"), time.perf_counter() - start)

@@ -1,0 +1,330 @@
+"""Checks of the model's variants (SPEC §7): the deterministic attention flows, the laws of the
+MLP weights, and per-layer random attention against its averaged drift.
+
+- :func:`equiangular_tokens`, :func:`equiangular_rhs`, :func:`attention_flow`: n ≤ d equiangular
+  tokens under the noiseless attention flow (Q = K = V = I, inverse temperature β) stay
+  equiangular with dρ/dt = 2e^{βρ}(1−ρ)((n−1)ρ+1)/(e^β + (n−1)e^{βρ}) (softmax) or
+  (2/n)e^{βρ}(1−ρ)((n−1)ρ+1) (USA); post-LN (x ← LN(x + Δt Attn(x))) gives 1 − ρ ~ e^{−2t}
+  (softmax), pre-LN (x ← x + Δt Attn(LN x), the residual stream not projected) 1 − ρ ~ 1/t².
+- :func:`mlp_covariance`: the empirical E⟨G(x), G(y)⟩/d of the explicit-weights MLP for a weight law.
+- :func:`run_resampled`: the transformer with Q, K, V drawn afresh every layer at several depths
+  L, against the model whose attention is the averaged drift b̄ (:class:`AveragedAttention`),
+  from the same initial tokens and with the same MLP draws.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import torch
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from scipy import stats
+
+from ..build import initial_tokens, make_model, make_noise
+from ..config import RunConfig
+from ..model.attention_variants import AveragedAttention, MultiHeadAttention, ResampledAttention
+from ..model.noise import RandomMLP
+from ..model.transformer import Transformer
+from ..runtime import DTYPES, child_seeds, make_generator, provenance, resolve_device
+from ..solve import SaveAt, solve
+from ..sphere import normalize
+
+# ----------------------------------------------------------------- deterministic flows
+
+
+def equiangular_tokens(n: int, d: int, rho: float, dtype=torch.float64) -> torch.Tensor:
+    """n ≤ d unit tokens with all pairwise cosines ρ > −1/(n−1): (1, n, d), rows of the root of
+    the Gram matrix (1 − ρ) I + ρ 11ᵀ padded with zeros."""
+    if n > d or not -1.0 / (n - 1) < rho < 1.0:
+        raise ValueError(f"equiangular tokens need n <= d and -1/(n-1) < rho < 1 (got n={n}, d={d}, rho={rho})")
+    G = (1 - rho) * torch.eye(n, dtype=dtype) + rho
+    e, V = torch.linalg.eigh(G)
+    X = (V * e.clamp_min(0).sqrt()) @ V.T
+    return torch.cat([X, torch.zeros(n, d - n, dtype=dtype)], dim=1).unsqueeze(0)
+
+
+def equiangular_rhs(kind: str, beta: float, n: int) -> Callable[[float], float]:
+    """dρ/dt of equiangular tokens under Q = K = V = I (SPEC §7): ``kind`` = softmax or usa."""
+    if kind == "softmax":
+        return lambda r: 2 * math.exp(beta * r) * (1 - r) * ((n - 1) * r + 1) / (math.exp(beta) + (n - 1) * math.exp(beta * r))
+    if kind == "usa":
+        return lambda r: (2 / n) * math.exp(beta * r) * (1 - r) * ((n - 1) * r + 1)
+    raise ValueError(f"kind: the equiangular ODE is stated for 'softmax' and 'usa' (got {kind!r})")
+
+
+def attention_flow(X0: torch.Tensor, attention, dt: float, steps: int, norm: str = "post",
+                   every: int = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The noiseless flow of ``attention`` from X0 (batch, n, d): ``post`` x ← LN(x + Δt Attn(x)),
+    ``pre`` x ← x + Δt Attn(LN x). Returns times (k,), mean and spread (max − min) of the pairwise
+    cosines of the normalised tokens (batch, k), every ``every`` steps (step 0 included)."""
+    if norm not in ("post", "pre"):
+        raise ValueError(f"norm: 'post' or 'pre' (got {norm!r})")
+    X, times, means, spreads = X0, [], [], []
+    n = X0.shape[-2]
+    iu = torch.triu_indices(n, n, 1)
+
+    def record(s: int) -> None:
+        Z = normalize(X)
+        c = (Z @ Z.transpose(-1, -2))[..., iu[0], iu[1]]
+        times.append(s * dt)
+        means.append(c.mean(-1))
+        spreads.append(c.amax(-1) - c.amin(-1))
+
+    record(0)
+    for s in range(1, steps + 1):
+        X = normalize(X + dt * attention(X)) if norm == "post" else X + dt * attention(normalize(X))
+        if s % every == 0:
+            record(s)
+    return np.asarray(times), torch.stack(means, -1).numpy(), torch.stack(spreads, -1).numpy()
+
+
+@dataclass(frozen=True)
+class LineFit:
+    """y ≈ a + slope·x by least squares, with the 95% interval of the slope (t quantile × stderr)."""
+
+    slope: float
+    ci: tuple[float, float]
+    points: int
+
+    def to_dict(self) -> dict:
+        return {"value": self.slope, "ci": list(self.ci), "points": self.points}
+
+
+def fit_line(x, y) -> LineFit:
+    """Least-squares slope of y on x with its 95% interval (residual-based, n − 2 degrees of freedom)."""
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    r = stats.linregress(x, y)
+    h = stats.t.ppf(0.975, len(x) - 2) * r.stderr
+    return LineFit(float(r.slope), (float(r.slope - h), float(r.slope + h)), len(x))
+
+
+# ----------------------------------------------------------------- weight laws
+
+
+def mlp_covariance(x: torch.Tensor, y: torch.Tensor, law: str, activation: str = "relu", m: int = 4096,
+                   draws: int = 64, sigma_U: float = 0.0, sigma_W: float = 0.0, nu: float = 5.0,
+                   seed: int = 0, conditional: bool = False) -> tuple[float, float]:
+    """E⟨G(x), G(y)⟩/d over ``draws`` independent explicit-weights MLPs of width m with weights
+    from ``law``, and its standard error: x, y (d,) unit vectors. ``conditional``: take the mean
+    over the outer weights exactly, (1/m) Σ_k φ_k(x) φ_k(y) + σ_W² (the inner weights' law only,
+    far smaller SE). Equals κ(⟨x, y⟩) for Gaussian weights; for other laws the outer weights do not
+    change it (unit variance), the inner ones through the law of u·x/√d (Gaussian only as d → ∞)."""
+    noise = RandomMLP(width=m, activation=activation, sigma_U=sigma_U, sigma_W=sigma_W, mode="weights", law=law, nu=nu)
+    g = make_generator(seed)
+    X = torch.stack([x, y]).to(torch.float64).expand(draws, 2, -1).contiguous()
+    if conditional:
+        v = noise.empirical_kernel(X, g)[:, 0, 1]
+    else:
+        G = noise.increment(X, 1.0, g)  # (draws, 2, d): G(x), G(y) (dt = 1)
+        v = (G[:, 0] * G[:, 1]).sum(-1) / x.shape[-1]
+    return float(v.mean()), float(v.std(correction=1) / math.sqrt(draws))
+
+
+# ----------------------------------------------------------------- per-layer random attention
+
+
+class ResampledConfig(RunConfig):
+    """Per-layer random attention (Q, K, V fresh in every layer: √β I + σZ/√d, γI + σZ/√d) at the
+    depths ``depths`` against the averaged drift b̄ of ``attention_draws`` draws at the largest
+    depth. ``attention_kind`` is set by the experiment; the MLP (if on) is the same in both."""
+
+    depths: list[int] = Field(default_factory=lambda: [4, 16, 64, 256], description="depths L (at least 2)")
+    batch: int = Field(64, ge=4, description="samples (initial tokens and weight draws), >= 4")
+
+    @model_validator(mode="after")
+    def _depths(self) -> "ResampledConfig":
+        if len(self.depths) < 2 or len(set(self.depths)) != len(self.depths) or min(self.depths) < 1:
+            raise ValueError(f"depths: need at least 2 distinct integers >= 1 (got {self.depths})")
+        if self.dynamics != "transformer":
+            raise ValueError("dynamics: the per-layer random attention is a transformer (dynamics = 'transformer')")
+        return self
+
+
+@dataclass
+class ResampledResult:
+    """``final[L]``: (batch,) final mean cosine of the resampled model at depth L; ``reference``:
+    (batch,) of the averaged-drift model at the largest depth (same X₀); ``curves[L]``: (batch,
+    L + 1) mean cosine by layer; ``sq_error[L]``: (batch,) sup over the common times of the squared
+    difference of the mean-cosine paths."""
+
+    config: ResampledConfig
+    depths: list[int]
+    final: dict[int, np.ndarray]
+    reference: np.ndarray
+    reference_curve: np.ndarray
+    curves: dict[int, np.ndarray]
+    sq_error: dict[int, np.ndarray]
+    provenance: dict
+    elapsed_s: float
+
+    def differences(self) -> list[dict]:
+        """Per depth: mean of final − reference (paired samples) with its SE, and the mean squared error."""
+        rows = []
+        for L in self.depths:
+            diff = self.final[L] - self.reference
+            rows.append({"L": L, "diff": float(diff.mean()), "diff_se": float(diff.std(ddof=1) / math.sqrt(len(diff))),
+                         "sq_error": float(self.sq_error[L].mean()),
+                         "sq_error_se": float(self.sq_error[L].std(ddof=1) / math.sqrt(len(diff)))})
+        return rows
+
+    def to_dict(self) -> dict:
+        return {"depths": self.depths, "rows": self.differences(), "reference_mean": float(self.reference.mean()),
+                "elapsed_s": self.elapsed_s}
+
+
+def _run_layers(X0: torch.Tensor, model: Transformer, T: float, L: int, gen: torch.Generator) -> np.ndarray:
+    """Mean cosine by layer: (batch, L + 1)."""
+    return solve(model, X0, T, L, SaveAt(stats=("mean_cosine",), final=False), generator=gen)["mean_cosine"].values
+
+
+def run_resampled(cfg: ResampledConfig, progress: bool = False) -> ResampledResult:
+    """The resampled-attention transformer at every depth and the averaged-drift one at the largest
+    (both from the same X₀, each depth's MLP from the same seed)."""
+    start = time.perf_counter()
+    device, dtype = resolve_device(cfg.device), DTYPES[cfg.dtype]
+    s_init, s_mlp, s_attn = child_seeds(cfg.seed, 3)
+    X0 = initial_tokens(cfg.init, cfg.batch, cfg.N, cfg.d, make_generator(s_init, device), dtype, device)
+    depths = sorted(cfg.depths)
+    top = depths[-1]
+    gamma = cfg.gamma_value
+    with torch.no_grad():
+        avg = AveragedAttention.from_law(cfg.d, cfg.beta, gamma, cfg.attention_std, cfg.attention_draws,
+                                         cfg.attention_seed, dtype, device)
+        ref = _run_layers(X0, Transformer(avg, make_noise(cfg), cfg.order), cfg.T, top, make_generator(s_mlp, device))
+        final, curves, sq = {}, {}, {}
+        for L in depths:
+            attn = ResampledAttention(cfg.d, cfg.beta, gamma, cfg.attention_std, s_attn)
+            c = _run_layers(X0, Transformer(attn, make_noise(cfg), cfg.order), cfg.T, L, make_generator(s_mlp, device))
+            curves[L], final[L] = c, c[:, -1]
+            sq[L] = ((c - ref[:, :: top // L][:, : L + 1]) ** 2).max(-1) if top % L == 0 else (c[:, -1] - ref[:, -1]) ** 2
+    return ResampledResult(cfg, depths, final, ref[:, -1], ref, curves, sq, provenance(device), time.perf_counter() - start)
+
+
+# ----------------------------------------------------------------- all checks at once (report)
+
+
+class VariantsConfig(BaseModel):
+    """Sizes of :func:`run_variants`: the deterministic flows (β, step, horizon), the weight-law
+    covariances (d, m, draws) and the per-layer random attention (depths, samples, draws)."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    beta: float = Field(1.0, gt=0.0, le=10.0, description="inverse temperature of the flows, in (0, 10]")
+    flow_steps: int = Field(200, ge=20, description="Heun steps of the equiangular check over t in [0, 2] (>= 20)")
+    law_d: int = Field(64, ge=2, description="dimension of the weight-law covariance check (>= 2)")
+    law_m: int = Field(1024, ge=1, description="MLP width of the weight-law check (>= 1)")
+    law_draws: int = Field(32, ge=4, description="independent MLPs per law (>= 4)")
+    depths: list[int] = Field(default_factory=lambda: [4, 16, 64], description="depths of the random-attention check")
+    samples: int = Field(32, ge=4, description="samples of the random-attention check (>= 4)")
+    attention_draws: int = Field(128, ge=1, description="draws of the averaged drift (>= 1)")
+    seed: int = Field(0, ge=0, le=2**64 - 1)
+
+    @field_validator("depths")
+    @classmethod
+    def _depths(cls, v: list[int]) -> list[int]:
+        if len(v) < 2 or min(v) < 1 or len(set(v)) != len(v) or any(max(v) % L for L in v):
+            raise ValueError(f"need at least 2 distinct depths >= 1, each dividing the largest (got {v})")
+        return v
+
+
+def _equiangular_check(kind: str, beta: float, steps: int, n: int = 4, d: int = 5, rho0: float = 0.1, T: float = 2.0) -> dict:
+    """Heun (noiseless SDE integrator) from equiangular tokens against the ODE of SPEC §7."""
+    from scipy.integrate import solve_ivp
+
+    from ..config import build_config
+
+    cfg = build_config({"N": n, "d": d, "L": steps, "T": T, "beta": beta, "mlp": False, "dynamics": "sde",
+                        "attention_kind": kind})
+    t = np.linspace(0, T, steps + 1)
+    ode = solve_ivp(lambda _, r: [equiangular_rhs(kind, beta, n)(r[0])], (0, T), [rho0], rtol=1e-12, atol=1e-14, t_eval=t).y[0]
+    iu = torch.triu_indices(n, n, 1)
+    ds = solve(make_model(cfg), equiangular_tokens(n, d, rho0), T, steps, SaveAt(stats=(), tokens_every=1, final=False), seed=0)
+    Xs = torch.from_numpy(ds["X"].values)[0, 1:]  # (steps, n, d)
+    c = (Xs @ Xs.transpose(-1, -2))[:, iu[0], iu[1]]
+    sim = [rho0] + c.mean(-1).tolist()
+    spread = float((c.amax(-1) - c.amin(-1)).max())
+    return {"t": t.tolist(), "rho_ode": ode.tolist(), "rho_sim": sim, "max_error": float(np.abs(np.asarray(sim) - ode).max()),
+            "max_spread": spread}
+
+
+def _decay_fits(beta: float) -> dict:
+    """Softmax and USA post-LN (slope of log(1 − ρ) in t) and softmax pre-LN (slope in log t)
+    from three orthogonal tokens in d = 3; windows where 1 − ρ lies in [1e-12, 1e-3] (post) and
+    t ∈ [50, 200] (pre)."""
+    from ..model.attention import SoftmaxAttention
+    from ..model.attention_variants import UnnormalisedAttention
+
+    X0 = equiangular_tokens(3, 3, 0.0)
+    eye = torch.eye(3, dtype=torch.float64)
+    out = {}
+    for key, attn, dt, steps, every in (("post", SoftmaxAttention(beta=beta), 0.01, 1200, 10),
+                                        ("usa_post", UnnormalisedAttention(beta * eye, eye), 0.002, 1500, 10),
+                                        ("pre", SoftmaxAttention(beta=beta), 0.2, 1000, 25)):
+        t, c, _ = attention_flow(X0, attn, dt, steps, "pre" if key == "pre" else "post", every)
+        gap = 1 - c[0]
+        sel = (t >= 50) if key == "pre" else (gap > 1e-12) & (gap < 1e-3)
+        fit = fit_line(np.log(t[sel]) if key == "pre" else t[sel], np.log(gap[sel]))
+        out[key] = {"t": t[sel].tolist(), "one_minus_rho": gap[sel].tolist(), "slope": fit.to_dict(), "dt": dt}
+    return out
+
+
+def _law_checks(cfg: VariantsConfig) -> dict:
+    """κ against the measured MLP covariance for every law (d = law_d, delocalised pair at cosine
+    0.5, ReLU, σ_U = σ_W = 0.3), and the Rademacher departure at d = 2 (module tests' pair)."""
+    from ..model.kernel import NoiseKernel
+    from ..model.noise import WEIGHT_LAWS
+
+    d = cfg.law_d
+    g = make_generator(cfg.seed)
+    x = normalize(torch.sign(torch.randn(d, generator=g, dtype=torch.float64)))
+    z = normalize(torch.sign(torch.randn(d, generator=g, dtype=torch.float64)))
+    y = 0.5 * x + math.sqrt(0.75) * normalize(z - (z @ x) * x)
+    kappa = float(NoiseKernel("relu", d, 0.3, 0.3).kappa(float(x @ y)))
+    laws = {}
+    for law, s in zip(WEIGHT_LAWS, child_seeds(cfg.seed, len(WEIGHT_LAWS))):
+        laws[law] = mlp_covariance(x, y, law, "relu", cfg.law_m, cfg.law_draws, 0.3, 0.3, seed=s)
+    e1, e12 = torch.tensor([1.0, 0.0], dtype=torch.float64), torch.tensor([1.0, 1.0], dtype=torch.float64) / math.sqrt(2)
+    small = mlp_covariance(e1, e12, "rademacher", "relu", 1024, 64, seed=cfg.seed + 1, conditional=True)
+    return {"d": d, "cosine": float(x @ y), "kappa": kappa, "laws": {k: list(v) for k, v in laws.items()},
+            "small_d": {"measured": list(small), "exact": 1 / (4 * math.sqrt(2)),
+                        "kappa": float(NoiseKernel("relu", 2).kappa(1 / math.sqrt(2)))}}
+
+
+def run_variants(cfg: VariantsConfig) -> dict:
+    """Every check of SPEC §7 that does not need the standard blocks; a dict of numbers (one CPU
+    thread: every tensor is tiny)."""
+    from ..runtime import cpu_threads_for
+
+    with cpu_threads_for(0):
+        return _run_variants(cfg)
+
+
+def _run_variants(cfg: VariantsConfig) -> dict:
+    from ..model.attention import SoftmaxAttention
+    from ..model.attention_variants import SinkhornAttention
+    from ..stats import fit_power_law
+
+    start = time.perf_counter()
+    g = make_generator(cfg.seed)
+    X = normalize(torch.randn(4, 6, 4, generator=g, dtype=torch.float64))
+    Q, K, V = (torch.randn(4, 4, generator=g, dtype=torch.float64) / 2 for _ in range(3))
+    one_head = float((MultiHeadAttention.split(Q, K, V, 1)(X) - SoftmaxAttention(A=Q.T @ K, V=V)(X)).abs().max())
+    S = SinkhornAttention(3 * Q.T @ K, V, iters=5000, tol=1e-13).weights(X)
+    sums = float(max((S.sum(-1) - 1).abs().max(), (S.sum(-2) - 1).abs().max()))
+    with torch.no_grad():
+        res = run_resampled(ResampledConfig(N=5, d=4, T=2.0, mlp=False, batch=cfg.samples, depths=cfg.depths,
+                                            attention_draws=cfg.attention_draws, seed=cfg.seed))
+    depths = res.depths
+    fit = fit_power_law(depths, np.stack([res.sq_error[L] for L in depths], axis=1), n_boot=400, seed=cfg.seed)
+    return {
+        "one_head_max_diff": one_head, "sinkhorn_max_sum_error": sums,
+        "equiangular": {k: _equiangular_check(k, cfg.beta, cfg.flow_steps) for k in ("softmax", "usa")},
+        "normalisation": _decay_fits(cfg.beta),
+        "weight_laws": _law_checks(cfg),
+        "resampled": {**res.to_dict(), "sq_error_exponent": fit.to_dict()},
+        "elapsed_s": time.perf_counter() - start,
+    }

@@ -1,0 +1,31 @@
+"""Optional dependencies and the one message that names the extra to install.
+
+``pip install 'stochformer[ot]'`` adds POT (exact and sliced W₂, the ``chaos`` study);
+``pip install 'stochformer[cluster]'`` adds Dask (``--local-cluster``, ``--scheduler local-cluster:N``
+or a scheduler address); ``stochformer[all]`` adds both.
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+#: module → (extra, distribution) for every optional import of the package
+OPTIONAL = {"ot": ("ot", "POT"), "distributed": ("cluster", "dask[distributed]")}
+
+
+class MissingExtraError(ImportError):
+    """An optional dependency is missing; the message names the extra that provides it."""
+
+
+def require(module: str, feature: str) -> ModuleType:
+    """Import the optional ``module`` (a key of :data:`OPTIONAL`) needed by ``feature``, or raise
+    :class:`MissingExtraError` saying which extra to install."""
+    extra, dist = OPTIONAL[module]
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise MissingExtraError(
+            f"{feature} needs {dist}, which is not installed: "
+            f"python -m pip install 'stochformer[{extra}]' (or 'stochformer[all]')"
+        ) from exc

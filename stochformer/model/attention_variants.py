@@ -1,0 +1,200 @@
+"""Attention variants of the paper's remarks (SPEC §7) and per-layer random attention.
+
+Every variant is a callable with the interface of :class:`stochformer.model.attention.Attention`:
+``attn(X, keys=None)`` maps queries X (batch, n, d) and the cloud ``keys`` (default X),
+(batch, N, d), to Attn_μ(x_i): (batch, n, d). The transformer layer adds Δt · attn(X), the limit
+SDE and the mean-field solver use the drift P_x attn(X), so every variant plugs in unchanged.
+
+- :class:`MultiHeadAttention`: Σ_h O_h Σ_j softmax_j(⟨Q_h x_i, K_h x_j⟩) V_h x_j, Q_h, K_h, V_h
+  (H, d_h, d), O_h (H, d, d_h); H = 1, d_h = d, O = I is the single head.
+- :class:`UnnormalisedAttention` (USA): (1/N) Σ_j e^{⟨Q x_i, K x_j⟩} V x_j.
+- :class:`L2Attention`: Σ_j softmax_j(−|Q x_i − K x_j|²) V x_j.
+- :class:`SinkhornAttention`: Σ_j P_ij V x_j · (N/n), P the Sinkhorn scaling of e^{⟨Qx_i, Kx_j⟩}
+  to row sums 1/n and column sums 1/N (for n = N: n·P is doubly stochastic), computed in log space.
+- :class:`ResampledAttention`: Q, K, V drawn afresh at every call (one call = one layer), as in
+  a network at initialisation: Q = √β I + σ Z_Q/√d, K = √β I + σ Z_K/√d, V = γ I + σ Z_V/√d.
+- :class:`AveragedAttention`: the drift that the T/L-scaled resampled attention averages to as
+  L → ∞, b̄(x_i, μ) = γ E_{Q,K}[Σ_j softmax_j(⟨Q x_i, K x_j⟩) x_j] (V's centred part averages out
+  exactly), by Monte Carlo over a fixed bank of draws of (Q, K).
+
+No 1/√d factor anywhere (SPEC §1).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Optional
+
+import torch
+
+from ..runtime import make_generator
+
+#: the ``attention_kind`` names (``softmax`` is :class:`stochformer.model.attention.SoftmaxAttention`)
+ATTENTION_KINDS = ("softmax", "multihead", "usa", "l2", "sinkhorn", "resampled", "averaged")
+
+
+def _bmat(M: torch.Tensor) -> torch.Tensor:
+    """A (d, e) matrix, or a (batch, d, e) stack, ready to multiply (batch, n, e) rows: Xᵀ ↦ X Mᵀ."""
+    return M.transpose(-1, -2)
+
+
+@dataclass(frozen=True)
+class MultiHeadAttention:
+    """H softmax heads with an output projection (SPEC §7).
+
+    ``Q, K, V``: (H, d_h, d); ``O``: (H, d, d_h). Attn(x_i) = Σ_h O_h Σ_j softmax_j(⟨Q_h x_i,
+    K_h x_j⟩) V_h x_j."""
+
+    Q: torch.Tensor
+    K: torch.Tensor
+    V: torch.Tensor
+    O: torch.Tensor
+
+    def __call__(self, X: torch.Tensor, keys: Optional[torch.Tensor] = None) -> torch.Tensor:
+        keys = X if keys is None else keys
+        q = torch.einsum("hed,bnd->bhne", self.Q, X)  # (batch, H, n, d_h)
+        k = torch.einsum("hed,bnd->bhne", self.K, keys)
+        v = torch.einsum("hed,bnd->bhne", self.V, keys)
+        heads = torch.softmax(q @ k.transpose(-1, -2), dim=-1) @ v  # (batch, H, n, d_h)
+        return torch.einsum("hde,bhne->bnd", self.O, heads)
+
+    @classmethod
+    def split(cls, Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, heads: int) -> "MultiHeadAttention":
+        """Heads from d×d matrices: head h takes rows h·d_h … (h+1)·d_h − 1 of Q, K, V (d_h = d/H)
+        and O concatenates the heads (O_h = the columns of I for those rows). H = 1 is the single
+        head ⟨Q x, K y⟩, V."""
+        d = Q.shape[-1]
+        if d % heads:
+            raise ValueError(f"heads: must divide d = {d} (got {heads})")
+        dh = d // heads
+        eye = torch.eye(d, dtype=Q.dtype, device=Q.device)
+        O = eye.reshape(d, heads, dh).permute(1, 0, 2)  # O_h = I[:, rows of head h]
+        return cls(Q.reshape(heads, dh, d), K.reshape(heads, dh, d), V.reshape(heads, dh, d), O.contiguous())
+
+
+@dataclass(frozen=True)
+class UnnormalisedAttention:
+    """USA: (1/N) Σ_j e^{⟨Q x_i, K x_j⟩} V x_j with ``A = Qᵀ K`` (d, d) and ``V`` (d, d)."""
+
+    A: torch.Tensor
+    V: torch.Tensor
+
+    def __call__(self, X: torch.Tensor, keys: Optional[torch.Tensor] = None) -> torch.Tensor:
+        keys = X if keys is None else keys
+        W = torch.exp((X @ self.A) @ keys.transpose(-1, -2))
+        return W @ (keys @ _bmat(self.V)) / keys.shape[-2]
+
+
+@dataclass(frozen=True)
+class L2Attention:
+    """Σ_j softmax_j(−|Q x_i − K x_j|²) V x_j; ``Q, K, V``: (d, d). With Q = K = √(β/2) I and unit
+    tokens the weights equal softmax_j(β⟨x_i, x_j⟩) (−(β/2)|x − y|² = β⟨x, y⟩ − β)."""
+
+    Q: torch.Tensor
+    K: torch.Tensor
+    V: torch.Tensor
+
+    def __call__(self, X: torch.Tensor, keys: Optional[torch.Tensor] = None) -> torch.Tensor:
+        keys = X if keys is None else keys
+        q, k = X @ _bmat(self.Q), keys @ _bmat(self.K)
+        scores = -((q * q).sum(-1, keepdim=True) - 2 * q @ k.transpose(-1, -2) + (k * k).sum(-1).unsqueeze(-2))
+        return torch.softmax(scores, dim=-1) @ (keys @ _bmat(self.V))
+
+
+def sinkhorn_log(scores: torch.Tensor, iters: int, tol: Optional[float] = None) -> torch.Tensor:
+    """log P for P = diag(a) e^{scores} diag(b) with row sums 1/n and column sums 1/N:
+    scores (..., n, N). Alternating row and column normalisations in log space, ``iters`` times
+    at most, stopping early once every row sum is within ``tol`` of 1/n (after a column step the
+    columns are exact)."""
+    n, N = scores.shape[-2], scores.shape[-1]
+    log_r, log_c = -math.log(n), -math.log(N)
+    logP = scores
+    for _ in range(iters):
+        logP = logP - torch.logsumexp(logP, dim=-1, keepdim=True) + log_r
+        logP = logP - torch.logsumexp(logP, dim=-2, keepdim=True) + log_c
+        if tol is not None and float((torch.logsumexp(logP, dim=-1).exp() * n - 1).abs().max()) <= tol:
+            break
+    return logP
+
+
+@dataclass(frozen=True)
+class SinkhornAttention:
+    """Attn(x_i) = Σ_j S_ij V x_j, S = n·P with P of :func:`sinkhorn_log` applied to
+    ⟨Q x_i, K x_j⟩ = x_iᵀ A x_j: rows of S sum to 1, columns to n/N (doubly stochastic for n = N).
+    ``iters`` normalisation rounds, or fewer once ``tol`` is met."""
+
+    A: torch.Tensor
+    V: torch.Tensor
+    iters: int = 20
+    tol: Optional[float] = None
+
+    def weights(self, X: torch.Tensor, keys: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """S: (batch, n, N)."""
+        keys = X if keys is None else keys
+        logP = sinkhorn_log((X @ self.A) @ keys.transpose(-1, -2), self.iters, self.tol)
+        return logP.exp() * X.shape[-2]
+
+    def __call__(self, X: torch.Tensor, keys: Optional[torch.Tensor] = None) -> torch.Tensor:
+        keys = X if keys is None else keys
+        return self.weights(X, keys) @ (keys @ _bmat(self.V))
+
+
+def _softmax_average(X: torch.Tensor, keys: torch.Tensor, Q: torch.Tensor, K: torch.Tensor) -> torch.Tensor:
+    """Σ_j softmax_j(⟨Q x_i, K x_j⟩) x_j for stacks Q, K (..., d, d) broadcast against X (..., n, d)."""
+    scores = (X @ _bmat(Q)) @ (keys @ _bmat(K)).transpose(-1, -2)
+    return torch.softmax(scores, dim=-1) @ keys
+
+
+@dataclass
+class ResampledAttention:
+    """Per-layer random attention: every call draws, for each sample of the batch,
+    Q = √β I + σ Z_Q/√d, K = √β I + σ Z_K/√d, V = γ I + σ Z_V/√d (Z i.i.d. N(0, 1)) from its own
+    generator seeded with ``seed``, and returns Σ_j softmax_j(⟨Q x_i, K x_j⟩) V x_j. One call is
+    one layer (the post-LN transformer calls attention once per layer)."""
+
+    d: int
+    beta: float = 1.0
+    gamma: float = 1.0
+    std: float = 1.0
+    seed: int = 0
+    _gen: Optional[torch.Generator] = field(default=None, init=False, repr=False)
+
+    def draw(self, batch: int, dtype, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(Q, K, V), each (batch, d, d), from the piece's generator."""
+        if self._gen is None:
+            self._gen = make_generator(self.seed, device)
+        eye = torch.eye(self.d, dtype=dtype, device=device)
+        Z = torch.randn(3, batch, self.d, self.d, generator=self._gen, dtype=dtype, device=device)
+        Z = Z * (self.std / math.sqrt(self.d))
+        s = math.sqrt(self.beta)
+        return s * eye + Z[0], s * eye + Z[1], self.gamma * eye + Z[2]
+
+    def __call__(self, X: torch.Tensor, keys: Optional[torch.Tensor] = None) -> torch.Tensor:
+        keys = X if keys is None else keys
+        Q, K, V = self.draw(X.shape[0], X.dtype, X.device)
+        scores = (X @ _bmat(Q)) @ (keys @ _bmat(K)).transpose(-1, -2)
+        return torch.softmax(scores, dim=-1) @ (keys @ _bmat(V))
+
+
+@dataclass(frozen=True)
+class AveragedAttention:
+    """The averaged drift of :class:`ResampledAttention`,
+    b̄(x_i, μ) = γ E_{Q,K}[Σ_j softmax_j(⟨Q x_i, K x_j⟩) x_j], by the mean over ``Q, K``:
+    (M, d, d), a fixed bank of M draws (the same for every sample and step)."""
+
+    Q: torch.Tensor
+    K: torch.Tensor
+    gamma: float = 1.0
+
+    @classmethod
+    def from_law(cls, d: int, beta: float, gamma: float, std: float, draws: int, seed: int,
+                 dtype=torch.float64, device="cpu") -> "AveragedAttention":
+        """A bank of ``draws`` (Q, K) from the law of :class:`ResampledAttention` (seeded by ``seed``)."""
+        Q, K, _ = ResampledAttention(d, beta, gamma, std, seed).draw(draws, dtype, device)
+        return cls(Q, K, gamma)
+
+    def __call__(self, X: torch.Tensor, keys: Optional[torch.Tensor] = None) -> torch.Tensor:
+        keys = X if keys is None else keys
+        out = _softmax_average(X.unsqueeze(-3), keys.unsqueeze(-3), self.Q, self.K)  # (batch, M, n, d)
+        return self.gamma * out.mean(-3)

@@ -1,0 +1,127 @@
+"""The report cache is a convenience, not a source of truth: a forged entry (checksum recomputed)
+cannot make a failing row "hold", inject markup or a non-PNG figure, or break the page; changed
+source code never reuses old entries."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from stochformer.io import StageCache
+from stochformer.report import reproduce
+from stochformer.report import stages as registry
+from stochformer.report.render import safe_png
+from stochformer.report.stages import Stage, StageOutput, figure_png
+from stochformer.report.verdict import FAILS, HOLDS, Comparison, recompute
+
+
+@pytest.fixture
+def fake_stage(monkeypatch):
+    """One cheap section whose single row does not hold (predicted 1, measured 5 ± 0.1)."""
+    import matplotlib.pyplot as plt
+
+    from stochformer.config import RunConfig
+
+    def run(cfg, ctx):
+        return StageOutput({"value": 5.0}, [Comparison.from_mean_se("q", 1.0, 5.0, 0.05)],
+                           [figure_png(plt.figure(figsize=(1, 1)), "fig", "a caption")], {"stochformer": "x"})
+
+    monkeypatch.setitem(registry._REGISTRY, "fake", Stage("fake", "Fake", "SPEC", "A fake claim.", lambda: RunConfig, {}, run))
+    return "fake"
+
+
+def _forge(out: Path, name: str, change) -> None:
+    (path,) = (out / "cache").glob(f"{name}-*.json")
+    entry = json.loads(path.read_text())
+    change(entry["result"])
+    entry["checksum"] = StageCache._checksum(entry["result"])  # what someone who can write the folder can do
+    path.write_text(json.dumps(entry))
+
+
+def _record(out: Path, name: str) -> dict:
+    return {r["name"]: r for r in json.loads((out / "results.json").read_text())["stages"]}[name]
+
+
+def test_forged_entry_cannot_change_verdicts_or_inject_markup(tmp_path, fake_stage) -> None:
+    out = tmp_path / "report"
+    reproduce("tiny", out, only=[fake_stage])
+    assert _record(out, fake_stage)["comparisons"][0]["verdict"] == FAILS
+
+    def forge(result: dict) -> None:
+        result["comparisons"][0]["verdict"] = HOLDS  # the stored verdict says "holds"
+        result["comparisons"][0]["note"] = "<script>alert('note')</script>"
+        result["title"] = "<script>alert('title')</script>"
+        result["notes"].append("<img src=x onerror=alert(1)>")
+        result["figures"][0]["png"] = "x' onerror='alert(1)"
+        result["figures"][0]["caption"] = "</figcaption><script>alert(2)</script>"
+        result["tables"] = [{"title": "<b>t</b>", "columns": ["<i>c</i>"], "rows": [["<u>v</u>"]]}]
+
+    _forge(out, fake_stage, forge)
+    reproduce("tiny", out, only=[fake_stage], resume=True)
+    rec = _record(out, fake_stage)
+    assert rec["status"] == "cached" and rec["title"] == "Fake"  # identity from the code, not the cache
+    assert rec["comparisons"][0]["verdict"] == FAILS  # derived again from the stored numbers
+    page = (out / "index.html").read_text()
+    assert "<script" not in page and "onerror" not in page.replace("onerror=alert(1)&gt;", "")
+    assert "Figure fig left out: the stored image is not a valid PNG" in page
+    assert "&lt;script&gt;alert(&#x27;note&#x27;)" in page and "&lt;u&gt;v&lt;/u&gt;" in page
+    assert f"class='holds'>{HOLDS}<" not in page and FAILS in page
+
+
+def test_forged_entry_with_wrong_types_is_recomputed(tmp_path, fake_stage) -> None:
+    out = tmp_path / "report"
+    reproduce("tiny", out, only=[fake_stage])
+    _forge(out, fake_stage, lambda r: r.update(elapsed_s="<1 s>", figures=[{"name": 1}]))
+    reproduce("tiny", out, only=[fake_stage], resume=True)
+    rec = _record(out, fake_stage)
+    assert rec["status"] == "computed" and "corrupt or foreign" in rec["cache_note"]
+
+
+def test_png_is_decoded_checked_and_reencoded() -> None:
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new("RGB", (3, 2), (255, 0, 0)).save(buf, format="PNG", pnginfo=_text_chunk("<script>x</script>"))
+    good = base64.b64encode(buf.getvalue()).decode()
+    clean = safe_png(good)
+    assert clean is not None and b"<script>" not in base64.b64decode(clean)
+    assert Image.open(io.BytesIO(base64.b64decode(clean))).size == (3, 2)
+    gif = io.BytesIO()
+    Image.new("RGB", (3, 2)).save(gif, format="GIF")
+    for bad in ["x' onerror='alert(1)", base64.b64encode(b"\x89PNG\r\n\x1a\nnot really").decode(),
+                base64.b64encode(gif.getvalue()).decode(), good[:64], None, 5]:
+        assert safe_png(bad) is None
+
+
+def _text_chunk(text: str):
+    from PIL import PngImagePlugin
+
+    info = PngImagePlugin.PngInfo()
+    info.add_text("Comment", text)
+    return info
+
+
+def test_recompute_turns_invalid_rows_into_undetermined() -> None:
+    rows = recompute([{"quantity": "q", "predicted": 1.0, "measured": 5.0, "ci": [4.9, 5.1], "rule": "matches",
+                       "tol": 0.0, "note": "", "verdict": HOLDS},
+                      {"quantity": "bad", "predicted": "x", "verdict": HOLDS}, "not a row"])
+    assert [r["verdict"] for r in rows] == [FAILS, "undetermined", "undetermined"]
+
+
+def test_keys_include_the_source_hash(monkeypatch) -> None:
+    """Changed code (same version) gives other cache and task keys, so old results are not reused."""
+    import stochformer.report.runner as runner
+    import stochformer.tasks.serial as tasks
+    from stochformer.report.runner import plan
+    from stochformer.tasks import Task
+
+    key = {x.stage.name: x.key for x in plan("tiny")}
+    task = Task("t", json.dumps, {"obj": 1}).cache_key
+    monkeypatch.setattr(runner, "source_hash", lambda: "changed")
+    monkeypatch.setattr(tasks, "source_hash", lambda: "changed")
+    assert all(key[x.stage.name] != x.key for x in plan("tiny") if x.key is not None)
+    assert Task("t", json.dumps, {"obj": 1}).cache_key != task
