@@ -31,7 +31,7 @@ from stochformer.model.attention import SoftmaxAttention
 from stochformer.model.kernel import NoiseKernel
 from stochformer.model.noise import ExactField, RandomFeatureField
 from stochformer.model.sde import INTEGRATORS, LimitSDE, StratonovichHeun
-from stochformer.solve import SaveAt, solve
+from stochformer.solver import SaveAt, solve
 from stochformer.sphere import uniform
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -35,8 +35,8 @@ if os.environ.get("STOCHFORMER_OMP") != "keep" and "torch" not in sys.modules:
 #: the public names and the modules they live in, imported on first use (``import stochformer``
 #: and the command line's ``--help`` stay free of torch)
 _WHERE = {
-    "sphere": None, "BrownianPath": "brownian", "Draws": "brownian", "load": "results", "Model": "solve",
-    "SaveAt": "solve", "solve": "solve",
+    "sphere": None, "BrownianPath": "brownian", "Draws": "brownian", "load": "results", "Model": "solver",
+    "SaveAt": "solver", "solve": "solver",
     **{name: "model" for name in ("ACTIVATIONS", "Attention", "EulerMaruyama", "ExactField", "LimitSDE", "NoiseKernel",
                                    "NoiseSource", "RandomFeatureField", "RandomMLP", "SoftmaxAttention",
                                    "StratonovichHeun", "Transformer", "rates")},

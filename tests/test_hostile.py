@@ -14,7 +14,6 @@ import contextlib
 import faulthandler
 import json
 import math
-import os
 import re
 import signal
 import time

@@ -12,7 +12,7 @@ from stochformer.config import RunConfig
 from stochformer.diagnostics import cloud_summary, energy, mean_cosine, mean_token
 from stochformer.distances import rate_function, sphere_rate, w2_exact, w2_sliced
 from stochformer.model.attention import SoftmaxAttention, query_chunk
-from stochformer.solve import SaveAt, solve
+from stochformer.solver import SaveAt, solve
 from stochformer.sphere import uniform
 from stochformer.stats import fit_power_law, tagged_correlation
 

@@ -17,7 +17,7 @@ from stochformer.experiments.simulate import run_simulate
 from stochformer.model.kernel import NoiseKernel
 from stochformer.model.noise import ExactField, RandomFeatureField, RandomMLP, sqrt_psd
 from stochformer.model.sde import INTEGRATORS, LimitSDE, StratonovichHeun
-from stochformer.solve import SaveAt, solve
+from stochformer.solver import SaveAt, solve
 from stochformer.sphere import normalize, uniform
 
 F64 = torch.float64

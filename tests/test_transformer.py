@@ -261,7 +261,7 @@ def test_blocked_statistics_equal_dense_and_simulate_many_tokens():
     from stochformer.model.attention import DEFAULT_BLOCK
     from stochformer.config import RunConfig
     from stochformer.diagnostics import pair_statistics
-    from stochformer.solve import SaveAt, solve
+    from stochformer.solver import SaveAt, solve
     from stochformer.sphere import uniform
 
     X = uniform(3, 37, 4, generator=make_generator(0))

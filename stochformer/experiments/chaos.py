@@ -48,7 +48,7 @@ from ..distances import rate_function, sphere_rate, w2_sliced, w2_squared
 from ..model.attention import DEFAULT_BLOCK
 from ..results import Result
 from ..runtime import DTYPES, child_seeds, cpu_threads_for, make_generator, provenance, resolve_device
-from ..solve import SaveAt, solve
+from ..solver import SaveAt, solve
 from ..sphere import uniform
 from ..stats import fit_power_law, loglog_slope, mean_and_se, tagged_correlation
 from ..tasks import Task, run_tasks

@@ -43,7 +43,7 @@ from ..model.sde import INTEGRATORS, LimitSDE
 from ..model.transformer import Transformer
 from ..results import Result
 from ..runtime import DTYPES, child_seeds, make_generator, provenance, resolve_device
-from ..solve import SaveAt, solve
+from ..solver import SaveAt, solve
 from ..stats import fit_power_law, mean_and_se
 from ..tasks import Task, run_tasks
 

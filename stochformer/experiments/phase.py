@@ -29,7 +29,7 @@ from ..build import initial_tokens, make_model
 from ..config import ConfigError, RunConfig, as_config, build_config
 from ..results import Result
 from ..runtime import DTYPES, child_seeds, make_generator, provenance, resolve_device
-from ..solve import SaveAt, solve
+from ..solver import SaveAt, solve
 from ..sphere import gram
 from ..stats import mean_and_se
 from ..tasks import Task, run_tasks

@@ -18,7 +18,7 @@ from ..model.activations import Activation, activation_name
 from ..model.attention import DEFAULT_BLOCK, query_chunk
 from ..results import Result
 from ..runtime import DTYPES, make_generator, provenance, resolve_device
-from ..solve import SaveAt, solve
+from ..solver import SaveAt, solve
 from ..stats import mean_and_se
 
 

@@ -33,7 +33,7 @@ from ..build import initial_tokens, make_kernel, make_model
 from ..config import InitConfig, RunConfig, as_config
 from ..model.kernel import first_moment_rate, lambda_bar_prime, lyapunov_exponent
 from ..runtime import DTYPES, child_seeds, make_generator, provenance, resolve_device
-from ..solve import Model, SaveAt, solve
+from ..solver import Model, SaveAt, solve
 from ..sphere import normalize, tangent, uniform
 from ..results import Result
 from ..stats import mean_and_se

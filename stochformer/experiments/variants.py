@@ -30,7 +30,7 @@ from ..model.attention_variants import AveragedAttention, MultiHeadAttention, Re
 from ..model.noise import RandomMLP
 from ..model.transformer import Transformer
 from ..runtime import DTYPES, child_seeds, make_generator, provenance, resolve_device
-from ..solve import SaveAt, solve
+from ..solver import SaveAt, solve
 from ..sphere import normalize
 
 # ----------------------------------------------------------------- deterministic flows
