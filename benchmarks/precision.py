@@ -47,7 +47,7 @@ from stochformer.experiments.converge import ConvergeConfig, run_converge  # noq
 from stochformer.experiments.sync import energy_paths, measure_lyapunov, moment_rate, near_sync_horizon, predicted_rates  # noqa: E402
 from stochformer.model.kernel import NoiseKernel  # noqa: E402
 from stochformer.runtime import DTYPES, make_generator  # noqa: E402
-from stochformer.solve import SaveAt, solve  # noqa: E402
+from stochformer.solver import SaveAt, solve  # noqa: E402
 from stochformer.sphere import uniform  # noqa: E402
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"

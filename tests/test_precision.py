@@ -14,7 +14,7 @@ from stochformer.config import RunConfig
 from stochformer.experiments.sync import measure_lyapunov, predicted_rates
 from stochformer.model.kernel import NoiseKernel
 from stochformer.runtime import make_generator
-from stochformer.solve import SaveAt, solve
+from stochformer.solver import SaveAt, solve
 from stochformer.sphere import uniform
 
 PRECISIONS = [{"dtype": "float32"}, {"draw_precision": "float32"}]
