@@ -22,9 +22,10 @@ PRECISIONS = [{"dtype": "float32"}, {"draw_precision": "float32"}]
 BASE = RunConfig(d=5, sigma_U=0.1, sigma_W=0.1, m=256, T=5.0, L=100, attention=False, seed=3)
 
 
-@pytest.mark.parametrize("precision", PRECISIONS)
+@pytest.mark.parametrize("precision", PRECISIONS + [{"dtype": "float32", "dynamics": "sde"}])
 def test_lyapunov_exponent_in_float32(precision):
-    """λ̂₁ (Benettin, 256 pairs at separation 1e-4) within 5 SE of λ₁ = ((d−3)/2)κ' − ((d−1)/2)κ."""
+    """λ̂₁ (Benettin, 256 pairs at separation 1e-4) within 5 SE of λ₁ = ((d−3)/2)κ' − ((d−1)/2)κ, for
+    the transformer and for the limit SDE (exact field: κ(X) and its root in float64)."""
     cfg = BASE.with_updates(**precision)
     r = measure_lyapunov(cfg, pairs=256, eps=1e-4)
     assert abs(r["lambda_1"] - predicted_rates(cfg)["lambda_1_pred"]) < 5 * r["lambda_1_se"]

@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from ..brownian import Draws, as_draws
+from ..sphere import normalize
 from .activations import ActivationLike, get_activation
 from .kernel import NoiseKernel
 from .rng import DEFAULT_AHEAD, DrawPrecision, NormalDraws, RngBackend
@@ -180,9 +181,10 @@ class RandomMLP:
             pre = pre + self.sigma_U * _normal((B, 1, self.width), generator, X)
         return self._phi(pre)
 
-    def empirical_kernel(self, X: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-        """K_m = ΦΦᵀ/m + σ_W² for fresh inner weights: (batch, N, N) (SPEC §3 coupling)."""
-        Phi = self.hidden(X, generator)
+    def empirical_kernel(self, X: torch.Tensor, generator: torch.Generator, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+        """K_m = ΦΦᵀ/m + σ_W² for fresh inner weights: (batch, N, N) (SPEC §3 coupling), in ``dtype``
+        (default X's)."""
+        Phi = self.hidden(X, generator).to(dtype or X.dtype)
         return Phi @ Phi.transpose(-1, -2) / self.width + self.sigma_W**2
 
     def cost(self, N: int, d: int, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float64) -> dict[str, float]:
@@ -225,12 +227,14 @@ class RandomMLP:
     def increment(self, X: torch.Tensor, dt: float, rng: Randomness) -> torch.Tensor:
         """With a Brownian path (``rng`` a coupled :class:`Draws`) the conditional Gaussian law is
         driven by the path's normals Ξ (batch, N, d) through the symmetric root,
-        √dt s K_m^{1/2} Ξ with K_m = ΦΦᵀ/m + σ_W² (the coupling of SPEC §3)."""
+        √dt s K_m^{1/2} Ξ with K_m = ΦΦᵀ/m + σ_W² (the coupling of SPEC §3). K_m and its root are
+        computed in float64 whatever X's dtype (:func:`_gram_roots_resolve`)."""
         draws = as_draws(rng)
         generator = draws.generator
         if draws.coupled:
             xi = draws.brownian(X.shape, X.dtype, X.device)
-            return (self.scale * math.sqrt(dt)) * (sqrt_psd(self.empirical_kernel(X, generator)) @ xi)
+            S = sqrt_psd(self.empirical_kernel(X, generator, torch.float64)).to(X.dtype)
+            return (self.scale * math.sqrt(dt)) * (S @ xi)
         if self.mode == "weights":
             return self._increment_weights(X, dt, generator)
         B, N, d = X.shape
@@ -338,16 +342,21 @@ class ExactField:
             raise ValueError(f"ExactField: its kernel is for d = {self.kernel.d}, the tokens have d = {d}")
         return self.kernel
 
-    def covariance(self, X: torch.Tensor) -> torch.Tensor:
-        """K(X): (batch, N, N), computed in float64 and returned in X's dtype."""
-        G = (X @ X.transpose(-1, -2)).clamp(-1.0, 1.0).to(torch.float64)
+    def covariance(self, X: torch.Tensor, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+        """K(X): (batch, N, N), computed in float64 and returned in ``dtype`` (default X's). The
+        cosines are those of the tokens renormalised in float64: a float32 token's norm is 1 only
+        to ~1e-7, which on the diagonal would swamp 1 − cosine of close tokens."""
+        Xd = normalize(X.to(torch.float64))
+        G = (Xd @ Xd.transpose(-1, -2)).clamp(-1.0, 1.0)
         K = self.kernel.kappa(G) if self._cheb is None else _clenshaw(self._cheb.to(G.device), G)
-        return K.to(X.dtype)
+        return K.to(dtype or X.dtype)
 
     def increment(self, X: torch.Tensor, dt: float, rng: Randomness) -> torch.Tensor:
-        """√dt K(X)^{1/2} Ξ with Ξ (batch, N, d) the step's Brownian normals."""
+        """√dt K(X)^{1/2} Ξ with Ξ (batch, N, d) the step's Brownian normals; K and its root in
+        float64 whatever X's dtype (in float32 the root could not tell close tokens apart:
+        :func:`_gram_roots_resolve`)."""
         xi = as_draws(rng).brownian(X.shape, X.dtype, X.device)
-        return math.sqrt(dt) * (sqrt_psd(self.covariance(X), self.sqrt_method) @ xi)
+        return math.sqrt(dt) * (sqrt_psd(self.covariance(X, torch.float64), self.sqrt_method).to(X.dtype) @ xi)
 
 
 @functools.lru_cache(maxsize=64)
