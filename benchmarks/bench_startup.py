@@ -70,8 +70,10 @@ def main() -> None:
     parser.add_argument("--src", type=Path, default=ROOT, help="checkout whose stochformer is timed")
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
+    load_before = os.getloadavg()[0]
     times = measure(args.src.resolve(), args.repeats)
-    machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}"
+    machine = (f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}; "
+               f"load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after (a shared machine)")
     text = (
         f"{SECTION}\n\n"
         f"Whole-process wall time of a fresh `python` running each command ({args.repeats} runs each, interleaved; "

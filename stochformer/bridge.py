@@ -200,7 +200,7 @@ TABLE_POINTS = 2049
 @dataclass(frozen=True)
 class MatchedKernel:
     """κ(ρ) = scale · κ_G(ρ) for an :class:`MLPLaw` at inputs of squared norm ``r2`` (module doc);
-    ``scale = 1/r2`` puts the field on the unit sphere. Has the interface :class:`~stochformer.noise.ExactField`
+    ``scale = 1/r2`` puts the field on the unit sphere. Has the interface :class:`~stochformer.model.noise.ExactField`
     needs (``kappa``, ``kappa1``, ``activation``)."""
 
     law: MLPLaw

@@ -102,7 +102,7 @@ class RunConfig(_Strict):
     K: Optional[list[list[float]]] = None
     V: Optional[list[list[float]]] = None
     order: Literal["post_ln", "parallel"] = "post_ln"
-    # attention variants (SPEC §7, stochformer.attention_variants)
+    # attention variants (SPEC §7, stochformer.model.attention_variants)
     attention_kind: Literal["softmax", "multihead", "usa", "l2", "sinkhorn", "resampled", "averaged"] = Field(
         "softmax",
         description="attention: 'softmax' (SPEC §1), 'multihead' (`heads` heads splitting the rows of Q, K, V), "

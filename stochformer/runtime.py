@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import platform
 import sys
 from importlib import metadata
@@ -51,6 +52,12 @@ SCIENTIFIC_PACKAGES = ("scipy", "xarray", "pydantic", "matplotlib", "h5netcdf", 
 def provenance(device: torch.device | str) -> dict:
     """Package versions (torch, numpy and every distribution of :data:`SCIENTIFIC_PACKAGES`), Python,
     platform and device, for the output's ``config.json``."""
+    return {**_versions(), "device": device_description(device)}
+
+
+@functools.lru_cache(maxsize=1)
+def _versions() -> dict:
+    """The versions and platform of this process (read once: ~20 ms of metadata lookups)."""
     return {
         "stochformer": __version__,
         "torch": torch.__version__,
@@ -58,7 +65,6 @@ def provenance(device: torch.device | str) -> dict:
         **{name.lower(): _version(name) for name in SCIENTIFIC_PACKAGES},
         "python": sys.version.split()[0],
         "platform": platform.platform(),
-        "device": device_description(device),
     }
 
 

@@ -98,16 +98,18 @@ def load_token_array(path, batch: int, N: int, d: int) -> np.ndarray:
             version = np.lib.format.read_magic(fh)
             read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
             shape, _, dtype = read(fh)
-        if shape not in ((N, d), (batch, N, d)) or dtype.kind not in "fiu":
-            raise ValueError(f"array has shape {shape} and dtype {dtype}; expected real numbers of shape ({N}, {d}) "
-                             f"or ({batch}, {N}, {d})")
+        if dtype.hasobject:
+            raise ValueError("an object array needs pickle, which is not allowed")
+    except (OSError, ValueError, EOFError, MemoryError) as exc:
+        raise ValueError(f"init.path: cannot read {path} as a .npy array: {exc}") from None
+    if dtype.kind not in "fiu":
+        raise ValueError(f"init.path: array has dtype {dtype}; expected real numbers")
+    if shape not in ((N, d), (batch, N, d)):
+        raise ValueError(f"init.path: array has shape {shape}; expected ({N}, {d}) or ({batch}, {N}, {d})")
+    try:
         arr = np.load(path, allow_pickle=False)
     except (OSError, ValueError, EOFError, MemoryError) as exc:
         raise ValueError(f"init.path: cannot read {path} as a .npy array: {exc}") from None
-    if arr.dtype.kind not in "fiu":
-        raise ValueError(f"init.path: array has dtype {arr.dtype}; expected real numbers")
-    if arr.shape not in ((N, d), (batch, N, d)):
-        raise ValueError(f"init.path: array has shape {arr.shape}; expected ({N}, {d}) or ({batch}, {N}, {d})")
     if not np.all(np.isfinite(arr)):
         raise ValueError("init.path: array contains non-finite values")
     if np.any(np.abs(arr).max(axis=-1) == 0):

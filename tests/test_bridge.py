@@ -49,9 +49,8 @@ def test_block_law_variances_match_the_modules(kind):
     d, m = 64, 256
     block = make_block(kind, d, 4, m, 1.0, 1.0, std=0.02)
     law = block_law(kind, d, m, std=0.02)
-    first = {"encoder_post": block.linear1 if kind == "encoder_post" else None}.get(kind) or (
-        block.c_fc if kind == "gpt2" else block.gate)
-    second = block.linear2 if kind == "encoder_post" else (block.mlp_proj if kind == "gpt2" else block.down)
+    names = {"encoder_post": ("linear1", "linear2"), "gpt2": ("c_fc", "mlp_proj"), "llama": ("gate", "down")}[kind]
+    first, second = (getattr(block, n) for n in names)
     for lin, var in ((first, law.w1), (second, law.w2)):
         w = lin.weight.detach().reshape(-1)
         se = float(w.pow(2).std()) / math.sqrt(w.numel())

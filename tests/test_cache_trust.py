@@ -30,7 +30,7 @@ def fake_stage(monkeypatch):
         return StageOutput({"value": 5.0}, [Comparison.from_mean_se("q", 1.0, 5.0, 0.05)],
                            [figure_png(plt.figure(figsize=(1, 1)), "fig", "a caption")], {"stochformer": "x"})
 
-    monkeypatch.setitem(registry._REGISTRY, "fake", Stage("fake", "Fake", "SPEC", "A fake claim.", lambda: RunConfig, {}, run))
+    monkeypatch.setitem(registry._REGISTRY, "fake", Stage("fake", "Fake", "SPEC", "A fake claim.", RunConfig, {}, run))
     return "fake"
 
 

@@ -91,7 +91,7 @@ def test_build_config_rejects(overrides, field, valid):
 def test_cli_rejects_before_any_work(overrides, field, valid, tmp_path, monkeypatch):
     """The CLI turns the error into one usage message; nothing is simulated and no folder written."""
     calls = []
-    monkeypatch.setattr(experiments_simulate, "simulate", lambda *a, **k: calls.append(1))
+    monkeypatch.setattr(experiments_simulate, "run_simulate", lambda *a, **k: calls.append(1))
     out = tmp_path / "run"
     args = ["simulate", "--quiet", "--out", str(out)]
     for o in overrides:

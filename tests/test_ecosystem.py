@@ -229,7 +229,7 @@ def test_provenance_records_every_scientific_dependency():
 def test_netcdf_opens_with_the_default_engine(tmp_path):
     import xarray as xr
 
-    from stochformer.experiments.sweep import write_netcdf
+    from stochformer.results import write_dataset as write_netcdf
 
     ds = xr.Dataset({"x": (("a", "layer"), np.arange(6.0).reshape(2, 3))}, coords={"a": [0.5, 1.0]},
                     attrs={"seed": 3, "sweep_config": json.dumps({"N": 4})})

@@ -29,7 +29,7 @@ from stochformer.diagnostics import (
     pair_statistics,
 )
 from stochformer.model.attention import SoftmaxAttention
-from stochformer.model.kernel import NoiseKernel
+from stochformer.model.kernel import NoiseKernel, rates
 from stochformer.model.noise import (
     ExactField,
     RandomFeatureField,
@@ -39,7 +39,8 @@ from stochformer.model.noise import (
 )
 from stochformer.model.sde import EulerMaruyama, LimitSDE, StratonovichHeun
 from stochformer.model.transformer import Transformer
-from stochformer.sphere import normalize, random_rotations, uniform
+from stochformer.solver import SaveAt, solve
+from stochformer.sphere import gram, normalize, random_rotations, tangent, uniform
 from stochformer.stats import mean_and_se
 
 TOL = 1e-12
@@ -664,3 +665,85 @@ def test_diagnostics(tokens):
     close(se, np.array([math.sqrt(7.0 / 3.0), 1.0]))
     m, se = mean_and_se(v[:1])
     close(se, np.zeros(2))
+
+
+def test_gram_and_tangent(tokens):
+    """Gram matrix ⟨x_i, x_j⟩ and P_x v = v − ⟨x, v⟩x for non-tangent v."""
+    X = tokens(2, 4, 3, seed=28)
+    V = torch.from_numpy(np.random.default_rng(29).standard_normal((2, 4, 3)))
+    Xn, Vn = X.numpy(), V.numpy()
+    close(gram(X), np.stack([[[float(np.dot(x, y)) for y in Xb] for x in Xb] for Xb in Xn]))
+    close(tangent(X, V), np.stack([[proj(x, v) for x, v in zip(Xb, Vb)] for Xb, Vb in zip(Xn, Vn)]))
+
+
+@pytest.mark.parametrize("scheme", ["euler", "heun"])
+def test_integrate_is_repeated_steps_on_the_aggregated_path(scheme, tokens, gen):
+    """solve(sde, X₀, …, path) applies one step per coarse step of the path; a coarse step of the
+    BrownianPath sums its q fine normals and divides by √q (the same Brownian path on the coarser grid)."""
+    B, N, d, dt = 2, 3, 3, 0.1
+    X = tokens(B, N, d, seed=30)
+    integrator = EulerMaruyama() if scheme == "euler" else StratonovichHeun()
+    sde = LimitSDE(attention_of(*qkv(d, seed=31)), ExactField(NoiseKernel("relu", d, 0.2, 0.1)), integrator,
+                   kappa(1.0, "relu", d, 0.2, 0.1))
+    xi = np.random.default_rng(32).standard_normal((6, B, N, d))
+    path = BrownianPath.from_normals(torch.from_numpy(xi))
+    coarse = torch.stack([path.increment(k, 2)[0] for k in range(2)])
+    close(coarse, np.stack([xi[0:3].sum(0), xi[3:6].sum(0)]) / math.sqrt(3))
+    ref = X
+    for k in range(2):
+        ref = sde.step(ref, dt, Draws(gen, path, k, 2))
+    close(torch.from_numpy(solve(sde, X, 2 * dt, 2, SaveAt(stats=()), generator=gen, path=path)["X_final"].values), ref.numpy())
+    with pytest.raises(ValueError, match="^BrownianPath: 4 steps do not divide the path's 6 fine steps$"):
+        path.increment(0, 4)
+
+
+def test_particle_solver_assembly_and_loop(tokens):
+    """make_field passes the config's activation, width, σ_U, σ_W and noise scale to the field;
+    make_particles drops the field when the noise is off and refuses a missing one; solve applies
+    the step L times with a generator seeded by ``seed`` and records the requested layers (0 = the
+    initial state)."""
+    d, N = 3, 4
+    cfg = RunConfig(dynamics="sde", noise="random_features", features=7, d=d, N=N, T=0.4, L=4, activation="tanh",
+                    sigma_U=0.3, sigma_W=0.2, noise_scale=1.5)
+    field = make_field(cfg, 2, torch.Generator().manual_seed(0))
+    assert (field.activation, field.features, field.sigma_U, field.sigma_W, field.scale, field.token_chunk) == ("tanh", 7, 0.3, 0.2, 1.5, 4096)
+    assert field.features_at(tokens(2, N, d)).shape == (2, N, 7)
+    assert make_particles(cfg, field, N).noise is field
+    for off in ({"mlp": False}, {"noise_scale": 0.0}):
+        assert make_particles(cfg.with_updates(**off), None, N).noise is None
+    with pytest.raises(ValueError, match=r"^the particle solver needs a field \(make_field\) when the noise is on$"):
+        make_particles(cfg, None, N)
+    with pytest.raises(ValueError, match=r"^dynamics: the particle solver integrates the limit SDE \(dynamics = 'sde'\)$"):
+        make_particles(cfg.with_updates(dynamics="transformer"), field, N)
+
+    class Count:
+        """A model that adds one normal from the generator to every coordinate."""
+
+        def reset(self, batch, d, generator, dtype, device):
+            pass
+
+        def step(self, X, dt, rng):
+            return X + torch.randn(X.shape, generator=rng.generator, dtype=X.dtype)
+
+    X0 = tokens(2, N, d)
+    ds = solve(Count(), X0, 0.3, 3, SaveAt(stats=(), tokens_at=[3, 0, 1]), seed=5)
+    final, saved = torch.from_numpy(ds["X_final"].values), list(torch.from_numpy(ds["X"].values).unbind(1))
+    g = torch.Generator().manual_seed(5)
+    ref = [X0.numpy()]
+    for _ in range(3):
+        ref.append(ref[-1] + randn(g, 2, N, d))
+    close(final, ref[3])
+    assert len(saved) == 3
+    for got, k in zip(saved, (0, 1, 3)):
+        close(got, ref[k])
+
+
+def test_rates_record_their_beta_and_gamma():
+    """rates(kernel) uses β = 1, γ = 0 by default and records both; the totals shift by −γ and −2γ."""
+    k = NoiseKernel("relu", 5, 0.1, 0.2)
+    r = rates(k)
+    assert (r.beta, r.gamma, r.lambda_1_total, r.lambda_bar_total) == (1.0, 0.0, r.lambda_1, r.lambda_bar)
+    assert r == rates(k, 1.0, 0.0)
+    s = rates(k, beta=2.0, gamma=0.5)
+    assert (s.beta, s.gamma, s.lambda_1_total, s.lambda_bar_total) == (2.0, 0.5, s.lambda_1 - 0.5, s.lambda_bar - 1.0)
+    assert s.to_dict()["gamma"] == 0.5

@@ -19,6 +19,7 @@ the config, and the score = killed / (generated − equivalent).
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import math
 import os
@@ -79,13 +80,31 @@ def statuses(workdir: Path) -> dict[str, str]:
     return out
 
 
+def mutant_diff(workdir: Path, name: str) -> str:
+    """The lines of ``name`` that differ from the original function, read from mutmut's generated
+    module (``mutmut show`` gives the same, one slow process per mutant)."""
+    module, func = name.rsplit(".", 1)
+    text = (workdir / "mutants" / (module.replace(".", "/") + ".py")).read_text().splitlines()
+
+    def body(fname: str) -> list[str]:
+        start = next(i for i, line in enumerate(text) if line.lstrip().startswith(f"def {fname}("))
+        indent = len(text[start]) - len(text[start].lstrip())
+        end = next((j for j in range(start + 1, len(text)) if text[j].strip() and not text[j].lstrip().startswith(")")
+                    and len(text[j]) - len(text[j].lstrip()) <= indent), len(text))
+        return [line.replace(fname, "f") for line in text[start:end]]
+
+    orig = body(func.rsplit("__mutmut_", 1)[0] + "__mutmut_orig")
+    diff = difflib.unified_diff(orig, body(func), lineterm="", n=0)
+    return "\n".join(line for line in diff if line[:1] in "+-" and line[:3] not in ("+++", "---"))
+
+
 def module_of(mutant: str) -> str:
     """``stochformer.sphere.x_tangent__mutmut_3``, ``stochformer.attention.xǁAttentionǁ__call____mutmut_1``
     → the module name."""
     return mutant.rsplit(".", 1)[0]
 
 
-def summarise(workdir: Path, status: dict[str, str], equivalent: dict[str, str], label: str, tests: str, diffs: bool) -> dict:
+def summarise(workdir: Path, status: dict[str, str], equivalent: dict[str, str], label: str, tests: str) -> dict:
     """Counts (all mutants, and per module), the score and the list of survivors with their diffs."""
     survivors = sorted(n for n, s in status.items() if s == "survived")
     untested = sorted(n for n, s in status.items() if s == "no tests")
@@ -116,7 +135,7 @@ def summarise(workdir: Path, status: dict[str, str], equivalent: dict[str, str],
     with open(workdir / "survivors.txt", "w") as f:
         for name in survivors + untested:
             tag = "EQUIVALENT: " + equivalent[name] if name in equivalent else status[name].upper()
-            diff = subprocess.run(["mutmut", "show", name], cwd=workdir, capture_output=True, text=True).stdout if diffs else ""
+            diff = mutant_diff(workdir, name)
             f.write(f"## {name}  [{tag}]\n{diff}\n")
     return summary
 
@@ -130,7 +149,6 @@ def main() -> None:
                     "uniform sample of K mutants that the run LABEL did not check (a stopped run), to estimate the rest")
     ap.add_argument("--label", help="name of the run (default: 'current' or the revision)")
     ap.add_argument("--max-children", type=int, default=None, help="parallel mutant runs (default: config)")
-    ap.add_argument("--diffs", action="store_true", help="write each survivor's diff to survivors.txt (slow)")
     ap.add_argument("--summary-only", action="store_true", help="re-read an earlier run's results")
     args = ap.parse_args()
     cfg = tomllib.loads(CONFIG.read_text())
@@ -153,7 +171,7 @@ def main() -> None:
         status = {n: (status.get(n, "not checked") if s not in ("killed", "timeout") else s) for n, s in base.items()}
         sample = [n for n, s in base.items() if s == "not checked" and status[n] != "not checked"]
     tests = "working tree" if args.tests_rev is None else f"git {args.tests_rev}"
-    s = summarise(workdir, status, cfg.get("equivalent", {}), label, tests + (f", rerun of {args.rerun_of}" if base else ""), args.diffs)
+    s = summarise(workdir, status, cfg.get("equivalent", {}), label, tests + (f", rerun of {args.rerun_of}" if base else ""))
     if base and sample:  # the kill fraction among the mutants the base run left unchecked, estimated
         k, n = sum(status[x] in ("killed", "timeout") for x in sample), len(sample)
         p, se = k / n, math.sqrt(k / n * (1 - k / n) / n)
