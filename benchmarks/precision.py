@@ -2,6 +2,7 @@
 
     python benchmarks/precision.py               # writes the "Precision" section of docs/benchmarks.md
     python benchmarks/precision.py --quick --no-write   # small sizes, a smoke test
+    python benchmarks/precision.py --reports QUICK_DIR QUICK32_DIR   # the report's verdicts, quick against quick32
 
 Three precisions of the discrete transformer (SPEC §1), at small sizes where each statistic is
 measurable with a clear standard error:
@@ -52,6 +53,7 @@ from stochformer.sphere import uniform  # noqa: E402
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
 SECTION = "## Precision: float32 against float64"
+REPORT_SECTION = "## Precision: the report in float32 (quick32 against quick)"
 PRECISIONS = {"float64": {}, "float32 draws": {"draw_precision": "float32"}, "float32": {"dtype": "float32"}}
 #: the model: the paper's scenario grid at d = 5, σ_U = σ_W = 0.1, ReLU, no attention
 BASE = dict(d=5, sigma_U=0.1, sigma_W=0.1, activation="relu", attention=False, m=256, T=5.0, L=100)
@@ -125,7 +127,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke test of the script")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-write", action="store_true", help="print only")
+    parser.add_argument("--reports", nargs=2, type=Path, metavar=("QUICK", "QUICK32"),
+                        help="compare two report folders (stochformer reproduce --profile quick / quick32) instead")
     args = parser.parse_args(argv)
+    if args.reports:
+        publish(DOC, REPORT_SECTION, compare_reports(*args.reports), write=not args.no_write)
+        return
     started, load_before = time.time(), os.getloadavg()[0]
     rows = []
     for i, (name, m) in enumerate(measurements(args.quick).items()):
@@ -141,6 +148,31 @@ def main(argv: list[str] | None = None) -> None:
            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)),
            "command": "python benchmarks/precision.py " + " ".join(argv if argv is not None else sys.argv[1:])}
     publish(DOC, SECTION, markdown(rep), write=not (args.no_write or args.quick))
+
+
+def compare_reports(quick: Path, quick32: Path) -> str:
+    """Section by section: rows that hold and wall time in each report; every row whose verdict differs."""
+    reports = [json.loads((d / "results.json").read_text()) for d in (quick, quick32)]
+    stages = [{s["name"]: s for s in r["stages"] if s.get("status") == "computed"} for r in reports]
+    lines = [
+        REPORT_SECTION, "",
+        f"`stochformer reproduce --profile quick` and `--profile quick32` (the same sizes, dtype = float32), "
+        f"{reports[1]['created']}, the sections that have a dtype; the machine was shared (load average 15–23), so the "
+        "wall times are inflated and only roughly comparable. Rows that hold (of all rows):", "",
+        "| section | quick (float64) | quick32 (float32) | wall time (s): quick, quick32 |", "| --- | ---: | ---: | --- |",
+    ]
+    differ = []
+    for name in [n for n in stages[0] if n in stages[1]]:
+        a, b = stages[0][name], stages[1][name]
+        held = [sum(c["verdict"] == "holds" for c in x["comparisons"]) for x in (a, b)]
+        lines.append(f"| {name} | {held[0]} of {len(a['comparisons'])} | {held[1]} of {len(b['comparisons'])} | "
+                     f"{a['elapsed_s']:.0f}, {b['elapsed_s']:.0f} |")
+        for ca, cb in zip(a["comparisons"], b["comparisons"]):
+            if ca["verdict"] != cb["verdict"]:
+                differ.append(f"- {name}, {ca['quantity']} (predicted {ca['predicted']:.4g}): quick {ca['measured']:.4g} "
+                              f"({ca['verdict']}), quick32 {cb['measured']:.4g} ({cb['verdict']})")
+    lines += ["", "Rows whose verdict differs:" if differ else "No row's verdict differs.", "", *differ, ""]
+    return "\n".join(lines)
 
 
 def markdown(rep: dict) -> str:
