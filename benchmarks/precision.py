@@ -114,6 +114,7 @@ def measurements(quick: bool) -> dict[str, dict]:
         "one-point motion E⟨x₀, x_1⟩": dict(run=one_point, cfg=one, predicted=math.exp(-kappa * (one.d - 1) * one.T / 2)),
         "convergence exponent in L": dict(run=converge("exponent_L"), cfg=conv, predicted=1.0),
         "convergence exponent in m": dict(run=converge("exponent_m"), cfg=conv, predicted=1.0),
+        "energy rate near sync, spread 1e-7": dict(run=energy_near(1e-7), cfg=near, predicted=pred["lambda_bar_pred"]),
     }
 
 
@@ -127,6 +128,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke test of the script")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-write", action="store_true", help="print only")
+    parser.add_argument("--only", default=None, help="run only the statistics whose name contains this text")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE",
+                        help="replace a config field of every run (e.g. noise=mlp: explicit weights)")
     parser.add_argument("--reports", nargs=2, type=Path, metavar=("QUICK", "QUICK32"),
                         help="compare two report folders (stochformer reproduce --profile quick / quick32) instead")
     args = parser.parse_args(argv)
@@ -136,9 +140,11 @@ def main(argv: list[str] | None = None) -> None:
     started, load_before = time.time(), os.getloadavg()[0]
     rows = []
     for i, (name, m) in enumerate(measurements(args.quick).items()):
+        if args.only and args.only not in name:
+            continue
         row = {"name": name, "predicted": m["predicted"], "values": {}}
         for j, (prec, upd) in enumerate(PRECISIONS.items()):
-            cfg = m["cfg"].model_copy(update=upd)
+            cfg = m["cfg"].model_copy(update={**upd, **dict(o.split("=", 1) for o in args.overrides)})
             start = time.perf_counter()
             value, se = m["run"](cfg, args.seed + 1000 * i + j)
             row["values"][prec] = {"value": value, "se": se, "time_s": time.perf_counter() - start}
