@@ -387,6 +387,13 @@ def size_txt(s: dict) -> str:
     return f"batch {s['batch']}, N {s['N']}, d {s['d']}, m {s['m']}, L {s['L']}"
 
 
+def size_table(rows: list[tuple[dict, dict[str, str]]]) -> list[str]:
+    """A markdown table with one row per size and one column per key of the cells."""
+    names = list(rows[0][1])
+    out = ["| size | " + " | ".join(names) + " |", "| --- |" + " ---: |" * len(names)]
+    return out + [f"| {size_txt(size)} | " + " | ".join(cells[n] for n in names) + " |" for size, cells in rows]
+
+
 def markdown(rep: dict) -> str:
     load = rep["load_average"]
     cores = os.cpu_count() or 1
@@ -412,14 +419,9 @@ def markdown(rep: dict) -> str:
         f"Times are medians of {rep['repeats']} runs (seeds 1001…), in seconds.",
         "",
     ]
-    names = list(rep["results"][0]["median_s"])
-    lines += ["| size | " + " | ".join(names) + " |", "| --- |" + " ---: |" * len(names)]
-    for r in rep["results"]:
-        lines.append(f"| {size_txt(r['size'])} | " + " | ".join(f"{r['median_s'][n]:.3f}" for n in names) + " |")
-    ratios = list(rep["results"][0]["speedups"])
-    lines += ["", "Speed-ups (ratio of the medians):", "", "| size | " + " | ".join(ratios) + " |", "| --- |" + " ---: |" * len(ratios)]
-    for r in rep["results"]:
-        lines.append(f"| {size_txt(r['size'])} | " + " | ".join(f"**{r['speedups'][k]:.2f}×**" for k in ratios) + " |")
+    lines += size_table([(r["size"], {n: f"{t:.3f}" for n, t in r["median_s"].items()}) for r in rep["results"]])
+    lines += ["", "Speed-ups (ratio of the medians):", ""]
+    lines += size_table([(r["size"], {n: f"**{x:.2f}×**" for n, x in r["speedups"].items()}) for r in rep["results"]])
     lines += [
         "",
         "Same law: log(1 − mean pairwise cosine) of the final tokens (the log-distance to synchronisation), "
@@ -441,10 +443,8 @@ def markdown(rep: dict) -> str:
             f"{len(rep['processes'][0]['times_s']['python -c pass'])} rounds in alternation, in seconds:",
             "",
         ]
-        pnames = list(rep["processes"][0]["times_s"])
-        lines += ["| size | " + " | ".join(pnames) + " |", "| --- |" + " ---: |" * len(pnames)]
-        for p in rep["processes"]:
-            lines.append(f"| {size_txt(p['size'])} | " + " | ".join(f"{statistics.median(p['times_s'][n]):.2f}" for n in pnames) + " |")
+        lines += size_table([(p["size"], {n: f"{statistics.median(t):.2f}" for n, t in p["times_s"].items()})
+                             for p in rep["processes"]])
     lines += [
         "",
         "Roofline: the fewest exact float64 normals (stochformer's sampler: `RandomMLP.cost` per layer and sample, "
