@@ -79,7 +79,7 @@ def test_memory_estimate_within_2x_of_measured_peak() -> None:
         report.append(f"{' '.join(row['overrides'])}: estimate {est / 2**20:.0f} MiB, measured {row['peak'] / 2**20:.0f} MiB, "
                       f"ratio {ratio:.2f}")
     print("\n".join(report))
-    bad = [r for r, row in zip(report, rows) if not 0.5 <= estimate(build_config(None, row["overrides"])).bytes / row["peak"] <= 2]
+    bad = [r for r, row in zip(report, rows, strict=True) if not 0.5 <= estimate(build_config(None, row["overrides"])).bytes / row["peak"] <= 2]
     assert not bad, "\n".join(report)
 
 

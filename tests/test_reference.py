@@ -529,6 +529,10 @@ def test_sde_step_given_increment(scheme, with_attention, with_noise, tokens, ge
     sde = LimitSDE(attention_of(*QKV) if with_attention else None, noise, kappa1=k1)
     dW = 0.4 * np.random.default_rng(21).standard_normal((B, N, d))
     Xn = X.numpy()
+    if not with_noise:  # no field: no increment to draw
+        sde.integrator = EulerMaruyama() if scheme == "euler" else StratonovichHeun()
+        zero = np.zeros_like(dW)
+        close(sde.step(X, dt, gen), euler_reference(Xn, dt, QKV, k1, zero, False) if scheme == "euler" else heun_reference(Xn, dt, QKV, zero))
     if scheme == "euler":
         got = EulerMaruyama().step(sde, X, dt, torch.from_numpy(dW))
         ref = euler_reference(Xn, dt, QKV, k1, dW, with_noise)
@@ -680,7 +684,7 @@ def test_gram_and_tangent(tokens):
 def test_integrate_is_repeated_steps_on_the_aggregated_path(scheme, tokens, gen):
     """solve(sde, X₀, …, path) applies one step per coarse step of the path; a coarse step of the
     BrownianPath sums its q fine normals and divides by √q (the same Brownian path on the coarser grid)."""
-    B, N, d, dt = 2, 3, 3, 0.1
+    B, N, d, dt = 3, 3, 3, 0.1
     X = tokens(B, N, d, seed=30)
     integrator = EulerMaruyama() if scheme == "euler" else StratonovichHeun()
     sde = LimitSDE(attention_of(*qkv(d, seed=31)), ExactField(NoiseKernel("relu", d, 0.2, 0.1)), integrator,
@@ -710,7 +714,7 @@ def test_particle_solver_assembly_and_loop(tokens):
     assert field.features_at(tokens(2, N, d)).shape == (2, N, 7)
     assert make_particles(cfg, field, N).noise is field
     for off in ({"mlp": False}, {"noise_scale": 0.0}):
-        assert make_particles(cfg.with_updates(**off), None, N).noise is None
+        assert make_particles(cfg.with_updates(**off), field, N).noise is None
     with pytest.raises(ValueError, match=r"^the particle solver needs a field \(make_field\) when the noise is on$"):
         make_particles(cfg, None, N)
     with pytest.raises(ValueError, match=r"^dynamics: the particle solver integrates the limit SDE \(dynamics = 'sde'\)$"):

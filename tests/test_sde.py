@@ -180,12 +180,12 @@ def test_brownian_path_coarse_steps_keep_unit_variance_and_the_path(given):
         path = BrownianPath.from_normals(xi)
     else:
         path = BrownianPath((1000,), 64, seed=5)
-        xi = torch.stack([path.increment(k, 64) for k in range(64)])
-    agg = torch.stack([path.increment(k, 8) for k in range(8)])
+        xi = torch.stack([path.increment(k, 64)[0] for k in range(64)])
+    agg = torch.stack([path.increment(k, 8)[0] for k in range(8)])
     assert agg.shape == (8, 1000)
     assert abs(float(agg.var()) - 1.0) < 5 * math.sqrt(2 / agg.numel())
     assert torch.allclose(agg.sum(0) * math.sqrt(8), xi.sum(0))
-    assert torch.equal(path.increment(3, 64), xi[3])
+    assert torch.equal(path.increment(3, 64)[0], xi[3])
     with pytest.raises(ValueError, match="divide"):
         path.increment(0, 7)
 

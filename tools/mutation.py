@@ -147,6 +147,8 @@ def main() -> None:
                     "the run LABEL and keep its other results: valid when the tests were only added to since")
     ap.add_argument("--sample", type=int, default=0, metavar="K", help="with --rerun-of: also run a seeded "
                     "uniform sample of K mutants that the run LABEL did not check (a stopped run), to estimate the rest")
+    ap.add_argument("--tests", nargs="+", metavar="FILE", help="use these test files instead of the config's "
+                    "(with --rerun-of: the tests added since, which alone decide whether a survivor is now killed)")
     ap.add_argument("--label", help="name of the run (default: 'current' or the revision)")
     ap.add_argument("--max-children", type=int, default=None, help="parallel mutant runs (default: config)")
     ap.add_argument("--summary-only", action="store_true", help="re-read an earlier run's results")
@@ -158,7 +160,7 @@ def main() -> None:
     if args.rerun_of:
         base = statuses(ROOT / "build" / "mutation" / args.rerun_of)
     if not args.summary_only:
-        prepare(workdir, cfg["mutation"], args.tests_rev)
+        prepare(workdir, cfg["mutation"] | ({"tests": args.tests} if args.tests else {}), args.tests_rev)
         names = sorted(n for n, s in base.items() if s not in ("killed", "timeout", "not checked"))
         unchecked = sorted(n for n, s in base.items() if s == "not checked")
         names += random.Random(0).sample(unchecked, min(args.sample, len(unchecked)))

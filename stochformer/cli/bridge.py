@@ -28,6 +28,7 @@ def bridge_cmd(config_file, overrides, out, force, quiet, fmt: str) -> None:
     click.echo(f"bridge: {cfg.block}, d={cfg.d}, N={cfg.N}, m={cfg.m}, T={cfg.T}, {cfg.samples} networks per depth; "
                f"κ(1) on the unit sphere {result.kappa1:.4g}: {result.elapsed_s:.1f} s")
     for row in result.comparisons():
-        click.echo(f"  {row.quantity}: measured {row.measured:.4f} [{row.ci[0]:.4f}, {row.ci[1]:.4f}], "
+        lo, hi = row.ci if row.ci is not None else (float("nan"), float("nan"))
+        click.echo(f"  {row.quantity}: measured {row.measured:.4f} [{lo:.4f}, {hi:.4f}], "
                    f"predicted {row.predicted:.4f}: {row.verdict}")
     click.echo(f"results in {folder}")

@@ -1,5 +1,5 @@
 """Options and plumbing shared by every experiment command: ``--config``, ``--set``, ``--out``,
-the size check, the output-folder lock, Ctrl-C and ``--format``.
+``--format``, the size check, the output-folder lock and Ctrl-C.
 
 This module and every command module import only click and the standard library at module level:
 ``stochformer --help`` and ``--version`` load neither torch nor matplotlib. Each command imports
@@ -16,13 +16,10 @@ from typing import Any, Callable, Optional
 
 import click
 
-from ..outputs import (MARKER, OutputError, check_output_folder, has_marker, hold, make_owned, remove_owned,
-                       remove_stale_partials)
-
-#: exit status of a run stopped by Ctrl-C (128 + SIGINT), as shells report it
-EXIT_INTERRUPTED = 130
 #: the formats of saved figures (``--format``; the same as ``stochformer.plotting.FORMATS``)
 FIGURE_FORMATS = ("png", "pdf", "svg")
+#: exit status of a run stopped by Ctrl-C (128 + SIGINT), as shells report it
+EXIT_INTERRUPTED = 130
 
 
 def config_options(func: Callable) -> Callable:
@@ -52,12 +49,13 @@ def resolve_config(config_file: Optional[Path], overrides: tuple[str, ...], mode
 
 
 def experiment_options(func: Callable) -> Callable:
-    """Add ``--config FILE``, ``--set FIELD=VALUE`` (repeatable), ``--out DIR``, ``--force``, ``--quiet``."""
+    """Add ``--config FILE``, ``--set FIELD=VALUE`` (repeatable), ``--out DIR``, ``--force``, ``--quiet``,
+    ``--max-memory SIZE`` and ``--no-size-check``."""
 
     @config_options
     @click.option("--out", type=str, default=None,  # a string: "" must reach the check, not become "."
                   help="Output folder (default runs/<command>-<timestamp>).")
-    @click.option("--force", is_flag=True, help="Replace a non-empty output folder.")
+    @click.option("--force", is_flag=True, help="Replace a non-empty output folder (only one stochformer created).")
     @click.option("--quiet", is_flag=True, help="No progress bars.")
     @size_options
     @functools.wraps(func)
@@ -84,26 +82,39 @@ def size_options(func: Callable) -> Callable:
 
 def workers_of(scheduler: Optional[str]) -> int:
     """How many tasks of ``scheduler`` run at once on this machine (for the size check)."""
+    from ..extras import MissingExtraError
     from ..tasks.parallel import parse_scheduler
 
     try:
         kind, arg = parse_scheduler(scheduler)
-    except ValueError:
+    except (ValueError, MissingExtraError):
         return 1
     return arg if kind in ("processes", "local-cluster") else 1
 
 
 def size_check(cfg: Any, scheduler: Optional[str] = None) -> None:
     """The pre-flight estimate of :mod:`stochformer.preflight` with this command's options."""
+    from ..preflight import check_size, parse_size
+
     max_memory, skip = click.get_current_context().meta.get("stochformer.size", (None, False))
     if skip:
         return
-    from ..preflight import check_size, parse_size
-
     try:
         check_size(cfg, parse_size(max_memory) if max_memory is not None else None, workers=workers_of(scheduler))
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
+
+
+def check_scheduler(scheduler: Optional[str]) -> None:
+    """A usage error naming ``--scheduler`` unless it is one of the valid forms (and its extra is installed)."""
+    if scheduler is not None:
+        from ..extras import MissingExtraError
+        from ..tasks.parallel import parse_scheduler
+
+        try:
+            parse_scheduler(scheduler)
+        except (ValueError, MissingExtraError) as exc:
+            raise click.BadParameter(str(exc), param_hint="--scheduler") from None
 
 
 def command_line() -> str:
@@ -111,9 +122,17 @@ def command_line() -> str:
     return shlex.join(["stochformer", *sys.argv[1:]])
 
 
+def resume_command(resumed: bool) -> str:
+    """The command that continues this one: as typed, without ``--force``, with ``--resume``."""
+    args = [a for a in sys.argv[1:] if a != "--force"]
+    return shlex.join(["stochformer", *args, *([] if resumed else ["--resume"])])
+
+
 def hold_output(folder: Path, command: str) -> None:
     """Lock ``folder`` until the command ends (a second run on it fails at once) and remove the
     temporary folders of interrupted runs."""
+    from ..outputs import OutputError, hold, remove_stale_partials
+
     ctx = click.get_current_context()
     try:
         ctx.with_resource(hold(folder, command))
@@ -132,35 +151,33 @@ def resolve(
     command: str,
     config_file: Optional[Path],
     overrides: tuple[str, ...],
-    out: Optional[Path],
+    out: Optional[Path | str],
     force: bool,
     model: Optional[type] = None,
     base: Optional[dict] = None,
 ) -> tuple[Any, Path]:
     """Validate the config (``model``, default :class:`~stochformer.config.RunConfig`), the output
-    folder and the size before any work (errors become one clean message), then hold the output
-    folder for the rest of the command."""
-    cfg = resolve_config(config_file, overrides, model, base)
+    folder, the scheduler and the size before any work (errors become one clean message), then
+    hold the output folder for the rest of the command."""
+    from ..config import ConfigError, RunConfig, build_config
+    from ..outputs import OutputError, check_output_folder
+
+    model = RunConfig if model is None else model
     try:
+        cfg = build_config(base, list(overrides), config_file, model=model)
         folder = check_output_folder(default_out(command, out), force)
-    except (FileExistsError, OutputError) as exc:
+    except (ConfigError, FileExistsError, OutputError) as exc:
         raise click.UsageError(str(exc)) from None
     scheduler = click.get_current_context().params.get("scheduler")
-    if scheduler is not None:
-        from ..tasks.parallel import parse_scheduler
-
-        try:
-            parse_scheduler(scheduler)
-        except ValueError as exc:
-            raise click.UsageError(f"--{exc}") from None
+    check_scheduler(scheduler)
     size_check(cfg, scheduler)
     hold_output(folder, command)
     return cfg, folder
 
 
 def fail_cleanly(func: Callable) -> Callable:
-    """Turn input errors raised during a run (bad .npy file, missing CUDA, a non-finite state, a
-    missing optional dependency, ...) into one message, and Ctrl-C into exit status 130 with one
+    """Turn input errors raised during a run (bad .npy file, missing CUDA, a missing optional
+    dependency, a non-finite state, ...) into one message, and Ctrl-C into exit status 130 with one
     line saying what was kept and how to resume. (``ConfigError`` is a ``ValueError``;
     ``MissingExtraError`` an ``ImportError``.)"""
 
@@ -171,6 +188,8 @@ def fail_cleanly(func: Callable) -> Callable:
         try:
             return func(*args, **kwargs)
         except (ValueError, FileExistsError, MissingExtraError) as exc:
+            from ..outputs import MARKER, remove_owned
+
             store = click.get_current_context().meta.get("stochformer.store")
             if store is not None and [p.name for p in store.iterdir()] == [MARKER]:
                 remove_owned(store)  # nothing finished: leave no empty task store behind
@@ -223,6 +242,8 @@ def task_store(folder: Path) -> Path:
     """Where finished tasks wait (beside the output folder) until the run completes, so that the
     same command run again after an interruption continues instead of starting afresh. Created
     (marked as stochformer's own) here; a foreign folder of that name is refused."""
+    from ..outputs import has_marker, make_owned
+
     store = folder.with_name(folder.name + ".tasks")
     if store.exists() and not has_marker(store) and (not store.is_dir() or any(store.iterdir())):
         raise click.UsageError(f"--out: {store} (where finished tasks are kept) exists and was not created by "
@@ -242,6 +263,7 @@ def write_results(
     figure, saved as NAME.FMT) into an atomically created ``folder``; then drop the finished run's
     task store."""
     from ..io import output_folder
+    from ..outputs import remove_owned
 
     with output_folder(folder, force) as tmp:
         result.save(tmp)

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import shlex
 import sys
 
 import click
 
 from ..report.profiles import DEFAULT_PROFILE, PROFILES
-from .common import EXIT_INTERRUPTED, command_line, experiment_options, hold_output, size_check, use_agg
+from .common import (EXIT_INTERRUPTED, check_scheduler, command_line, experiment_options, hold_output, resume_command,
+                     size_check, use_agg)
 
 
 def _listing() -> str:
@@ -25,7 +25,7 @@ def _listing() -> str:
 @click.option("--profile", type=click.Choice(list(PROFILES)), default=DEFAULT_PROFILE, show_default=True,
               help="Sizes of the experiments: tiny (CI), quick (<= 20 min on 2 CPU cores), full (the paper's), gpu (CUDA).")
 @click.option("--only", multiple=True, metavar="NAME", help="Run only this section (repeatable); see --list.")
-@click.option("--resume", is_flag=True, help="Reuse the finished stages stored in OUT/cache (same config and version).")
+@click.option("--resume", is_flag=True, help="Reuse the finished stages stored in OUT/cache (same config, version and source).")
 @click.option("--scheduler", default=None, metavar="SPEC",
               help="Where grids of independent runs go: serial (default), processes[:N], local-cluster:N or a Dask address.")
 @click.option("--list", "list_only", is_flag=True, help="List the sections and profiles, then exit.")
@@ -40,20 +40,12 @@ def reproduce_cmd(profile, only, resume, scheduler, list_only, config_file, over
         return
     out = "report" if out is None else out
     from ..config import ConfigError
-    from ..extras import MissingExtraError
     from ..outputs import OutputError
     from ..report import reproduce
     from ..report.runner import check_report_folder, plan
     from ..report.verdict import recompute
 
-    if scheduler is not None:
-        from ..tasks.parallel import parse_scheduler
-
-        try:
-            parse_scheduler(scheduler)
-        except (ValueError, MissingExtraError) as exc:
-            raise click.BadParameter(str(exc), param_hint="--scheduler") from None
-    use_agg()
+    check_scheduler(scheduler)
     try:
         planned = plan(profile, only, overrides, config_file)
         out = check_report_folder(out, force)
@@ -66,7 +58,7 @@ def reproduce_cmd(profile, only, resume, scheduler, list_only, config_file, over
             except click.UsageError as exc:
                 raise click.UsageError(f"section {item.stage.name}: {exc.message}") from None
     hold_output(out, "reproduce")
-    again = [a for a in sys.argv[1:] if a != "--force"] + ([] if resume else ["--resume"])
+    use_agg()
     try:
         report = reproduce(profile, out, only=only, resume=resume, overrides=overrides, config_file=config_file,
                            scheduler=scheduler, force=force, progress=not quiet, command=command_line())
@@ -74,7 +66,7 @@ def reproduce_cmd(profile, only, resume, scheduler, list_only, config_file, over
         raise click.UsageError(str(exc)) from None
     except KeyboardInterrupt:
         click.echo(f"\ninterrupted: finished stages are kept in {out / 'cache'}; continue with: "
-                   f"{shlex.join(['stochformer', *again])}", err=True)
+                   f"{resume_command(resume)}", err=True)
         sys.exit(EXIT_INTERRUPTED)
     bad = [r for r in report["stages"] if r["status"] in ("failed", "unavailable")]
     for r in report["stages"]:

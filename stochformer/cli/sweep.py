@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import shlex
-import sys
 from pathlib import Path
 from typing import Optional
 
 import click
 
-from ..outputs import OutputError, check_output_folder, has_marker, make_owned, remove_owned
-from .common import default_out, fail_cleanly, format_option, hold_output, save_figures, size_check, size_options
+from .common import default_out, fail_cleanly, format_option, hold_output, resume_command, save_figures, size_check, size_options
 
 
 def _scheduler(scheduler: Optional[str], local_cluster: Optional[int], workers: Optional[int]) -> str:
@@ -49,10 +46,10 @@ def _scheduler(scheduler: Optional[str], local_cluster: Optional[int], workers: 
 @click.option("--out", type=str, default=None,
               help="Output folder (default runs/sweep-<timestamp>); finished tasks are kept in OUT/tasks.")
 @click.option("--resume", is_flag=True, help="Continue the sweep stored in --out, reusing its finished tasks.")
-@click.option("--force", is_flag=True, help="Delete a non-empty --out folder and start afresh.")
+@click.option("--force", is_flag=True, help="Delete a non-empty --out folder (only one stochformer created) and start afresh.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
-@size_options
 @format_option
+@size_options
 @fail_cleanly
 def sweep_cmd(file, overrides, scheduler, local_cluster, workers, out, resume, force, quiet, fmt: str) -> None:
     """Run the sweep described in the --config file (TOML: base config, [grid] and/or [[points]], samples, chunk).
@@ -66,6 +63,7 @@ def sweep_cmd(file, overrides, scheduler, local_cluster, workers, out, resume, f
     chosen = _scheduler(scheduler, local_cluster, workers)
     from ..config import ConfigError
     from ..experiments.sweep import load_sweep, plan_sweep, run_sweep
+    from ..outputs import OutputError, check_output_folder, has_marker, make_owned, remove_owned
     from ..plotting.sweep import plot_sweep
 
     try:  # everything is validated before any work or any folder
@@ -89,9 +87,8 @@ def sweep_cmd(file, overrides, scheduler, local_cluster, workers, out, resume, f
         remove_owned(folder)
     created = not folder.exists()
     make_owned(folder, "sweep")
-    again = [a for a in sys.argv[1:] if a != "--force"] + ([] if resume else ["--resume"])
     click.get_current_context().meta["stochformer.kept"] = (
-        f"finished tasks are kept in {folder / 'tasks'}; continue with: {shlex.join(['stochformer', *again])}")
+        f"finished tasks are kept in {folder / 'tasks'}; continue with: {resume_command(resume)}")
     n_tasks = len(plan.configs) * len(plan.chunks)
     click.echo(f"sweep: {len(plan.configs)} points x {len(plan.chunks)} chunks = {n_tasks} tasks on {chosen}")
     try:

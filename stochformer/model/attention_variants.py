@@ -49,7 +49,7 @@ class MultiHeadAttention:
     Q: torch.Tensor
     K: torch.Tensor
     V: torch.Tensor
-    O: torch.Tensor
+    O: torch.Tensor  # noqa: E741 (SPEC §7 names the output projection O)
 
     def __call__(self, X: torch.Tensor, keys: Optional[torch.Tensor] = None) -> torch.Tensor:
         keys = X if keys is None else keys
@@ -69,7 +69,7 @@ class MultiHeadAttention:
             raise ValueError(f"heads: must divide d = {d} (got {heads})")
         dh = d // heads
         eye = torch.eye(d, dtype=Q.dtype, device=Q.device)
-        O = eye.reshape(d, heads, dh).permute(1, 0, 2)  # O_h = I[:, rows of head h]
+        O = eye.reshape(d, heads, dh).permute(1, 0, 2)  # noqa: E741  O_h = I[:, rows of head h]
         return cls(Q.reshape(heads, dh, d), K.reshape(heads, dh, d), V.reshape(heads, dh, d), O.contiguous())
 
 

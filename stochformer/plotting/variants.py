@@ -21,7 +21,8 @@ def plot_bridge(result, axes: Optional[Any] = None) -> "Figure":
     fig, ax = figure_axes(axes, (1, len(depths)), (4.2 * len(depths), 3.4))
     for a, L in zip(ax[0], depths):
         t = np.arange(L + 1) / L
-        linear_band(a, t, *result.summary("measured", L), "C0", f"{result.config.block} (measured)")
+        mean, se = result.summary("measured", L)
+        linear_band(a, t, mean, se, "C0", f"{result.config.block} (measured)")
         a.plot(t, result.summary("model", L)[0], "--", color="C1", label="paper's model, matched MLP")
         a.plot(t, result.summary("sde", L)[0], ":", color="C3", label="limit SDE, matched κ")
         a.set(xlabel="depth fraction ℓ/L", ylabel="mean cosine", title=f"L = {L}")

@@ -163,7 +163,7 @@ def section(rec: dict) -> str:
             parts.append(f"<details><summary>traceback</summary><pre>{escape(rec['traceback'])}</pre></details>")
     else:
         when = rec.get("started_at", "")
-        origin = "computed in this run" if status == "computed" else "reused from the cache (computed earlier with the same config and version)"
+        origin = "computed in this run" if status == "computed" else "reused from the cache (computed earlier with the same config, version and source)"
         prov = rec.get("provenance") or {}
         parts.append(f"<p class='meta'>Status: {origin}; started {escape(when)}; run time {_seconds(rec.get('elapsed_s'))}; "
                      f"device {escape(str(prov.get('device', '?')))}; stochformer {escape(str(prov.get('stochformer', '?')))}.</p>")
