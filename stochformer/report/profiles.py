@@ -13,8 +13,8 @@ PROFILES: dict[str, str] = {
     "gpu": "large sizes on a CUDA device (device = cuda): more samples and longer sweeps than the paper",
     "quick32": "the quick sizes in float32 (dtype = float32) for every section that has a dtype (sync, phase, "
                "convergence, chaos; the paper's experiments stay float64): the fast precision, whose agreement "
-               "with float64 is measured in docs/benchmarks.md (\"Precision\"); near synchronisation, where "
-               "1 − cosine falls below float32's resolution (6e-8), its statistics saturate",
+               "with float64 is measured in docs/benchmarks.md (\"Precision\"); it fails where tokens come closer "
+               "than a few float32 ulps (chordal distance ~1e-7)",
 }
 
 #: profiles that run another profile's sizes with config fields replaced (where a section has them)
