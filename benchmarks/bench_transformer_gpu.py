@@ -3,7 +3,7 @@
     python benchmarks/bench_transformer_gpu.py --out DIR            # DIR/bench_transformer_cuda.{md,json}
     python benchmarks/bench_transformer_gpu.py --device cpu --quick --out DIR   # smoke test of the script
 
-The same script as ``bench_transformer.py`` (baseline loop vs ``simulate``, law check, roofline),
+The same script as ``bench_transformer.py`` (the batched torch loop vs ``run_simulate``, law checks, rooflines),
 with ``--device cuda`` as the default; see that file for the options.
 """
 

@@ -19,7 +19,18 @@ The same :func:`solve` runs the limit SDE (:class:`LimitSDE`) and the mean-field
 __version__ = "0.1.0"
 
 import importlib
+import os
+import sys
 from typing import Any
+
+#: OpenMP settings applied when stochformer is imported before torch (always, through the CLI),
+#: unless the variable is already set or STOCHFORMER_OMP=keep: torch's threads then sleep as soon
+#: as a parallel region ends instead of spinning, so on a machine whose cores are busy with other
+#: work a run slows by about its share instead of many-fold (docs/performance.md, "A shared machine")
+OMP_DEFAULTS = {"OMP_WAIT_POLICY": "PASSIVE"}
+if os.environ.get("STOCHFORMER_OMP") != "keep" and "torch" not in sys.modules:
+    for _key, _value in OMP_DEFAULTS.items():
+        os.environ.setdefault(_key, _value)
 
 #: the public names and the modules they live in, imported on first use (``import stochformer``
 #: and the command line's ``--help`` stay free of torch)

@@ -31,6 +31,7 @@ from .brownian import BrownianPath, Draws
 from .diagnostics import STATISTICS, pair_statistics
 from .model.activations import ACTIVATIONS
 from .runtime import make_generator, provenance
+from .sphere import normalize
 from .validation import check_finite
 
 
@@ -50,7 +51,8 @@ Hook = Callable[[int, torch.Tensor], Optional[torch.Tensor]]
 class SaveAt:
     """What :func:`solve` keeps.
 
-    ``stats``: per-sample statistics (names of :data:`~stochformer.diagnostics.STATISTICS`) every
+    ``stats``: per-sample statistics (names of :data:`~stochformer.diagnostics.STATISTICS`, computed in
+    float64 whatever the state's dtype) every
     ``every`` steps, or at the steps ``at`` (0 and the last step are always included with
     ``every``); ``tokens_every`` / ``tokens_at``: the token states on the same rule (None: none);
     ``final``: the final state ``X_final``; ``energy_beta``: β of E_β; ``block``: Gram entries
@@ -133,7 +135,10 @@ def solve(
 
     def keep(k: int, X: torch.Tensor) -> None:
         if k in stat_steps:
-            stats = pair_statistics(X, save.energy_beta, save.block)
+            # in float64 whatever the state's dtype: the statistics of the tokens as they are, not
+            # float32's rounding of 1 − cosine (a float32 token's norm is 1 only to ~1e-7)
+            Xs = X if X.dtype == torch.float64 else normalize(X.to(torch.float64))
+            stats = pair_statistics(Xs, save.energy_beta, save.block)
             records.append({name: stats[name].detach().cpu() for name in save.stats})
         if k in token_steps:
             snapshots.append(X.detach().cpu())

@@ -108,7 +108,7 @@ def test_each_sampler_keeps_the_conditional_covariance(rng, precision):
     draw = noise._draw
     x = _tokens(3, d)
     x = torch.cat([x, x[:1] * -1.0])  # N = 4 tokens
-    n_hid1 = noise._n_hidden(1, N, d)
+    n_hid1 = noise._n_hidden(1, N, d, torch.float64)
     hid1 = draw(n_hid1, make_generator(3), F64, "cpu")  # one sample's U and b_U
 
     def frozen(n, generator, dtype, device):
@@ -212,3 +212,29 @@ def test_short_runs_draw_little_ahead():
     for _ in range(40):
         ahead(100, gen, F64, "cpu")
     assert drawn[:3] == [200, 400, 800] and sum(drawn) <= 2 * 4000 + 200
+
+
+@pytest.mark.parametrize("N,d,m", [(3, 3, 8), (3, 5, 8)])
+def test_float32_tokens_keep_kernel_kappa(N, d, m):
+    """dtype float32 end to end (tokens, draws, products): E[ΔW_ia ΔW_jb] = Δt s² κ(⟨x_i, x_j⟩) δ_ab
+    within 5 SE, through the explicit routes that float32 uses (U and Φ Z', never a Gram root)."""
+    B, s, dt = 40000, 1.3, 0.25
+    x = _tokens(N, d).float()
+    noise = RandomMLP(m, "relu", 0.5, 0.3, scale=s, mode="gaussian", rng="parallel")
+    mean, se = _covariance_z(noise, x, B, dt, seed=13)
+    assert mean.dtype == torch.float32
+    kappa = NoiseKernel("relu", d, 0.5, 0.3, scale=s).kappa((x.double() @ x.double().T).clamp(-1, 1))
+    expected = dt * torch.kron(kappa, torch.eye(d, dtype=F64))
+    assert float(((mean.double() - expected) / se.double()).abs().max()) < 5.0
+
+
+def test_gram_roots_only_in_float64():
+    """A Gram root resolves rows only down to √(inner·ε): float64 keeps the cheaper routes, float32
+    draws U (m·d normals) and the output through Φ Z' (m·d)."""
+    from stochformer.model.noise import _hidden_rank, _output_through_gram
+
+    cpu = torch.device("cpu")
+    assert _hidden_rank(3, 5, F64) == 3 and _hidden_rank(3, 5, torch.float32) == 5
+    assert _output_through_gram(64, 64, 1024, cpu, F64) and not _output_through_gram(64, 64, 1024, cpu, torch.float32)
+    noise = RandomMLP(1024, "relu", 0.1, 0.1)
+    assert noise.cost(64, 64, cpu, torch.float32)["normals"] == 1024 * 64 * 2 + 1024 + 64

@@ -325,3 +325,18 @@ def test_failing_sections_are_reported_and_nan_never_written(tmp_path: Path, mon
     assert rec["fake-missing"]["status"] == "unavailable" and "not available" in rec["fake-missing"]["error"]
     page = (out / "index.html").read_text()
     assert "This section failed to run: RuntimeError: boom" in page and "fake is not available" in page
+
+
+def test_quick32_is_the_quick_sizes_in_float32() -> None:
+    """``--profile quick32``: every section that has a dtype runs the quick config in float32; the
+    others (the paper's experiments) run the quick config unchanged."""
+    quick = {p.stage.name: p.config for p in plan("quick")}
+    fast = {p.stage.name: p.config for p in plan("quick32")}
+    with_dtype = [n for n, c in quick.items() if "dtype" in type(c).model_fields]
+    assert with_dtype and len(with_dtype) < len(quick)
+    for name, cfg in quick.items():
+        if name in with_dtype:
+            assert cfg.dtype == "float64" and fast[name].dtype == "float32"
+            assert fast[name].model_copy(update={"dtype": "float64"}) == cfg
+        else:
+            assert fast[name] == cfg

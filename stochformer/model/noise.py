@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from ..brownian import Draws, as_draws
+from ..sphere import normalize
 from .activations import ActivationLike, get_activation
 from .kernel import NoiseKernel
 from .rng import DEFAULT_AHEAD, DrawPrecision, NormalDraws, RngBackend
@@ -171,7 +172,7 @@ class RandomMLP:
         """Φ = φ(U x/√d + b_U) with fresh U, b_U: X (batch, N, d) → (batch, N, m), row i the
         features of token i."""
         if self.mode == "gaussian":
-            z = self._draw(self._n_hidden(*X.shape), generator, X.dtype, X.device)
+            z = self._draw(self._n_hidden(*X.shape, X.dtype), generator, X.dtype, X.device)
             return self._hidden_from(X, z, generator)
         B, N, d = X.shape
         U = draw_weights((B, self.width, d), generator, X, self.law, self.nu)
@@ -180,18 +181,19 @@ class RandomMLP:
             pre = pre + self.sigma_U * _normal((B, 1, self.width), generator, X)
         return self._phi(pre)
 
-    def empirical_kernel(self, X: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-        """K_m = ΦΦᵀ/m + σ_W² for fresh inner weights: (batch, N, N) (SPEC §3 coupling)."""
-        Phi = self.hidden(X, generator)
+    def empirical_kernel(self, X: torch.Tensor, generator: torch.Generator, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+        """K_m = ΦΦᵀ/m + σ_W² for fresh inner weights: (batch, N, N) (SPEC §3 coupling), in ``dtype``
+        (default X's)."""
+        Phi = self.hidden(X, generator).to(dtype or X.dtype)
         return Phi @ Phi.transpose(-1, -2) / self.width + self.sigma_W**2
 
-    def cost(self, N: int, d: int, device: torch.device | str = "cpu") -> dict[str, float]:
+    def cost(self, N: int, d: int, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float64) -> dict[str, float]:
         """Work of one ``mode="gaussian"`` call per sample at N tokens in dimension d: ``normals``
         drawn and matrix-product ``flops`` (2mnk per product, n³/3 per Cholesky), for rooflines."""
-        m, r = self.width, min(N, d)
+        m, r = self.width, _hidden_rank(N, d, dtype)
         normals = m * r + m * (self.sigma_U > 0) + d * (self.sigma_W > 0)
-        flops = 2.0 * m * N * r + (2.0 * N * N * d + N**3 / 3 if d > N else 0.0)
-        if _gram_output_cheaper(N, d, m, torch.device(device)):
+        flops = 2.0 * m * N * r + (2.0 * N * N * d + N**3 / 3 if r < d else 0.0)
+        if _output_through_gram(N, d, m, torch.device(device), dtype):
             normals += N * d
             flops += 2.0 * m * N * N + N**3 / 3 + 2.0 * N * N * d
         else:
@@ -199,16 +201,16 @@ class RandomMLP:
             flops += 2.0 * m * N * d
         return {"normals": float(normals), "flops": flops}
 
-    def _n_hidden(self, B: int, N: int, d: int) -> int:
-        return B * self.width * (min(N, d) + (self.sigma_U > 0))
+    def _n_hidden(self, B: int, N: int, d: int, dtype: torch.dtype) -> int:
+        return B * self.width * (_hidden_rank(N, d, dtype) + (self.sigma_U > 0))
 
     def _hidden_from(self, X: torch.Tensor, z: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         """Φ (batch, N, m) from the first :meth:`_n_hidden` normals of the flat buffer ``z``."""
         B, N, d = X.shape
-        m, r = self.width, min(N, d)
+        m, r = self.width, _hidden_rank(N, d, X.dtype)
         Zt = z[: B * m * r].view(B, m, r).transpose(-1, -2)  # (B, r, m)
         Y = X * (1.0 / math.sqrt(d))
-        if d <= N:  # H = Y Uᵀ/√d with U = Z (B, m, d)
+        if r == d:  # H = Y Uᵀ/√d with U = Z (B, m, d)
             pre = Y @ Zt
         else:  # H = C Zᵀ with C Cᵀ = Y Yᵀ/d (N × N): m·N normals instead of m·d
             C, bad = _cholesky(Y @ Y.transpose(-1, -2), d)
@@ -225,18 +227,20 @@ class RandomMLP:
     def increment(self, X: torch.Tensor, dt: float, rng: Randomness) -> torch.Tensor:
         """With a Brownian path (``rng`` a coupled :class:`Draws`) the conditional Gaussian law is
         driven by the path's normals Ξ (batch, N, d) through the symmetric root,
-        √dt s K_m^{1/2} Ξ with K_m = ΦΦᵀ/m + σ_W² (the coupling of SPEC §3)."""
+        √dt s K_m^{1/2} Ξ with K_m = ΦΦᵀ/m + σ_W² (the coupling of SPEC §3). K_m and its root are
+        computed in float64 whatever X's dtype (:func:`_gram_roots_resolve`)."""
         draws = as_draws(rng)
         generator = draws.generator
         if draws.coupled:
             xi = draws.brownian(X.shape, X.dtype, X.device)
-            return (self.scale * math.sqrt(dt)) * (sqrt_psd(self.empirical_kernel(X, generator)) @ xi)
+            S = sqrt_psd(self.empirical_kernel(X, generator, torch.float64)).to(X.dtype)
+            return (self.scale * math.sqrt(dt)) * (S @ xi)
         if self.mode == "weights":
             return self._increment_weights(X, dt, generator)
         B, N, d = X.shape
         m = self.width
-        gram = _gram_output_cheaper(N, d, m, X.device)
-        n_hid = self._n_hidden(B, N, d)
+        gram = _output_through_gram(N, d, m, X.device, X.dtype)
+        n_hid = self._n_hidden(B, N, d, X.dtype)
         n_out = B * (N if gram else m) * d
         z = self._draw(n_hid + n_out + (B * d if self.sigma_W > 0 else 0), generator, X.dtype, X.device)
         Phi = self._hidden_from(X, z, generator)  # (B, N, m)
@@ -287,6 +291,26 @@ def _cholesky(K: torch.Tensor, inner: int) -> tuple[torch.Tensor, Optional[torch
 _NORMAL_COST_FLOPS = {"cpu": 100.0, "cuda": 2.0}
 
 
+def _gram_roots_resolve(dtype: torch.dtype) -> bool:
+    """Whether roots of Gram matrices are used in ``dtype``: float64 only. A Gram matrix of nearly
+    equal rows is known to about ``inner · ε`` of its diagonal, so its root cannot tell apart
+    rows closer than about √(inner · ε) (relative): 2·10⁻⁷ in float64 at inner = 256, but 6·10⁻³ in
+    float32, where near synchronisation it would add independent noise far larger than the
+    tokens' separations (measured: λ₁ = +46 instead of −0.13; docs/performance.md). In float32
+    the explicit routes (U, Φ Z') are used, whose error is the rounding of the tokens themselves."""
+    return torch.finfo(dtype).eps < 1e-12
+
+
+def _hidden_rank(N: int, d: int, dtype: torch.dtype) -> int:
+    """Normals per hidden unit: min(N, d) through the root of YYᵀ/d when it resolves, else d (U)."""
+    return min(N, d) if _gram_roots_resolve(dtype) else d
+
+
+def _output_through_gram(N: int, d: int, m: int, device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether the output is drawn through the root of ΦΦᵀ (float64 only, and when cheaper)."""
+    return _gram_roots_resolve(dtype) and _gram_output_cheaper(N, d, m, device)
+
+
 def _gram_output_cheaper(N: int, d: int, m: int, device: torch.device) -> bool:
     """Whether drawing the MLP output through a root of the N × N Gram ΦΦᵀ (N·d normals,
     2mN² + N³/3 + 2N²d flops) costs less than through Φ Z' (m·d normals, 2mNd flops)."""
@@ -318,16 +342,21 @@ class ExactField:
             raise ValueError(f"ExactField: its kernel is for d = {self.kernel.d}, the tokens have d = {d}")
         return self.kernel
 
-    def covariance(self, X: torch.Tensor) -> torch.Tensor:
-        """K(X): (batch, N, N), computed in float64 and returned in X's dtype."""
-        G = (X @ X.transpose(-1, -2)).clamp(-1.0, 1.0).to(torch.float64)
+    def covariance(self, X: torch.Tensor, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+        """K(X): (batch, N, N), computed in float64 and returned in ``dtype`` (default X's). The
+        cosines are those of the tokens renormalised in float64: a float32 token's norm is 1 only
+        to ~1e-7, which on the diagonal would swamp 1 − cosine of close tokens."""
+        Xd = normalize(X.to(torch.float64))
+        G = (Xd @ Xd.transpose(-1, -2)).clamp(-1.0, 1.0)
         K = self.kernel.kappa(G) if self._cheb is None else _clenshaw(self._cheb.to(G.device), G)
-        return K.to(X.dtype)
+        return K.to(dtype or X.dtype)
 
     def increment(self, X: torch.Tensor, dt: float, rng: Randomness) -> torch.Tensor:
-        """√dt K(X)^{1/2} Ξ with Ξ (batch, N, d) the step's Brownian normals."""
+        """√dt K(X)^{1/2} Ξ with Ξ (batch, N, d) the step's Brownian normals; K and its root in
+        float64 whatever X's dtype (in float32 the root could not tell close tokens apart:
+        :func:`_gram_roots_resolve`)."""
         xi = as_draws(rng).brownian(X.shape, X.dtype, X.device)
-        return math.sqrt(dt) * (sqrt_psd(self.covariance(X), self.sqrt_method) @ xi)
+        return math.sqrt(dt) * (sqrt_psd(self.covariance(X, torch.float64), self.sqrt_method).to(X.dtype) @ xi)
 
 
 @functools.lru_cache(maxsize=64)

@@ -11,7 +11,14 @@ PROFILES: dict[str, str] = {
     "quick": "reduced sizes (fewer tokens, layers, samples) that finish within 20 minutes on 2 CPU cores",
     "full": "the paper's sizes (SPEC §6): about 50 minutes on 2 CPU cores",
     "gpu": "large sizes on a CUDA device (device = cuda): more samples and longer sweeps than the paper",
+    "quick32": "the quick sizes in float32 (dtype = float32) for every section that has a dtype (sync, phase, "
+               "convergence, chaos; the paper's experiments stay float64): the fast precision, whose agreement "
+               "with float64 is measured in docs/benchmarks.md (\"Precision\"); it fails where tokens come closer "
+               "than a few float32 ulps (chordal distance ~1e-7)",
 }
+
+#: profiles that run another profile's sizes with config fields replaced (where a section has them)
+DERIVED: dict[str, tuple[str, dict]] = {"quick32": ("quick", {"dtype": "float32"})}
 
 DEFAULT_PROFILE = "quick"
 

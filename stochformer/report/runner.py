@@ -31,7 +31,7 @@ from ..io import StageCache, atomic_write_bytes, config_key, source_hash, to_jso
 from ..outputs import OutputError, check_writable, has_marker, make_owned, refuse_unsafe, remove_owned
 from ..runtime import provenance
 from . import sections  # noqa: F401  (registers the stages)
-from .profiles import PROFILES
+from .profiles import DERIVED, PROFILES
 from .stages import Stage, StageContext, StageUnavailable, registered
 from .verdict import recompute
 
@@ -92,7 +92,9 @@ def plan(
         item = Planned(stage, selected=not only or stage.name in only)
         model = stage.model
         fields = set(model.model_fields)
-        base = dict(stage.sizes.get(profile, {}))
+        sized, extra = DERIVED.get(profile, (profile, {}))
+        base = dict(stage.sizes.get(sized, {}))
+        base.update({k: v for k, v in extra.items() if k in fields})
         base.update({k: v for k, v in file_data.items() if k in fields and k not in names})
         used.update(k for k in file_data if k in fields)
         base.update(file_data.get(stage.name, {}))
