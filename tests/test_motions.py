@@ -3,7 +3,6 @@ and the limit SDE: ReLU, d = 4, σ_U = σ_W = 0.5 (κ(1) = 0.5), no attention, T
 
 import math
 
-import numpy as np
 import pytest
 import torch
 

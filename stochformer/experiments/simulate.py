@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass, field
 from typing import ClassVar, Optional
 
+import numpy as np
 import torch
 import xarray as xr
 
@@ -38,7 +39,7 @@ class SimulationResult(Result):
         ds = self.data.copy()
         for name in STATISTICS:
             mean, se = mean_and_se(torch.from_numpy(ds[name].values), axis=0)
-            ds[f"{name}_mean"], ds[f"{name}_se"] = ("time", mean.numpy()), ("time", se.numpy())
+            ds[f"{name}_mean"], ds[f"{name}_se"] = ("time", np.asarray(mean)), ("time", np.asarray(se))
         return ds
 
     def summary(self) -> dict:

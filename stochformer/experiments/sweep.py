@@ -179,7 +179,7 @@ def plan_sweep(cfg: SweepConfig) -> SweepPlan:
             _resolve(base, {name: v}, f"grid.{name}[{k}] = {v!r}")
     points = cfg.points or [{}]
     configs = []
-    for i, point in enumerate(points):
+    for point in points:
         for combo in itertools.product(*cfg.grid.values()):
             updates = {**point, **dict(zip(cfg.grid, combo))}
             where = ", ".join(f"{k} = {v!r}" for k, v in updates.items()) or "base"

@@ -250,7 +250,8 @@ def run_tasks_parallel(
                     value = runner.result(future)
                 except BaseException as exc:
                     runner.cancel(list(pending.values()))
-                    raise _with_key(exc, task.key)
+                    _with_key(exc, task.key)
+                    raise
                 if cache:
                     cache.store(task.key, task.cache_key, value)
                 results[task.key] = value
