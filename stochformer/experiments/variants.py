@@ -32,6 +32,7 @@ from ..model.transformer import Transformer
 from ..runtime import DTYPES, child_seeds, make_generator, provenance, resolve_device
 from ..solver import SaveAt, solve
 from ..sphere import normalize
+from ..stats import mean_and_se
 
 # ----------------------------------------------------------------- deterministic flows
 
@@ -165,10 +166,10 @@ class ResampledResult:
         """Per depth: mean of final − reference (paired samples) with its SE, and the mean squared error."""
         rows = []
         for L in self.depths:
-            diff = self.final[L] - self.reference
-            rows.append({"L": L, "diff": float(diff.mean()), "diff_se": float(diff.std(ddof=1) / math.sqrt(len(diff))),
-                         "sq_error": float(self.sq_error[L].mean()),
-                         "sq_error_se": float(self.sq_error[L].std(ddof=1) / math.sqrt(len(diff)))})
+            diff, diff_se = mean_and_se(self.final[L] - self.reference)
+            sq, sq_se = mean_and_se(self.sq_error[L])
+            rows.append({"L": L, "diff": float(diff), "diff_se": float(diff_se), "sq_error": float(sq),
+                         "sq_error_se": float(sq_se)})
         return rows
 
     def to_dict(self) -> dict:
