@@ -118,7 +118,9 @@ def estimate(cfg: Any, workers: int = 1) -> Optional[Estimate]:
     tasks that run at once on this machine (a local process pool)."""
     from .experiments.chaos import ChaosConfig
     from .experiments.converge import ConvergeConfig
+    from .experiments.joint import JointConfig
     from .experiments.phase import PhaseConfig
+    from .experiments.repulsion import RepulsionConfig
     from .experiments.sweep import SweepConfig, plan_sweep
     from .experiments.sync import SyncConfig
 
@@ -132,13 +134,22 @@ def estimate(cfg: Any, workers: int = 1) -> Optional[Estimate]:
         field = "samples, grid size or L" if dataset > task_mem * workers else max(per, key=lambda e: e.bytes).memory_fields
         return Estimate(task_mem * workers + dataset, seconds, field, "samples, grid size, L or N")
     if isinstance(cfg, ConvergeConfig):
-        B = min(cfg.chunk, cfg.batch)
-        s = 8
-        widths = len(cfg.widths) + 1
-        mem = s * B * (2.0 * cfg.N * max(cfg.widths) + 8.0 * cfg.N**2 + 4.0 * (widths + 2) * cfg.N * cfg.d)
-        step = STEP_OVERHEAD_S * (widths + 2) + B * widths * (2.0 * cfg.N * max(cfg.widths) * cfg.d + 10 * cfg.N**3) / FLOPS
-        steps = sum(cfg.refine * L for L in cfg.depths) * math.ceil(cfg.batch / cfg.chunk)
-        return Estimate(mem * workers, steps * step / max(1, workers), "N, chunk or widths", "depths, refine or batch")
+        mem, seconds = _coupling_cost(cfg.N, cfg.d, cfg.batch, cfg.chunk, cfg.widths, cfg.depths, cfg.refine)
+        return Estimate(mem * workers, seconds / max(1, workers), "N, chunk or widths", "depths, refine or batch")
+    if isinstance(cfg, JointConfig):
+        costs = [_coupling_cost(N, cfg.d, cfg.batch, cfg.chunk, [m], [L], cfg.refine)
+                 for N, L, m in zip(cfg.path_N, cfg.path_L, cfg.path_m)]
+        w2 = estimate(cfg.chaos_config())
+        assert w2 is not None
+        mem = max(max(c[0] for c in costs), w2.bytes)
+        return Estimate(mem * workers, (sum(c[1] for c in costs) + w2.seconds) / max(1, workers),
+                        "path_N, chunk, N_ref or features", "path_N, path_L, batch, N_ref or w2_batch")
+    if isinstance(cfg, RepulsionConfig):
+        points = [simulate_estimate(cfg.point(g, s)) for g in cfg.gammas for s in cfg.sigmas]
+        probe = simulate_estimate(cfg.point(*cfg.probe), batch=cfg.pairs, N=2)
+        seconds = sum(e.seconds for e in points) + 1.75 * probe.seconds  # the probe's L, L/2, L/4 steps
+        return Estimate(max(e.bytes for e in points + [probe]) * workers, seconds / max(1, workers),
+                        "N, batch or pairs", "L, batch, pairs or the grid")
     if isinstance(cfg, ChaosConfig):
         s = 8
         chunk = min(cfg.N, max(1, DEFAULT_BLOCK // cfg.features))
@@ -158,6 +169,17 @@ def estimate(cfg: Any, workers: int = 1) -> Optional[Estimate]:
     if isinstance(cfg, RunConfig):
         return simulate_estimate(cfg)
     return None
+
+
+def _coupling_cost(N: int, d: int, batch: int, chunk: int, widths: list[int], depths: list[int],
+                   refine: int) -> tuple[float, float]:
+    """Peak bytes and seconds of the transformer–SDE coupling (``converge``'s tasks): every width and
+    m = ∞ stepped together, the SDE on ``refine`` steps per layer, N³ for each symmetric root."""
+    B, n_models = min(chunk, batch), len(widths) + 1
+    mem = 8.0 * B * (2.0 * N * max(widths) + 8.0 * N**2 + 4.0 * (n_models + 2) * N * d)
+    step = STEP_OVERHEAD_S * (n_models + 2) + B * n_models * (2.0 * N * max(widths) * d + 10 * N**3) / FLOPS
+    steps = sum(refine * L for L in depths) * math.ceil(batch / chunk)
+    return mem, steps * step
 
 
 def _gb(x: float) -> str:

@@ -82,6 +82,18 @@ class JointConfig(RunConfig):
             raise ValueError("init.kind, Q, K, V: the joint limit needs uniform i.i.d. tokens and beta/gamma attention")
         return self
 
+    def run_config_dict(self) -> dict:
+        """The plain :class:`RunConfig` fields (the model of the transformer–SDE coupling)."""
+        return {k: v for k, v in self.model_dump(mode="json").items() if k in RunConfig.model_fields}
+
+    def chaos_config(self) -> "chaos.ChaosConfig":
+        """The config of the W₂² systems: ``chaos``'s coupling with the path's N as its sizes."""
+        skip = ("dynamics", "noise", "integrator", "batch", "N", "L", "features")
+        return chaos.ChaosConfig.model_validate({
+            **{k: v for k, v in self.run_config_dict().items() if k not in skip}, "N": self.N_ref, "L": self.w2_steps,
+            "sizes": self.path_N, "dims": [self.d], "batch": self.w2_batch, "w2_records": self.w2_records,
+            "features": self.features, "bootstrap": 100})
+
     @property
     def scale(self) -> np.ndarray:
         """The path's scale s_k = N_k/N_0."""
@@ -132,11 +144,8 @@ def run_joint(cfg: JointConfig, progress: bool = False, store: Optional[Path | s
     ``converge`` and ``chaos`` (``store`` makes the run resumable), then the fits."""
     cfg = as_config(cfg, JointConfig)
     start = time.perf_counter()
-    base = {k: v for k, v in cfg.model_dump(mode="json").items() if k in RunConfig.model_fields}
-    chaos_cfg = chaos.ChaosConfig.model_validate({
-        **{k: v for k, v in base.items() if k not in ("dynamics", "noise", "integrator", "batch", "N", "L", "features")},
-        "N": cfg.N_ref, "L": cfg.w2_steps, "sizes": cfg.path_N, "dims": [cfg.d], "batch": cfg.w2_batch,
-        "w2_records": cfg.w2_records, "features": cfg.features, "bootstrap": 100})
+    base = cfg.run_config_dict()
+    chaos_cfg = cfg.chaos_config()
     n_chunks = -(-cfg.batch // cfg.chunk)
     sizes = [min(cfg.chunk, cfg.batch - c * cfg.chunk) for c in range(n_chunks)]
     s_coupled, s_w2 = child_seeds(cfg.seed, 2)
