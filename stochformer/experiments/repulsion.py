@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Optional
 
@@ -151,7 +151,8 @@ def flow_growth(config: dict, seed: int, spread: float) -> dict:
 class RepulsionResult(Result):
     """``points[(γ, σ) key]``: the measurements of :func:`outcome_point` with the predictions
     (λ₁ − γ, λ̄ − 2γ, λ̄', ε, the noise's uniform drift); ``probe``: λ̂₁ and the noiseless flow at
-    the probe point; ``times``: the time grid of the curves."""
+    the probe point; ``times``: the time grid of the curves; ``boundary``: the criterion's boundary
+    γ = λ₁(σ) on a fine grid of σ (``sigma``, ``gamma`` lists)."""
 
     command: ClassVar[str] = "repulsion"
     summary_name: ClassVar[str] = "repulsion.json"
@@ -161,6 +162,7 @@ class RepulsionResult(Result):
     times: np.ndarray
     provenance: dict
     elapsed_s: float
+    boundary: dict = field(default_factory=dict)
 
     def grid(self, name: str) -> np.ndarray:
         """A measured or predicted quantity over the grid: (len(sigmas), len(gammas))."""
@@ -184,7 +186,7 @@ class RepulsionResult(Result):
     def to_dict(self) -> dict:
         c = self.config
         return {"gammas": c.gammas, "sigmas": c.sigmas, "times": self.times, "points": self.points,
-                "probe": self.probe, "outcomes": self.outcomes().tolist(), "agreement": self.agreement(),
+                "probe": self.probe, "boundary": self.boundary, "outcomes": self.outcomes().tolist(), "agreement": self.agreement(),
                 "elapsed_s": self.elapsed_s}
 
     def _dataset(self) -> xr.Dataset:
@@ -231,5 +233,8 @@ def run_repulsion(cfg: RepulsionConfig, progress: bool = False, store: Optional[
     if key(g_probe, s_probe) in points:
         probe["final_cosine"] = points[key(g_probe, s_probe)]["final_cosine"]
     times = np.arange(cfg.L + 1) * cfg.dt
+    fine = np.linspace(min(cfg.sigmas), max(cfg.sigmas), 61)
+    boundary = {"sigma": fine.tolist(),
+                "gamma": [predicted_rates(cfg.point(0.0, float(s)), with_bound=False)["lambda_1_noise"] for s in fine]}
     return RepulsionResult(cfg, points, probe, times, provenance(resolve_device(cfg.device)),
-                           time.perf_counter() - start)
+                           time.perf_counter() - start, boundary)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
 
-from .core import exponent_label, figure_axes, finish, linear_band, log_band
+from .core import exponent_label, figure_axes, finish, integer_ticks, linear_band, log_band
 from .sync import _edges
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -30,8 +30,9 @@ def plot_joint(result: Any, ax: Optional[Any] = None) -> "Figure":
     m0 = result.means()["combined"][0][0]
     p = result.predicted["combined"]
     ax.plot(s, m0 * s ** -p, "k:", label=f"predicted slope −{p:.2f} (the slowest rate)")
-    ax.set(xscale="log", yscale="log", xlabel="path scale s",
+    ax.set(xscale="log", yscale="log", xlabel="path scale s", ylabel="sup-in-time error (mean ± 2 SE)",
            title=f"d = {c.d}, T = {c.T:g}: N = {c.path_N[0]}s, L = {c.path_L[0]}s, m = {c.path_m[0]}s")
+    integer_ticks(ax, s)
     ax.legend(fontsize=7)
     return finish(fig, created)
 
@@ -40,9 +41,6 @@ def plot_repulsion(result: Any, axes: Optional[Any] = None) -> "Figure":
     """RepulsionResult: the final mean cosine over (γ, σ) with the criterion's boundary γ = λ₁(σ),
     each cell marked ✓ (criterion agrees), ✗ (disagrees) or ? (no clear prediction); the mean cosine
     against t at the probe σ for every γ (right)."""
-    from ..build import make_kernel
-    from ..model.kernel import lyapunov_exponent
-
     c = result.config
     created = axes is None
     fig, ax = figure_axes(axes, (1, 2), (12.5, 4.8))
@@ -50,12 +48,8 @@ def plot_repulsion(result: Any, axes: Optional[Any] = None) -> "Figure":
     cos = result.grid("final_cosine")
     mesh = ax[0, 0].pcolormesh(_edges(g), _edges(s), cos, shading="flat", cmap="viridis", vmin=-0.1, vmax=1.0)
     fig.colorbar(mesh, ax=ax[0, 0], label="final mean pairwise cosine (from uniform tokens)")
-    fine = np.linspace(s.min(), s.max(), 61)
-    lam1 = []
-    for sig in fine:
-        kern = make_kernel(c.point(0.0, float(sig)))
-        lam1.append(lyapunov_exponent(kern.kappa1, kern.kappa1_prime, c.d))
-    ax[0, 0].plot(lam1, fine, "w-", lw=2, label=r"criterion boundary $\lambda_1 - \gamma = 0$ (sync to its right)")
+    b = result.boundary
+    ax[0, 0].plot(b["gamma"], b["sigma"], "w-", lw=2, label=r"criterion boundary $\lambda_1 - \gamma = 0$ (sync to its right)")
     agree = result.agreement()
     marks = {1: "✓", 0: "✗", -1: "?"}
     for i, yy in enumerate(s):
