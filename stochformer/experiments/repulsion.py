@@ -220,7 +220,7 @@ def run_repulsion(cfg: RepulsionConfig, progress: bool = False, store: Optional[
     for k, (g, s, p) in grid.items():
         pred = predicted_rates(p)
         eps = epsilon(g)
-        points[k] = {**{n: v for n, v in results[k].items()}, "gamma": g, "sigma": s,
+        points[k] = {**results[k], "gamma": g, "sigma": s,
                      "lambda_1_pred": pred["lambda_1_pred"], "lambda_bar_pred": pred["lambda_bar_pred"],
                      "lambda_bar_noise": pred["lambda_bar_noise"], "lambda_bar_prime": pred["lambda_bar_prime_pred"],
                      "epsilon": eps, "bound": eps + pred["lambda_bar_prime_pred"],
