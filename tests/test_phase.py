@@ -53,7 +53,10 @@ def test_phase_lyapunov_grid_resumes_and_agrees_with_the_boundary_far_from_it(tm
 
 def test_phase_title_names_the_fixed_parameters_not_the_axes():
     cfg = _phase("gamma=-0.5", "x_field=d", "x_values=[3, 8]", "y_field=sigma", "y_values=[0.0]", "L=40", "T=2")
-    assert phase_title(cfg) == f"{cfg.dynamics}, {cfg.activation}, $\\gamma = -0.5$, $L = 40$, $T = 2$: predicted boundary in black"
+    assert cfg.dynamics == "transformer"  # its width m is fixed too
+    assert phase_title(cfg) == "transformer, relu, $\\gamma = -0.5$, $L = 40$, $T = 2$, $m = 256$: predicted boundary in black"
+    sde = cfg.model_copy(update={"dynamics": "sde"})
+    assert phase_title(sde) == "sde, relu, $\\gamma = -0.5$, $L = 40$, $T = 2$: predicted boundary in black"
 
 
 def test_phase_cli_sync_fraction(tmp_path):

@@ -64,7 +64,7 @@ def _edges(c: np.ndarray) -> np.ndarray:
 
 def phase_title(c: Any) -> str:
     """The fixed parameters of a phase diagram (PhaseConfig ``c``), those on its axes left out."""
-    fixed = {"d": c.d, "gamma": c.gamma_value, "L": c.L, "T": c.T}
+    fixed = {"d": c.d, "gamma": c.gamma_value, "L": c.L, "T": c.T, **({"m": c.m} if c.dynamics == "transformer" else {})}
     shown = ", ".join(assign(k, v) for k, v in fixed.items() if k not in (c.x_field, c.y_field))
     return f"{c.dynamics}, {c.activation}, {shown}: predicted boundary in black"
 
