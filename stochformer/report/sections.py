@@ -566,4 +566,4 @@ register(Stage(
 # --------------------------------------------------------------------------- §7 (own module)
 
 from . import sections_variants  # noqa: E402,F401  (registers "variants" and "bridge")
-from . import sections_beyond  # noqa: E402,F401  (registers "joint-limit", "repulsion", "phase-transformer")
+from . import sections_beyond  # noqa: E402,F401  (registers "joint-limit", "repulsion" and the transformer's phase diagrams)

@@ -1,8 +1,8 @@
 """Report sections for the paper's claims that its own figures do not show: Corollary 1.3 (the joint
 limit N, L, m → ∞ along a diagonal path, ``joint-limit``), Theorem 1.4 with attention from uniform
-tokens and the linearised criterion's map (``repulsion``), and the phase diagram on the discrete
-transformer (``phase-transformer``). Registered after the sections of SPEC §6 (imported at the end
-of :mod:`.sections`)."""
+tokens and the linearised criterion's map (``repulsion``), and the phase diagrams on the discrete
+transformer over (γ, σ) and (d, σ) (``phase-transformer``, ``phase-dim-transformer``). Registered
+after the sections of SPEC §6 (imported at the end of :mod:`.sections`)."""
 
 from __future__ import annotations
 
@@ -206,6 +206,24 @@ register(Stage(
                "L": 100, "T": 4.0, "pairs": 128, "m": 256},
         full={**_PHASE_TRANSFORMER, "x_values": [-3.0, -2.0, -1.5, -1.0, -0.5, 0.0, 0.5],
               "y_values": [0.0, 0.125, 0.25, 0.375, 0.5, 0.75], "L": 200, "T": 8.0, "pairs": 512, "m": 256},
+    ),
+    run=base._run_phase,
+))
+
+register(Stage(
+    name="phase-dim-transformer",
+    title="Phase diagram over d and σ on the discrete transformer",
+    spec="SPEC §6.6, §1, §5",
+    claim="On the deep transformer of finite width, with repulsive attention γ = −1/2, the sign of the measured pair "
+          "exponent over (d, σ) follows the predicted boundary λ₁ − γ = 0.",
+    model=PhaseConfig,
+    sizes=sizes(
+        tiny={**base._PHASE_DS, "dynamics": "transformer", "x_values": [3, 8], "y_values": [0.0, 0.4], "L": 20,
+              "T": 2.0, "pairs": 16, "m": 64},
+        quick={**base._PHASE_DS, "dynamics": "transformer", "x_values": [3, 6, 12], "y_values": [0.0, 0.3, 0.6],
+               "L": 100, "T": 4.0, "pairs": 64, "m": 256},
+        full={**base._PHASE_DS, "dynamics": "transformer", "x_values": [3, 4, 6, 8, 16, 32],
+              "y_values": [0.0, 0.2, 0.4, 0.6], "L": 200, "T": 8.0, "pairs": 512, "m": 256},
     ),
     run=base._run_phase,
 ))
