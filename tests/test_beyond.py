@@ -179,3 +179,14 @@ def test_new_sections_are_planned_in_every_profile(profile):
     assert planned["repulsion"].probe == (-1.0, 0.1) and planned["repulsion"].d == 64
     quick = {p.stage.name: p.config for p in plan("quick")}
     assert max(planned["joint-limit"].path_N) >= max(quick["joint-limit"].path_N)
+
+
+def test_preflight_estimates_the_new_experiments():
+    from stochformer.preflight import estimate
+
+    small, big = JointConfig(), JointConfig(path_N=[32, 64, 128, 256], path_L=[16, 32, 64, 128])
+    assert 0 < estimate(small).seconds < estimate(big).seconds
+    assert estimate(big).bytes > estimate(small).bytes  # the N² kernel and the larger reference
+    one = RepulsionConfig(gammas=[-1.0], sigmas=[0.1])
+    grid = RepulsionConfig()
+    assert 0 < estimate(one).seconds < estimate(grid).seconds
