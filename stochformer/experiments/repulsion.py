@@ -135,7 +135,7 @@ def outcome_point(config: dict, seed: int, slope_time: float) -> dict:
 
 def flow_growth(config: dict, seed: int, spread: float) -> dict:
     """The noiseless attention flow (``config`` without MLP) from a cluster of ``spread``: the largest
-    step rate Δlog E E_β/Δt over the run (the measured ε) and the E_β curve's rate over the run."""
+    step rate Δlog E E_β/Δt over the run (the measured ε), the times and log E E_β per time."""
     cfg = RunConfig.model_validate(config)
     device, dtype = resolve_device(cfg.device), DTYPES[cfg.dtype]
     gen = make_generator(seed, device)
@@ -186,8 +186,8 @@ class RepulsionResult(Result):
     def to_dict(self) -> dict:
         c = self.config
         return {"gammas": c.gammas, "sigmas": c.sigmas, "times": self.times, "points": self.points,
-                "probe": self.probe, "boundary": self.boundary, "outcomes": self.outcomes().tolist(), "agreement": self.agreement(),
-                "elapsed_s": self.elapsed_s}
+                "probe": self.probe, "boundary": self.boundary, "outcomes": self.outcomes().tolist(),
+                "agreement": self.agreement(), "elapsed_s": self.elapsed_s}
 
     def _dataset(self) -> xr.Dataset:
         c = self.config
