@@ -143,16 +143,22 @@ def _run_repulsion(cfg: Any, ctx: StageContext) -> StageOutput:
                                 f"{p['final_cosine']:.2f}, {outcome[i, j]})")
     pr = res.probe
     noise = res.points.get(repulsion_exp.key(0.0, pr["sigma"]))
+    here = res.points.get(repulsion_exp.key(pr["gamma"], pr["sigma"]))
+    clustered = here is not None and pr["lambda_1_pred"] > 0 and here["final_cosine"] >= cfg.apart_cos
     cause = (f"At the probe γ = {pr['gamma']:g}, σ = {pr['sigma']:g}: λ̂₁ = {pr['lambda_1']:.3f} ± {pr['lambda_1_se']:.3f} "
-             f"(predicted λ₁ − γ = {pr['lambda_1_pred']:.3f}), so close pairs do separate, as the criterion says; yet "
-             f"the final mean cosine is {pr.get('final_cosine', float('nan')):.2f}.")
-    if noise is not None:
-        cause += (f" The measured cause: the criterion is the stability of full synchronisation (u → 1); far from it "
-                  f"the common noise pulls tokens together at the pair drift b(u) = κ(u)(d−2+u²) − κ(1)(d−1)u, "
-                  f"E[b(u₀)] = {noise['uniform_drift']:.3f} at uniform tokens (measured with the noise alone: "
-                  f"{noise['initial_rate']:.3f} ± {noise['initial_rate_se']:.3f}), which the repulsion, whose strength "
-                  f"2δ is reached only as tokens come together, does not undo: the tokens cluster partly, up to where "
-                  f"the near-synchronisation instability stops them.")
+             f"(predicted λ₁ − γ = {pr['lambda_1_pred']:.3f}); final mean cosine "
+             f"{pr.get('final_cosine', float('nan')):.2f}.")
+    if clustered and noise is not None:
+        cause += (" Close pairs separate, as the criterion says, yet the tokens cluster partly. The measured cause: the "
+                  "criterion is the stability of full synchronisation (u → 1); far from it the common noise pulls tokens "
+                  f"together at the pair drift b(u) = κ(u)(d−2+u²) − κ(1)(d−1)u, E[b(u₀)] = {noise['uniform_drift']:.3f} "
+                  f"at uniform tokens (measured with the noise alone: {noise['initial_rate']:.3f} ± "
+                  f"{noise['initial_rate_se']:.3f}; with the repulsion {here['initial_rate']:.3f} ± "
+                  f"{here['initial_rate_se']:.3f}), which the repulsion, whose strength 2δ is reached only as tokens come "
+                  "together, does not undo: the tokens cluster partly, up to where the near-synchronisation "
+                  "instability stops them.")
+    else:
+        cause += " The probe is not in a disagreement region at this size."
     notes = [("Disagreement region (λ₁ − γ > 0 yet partial or full clustering, or λ₁ − γ < 0 without "
               "synchronisation by T): " + ("; ".join(disagree) if disagree else "none on this grid") + "."), cause,
              f"Outcome from uniform tokens at T = {cfg.T:g}: synchronised if the final mean cosine ≥ {cfg.sync_cos:g}, "
