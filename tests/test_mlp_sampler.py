@@ -202,6 +202,25 @@ def test_draws_ahead_are_the_same_numbers_served_in_order():
     assert torch.equal(ahead(k + 1, make_generator(2), F64, "cpu"), direct(k + 1, make_generator(2)))  # n ≥ k: direct
 
 
+
+def test_refills_reuse_memory_only_when_nothing_served_is_alive():
+    """A refill writes into the previous refills' memory (no fresh pages) only when no view served
+    from it is alive: a view kept by a caller keeps its numbers; the numbers are those of fresh
+    memory either way."""
+    k = 1 << 12
+    ahead, fresh = NormalDraws("parallel", ahead=k), NormalDraws("parallel", ahead=k)
+    gen, twin = make_generator(4), make_generator(4)
+    kept = ahead(k // 2, gen, F64, "cpu")  # refill of k
+    copy = kept.clone()
+    assert torch.equal(kept, fresh(k // 2, twin, F64, "cpu"))
+    ahead(k // 2 + 1, gen, F64, "cpu")  # does not fit: a refill while `kept` is alive
+    fresh(k // 2 + 1, twin, F64, "cpu")
+    assert torch.equal(kept, copy)
+    ptr = ahead._buffer.z.data_ptr()
+    del kept
+    z = ahead(k // 2 + 1, gen, F64, "cpu")  # nothing else alive: the same memory again
+    assert z.data_ptr() == ptr and torch.equal(z, fresh(k // 2 + 1, twin, F64, "cpu"))
+
 def test_short_runs_draw_little_ahead():
     """Refills double from twice the first request: 40 calls of 100 normals draw 200 + 400 + … ≤
     2 · 4000 + 200 normals in all, not the 2²² of a full buffer."""
