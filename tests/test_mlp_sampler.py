@@ -226,11 +226,26 @@ def test_short_runs_draw_little_ahead():
     2 · 4000 + 200 normals in all, not the 2²² of a full buffer."""
     ahead = NormalDraws("parallel", ahead=1 << 22)
     gen, drawn = make_generator(3), []
-    real = ahead._draw
-    object.__setattr__(ahead, "_draw", lambda n, *a: drawn.append(n) or real(n, *a))
+    real = ahead._refill
+    object.__setattr__(ahead, "_refill", lambda size, *a: drawn.append(size) or real(size, *a))
     for _ in range(40):
         ahead(100, gen, F64, "cpu")
     assert drawn[:3] == [200, 400, 800] and sum(drawn) <= 2 * 4000 + 200
+
+
+def test_draws_ahead_fill_only_what_is_served():
+    """In float64 a refill draws now the whole requests of the current size that fit, and the rest
+    of its pieces only when served: the numbers are those of drawing the whole buffer at once, and
+    the tail no request reaches is never drawn."""
+    ahead = NormalDraws("parallel", ahead=10000)
+    gen, twin = make_generator(5), make_generator(5)
+    first = [ahead(3000, gen, F64, "cpu") for _ in range(2)]  # refill of 6000
+    assert torch.equal(torch.cat(first), NormalDraws("parallel")(6000, twin, F64, "cpu"))
+    second = [ahead(3000, gen, F64, "cpu") for _ in range(3)]  # refill of 10000: 9000 drawn now
+    assert ahead._buffer.streams.done[-1] == 9000  # the last of 4 pieces, 7500..10000, up to 9000
+    second.append(ahead(500, gen, F64, "cpu"))  # beyond: drawn on demand, in order
+    assert ahead._buffer.streams.done[-1] == 9500
+    assert torch.equal(torch.cat(second), NormalDraws("parallel")(10000, twin, F64, "cpu")[:9500])
 
 
 @pytest.mark.parametrize("N,d,m", [(3, 3, 8), (3, 5, 8)])
