@@ -77,6 +77,20 @@ def test_singular_gram_factorised_within_rounding():
     assert float((C @ C.transpose(-1, -2) - K).abs().max()) <= 4 * d * torch.finfo(F64).eps * 0.25
 
 
+
+@pytest.mark.parametrize("N,d,m", [(8, 4, 32), (4, 8, 32), (8, 4, 4)])
+def test_increments_do_not_share_the_layers_memory(N, d, m):
+    """The pre-activations of every layer are written into one tensor kept by the noise source;
+    an increment returned earlier is not changed by later layers (each route: U, the root of
+    YYᵀ, and the output through ΦΦᵀ or Φ Z')."""
+    noise = RandomMLP(m, "relu", 0.1, 0.1, rng="parallel")
+    gen = make_generator(6)
+    X = torch.nn.functional.normalize(torch.randn(3, N, d, generator=make_generator(7), dtype=F64), dim=-1)
+    first = noise.increment(X, 0.1, gen)
+    kept = first.clone()
+    second = noise.increment(X, 0.1, gen)
+    assert torch.equal(first, kept) and not torch.equal(first, second)
+
 @pytest.mark.parametrize("rng", ["parallel", "torch"])
 @pytest.mark.parametrize("fail", [False, True])
 def test_synchronised_tokens_keep_the_law(rng, fail, monkeypatch):
