@@ -292,8 +292,7 @@ def _cholesky(K: torch.Tensor, inner: int) -> tuple[torch.Tensor, Optional[torch
     diag = Kd.diagonal(dim1=-2, dim2=-1)
     diag.add_(diag.amax(-1, keepdim=True), alpha=inner * torch.finfo(K.dtype).eps)
     C, info = torch.linalg.cholesky_ex(Kd)
-    bad = info > 0
-    return C, (bad if bool(bad.any()) else None)
+    return C, (info > 0 if bool(info.any()) else None)
 
 
 #: cost of one normal draw in floating-point operations (measured: ~4 ns per float64 normal with
