@@ -21,7 +21,10 @@ Drawing Gaussians dominates the cost of the discrete transformer on a CPU (see
   untouched (at most ``ahead``), so a short run draws at most about twice what it uses.
   The buffer is served only while the generator is exactly in the state its draw left it in, so
   the numbers stay a function of the seed and the sequence of calls; :meth:`NormalDraws.reset`
-  drops it (every run starts with one).
+  drops it (every run starts with one). A refill writes into the memory of the previous ones
+  when nothing served from it is alive (no fresh pages), and in float64 on the parallel backend
+  draws at once only the whole requests of the current size that fit; the rest of its pieces is
+  drawn, in order, only when served (the same numbers; the tail no request reaches is never drawn).
 """
 
 from __future__ import annotations
