@@ -158,7 +158,7 @@ class NormalDraws:
         if self.backend == "parallel" and self.precision == "full" and dtype == torch.float64 and torch.device(device).type == "cpu":
             b.z = out if out is not None else torch.empty(size, dtype=dtype)
             b.streams = _Streams(b.z.numpy(), self._seeds(generator))
-            b.streams.fill(size // n * n)
+            b.streams.fill(size // n * n if n else 0)
         else:
             b.z = self._draw(size, generator, dtype, device, out)
         b.pos, b.generator, b.state = 0, generator, generator.get_state()
