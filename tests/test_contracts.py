@@ -15,7 +15,9 @@ from stochformer.build import initial_tokens
 from stochformer.config import InitConfig
 from stochformer.diagnostics import energy, mean_cosine, pair_statistics
 from stochformer.brownian import BrownianPath, Draws
+from stochformer.model.attention import SoftmaxAttention
 from stochformer.model.noise import RandomFeatureField, RandomMLP, draw_weights
+from stochformer.solver import SaveAt
 from stochformer.sphere import cluster, load_tokens, pair, uniform
 from stochformer.stats import mean_and_se
 
@@ -174,3 +176,106 @@ def test_load_tokens_rows_of_any_magnitude(tmp_path):
     arr = np.array([[3e200, 4e200], [3e-200, -4e-200], [1.0, 0.0]])
     np.save(tmp_path / "x.npy", arr)
     close(load_tokens(tmp_path / "x.npy", 1, 3, 2), np.array([[[0.6, 0.8], [0.6, -0.8], [1.0, 0.0]]]))
+
+
+def gamma_reference(a: float, n: int, g: torch.Generator) -> np.ndarray:
+    """Gamma(a, 1) by Marsaglia–Tsang: d = a − ⅓, c = 1/√(9d); candidates x ~ N(0, 1), u ~ U(0, 1)
+    in rounds of ⌊1.2·(still needed)⌋ + 16 (normals, then uniforms), v = (1 + c x)³, kept when
+    v > 0 and log u < x²/2 + d − d v + d log v, as d·v, in order."""
+    d = a - 1.0 / 3.0
+    c = 1.0 / math.sqrt(9.0 * d)
+    out: list[float] = []
+    while len(out) < n:
+        k = int(1.2 * (n - len(out))) + 16
+        x = torch.randn(k, generator=g, dtype=torch.float64).numpy()
+        u = torch.rand(k, generator=g, dtype=torch.float64).numpy()
+        for xi, ui in zip(x, u):
+            v = (1 + c * xi) ** 3
+            if v > 0 and math.log(ui) < 0.5 * xi * xi + d - d * v + d * math.log(v) and len(out) < n:
+                out.append(d * v)
+    return np.array(out)
+
+
+@pytest.mark.parametrize("law", ["gaussian", "rademacher", "uniform", "student_t"])
+def test_draw_weights_each_law(law):
+    """Weights of mean 0 and variance 1 from the generator: N(0, 1); 2b − 1 with b ∈ {0, 1}
+    uniform; √3 (2u − 1); Student-t, t = z / √(2 Gamma(ν/2)/ν) · √((ν − 2)/ν), the normals z
+    first; ν = 5 by default (the config's ``student_nu``)."""
+    shape, like = (3, 40), torch.zeros(1, dtype=torch.float64)
+    for nu in (5.0, 9.0):
+        gen = torch.Generator().manual_seed(6)
+        ref = replay(gen)
+        got = draw_weights(shape, gen, like, law, nu) if nu != 5.0 else draw_weights(shape, gen, like, law)
+        if law == "gaussian":
+            expect = torch.randn(shape, generator=ref, dtype=torch.float64).numpy()
+        elif law == "rademacher":
+            expect = 2.0 * torch.randint(0, 2, shape, generator=ref).numpy() - 1.0
+            assert set(np.unique(expect)) == {-1.0, 1.0}
+        elif law == "uniform":
+            expect = math.sqrt(3.0) * (2 * torch.rand(shape, generator=ref, dtype=torch.float64).numpy() - 1)
+        else:
+            z = torch.randn(shape, generator=ref, dtype=torch.float64).numpy()
+            chi2 = gamma_reference(nu / 2, math.prod(shape), ref).reshape(shape) * 2 / nu
+            expect = z / np.sqrt(chi2) * math.sqrt((nu - 2) / nu)
+        assert got.dtype == torch.float64 and torch.equal(gen.get_state(), ref.get_state())
+        close(got, expect)
+    assert torch.equal(draw_weights(shape, torch.Generator().manual_seed(1), like),
+                       torch.randn(shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64))
+    assert draw_weights(shape, torch.Generator(), like.float(), law).dtype == torch.float32
+
+
+def test_draw_weights_errors():
+    like = torch.zeros(1, dtype=torch.float64)
+    with pytest.raises(ValueError, match="^weight_law: unknown law 'cauchy'; valid: gaussian, rademacher, uniform, student_t$"):
+        draw_weights((2,), torch.Generator(), like, "cauchy")
+    for nu in (4.0, 3.5):
+        with pytest.raises(ValueError, match=rf"^student_nu: must be > 4 for a finite fourth moment \(got {nu}\)$"):
+            draw_weights((2,), torch.Generator(), like, "student_t", nu)
+    assert torch.isfinite(draw_weights((50,), torch.Generator(), like, "student_t", 4.5)).all()
+
+
+def test_save_schedule():
+    """Statistics every k steps plus step 0 and the last; explicit steps sorted and deduplicated,
+    each in 0..L (one message naming the range otherwise)."""
+    assert SaveAt(every=3).stat_steps(7) == [0, 3, 6, 7]
+    assert SaveAt(every=1).stat_steps(2) == [0, 1, 2]
+    assert SaveAt(every=4).stat_steps(8) == [0, 4, 8]
+    assert SaveAt(at=[5, 0, 2, 5]).stat_steps(5) == [0, 2, 5]
+    assert SaveAt(stats=()).stat_steps(5) == []
+    assert SaveAt(tokens_every=2).token_steps(5) == [0, 2, 4, 5]
+    assert SaveAt(tokens_at=[1]).token_steps(5) == [1]
+    for at, got in (([0, 3, 9], "0..9"), ([-1, 3], "-1..3"), ([2, 3, 9], "2..9"), ([-1], "-1..-1")):
+        with pytest.raises(ValueError, match=rf"^SaveAt: steps to save must lie in 0\.\.5 \(got {got}\)$"):
+            SaveAt(at=at).stat_steps(5)
+
+
+# ----------------------------------------------------------------- attention
+
+
+def softmax_reference(Xq: np.ndarray, Xk: np.ndarray, beta: float) -> np.ndarray:
+    """Σ_j softmax_j(β⟨x_i, y_j⟩) y_j with the row maximum subtracted (exact for any β)."""
+    out = np.zeros_like(Xq)
+    for b in range(len(Xq)):
+        s = beta * Xq[b] @ Xk[b].T
+        w = np.exp(s - s.max(-1, keepdims=True))
+        out[b] = (w / w.sum(-1, keepdims=True)) @ Xk[b]
+    return out
+
+
+def test_chunked_attention_beyond_the_exponent_range():
+    """Chunked attention equals the softmax for scores far outside exp's range: queries opposite a
+    cloud of keys at β = 600 (every shifted score < −709 would underflow), and β = 1050 on two
+    tokens whose coordinates are spread over d = 32 (scores above 709 would overflow)."""
+    r = np.random.default_rng(43)
+    keys = np.array([1.0, 0.0, 0.0]) + 0.2 * r.standard_normal((2, 6, 3))
+    keys /= np.linalg.norm(keys, axis=-1, keepdims=True)
+    queries = -keys[:, :4] + 0.1 * r.standard_normal((2, 4, 3))
+    queries /= np.linalg.norm(queries, axis=-1, keepdims=True)
+    att = SoftmaxAttention(beta=600.0, gamma=1.0, chunk=2)
+    close(att(torch.from_numpy(queries), torch.from_numpy(keys)), softmax_reference(queries, keys, 600.0))
+    X = np.zeros((1, 2, 32))
+    X[0, 0, :16] = X[0, 1, 16:] = 0.25
+    X[0, 1, :16] = 1e-3
+    X /= np.linalg.norm(X, axis=-1, keepdims=True)
+    att = SoftmaxAttention(beta=1050.0, gamma=1.0, chunk=1)
+    close(att(torch.from_numpy(X)), softmax_reference(X, X, 1050.0))
