@@ -15,10 +15,18 @@ from stochformer.build import initial_tokens
 from stochformer.config import InitConfig
 from stochformer.diagnostics import energy, mean_cosine, pair_statistics
 from stochformer.brownian import BrownianPath, Draws
-from stochformer.model.attention import SoftmaxAttention
-from stochformer.model.noise import RandomFeatureField, RandomMLP, draw_weights
+from stochformer.model.attention import SoftmaxAttention, query_chunk
+from stochformer.model.noise import (
+    RandomFeatureField,
+    RandomMLP,
+    _cholesky,
+    _gram_output_cheaper,
+    _gram_roots_resolve,
+    _hidden_rank,
+    draw_weights,
+)
 from stochformer.solver import SaveAt
-from stochformer.sphere import cluster, load_tokens, pair, uniform
+from stochformer.sphere import cluster, load_token_array, load_tokens, pair, uniform
 from stochformer.stats import mean_and_se
 
 TOL = 1e-12
@@ -279,3 +287,78 @@ def test_chunked_attention_beyond_the_exponent_range():
     X /= np.linalg.norm(X, axis=-1, keepdims=True)
     att = SoftmaxAttention(beta=1050.0, gamma=1.0, chunk=1)
     close(att(torch.from_numpy(X)), softmax_reference(X, X, 1050.0))
+
+
+def test_attention_from_matrices_defaults_and_options():
+    """β = γ = 1 by default; a missing Q or K is the identity (A = Qᵀ or K); options and dtype are
+    passed on; without Q, K and V the scalar attention is used."""
+    d = 3
+    r = np.random.default_rng(44)
+    Q, K, V = (r.standard_normal((d, d)) for _ in range(3))
+    att = SoftmaxAttention.from_matrices(d)
+    assert (att.beta, att.gamma, att.A, att.V, att.chunk, att.sdpa) == (1.0, 1.0, None, None, None, False)
+    close(SoftmaxAttention.from_matrices(d, Q=Q).A, Q.T)
+    close(SoftmaxAttention.from_matrices(d, K=K).A, K)
+    close(SoftmaxAttention.from_matrices(d, Q=Q, K=K, V=V).V, V)
+    att = SoftmaxAttention.from_matrices(d, 2.0, 3.0, Q=Q.tolist(), dtype=torch.float32, chunk=5, sdpa=True)
+    assert (att.beta, att.gamma, att.chunk, att.sdpa, att.A.dtype, att.A.device.type) == (2.0, 3.0, 5, True, torch.float32, "cpu")
+    assert SoftmaxAttention.from_matrices(d, K=K.tolist(), dtype=torch.float32).A.dtype == torch.float32
+
+
+def test_query_chunk_keeps_a_score_block_within_block():
+    """Rows per chunk: at most block // N (so a chunk's scores fit in ``block`` entries), at least 1,
+    at most N."""
+    for N, block, rows in ((100, 50, 1), (100, 150, 1), (100, 250, 2), (10, 1000, 10), (1, 5, 1)):
+        assert query_chunk(N, block) == rows
+
+
+# ----------------------------------------------------------------- the MLP sampler's routes
+
+
+def test_gram_output_cost_model():
+    """The output goes through the root of ΦΦᵀ when c N d + 2 m N² + N³/3 + 2 N² d < c m d + 2 m N d,
+    c the cost of a normal (100 flops on a CPU, 2 on CUDA and other devices), and never for m ≤ N;
+    Gram roots only in float64 (float32 draws U: d normals per hidden unit)."""
+    for device, c in (("cpu", 100.0), ("cuda", 2.0), ("meta", 2.0)):
+        for N in (1, 2, 3, 5, 8, 16, 40):
+            for d in (1, 2, 3, 4, 16, 64):
+                for m in (1, 2, 4, 8, 16, 64, 256, 1024):
+                    gram = c * N * d + 2 * m * N * N + N**3 / 3 + 2 * N * N * d
+                    expect = m > N and gram < c * m * d + 2 * m * N * d
+                    assert _gram_output_cheaper(N, d, m, torch.device(device)) == expect, (device, N, d, m)
+    assert _gram_output_cheaper(4, 4, 5, torch.device("cpu")) and not _gram_output_cheaper(4, 4, 4, torch.device("cpu"))
+    assert _gram_roots_resolve(torch.float64) and not _gram_roots_resolve(torch.float32)
+    assert (_hidden_rank(3, 5, torch.float64), _hidden_rank(3, 5, torch.float32), _hidden_rank(5, 3, torch.float64)) == (3, 5, 3)
+
+
+def test_shifted_cholesky_per_matrix():
+    """Each Gram matrix K = AᵀA (A with ``inner`` rows) of a batch is factorised with its own shift
+    δ = inner · ε · max_i K_ii on the diagonal; a zero matrix (every feature 0) is reported failed."""
+    r = np.random.default_rng(45)
+    A = r.standard_normal((2, 2, 6, 3)) * np.array([1.0, 1e6])[None, :, None, None]  # scales 1 and 1e12
+    K = np.einsum("xykn,xykm->xynm", A, A)
+    C, bad = _cholesky(torch.from_numpy(K), 6)
+    assert bad is None
+    eps = np.finfo(np.float64).eps
+    for x in range(2):
+        for y in range(2):
+            ref = np.linalg.cholesky(K[x, y] + 6 * eps * K[x, y].diagonal().max() * np.eye(3))
+            close(C[x, y] / math.sqrt(K[x, y].diagonal().max()), ref / math.sqrt(K[x, y].diagonal().max()))
+    K0 = torch.zeros(2, 3, 3, dtype=torch.float64)
+    K0[1] = torch.eye(3)
+    _, bad = _cholesky(K0, 4)
+    assert bad.tolist() == [True, False]
+
+
+def test_load_token_array_format_versions_and_truncated_data(tmp_path):
+    """A .npy file of format 2.0 is read like 1.0; a file whose header is valid but whose data is
+    cut short is refused with the one ``init.path`` message."""
+    arr = np.arange(1.0, 13.0).reshape(4, 3)
+    with open(tmp_path / "v2.npy", "wb") as fh:
+        np.lib.format.write_array(fh, arr, version=(2, 0))
+    assert np.array_equal(load_token_array(tmp_path / "v2.npy", 2, 4, 3), arr)
+    np.save(tmp_path / "cut.npy", arr)
+    data = (tmp_path / "cut.npy").read_bytes()
+    (tmp_path / "cut.npy").write_bytes(data[:-8])
+    with pytest.raises(ValueError, match=r"^init\.path: cannot read .*cut\.npy as a \.npy array: .+"):
+        load_token_array(tmp_path / "cut.npy", 2, 4, 3)
