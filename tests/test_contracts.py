@@ -362,3 +362,24 @@ def test_load_token_array_format_versions_and_truncated_data(tmp_path):
     (tmp_path / "cut.npy").write_bytes(data[:-8])
     with pytest.raises(ValueError, match=r"^init\.path: cannot read .*cut\.npy as a \.npy array: .+"):
         load_token_array(tmp_path / "cut.npy", 2, 4, 3)
+
+
+def test_mlp_hidden_fallback_when_the_gram_root_fails(tokens):
+    """Conditionally Gaussian features with d > N: a sample whose Y Yᵀ cannot be factorised (here a
+    zero cloud) gets pre-activations Y Uᵀ from m·d further normals drawn after the buffer (zero for
+    zero tokens, so Φ = φ(σ_U b_U)); the other sample keeps its route."""
+    B, N, d, m, sU = 2, 2, 4, 3, 0.5
+    X = tokens(B, N, d, seed=46)
+    X[0] = 0.0
+    mlp = RandomMLP(m, "tanh", sigma_U=sU)
+    gen = torch.Generator().manual_seed(7)
+    ref = replay(gen)
+    Phi = mlp.hidden(X, gen)
+    z = torch.randn(B * m * (N + 1), generator=ref, dtype=torch.float64)
+    torch.randn(m * d, generator=ref, dtype=torch.float64)
+    assert torch.equal(gen.get_state(), ref.get_state())
+    bU = z[B * m * N:].view(B, m)
+    close(Phi[0], np.tanh(sU * bU[0].numpy())[None].repeat(N, 0))
+    assert torch.isfinite(Phi).all() and Phi.shape == (B, N, m)
+    with pytest.raises(ValueError, match=r"^weight_law: 'uniform' needs explicit weights \(mode = 'weights'\)$"):
+        RandomMLP(law="uniform")
