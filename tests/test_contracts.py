@@ -15,7 +15,9 @@ from stochformer.build import initial_tokens
 from stochformer.config import InitConfig
 from stochformer.diagnostics import energy, mean_cosine, pair_statistics
 from stochformer.brownian import BrownianPath, Draws
+from stochformer.distances import w2_exact, w2_sliced
 from stochformer.model.attention import SoftmaxAttention, query_chunk
+from stochformer.model.kernel import NoiseKernel, first_moment_rate, lyapunov_exponent, rates
 from stochformer.model.noise import (
     RandomFeatureField,
     RandomMLP,
@@ -25,6 +27,7 @@ from stochformer.model.noise import (
     _hidden_rank,
     draw_weights,
 )
+from stochformer.model.sde import LimitSDE
 from stochformer.solver import SaveAt
 from stochformer.sphere import cluster, load_token_array, load_tokens, pair, uniform
 from stochformer.stats import mean_and_se
@@ -383,3 +386,91 @@ def test_mlp_hidden_fallback_when_the_gram_root_fails(tokens):
     assert torch.isfinite(Phi).all() and Phi.shape == (B, N, m)
     with pytest.raises(ValueError, match=r"^weight_law: 'uniform' needs explicit weights \(mode = 'weights'\)$"):
         RandomMLP(law="uniform")
+
+
+def test_mlp_output_fallback_when_phi_phi_t_is_singular():
+    """Output through the root of ΦΦᵀ (m > N, float64): samples whose ΦΦᵀ cannot be factorised
+    (here zero clouds, Φ = relu(0) = 0) draw Φ Z' from m·d normals each after the buffer instead,
+    so their increment is the bias s √dt σ_W b_W alone."""
+    B, N, d, m, dt, sW = 3, 2, 4, 8, 0.1, 0.2
+    assert _gram_output_cheaper(N, d, m, torch.device("cpu"))
+    X = torch.zeros(B, N, d, dtype=torch.float64)
+    X[2] = torch.eye(d, dtype=torch.float64)[:N]
+    gen = torch.Generator().manual_seed(8)
+    ref = replay(gen)
+    got = RandomMLP(m, "relu", sigma_W=sW).increment(X, dt, gen)
+    n_hid, n_out = B * m * N, B * N * d
+    z = torch.randn(n_hid + n_out + B * d, generator=ref, dtype=torch.float64)
+    torch.randn(2 * m * d, generator=ref, dtype=torch.float64)  # U for the two zero clouds
+    torch.randn(2 * m * d, generator=ref, dtype=torch.float64)  # Z' for their outputs
+    assert torch.equal(gen.get_state(), ref.get_state())
+    bW = z[n_hid + n_out:].view(B, 1, d)
+    close(got[:2], (math.sqrt(dt) * sW * bW[:2]).expand(2, N, d).numpy())
+
+
+# ----------------------------------------------------------------- the limit SDE and the rates
+
+
+def test_limit_sde_reset_and_ito_correction():
+    """reset draws the noise source's per-run state with the given batch, d, generator and dtype;
+    the Itô drift is −κ(1)(d − 1)/2 · x with κ(1) given, or the noise kernel's for the tokens' d."""
+    field = RandomFeatureField("relu", features=5, sigma_U=0.3)
+    sde = LimitSDE(None, field)
+    gen = torch.Generator().manual_seed(9)
+    ref = replay(gen)
+    sde.reset(2, 3, gen, torch.float32, "cpu")
+    u = torch.randn(2, 3, 5, generator=ref, dtype=torch.float32)
+    b = 0.3 * torch.randn(2, 1, 5, generator=ref, dtype=torch.float32)
+    assert field._u.dtype == torch.float32 and torch.equal(field._u, u) and torch.equal(field._b, b)
+    mlp = RandomMLP(4, "tanh", 0.2, 0.1, 1.5)
+    sde = LimitSDE(None, mlp)
+    for d in (3, 4, 3):
+        X = torch.ones(2, 2, d, dtype=torch.float64)
+        close(sde.ito_correction(X), (-0.5 * NoiseKernel("tanh", d, 0.2, 0.1, 1.5).kappa1 * (d - 1) * X).numpy())
+    close(LimitSDE(None, mlp, kappa1=0.7).ito_correction(X), (-0.7 * X).numpy())
+    LimitSDE().reset(2, 3, gen, torch.float64, "cpu")  # no noise: nothing to draw
+    assert torch.equal(gen.get_state(), ref.get_state())
+
+
+def test_rates_arguments_and_overflow():
+    """β in (0, 700], γ finite, d ≥ 2, each refused with a message naming it; γ up to where λ̄ − 2γ
+    still fits in float64; rates beyond float64 refused naming the fields to reduce."""
+    k = NoiseKernel("relu", 5, 0.1, 0.2)
+    assert rates(k, beta=700.0).beta == 700.0
+    for beta, valid in ((0.0, "0.0"), (700.5, "700.5"), (math.nan, "nan")):
+        with pytest.raises(ValueError, match=rf"^beta: must be a finite number and > 0 and <= 700 \(got {valid}\)$"):
+            rates(k, beta=beta)
+    with pytest.raises(ValueError, match=r"^gamma: must be a finite number \(got inf\)$"):
+        rates(k, gamma=math.inf)
+    big = rates(k, gamma=7e307)
+    assert big.lambda_bar_total == big.lambda_bar - 1.4e308
+    for f in (lyapunov_exponent, first_moment_rate):
+        with pytest.raises(ValueError, match=r"^d: must be an integer >= 2 \(got 1\)$"):
+            f(1.0, 1.0, 1)
+    with pytest.raises(ValueError, match=r"^rates: the rates do not fit in float64 \(kappa\(1\) = 1e\+308, d = 5\); "
+                       r"reduce sigma_U, sigma_W, scale, d or gamma$"):
+        rates(NoiseKernel("relu", 5, 0.0, 1e154))
+
+
+# ----------------------------------------------------------------- W₂
+
+
+def test_w2_exact_is_the_best_matching_and_reports_the_cap():
+    """Exact W₂² between two clouds of 4 points with uniform weights is the smallest mean squared
+    distance over the 4! matchings; the iteration cap's warning is returned, each message once per
+    occurrence joined by '; '; sliced W₂² is POT's sliced distance with 200 projections, squared."""
+    import itertools
+
+    ot = pytest.importorskip("ot")
+    r = np.random.default_rng(47)
+    X, Y = r.standard_normal((4, 3)), r.standard_normal((4, 3))
+    best = min(np.mean([np.sum((X[i] - Y[p[i]]) ** 2) for i in range(4)]) for p in itertools.permutations(range(4)))
+    res = w2_exact(X, Y)
+    assert (res.method, res.warning) == ("exact", None) and abs(res.value - best) < TOL
+    X, Y = r.standard_normal((30, 3)), r.standard_normal((30, 3))
+    capped = w2_exact(X, Y, max_iter=3)
+    parts = capped.warning.split("; ")
+    assert len(parts) >= 2 and all(p.startswith("numItermax reached before optimality") for p in parts)
+    sliced = w2_sliced(X, Y)
+    assert sliced.method == "sliced"
+    assert abs(sliced.value - float(ot.sliced_wasserstein_distance(X, Y, n_projections=200, p=2, seed=0)) ** 2) < TOL

@@ -158,10 +158,11 @@ def run_mutmut(workdir: Path, names: list[str], children: int) -> None:
     subprocess.run(["mutmut", "run", "--max-children", str(children), *names], cwd=workdir, env=env, check=True)
 
 
-def rerun_names(base: dict[str, str], sample: int) -> list[str]:
-    """The mutants of an earlier run that are not yet detected, plus a seeded sample of ``sample`` that
-    it left unchecked."""
-    names = sorted(n for n, s in base.items() if s not in DETECTED + ("not checked",))
+def rerun_names(base: dict[str, str], sample: int, equivalent: dict[str, str]) -> list[str]:
+    """The mutants of an earlier run that are not yet detected, except those triaged as equivalent
+    (no test can kill them, and a surviving mutant costs all of its tests), plus a seeded sample of
+    ``sample`` that it left unchecked."""
+    names = sorted(n for n, s in base.items() if s not in DETECTED + ("not checked",) and n not in equivalent)
     unchecked = sorted(n for n, s in base.items() if s == "not checked")
     return names + random.Random(0).sample(unchecked, min(sample, len(unchecked)))
 
@@ -174,12 +175,14 @@ def one_pass(label: str, tests: list[str], tests_rev: str | None, rerun_of: str 
     if not summary_only:
         start = time.time()
         prepare(workdir, cfg["mutation"] | {"tests": tests}, tests_rev)
-        run_mutmut(workdir, rerun_names(base, sample) if base else [], children)
+        run_mutmut(workdir, rerun_names(base, sample, cfg.get("equivalent", {})) if base else [], children)
         (workdir / "elapsed_s").write_text(f"{time.time() - start:.0f}\n")
     status = statuses(workdir)
     sample_names: list[str] = []
     if base:  # detected before stays detected: the earlier tests are still there
-        status = {n: (status.get(n, "not checked") if s not in DETECTED else s) for n, s in base.items()}
+        # (and a mutant this run did not check, e.g. one triaged as equivalent, keeps its status)
+        rerun = {n: status.get(n, "not checked") for n in base}
+        status = {n: (rerun[n] if s not in DETECTED and rerun[n] != "not checked" else s) for n, s in base.items()}
         sample_names = [n for n, s in base.items() if s == "not checked" and status[n] != "not checked"]
     what = ("working tree" if tests_rev is None else f"git {tests_rev}") + f" ({' '.join(tests)})"
     s = summarise(workdir, status, cfg.get("equivalent", {}), label, what + (f", rerun of {rerun_of}" if base else ""))
