@@ -5,6 +5,7 @@ surviving mutant of ``tools/mutation.py`` changed (docs/testing.md); values are 
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -12,7 +13,7 @@ import pytest
 import torch
 
 from stochformer.build import initial_tokens
-from stochformer.config import InitConfig
+from stochformer.config import InitConfig, RunConfig
 from stochformer.diagnostics import energy, mean_cosine, pair_statistics
 from stochformer.brownian import BrownianPath, Draws
 from stochformer.distances import w2_exact, w2_sliced
@@ -28,9 +29,11 @@ from stochformer.model.noise import (
     draw_weights,
 )
 from stochformer.model.sde import LimitSDE
-from stochformer.solver import SaveAt
-from stochformer.sphere import cluster, load_token_array, load_tokens, pair, uniform
+from stochformer.model.transformer import Transformer
+from stochformer.solver import SaveAt, describe, solve
+from stochformer.sphere import cluster, load_token_array, load_tokens, normalize, pair, uniform
 from stochformer.stats import mean_and_se
+from stochformer.validation import NonFiniteError
 
 TOL = 1e-12
 
@@ -474,3 +477,75 @@ def test_w2_exact_is_the_best_matching_and_reports_the_cap():
     sliced = w2_sliced(X, Y)
     assert sliced.method == "sliced"
     assert abs(sliced.value - float(ot.sliced_wasserstein_distance(X, Y, n_projections=200, p=2, seed=0)) ** 2) < TOL
+
+
+# ----------------------------------------------------------------- the stepping loop
+
+
+def test_solve_records_what_save_asks_and_describes_the_run(tokens):
+    """solve with a hook: the hook sees (k, X_k) and its result replaces X_k; statistics (β and
+    block from SaveAt) of the states at the saved steps, in float64 from the renormalised state
+    whatever the model's dtype; snapshots; time = step · Δt; attributes T, steps, seed, path and
+    the model's description (fields, tensors by shape and dtype, callables by name)."""
+    B, N, d, T, L = 2, 4, 3, 0.3, 3
+    X0 = tokens(B, N, d, seed=48)
+    A = torch.from_numpy(np.random.default_rng(49).standard_normal((d, d)))
+    model = Transformer(SoftmaxAttention(A=A, V=torch.eye(d, dtype=torch.float64)), None, "post_ln")
+    seen: list[int] = []
+
+    def hook(k, X):
+        seen.append(k)
+        return normalize(X + 0.1) if k == 2 else None
+
+    save = SaveAt(every=2, tokens_every=1, energy_beta=2.0, block=4)
+    ds = solve(model, X0, T, L, save, seed=5, hook=hook)
+    states = [X0]
+    for k in range(1, L + 1):
+        X = model.step(states[-1], T / L, torch.Generator())
+        states.append(normalize(X + 0.1) if k == 2 else X)
+    assert seen == [1, 2, 3]
+    close(ds["X_final"].values, states[-1].numpy())
+    close(ds["X"].values, torch.stack(states, 1).numpy())
+    assert ds["step"].values.tolist() == [0, 2, 3] and ds["snapshot_step"].values.tolist() == [0, 1, 2, 3]
+    close(ds["time"].values, np.array([0.0, 0.2, 0.3]))
+    close(ds["snapshot_time"].values, np.array([0.0, 0.1, 0.2, 0.3]))
+    for name in ("mean_cosine", "energy", "min_cosine"):
+        ref = torch.stack([pair_statistics(states[k], 2.0)[name] for k in (0, 2, 3)], -1)
+        close(ds[name].values, ref.numpy())
+    assert (ds.attrs["T"], ds.attrs["steps"], ds.attrs["seed"]) == (T, L, "5")
+    assert ds.attrs["path"] == "none (normals from the generator)" and json.loads(ds.attrs["custom_parts"]) == []
+    assert json.loads(ds.attrs["model"]) == {
+        "type": "stochformer.model.transformer.Transformer", "mlp": None, "order": "post_ln",
+        "attention": {"type": "stochformer.model.attention.SoftmaxAttention", "beta": 1.0, "gamma": 1.0,
+                      "A": {"tensor": [3, 3], "dtype": "float64"}, "V": {"tensor": [3, 3], "dtype": "float64"},
+                      "chunk": None, "sdpa": False}}
+    assert describe([normalize, "x", 2]) == [{"callable": "stochformer.sphere.normalize"}, "x", 2]
+    assert describe(RandomMLP(4))["activation"] == "relu" and "_phi" not in describe(RandomMLP(4))
+    # float32 states: statistics of the state renormalised in float64
+    X32 = X0.float()
+    ds = solve(Transformer(None, None), X32, T, 1, SaveAt(), seed=5)
+    close(ds["mean_cosine"].values[:, 0], mean_cosine(normalize(X32.double())).numpy())
+    close(ds["min_cosine"].values[:, 0], pair_statistics(normalize(X32.double()))["min_cosine"].numpy())
+
+
+def test_solve_refuses_bad_input_and_stops_on_a_non_finite_state(tokens):
+    X0 = tokens(1, 3, 3)
+    with pytest.raises(ValueError, match=r"^seed: give a seed or a generator \(every run is seeded\)$"):
+        solve(Transformer(), X0, 1.0, 2)
+    with pytest.raises(ValueError, match=r"^X0: expected tokens of shape \(batch, N, d\), got \(3, 3\)$"):
+        solve(Transformer(), X0[0], 1.0, 2, seed=0)
+
+    class Blowup:
+        def reset(self, batch, d, generator, dtype, device):
+            pass
+
+        def step(self, X, dt, rng):
+            return X / 0.0 if rng.k == 1 else X
+
+    with pytest.raises(NonFiniteError, match=r"^non-finite particles at layer 2: the run was stopped and nothing was "
+                       r"written; likely cause: the step size and the scales of the attention and the noise$"):
+        solve(Blowup(), X0, 1.0, 3, seed=0, what="particles")
+    bad = X0.clone()
+    bad[0, 0, 0] = math.nan
+    with pytest.raises(NonFiniteError, match=r"^non-finite tokens at layer 0: .* likely cause: the step T/L and the scales"):
+        solve(Transformer(), bad, 1.0, 3, seed=0, context=RunConfig())
