@@ -32,7 +32,7 @@ from stochformer.model.sde import LimitSDE
 from stochformer.model.transformer import Transformer
 from stochformer.solver import SaveAt, describe, solve
 from stochformer.sphere import cluster, load_token_array, load_tokens, normalize, pair, uniform
-from stochformer.stats import mean_and_se
+from stochformer.stats import fit_power_law_weighted, mean_and_se
 from stochformer.validation import NonFiniteError
 
 TOL = 1e-12
@@ -549,3 +549,36 @@ def test_solve_refuses_bad_input_and_stops_on_a_non_finite_state(tokens):
     bad[0, 0, 0] = math.nan
     with pytest.raises(NonFiniteError, match=r"^non-finite tokens at layer 0: .* likely cause: the step T/L and the scales"):
         solve(Transformer(), bad, 1.0, 3, seed=0, context=RunConfig())
+
+
+def weighted_fit_reference(N, y, se, n_boot, seed):
+    """Weighted least squares of y ≈ C (N/N₀)^{−p} (weights 1/se², starting from C = y₀, or max|y| when
+    y₀ ≤ 0, and p = 1), then the same fit to y + se·ξ for n_boot rows ξ ~ N(0, I) from
+    ``default_rng(seed)``: (p, 2.5% and 97.5% quantiles, C · N₀^p, SD of the refits)."""
+    from scipy.optimize import curve_fit
+
+    x = N / N[0]
+
+    def fit(v):
+        p0 = (v[0] if v[0] > 0 else float(np.abs(v).max()), 1.0)
+        return curve_fit(lambda x, C, p: C * x ** (-p), x, v, p0=p0, sigma=se, absolute_sigma=True, maxfev=2000)[0]
+
+    C, p = fit(y)
+    boots = [fit(row)[1] for row in y + se * np.random.default_rng(seed).standard_normal((n_boot, len(y)))]
+    return p, np.quantile(boots, [0.025, 0.975]), C * N[0] ** p, np.std(boots, ddof=1)
+
+
+def test_weighted_power_fit_against_its_construction():
+    """fit_power_law_weighted is the weighted fit and parametric bootstrap of its docstring (2000
+    draws, seed 0 by default); on exact data y = 3 N^{−0.7} it returns p = 0.7 and C = 3."""
+    import inspect
+
+    N = np.array([8.0, 16.0, 32.0, 64.0])
+    y, se = np.array([0.02, 0.3, 0.2, 0.12]), np.array([0.05, 0.04, 0.03, 0.02])  # y₀ resampled below 0 too
+    fit = fit_power_law_weighted(N, y, se, n_boot=200, seed=3)
+    p, (lo, hi), C, sd = weighted_fit_reference(N, y, se, 200, 3)
+    close(np.array([fit.exponent, *fit.ci, fit.prefactor, fit.se]), np.array([p, lo, hi, C, sd]))
+    defaults = inspect.signature(fit_power_law_weighted).parameters
+    assert (defaults["n_boot"].default, defaults["seed"].default) == (2000, 0)
+    exact = fit_power_law_weighted(N, 3.0 * N**-0.7, 1e-3 * N**-0.7, n_boot=20)
+    assert abs(exact.exponent - 0.7) < 1e-9 and abs(exact.prefactor - 3.0) < 1e-9 and exact.ci[0] < 0.7 < exact.ci[1]
