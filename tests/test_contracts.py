@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import pytest
@@ -30,7 +31,7 @@ from stochformer.model.noise import (
 )
 from stochformer.model.sde import LimitSDE
 from stochformer.model.transformer import Transformer
-from stochformer.solver import SaveAt, describe, solve
+from stochformer.solver import SaveAt, custom_parts, describe, solve
 from stochformer.sphere import cluster, load_token_array, load_tokens, normalize, pair, uniform
 from stochformer.stats import fit_power_law_weighted, mean_and_se
 from stochformer.validation import NonFiniteError
@@ -582,3 +583,54 @@ def test_weighted_power_fit_against_its_construction():
     assert (defaults["n_boot"].default, defaults["seed"].default) == (2000, 0)
     exact = fit_power_law_weighted(N, 3.0 * N**-0.7, 1e-3 * N**-0.7, n_boot=20)
     assert abs(exact.exponent - 0.7) < 1e-9 and abs(exact.prefactor - 3.0) < 1e-9 and exact.ci[0] < 0.7 < exact.ci[1]
+
+
+def gelu_tanh(x):
+    return torch.tanh(x) * 0.5
+
+
+@dataclass
+class Damped:
+    """A noise source defined outside stochformer (a dataclass with a public and a private field)."""
+
+    scale: float = 0.0
+    activation: object = gelu_tanh
+    _hidden: int = 3
+
+    def reset(self, batch, d, generator, dtype, device):
+        pass
+
+    def increment(self, X, dt, rng):
+        return self.scale * X
+
+
+def test_run_attributes_and_custom_parts(tokens):
+    """The attributes of a run with a generator and a path: seed "none", the path's repr, versions
+    and device; parts not defined by stochformer (a class, a callable, a dataclass's fields) are
+    listed by where they sit, named by module and qualified name; stochformer's own and the named
+    activations are not."""
+    X0 = tokens(1, 2, 3)
+    path = BrownianPath.from_normals(torch.zeros(2, 1, 2, 3, dtype=torch.float64))
+    model = LimitSDE(None, Damped(), kappa1=0.0)
+    ds = solve(model, X0, 1.0, 2, SaveAt(stats=()), generator=torch.Generator(), path=path)
+    assert ds.attrs["seed"] == "none" and ds.attrs["path"] == repr(path) == "BrownianPath(shape=(1, 2, 3), steps=2)"
+    versions = json.loads(ds.attrs["versions"])
+    assert ds.attrs["device"] == versions["device"] and ds.attrs["device"].startswith("cpu") and versions["torch"] == torch.__version__
+    here = f"{__name__}"
+    assert json.loads(ds.attrs["custom_parts"]) == [f"model.noise: {here}.Damped", f"model.noise.activation: {here}.gelu_tanh"]
+    assert json.loads(ds.attrs["model"])["noise"] == {"type": f"{here}.Damped", "scale": 0.0,
+                                                      "activation": {"callable": f"{here}.gelu_tanh"}}
+    assert custom_parts(Transformer(SoftmaxAttention(), RandomMLP(4, "tanh"))) == []
+    assert custom_parts(RandomMLP(4, torch.relu)) == []  # a named activation passed as the function
+    assert custom_parts(Transformer(None, RandomMLP(4, gelu_tanh)), "m") == [f"m.mlp.activation: {here}.gelu_tanh"]
+    assert custom_parts(Damped(), "x") == [f"x: {here}.Damped", f"x.activation: {here}.gelu_tanh"]
+    assert custom_parts(object(), "o") == ["o: builtins.object"]
+
+
+def test_save_at_refuses_bad_fields():
+    SaveAt(every=1, tokens_every=1)
+    for kw in ({"every": 0}, {"tokens_every": 0}):
+        with pytest.raises(ValueError, match="^SaveAt: every and tokens_every must be >= 1$"):
+            SaveAt(**kw)
+    with pytest.raises(ValueError, match=r"^SaveAt.stats: unknown statistics \['foo'\]; valid: mean_cosine, energy, min_cosine$"):
+        SaveAt(stats=("energy", "foo"))
