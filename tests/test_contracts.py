@@ -19,7 +19,15 @@ from stochformer.diagnostics import energy, mean_cosine, pair_statistics
 from stochformer.brownian import BrownianPath, Draws
 from stochformer.distances import w2_exact, w2_sliced
 from stochformer.model.attention import SoftmaxAttention, query_chunk
-from stochformer.model.kernel import NoiseKernel, first_moment_rate, lyapunov_exponent, rates
+from stochformer.extras import MissingExtraError
+from stochformer.model.kernel import (
+    NoiseKernel,
+    first_moment_rate,
+    lambda_bar_prime,
+    lyapunov_exponent,
+    rates,
+    theorem14_F,
+)
 from stochformer.model.noise import (
     RandomFeatureField,
     RandomMLP,
@@ -634,3 +642,30 @@ def test_save_at_refuses_bad_fields():
             SaveAt(**kw)
     with pytest.raises(ValueError, match=r"^SaveAt.stats: unknown statistics \['foo'\]; valid: mean_cosine, energy, min_cosine$"):
         SaveAt(stats=("energy", "foo"))
+
+
+def test_w2_names_the_missing_extra(monkeypatch):
+    """Without POT, W₂ refuses with the feature's name and the extra to install."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "ot", None)  # import ot raises ImportError
+    X = np.zeros((2, 3))
+    for f, feature in ((w2_exact, "exact W₂"), (w2_sliced, "sliced W₂")):
+        with pytest.raises(MissingExtraError, match=rf"^{feature} needs POT, which is not installed: "
+                           r"python -m pip install 'stochformer\[ot\]' \(or 'stochformer\[all\]'\)$"):
+            f(X, X)
+
+
+def test_lambda_bar_prime_on_its_grid():
+    """λ̄' = −min(min F(u), −λ̄) over u = −1 + 2s (s on 4001 points of [0, 1), by default) and
+    1 − 10^(−1…−7) (200 points towards 1); β checked by name."""
+    k = NoiseKernel("tanh", 6, 0.2, 0.1)
+    lam_bar = first_moment_rate(k.kappa1, k.kappa1_prime, 6)
+    for grid in (4001, 11):
+        s = torch.linspace(0.0, 1.0, grid, dtype=torch.float64)[:-1]
+        u = torch.cat([-1 + 2 * s, 1 - torch.logspace(-1, -7, 200, dtype=torch.float64)])
+        ref = -min(float(theorem14_F(k, u, 1.5).min()), -lam_bar)
+        got = lambda_bar_prime(k, 1.5) if grid == 4001 else lambda_bar_prime(k, 1.5, grid)
+        assert abs(got - ref) < TOL
+    with pytest.raises(ValueError, match=r"^beta: must be a finite number and > 0 and <= 700 \(got 0\)$"):
+        lambda_bar_prime(k, 0)
