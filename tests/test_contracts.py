@@ -28,7 +28,9 @@ from stochformer.model.kernel import (
     rates,
     theorem14_F,
 )
+from stochformer.model.activations import activation_name, get_activation
 from stochformer.model.noise import (
+    ExactField,
     RandomFeatureField,
     RandomMLP,
     _cholesky,
@@ -36,6 +38,7 @@ from stochformer.model.noise import (
     _gram_roots_resolve,
     _hidden_rank,
     draw_weights,
+    sqrt_psd,
 )
 from stochformer.model.sde import LimitSDE
 from stochformer.model.transformer import Transformer
@@ -793,3 +796,47 @@ def test_draws_serve_the_path_parts_in_order():
     with pytest.raises(ValueError, match=r"^BrownianPath: the noise source needs normals of shape \(1, 5, 3\) \(part 0\); "):
         Draws(g, path, 0, 2).brownian((1, 5, 3), torch.float64, "cpu")
     assert as_draws(g).generator is g and as_draws(g).path is None and as_draws(draws) is draws
+
+
+def test_exact_field_covariance_roots_and_refusals(tokens):
+    """K(X)_ij = κ(⟨x_i, x_j⟩) of the tokens renormalised in float64 (clamped to [−1, 1]), returned in
+    the tokens' dtype; Chebyshev interpolation for a smooth κ equals κ to 1e-12; the increment's
+    root is taken in float64; a kernel for another d is refused. sqrt_psd: S Sᵀ = K, also where
+    the Cholesky factorisation fails (a singular matrix of the batch) or K has a rounding-negative
+    eigenvalue."""
+    X = tokens(2, 4, 3, seed=50)
+    for name in ("relu", "tanh"):
+        kern = NoiseKernel(name, 3, 0.2, 0.1)
+        field = ExactField(kern)
+        G = np.clip(np.einsum("bik,bjk->bij", X.numpy(), X.numpy()), -1, 1)
+        close(field.covariance(X), kern.kappa(torch.from_numpy(G)).numpy())
+        K32 = field.covariance(X.float())
+        assert K32.dtype == torch.float32
+        Xd = normalize(X.float().double())
+        close(K32.double(), kern.kappa((Xd @ Xd.transpose(-1, -2)).clamp(-1, 1)).float().double().numpy())
+        assert field.covariance(X.float(), torch.float64).dtype == torch.float64
+    xi = torch.randn(2, 4, 3, generator=torch.Generator().manual_seed(1), dtype=torch.float32)
+    field = ExactField(NoiseKernel("relu", 3), "cholesky")
+    got = field.increment(X.float(), 0.04, Draws(torch.Generator(), BrownianPath.from_normals(xi[None])))
+    S = torch.linalg.cholesky(field.covariance(X.float(), torch.float64)).float()
+    assert got.dtype == torch.float32
+    close(got.double(), (0.2 * (S @ xi)).double().numpy(), 1e-6)
+    with pytest.raises(ValueError, match="^ExactField: its kernel is for d = 3, the tokens have d = 4$"):
+        field.noise_kernel(4)
+    assert field.noise_kernel(3) is field.kernel
+    v = torch.tensor([[1.0, 2.0, 2.0], [1.0, 0.0, -1.0]], dtype=torch.float64)
+    K = torch.stack([v.T @ v, torch.eye(3, dtype=torch.float64)])  # rank 2, identity
+    K[0] -= 1e-14 * torch.eye(3, dtype=torch.float64)  # a rounding-negative eigenvalue
+    for method in ("symmetric", "cholesky"):
+        S = sqrt_psd(K, method)
+        assert torch.isfinite(S).all()
+        close(S @ S.transpose(-1, -2), (K + torch.stack([1e-14 * torch.eye(3, dtype=torch.float64), 0 * K[1]])).numpy(), 1e-12)
+    close(sqrt_psd(K[1:], "cholesky"), np.eye(3)[None])
+
+
+def test_get_activation_names_and_callables():
+    f = lambda x: x * 2  # noqa: E731
+    assert get_activation(f) is f and get_activation("relu") is torch.relu and activation_name(f) == "<lambda>"
+    with pytest.raises(ValueError, match="^activation: unknown activation 'nope'; valid names are erf, gelu, leaky_relu, "
+                       r"linear, relu, sigmoid, silu, sin, tanh \(or any callable from the Python API\)$"):
+        get_activation("nope")
