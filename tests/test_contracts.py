@@ -672,6 +672,12 @@ def test_lambda_bar_prime_on_its_grid():
         assert abs(got - ref) < TOL
     with pytest.raises(ValueError, match=r"^beta: must be a finite number and > 0 and <= 700 \(got 0\)$"):
         lambda_bar_prime(k, 0)
+    lambda_bar_prime(k, 1.0, 3)
+    with pytest.raises(ValueError, match=r"^grid: must be an integer >= 3 \(got 2\)$"):
+        lambda_bar_prime(k, 1.0, 2)
+    for f in (rates, lambda_bar_prime):
+        with pytest.raises(ValueError, match="^kernel: must be a NoiseKernel, got str$"):
+            f("relu", 1.0)
 
 
 # ----------------------------------------------------------------- the noise kernel
