@@ -34,6 +34,7 @@ from stochformer.model.noise import (
     RandomFeatureField,
     RandomMLP,
     _cholesky,
+    _gamma,
     _gram_output_cheaper,
     _gram_roots_resolve,
     _hidden_rank,
@@ -351,7 +352,8 @@ def test_gram_output_cost_model():
 
 def test_shifted_cholesky_per_matrix():
     """Each Gram matrix K = AᵀA (A with ``inner`` rows) of a batch is factorised with its own shift
-    δ = inner · ε · max_i K_ii on the diagonal; a zero matrix (every feature 0) is reported failed."""
+    δ = inner · ε · max_i K_ii on the diagonal, so a rank-one K (synchronised tokens) factorises; a
+    zero matrix (every feature 0) is reported failed."""
     r = np.random.default_rng(45)
     A = r.standard_normal((2, 2, 6, 3)) * np.array([1.0, 1e6])[None, :, None, None]  # scales 1 and 1e12
     K = np.einsum("xykn,xykm->xynm", A, A)
@@ -366,6 +368,11 @@ def test_shifted_cholesky_per_matrix():
     K0[1] = torch.eye(3)
     _, bad = _cholesky(K0, 4)
     assert bad.tolist() == [True, False]
+    J = torch.ones(2, 4, 4, dtype=torch.float64)  # synchronised tokens: rank 1, plain Cholesky fails
+    assert bool((torch.linalg.cholesky_ex(J)[1] > 0).all())
+    C, bad = _cholesky(J, 8)
+    assert bad is None
+    close(C @ C.transpose(-1, -2), (J + 8 * np.finfo(np.float64).eps * torch.eye(4, dtype=torch.float64)).numpy())
 
 
 def test_load_token_array_format_versions_and_truncated_data(tmp_path):
@@ -846,3 +853,15 @@ def test_get_activation_names_and_callables():
     with pytest.raises(ValueError, match="^activation: unknown activation 'nope'; valid names are erf, gelu, leaky_relu, "
                        r"linear, relu, sigmoid, silu, sin, tanh \(or any callable from the Python API\)$"):
         get_activation("nope")
+
+
+def test_gamma_sampler_against_marsaglia_tsang():
+    """Gamma(a) for a = 1 (a tenth of the candidates rejected, some with v ≤ 0) and a = 2.5, 2000
+    variates in the requested shape, the generator left where the reference leaves it."""
+    for a, shape in ((1.0, (2000,)), (2.5, (40, 50))):
+        gen = torch.Generator().manual_seed(13)
+        ref = replay(gen)
+        got = _gamma(a, shape, gen, torch.zeros(1, dtype=torch.float64))
+        assert got.shape == shape
+        close(got.reshape(-1), gamma_reference(a, 2000, ref))
+        assert torch.equal(gen.get_state(), ref.get_state())
