@@ -145,6 +145,7 @@ def test_noise_sources_draw_only_their_documented_normals(tokens):
     assert torch.equal(gen.get_state(), ref.get_state())
     Z = torch.randn(1, *field.path_shape(B, d)[0], generator=ref, dtype=torch.float64)
     assert field.path_shape(B, d) == [(B, m, d)]
+    assert RandomFeatureField("relu", 5, sigma_W=0.5).path_shape(2, 3) == [(2, 5, 3), (2, 1, 3)]
     got = field.increment(X, 0.1, Draws(gen, BrownianPath.from_normals(Z)))
     close(got, math.sqrt(0.1) * (field.features_at(X) @ Z[0] / math.sqrt(m)).numpy())
 
