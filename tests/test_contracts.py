@@ -445,6 +445,9 @@ def test_limit_sde_reset_and_ito_correction():
     u = torch.randn(2, 3, 5, generator=ref, dtype=torch.float32)
     b = 0.3 * torch.randn(2, 1, 5, generator=ref, dtype=torch.float32)
     assert field._u.dtype == torch.float32 and torch.equal(field._u, u) and torch.equal(field._b, b)
+    layer = Transformer(None, RandomFeatureField("relu", features=5, sigma_U=0.3))
+    layer.reset(2, 3, replay(ref), torch.float32, "cpu")
+    assert layer.mlp._u.dtype == torch.float32 and torch.equal(layer.mlp._u, torch.randn(2, 3, 5, generator=replay(ref), dtype=torch.float32))
     mlp = RandomMLP(4, "tanh", 0.2, 0.1, 1.5)
     sde = LimitSDE(None, mlp)
     for d in (3, 4, 3):
@@ -527,6 +530,9 @@ def test_solve_records_what_save_asks_and_describes_the_run(tokens):
     close(ds["X_final"].values, states[-1].numpy())
     close(ds["X"].values, torch.stack(states, 1).numpy())
     assert ds["step"].values.tolist() == [0, 2, 3] and ds["snapshot_step"].values.tolist() == [0, 1, 2, 3]
+    assert ds["X"].dims == ("sample", "snapshot", "token", "dim") and ds["X_final"].dims == ("sample", "token", "dim")
+    assert ds["energy"].dims == ("sample", "time") and ds["step"].dims == ("time",) and ds["snapshot_time"].dims == ("snapshot",)
+    assert ds["sample"].values.tolist() == [0, 1] and ds["snapshot_step"].dims == ("snapshot",) and ds["time"].dims == ("time",)
     close(ds["time"].values, np.array([0.0, 0.2, 0.3]))
     close(ds["snapshot_time"].values, np.array([0.0, 0.1, 0.2, 0.3]))
     for name in ("mean_cosine", "energy", "min_cosine"):
