@@ -166,3 +166,28 @@ def test_cluster_count_row_tests_the_attractor_itself():
     bad = SimpleNamespace(n_projective=np.array([2, 3, 4, 5]), n_clusters=np.array([2, 3, 4, 5]), tol=0.05)
     assert cluster_count_row("tanh", bad, 64, 20.0, notes).verdict == FAILS
     assert cluster_count_row("relu", ok, 64, 20.0, notes).verdict == FAILS
+
+
+def test_sync_rows_judge_extrapolated_energy_rates_with_their_error_and_fail_on_a_wrong_prediction():
+    from stochformer.report.sections import sync_rows
+
+    # the tanh case of docs/synchronisation.md, extrapolated to Δt → 0 (rates measured there)
+    table = [
+        {"quantity": "lambda_1 (pair log-distance, Δt → 0)", "measured": -0.770, "se": 0.016, "err": 0.010,
+         "predicted": -0.7465},
+        {"quantity": "energy rate near sync, Δt → 0", "measured": -0.95, "se": 0.04, "err": 0.03, "predicted": -0.975},
+        {"quantity": "energy rate from uniform (bound, Δt → 0)", "measured": -0.5, "se": 0.02, "err": 0.01,
+         "predicted": -0.45},
+    ]
+    rows = sync_rows(table, extrapolated=True)
+    assert [r.rule for r in rows] == ["matches", "matches", "at_most"]
+    assert all(r.verdict == HOLDS for r in rows)
+    half = Z95 * 0.04 + 0.03  # the interval includes the extrapolation error
+    assert rows[1].ci == pytest.approx((-0.95 - half, -0.95 + half))
+    # a wrong prediction (the rate at the old step, −0.820, taken as the truth) or a bound that is
+    # faster than the measured decay does not hold
+    wrong = [dict(r, predicted=p) for r, p in zip(table, (-0.90, -0.75, -0.60))]
+    assert [r.verdict for r in sync_rows(wrong, extrapolated=True)] == [FAILS, FAILS, FAILS]
+    # without extrapolation the rows are the plain rate rows (10% allowance) and the bound
+    plain = sync_rows([dict(r, err=0.0) for r in wrong], extrapolated=False)
+    assert [r.rule for r in plain] == ["matches", "matches", "at_most"] and plain[2].verdict == FAILS

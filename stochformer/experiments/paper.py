@@ -11,9 +11,9 @@ item 1 N = 64, L = 2000, T = 20, m = 2048; item 2 N = 64, L = 150, T = 5). Grids
    (and "none", no MLP), d, σ = σ_U = σ_W and γ.
 3. :func:`run_table`: κ(1), κ'(1), λ₁, λ̄ computed, and beside each the value measured from the
    transformer: κ(1) = E|G(x)|²/d and κ'(1) = E|G(x) − G(y)|²/(d |x − y|²) (|x − y| = 10⁻³) over MLP
-   draws; λ₁ by the pair estimator extrapolated to Δt → 0 (L, L/2, L/4 layers); λ̄ as the
-   first-moment energy rate of a near-synchronised pair (cluster spread from the kernel's
-   regularity, ``sync.near_sync_spread``).
+   draws; λ₁ by the pair estimator and λ̄ as the first-moment energy rate of a near-synchronised
+   pair (cluster spread from the kernel's regularity, ``sync.near_sync_spread``), both extrapolated
+   to Δt → 0 (L, L/2, L/4 layers on one Brownian path).
    Horizons are in units of the noise time τ = 1/(d κ(1)) (the time over which a token's noise
    variance is 1); Δt = T/L.
 """
@@ -41,8 +41,8 @@ from ..runtime import child_seeds, make_generator, provenance, resolve_device
 from ..stats import mean_and_se
 from ..tasks import Task, run_tasks
 from .simulate import run_simulate
-from .sync import (energy_paths, measure_lyapunov, moment_rate, near_sync_horizon, near_sync_spread, pair_start,
-                   predicted_rates)
+from .sync import (energy_levels, extrapolated_moment_rate, measure_lyapunov, near_sync_horizon, near_sync_spread,
+                   pair_start, predicted_rates)
 
 Size = Literal["quick", "paper"]
 
@@ -262,9 +262,8 @@ def table_point(activation: str, d: int, sigma: float, sizes: dict, seed: int, d
     row.update(lambda_1=lyap["lambda_1"], lambda_1_se=lyap["lambda_1_se"], lambda_1_extrap_err=lyap["lambda_1_extrap_err"])
     near = cfg.with_updates(T=T_near, batch=sizes["energy_pairs"], seed=s[2])
     spread = near_sync_spread(activation, d)
-    paths = energy_paths(near, InitConfig(kind="cluster", spread=spread), s[2])
-    rate, se = moment_rate(np.arange(near.L + 1) * near.dt, paths, seed=s[2])
-    row.update(lambda_bar=rate, lambda_bar_se=se, near_spread=spread)
+    fit = extrapolated_moment_rate(T_near, energy_levels(near, InitConfig(kind="cluster", spread=spread), s[2]), seed=s[2])
+    row.update(lambda_bar=fit["rate"], lambda_bar_se=fit["se"], lambda_bar_extrap_err=fit["err"], near_spread=spread)
     return row
 
 
