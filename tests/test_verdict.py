@@ -191,3 +191,19 @@ def test_sync_rows_judge_extrapolated_energy_rates_with_their_error_and_fail_on_
     # without extrapolation the rows are the plain rate rows (10% allowance) and the bound
     plain = sync_rows([dict(r, err=0.0) for r in wrong], extrapolated=False)
     assert [r.rule for r in plain] == ["matches", "matches", "at_most"] and plain[2].verdict == FAILS
+
+
+def test_attractor_row_tests_the_cluster_count_at_the_predicted_horizon():
+    from stochformer.report.sections import attractor_row
+
+    course = {"up_to_sign": True, "horizon": 117.2, "lambda_1": -0.1706, "long_times": [0.0, 60.0, 120.0],
+              "long_counts": [[30, 2, 1], [28, 1, 1], [29, 3, 1], [27, 1, 1]]}
+    row = attractor_row("tanh", course)
+    assert row.verdict == HOLDS and row.measured == 1.0 and "120" in row.note
+    # counted on the sphere instead of projective space (two antipodal clusters), or a wrong model
+    # that keeps the tokens apart (no noise: about N clusters), does not hold
+    assert attractor_row("tanh", dict(course, long_counts=[[30, 2, 2]] * 4)).verdict == FAILS
+    assert attractor_row("relu", dict(course, up_to_sign=False, long_counts=[[30, 29, 28], [28, 27, 29]])).verdict == FAILS
+    # one stray sample at this sample size: the interval decides
+    assert attractor_row("tanh", dict(course, long_counts=[[30, 1, 1]] * 7 + [[29, 4, 3]])).verdict == HOLDS
+    assert attractor_row("tanh", dict(course, long_counts=[])).verdict == NOT_MEASURED

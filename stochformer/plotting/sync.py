@@ -189,3 +189,30 @@ def plot_table(result: Any, axes: Optional[Any] = None) -> "Figure":
         ax.set(xlabel=f"computed {name}", ylabel=f"measured {name} (transformer)")
         ax.legend(fontsize=8)
     return finish(fig, created)
+
+
+def plot_cluster_course(result: Any, sample: int = 0, axes: Optional[Any] = None) -> "Figure":
+    """ClustersResult (SPEC §6 item 1): the number of clusters (of projective space for an odd field)
+    against t, per sample and mean, over the paper's run and the run to the predicted attractor
+    horizon (marked), above the paper's picture (:func:`plot_cluster_picture`). ``axes``: 2 × (number
+    of activations) axes, or None."""
+    acts = list(result.courses)
+    created = axes is None
+    fig, ax = figure_axes(axes, (2, len(acts)), (4.4 * len(acts), 8.2))
+    for k, act in enumerate(acts):
+        c, a = result.courses[act], ax[0, k]
+        for times, counts, style in ((c["times"], c["counts"], "-"), (c["long_times"], c["long_counts"], "--")):
+            counts = np.asarray(counts, float)
+            if counts.size == 0:
+                continue
+            a.plot(times, counts.T, color=f"C{k}", lw=0.6, alpha=0.4, ls=style)
+            a.plot(times, counts.mean(axis=0), color=f"C{k}", lw=2, ls=style)
+        if np.isfinite(c["horizon"]):
+            a.axvline(c["horizon"], color="k", ls="--", lw=1, label=f"predicted horizon {c['horizon']:.3g}")
+        a.axvline(c["T"], color="0.5", ls=":", lw=1, label=f"$T$ = {c['T']:g}")
+        a.set_yscale("log")
+        a.set(xlabel="$t$", ylabel="projective clusters" if c["up_to_sign"] else "clusters",
+              title=rf"{act}: $\lambda_1$ = {c['lambda_1']:.3g}")
+        a.legend(fontsize=7)
+    plot_cluster_picture(result, sample, axes=ax[1])
+    return finish(fig, created)

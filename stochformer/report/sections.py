@@ -143,6 +143,24 @@ def cluster_count_row(act: str, cl, N: int, T: float, notes: list) -> Comparison
                                         f"reached by t ≈ {horizon:.3g} (predicted), T = {T:g}")
 
 
+def attractor_row(act: str, course: dict) -> Comparison:
+    """The claim at the predicted horizon: the number of clusters (points of projective space for an
+    odd field) of the attractor run (``course``: ``paper.cluster_course``) at its last snapshot,
+    t ≥ the horizon predicted from e^{λ₁T}; mean ± SE over samples, "matches" 1 with no tolerance."""
+    counts = np.asarray(course["long_counts"], float)
+    odd = bool(course["up_to_sign"])
+    what = "points {x, −x} of projective space" if odd else "clusters"
+    quantity = f"{act}: number of {what} at the predicted attractor horizon"
+    if counts.size == 0:
+        return Comparison(quantity, 1.0, note="λ₁ ≥ 0: no attractor predicted, no run")
+    t_end = float(np.asarray(course["long_times"])[-1])
+    m, se = _mean_se(counts[:, -1])
+    return Comparison.from_mean_se(
+        quantity, 1.0, m, se, rule="matches",
+        note=f"a run of the same model at the same step to t = {t_end:.4g} ≥ horizon {course['horizon']:.4g} "
+             f"(λ₁ = {course['lambda_1']:.4g}); counts per sample {counts[:, -1].astype(int).tolist()}")
+
+
 def _run_clusters(cfg: ClustersStageConfig, ctx: StageContext) -> StageOutput:
     plots = sync_plots
     res = paper.run_clusters(cfg.size, seed=cfg.seed, tol=cfg.tol, progress=ctx.progress, device=cfg.device,
@@ -152,6 +170,7 @@ def _run_clusters(cfg: ClustersStageConfig, ctx: StageContext) -> StageOutput:
     N, T = int(res.sizes["N"]), float(res.sizes["T"])
     for act, cl in res.clusters.items():
         rows.append(cluster_count_row(act, cl, N, T, notes))
+        rows.append(attractor_row(act, res.courses[act]))
         m, se = _mean_se(np.asarray(cl.frac_near_plus) + np.asarray(cl.frac_near_minus))
         rows.append(Comparison.from_mean_se(
             f"{act}: fraction of pairs with |cos| ≥ 1 − tol at the last layer", uniform, m, se, rule="above",
@@ -165,9 +184,11 @@ def _run_clusters(cfg: ClustersStageConfig, ctx: StageContext) -> StageOutput:
                                                 rule="matches", tol=0.05, note="field not odd: one cluster, no antipodal pair"))
     figs = [figure_png(plots.plot_clusters(res), "clusters",
                        "Mean and min pairwise cosine against layer (left); histogram of the pair cosines at the last layer")]
-    figs.append(figure_png(plots.plot_cluster_picture(res), "clusters-picture",
-                           "The paper's picture: the first two coordinates of the final tokens of one sample, "
-                           "ReLU (left) and tanh (right), on the unit circle's projection"))
+    figs.append(figure_png(plots.plot_cluster_course(res), "clusters-course",
+                           "Top: the number of clusters against t (tanh: points of projective space {x, −x}), each "
+                           "sample (thin) and the mean (thick), over the paper's run to T (solid) and a run to the "
+                           "horizon predicted from e^{λ₁T} (dashed vertical line; dotted: T). Bottom: the paper's "
+                           "picture, the first two coordinates of the final tokens of one sample at T"))
     notes.insert(0, f"sizes: {res.sizes}; d = 4, no attention, no biases, uniform initial tokens")
     return StageOutput(res.to_dict(), rows, figs, _prov(cfg), _seeds(cfg, 2), notes)
 
