@@ -207,3 +207,22 @@ def test_attractor_row_tests_the_cluster_count_at_the_predicted_horizon():
     # one stray sample at this sample size: the interval decides
     assert attractor_row("tanh", dict(course, long_counts=[[30, 1, 1]] * 7 + [[29, 4, 3]])).verdict == HOLDS
     assert attractor_row("tanh", dict(course, long_counts=[])).verdict == NOT_MEASURED
+
+
+def test_motion_rows_fail_on_a_wrong_law():
+    from stochformer.report.sections import motion_rows
+
+    # measured in docs/synchronisation.md (ReLU d = 4, σ = 0.5, κ(1) = 0.5, T = 1, 2000 pairs from u0 = 0.5)
+    measured = {"sde": {"one_point_rate": -0.755, "one_point_rate_se": 0.017, "one_point_T": 0.4707,
+                        "one_point_T_se": 0.0078, "u_mean": 0.7147, "u_mean_se": 0.0080, "tail": 0.411, "tail_se": 0.011}}
+    reference = {"u_mean": 0.7222, "u_mean_se": 0.0024, "tail": 0.405, "tail_se": 0.0035}
+    predicted = {"one_point_rate": -0.75, "one_point_T": math.exp(-0.75), "u0": 0.5, "threshold": 0.9}
+    rows = motion_rows(measured, reference, predicted)
+    assert len(rows) == 4 and all(r.verdict == HOLDS for r in rows)
+    # a wrong one-point law (rate −κ(1)(d−1), as without the factor 1/2) fails both one-point rows
+    wrong = dict(predicted, one_point_rate=-1.5, one_point_T=math.exp(-1.5))
+    assert [r.verdict for r in motion_rows(measured, reference, wrong)[:2]] == [FAILS, FAILS]
+    # a wrong two-point law: u moving like one token's coordinate twice over, E u_T = 0.5·e^{−κ(1)(d−1)T},
+    # and a tail of that law, fail the two-point rows
+    bad_ref = {"u_mean": 0.5 * math.exp(-1.5), "u_mean_se": 0.002, "tail": 0.05, "tail_se": 0.002}
+    assert [r.verdict for r in motion_rows(measured, bad_ref, predicted)[2:]] == [FAILS, FAILS]

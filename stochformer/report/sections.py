@@ -18,9 +18,10 @@ from ..config import RunConfig, build_config
 from ..runtime import child_seeds, provenance, resolve_device
 from ..stats import loglog_slope, mean_and_se
 from .profiles import sizes
-from ..experiments import chaos, converge, paper, phase, sync
+from ..experiments import chaos, converge, motions, paper, phase, sync
 from ..experiments.chaos import ChaosConfig
 from ..experiments.converge import ConvergeConfig
+from ..experiments.motions import MotionsConfig
 from ..experiments.phase import PhaseConfig
 from ..experiments.sync import SyncConfig, predicted_rates
 from ..plotting import chaos as chaos_plots
@@ -531,6 +532,65 @@ register(Stage(
         gpu={"batch": 1024, "pairs": 16384},
     ),
     run=_run_sync,
+))
+
+
+# --------------------------------------------------------------------------- §3–§4 the motions
+
+
+def motion_rows(measured: dict, reference: dict, predicted: dict) -> list[Comparison]:
+    """Per dynamics (``measured[dyn]``, ``experiments.motions``): the one-point decay rate of
+    E⟨x₀, X_t⟩ (fitted slope ± bootstrap SE) against −κ(1)(d−1)/2 and its value at T against
+    e^{−κ(1)(d−1)T/2}; the mean of u_T and P(u_T > threshold) against the scalar two-point diffusion
+    (``reference``, a Monte Carlo with its own SE: the interval is measured ± 1.96 √(SE² + SE_ref²)).
+    All "matches" with no tolerance: the laws hold for every width m and the step bias is below the SE
+    at these sizes (docs/synchronisation.md)."""
+    rows = []
+    for dyn, m in measured.items():
+        rows.append(Comparison.from_mean_se(f"{dyn}: decay rate of E⟨x₀, X_t⟩", predicted["one_point_rate"],
+                                            m["one_point_rate"], m["one_point_rate_se"], rule="matches",
+                                            note="one point: Brownian motion on S^{d−1} with generator (κ(1)/2)Δ; "
+                                                 "slope of log of the mean against t, bootstrap SE over pairs"))
+        rows.append(Comparison.from_mean_se(f"{dyn}: E⟨x₀, X_T⟩", predicted["one_point_T"], m["one_point_T"],
+                                            m["one_point_T_se"], rule="matches", note="e^{−κ(1)(d−1)T/2}"))
+        for key, name in (("u_mean", "E u_T"), ("tail", f"P(u_T > {predicted['threshold']:g})")):
+            half = Z95 * math.hypot(m[f"{key}_se"], reference[f"{key}_se"])
+            rows.append(Comparison(f"{dyn}: {name}, u = ⟨X¹, X²⟩", reference[key], m[key], (m[key] - half, m[key] + half),
+                                   rule="matches", note=f"two points: the scalar diffusion of u from u0 = {predicted['u0']:g} "
+                                                        f"(reference {reference[key]:.4g} ± {reference[key + '_se']:.2g}); "
+                                                        "CI = ± 1.96 √(SE² + SE_ref²)"))
+    return rows
+
+
+def _run_motions(cfg: MotionsConfig, ctx: StageContext) -> StageOutput:
+    res = motions.run_motions(cfg, progress=ctx.progress)
+    figs = [figure_png(sync_plots.plot_motions(res), "motions",
+                       "One point: E⟨x₀, X_t⟩ against t (mean ± 2 SE) for the SDE and the transformer with "
+                       "e^{−κ(1)(d−1)t/2} (left); two points: the law of u_T = ⟨X¹_T, X²_T⟩ beside the scalar "
+                       "diffusion's (right)")]
+    p = res.predicted
+    notes = [f"κ(1) = {p['kappa']:.4g}, d = {p['d']}, T = {p['T']:g}, {cfg.model.batch} pairs from cosine {cfg.u0:g}, "
+             f"L = {cfg.model.L} steps, m = {cfg.model.m}; reference: {cfg.reference_steps} Euler steps × "
+             f"{cfg.reference_paths} paths"]
+    return StageOutput(res.to_dict(), motion_rows(res.measured, res.reference, p), figs, res.provenance,
+                       {"seed": cfg.model.seed, "rule": "runtime.child_seeds(seed, 4)"}, notes)
+
+
+register(Stage(
+    name="motions",
+    title="The one- and two-point motions of the noise",
+    spec="SPEC §3–§4 (derived: docs/synchronisation.md)",
+    claim="Without attention one token is a Brownian motion on the sphere with generator (κ(1)/2)Δ, so "
+          "E⟨x₀, X_t⟩ = e^{−κ(1)(d−1)t/2}, and the cosine u of two tokens is the scalar diffusion "
+          "du = [κ(u)(d − 2 + u²) − κ(1)(d − 1)u] dt + √(2(1 − u²)(κ(1) − uκ(u))) dB, on the SDE and the transformer.",
+    model=MotionsConfig,
+    sizes=sizes(
+        tiny={"model": {"batch": 64, "L": 20}, "reference_steps": 50, "reference_paths": 2000, "bootstrap": 50},
+        quick={"model": {"batch": 2000, "L": 100}, "reference_steps": 400, "reference_paths": 20000},
+        full={"model": {"batch": 8192, "L": 200, "m": 256}, "reference_steps": 1000, "reference_paths": 100000},
+        gpu={"model": {"batch": 65536, "L": 400, "m": 256}, "reference_steps": 2000, "reference_paths": 400000},
+    ),
+    run=_run_motions,
 ))
 
 
