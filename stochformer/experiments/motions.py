@@ -1,8 +1,8 @@
 """``motions``: the one- and two-point motions of the noise alone (SPEC §3–§4, no attention), measured
 on the limit SDE and on the transformer beside :mod:`stochformer.motions`.
 
-Pairs of tokens at cosine ``u0`` are stepped by :func:`stochformer.solve` (``model.L`` steps of
-[0, T], token snapshots every ``L // snapshots`` steps) for each dynamics. Measured:
+Pairs of tokens at cosine ``u0`` are stepped by :func:`stochformer.solve` (L steps of [0, T], token
+snapshots every ``L // snapshots`` steps) for each dynamics. Measured:
 
 * **one point**: c_t = ⟨x₀, X_t⟩ of the first token of every pair, its mean ± SE per snapshot,
   and the decay rate of E c_t fitted as the slope of log(mean) against t (``sync.moment_rate``, the
@@ -16,15 +16,15 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 import torch
 import xarray as xr
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, model_validator
 
 from ..build import initial_tokens, make_kernel, make_model
-from ..config import InitConfig, RunConfig, validate
+from ..config import InitConfig, RunConfig, as_config
 from ..io import to_jsonable
 from ..motions import one_point_mean, simulate_two_point
 from ..results import Result
@@ -33,20 +33,23 @@ from ..solver import SaveAt, solve
 from ..stats import mean_and_se
 from .sync import moment_rate
 
-#: The model of the motions by default: ReLU, d = 4, σ_U = σ_W = 0.5 (κ(1) = 0.5), no attention,
-#: T = 1 on 100 steps, m = 64 (docs/synchronisation.md); ``batch`` is the number of pairs.
-MOTIONS_MODEL: dict[str, Any] = {"d": 4, "activation": "relu", "sigma_U": 0.5, "sigma_W": 0.5, "attention": False,
-                                 "T": 1.0, "L": 100, "m": 64, "N": 2, "batch": 2000}
 DYNAMICS = ("sde", "transformer")
 
 
-class MotionsConfig(BaseModel):
-    """``model``: the noise (a :class:`RunConfig` without attention, N = 2; ``batch`` pairs; fields not
-    given default to :data:`MOTIONS_MODEL`); the pairs' start and the reference's sizes."""
+class MotionsConfig(RunConfig):
+    """A :class:`RunConfig` of the noise alone (attention = false, N = 2 tokens, ``batch`` pairs; both
+    dynamics are run, ``dynamics`` is not read), by default ReLU, d = 4, σ_U = σ_W = 0.5 (κ(1) = 0.5),
+    T = 1 on 100 steps, m = 64 (docs/synchronisation.md); the pairs' start and the reference's sizes."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-
-    model: RunConfig = Field(default_factory=lambda: validate(RunConfig, MOTIONS_MODEL))
+    d: int = Field(4, ge=2, description="token dimension (>= 2)")
+    sigma_U: float = Field(0.5, ge=0.0, description="std of the inner MLP bias b_U (>= 0)")
+    sigma_W: float = Field(0.5, ge=0.0, description="std of the outer MLP bias b_W (>= 0)")
+    attention: bool = Field(False, description="must be false: the motions are of the noise alone")
+    N: int = Field(2, ge=2, le=2, description="tokens: a pair (2)")
+    T: float = Field(1.0, gt=0.0, description="time horizon, > 0")
+    L: int = Field(100, ge=1, description="steps (layers) of [0, T], >= 1")
+    m: int = Field(64, ge=1, description="MLP width of the transformer (>= 1)")
+    batch: int = Field(2000, ge=2, description="independent pairs (>= 2)")
     u0: float = Field(0.5, gt=-1.0, lt=1.0, description="initial cosine of each pair, in (-1, 1)")
     threshold: float = Field(0.9, gt=-1.0, lt=1.0, description="tail event u_T > threshold, in (-1, 1)")
     snapshots: int = Field(20, ge=2, description="token snapshots over [0, T] for the one-point time course (>= 2)")
@@ -54,15 +57,13 @@ class MotionsConfig(BaseModel):
     reference_paths: int = Field(20000, ge=100, description="paths of the scalar two-point diffusion (>= 100)")
     bootstrap: int = Field(400, ge=10, description="bootstrap resamples of the one-point rate's SE (>= 10)")
 
-    @field_validator("model", mode="before")
-    @classmethod
-    def _model(cls, v: Any) -> Any:
-        """Fields not given take :data:`MOTIONS_MODEL`; the motions are of the noise alone, of pairs."""
-        if isinstance(v, dict):
-            v = {**MOTIONS_MODEL, **v}
-            if v.get("attention") or v.get("N") != 2 or v.get("mlp") is False:
-                raise ValueError("the motions are of the noise alone: attention = false, mlp = true, N = 2")
-        return v
+    @model_validator(mode="after")
+    def _noise_alone(self) -> "MotionsConfig":
+        if self.attention:
+            raise ValueError("attention: must be false, the motions are of the noise alone")
+        if not self.mlp or self.noise_scale == 0:
+            raise ValueError("mlp: the motions need the MLP noise (mlp = true and noise_scale > 0)")
+        return self
 
 
 @dataclass(repr=False)
@@ -112,9 +113,9 @@ def law_of_u(u: np.ndarray, threshold: float) -> dict:
 
 def run_motions(cfg: MotionsConfig, progress: bool = False) -> MotionsResult:
     """Measure the one- and two-point motions on the limit SDE and the transformer (module docstring)."""
-    cfg = cfg if isinstance(cfg, MotionsConfig) else validate(MotionsConfig, cfg)
+    cfg = as_config(cfg, MotionsConfig)
     start = time.perf_counter()
-    model = cfg.model
+    model = RunConfig.model_validate(cfg.model_dump(include=set(RunConfig.model_fields)))  # the model alone
     device, dtype = resolve_device(model.device), DTYPES[model.dtype]
     kernel = make_kernel(model)
     k1, d, T = kernel.kappa1, model.d, model.T

@@ -573,11 +573,10 @@ def _run_motions(cfg: MotionsConfig, ctx: StageContext) -> StageOutput:
                        "e^{−κ(1)(d−1)t/2} (left); two points: the law of u_T = ⟨X¹_T, X²_T⟩ beside the scalar "
                        "diffusion's (right)")]
     p = res.predicted
-    notes = [f"κ(1) = {p['kappa']:.4g}, d = {p['d']}, T = {p['T']:g}, {cfg.model.batch} pairs from cosine {cfg.u0:g}, "
-             f"L = {cfg.model.L} steps, m = {cfg.model.m}; reference: {cfg.reference_steps} Euler steps × "
-             f"{cfg.reference_paths} paths"]
+    notes = [f"κ(1) = {p['kappa']:.4g}, d = {p['d']}, T = {p['T']:g}, {cfg.batch} pairs from cosine {cfg.u0:g}, "
+             f"L = {cfg.L} steps, m = {cfg.m}; reference: {cfg.reference_steps} Euler steps × {cfg.reference_paths} paths"]
     return StageOutput(res.to_dict(), motion_rows(res.measured, res.reference, p), figs, res.provenance,
-                       {"seed": cfg.model.seed, "rule": "runtime.child_seeds(seed, 4)"}, notes)
+                       _seeds(cfg, 4), notes)
 
 
 register(Stage(
@@ -589,10 +588,10 @@ register(Stage(
           "du = [κ(u)(d − 2 + u²) − κ(1)(d − 1)u] dt + √(2(1 − u²)(κ(1) − uκ(u))) dB, on the SDE and the transformer.",
     model=MotionsConfig,
     sizes=sizes(
-        tiny={"model": {"batch": 64, "L": 20}, "reference_steps": 50, "reference_paths": 2000, "bootstrap": 50},
-        quick={"model": {"batch": 2000, "L": 100}, "reference_steps": 400, "reference_paths": 20000},
-        full={"model": {"batch": 8192, "L": 200, "m": 256}, "reference_steps": 1000, "reference_paths": 100000},
-        gpu={"model": {"batch": 65536, "L": 400, "m": 256}, "reference_steps": 2000, "reference_paths": 400000},
+        tiny={"batch": 64, "L": 20, "reference_steps": 50, "reference_paths": 2000, "bootstrap": 50},
+        quick={"batch": 2000, "L": 100, "reference_steps": 400, "reference_paths": 20000},
+        full={"batch": 8192, "L": 200, "m": 256, "reference_steps": 1000, "reference_paths": 100000},
+        gpu={"batch": 65536, "L": 400, "m": 256, "reference_steps": 2000, "reference_paths": 400000},
     ),
     run=_run_motions,
 ))
