@@ -29,7 +29,7 @@ SECTION = "## Sweeps"
 def sweep_config(L: int) -> SweepConfig:
     """16 tasks: 2 grid points x 8 chunks of 8 samples, N = 32 tokens, d = 8, L layers."""
     return SweepConfig.model_validate(
-        {"N": 32, "d": 8, "L": L, "T": 5.0, "m": 64, "record_every": 10, "samples": 64, "chunk": 8, "seed": 1,
+        {"model": {"N": 32, "d": 8, "L": L, "T": 5.0, "m": 64, "record_every": 10, "seed": 1}, "samples": 64, "chunk": 8,
          "grid": {"gamma": [-1, 1]}}
     )
 

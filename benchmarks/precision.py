@@ -95,13 +95,14 @@ def measurements(quick: bool) -> dict[str, dict]:
         return moment_rate(t, energy_paths(cfg, InitConfig(kind="uniform"), seed), t >= 0.5 * cfg.T, n_boot=200, seed=seed)
 
     one = base.with_updates(N=8, batch=4 * batch, T=1.0, L=200)
-    conv = ConvergeConfig(**{k: v for k, v in BASE.items() if k not in ("m", "L", "T")}, N=8, T=1.0, batch=conv_batch,
-                          chunk=conv_batch, depths=[4, 8, 16, 32] if quick else [8, 16, 32, 64], widths=[16, 64, 256],
-                          refine=2 if quick else 4, bootstrap=200)
+    conv = RunConfig(**{k: v for k, v in BASE.items() if k not in ("m", "L", "T")}, N=8, T=1.0, batch=conv_batch)
 
     def converge(key: str):
-        def run(cfg: ConvergeConfig, seed: int):
-            f = run_converge(cfg.model_copy(update={"seed": seed})).fits[key]
+        def run(cfg: RunConfig, seed: int):
+            grid = ConvergeConfig(model=cfg.model_copy(update={"seed": seed}), chunk=conv_batch,
+                                  depths=[4, 8, 16, 32] if quick else [8, 16, 32, 64], widths=[16, 64, 256],
+                                  refine=2 if quick else 4, bootstrap=200)
+            f = run_converge(grid).fits[key]
             return f["value"], f["se"]
         return run
 

@@ -129,32 +129,34 @@ def estimate(cfg: Any, workers: int = 1) -> Optional[Estimate]:
         dataset = 3 * 150.0 * len(plan.configs) * cfg.samples * n_layers
         task_mem = max(e.bytes for e in per)
         seconds = sum(e.seconds for e in per) * len(plan.chunks) / max(1, workers)
-        field = "samples, grid size or L" if dataset > task_mem * workers else max(per, key=lambda e: e.bytes).memory_fields
-        return Estimate(task_mem * workers + dataset, seconds, field, "samples, grid size, L or N")
+        field = "samples, grid size or model.L" if dataset > task_mem * workers else max(per, key=lambda e: e.bytes).memory_fields
+        return Estimate(task_mem * workers + dataset, seconds, field, "samples, grid size, model.L or model.N")
     if isinstance(cfg, ConvergeConfig):
-        B = min(cfg.chunk, cfg.batch)
+        run = cfg.model
+        B = min(cfg.chunk, run.batch)
         s = 8
         widths = len(cfg.widths) + 1
-        mem = s * B * (2.0 * cfg.N * max(cfg.widths) + 8.0 * cfg.N**2 + 4.0 * (widths + 2) * cfg.N * cfg.d)
-        step = STEP_OVERHEAD_S * (widths + 2) + B * widths * (2.0 * cfg.N * max(cfg.widths) * cfg.d + 10 * cfg.N**3) / FLOPS
-        steps = sum(cfg.refine * L for L in cfg.depths) * math.ceil(cfg.batch / cfg.chunk)
-        return Estimate(mem * workers, steps * step / max(1, workers), "N, chunk or widths", "depths, refine or batch")
+        mem = s * B * (2.0 * run.N * max(cfg.widths) + 8.0 * run.N**2 + 4.0 * (widths + 2) * run.N * run.d)
+        step = STEP_OVERHEAD_S * (widths + 2) + B * widths * (2.0 * run.N * max(cfg.widths) * run.d + 10 * run.N**3) / FLOPS
+        steps = sum(cfg.refine * L for L in cfg.depths) * math.ceil(run.batch / cfg.chunk)
+        return Estimate(mem * workers, steps * step / max(1, workers), "model.N, chunk or widths", "depths, refine or model.batch")
     if isinstance(cfg, ChaosConfig):
+        run = cfg.model
         s = 8
-        chunk = min(cfg.N, max(1, DEFAULT_BLOCK // cfg.features))
-        mem = s * (6.0 * (cfg.N + sum(cfg.sizes)) * max(cfg.dims) + 3.0 * chunk * cfg.features + cfg.features * max(cfg.dims))
-        mem += s * 3.0 * min(cfg.N, cfg.exact_ot_max) ** 2 + s * 6.0 * cfg.decor_repeats * max(cfg.decor_sizes) * max(cfg.dims)
-        heun = 2 if cfg.integrator == "heun" else 1  # field evaluations per step
-        step = STEP_OVERHEAD_S + heun * 2 * 4.0 * (cfg.N + sum(cfg.sizes)) * cfg.features * cfg.d / FLOPS
-        samples = cfg.batch + cfg.dims_batch * (len(cfg.dims) - 1)
-        return Estimate(mem * workers, cfg.L * step * samples / max(1, workers), "N, features or decor_repeats",
-                        "L, N, features or batch")
+        chunk = min(run.N, max(1, DEFAULT_BLOCK // run.features))
+        mem = s * (6.0 * (run.N + sum(cfg.sizes)) * max(cfg.dims) + 3.0 * chunk * run.features + run.features * max(cfg.dims))
+        mem += s * 3.0 * min(run.N, cfg.exact_ot_max) ** 2 + s * 6.0 * cfg.decor_repeats * max(cfg.decor_sizes) * max(cfg.dims)
+        heun = 2 if run.integrator == "heun" else 1  # field evaluations per step
+        step = STEP_OVERHEAD_S + heun * 2 * 4.0 * (run.N + sum(cfg.sizes)) * run.features * run.d / FLOPS
+        samples = run.batch + cfg.dims_batch * (len(cfg.dims) - 1)
+        return Estimate(mem * workers, run.L * step * samples / max(1, workers), "model.N, model.features or decor_repeats",
+                        "model.L, model.N, model.features or model.batch")
     if isinstance(cfg, (SyncConfig, PhaseConfig)):
-        e = simulate_estimate(cfg, batch=max(cfg.batch if isinstance(cfg, SyncConfig) else 0, 2 * cfg.pairs))
+        e = simulate_estimate(cfg.model, batch=max(cfg.model.batch if isinstance(cfg, SyncConfig) else 0, 2 * cfg.pairs))
         points = len(cfg.x_values) * len(cfg.y_values) if isinstance(cfg, PhaseConfig) else 3
-        e.memory_fields = "pairs, batch or N" if e.memory_fields.startswith("N or batch") else e.memory_fields
+        e.memory_fields = "pairs, model.batch or model.N" if e.memory_fields.startswith("N or batch") else e.memory_fields
         return Estimate(e.bytes * (workers if isinstance(cfg, PhaseConfig) else 1), e.seconds * points / max(1, workers),
-                        e.memory_fields, "L, pairs, batch or the grid")
+                        e.memory_fields, "model.L, pairs, model.batch or the grid")
     if isinstance(cfg, RunConfig):
         return simulate_estimate(cfg)
     return None

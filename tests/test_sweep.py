@@ -45,8 +45,8 @@ def client():
         yield c
 
 
-def small_sweep(**extra) -> SweepConfig:
-    data = {"N": 6, "d": 3, "L": 8, "T": 2.0, "m": 32, "samples": 5, "chunk": 2, "seed": 7,
+def small_sweep(model=None, **extra) -> SweepConfig:
+    data = {"model": {"N": 6, "d": 3, "L": 8, "T": 2.0, "m": 32, "seed": 7, **(model or {})}, "samples": 5, "chunk": 2,
             "grid": {"gamma": [-1, 1]}, **extra}
     return SweepConfig.model_validate(data)
 
@@ -55,7 +55,7 @@ def small_sweep(**extra) -> SweepConfig:
 
 
 def test_cluster_equals_serial_bit_for_bit(client, tmp_path):
-    cfg = small_sweep(sigma_U=0.2, grid={"gamma": [-1, 1], "beta": [0.5, 2.0]})
+    cfg = small_sweep({"sigma_U": 0.2}, grid={"gamma": [-1, 1], "beta": [0.5, 2.0]})
     serial = run_sweep(cfg)
     on_cluster = run_sweep(cfg, store=tmp_path / "tasks", scheduler=client)
     ds = serial.data
@@ -81,11 +81,11 @@ def test_chunk_seeds_and_points_with_different_depths():
     ds = res.data
     assert list(ds["layer"].values) == [0, 1, 2, 3, 4, 6]
     assert list(ds["L"].values) == [4, 6]
-    p_seeds = child_seeds(cfg.seed, 2)
+    p_seeds = child_seeds(cfg.model.seed, 2)
     for i, L, rec in ((0, 4, 1), (1, 6, 3)):
         c_seeds = child_seeds(p_seeds[i], 2)
         for j, rows in ((0, slice(0, 2)), (1, slice(2, 3))):
-            base = cfg.base().with_updates(L=L, record_every=rec, batch=rows.stop - rows.start, seed=c_seeds[j])
+            base = cfg.model.with_updates(L=L, record_every=rec, batch=rows.stop - rows.start, seed=c_seeds[j])
             t = run_simulate(base).data
             got = ds["energy"].isel(point=i, sample=rows).sel(layer=t["step"].values).values
             np.testing.assert_array_equal(got, t["energy"].values)
@@ -124,13 +124,14 @@ def test_failing_task_raises_with_its_key_and_keeps_finished_results(client, tmp
 
 
 SWEEP_TOML = """
+samples = 12
+chunk = 2
+[model]
 N = 8
 L = 200
 T = 3.0
 m = 32
 record_every = 100
-samples = 12
-chunk = 2
 seed = 3
 [grid]
 gamma = [-1, 1]
@@ -190,7 +191,7 @@ def test_resource_tasks_run_only_on_workers_that_have_them(client):
         worker.terminate()
         worker.wait(timeout=30)
     # a sweep on a CUDA device asks for a GPU; a CPU sweep does not
-    assert all(t.resources == {"GPU": 1} for t in plan_sweep(small_sweep(device="cuda")).tasks())
+    assert all(t.resources == {"GPU": 1} for t in plan_sweep(small_sweep({"device": "cuda"})).tasks())
     assert all(t.resources is None for t in plan_sweep(small_sweep()).tasks())
 
 
@@ -206,7 +207,8 @@ def test_resource_tasks_run_only_on_workers_that_have_them(client):
         ("[grid]\ngamma = 1", "grid.gamma"),
         ("[grid]\nN = [4, 'many']", "grid.N[1] = 'many'"),
         ("[grid]\nN = [4, 1]", "grid.N[1] = 1"),
-        ("batch = 4\n[grid]\ngamma = [0]", "batch"),
+        ("[model]\nbatch = 4\n[grid]\ngamma = [0]", "model.batch: has no effect in sweep"),
+        ("[model]\nN = 1", "model.N: must be an integer >= 2"),
         ("[grid]\nbatch = [4]", "'batch' cannot be swept"),
         ("samples = 0", "samples"),
         ("chunk = 'big'", "chunk"),

@@ -36,7 +36,7 @@ from pydantic import Field, model_validator
 
 from ..brownian import BrownianPath, Draws
 from ..build import initial_tokens, make_attention, make_kernel
-from ..config import RunConfig, as_config
+from ..config import ExperimentConfig, RunConfig, as_config
 from ..model.noise import ExactField, RandomMLP
 from ..model.rng import resolve_backend
 from ..model.sde import INTEGRATORS, LimitSDE
@@ -51,14 +51,18 @@ from ..tasks import Task, run_tasks
 KINDS = ("layer", "continuous")
 
 
-class ConvergeConfig(RunConfig):
-    """A :class:`RunConfig` (model, T, N, d, activation, attention, ``batch`` = number of samples,
-    ``integrator`` of the SDE) and the grid. The fields L, m, dynamics and noise are not used: the
-    grid is ``depths`` × (``widths`` and m = ∞)."""
+class ConvergeConfig(ExperimentConfig):
+    """``model``: the system (T, N, d, activation, attention, ``batch`` = number of samples, the
+    SDE's ``integrator``); the grid is ``depths`` × (``widths`` and m = ∞), so model.L, model.m,
+    model.dynamics and model.noise are not read (setting them is an error)."""
 
-    N: int = Field(8, ge=2, description="number of tokens (>= 2)")
-    T: float = Field(1.0, gt=0.0, description="time horizon, > 0")
-    batch: int = Field(512, ge=4, description="samples (independent weights and noise paths), >= 4")
+    command: ClassVar[str] = "converge"
+    model_defaults: ClassVar[dict] = {"N": 8, "T": 1.0, "batch": 512}
+    model_min: ClassVar[dict] = {"batch": (4, "samples (independent weights and noise paths)")}
+    model_unused: ClassVar[dict] = {"L": "the depths are `depths`", "m": "the widths are `widths` and m = ∞",
+                                    "dynamics": "both the transformer and the SDE run", "noise": "the MLP is coupled "
+                                    "to the SDE through its exact conditional Gaussian law"}
+
     depths: list[int] = Field(default_factory=lambda: [8, 16, 32, 64, 128, 256, 512],
                               description="depths L; each must divide the largest")
     widths: list[int] = Field(default_factory=lambda: [16, 32, 64, 128, 256],
@@ -77,13 +81,9 @@ class ConvergeConfig(RunConfig):
         if any(top % L for L in self.depths):
             raise ValueError(f"depths: each depth must divide the largest, {top} (got {self.depths}), so that one "
                              "Brownian path serves every depth")
-        if not self.mlp or self.noise_scale == 0:
-            raise ValueError("mlp: converge needs the MLP noise (mlp = true and noise_scale > 0)")
+        if not self.model.mlp or self.model.noise_scale == 0:
+            raise ValueError("model.mlp: converge needs the MLP noise (model.mlp = true and model.noise_scale > 0)")
         return self
-
-    def run_config_dict(self) -> dict:
-        """The plain :class:`RunConfig` fields (what one grid point needs)."""
-        return {k: v for k, v in self.model_dump(mode="json").items() if k in RunConfig.model_fields}
 
 
 @dataclass
@@ -264,11 +264,11 @@ def run_converge(cfg: ConvergeConfig, progress: bool = False, store: Optional[Pa
     """Run every (depth, sample chunk) task (``store`` makes the run resumable), then fit."""
     cfg = as_config(cfg, ConvergeConfig)
     start = time.perf_counter()
-    device = resolve_device(cfg.device)
-    n_chunks = -(-cfg.batch // cfg.chunk)
-    sizes = [min(cfg.chunk, cfg.batch - c * cfg.chunk) for c in range(n_chunks)]
-    seeds = child_seeds(cfg.seed, n_chunks)
-    base = cfg.run_config_dict()
+    device = resolve_device(cfg.model.device)
+    n_chunks = -(-cfg.model.batch // cfg.chunk)
+    sizes = [min(cfg.chunk, cfg.model.batch - c * cfg.chunk) for c in range(n_chunks)]
+    seeds = child_seeds(cfg.model.seed, n_chunks)
+    base = cfg.model.model_dump(mode="json")
     widths = sorted(cfg.widths)
     depths = sorted(cfg.depths)
     tasks = [
@@ -283,7 +283,7 @@ def run_converge(cfg: ConvergeConfig, progress: bool = False, store: Optional[Pa
         for k in KINDS
     }
     all_widths = [float(m) for m in widths] + [math.inf]
-    fits = fit_convergence(depths, all_widths, errors, cfg.bootstrap, cfg.seed)
+    fits = fit_convergence(depths, all_widths, errors, cfg.bootstrap, cfg.model.seed)
     return ConvergeResult(cfg, depths, all_widths, errors, fits, provenance(device), time.perf_counter() - start)
 
 

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from pydantic import Field, field_validator, model_validator
 
-from ..config import ConfigError, RunConfig, as_config, build_config, validate
+from ..config import ConfigError, ExperimentConfig, RunConfig, as_config, build_config, validate
 from ..io import StageCache, to_jsonable
 from ..results import Result
 from ..runtime import child_seeds, provenance
@@ -32,11 +32,10 @@ from ..tasks import Task, run_tasks
 from .simulate import run_simulate
 
 STATISTICS = ("mean_cosine", "energy", "min_cosine")
-SWEEP_FIELDS = ("samples", "chunk", "grid", "points")
 #: largest number of grid points and of tasks a sweep plans (planning validates each point)
 MAX_POINTS, MAX_TASKS = 100_000, 1_000_000
-# fields that a sweep sets itself and that cannot be axes
-NOT_AXES = ("batch", "seed", *SWEEP_FIELDS)
+# model fields that a sweep sets itself and that cannot be axes
+NOT_AXES = ("batch", "seed")
 
 
 def _field_names() -> set[str]:
@@ -54,12 +53,17 @@ def _check_names(names: list[str], where: str) -> None:
             raise ValueError(f"{where}: unknown field {name!r}; valid fields are {', '.join(sorted(valid))}")
 
 
-class SweepConfig(RunConfig):
-    """A sweep: the base :class:`RunConfig` (every ``simulate`` field), the axes and the samples.
+class SweepConfig(ExperimentConfig):
+    """A sweep: ``model``, the base :class:`RunConfig` (every ``simulate`` field but ``batch``),
+    the axes and the samples.
 
-    ``grid``: ``{field: [values]}``, the Cartesian product in the order written; ``points``: a list
-    of ``{field: value}`` (fields not given keep the base value), crossed with the grid. Nested
-    fields are dotted (``"init.cosine"``)."""
+    ``grid``: ``{field: [values]}`` of model fields, the Cartesian product in the order written;
+    ``points``: a list of ``{field: value}`` (fields not given keep the base value), crossed with
+    the grid. Nested fields are dotted (``"init.cosine"``)."""
+
+    command: ClassVar[str] = "sweep"
+    model_unused: ClassVar[dict] = {"batch": "a sweep sets the batch of each task from `chunk`; set `samples` "
+                                             "and `chunk` instead"}
 
     samples: int = Field(64, ge=1, description="Monte Carlo samples per grid point (>= 1)")
     chunk: int = Field(16, ge=1, description="samples per task (>= 1); the last chunk may be smaller")
@@ -111,17 +115,10 @@ class SweepConfig(RunConfig):
         if n_points * math.ceil(self.samples / self.chunk) > MAX_TASKS:
             raise ValueError(f"samples: {n_points} points x ceil(samples / chunk) tasks exceed {MAX_TASKS}; "
                              "raise chunk or lower samples")
-        if "batch" in self.model_fields_set:
-            raise ValueError("batch: a sweep sets the batch of each task from `chunk`; set `samples` and `chunk` instead")
         overlap = sorted({k for p in self.points for k in p} & set(self.grid))
         if overlap:
             raise ValueError(f"grid and points both set {overlap}; give each field in one of them")
         return self
-
-    def base(self) -> RunConfig:
-        """The base run configuration (the sweep's own fields removed)."""
-        return RunConfig.model_validate(self.model_dump(exclude=set(SWEEP_FIELDS) | {"batch"}))
-
 
 def load_sweep(path: Path | str, overrides: Optional[list[str]] = None) -> SweepConfig:
     """Read and validate a sweep file (TOML); ``overrides`` as ``--set FIELD=VALUE``."""
@@ -142,7 +139,7 @@ class SweepPlan:
 
     def tasks(self) -> list[Task]:
         """One task per (point, chunk), with its own seed (see the module docstring)."""
-        point_seeds = child_seeds(self.config.seed, len(self.configs))
+        point_seeds = child_seeds(self.config.model.seed, len(self.configs))
         out = []
         for i, (cfg, pseed) in enumerate(zip(self.configs, point_seeds)):
             resources = {"GPU": 1} if cfg.device.startswith("cuda") else None
@@ -173,7 +170,7 @@ def _resolve(base: RunConfig, updates: dict[str, Any], where: str) -> RunConfig:
 
 def plan_sweep(cfg: SweepConfig) -> SweepPlan:
     """Resolve and validate every point of the sweep (``ConfigError`` naming the axis and value)."""
-    base = cfg.base()
+    base = cfg.model
     for name, values in cfg.grid.items():  # each value alone, for a message naming it
         for k, v in enumerate(values):
             _resolve(base, {name: v}, f"grid.{name}[{k}] = {v!r}")
@@ -254,7 +251,7 @@ def merge_chunks(plan: SweepPlan, results: dict[str, dict]) -> "xarray.Dataset":
         {
             "command": "sweep",
             "sweep_config": json.dumps(plan.config.model_dump(mode="json")),
-            "seed": plan.config.seed,
+            "seed": plan.config.model.seed,
             "samples": samples,
             "chunk": plan.config.chunk,
         }

@@ -25,7 +25,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .. import __version__
-from ..config import ConfigError, build_config, load_toml
+from ..config import ConfigError, ExperimentConfig, RunConfig, build_config, load_toml
 from ..extras import MissingExtraError
 from ..io import StageCache, atomic_write_bytes, config_key, source_hash, to_jsonable, write_json
 from ..outputs import OutputError, check_writable, has_marker, make_owned, refuse_unsafe, remove_owned
@@ -66,6 +66,34 @@ def _field(item: str) -> str:
     return item.split("=", 1)[0].strip().split(".")[0]
 
 
+def _fields(model: type) -> set[str]:
+    """The fields a section's config takes by name: its own and, for an experiment's config, those
+    of its ``model`` (sizes and ``FIELD=VALUE`` name them without the ``model.`` prefix)."""
+    own = set(getattr(model, "model_fields", {}))
+    return own | set(RunConfig.model_fields) if issubclass(model, ExperimentConfig) else own
+
+
+def _path(model: type, name: str) -> str:
+    """``name`` (or ``name=VALUE``) as a dotted path of ``model``: a model field of an experiment's
+    config goes under ``model.``."""
+    top = _field(name)
+    if issubclass(model, ExperimentConfig) and top not in model.model_fields and top in RunConfig.model_fields:
+        return f"model.{name}"
+    return name
+
+
+def _nested(model: type, data: dict) -> dict:
+    """``data`` (field → value, model fields flat) with each field at its path in ``model``."""
+    out: dict = {}
+    for name, value in data.items():
+        *parents, last = _path(model, name).split(".")
+        node = out
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = {**node[last], **value} if isinstance(value, dict) and isinstance(node.get(last), dict) else value
+    return out
+
+
 def plan(
     profile: str = "quick",
     only: Iterable[str] = (),
@@ -91,17 +119,17 @@ def plan(
     for stage in all_stages:
         item = Planned(stage, selected=not only or stage.name in only)
         model = stage.model
-        fields = set(model.model_fields)
+        fields = _fields(model)
         sized, extra = DERIVED.get(profile, (profile, {}))
         base = dict(stage.sizes.get(sized, {}))
         base.update({k: v for k, v in extra.items() if k in fields})
         base.update({k: v for k, v in file_data.items() if k in fields and k not in names})
         used.update(k for k in file_data if k in fields)
         base.update(file_data.get(stage.name, {}))
-        mine = [o for o in common if _field(o) in fields] + per_stage[stage.name]
+        mine = [_path(model, o.strip()) for o in [o for o in common if _field(o) in fields] + per_stage[stage.name]]
         used.update(_field(o) for o in common if _field(o) in fields)
         try:
-            item.config = build_config(base, mine, model=model)
+            item.config = build_config(_nested(model, base), mine, model=model)
         except ConfigError as exc:
             raise ConfigError(f"section {stage.name}: {exc}") from None
         item.key = config_key({"stage": stage.name, "config": item.config.model_dump(mode="json"), "version": __version__,
@@ -111,7 +139,7 @@ def plan(
     if unused:
         raise ConfigError(f"--set/--config: no section has a field named {', '.join(unused)}")
     for item in planned:
-        device = getattr(item.config, "device", "cpu") if item.config is not None else "cpu"
+        device = getattr(getattr(item.config, "model", item.config), "device", "cpu") if item.config is not None else "cpu"
         if item.selected and str(device).startswith("cuda") and not torch.cuda.is_available():
             raise ConfigError(f"section {item.stage.name}: device {device!r} requested but no CUDA device is available "
                               "(use --profile quick/full, or --set device=cpu)")

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..model.activations import ACTIVATIONS, ODD_ACTIVATIONS
 from ..config import RunConfig, build_config
+from ..results import seed_of
 from ..runtime import child_seeds, provenance, resolve_device
 from ..stats import loglog_slope, mean_and_se
 from .profiles import sizes
@@ -105,7 +106,8 @@ class PaperItemConfig(BaseModel):
 
 
 def _seeds(cfg: Any, n: int) -> dict:
-    return {"seed": cfg.seed, "child_seeds": child_seeds(cfg.seed, n), "rule": "runtime.child_seeds(seed, n)"}
+    seed = seed_of(cfg)
+    return {"seed": seed, "child_seeds": child_seeds(seed, n), "rule": "runtime.child_seeds(seed, n)"}
 
 
 # --------------------------------------------------------------------------- §6.1 clusters
@@ -373,7 +375,7 @@ def _run_converge(cfg: Any, ctx: StageContext) -> StageOutput:
     figs = [figure_png(plots.plot_convergence(res), "convergence",
                        "Pathwise error against L and m (log–log, fitted slopes beside 1/L, log L/L and 1/m) and the "
                        "heat map over (L, m)")]
-    return StageOutput(res.to_dict(), rows, figs, res.provenance, _seeds(cfg, -(-cfg.batch // cfg.chunk)))
+    return StageOutput(res.to_dict(), rows, figs, res.provenance, _seeds(cfg, -(-cfg.model.batch // cfg.chunk)))
 
 
 register(Stage(
@@ -416,8 +418,8 @@ def _run_chaos(cfg: Any, ctx: StageContext) -> StageOutput:
     for d in cfg.dims:
         if str(d) in f["w2"]:
             rows.append(w2_row(d, f["w2_corrected"][str(d)], f["sphere_rate"][str(d)], f["r_d"][str(d)]))
-    rows.append(_fit_row(f"coupled error exponent in N (d = {cfg.d}, finite N_ref removed)", 1.0,
-                         f["coupling_corrected"][str(cfg.d)], "matches", SLOPE_TOL,
+    rows.append(_fit_row(f"coupled error exponent in N (d = {cfg.model.d}, finite N_ref removed)", 1.0,
+                         f["coupling_corrected"][str(cfg.model.d)], "matches", SLOPE_TOL,
                          "synchronous coupling: ≈ C (1/N − 1/N_ref)"))
     rows.append(_fit_row("conditional correlation exponent in N", 1.0, f["decorrelation"], "at_least", SLOPE_TOL,
                          "tokens become independent given the noise: correlation O(1/N) (every size in the fit, "
@@ -519,7 +521,7 @@ def _run_phase(cfg: Any, ctx: StageContext) -> StageOutput:
     figs = [figure_png(plots.plot_phase(res), f"phase-{cfg.x_field}-{cfg.y_field}",
                        f"Measured pair exponent over ({cfg.x_field}, {cfg.y_field}) with the predicted boundaries "
                        "λ₁ − γ = 0 (solid) and λ̄ − 2γ = 0 (dashed)")]
-    return StageOutput(res.to_dict(), rows, figs, res.provenance, {"seed": cfg.seed, "rule": "runtime.child_seeds(seed, points)"}, notes)
+    return StageOutput(res.to_dict(), rows, figs, res.provenance, {"seed": cfg.model.seed, "rule": "runtime.child_seeds(seed, points)"}, notes)
 
 
 _PHASE_COMMON = {"activation": "relu", "measure": "lyapunov", "dynamics": "sde"}
