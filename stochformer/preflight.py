@@ -124,27 +124,27 @@ def estimate(cfg: Any, workers: int = 1) -> Optional[Estimate]:
 
     if isinstance(cfg, SweepConfig):
         plan = plan_sweep(cfg)
-        per = [simulate_estimate(c, batch=plan.chunks[0]) for c in plan.configs]
+        per = [simulate_estimate(c, batch=plan.task_sizes[0]) for c in plan.configs]
         n_layers = max(c.L // c.record_every + 2 for c in plan.configs)
         dataset = 3 * 150.0 * len(plan.configs) * cfg.samples * n_layers
         task_mem = max(e.bytes for e in per)
-        seconds = sum(e.seconds for e in per) * len(plan.chunks) / max(1, workers)
+        seconds = sum(e.seconds for e in per) * len(plan.task_sizes) / max(1, workers)
         field = "samples, grid size or model.L" if dataset > task_mem * workers else max(per, key=lambda e: e.bytes).memory_fields
         return Estimate(task_mem * workers + dataset, seconds, field, "samples, grid size, model.L or model.N")
     if isinstance(cfg, ConvergeConfig):
         run = cfg.model
-        B = min(cfg.chunk, run.batch)
+        B = min(cfg.samples_per_task, run.batch)
         s = 8
         widths = len(cfg.widths) + 1
         mem = s * B * (2.0 * run.N * max(cfg.widths) + 8.0 * run.N**2 + 4.0 * (widths + 2) * run.N * run.d)
         step = STEP_OVERHEAD_S * (widths + 2) + B * widths * (2.0 * run.N * max(cfg.widths) * run.d + 10 * run.N**3) / FLOPS
-        steps = sum(cfg.refine * L for L in cfg.depths) * math.ceil(run.batch / cfg.chunk)
-        return Estimate(mem * workers, steps * step / max(1, workers), "model.N, chunk or widths", "depths, refine or model.batch")
+        steps = sum(cfg.refine * L for L in cfg.depths) * math.ceil(run.batch / cfg.samples_per_task)
+        return Estimate(mem * workers, steps * step / max(1, workers), "model.N, samples_per_task or widths", "depths, refine or model.batch")
     if isinstance(cfg, ChaosConfig):
         run = cfg.model
         s = 8
-        chunk = min(run.N, max(1, DEFAULT_BLOCK // run.features))
-        mem = s * (6.0 * (run.N + sum(cfg.sizes)) * max(cfg.dims) + 3.0 * chunk * run.features + run.features * max(cfg.dims))
+        rows = min(run.N, max(1, DEFAULT_BLOCK // run.features))
+        mem = s * (6.0 * (run.N + sum(cfg.sizes)) * max(cfg.dims) + 3.0 * rows * run.features + run.features * max(cfg.dims))
         mem += s * 3.0 * min(run.N, cfg.exact_ot_max) ** 2 + s * 6.0 * cfg.decor_repeats * max(cfg.decor_sizes) * max(cfg.dims)
         heun = 2 if run.integrator == "heun" else 1  # field evaluations per step
         step = STEP_OVERHEAD_S + heun * 2 * 4.0 * (run.N + sum(cfg.sizes)) * run.features * run.d / FLOPS

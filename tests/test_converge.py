@@ -13,7 +13,7 @@ from stochformer.cli import main
 from stochformer.config import ConfigError, build_config
 from stochformer.experiments import converge as cv
 
-TINY = ["model.batch=12", "chunk=6", "depths=[2,4,8]", "widths=[8,32]", "refine=4", "bootstrap=200", "model.N=4",
+TINY = ["model.batch=12", "samples_per_task=6", "depths=[2,4,8]", "widths=[8,32]", "refine=4", "bootstrap=200", "model.N=4",
         "model.T=0.5"]
 
 
@@ -68,7 +68,7 @@ def test_coupling_keeps_the_paths_together():
 
 
 def test_killed_run_resumes_from_the_store(tmp_path, monkeypatch):
-    """Finished (depth, chunk) tasks are stored; a second run with the store computes nothing."""
+    """Finished (depth, part of the samples) tasks are stored; a second run with the store computes nothing."""
     cfg = _cfg()
     store = tmp_path / "tasks"
     first = cv.run_converge(cfg, store=store)

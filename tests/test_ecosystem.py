@@ -66,7 +66,7 @@ def test_plotting_import_keeps_the_backend_and_pyplot_unloaded():
         import sys, matplotlib
         matplotlib.use("svg")
         import stochformer.plotting, stochformer.plotting.chaos, stochformer.plotting.converge
-        import stochformer.plotting.sweep, stochformer.plotting.sync, stochformer.report.stages
+        import stochformer.plotting.sweep, stochformer.plotting.sync, stochformer.report.registry
         import stochformer.cli
         assert matplotlib.get_backend() == "svg", matplotlib.get_backend()
         assert "matplotlib.pyplot" not in sys.modules

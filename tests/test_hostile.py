@@ -197,10 +197,10 @@ def _make_files(d: Path) -> dict[str, str]:
         "s_bad_point": "[[points]]\nd = 1\n",
         "s_irrelevant_axis": "[grid]\n\"init.cosine\" = [0.0, 0.5]\n",
         "s_samples0": "samples = 0\n",
-        "s_chunk0": "chunk = 0\n",
+        "s_tasks0": "samples_per_task = 0\n",
         "s_many_points": f"[grid]\nL = {list(range(1, 401))}\nN = {list(range(2, 402))}\n",
-        "s_many_tasks": "samples = 1000000000\nchunk = 1\n",
-        "s_huge_N": "samples = 16\nchunk = 16\n[model]\nN = 10000000\n",
+        "s_many_tasks": "samples = 1000000000\nsamples_per_task = 1\n",
+        "s_huge_N": "samples = 16\nsamples_per_task = 16\n[model]\nN = 10000000\n",
         "s_batch_top": "[model]\nbatch = 4\n",
         "s_int64": "[grid]\nL = [9223372036854775808]\n",
         "s_nan_axis": "[grid]\nT = [nan]\n",
@@ -287,13 +287,13 @@ def named_cases() -> list[tuple[str, list[str]]]:
             cases.append((f"{cmd} --config {name}", [cmd, "--quiet", "--config", name, "--out", f"o-{cmd}"]))
     for name in ["s_unknown", "s_batch", "s_seed", "s_empty_axis", "s_repeat", "s_not_list", "s_grid_scalar",
                  "s_points_table", "s_point_empty", "s_overlap", "s_bad_value", "s_bad_point", "s_irrelevant_axis",
-                 "s_samples0", "s_chunk0", "s_many_points", "s_many_tasks", "s_huge_N", "s_batch_top", "s_int64",
+                 "s_samples0", "s_tasks0", "s_many_points", "s_many_tasks", "s_huge_N", "s_batch_top", "s_int64",
                  "s_nan_axis", "binary", "invalid", "missing"]:
         cases.append((f"sweep {name}", ["sweep", "--config", f"{name}.toml", "--quiet", "--scheduler", "serial", "--out", "o-sweep"]))
     for sched in ["processes:0", "processes:abc", "local-cluster:-1", "bogus", "tcp://127.0.0.1:1", "tls://127.0.0.1:1",
                   "127.0.0.1:notaport", "tcp://[::1", "tcp://nonexistent.invalid:8786"]:
         cases.append((f"sweep --scheduler {sched}", ["sweep", "--config", SWEEP_OK, "--quiet", "--scheduler", sched, "--out", "o-sched"]))
-        cases.append((f"converge --scheduler {sched}", ["converge", "--quiet", "--set", "model.batch=8", "--set", "chunk=4",
+        cases.append((f"converge --scheduler {sched}", ["converge", "--quiet", "--set", "model.batch=8", "--set", "samples_per_task=4",
                                                         "--set", "depths=[2,4]", "--set", "widths=[2,4]", "--set",
                                                         "bootstrap=100", "--scheduler", sched, "--out", "o-sched2"]))
     cases += [
@@ -338,7 +338,7 @@ NAMED = named_cases()
 
 @pytest.fixture(scope="module")
 def sweep_ok(world) -> None:
-    (world["scratch"] / SWEEP_OK).write_text("samples = 2\nchunk = 2\n[model]\nL = 2\nN = 4\nm = 8\n")
+    (world["scratch"] / SWEEP_OK).write_text("samples = 2\nsamples_per_task = 2\n[model]\nL = 2\nN = 4\nm = 8\n")
 
 
 def test_named_cases(world, sweep_ok) -> None:

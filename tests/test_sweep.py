@@ -1,4 +1,4 @@
-"""Sweeps: parallel task runner (process pool, Dask), chunked Monte Carlo with deterministic seeds,
+"""Sweeps: parallel task runner (process pool, Dask), Monte Carlo split into tasks with deterministic seeds,
 resume after a lost worker or a killed client, and sweep-file validation.
 
 The Dask tests use one real LocalCluster (2 worker processes, 1 thread each) for the module."""
@@ -23,7 +23,7 @@ from stochformer.cli import main
 from stochformer.config import ConfigError, RunConfig
 from stochformer.experiments.simulate import run_simulate
 from stochformer.experiments.sweep import SweepConfig, load_sweep, plan_sweep, run_sweep
-from stochformer.io import StageCache
+from stochformer.io import ResultStore
 from stochformer.runtime import child_seeds
 from stochformer.tasks.parallel import parse_scheduler, run_tasks_parallel
 from stochformer.tasks import Task, run_tasks
@@ -46,7 +46,7 @@ def client():
 
 
 def small_sweep(model=None, **extra) -> SweepConfig:
-    data = {"model": {"N": 6, "d": 3, "L": 8, "T": 2.0, "m": 32, "seed": 7, **(model or {})}, "samples": 5, "chunk": 2,
+    data = {"model": {"N": 6, "d": 3, "L": 8, "T": 2.0, "m": 32, "seed": 7, **(model or {})}, "samples": 5, "samples_per_task": 2,
             "grid": {"gamma": [-1, 1]}, **extra}
     return SweepConfig.model_validate(data)
 
@@ -73,10 +73,10 @@ def test_cluster_equals_serial_bit_for_bit(client, tmp_path):
     assert json.loads((tmp_path / "out" / "config.json").read_text())["command"] == "sweep"
 
 
-def test_chunk_seeds_and_points_with_different_depths():
+def test_task_seeds_and_points_with_different_depths():
     """Chunk j of point i is run_simulate() with seed child_seeds(child_seeds(seed, P)[i], C)[j]; a
     swept L leaves NaN at the layers a point does not have."""
-    cfg = small_sweep(grid={}, samples=3, chunk=2, points=[{"L": 4}, {"L": 6, "record_every": 3}])
+    cfg = small_sweep(grid={}, samples=3, samples_per_task=2, points=[{"L": 4}, {"L": 6, "record_every": 3}])
     res = run_sweep(cfg)
     ds = res.data
     assert list(ds["layer"].values) == [0, 1, 2, 3, 4, 6]
@@ -108,7 +108,7 @@ def test_worker_killed_mid_sweep_completes_without_loss_or_duplicates(client, tm
     assert set(runs) == set(range(8)) and runs.count(3) >= 2  # task 3 ran again after the kill
     stored = sorted(p.name.split("-")[0] for p in store.glob("t*.json"))
     assert stored == sorted(f"t{x}" for x in range(8))  # each task stored exactly once
-    cache = StageCache(store)
+    cache = ResultStore(store)
     assert all(cache.load(t.key, t.cache_key) == results[t.key] for t in tasks)
 
 
@@ -117,7 +117,7 @@ def test_failing_task_raises_with_its_key_and_keeps_finished_results(client, tmp
     with pytest.raises(ArithmeticError, match="five") as info:
         run_tasks(tasks, store=tmp_path, scheduler=client)
     assert any("f5" in note for note in getattr(info.value, "__notes__", ["f5"]))
-    cache = StageCache(tmp_path)
+    cache = ResultStore(tmp_path)
     assert [cache.load(t.key, t.cache_key) for t in tasks] == [None, 1, 2]  # finished ones stay stored
     with pytest.raises(ValueError, match="duplicate keys"):
         run_tasks([tasks[1], tasks[1]], scheduler=client)
@@ -125,7 +125,7 @@ def test_failing_task_raises_with_its_key_and_keeps_finished_results(client, tmp
 
 SWEEP_TOML = """
 samples = 12
-chunk = 2
+samples_per_task = 2
 [model]
 N = 8
 L = 200
@@ -211,7 +211,7 @@ def test_resource_tasks_run_only_on_workers_that_have_them(client):
         ("[model]\nN = 1", "model.N: must be an integer >= 2"),
         ("[grid]\nbatch = [4]", "'batch' cannot be swept"),
         ("samples = 0", "samples"),
-        ("chunk = 'big'", "chunk"),
+        ("samples_per_task = 'big'", "samples_per_task"),
         ("[grid]\ngamma = [0]\n[[points]]\ngamma = 1", "grid and points both set ['gamma']"),
         ("[[points]]\nN = 2\ninit.kind = 'pair'\n[[points]]\nN = 3\ninit.kind = 'pair'", "init.kind = 'pair' needs N = 2"),
     ],
@@ -245,5 +245,5 @@ def test_example_sweep_file_loads():
     plan = plan_sweep(cfg)
     n_points = max(len(cfg.points), 1) * math.prod(len(v) for v in cfg.grid.values())
     assert len(plan.configs) == n_points > 1
-    assert len(plan.tasks()) == n_points * math.ceil(cfg.samples / cfg.chunk)
+    assert len(plan.tasks()) == n_points * math.ceil(cfg.samples / cfg.samples_per_task)
     assert isinstance(plan.configs[0], RunConfig)

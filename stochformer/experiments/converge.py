@@ -15,7 +15,7 @@ Errors, per sample, with X_ℓ the transformer and X̄ the SDE on its fine grid 
 - ``layer``: sup over layer times ℓ = 0..L of (1/N) Σ_i |X^i_ℓ − X̄^i_{t_ℓ}|²  (Theorem 1.1: ≲ 1/L + 1/m);
 - ``continuous``: sup over the fine grid of (1/N) Σ_i |X^i_{⌊Lt/T⌋} − X̄^i_t|²  (≲ log L/L + 1/m).
 
-The samples are split into chunks; each (depth, chunk) is one task of :func:`stochformer.tasks.run_tasks`
+The samples are split into parts of ``samples_per_task``; each (depth, part) is one task of :func:`stochformer.tasks.run_tasks`
 (all widths share the SDE solve of that depth), stored as it finishes so a killed run resumes.
 Means over samples carry standard errors; fitted exponents carry bootstrap intervals over samples
 (resampled jointly across the grid, since every grid point sees the same samples and paths).
@@ -68,7 +68,7 @@ class ConvergeConfig(ExperimentConfig):
     widths: list[int] = Field(default_factory=lambda: [16, 32, 64, 128, 256],
                               description="finite MLP widths m (m = ∞ is always included)")
     refine: int = Field(8, ge=1, le=256, description="SDE steps per layer r, in [1, 256]")
-    chunk: int = Field(128, ge=1, description="samples per task (>= 1)")
+    samples_per_task: int = Field(128, ge=1, description="samples per task (>= 1)")
     bootstrap: int = Field(1000, ge=100, le=100000, description="bootstrap resamples for the intervals, in [100, 100000]")
 
     @model_validator(mode="after")
@@ -261,24 +261,25 @@ def fit_convergence(depths: list[int], widths: list[float], errors: dict[str, np
 
 def run_converge(cfg: ConvergeConfig, progress: bool = False, store: Optional[Path | str] = None,
                  scheduler: Optional[str] = None) -> ConvergeResult:
-    """Run every (depth, sample chunk) task (``store`` makes the run resumable), then fit."""
+    """Run every (depth, part of the samples) task (``store`` makes the run resumable), then fit."""
     cfg = as_config(cfg, ConvergeConfig)
     start = time.perf_counter()
     device = resolve_device(cfg.model.device)
-    n_chunks = -(-cfg.model.batch // cfg.chunk)
-    sizes = [min(cfg.chunk, cfg.model.batch - c * cfg.chunk) for c in range(n_chunks)]
-    seeds = child_seeds(cfg.model.seed, n_chunks)
+    per = cfg.samples_per_task
+    n_parts = -(-cfg.model.batch // per)
+    sizes = [min(per, cfg.model.batch - c * per) for c in range(n_parts)]
+    seeds = child_seeds(cfg.model.seed, n_parts)
     base = cfg.model.model_dump(mode="json")
     widths = sorted(cfg.widths)
     depths = sorted(cfg.depths)
     tasks = [
-        Task(f"L{L}-chunk{c}", _grid_task,
+        Task(f"L{L}-part{c}", _grid_task,
              dict(config=base, depths=depths, widths=widths, refine=cfg.refine, depth=L, seed=seeds[c], n=sizes[c]))
-        for L in depths for c in range(n_chunks)
+        for L in depths for c in range(n_parts)
     ]
     results = run_tasks(tasks, store=store, scheduler=scheduler, progress=progress, desc="converge")
     errors = {
-        k: np.stack([np.concatenate([np.asarray(results[f"L{L}-chunk{c}"][k]) for c in range(n_chunks)], axis=-1)
+        k: np.stack([np.concatenate([np.asarray(results[f"L{L}-part{c}"][k]) for c in range(n_parts)], axis=-1)
                      for L in depths])
         for k in KINDS
     }
@@ -288,9 +289,9 @@ def run_converge(cfg: ConvergeConfig, progress: bool = False, store: Optional[Pa
 
 
 def _grid_task(config: dict, depths: list[int], widths: list[int], refine: int, depth: int, seed: int, n: int) -> dict:
-    """One task: all widths at one depth for one chunk of samples (module level, JSON-able)."""
+    """One task: all widths at one depth for one part of the samples (module level, JSON-able)."""
     cfg = RunConfig.model_validate(config)
-    # the tensors are small (chunk × N × N): one thread is faster than two, and processes
+    # the tensors are small (samples_per_task × N × N): one thread is faster than two, and processes
     # (scheduler="processes:2") use the cores without oversubscribing them
     threads = torch.get_num_threads()
     torch.set_num_threads(1)

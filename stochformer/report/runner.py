@@ -1,13 +1,13 @@
-"""``reproduce``: run the stages of the report for a profile, cache each finished stage, and write
+"""``reproduce``: run the sections of the report for a profile, cache each finished section, and write
 ``index.html`` and ``results.json``.
 
 The output folder (default ``report/``) holds the page, the JSON and ``cache/``: one entry per
-finished stage, ``<stage>-<key>.json``, written atomically, where the key hashes the stage name,
-its resolved config and the package version (:class:`io.StageCache`). ``resume=True`` reuses the
+finished section, ``<section>-<key>.json``, written atomically, where the key hashes the section name,
+its resolved config and the package version (:class:`io.ResultStore`). ``resume=True`` reuses the
 entries whose key and checksum match and recomputes the rest; a corrupt, truncated or foreign
-entry never matches and is recomputed. Stages made of many independent runs also store each run
-under ``cache/<stage>-<key>/`` (``tasks.run_tasks``), so a stage killed half-way resumes half-way.
-The page and the JSON are rewritten after every stage, so a long run can be watched.
+entry never matches and is recomputed. Sections made of many independent runs also store each run
+under ``cache/<section>-<key>/`` (``tasks.run_tasks``), so a section killed half-way resumes half-way.
+The page and the JSON are rewritten after every section, so a long run can be watched.
 """
 
 from __future__ import annotations
@@ -27,12 +27,12 @@ from tqdm.auto import tqdm
 from .. import __version__
 from ..config import ConfigError, ExperimentConfig, RunConfig, build_config, load_toml
 from ..extras import MissingExtraError
-from ..io import StageCache, atomic_write_bytes, config_key, source_hash, to_jsonable, write_json
+from ..io import ResultStore, atomic_write_bytes, config_key, source_hash, to_jsonable, write_json
 from ..outputs import OutputError, check_writable, has_marker, make_owned, refuse_unsafe, remove_owned
 from ..runtime import provenance
-from . import sections  # noqa: F401  (registers the stages)
+from . import sections  # noqa: F401  (registers the sections)
 from .profiles import DERIVED, PROFILES
-from .stages import Stage, StageContext, StageUnavailable, registered
+from .registry import Section, SectionContext, SectionUnavailable, registered
 from .verdict import recompute
 
 CACHE_DIR = "cache"
@@ -40,9 +40,9 @@ CACHE_DIR = "cache"
 
 @dataclass
 class Planned:
-    """A stage with its resolved config and cache key, or the reason it cannot run."""
+    """A section with its resolved config and cache key, or the reason it cannot run."""
 
-    stage: Stage
+    section: Section
     config: Any = None
     key: Optional[str] = None
     error: Optional[str] = None
@@ -50,16 +50,16 @@ class Planned:
 
 
 def _split_overrides(overrides: Iterable[str], names: set[str]) -> tuple[dict[str, list[str]], list[str]]:
-    """``STAGE.FIELD=VALUE`` → per-stage lists; ``FIELD=VALUE`` → the list for every stage."""
-    per_stage: dict[str, list[str]] = {n: [] for n in names}
+    """``SECTION.FIELD=VALUE`` → per-section lists; ``FIELD=VALUE`` → the list for every section."""
+    per_section: dict[str, list[str]] = {n: [] for n in names}
     common: list[str] = []
     for item in overrides:
         head = item.split("=", 1)[0].strip().split(".", 1)
         if len(head) == 2 and head[0] in names:
-            per_stage[head[0]].append(item.strip().split(".", 1)[1])
+            per_section[head[0]].append(item.strip().split(".", 1)[1])
         else:
             common.append(item)
-    return per_stage, common
+    return per_section, common
 
 
 def _field(item: str) -> str:
@@ -100,39 +100,39 @@ def plan(
     overrides: Iterable[str] = (),
     config_file: Optional[Path | str] = None,
 ) -> list[Planned]:
-    """Resolve and validate every stage's config for ``profile`` before any work.
+    """Resolve and validate every section's config for ``profile`` before any work.
 
-    ``overrides``: ``STAGE.FIELD=VALUE`` for one stage, ``FIELD=VALUE`` for every stage that has the
-    field (e.g. ``seed=1``, ``device=cuda``). ``config_file``: TOML whose ``[STAGE]`` tables apply to
-    one stage and whose top-level keys apply like ``FIELD=VALUE``. Raises :class:`ConfigError`."""
+    ``overrides``: ``SECTION.FIELD=VALUE`` for one section, ``FIELD=VALUE`` for every section that has the
+    field (e.g. ``seed=1``, ``device=cuda``). ``config_file``: TOML whose ``[SECTION]`` tables apply to
+    one section and whose top-level keys apply like ``FIELD=VALUE``. Raises :class:`ConfigError`."""
     if profile not in PROFILES:
         raise ConfigError(f"--profile: unknown profile {profile!r}; valid: {', '.join(PROFILES)}")
-    all_stages = registered()
-    names = {s.name for s in all_stages}
+    all_sections = registered()
+    names = {s.name for s in all_sections}
     only = list(only)
     bad = [n for n in only if n not in names]
     if bad:
-        raise ConfigError(f"--only: unknown section(s) {', '.join(bad)}; valid: {', '.join(s.name for s in all_stages)}")
+        raise ConfigError(f"--only: unknown section(s) {', '.join(bad)}; valid: {', '.join(s.name for s in all_sections)}")
     file_data = load_toml(config_file) if config_file is not None else {}
-    per_stage, common = _split_overrides(overrides, names)
+    per_section, common = _split_overrides(overrides, names)
     planned, used = [], set()
-    for stage in all_stages:
-        item = Planned(stage, selected=not only or stage.name in only)
-        model = stage.model
+    for section in all_sections:
+        item = Planned(section, selected=not only or section.name in only)
+        model = section.model
         fields = _fields(model)
         sized, extra = DERIVED.get(profile, (profile, {}))
-        base = dict(stage.sizes.get(sized, {}))
+        base = dict(section.sizes.get(sized, {}))
         base.update({k: v for k, v in extra.items() if k in fields})
         base.update({k: v for k, v in file_data.items() if k in fields and k not in names})
         used.update(k for k in file_data if k in fields)
-        base.update(file_data.get(stage.name, {}))
-        mine = [_path(model, o.strip()) for o in [o for o in common if _field(o) in fields] + per_stage[stage.name]]
+        base.update(file_data.get(section.name, {}))
+        mine = [_path(model, o.strip()) for o in [o for o in common if _field(o) in fields] + per_section[section.name]]
         used.update(_field(o) for o in common if _field(o) in fields)
         try:
             item.config = build_config(_nested(model, base), mine, model=model)
         except ConfigError as exc:
-            raise ConfigError(f"section {stage.name}: {exc}") from None
-        item.key = config_key({"stage": stage.name, "config": item.config.model_dump(mode="json"), "version": __version__,
+            raise ConfigError(f"section {section.name}: {exc}") from None
+        item.key = config_key({"section": section.name, "config": item.config.model_dump(mode="json"), "version": __version__,
                                "source": source_hash()})
         planned.append(item)
     unused = sorted({_field(o) for o in common} - used) + sorted(k for k in file_data if k not in names and k not in used)
@@ -141,7 +141,7 @@ def plan(
     for item in planned:
         device = getattr(getattr(item.config, "model", item.config), "device", "cpu") if item.config is not None else "cpu"
         if item.selected and str(device).startswith("cuda") and not torch.cuda.is_available():
-            raise ConfigError(f"section {item.stage.name}: device {device!r} requested but no CUDA device is available "
+            raise ConfigError(f"section {item.section.name}: device {device!r} requested but no CUDA device is available "
                               "(use --profile quick/full, or --set device=cpu)")
     return planned
 
@@ -176,18 +176,18 @@ def nonfinite_paths(obj: Any, path: str = "") -> list[str]:
 
 
 def _record(item: Planned, profile: str) -> dict:
-    s = item.stage
+    s = item.section
     return {"name": s.name, "title": s.title, "spec": s.spec, "claim": s.claim, "profile": profile,
             "key": item.key, "config": item.config.model_dump(mode="json") if item.config is not None else None}
 
 
-#: what a cached stage record must hold, by type (anything else makes the entry count as corrupt)
+#: what a cached section record must hold, by type (anything else makes the entry count as corrupt)
 _CACHED_TYPES = {"numbers": dict, "comparisons": list, "figures": list, "tables": list, "notes": list,
                  "seeds": dict, "provenance": dict, "elapsed_s": (int, float), "started_at": str}
 
 
 def _from_cache(hit: Any, record: dict) -> Optional[dict]:
-    """A cached stage record made safe to show, or None if it is not one: the stage's identity
+    """A cached section record made safe to show, or None if it is not one: the section's identity
     (name, title, claim, config, key) comes from the plan, not the cache; each field must have
     its type; verdicts are derived again from the stored numbers (never read from the cache)."""
     if not isinstance(hit, dict) or any(not isinstance(hit.get(k), t) for k, t in _CACHED_TYPES.items()):
@@ -201,11 +201,11 @@ def _from_cache(hit: Any, record: dict) -> Optional[dict]:
     return {**hit, **record, "comparisons": recompute(hit["comparisons"]), "notes": [str(n) for n in hit["notes"]]}
 
 
-def run_stage(item: Planned, profile: str, cache: StageCache, ctx: StageContext) -> dict:
-    """Run one stage, store it in the cache and return its record (status ``computed``)."""
+def run_section(item: Planned, profile: str, cache: ResultStore, ctx: SectionContext) -> dict:
+    """Run one section, store it in the cache and return its record (status ``computed``)."""
     started = time.time()
     t0 = time.perf_counter()
-    output = item.stage.run(item.config, ctx)
+    output = item.section.run(item.config, ctx)
     elapsed = time.perf_counter() - t0
     data = output.to_dict()
     bad = nonfinite_paths(data["numbers"])
@@ -214,7 +214,7 @@ def run_stage(item: Planned, profile: str, cache: StageCache, ctx: StageContext)
                              + (" …" if len(bad) > 8 else ""))
     record = {**_record(item, profile), **to_jsonable(data), "elapsed_s": elapsed,
               "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started))}
-    cache.store(item.stage.name, item.key, record)
+    cache.store(item.section.name, item.key, record)
     return record
 
 
@@ -229,7 +229,7 @@ def _strip_figures(record: dict) -> dict:
 def _write_outputs(out: Path, report: dict) -> None:
     from .render import render_html
 
-    write_json(out / "results.json", {**report, "stages": [_strip_figures(r) for r in report["stages"]]})
+    write_json(out / "results.json", {**report, "sections": [_strip_figures(r) for r in report["sections"]]})
     atomic_write_bytes(out / "index.html", render_html(report).encode("utf-8"))
 
 
@@ -245,10 +245,10 @@ def reproduce(
     progress: bool = False,
     command: str = "",
 ) -> dict:
-    """Run the report's stages for ``profile`` into ``out`` and return the report (also written
+    """Run the report's sections for ``profile`` into ``out`` and return the report (also written
     as ``out/results.json`` and ``out/index.html``).
 
-    Stages not selected by ``only`` are shown from the cache when they were computed before with
+    Sections not selected by ``only`` are shown from the cache when they were computed before with
     the same config, version and source. ``force`` replaces an existing report folder. Raises
     :class:`ConfigError` / :class:`~stochformer.outputs.OutputError` before any work."""
     planned = plan(profile, only, overrides, config_file)
@@ -256,7 +256,7 @@ def reproduce(
     if force:
         remove_owned(out)
     make_owned(out, "reproduce")
-    cache = StageCache(out / CACHE_DIR)
+    cache = ResultStore(out / CACHE_DIR)
     t0 = time.perf_counter()
     records: list[dict] = []
     for item in planned:
@@ -264,13 +264,13 @@ def reproduce(
         if item.error is not None:
             rec.update(status="unavailable", error=item.error)
         else:
-            hit = _from_cache(cache.load(item.stage.name, item.key), rec)
+            hit = _from_cache(cache.load(item.section.name, item.key), rec)
             if hit is not None and (resume or not item.selected):
                 rec = {**hit, "status": "cached"}
             elif item.selected:
                 rec["status"] = "pending"
-                if hit is None and cache.entry_path(item.stage.name, item.key).exists():
-                    rec["cache_note"] = "a cache entry for this stage was corrupt or foreign and is recomputed"
+                if hit is None and cache.entry_path(item.section.name, item.key).exists():
+                    rec["cache_note"] = "a cache entry for this section was corrupt or foreign and is recomputed"
             else:
                 rec["status"] = "not_run"
         records.append(rec)
@@ -283,25 +283,25 @@ def reproduce(
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "version": __version__,
         "provenance": provenance("cpu"),
-        "stages": records,
+        "sections": records,
         "elapsed_s": 0.0,
         "complete": False,
     }
     todo = [i for i, r in enumerate(records) if r["status"] == "pending"]
-    bar = tqdm(total=len(todo), desc=f"reproduce ({profile})", unit="stage", disable=not progress, position=0)
+    bar = tqdm(total=len(todo), desc=f"reproduce ({profile})", unit="section", disable=not progress, position=0)
     try:
         for n, i in enumerate(todo, 1):
             item = planned[i]
-            bar.set_postfix_str(item.stage.name)
-            workdir = out / CACHE_DIR / f"{item.stage.name}-{item.key}"
+            bar.set_postfix_str(item.section.name)
+            workdir = out / CACHE_DIR / f"{item.section.name}-{item.key}"
             if not resume:
                 shutil.rmtree(workdir, ignore_errors=True)
-            ctx = StageContext(progress=progress, workdir=workdir, scheduler=scheduler)
+            ctx = SectionContext(progress=progress, workdir=workdir, scheduler=scheduler)
             note = records[i].get("cache_note")
             try:
-                rec = run_stage(item, profile, cache, ctx)
+                rec = run_section(item, profile, cache, ctx)
                 rec["status"] = "computed"
-            except (StageUnavailable, MissingExtraError) as exc:
+            except (SectionUnavailable, MissingExtraError) as exc:
                 rec = {**records[i], "status": "unavailable", "error": str(exc)}
             except (KeyboardInterrupt, SystemExit):
                 raise
@@ -313,7 +313,7 @@ def reproduce(
             records[i] = rec
             if progress:
                 took = f"{rec['elapsed_s']:.1f} s" if "elapsed_s" in rec else rec.get("error", "")
-                tqdm.write(f"[{n}/{len(todo)}] {item.stage.name}: {rec['status']} ({took})", file=sys.stderr)
+                tqdm.write(f"[{n}/{len(todo)}] {item.section.name}: {rec['status']} ({took})", file=sys.stderr)
             bar.update(1)
             report["elapsed_s"] = time.perf_counter() - t0
             _write_outputs(out, report)
