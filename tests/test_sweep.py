@@ -59,11 +59,12 @@ def test_cluster_equals_serial_bit_for_bit(client, tmp_path):
     serial = run_sweep(cfg)
     on_cluster = run_sweep(cfg, store=tmp_path / "tasks", scheduler=client)
     ds = serial.data
-    assert dict(ds["mean_cosine"].sizes) == {"gamma": 2, "beta": 2, "sample": 5, "layer": 9}
+    assert dict(ds["mean_cosine"].sizes) == {"gamma": 2, "beta": 2, "sample": 5, "time": 9}
     assert np.isfinite(ds["energy"].values).all()
     xr.testing.assert_identical(ds, on_cluster.data)  # exact equality of every value
     # every (point, sample) is its own draw: no two samples share their final statistics
-    final = ds["mean_cosine"].isel(layer=-1).values.ravel()
+    np.testing.assert_array_equal(ds["time"].values, np.arange(9) * 2.0 / 8)  # t = ℓ T/L, T = 2, L = 8
+    final = ds["mean_cosine"].isel(time=-1).values.ravel()
     assert len(np.unique(final)) == final.size
     # the NetCDF written by save() reads back identical, with the run record in its attributes
     serial.save(tmp_path / "out")
@@ -74,12 +75,12 @@ def test_cluster_equals_serial_bit_for_bit(client, tmp_path):
 
 
 def test_task_seeds_and_points_with_different_depths():
-    """Chunk j of point i is run_simulate() with seed child_seeds(child_seeds(seed, P)[i], C)[j]; a
-    swept L leaves NaN at the layers a point does not have."""
+    """Task j of point i is run_simulate() with seed child_seeds(child_seeds(seed, P)[i], C)[j]; the
+    time axis (t = ℓ T/L, T = 2) is the union of the points' times, NaN at those a point does not have."""
     cfg = small_sweep(grid={}, samples=3, samples_per_task=2, points=[{"L": 4}, {"L": 6, "record_every": 3}])
     res = run_sweep(cfg)
     ds = res.data
-    assert list(ds["layer"].values) == [0, 1, 2, 3, 4, 6]
+    assert list(ds["time"].values) == [0.0, 0.5, 1.0, 1.5, 2.0]
     assert list(ds["L"].values) == [4, 6]
     p_seeds = child_seeds(cfg.model.seed, 2)
     for i, L, rec in ((0, 4, 1), (1, 6, 3)):
@@ -87,11 +88,11 @@ def test_task_seeds_and_points_with_different_depths():
         for j, rows in ((0, slice(0, 2)), (1, slice(2, 3))):
             base = cfg.model.with_updates(L=L, record_every=rec, batch=rows.stop - rows.start, seed=c_seeds[j])
             t = run_simulate(base).data
-            got = ds["energy"].isel(point=i, sample=rows).sel(layer=t["step"].values).values
+            got = ds["energy"].isel(point=i, sample=rows).sel(time=t["time"].values).values
             np.testing.assert_array_equal(got, t["energy"].values)
-    missing = ds["energy"].isel(point=1).sel(layer=[1, 2, 4]).values
+    missing = ds["energy"].isel(point=1).sel(time=[0.5, 1.5]).values
     assert np.isnan(missing).all()
-    assert np.isnan(ds["energy"].isel(point=0).sel(layer=6).values).all()
+    assert not np.isnan(ds["energy"].isel(point=0).values).any()
 
 
 # ---- lost worker, killed client ---------------------------------------------------------------

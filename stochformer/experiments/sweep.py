@@ -5,7 +5,7 @@ Each grid point's ``samples`` are split into tasks of ``samples_per_task`` sampl
 point ``i`` runs with seed ``child_seeds(child_seeds(seed, P)[i], C)[j]`` (numpy SeedSequence
 spawning, which depends only on the indices), so the numbers do not depend on how many workers run
 the tasks, or in which order. The merged result is one ``xarray.Dataset`` with dims
-``([point,] *grid axes, sample, layer)``.
+``([point,] *grid axes, sample, time)``, the time t = ℓ T/L in the units of T.
 """
 
 from __future__ import annotations
@@ -206,13 +206,13 @@ def _torch_threads(n: int) -> Iterator[None]:
 def simulate_task(config: dict) -> dict:
     """One task: ``simulate`` with ``config`` (batch = the task's samples, seed = the task's seed)
     on one CPU thread (so the numbers do not depend on the worker's thread count; parallelism comes
-    from the tasks). Returns ``{"layers": [...], stat: (batch, n_layers) lists, "elapsed_s", "device"}``."""
+    from the tasks). Returns ``{"times": [...], stat: (batch, n_times) lists, "elapsed_s", "device"}``."""
     cfg = validate(RunConfig, config)
     with _torch_threads(1):
         res = run_simulate(cfg)
     ds = res.data
     return {
-        "layers": ds["step"].values.tolist(),
+        "times": ds["time"].values.tolist(),
         **{name: ds[name].values.tolist() for name in STATISTICS},
         "elapsed_s": res.elapsed_s,
         "device": res.provenance["device"],
@@ -220,31 +220,32 @@ def simulate_task(config: dict) -> dict:
 
 
 def merge_tasks(plan: SweepPlan, results: dict[str, dict]) -> "xarray.Dataset":  # noqa: F821
-    """The labelled dataset: per-sample statistics ``(*dims, sample, layer)`` and their sample
-    mean and SE ``(*dims, layer)``; layers missing at a point (a swept ``L``) are NaN."""
+    """The labelled dataset: per-sample statistics ``(*dims, sample, time)`` and their sample
+    mean and SE ``(*dims, time)``, time t = ℓ T/L in the units of T (the union of the points'
+    recorded times; those a point does not have, with a swept ``L``, ``T`` or ``record_every``, are NaN)."""
     import xarray as xr
 
     tasks = plan.tasks()
-    layers = sorted({ell for r in results.values() for ell in r["layers"]})
-    col = {ell: k for k, ell in enumerate(layers)}
+    times = sorted({t for r in results.values() for t in r["times"]})
+    col = {t: k for k, t in enumerate(times)}
     n_parts, samples, per = len(plan.task_sizes), plan.config.samples, plan.config.samples_per_task
-    data = {name: np.full((len(plan.configs), samples, len(layers)), np.nan) for name in STATISTICS}
+    data = {name: np.full((len(plan.configs), samples, len(times)), np.nan) for name in STATISTICS}
     for n, task in enumerate(tasks):
         i, j = divmod(n, n_parts)
         r = results[task.key]
         rows = slice(j * per, j * per + plan.task_sizes[j])
-        cols = [col[ell] for ell in r["layers"]]
+        cols = [col[t] for t in r["times"]]
         for name in STATISTICS:
             data[name][i, rows][:, cols] = np.asarray(r[name], dtype=float)
-    dims = [*plan.dims, "sample", "layer"]
+    dims = [*plan.dims, "sample", "time"]
     variables = {}
     for name in STATISTICS:
-        values = data[name].reshape(*plan.shape, samples, len(layers))
+        values = data[name].reshape(*plan.shape, samples, len(times))
         mean, se = mean_and_se(torch.from_numpy(values), axis=-2)
         variables[name] = (dims, values)
-        variables[f"{name}_mean"] = (dims[:-2] + ["layer"], mean.numpy())
-        variables[f"{name}_se"] = (dims[:-2] + ["layer"], se.numpy())
-    coords = {**plan.coords, "sample": np.arange(samples), "layer": np.asarray(layers)}
+        variables[f"{name}_mean"] = (dims[:-2] + ["time"], mean.numpy())
+        variables[f"{name}_se"] = (dims[:-2] + ["time"], se.numpy())
+    coords = {**plan.coords, "sample": np.arange(samples), "time": np.asarray(times)}
     ds = xr.Dataset(variables, coords=coords)
     ds.attrs.update(
         {
@@ -270,20 +271,20 @@ class SweepResult(Result):
     meta: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
-        """JSON-able summary: axes, and per point the final-layer mean ± SE of each statistic."""
+        """JSON-able summary: axes, and per point the mean ± SE of each statistic at the last time."""
         ds = self.data
-        last = ds.isel(layer=-1) if "layer" in ds.dims else ds
+        last = ds.isel(time=-1)
         final = {}
         for name in STATISTICS:
             final[name] = to_jsonable(last[f"{name}_mean"].values)
             final[f"{name}_se"] = to_jsonable(last[f"{name}_se"].values)
         return to_jsonable(
             {
-                "dims": [d for d in ds[f"{STATISTICS[0]}_mean"].dims if d != "layer"],
-                "coords": {k: ds[k].values for k in ds.coords if k not in ("sample", "layer")},
+                "dims": [d for d in ds[f"{STATISTICS[0]}_mean"].dims if d != "time"],
+                "coords": {k: ds[k].values for k in ds.coords if k not in ("sample", "time")},
                 "samples": self.config.samples,
                 "samples_per_task": self.config.samples_per_task,
-                "final_layer": int(ds["layer"].values[-1]),
+                "final_time": float(ds["time"].values[-1]),
                 "final": final,
                 **self.meta,
             }
