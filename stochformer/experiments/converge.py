@@ -44,7 +44,7 @@ from ..model.transformer import Transformer
 from ..results import Result
 from ..runtime import DTYPES, child_seeds, make_generator, provenance, resolve_device
 from ..solver import SaveAt, solve
-from ..stats import fit_power_law, mean_and_se
+from ..stats import bootstrap, fit_power_law, interval, mean_and_se
 from ..tasks import Task, run_tasks
 
 #: the two sups of the error
@@ -143,20 +143,15 @@ def _coupled_errors(cfg: RunConfig, depths: list[int], widths: list[int], refine
 
 def _fit_additive(L: np.ndarray, m: np.ndarray, y: np.ndarray, log_L: bool) -> np.ndarray:
     """(a, b) of err ≈ a·g(L) + b/m with g = log L/L or 1/L (1/m = 0 for m = ∞), least squares in
-    relative error: L, m (n,), y (n, ...) → (2, ...)."""
+    relative error (weights 1/y: each point's relative residual counts equally): L, m, y (n,) → (2,)."""
     gL = (np.log(L) if log_L else 1.0) / L
     A = np.stack([gL, np.where(np.isinf(m), 0.0, 1.0 / m)], axis=1)  # (n, 2)
-    flat = y.reshape(len(L), -1)
-    out = np.empty((2, flat.shape[1]))
-    for j in range(flat.shape[1]):  # weights 1/y: each point's relative residual counts equally
-        w = 1.0 / flat[:, j]
-        out[:, j] = np.linalg.lstsq(A * w[:, None], np.ones(len(L)), rcond=None)[0]
-    return out.reshape(2, *y.shape[1:])
+    return np.linalg.lstsq(A * (1.0 / y)[:, None], np.ones(len(L)), rcond=None)[0]
 
 
-def _interval(point: float, boots: np.ndarray) -> dict:
-    lo, hi = np.percentile(boots, [2.5, 97.5])
-    return {"value": float(point), "se": float(np.std(boots, ddof=1)), "ci": [float(lo), float(hi)]}
+def _interval(point: float, boots: list) -> dict:
+    se, ci = interval(boots)
+    return {"value": float(point), "se": se, "ci": list(ci)}
 
 
 @dataclass(repr=False)
@@ -216,7 +211,8 @@ class ConvergeResult(Result):
 
 def fit_convergence(depths: list[int], widths: list[float], errors: dict[str, np.ndarray], n_boot: int, seed: int) -> dict:
     """Exponents (:func:`stochformer.stats.fit_power_law`) and additive fits with bootstrap
-    intervals (samples resampled jointly: every fit draws the same rows from ``seed``).
+    intervals (:func:`stochformer.stats.bootstrap`; samples resampled jointly: every fit draws the
+    same samples from ``seed``).
 
     - ``exponent_L``: layer-time error against L at m = ∞; ``exponent_L_large_m``: at the largest
       finite m; ``exponent_L_continuous``: continuous-time error at m = ∞;
@@ -227,13 +223,10 @@ def fit_convergence(depths: list[int], widths: list[float], errors: dict[str, np
     finite = [j for j, m in enumerate(widths) if math.isfinite(m)]
     m_fin = np.asarray([widths[j] for j in finite])
     S = errors["layer"].shape[-1]
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, S, size=(n_boot, S))
     means = {k: v.mean(-1) for k, v in errors.items()}  # (nL, nM)
-    boots = {k: v[..., idx].mean(-1) for k, v in errors.items()}  # (nL, nM, n_boot)
 
     def power(x: np.ndarray, samples: np.ndarray) -> dict:
-        """stats.fit_power_law over the samples (S, n), resampled with the same rows as ``idx``."""
+        """stats.fit_power_law over the samples (S, n), resampled with the same rows as every fit."""
         fit = fit_power_law(x, samples, n_boot, seed)
         return {"value": fit.exponent, "se": fit.se, "ci": list(fit.ci)}
 
@@ -247,8 +240,12 @@ def fit_convergence(depths: list[int], widths: list[float], errors: dict[str, np
     out["exponent_m_continuous"] = {"L": int(L[top]), **power(m_fin, errors["continuous"][top, finite].T)}
     Lg, Mg = np.meshgrid(L, np.asarray(widths, dtype=float), indexing="ij")
     for kind, log_L in (("layer", False), ("continuous", True)):
-        y, yb = means[kind].reshape(-1), boots[kind].reshape(-1, n_boot)
-        ab, abb = _fit_additive(Lg.reshape(-1), Mg.reshape(-1), y, log_L), _fit_additive(Lg.reshape(-1), Mg.reshape(-1), yb, log_L)
+        def additive(e: np.ndarray, log_L: bool = log_L) -> np.ndarray:
+            """(a, b) fitted to the sample means of per-sample errors e: (nL·nM, S)."""
+            return _fit_additive(Lg.reshape(-1), Mg.reshape(-1), e.mean(-1), log_L)
+
+        per_sample = errors[kind].reshape(-1, S)
+        ab, abb = additive(per_sample), np.array(bootstrap(additive, per_sample, n_boot, seed, axis=-1)).T
         gL = (np.log(Lg) if log_L else 1.0) / Lg
         model = ab[0] * gL + ab[1] * np.where(np.isinf(Mg), 0.0, 1.0 / Mg)
         out[f"additive_{kind}"] = {
