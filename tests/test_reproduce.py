@@ -19,9 +19,10 @@ import pytest
 from click.testing import CliRunner
 
 from stochformer.cli import main
-from stochformer.config import ConfigError
+from stochformer.config import ConfigError, ExperimentConfig
 from stochformer.io import ResultStore
 from stochformer.report import plan, registered, reproduce
+from stochformer.results import seed_of
 from stochformer.report.verdict import FAILS, HOLDS, NOT_MEASURED, UNDETERMINED, Comparison, decide
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -250,8 +251,8 @@ def test_plan_validates_before_any_work(tmp_path: Path) -> None:
         plan("tiny", overrides=[f"{first}.seed=-1"])
     # SECTION.FIELD applies to one section, FIELD to every section that has it
     p = {x.section.name: x for x in plan("tiny", overrides=[f"{first}.seed=7", "batch=5"])}
-    assert p[first].config.seed == 7 and p[second].config.seed != 7
-    assert p[second].config.batch == 5 and p["convergence"].config.batch == 5
+    assert seed_of(p[first].config) == 7 and seed_of(p[second].config) != 7
+    assert p[second].config.model.batch == 5 and p["convergence"].config.model.batch == 5  # model fields by name
     assert p[first].key != {x.section.name: x for x in plan("tiny")}[first].key
 
 
@@ -260,10 +261,12 @@ def test_plan_reads_a_config_file(tmp_path: Path) -> None:
     cfg = tmp_path / "report.toml"
     cfg.write_text(f"seed = 11\n\n[{LONG}]\nL = 36\n")
     p = {x.section.name: x for x in plan("tiny", config_file=cfg)}
-    assert all(x.config.seed == 11 for x in p.values())
-    assert p[LONG].config.L == 36 and p["convergence"].config.L != 36
+    assert all(seed_of(x.config) == 11 for x in p.values())
+    assert p[LONG].config.model.L == 36 and p["convergence"].config.model.L != 36
+    p = {x.section.name: x for x in plan("tiny", overrides=[f"{LONG}.model.L=40"])}  # or by their path
+    assert p[LONG].config.model.L == 40
     cfg.write_text(f"[{LONG}]\nL = 0\n")
-    with pytest.raises(ConfigError, match=f"section {LONG}: .*L"):
+    with pytest.raises(ConfigError, match=f"section {LONG}: .*model.L"):
         plan("tiny", config_file=cfg)
 
 
@@ -332,11 +335,11 @@ def test_quick32_is_the_quick_sizes_in_float32() -> None:
     others (the paper's experiments) run the quick config unchanged."""
     quick = {p.section.name: p.config for p in plan("quick")}
     fast = {p.section.name: p.config for p in plan("quick32")}
-    with_dtype = [n for n, c in quick.items() if "dtype" in type(c).model_fields]
+    with_dtype = [n for n, c in quick.items() if isinstance(c, ExperimentConfig)]  # dtype: a model field
     assert with_dtype and len(with_dtype) < len(quick)
     for name, cfg in quick.items():
         if name in with_dtype:
-            assert cfg.dtype == "float64" and fast[name].dtype == "float32"
-            assert fast[name].model_copy(update={"dtype": "float64"}) == cfg
+            assert cfg.model.dtype == "float64" and fast[name].model.dtype == "float32"
+            assert fast[name].model_copy(update={"model": fast[name].model.model_copy(update={"dtype": "float64"})}) == cfg
         else:
             assert fast[name] == cfg
