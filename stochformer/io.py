@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
-import io
 import json
 import math
 import os
@@ -72,12 +71,6 @@ def write_json(path: Path | str, obj: Any) -> None:
 
 def read_json(path: Path | str) -> Any:
     return json.loads(Path(path).read_text())
-
-
-def write_npz(path: Path | str, **arrays: Any) -> None:
-    buf = io.BytesIO()
-    np.savez_compressed(buf, **{k: np.asarray(v) for k, v in arrays.items() if v is not None})
-    atomic_write_bytes(path, buf.getvalue())
 
 
 @contextlib.contextmanager
