@@ -328,11 +328,12 @@ def _format_validation_error(err: ValidationError, model: Optional[type[BaseMode
             msg, tail = f"must be {valid}", ""
         else:
             msg, tail = e["msg"].removeprefix("Value error, "), (f"; valid: {valid}" if valid else "")
-        # model-level checks already start with the field name they are about: give it its full path
+        # model-level checks already start with the field name they are about: give it its full
+        # path (the check of a nested model names its fields from that model: prefix the model's path)
         head = msg.split(":", 1)[0]
         if field and len(names) == len(loc) and ":" in msg and head.replace(".", "_").isidentifier():
-            parent = field.rsplit(".", 1)[0] if head.split(".")[0] == names[-1] else field
-            lines.setdefault(field, msg if parent == head.split(".")[0] else f"{parent}.{msg}")
+            owner = field.rsplit(".", 1)[0] if head.split(".")[0] == names[-1] else field
+            lines.setdefault(field, msg if owner == head.split(".")[0] else f"{owner}.{msg}")
             continue
         named = not field or msg.startswith(f"{field}.") or msg.startswith(f"{field}:")
         lines.setdefault(field, msg if named else f"{field}: {msg}{got_txt}{tail}")

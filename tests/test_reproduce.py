@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+import xarray as xr
 from click.testing import CliRunner
 
 from stochformer.cli import main
@@ -90,6 +91,26 @@ def test_tiny_report_is_complete(tiny_report: Path) -> None:
             assert row["verdict"] == decide(row["rule"], row["predicted"], lo, hi, row["tol"]) or row["verdict"] == UNDETERMINED
             assert row["verdict"] in body
     assert sum(len(r["comparisons"]) for r in results["sections"]) > 0
+
+
+@pytest.mark.slow
+def test_tiny_report_dataset_is_the_source_of_results_json(tiny_report: Path) -> None:
+    """dataset.nc (xarray's default engine; stochformer.load) labels every comparison row with its
+    section and every section with its status; results.json is what report_json derives from it."""
+    import stochformer as sf
+    from stochformer.report.runner import report_json
+
+    ds = sf.load(tiny_report)
+    results = _strict_json(tiny_report / "results.json")
+    assert list(ds["section"].values) == [r["name"] for r in results["sections"]]
+    assert list(ds["status"].values) == ["computed"] * ds.sizes["section"]
+    rows = [(r["name"], c) for r in results["sections"] for c in r["comparisons"]]
+    assert ds.sizes["row"] == len(rows) > 0
+    assert [str(x) for x in ds["row_section"].values] == [name for name, _ in rows]
+    assert [str(x) for x in ds["verdict"].values] == [c["verdict"] for _, c in rows]
+    assert json.loads(json.dumps(report_json(ds), default=float)) == results
+    with xr.open_dataset(tiny_report / "dataset.nc") as raw:
+        assert raw.attrs["command"] == "reproduce"
 
 
 # --------------------------------------------------------------------------- resuming

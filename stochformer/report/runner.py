@@ -12,6 +12,7 @@ The page and the JSON are rewritten after every section, so a long run can be wa
 
 from __future__ import annotations
 
+import json
 import math
 import shutil
 import sys
@@ -21,7 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
+import numpy as np
 import torch
+import xarray as xr
 from tqdm.auto import tqdm
 
 from .. import __version__
@@ -29,6 +32,7 @@ from ..config import ConfigError, ExperimentConfig, RunConfig, build_config, loa
 from ..extras import MissingExtraError
 from ..io import ResultStore, atomic_write_bytes, config_key, source_hash, to_jsonable, write_json
 from ..outputs import OutputError, check_writable, has_marker, make_owned, refuse_unsafe, remove_owned
+from ..results import DATASET, write_dataset
 from ..runtime import provenance
 from . import sections  # noqa: F401  (registers the sections)
 from .profiles import DERIVED, PROFILES
@@ -226,10 +230,67 @@ def _strip_figures(record: dict) -> dict:
     return out
 
 
+#: the numeric columns of a comparison row in the report's dataset (None is NaN there)
+_ROW_NUMBERS = ("predicted", "measured", "tol")
+
+
+def report_dataset(report: dict) -> xr.Dataset:
+    """The report as a labelled dataset (``dataset.nc``; ``stochformer.load(out)`` reads it): one
+    entry per comparison row (dim ``row``: its ``row_section``, ``quantity``, ``predicted``,
+    ``measured``, 95% interval ``ci_low``/``ci_high`` (``has_ci``), ``rule``, ``tol``, ``note`` and
+    ``verdict``), the ``status`` of every section (dim ``section``); the rest of every section's
+    record (numbers, tables, notes, seeds, provenance; figures by name) and the report's header as
+    JSON attributes. ``results.json`` is derived from it (:func:`report_json`)."""
+    records = [_strip_figures(r) for r in report["sections"]]
+    rows = [(r["name"], c) for r in records for c in r.get("comparisons", [])]
+    cis = [c.get("ci") for _, c in rows]
+    data: dict[str, Any] = {
+        "status": ("section", np.array([str(r.get("status", "")) for r in records], dtype=str)),
+        "row_section": ("row", np.array([name for name, _ in rows], dtype=str)),
+        "ci_low": ("row", np.array([math.nan if ci is None or ci[0] is None else ci[0] for ci in cis], dtype=float)),
+        "ci_high": ("row", np.array([math.nan if ci is None or ci[1] is None else ci[1] for ci in cis], dtype=float)),
+        "has_ci": ("row", np.array([ci is not None for ci in cis], dtype=bool)),
+    }
+    for key in _ROW_NUMBERS:
+        data[key] = ("row", np.array([math.nan if c[key] is None else c[key] for _, c in rows], dtype=float))
+    for key in ("quantity", "rule", "note", "verdict"):
+        data[key] = ("row", np.array([str(c[key]) for _, c in rows], dtype=str))
+    header = {k: ([] if k == "sections" else v) for k, v in report.items()}
+    ds = xr.Dataset(data, coords={"section": np.array([r["name"] for r in records], dtype=str)})
+    ds.attrs.update(command="reproduce", report=json.dumps(to_jsonable(header)),
+                    records=json.dumps(to_jsonable([{**r, "comparisons": []} if "comparisons" in r else r for r in records])))
+    return ds
+
+
+def report_json(ds: xr.Dataset) -> dict:
+    """``results.json`` from the report's dataset: the header and the section records of its
+    attributes, each section's comparison rows from the labelled table (verdicts derived again
+    from the rows' numbers)."""
+    from .verdict import Comparison
+
+    def number(x: float) -> Optional[float]:
+        return None if math.isnan(x) else float(x)
+
+    by_section: dict[str, list] = {}
+    for k in range(ds.sizes["row"]):
+        row = {key: ds[key].values[k] for key in ds.data_vars if "row" in ds[key].dims}
+        ci = (number(row["ci_low"]), number(row["ci_high"])) if row["has_ci"] else None
+        by_section.setdefault(str(row["row_section"]), []).append(Comparison(
+            str(row["quantity"]), number(row["predicted"]), number(row["measured"]), ci, str(row["rule"]),
+            float(row["tol"]), str(row["note"])).to_dict())
+    records = json.loads(ds.attrs["records"])
+    for rec in records:
+        if "comparisons" in rec:
+            rec["comparisons"] = by_section.get(rec["name"], [])
+    return {**json.loads(ds.attrs["report"]), "sections": records}
+
+
 def _write_outputs(out: Path, report: dict) -> None:
     from .render import render_html
 
-    write_json(out / "results.json", {**report, "sections": [_strip_figures(r) for r in report["sections"]]})
+    ds = report_dataset(report)
+    write_dataset(ds, out / DATASET)
+    write_json(out / "results.json", report_json(ds))
     atomic_write_bytes(out / "index.html", render_html(report).encode("utf-8"))
 
 
