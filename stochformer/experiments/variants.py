@@ -57,29 +57,44 @@ def equiangular_rhs(kind: str, beta: float, n: int) -> Callable[[float], float]:
     raise ValueError(f"kind: the equiangular ODE is stated for 'softmax' and 'usa' (got {kind!r})")
 
 
+@dataclass
+class AttentionFlow:
+    """The noiseless flow of an attention, a model for :func:`~stochformer.solve`: ``post``
+    x ← LN(x + Δt Attn(x)), ``pre`` x ← x + Δt Attn(LN x) (the residual stream, not on the sphere)."""
+
+    attention: Callable[[torch.Tensor], torch.Tensor]
+    norm: str = "post"
+
+    def reset(self, batch: int, d: int, generator: torch.Generator, dtype: torch.dtype, device) -> None:
+        """Nothing to draw."""
+
+    def step(self, X: torch.Tensor, dt: float, rng: object) -> torch.Tensor:
+        return normalize(X + dt * self.attention(X)) if self.norm == "post" else X + dt * self.attention(normalize(X))
+
+
 def attention_flow(X0: torch.Tensor, attention, dt: float, steps: int, norm: str = "post",
                    every: int = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The noiseless flow of ``attention`` from X0 (batch, n, d): ``post`` x ← LN(x + Δt Attn(x)),
-    ``pre`` x ← x + Δt Attn(LN x). Returns times (k,), mean and spread (max − min) of the pairwise
-    cosines of the normalised tokens (batch, k), every ``every`` steps (step 0 included)."""
+    """The noiseless flow of ``attention`` from X0 (batch, n, d) (:class:`AttentionFlow`, stepped
+    by :func:`~stochformer.solve` over T = steps·dt). Returns times (k,), mean and spread (max − min)
+    of the pairwise cosines of the normalised tokens (batch, k), every ``every`` steps (step 0
+    included)."""
     if norm not in ("post", "pre"):
         raise ValueError(f"norm: 'post' or 'pre' (got {norm!r})")
-    X, times, means, spreads = X0, [], [], []
+    times, means, spreads = [], [], []
     n = X0.shape[-2]
     iu = torch.triu_indices(n, n, 1)
 
-    def record(s: int) -> None:
-        Z = normalize(X)
-        c = (Z @ Z.transpose(-1, -2))[..., iu[0], iu[1]]
-        times.append(s * dt)
-        means.append(c.mean(-1))
-        spreads.append(c.amax(-1) - c.amin(-1))
-
-    record(0)
-    for s in range(1, steps + 1):
-        X = normalize(X + dt * attention(X)) if norm == "post" else X + dt * attention(normalize(X))
+    def record(s: int, X: torch.Tensor) -> None:
         if s % every == 0:
-            record(s)
+            Z = normalize(X)
+            c = (Z @ Z.transpose(-1, -2))[..., iu[0], iu[1]]
+            times.append(s * dt)
+            means.append(c.mean(-1))
+            spreads.append(c.amax(-1) - c.amin(-1))
+
+    record(0, X0)
+    solve(AttentionFlow(attention, norm), X0, steps * dt, steps, SaveAt(stats=(), final=False), seed=0, hook=record,
+          what="attention flow")
     return np.asarray(times), torch.stack(means, -1).numpy(), torch.stack(spreads, -1).numpy()
 
 
