@@ -13,7 +13,7 @@ import pytest
 
 from stochformer.io import ResultStore
 from stochformer.report import reproduce
-from stochformer.report import sections as registry
+from stochformer.report import registry
 from stochformer.report.render import safe_png
 from stochformer.report.registry import Section, SectionOutput, figure_png
 from stochformer.report.verdict import FAILS, HOLDS, Comparison, recompute

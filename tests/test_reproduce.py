@@ -313,7 +313,7 @@ def _fake_sections(monkeypatch) -> None:
     import matplotlib.pyplot as plt
 
     from stochformer.config import RunConfig
-    from stochformer.report import sections as registry
+    from stochformer.report import registry
     from stochformer.report.registry import Section, SectionOutput, SectionUnavailable, figure_png
 
     def nan_run(cfg, ctx):
