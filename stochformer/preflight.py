@@ -118,7 +118,9 @@ def estimate(cfg: Any, workers: int = 1) -> Optional[Estimate]:
     tasks that run at once on this machine (a local process pool)."""
     from .experiments.chaos import ChaosConfig
     from .experiments.converge import ConvergeConfig
+    from .experiments.joint import JointConfig
     from .experiments.phase import PhaseConfig
+    from .experiments.repulsion import RepulsionConfig
     from .experiments.sweep import SweepConfig, plan_sweep
     from .experiments.sync import SyncConfig
 
@@ -133,13 +135,23 @@ def estimate(cfg: Any, workers: int = 1) -> Optional[Estimate]:
         return Estimate(task_mem * workers + dataset, seconds, field, "samples, grid size, model.L or model.N")
     if isinstance(cfg, ConvergeConfig):
         run = cfg.model
-        B = min(cfg.samples_per_task, run.batch)
-        s = 8
-        widths = len(cfg.widths) + 1
-        mem = s * B * (2.0 * run.N * max(cfg.widths) + 8.0 * run.N**2 + 4.0 * (widths + 2) * run.N * run.d)
-        step = STEP_OVERHEAD_S * (widths + 2) + B * widths * (2.0 * run.N * max(cfg.widths) * run.d + 10 * run.N**3) / FLOPS
-        steps = sum(cfg.refine * L for L in cfg.depths) * math.ceil(run.batch / cfg.samples_per_task)
-        return Estimate(mem * workers, steps * step / max(1, workers), "model.N, samples_per_task or widths", "depths, refine or model.batch")
+        mem, seconds = _coupling_cost(run.N, run.d, run.batch, cfg.samples_per_task, cfg.widths, cfg.depths, cfg.refine)
+        return Estimate(mem * workers, seconds / max(1, workers), "model.N, samples_per_task or widths",
+                        "depths, refine or model.batch")
+    if isinstance(cfg, JointConfig):
+        costs = [_coupling_cost(N, cfg.d, cfg.batch, cfg.chunk, [m], [L], cfg.refine)
+                 for N, L, m in zip(cfg.path_N, cfg.path_L, cfg.path_m)]
+        w2 = estimate(cfg.chaos_config())
+        assert w2 is not None
+        mem = max(max(c[0] for c in costs), w2.bytes)
+        return Estimate(mem * workers, (sum(c[1] for c in costs) + w2.seconds) / max(1, workers),
+                        "path_N, chunk, N_ref or features", "path_N, path_L, batch, N_ref or w2_batch")
+    if isinstance(cfg, RepulsionConfig):
+        points = [simulate_estimate(cfg.point(g, s)) for g in cfg.gammas for s in cfg.sigmas]
+        probe = simulate_estimate(cfg.point(*cfg.probe), batch=cfg.pairs, N=2)
+        seconds = sum(e.seconds for e in points) + 1.75 * probe.seconds  # the probe's L, L/2, L/4 steps
+        return Estimate(max(e.bytes for e in points + [probe]) * workers, seconds / max(1, workers),
+                        "N, batch or pairs", "L, batch, pairs or the grid")
     if isinstance(cfg, ChaosConfig):
         run = cfg.model
         s = 8
@@ -160,6 +172,17 @@ def estimate(cfg: Any, workers: int = 1) -> Optional[Estimate]:
     if isinstance(cfg, RunConfig):
         return simulate_estimate(cfg)
     return None
+
+
+def _coupling_cost(N: int, d: int, batch: int, chunk: int, widths: list[int], depths: list[int],
+                   refine: int) -> tuple[float, float]:
+    """Peak bytes and seconds of the transformer–SDE coupling (``converge``'s tasks): every width and
+    m = ∞ stepped together, the SDE on ``refine`` steps per layer, N³ for each symmetric root."""
+    B, n_models = min(chunk, batch), len(widths) + 1
+    mem = 8.0 * B * (2.0 * N * max(widths) + 8.0 * N**2 + 4.0 * (n_models + 2) * N * d)
+    step = STEP_OVERHEAD_S * (n_models + 2) + B * n_models * (2.0 * N * max(widths) * d + 10 * N**3) / FLOPS
+    steps = sum(refine * L for L in depths) * math.ceil(batch / chunk)
+    return mem, steps * step
 
 
 def _gb(x: float) -> str:

@@ -77,6 +77,20 @@ def test_singular_gram_factorised_within_rounding():
     assert float((C @ C.transpose(-1, -2) - K).abs().max()) <= 4 * d * torch.finfo(F64).eps * 0.25
 
 
+
+@pytest.mark.parametrize("N,d,m", [(8, 4, 32), (4, 8, 32), (8, 4, 4)])
+def test_increments_do_not_share_the_layers_memory(N, d, m):
+    """The pre-activations of every layer are written into one tensor kept by the noise source;
+    an increment returned earlier is not changed by later layers (each route: U, the root of
+    YYᵀ, and the output through ΦΦᵀ or Φ Z')."""
+    noise = RandomMLP(m, "relu", 0.1, 0.1, rng="parallel")
+    gen = make_generator(6)
+    X = torch.nn.functional.normalize(torch.randn(3, N, d, generator=make_generator(7), dtype=F64), dim=-1)
+    first = noise.increment(X, 0.1, gen)
+    kept = first.clone()
+    second = noise.increment(X, 0.1, gen)
+    assert torch.equal(first, kept) and not torch.equal(first, second)
+
 @pytest.mark.parametrize("rng", ["parallel", "torch"])
 @pytest.mark.parametrize("fail", [False, True])
 def test_synchronised_tokens_keep_the_law(rng, fail, monkeypatch):
@@ -202,16 +216,50 @@ def test_draws_ahead_are_the_same_numbers_served_in_order():
     assert torch.equal(ahead(k + 1, make_generator(2), F64, "cpu"), direct(k + 1, make_generator(2)))  # n ≥ k: direct
 
 
+
+def test_refills_reuse_memory_only_when_nothing_served_is_alive():
+    """A refill writes into the previous refills' memory (no fresh pages) only when no view served
+    from it is alive: a view kept by a caller keeps its numbers; the numbers are those of fresh
+    memory either way."""
+    k = 1 << 12
+    ahead, fresh = NormalDraws("parallel", ahead=k), NormalDraws("parallel", ahead=k)
+    gen, twin = make_generator(4), make_generator(4)
+    kept = ahead(k // 2, gen, F64, "cpu")  # refill of k
+    copy = kept.clone()
+    assert torch.equal(kept, fresh(k // 2, twin, F64, "cpu"))
+    ahead(k // 2 + 1, gen, F64, "cpu")  # does not fit: a refill while `kept` is alive
+    fresh(k // 2 + 1, twin, F64, "cpu")
+    assert torch.equal(kept, copy)
+    ptr = ahead._buffer.z.data_ptr()
+    del kept
+    z = ahead(k // 2 + 1, gen, F64, "cpu")  # nothing else alive: the same memory again
+    assert z.data_ptr() == ptr and torch.equal(z, fresh(k // 2 + 1, twin, F64, "cpu"))
+
 def test_short_runs_draw_little_ahead():
     """Refills double from twice the first request: 40 calls of 100 normals draw 200 + 400 + … ≤
     2 · 4000 + 200 normals in all, not the 2²² of a full buffer."""
     ahead = NormalDraws("parallel", ahead=1 << 22)
     gen, drawn = make_generator(3), []
-    real = ahead._draw
-    object.__setattr__(ahead, "_draw", lambda n, *a: drawn.append(n) or real(n, *a))
+    real = ahead._refill
+    object.__setattr__(ahead, "_refill", lambda size, *a: drawn.append(size) or real(size, *a))
     for _ in range(40):
         ahead(100, gen, F64, "cpu")
     assert drawn[:3] == [200, 400, 800] and sum(drawn) <= 2 * 4000 + 200
+
+
+def test_draws_ahead_fill_only_what_is_served():
+    """In float64 a refill draws now the whole requests of the current size that fit, and the rest
+    of its pieces only when served: the numbers are those of drawing the whole buffer at once, and
+    the tail no request reaches is never drawn."""
+    ahead = NormalDraws("parallel", ahead=10000)
+    gen, twin = make_generator(5), make_generator(5)
+    first = [ahead(3000, gen, F64, "cpu") for _ in range(2)]  # refill of 6000
+    assert torch.equal(torch.cat(first), NormalDraws("parallel")(6000, twin, F64, "cpu"))
+    second = [ahead(3000, gen, F64, "cpu") for _ in range(3)]  # refill of 10000: 9000 drawn now
+    assert ahead._buffer.streams.done[-1] == 9000  # the last of 4 pieces, 7500..10000, up to 9000
+    second.append(ahead(500, gen, F64, "cpu"))  # beyond: drawn on demand, in order
+    assert ahead._buffer.streams.done[-1] == 9500
+    assert torch.equal(torch.cat(second), NormalDraws("parallel")(10000, twin, F64, "cpu")[:9500])
 
 
 @pytest.mark.parametrize("N,d,m", [(3, 3, 8), (3, 5, 8)])

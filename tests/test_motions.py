@@ -50,3 +50,22 @@ def test_one_and_two_point_laws_match_the_motions(dynamics, reference):
     assert 0.2 < q.mean() < 0.6 and abs(p.mean() - q.mean()) < 4 * math.hypot(se(p), se(q))
     # a wrong model fails the same check: the diffusion without its drift's κ(u) term
     assert abs(0.5 * math.exp(-0.5 * 3) - u.mean()) > 4 * math.hypot(se(u), se(reference))
+
+
+def test_run_motions_measures_both_dynamics_and_its_rows_hold():
+    # The experiment behind the report section, at reduced sizes: 1000 pairs, 50 steps; every row
+    # holds (the same law as above), and the configuration refuses attention.
+    from stochformer.config import ConfigError, validate
+    from stochformer.experiments.motions import MotionsConfig, run_motions
+    from stochformer.report.sections import motion_rows
+
+    cfg = validate(MotionsConfig, {"batch": 1000, "L": 50, "seed": 3, "reference_steps": 200, "reference_paths": 10000,
+                                   "bootstrap": 100})
+    assert (cfg.d, cfg.N, cfg.attention, cfg.sigma_U) == (4, 2, False, 0.5)
+    res = run_motions(cfg)
+    assert set(res.measured) == {"sde", "transformer"} and res.times[-1] == pytest.approx(1.0)
+    assert res.predicted["one_point_rate"] == pytest.approx(-0.75)
+    rows = motion_rows(res.measured, res.reference, res.predicted)
+    assert len(rows) == 8 and all(r.verdict == "holds" for r in rows), [(r.quantity, r.measured, r.ci) for r in rows]
+    with pytest.raises(ConfigError, match="attention"):
+        validate(MotionsConfig, {"attention": True})

@@ -12,7 +12,7 @@ from stochformer.cli import main
 from stochformer.config import ConfigError, build_config
 from stochformer.experiments import paper
 from stochformer.experiments.phase import PhaseConfig, run_phase
-from stochformer.plotting.sync import phase_title, plot_clusters, plot_phase, plot_scenarios, plot_table
+from stochformer.plotting.sync import phase_title, plot_cluster_course, plot_clusters, plot_phase, plot_scenarios, plot_table
 
 
 def _phase(*overrides: str) -> PhaseConfig:
@@ -54,7 +54,10 @@ def test_phase_lyapunov_grid_resumes_and_agrees_with_the_boundary_far_from_it(tm
 def test_phase_title_names_the_fixed_parameters_not_the_axes():
     cfg = _phase("model.gamma=-0.5", "x_field=d", "x_values=[3, 8]", "y_field=sigma", "y_values=[0.0]", "model.L=40",
                  "model.T=2")
-    assert phase_title(cfg) == f"{cfg.model.dynamics}, {cfg.model.activation}, $\\gamma = -0.5$, $L = 40$, $T = 2$: predicted boundary in black"
+    assert cfg.model.dynamics == "transformer"  # its width m is fixed too
+    assert phase_title(cfg) == "transformer, relu, $\\gamma = -0.5$, $L = 40$, $T = 2$, $m = 256$: predicted boundary in black"
+    sde = cfg.model_copy(update={"model": cfg.model.model_copy(update={"dynamics": "sde"})})
+    assert phase_title(sde) == "sde, relu, $\\gamma = -0.5$, $L = 40$, $T = 2$: predicted boundary in black"
 
 
 def test_phase_cli_sync_fraction(tmp_path):
@@ -82,6 +85,13 @@ def test_paper_clusters_tanh_ends_in_antipodal_clusters_relu_does_not():
     assert np.all(relu.frac_near_minus < 0.05)
     assert json.loads(json.dumps(res.to_dict()))["size"] == "quick"
     plot_clusters(res)
+    # the time course: counts at every snapshot of [0, T] and of a run to the predicted horizon
+    for act, course in res.courses.items():
+        counts, long = np.asarray(course["counts"]), np.asarray(course["long_counts"])
+        assert counts.shape == (3, len(course["times"])) and course["times"][-1] == pytest.approx(20.0)
+        assert course["long_times"][-1] >= course["horizon"] > 20.0 and long.shape[0] == 3
+        assert np.all(counts[:, 0] > counts[:, -1]) and course["up_to_sign"] == (act == "tanh")
+    plot_cluster_course(res)
 
 
 def test_paper_scenarios_and_table_tiny(tmp_path):

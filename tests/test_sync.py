@@ -18,8 +18,8 @@ from stochformer.cli import main
 from stochformer.clusters import antipodal_pairs, count_clusters, summarise_clusters
 from stochformer.config import ConfigError, InitConfig, RunConfig, build_config
 from stochformer.experiments.sync import (
-    SyncConfig, energy_paths, measure_lyapunov, moment_rate, near_sync_horizon, near_sync_spread, predicted_rates,
-    richardson, run_sync,
+    SyncConfig, energy_levels, energy_paths, extrapolated_moment_rate, measure_lyapunov, moment_rate, near_sync_horizon,
+    near_sync_spread, predicted_rates, richardson, run_sync,
 )
 from stochformer.sphere import normalize
 
@@ -70,6 +70,47 @@ def test_energy_rate_near_synchronisation_matches_lambda_bar():
     rate, se = moment_rate(np.arange(cfg.L + 1) * cfg.dt, paths, seed=5)
     assert rate < 0 and se < 0.1 * abs(p["lambda_bar_pred"])
     assert abs(rate - p["lambda_bar_pred"]) < 4 * se
+
+
+def test_extrapolated_moment_rate_removes_a_step_bias_of_synthetic_paths():
+    # Paths whose rate at n steps of [0, T] is a + c·Δt + c₂·Δt² (a step bias), the same lognormal
+    # fluctuation at every n (common random numbers): Richardson recovers a to O(Δt³), within its
+    # stated error and 4 SE, while the plain rate at L steps is off by c·Δt ≫ 4 SE.
+    rng = np.random.default_rng(0)
+    a, c, c2, T, L, n_paths = -0.7, 1.5, 2.0, 2.0, 16, 2000
+    z = rng.standard_normal(n_paths)[:, None]
+    levels = {}
+    for n in (L, L // 2, L // 4):
+        t = np.linspace(0, T, n + 1)
+        dt = T / n
+        levels[n] = np.exp((a + c * dt + c2 * dt * dt - 0.02) * t + 0.2 * np.sqrt(t) * z)
+    out = extrapolated_moment_rate(T, levels, n_boot=200, seed=1)
+    plain = extrapolated_moment_rate(T, {L: levels[L]}, n_boot=200, seed=1)
+    assert plain["err"] == 0.0 and abs(plain["rate"] - (a + c * T / L)) < 0.05
+    assert abs(plain["rate"] - a) > 4 * plain["se"] + 0.1
+    assert 0 < out["se"] < 0.05 and out["err"] > 0
+    assert abs(out["rate"] - a) < 4 * out["se"] + out["err"]
+    assert set(out["steps"]) == {"16", "8", "4"}
+
+
+@pytest.mark.parametrize("dynamics", ["sde", "transformer"])
+def test_energy_rate_extrapolated_to_zero_step_agrees_where_the_plain_one_does_not(dynamics):
+    # tanh, d = 16, σ = 0.3, γ = −0.5 (the case of docs/synchronisation.md whose energy rate was 3.8 SE
+    # off at the default step): a near-synchronised pair, 1000 samples, at L = 16 steps of the
+    # near-synchronisation horizon. λ̄ − 2γ = −0.6925. At L steps the rate is more than 20% and 4 SE
+    # off (the time-step bias); extrapolated over L, L/2, L/4 on one Brownian path it agrees within
+    # 4 combined SE √(SE² + err²).
+    cfg = _cfg("activation=tanh", "d=16", "sigma_U=0.3", "sigma_W=0.3", "gamma=-0.5", f"dynamics={dynamics}", "N=2",
+               "batch=1000", "L=16", "m=64")
+    p = predicted_rates(cfg, with_bound=False)
+    cfg = cfg.with_updates(T=near_sync_horizon(p["kappa"], p["kappa_prime"]))
+    levels = energy_levels(cfg, InitConfig(kind="cluster", spread=near_sync_spread("tanh", 16)), seed=5)
+    out = extrapolated_moment_rate(cfg.T, levels, n_boot=300, seed=5)
+    pred = p["lambda_bar_pred"]
+    at_L = extrapolated_moment_rate(cfg.T, {16: levels[16]}, n_boot=300, seed=5)
+    assert abs(at_L["rate"] - pred) > max(0.2 * abs(pred), 4 * at_L["se"])
+    assert out["se"] < 0.1 * abs(pred)
+    assert abs(out["rate"] - pred) < 4 * math.hypot(out["se"], out["err"])
 
 
 def test_near_sync_spread_from_the_kernel_regularity_removes_the_relu_bias():
@@ -147,9 +188,11 @@ def test_run_sync_and_cli_write_sync_json(tmp_path):
                  "bootstrap=50"]
     res = run_sync(_cfg(*overrides, model=SyncConfig))
     d = res.to_dict()
-    for key in ("lambda_1", "lambda_1_se", "energy_rate", "energy_rate_se", "lambda_1_pred", "lambda_bar_pred",
-                "lambda_bar_prime_pred", "energy_rate_uniform"):
+    for key in ("lambda_1", "lambda_1_se", "energy_rate", "energy_rate_se", "energy_rate_extrap_err", "lambda_1_pred",
+                "lambda_bar_pred", "lambda_bar_prime_pred", "energy_rate_uniform", "energy_rate_uniform_extrap_err",
+                "energy_rate_uniform_at_40_steps", "energy_rate_uniform_at_10_steps"):
         assert d[key] is not None and math.isfinite(d[key])
+    assert len([k for k in d if k.startswith("energy_rate_at_")]) == 3  # near sync: L_near, L_near/2, L_near/4
     assert d["lambda_bar_prime_pred"] >= d["lambda_bar_noise"] - 1e-12  # λ̄' = −inf F ≥ −F(1⁻) = λ̄
     out = tmp_path / "run"
     args = ["sync", "--quiet", "--out", str(out)] + [a for o in overrides for a in ("--set", o)]

@@ -280,3 +280,20 @@ def test_blocked_statistics_equal_dense_and_simulate_many_tokens():
     assert np.allclose(res.data["X_final"].values, dense["X_final"].values, atol=1e-12)
     for k in ("mean_cosine", "energy", "min_cosine"):
         assert np.allclose(res.data[k].values, dense[k].values, atol=1e-12)
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf, "both"])
+def test_check_finite_catches_every_non_finite_entry_and_only_those(bad):
+    """One NaN or infinity anywhere (also +inf and −inf together, whose sum is NaN) stops a run
+    naming the layer; finite entries whose sum overflows do not."""
+    from stochformer.validation import NonFiniteError, check_finite
+
+    X = torch.zeros(2, 3, 4, dtype=torch.float64)
+    if bad == "both":
+        X[0, 0, 0], X[1, 2, 3] = math.inf, -math.inf
+    else:
+        X[1, 2, 3] = bad
+    with pytest.raises(NonFiniteError, match="at layer 7"):
+        check_finite(X, 7)
+    huge = torch.full((2, 3, 4), torch.finfo(torch.float64).max, dtype=torch.float64)
+    assert math.isinf(float(huge.sum())) and check_finite(huge, 7) is huge

@@ -166,3 +166,63 @@ def test_cluster_count_row_tests_the_attractor_itself():
     bad = SimpleNamespace(n_projective=np.array([2, 3, 4, 5]), n_clusters=np.array([2, 3, 4, 5]), tol=0.05)
     assert cluster_count_row("tanh", bad, 64, 20.0, notes).verdict == FAILS
     assert cluster_count_row("relu", ok, 64, 20.0, notes).verdict == FAILS
+
+
+def test_sync_rows_judge_extrapolated_energy_rates_with_their_error_and_fail_on_a_wrong_prediction():
+    from stochformer.report.sections import sync_rows
+
+    # the tanh case of docs/synchronisation.md, extrapolated to Δt → 0 (rates measured there)
+    table = [
+        {"quantity": "lambda_1 (pair log-distance, Δt → 0)", "measured": -0.770, "se": 0.016, "err": 0.010,
+         "predicted": -0.7465},
+        {"quantity": "energy rate near sync, Δt → 0", "measured": -0.95, "se": 0.04, "err": 0.03, "predicted": -0.975},
+        {"quantity": "energy rate from uniform (bound, Δt → 0)", "measured": -0.5, "se": 0.02, "err": 0.01,
+         "predicted": -0.45},
+    ]
+    rows = sync_rows(table, extrapolated=True)
+    assert [r.rule for r in rows] == ["matches", "matches", "at_most"]
+    assert all(r.verdict == HOLDS for r in rows)
+    half = Z95 * 0.04 + 0.03  # the interval includes the extrapolation error
+    assert rows[1].ci == pytest.approx((-0.95 - half, -0.95 + half))
+    # a wrong prediction (the rate at the old step, −0.820, taken as the truth) or a bound that is
+    # faster than the measured decay does not hold
+    wrong = [dict(r, predicted=p) for r, p in zip(table, (-0.90, -0.75, -0.60))]
+    assert [r.verdict for r in sync_rows(wrong, extrapolated=True)] == [FAILS, FAILS, FAILS]
+    # without extrapolation the rows are the plain rate rows (10% allowance) and the bound
+    plain = sync_rows([dict(r, err=0.0) for r in wrong], extrapolated=False)
+    assert [r.rule for r in plain] == ["matches", "matches", "at_most"] and plain[2].verdict == FAILS
+
+
+def test_attractor_row_tests_the_cluster_count_at_the_predicted_horizon():
+    from stochformer.report.sections import attractor_row
+
+    course = {"up_to_sign": True, "horizon": 117.2, "lambda_1": -0.1706, "long_times": [0.0, 60.0, 120.0],
+              "long_counts": [[30, 2, 1], [28, 1, 1], [29, 3, 1], [27, 1, 1]]}
+    row = attractor_row("tanh", course)
+    assert row.verdict == HOLDS and row.measured == 1.0 and "120" in row.note
+    # counted on the sphere instead of projective space (two antipodal clusters), or a wrong model
+    # that keeps the tokens apart (no noise: about N clusters), does not hold
+    assert attractor_row("tanh", dict(course, long_counts=[[30, 2, 2]] * 4)).verdict == FAILS
+    assert attractor_row("relu", dict(course, up_to_sign=False, long_counts=[[30, 29, 28], [28, 27, 29]])).verdict == FAILS
+    # one stray sample at this sample size: the interval decides
+    assert attractor_row("tanh", dict(course, long_counts=[[30, 1, 1]] * 7 + [[29, 4, 3]])).verdict == HOLDS
+    assert attractor_row("tanh", dict(course, long_counts=[])).verdict == NOT_MEASURED
+
+
+def test_motion_rows_fail_on_a_wrong_law():
+    from stochformer.report.sections import motion_rows
+
+    # measured in docs/synchronisation.md (ReLU d = 4, σ = 0.5, κ(1) = 0.5, T = 1, 2000 pairs from u0 = 0.5)
+    measured = {"sde": {"one_point_rate": -0.755, "one_point_rate_se": 0.017, "one_point_T": 0.4707,
+                        "one_point_T_se": 0.0078, "u_mean": 0.7147, "u_mean_se": 0.0080, "tail": 0.411, "tail_se": 0.011}}
+    reference = {"u_mean": 0.7222, "u_mean_se": 0.0024, "tail": 0.405, "tail_se": 0.0035}
+    predicted = {"one_point_rate": -0.75, "one_point_T": math.exp(-0.75), "u0": 0.5, "threshold": 0.9}
+    rows = motion_rows(measured, reference, predicted)
+    assert len(rows) == 4 and all(r.verdict == HOLDS for r in rows)
+    # a wrong one-point law (rate −κ(1)(d−1), as without the factor 1/2) fails both one-point rows
+    wrong = dict(predicted, one_point_rate=-1.5, one_point_T=math.exp(-1.5))
+    assert [r.verdict for r in motion_rows(measured, reference, wrong)[:2]] == [FAILS, FAILS]
+    # a wrong two-point law: u moving like one token's coordinate twice over, E u_T = 0.5·e^{−κ(1)(d−1)T},
+    # and a tail of that law, fail the two-point rows
+    bad_ref = {"u_mean": 0.5 * math.exp(-1.5), "u_mean_se": 0.002, "tail": 0.05, "tail_se": 0.002}
+    assert [r.verdict for r in motion_rows(measured, bad_ref, predicted)[2:]] == [FAILS, FAILS]

@@ -1,19 +1,24 @@
 """Mutation testing of the science modules with mutmut 3 (too long for CI; see docs/testing.md).
 
     pip install -e .[mutation]
-    nice -n 10 python tools/mutation.py                    # the current tests
-    nice -n 10 python tools/mutation.py --tests-rev REV --label before   # the tests of a revision
-    nice -n 10 python tools/mutation.py --rerun-of before --label after    # + the tests added since
+    nice -n 19 python tools/mutation.py                    # the current tests, two passes
+    nice -n 19 python tools/mutation.py --rerun-of current --tests tests/test_new.py --label after
+    python tools/mutation.py --label current --summary-only   # re-read a run's results
 
 The modules to mutate, the test files whose tests may kill them, the deselected slow tests and the
-mutants triaged as equivalent are read from ``tools/mutation.toml``. The run happens in a scratch
-copy (``build/mutation/<label>/``, git-ignored): the package, ``pyproject.toml`` and the tests (from
-the working tree, or from ``--tests-rev``) plus a generated ``setup.cfg`` with the ``[mutmut]``
-section. mutmut records which tests call which function and runs, for each mutant, only those tests
-(stopping at the first failure). At the end the counts per module and every surviving mutant
-(with its diff) are written to ``build/mutation/<label>/summary.json`` and ``survivors.txt`` and
-printed: generated / killed / timeout / survived / no tests, the survivors triaged as equivalent in
-the config, and the score = killed / (generated − equivalent).
+mutants triaged as equivalent are read from ``tools/mutation.toml``. By default the run has two
+passes: every mutant against ``fast_tests`` (the pathwise and exact tests, a few seconds per
+function), then only the mutants that survived them, or that they never call, against the whole
+selection ``tests`` (``--rerun-of`` the first pass). Each pass happens in a scratch copy
+(``build/mutation/<label>-fast/`` and ``build/mutation/<label>/``, git-ignored): the package,
+``pyproject.toml`` and the tests (from the working tree, or from ``--tests-rev``) plus a generated
+``setup.cfg`` with the ``[mutmut]`` section. mutmut records which tests call which function and
+runs, for each mutant, only those tests (stopping at the first failure), under a CPU-time limit of
+2 × ``timeout_multiplier`` × (their recorded time + 1 s): CPU time, so a loaded machine does not
+turn slow tests into false timeouts. At the end the counts per module and every surviving mutant
+(with its diff) are written to ``summary.json`` and ``survivors.txt`` and printed: generated /
+killed / timeout / survived / no tests, the survivors triaged as equivalent in the config, and the
+score = killed / (generated − equivalent).
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -40,7 +46,11 @@ except ModuleNotFoundError:  # Python 3.10
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "tools" / "mutation.toml"
 #: mutmut's exit-code classes (mutmut.stats.status_by_exit_code), collapsed to what the report counts
-STATUS = {1: "killed", 3: "killed", 0: "survived", 5: "no tests", 33: "no tests", 36: "timeout", -24: "timeout", 24: "timeout", 152: "timeout", 255: "timeout"}
+#: (a mutant whose tests crash the interpreter is detected too: "crashed")
+STATUS = {1: "killed", 3: "killed", 0: "survived", 5: "no tests", 33: "no tests", 36: "timeout", -24: "timeout",
+          24: "timeout", 152: "timeout", 255: "timeout", -11: "crashed", -9: "crashed"}
+#: the statuses that count as detected
+DETECTED = ("killed", "timeout", "crashed")
 
 
 def prepare(workdir: Path, cfg: dict, tests_rev: str | None) -> None:
@@ -112,7 +122,7 @@ def summarise(workdir: Path, status: dict[str, str], equivalent: dict[str, str],
     for name, s in status.items():
         per_module.setdefault(module_of(name), Counter())[s] += 1
     generated = len(status)
-    killed = sum(s in ("killed", "timeout") for s in status.values())  # a timeout is a detected mutant
+    killed = sum(s in DETECTED for s in status.values())  # a timeout or a crash is a detected mutant
     eq = [n for n in survivors + untested if n in equivalent]
     summary = {
         "label": label,
@@ -120,6 +130,7 @@ def summarise(workdir: Path, status: dict[str, str], equivalent: dict[str, str],
         "generated": generated,
         "killed": killed,
         "timeout": sum(s == "timeout" for s in status.values()),
+        "crashed": sum(s == "crashed" for s in status.values()),
         "survived": len(survivors),
         "no_tests": len(untested),
         "not_checked": sum(s == "not checked" for s in status.values()),
@@ -140,6 +151,54 @@ def summarise(workdir: Path, status: dict[str, str], equivalent: dict[str, str],
     return summary
 
 
+def run_mutmut(workdir: Path, names: list[str], children: int) -> None:
+    """``mutmut run`` in the scratch copy: all mutants, or only ``names``."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # mutmut puts the mutants first
+    env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    subprocess.run(["mutmut", "run", "--max-children", str(children), *names], cwd=workdir, env=env, check=True)
+
+
+def rerun_names(base: dict[str, str], sample: int, equivalent: dict[str, str]) -> list[str]:
+    """The mutants of an earlier run that are not yet detected, except those triaged as equivalent
+    (no test can kill them, and a surviving mutant costs all of its tests), plus a seeded sample of
+    ``sample`` that it left unchecked."""
+    names = sorted(n for n, s in base.items() if s not in DETECTED + ("not checked",) and n not in equivalent)
+    unchecked = sorted(n for n, s in base.items() if s == "not checked")
+    return names + random.Random(0).sample(unchecked, min(sample, len(unchecked)))
+
+
+def one_pass(label: str, tests: list[str], tests_rev: str | None, rerun_of: str | None, sample: int,
+             children: int, cfg: dict, summary_only: bool) -> dict:
+    """One mutmut run (all mutants, or the survivors of ``rerun_of``) and its summary."""
+    workdir = ROOT / "build" / "mutation" / label
+    base = statuses(ROOT / "build" / "mutation" / rerun_of) if rerun_of else {}
+    if not summary_only:
+        start = time.time()
+        prepare(workdir, cfg["mutation"] | {"tests": tests}, tests_rev)
+        run_mutmut(workdir, rerun_names(base, sample, cfg.get("equivalent", {})) if base else [], children)
+        (workdir / "elapsed_s").write_text(f"{time.time() - start:.0f}\n")
+    status = statuses(workdir)
+    sample_names: list[str] = []
+    if base:  # detected before stays detected: the earlier tests are still there
+        # (and a mutant this run did not check, e.g. one triaged as equivalent, keeps its status)
+        rerun = {n: status.get(n, "not checked") for n in base}
+        status = {n: (rerun[n] if s not in DETECTED and rerun[n] != "not checked" else s) for n, s in base.items()}
+        sample_names = [n for n, s in base.items() if s == "not checked" and status[n] != "not checked"]
+    what = ("working tree" if tests_rev is None else f"git {tests_rev}") + f" ({' '.join(tests)})"
+    s = summarise(workdir, status, cfg.get("equivalent", {}), label, what + (f", rerun of {rerun_of}" if base else ""))
+    elapsed = workdir / "elapsed_s"
+    s["elapsed_s"] = int(elapsed.read_text()) if elapsed.exists() else None
+    s["load_average_at_end"] = [round(x, 1) for x in os.getloadavg()]
+    if sample_names:  # the kill fraction among the mutants the base run left unchecked, estimated
+        k, n = sum(status[x] in DETECTED for x in sample_names), len(sample_names)
+        p, se = k / n, math.sqrt(k / n * (1 - k / n) / n)
+        s["unchecked_sample"] = {"size": n, "killed": k, "fraction": round(p, 4), "se": round(se, 4)}
+    (workdir / "summary.json").write_text(json.dumps(s, indent=1, ensure_ascii=False) + "\n")
+    print(json.dumps({k: v for k, v in s.items() if k not in ("survivors", "untested")}, indent=1, ensure_ascii=False))
+    print(f"survivors and untested mutants with their diffs: {workdir / 'survivors.txt'}", flush=True)
+    return s
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--tests-rev", help="take tests/ from this git revision (e.g. a baseline), not the working tree")
@@ -149,38 +208,25 @@ def main() -> None:
                     "uniform sample of K mutants that the run LABEL did not check (a stopped run), to estimate the rest")
     ap.add_argument("--tests", nargs="+", metavar="FILE", help="use these test files instead of the config's "
                     "(with --rerun-of: the tests added since, which alone decide whether a survivor is now killed)")
+    ap.add_argument("--one-pass", action="store_true", help="run every mutant against the config's full `tests` "
+                    "at once, instead of `fast_tests` first and `tests` on their survivors only")
     ap.add_argument("--label", help="name of the run (default: 'current' or the revision)")
     ap.add_argument("--max-children", type=int, default=None, help="parallel mutant runs (default: config)")
     ap.add_argument("--summary-only", action="store_true", help="re-read an earlier run's results")
     args = ap.parse_args()
     cfg = tomllib.loads(CONFIG.read_text())
     label = args.label or (args.tests_rev or "current").replace("/", "_")
-    workdir = ROOT / "build" / "mutation" / label
-    base: dict[str, str] = {}
-    if args.rerun_of:
-        base = statuses(ROOT / "build" / "mutation" / args.rerun_of)
-    if not args.summary_only:
-        prepare(workdir, cfg["mutation"] | ({"tests": args.tests} if args.tests else {}), args.tests_rev)
-        names = sorted(n for n, s in base.items() if s not in ("killed", "timeout", "not checked"))
-        unchecked = sorted(n for n, s in base.items() if s == "not checked")
-        names += random.Random(0).sample(unchecked, min(args.sample, len(unchecked)))
-        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # mutmut puts the mutants first
-        env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-        children = str(args.max_children or cfg["mutation"].get("max_children", 2))
-        subprocess.run(["mutmut", "run", "--max-children", children, *names], cwd=workdir, env=env, check=True)
-    status = statuses(workdir)
-    if base:  # killed before stays killed: the earlier tests are still there
-        status = {n: (status.get(n, "not checked") if s not in ("killed", "timeout") else s) for n, s in base.items()}
-        sample = [n for n, s in base.items() if s == "not checked" and status[n] != "not checked"]
-    tests = "working tree" if args.tests_rev is None else f"git {args.tests_rev}"
-    s = summarise(workdir, status, cfg.get("equivalent", {}), label, tests + (f", rerun of {args.rerun_of}" if base else ""))
-    if base and sample:  # the kill fraction among the mutants the base run left unchecked, estimated
-        k, n = sum(status[x] in ("killed", "timeout") for x in sample), len(sample)
-        p, se = k / n, math.sqrt(k / n * (1 - k / n) / n)
-        s["unchecked_sample"] = {"size": n, "killed": k, "fraction": round(p, 4), "se": round(se, 4)}
-        (workdir / "summary.json").write_text(json.dumps(s, indent=1, ensure_ascii=False) + "\n")
-    print(json.dumps({k: v for k, v in s.items() if k not in ("survivors", "untested")}, indent=1, ensure_ascii=False))
-    print(f"survivors and untested mutants with their diffs: {workdir / 'survivors.txt'}")
+    children = args.max_children or cfg["mutation"].get("max_children", 2)
+    if os.nice(0) < 10:
+        print("note: run this under `nice -n 19`, it keeps both cores busy for a long time", file=sys.stderr)
+    common = dict(tests_rev=args.tests_rev, sample=args.sample, children=children, cfg=cfg, summary_only=args.summary_only)
+    if args.tests or args.rerun_of or args.one_pass:
+        one_pass(label, args.tests or cfg["mutation"]["tests"], rerun_of=args.rerun_of, **common)
+        return
+    # two passes: every mutant against the fast tests that pin the formulas exactly, then only their
+    # survivors (and the mutants those tests never call) against the whole selection
+    one_pass(label + "-fast", cfg["mutation"]["fast_tests"], rerun_of=None, **common)
+    one_pass(label, cfg["mutation"]["tests"], rerun_of=label + "-fast", **(common | {"sample": 0}))
 
 
 if __name__ == "__main__":

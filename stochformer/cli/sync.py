@@ -20,9 +20,10 @@ def sync_cmd(config_file, overrides, out, force, quiet, fmt: str) -> None:
     synchronisation and from uniform tokens) of the transformer or (dynamics=sde) the limit SDE.
 
     Writes config.json, sync.json (lambda_1, lambda_1_se, lambda_1_extrap_err, energy_rate,
-    energy_rate_se beside lambda_1_pred, lambda_bar_pred, lambda_bar_prime_pred), dataset.nc and
-    sync.png. Rates are per unit time t = layer · T/L; lambda_1 is extrapolated to Δt → 0 from L,
-    L/2 and L/4 steps (set extrapolate=false for the plain estimate at L)."""
+    energy_rate_se, energy_rate_extrap_err beside lambda_1_pred, lambda_bar_pred,
+    lambda_bar_prime_pred), dataset.nc and sync.png. Rates are per unit time t = layer · T/L; every
+    rate is extrapolated to Δt → 0 from L, L/2 and L/4 steps (set extrapolate=false for the plain
+    estimates at L); z = (measured − predicted)/√(SE² + err²)."""
     from ..experiments.sync import SyncConfig, run_sync
     from ..plotting.sync import plot_sync
 
@@ -30,8 +31,8 @@ def sync_cmd(config_file, overrides, out, force, quiet, fmt: str) -> None:
     result = run_sync(cfg, progress=not quiet)
     write_results(folder, force, result, {"sync": lambda: plot_sync(result)}, fmt=fmt)
     click.echo(f"{cfg.model.dynamics}, {cfg.model.activation}, d={cfg.model.d}: {result.elapsed_s:.1f} s")
-    click.echo(f"  {'quantity':<34s} {'measured':>11s} {'SE':>9s} {'predicted':>11s} {'z':>7s}")
+    click.echo(f"  {'quantity':<42s} {'measured':>11s} {'SE':>9s} {'err':>9s} {'predicted':>11s} {'z':>7s}")
     for row in result.table():
-        click.echo(f"  {row['quantity']:<34s} {_fmt(row['measured']):>11s} {_fmt(row['se']):>9s} "
+        click.echo(f"  {row['quantity']:<42s} {_fmt(row['measured']):>11s} {_fmt(row['se']):>9s} {_fmt(row['err']):>9s} "
                    f"{_fmt(row['predicted']):>11s} {_fmt(row['z']):>7s}")
     click.echo(f"results in {folder}")

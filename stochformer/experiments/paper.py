@@ -11,9 +11,9 @@ item 1 N = 64, L = 2000, T = 20, m = 2048; item 2 N = 64, L = 150, T = 5). Grids
    (and "none", no MLP), d, σ = σ_U = σ_W and γ.
 3. :func:`run_table`: κ(1), κ'(1), λ₁, λ̄ computed, and beside each the value measured from the
    transformer: κ(1) = E|G(x)|²/d and κ'(1) = E|G(x) − G(y)|²/(d |x − y|²) (|x − y| = 10⁻³) over MLP
-   draws; λ₁ by the pair estimator extrapolated to Δt → 0 (L, L/2, L/4 layers); λ̄ as the
-   first-moment energy rate of a near-synchronised pair (cluster spread from the kernel's
-   regularity, ``sync.near_sync_spread``).
+   draws; λ₁ by the pair estimator and λ̄ as the first-moment energy rate of a near-synchronised
+   pair (cluster spread from the kernel's regularity, ``sync.near_sync_spread``), both extrapolated
+   to Δt → 0 (L, L/2, L/4 layers on one Brownian path).
    Horizons are in units of the noise time τ = 1/(d κ(1)) (the time over which a token's noise
    variance is 1); Δt = T/L.
 """
@@ -31,18 +31,19 @@ import numpy as np
 import torch
 import xarray as xr
 
-from ..clusters import ClusterSummary, summarise_clusters
+from ..clusters import ClusterSummary, count_clusters, summarise_clusters
 from ..config import InitConfig, RunConfig, build_config
 from ..diagnostics import STATISTICS
 from ..io import to_jsonable
 from ..results import Result
+from ..model.activations import ODD_ACTIVATIONS
 from ..model.noise import RandomMLP
 from ..runtime import child_seeds, make_generator, provenance, resolve_device
 from ..stats import mean_and_se
 from ..tasks import Task, run_tasks
 from .simulate import run_simulate
-from .sync import (energy_paths, measure_lyapunov, moment_rate, near_sync_horizon, near_sync_spread, pair_start,
-                   predicted_rates)
+from .sync import (energy_levels, extrapolated_moment_rate, measure_lyapunov, near_sync_horizon, near_sync_spread,
+                   pair_start, predicted_rates)
 
 Size = Literal["quick", "paper"]
 
@@ -76,14 +77,19 @@ class _PaperResult(Result):
 # --------------------------------------------------------------------------- item 1
 
 CLUSTER_SIZES = {
-    "quick": dict(N=32, L=400, T=20.0, m=256, batch=4),
-    "paper": dict(N=64, L=2000, T=20.0, m=2048, batch=8),
+    # snapshots: token states kept for the cluster-count time course, over [0, T] and over the
+    # attractor run (to the predicted horizon, at the same step T/L)
+    "quick": dict(N=32, L=400, T=20.0, m=256, batch=4, snapshots=40),
+    "paper": dict(N=64, L=2000, T=20.0, m=2048, batch=8, snapshots=40),
 }
 
 
 @dataclass(repr=False)
 class ClustersResult(_PaperResult):
-    """Per activation: the statistics against layer and the final :class:`ClusterSummary`."""
+    """Per activation: the statistics against layer, the final :class:`ClusterSummary` and the
+    cluster-count time course ``courses[act]`` (:func:`cluster_course`: ``times``, ``counts``
+    (batch, snapshots) over [0, T]; ``horizon`` the predicted attractor time, ``lambda_1``; and
+    ``long_times``, ``long_counts`` of the attractor run to that horizon)."""
 
     size: str
     sizes: dict
@@ -94,12 +100,13 @@ class ClustersResult(_PaperResult):
     seed: int
     elapsed_s: float
     device: str = "cpu"
+    courses: dict[str, dict] = field(default_factory=dict)
     command: ClassVar[str] = "paper-clusters"
     summary_name: ClassVar[str] = "clusters.json"
 
     def to_dict(self) -> dict:
         return to_jsonable({"size": self.size, "sizes": self.sizes, "tol": self.tol, "curves": self.curves,
-                            "clusters": {k: v.to_dict() for k, v in self.clusters.items()}})
+                            "clusters": {k: v.to_dict() for k, v in self.clusters.items()}, "courses": self.courses})
 
     def _dataset(self) -> xr.Dataset:
         """Per activation: the curves (activation, time), the final tokens and cluster counts."""
@@ -120,15 +127,44 @@ def run_clusters(size: Size = "quick", seed: int = 0, tol: float = 0.05, progres
     _check_size(size)
     start = time.perf_counter()
     sizes = {**CLUSTER_SIZES[size], **(sizes or {})}
-    curves, clusters, final = {}, {}, {}
+    model = {k: v for k, v in sizes.items() if k != "snapshots"}
+    curves, clusters, final, courses = {}, {}, {}, {}
     for act, s in zip(("relu", "tanh"), child_seeds(seed, 2)):
-        cfg = build_config({**sizes, "d": 4, "activation": act, "attention": False, "seed": s, "device": device,
-                            "record_every": max(1, sizes["L"] // 200)})
+        cfg = build_config({**model, "d": 4, "activation": act, "attention": False, "seed": s, "device": device,
+                            "record_every": max(1, sizes["L"] // 200), "path_stride": max(1, sizes["L"] // sizes["snapshots"])})
         res = run_simulate(cfg, progress=progress)
         curves[act] = {"layers": res.data["step"].values, **_curves({k: res.data[k].values for k in STATISTICS})}
         clusters[act] = summarise_clusters(res.data["X_final"].values, tol)
         final[act] = res.data["X_final"].values
-    return ClustersResult(size, sizes, tol, curves, clusters, final, seed, time.perf_counter() - start, device)
+        courses[act] = cluster_course(cfg, res.data, tol, sizes["snapshots"], progress)
+    return ClustersResult(size, sizes, tol, curves, clusters, final, seed, time.perf_counter() - start, device, courses)
+
+
+def _counts(data: xr.Dataset, tol: float, up_to_sign: bool) -> np.ndarray:
+    """Clusters (of projective space with ``up_to_sign``) per sample at every snapshot: (batch, snapshots)."""
+    X = data["X"].values
+    return np.stack([count_clusters(X[:, k], tol, up_to_sign) for k in range(X.shape[1])], axis=1)
+
+
+def cluster_course(cfg: RunConfig, data: xr.Dataset, tol: float, snapshots: int, progress: bool = False) -> dict:
+    """The number of clusters against t (of projective space {x, −x} for an odd field) of the run
+    ``data`` of ``cfg`` (token snapshots ``X``), and of a second run of the same model (seed
+    ``cfg.seed + 1``) at the same step T/L up to the attractor horizon predicted from e^{λ₁T}
+    (:func:`attractor_horizon`, rounded up to whole snapshots), where the claim is one cluster.
+    Returns JSON-able times, counts (batch, snapshots), ``horizon``, ``lambda_1``, ``long_times``,
+    ``long_counts`` (empty when the horizon is infinite)."""
+    odd = cfg.activation in ODD_ACTIVATIONS
+    p = predicted_rates(cfg, with_bound=False)
+    horizon = attractor_horizon(p["lambda_1_noise"], p["kappa"], p["kappa_prime"], cfg.N, tol)
+    out = {"up_to_sign": odd, "horizon": horizon, "lambda_1": p["lambda_1_noise"], "T": cfg.T,
+           "times": data["snapshot_time"].values, "counts": _counts(data, tol, odd), "long_times": [], "long_counts": []}
+    if math.isfinite(horizon):
+        stride = max(1, math.ceil(horizon / cfg.dt / snapshots))
+        long = cfg.with_updates(T=stride * snapshots * cfg.dt, L=stride * snapshots, path_stride=stride, seed=child_seeds(cfg.seed, 1)[0],
+                                record_every=stride * snapshots)
+        ld = run_simulate(long, progress=progress).data
+        out.update(long_times=ld["snapshot_time"].values, long_counts=_counts(ld, tol, odd))
+    return out
 
 
 def attractor_horizon(lambda_1: float, kappa: float, kappa_prime: float, N: int, tol: float) -> float:
@@ -262,9 +298,8 @@ def table_point(activation: str, d: int, sigma: float, sizes: dict, seed: int, d
     row.update(lambda_1=lyap["lambda_1"], lambda_1_se=lyap["lambda_1_se"], lambda_1_extrap_err=lyap["lambda_1_extrap_err"])
     near = cfg.with_updates(T=T_near, batch=sizes["energy_pairs"], seed=s[2])
     spread = near_sync_spread(activation, d)
-    paths = energy_paths(near, InitConfig(kind="cluster", spread=spread), s[2])
-    rate, se = moment_rate(np.arange(near.L + 1) * near.dt, paths, seed=s[2])
-    row.update(lambda_bar=rate, lambda_bar_se=se, near_spread=spread)
+    fit = extrapolated_moment_rate(T_near, energy_levels(near, InitConfig(kind="cluster", spread=spread), s[2]), seed=s[2])
+    row.update(lambda_bar=fit["rate"], lambda_bar_se=fit["se"], lambda_bar_extrap_err=fit["err"], near_spread=spread)
     return row
 
 

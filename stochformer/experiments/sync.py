@@ -15,6 +15,10 @@ the noise scale s through κ → s²κ).
   slope of log(sample mean of E_β) against t; its SE is the bootstrap SE over samples (resampling
   whole paths). Near synchronisation (a tight cluster) the prediction is λ̄ − 2γ; from uniform
   tokens Theorem 1.4 bounds the rate by λ̄' (plus Assumption 2's ε).
+* **Δt → 0** (``extrapolate``, default): both estimators run the same samples at L, L/2 and L/4
+  steps on one Brownian path and report the Richardson value (:func:`richardson`) with its
+  extrapolation error beside the SE (``*_extrap_err``); the energy rates' SE is that of the same
+  combination of jointly resampled bootstrap slopes.
 """
 
 from __future__ import annotations
@@ -65,7 +69,8 @@ class SyncConfig(ExperimentConfig):
         None, gt=0.0, description="horizon of the near-synchronisation energy run (> 0); default "
         "min(T, 1/(2(κ(1)+κ'(1)))), where the log-variance of a pair's 1 − cosine reaches 2")
     bootstrap: int = Field(400, ge=10, description="bootstrap resamples for the energy-rate SE (>= 10)")
-    extrapolate: bool = Field(True, description="λ₁ extrapolated to Δt → 0 from L, L/2, L/4 steps (L a multiple of 4)")
+    extrapolate: bool = Field(True, description="λ₁ and the energy rates extrapolated to Δt → 0 from L, L/2, L/4 steps "
+                              "(L a multiple of 4)")
 
     @model_validator(mode="after")
     def _levels(self) -> "SyncConfig":
@@ -204,6 +209,16 @@ def moment_rate(
 ) -> tuple[float, float]:
     """First-moment rate of positive paths ``values: (n, n_times)`` at times ``t``: the slope of
     log(sample mean) against t (on ``mask``), and its bootstrap SE over samples."""
+    rate, boot = moment_rate_bootstrap(t, values, mask, n_boot, seed)
+    return rate, float(boot.std(ddof=1))
+
+
+def moment_rate_bootstrap(
+    t: np.ndarray, values: np.ndarray, mask: Optional[np.ndarray] = None, n_boot: int = 400, seed: int = 0
+) -> tuple[float, np.ndarray]:
+    """:func:`moment_rate`'s slope and its ``n_boot`` bootstrap slopes (resampling whole paths; the
+    resampled indices depend only on ``seed``, n_boot and n, so runs of the same samples at other
+    step sizes are resampled jointly)."""
     mask = np.ones(len(t), bool) if mask is None else mask
     rate = log_mean_slope(t, values, mask)
     rng = np.random.default_rng(seed)
@@ -211,8 +226,7 @@ def moment_rate(
     tt = t[mask] - t[mask].mean()
     idx = rng.integers(0, v.shape[0], size=(n_boot, v.shape[0]))
     y = np.log(v[idx].mean(axis=1))  # (n_boot, n_t)
-    slopes = ((y - y.mean(axis=1, keepdims=True)) @ tt) / (tt @ tt)
-    return rate, float(slopes.std(ddof=1))
+    return rate, ((y - y.mean(axis=1, keepdims=True)) @ tt) / (tt @ tt)
 
 
 # --------------------------------------------------------------------------- the experiment
@@ -257,14 +271,16 @@ class SyncResult(Result):
         """Rows (quantity, measured, SE, extrapolation error ``err`` (0 where not extrapolated),
         predicted, z = (measured − predicted)/√(SE² + err²))."""
         m, p = self.measured, self.predicted
-        lam1 = "lambda_1 (pair log-distance, Δt → 0)" if self.config.extrapolate else "lambda_1 (pair log-distance)"
+        limit = ", Δt → 0" if self.config.extrapolate else ""
         rows = [
-            (lam1, m["lambda_1"], m["lambda_1_se"], m["lambda_1_extrap_err"], p["lambda_1_pred"]),
-            ("energy rate near sync", m["energy_rate"], m["energy_rate_se"], 0.0, p["lambda_bar_pred"]),
+            (f"lambda_1 (pair log-distance{limit})", m["lambda_1"], m["lambda_1_se"], m["lambda_1_extrap_err"],
+             p["lambda_1_pred"]),
+            (f"energy rate near sync{limit}", m["energy_rate"], m["energy_rate_se"], m.get("energy_rate_extrap_err", 0.0),
+             p["lambda_bar_pred"]),
         ]
         if m.get("energy_rate_uniform") is not None:
-            rows.append(("energy rate from uniform (bound)", m["energy_rate_uniform"], m["energy_rate_uniform_se"], 0.0,
-                         p["lambda_bar_prime_pred"]))
+            rows.append((f"energy rate from uniform (bound{limit})", m["energy_rate_uniform"], m["energy_rate_uniform_se"],
+                         m.get("energy_rate_uniform_extrap_err", 0.0), p["lambda_bar_prime_pred"]))
         out = []
         for name, val, se, err, pred in rows:
             z = None if pred is None or not (se or err) else (val - pred) / math.hypot(se, err)
@@ -294,6 +310,15 @@ def richardson(values: dict[int, float]) -> tuple[float, float]:
     return second, abs(second - (2 * a - b))
 
 
+def coupling_path(noise, shape: tuple[int, int, int], steps: int, seed: int, dtype, device) -> Optional[BrownianPath]:
+    """The one Brownian path of the Δt → 0 extrapolation: normals of the noise source's shape for
+    tokens ``shape = (batch, N, d)`` on ``steps`` fine steps (None without noise)."""
+    if noise is None:
+        return None
+    parts = noise.path_shape(shape[0], shape[-1]) if hasattr(noise, "path_shape") else shape
+    return BrownianPath(parts, steps, seed=seed, dtype=dtype, device=device)
+
+
 def measure_lyapunov(cfg: RunConfig, pairs: int, eps: float = 1e-4, seed: Optional[int] = None, progress: bool = False,
                      extrapolate: bool = True) -> dict:
     """Benettin estimate of the pair exponent for ``cfg`` (N is forced to 2): λ̂₁, its SE and the
@@ -317,10 +342,7 @@ def measure_lyapunov(cfg: RunConfig, pairs: int, eps: float = 1e-4, seed: Option
         return {"lambda_1": lam, "lambda_1_se": se, "log_growth_mean": mean.numpy(), "log_growth_se": sem.numpy()}
     noise = make_noise(cfg)
     s_model, s_path = child_seeds(seed, 2)
-    path = None
-    if noise is not None:
-        shape = noise.path_shape(pairs, cfg.d) if hasattr(noise, "path_shape") else tuple(X0.shape)
-        path = BrownianPath(shape, cfg.L, seed=s_path, dtype=dtype, device=device)
+    path = coupling_path(noise, tuple(X0.shape), cfg.L, s_path, dtype, device)
     ends, curves = {}, None
     for k in EXTRAPOLATION_LEVELS:
         n = cfg.L // k
@@ -346,6 +368,53 @@ def energy_paths(cfg: RunConfig, init: InitConfig, seed: int, progress: bool = F
     return ds["energy"].values
 
 
+def energy_levels(cfg: RunConfig, init: InitConfig, seed: int, progress: bool = False) -> dict[int, np.ndarray]:
+    """E_β per sample and step for ``cfg`` started from ``init`` at n = L, L/2, L/4 steps
+    (:data:`EXTRAPOLATION_LEVELS`): the same initial tokens, driven by one :class:`BrownianPath`
+    (common random numbers, as :func:`measure_lyapunov`): ``{n: (batch, n+1)}``; L a multiple of 4."""
+    check_extrapolation(cfg.L, True)
+    device, dtype = resolve_device(cfg.device), DTYPES[cfg.dtype]
+    s_init, s_model, s_path = child_seeds(seed, 3)
+    X0 = initial_tokens(init, cfg.batch, cfg.N, cfg.d, make_generator(s_init, device), dtype, device)
+    noise = make_noise(cfg)
+    path = coupling_path(noise, tuple(X0.shape), cfg.L, s_path, dtype, device)
+    save = SaveAt(stats=("energy",), final=False, energy_beta=cfg.energy_beta)
+    out = {}
+    for k in EXTRAPOLATION_LEVELS:
+        n = cfg.L // k
+        ds = solve(make_model(cfg, dtype, device, noise=noise), X0, cfg.T, n, save, generator=make_generator(s_model, device),
+                   path=path, progress=progress, desc=f"energy ({n} steps)", context=cfg)
+        out[n] = ds["energy"].values
+    return out
+
+
+def extrapolated_moment_rate(T: float, levels: dict[int, np.ndarray], fit_from: float = 0.0, n_boot: int = 400,
+                             seed: int = 0) -> dict:
+    """The first-moment rate (:func:`moment_rate`, fitted on t ≥ fit_from·T) of the paths ``levels:
+    {n: (batch, n+1)}`` at n steps of [0, T]. With one level: ``rate``, ``se`` and ``err = 0``. With
+    n = L, L/2, L/4 (:func:`energy_levels`): ``rate`` the :func:`richardson` value, ``err`` its
+    extrapolation error, ``se`` the SD of the same combination of the jointly resampled bootstrap
+    slopes, and ``steps``: {n: rate at n steps}."""
+    rates, boots = {}, {}
+    for n, values in levels.items():
+        t = np.arange(n + 1) * (T / n)
+        rates[n], boots[n] = moment_rate_bootstrap(t, values, t >= fit_from * T - 1e-12 * T, n_boot, seed)
+    if len(levels) == 1:
+        (n,) = levels
+        return {"rate": rates[n], "se": float(boots[n].std(ddof=1)), "err": 0.0, "steps": {}}
+    rate, err = richardson(rates)
+    return {"rate": rate, "se": float(richardson(boots)[0].std(ddof=1)), "err": err,
+            "steps": {str(n): r for n, r in rates.items()}}
+
+
+def _energy_rate(cfg: RunConfig, init: InitConfig, seed: int, fit_from: float, n_boot: int, extrapolate: bool,
+                 progress: bool) -> tuple[dict, np.ndarray]:
+    """The energy rate of ``cfg`` from ``init`` (extrapolated to Δt → 0 or at L steps) and the paths at L steps."""
+    levels = (energy_levels(cfg, init, seed, progress) if extrapolate
+              else {cfg.L: energy_paths(cfg, init, seed, progress)})
+    return extrapolated_moment_rate(cfg.T, levels, fit_from, n_boot, seed), levels[cfg.L]
+
+
 def run_sync(cfg: SyncConfig, progress: bool = False) -> SyncResult:
     """Measure λ₁ (pairs), the energy rate near synchronisation (cluster of ``near_spread``) and
     from uniform tokens, for ``cfg.model.dynamics``; return them beside the closed forms."""
@@ -357,22 +426,26 @@ def run_sync(cfg: SyncConfig, progress: bool = False) -> SyncResult:
     lyap = measure_lyapunov(run, cfg.pairs, cfg.eps, seeds[0], progress, cfg.extrapolate)
     predicted = predicted_rates(run)
     T_near = cfg.near_horizon or min(run.T, near_sync_horizon(predicted["kappa"], predicted["kappa_prime"]))
-    L_near = max(2, math.ceil(run.L * T_near / run.T))
+    unit = EXTRAPOLATION_LEVELS[-1] if cfg.extrapolate else 1
+    L_near = max(2, unit * math.ceil(run.L * T_near / (run.T * unit)))
     near_cfg = run.model_copy(update={"T": T_near, "L": L_near})
     near_times = np.arange(L_near + 1) * near_cfg.dt
     spread = cfg.near_spread or near_sync_spread(run.activation, run.d)
-    near = energy_paths(near_cfg, InitConfig(kind="cluster", spread=spread), seeds[1], progress)
-    rate, rate_se = moment_rate(near_times, near, n_boot=cfg.bootstrap, seed=seeds[1])
+    fit, near = _energy_rate(near_cfg, InitConfig(kind="cluster", spread=spread), seeds[1], 0.0, cfg.bootstrap,
+                             cfg.extrapolate, progress)
     measured = {"lambda_1": lyap["lambda_1"], "lambda_1_se": lyap["lambda_1_se"],
-                "lambda_1_extrap_err": lyap.get("lambda_1_extrap_err", 0.0), "energy_rate": rate,
-                "energy_rate_se": rate_se, "near_spread": spread}
+                "lambda_1_extrap_err": lyap.get("lambda_1_extrap_err", 0.0), "energy_rate": fit["rate"],
+                "energy_rate_se": fit["se"], "energy_rate_extrap_err": fit["err"], "near_spread": spread}
     measured.update({f"lambda_1_at_{n}_steps": v for n, v in lyap.get("lambda_1_steps", {}).items()})
+    measured.update({f"energy_rate_at_{n}_steps": v for n, v in fit["steps"].items()})
     uni_curve = mask = None
     if cfg.uniform_start:
-        uni = energy_paths(run, InitConfig(kind="uniform"), seeds[2], progress)
-        mask = times >= cfg.fit_from * run.T
-        r_u, se_u = moment_rate(times, uni, mask, cfg.bootstrap, seeds[2])
-        measured.update(energy_rate_uniform=r_u, energy_rate_uniform_se=se_u)
+        fit_u, uni = _energy_rate(run, InitConfig(kind="uniform"), seeds[2], cfg.fit_from, cfg.bootstrap,
+                                  cfg.extrapolate, progress)
+        mask = times >= cfg.fit_from * run.T - 1e-12 * run.T
+        measured.update(energy_rate_uniform=fit_u["rate"], energy_rate_uniform_se=fit_u["se"],
+                        energy_rate_uniform_extrap_err=fit_u["err"])
+        measured.update({f"energy_rate_uniform_at_{n}_steps": v for n, v in fit_u["steps"].items()})
         uni_curve = tuple(x.numpy() for x in mean_and_se(torch.from_numpy(uni)))
     near_curve = tuple(x.numpy() for x in mean_and_se(torch.from_numpy(near)))
     device = resolve_device(run.device)

@@ -56,10 +56,14 @@ class SoftmaxAttention:
 
     def _queries(self, X: torch.Tensor) -> torch.Tensor:
         # ⟨Q x_i, K x_j⟩ = x_iᵀ (Qᵀ K) x_j: the query of token i is (Qᵀ K)ᵀ x_i = Aᵀ x_i.
-        return self.beta * X if self.A is None else X @ self.A
+        if self.A is None:
+            return X if self.beta == 1 else self.beta * X  # 1·x = x exactly: one pass fewer
+        return X @ self.A
 
     def _values(self, X: torch.Tensor) -> torch.Tensor:
-        return self.gamma * X if self.V is None else X @ self.V.T
+        if self.V is None:
+            return X if self.gamma == 1 else self.gamma * X
+        return X @ self.V.T
 
     @classmethod
     def from_matrices(

@@ -161,6 +161,7 @@ class RandomMLP:
         self._draw = NormalDraws(self.rng, self.precision, ahead=DEFAULT_AHEAD if self.rng == "parallel" else 0)
         # the gaussian sampler applies φ to a fresh buffer: in place where that is known to be safe
         self._phi_fresh = torch.relu_ if self.activation == "relu" else self._phi
+        self._work: Optional[torch.Tensor] = None  # the pre-activations of :meth:`increment`, kept across layers
 
     def reset(self, batch, d, generator, dtype, device) -> None:
         self._draw.reset()
@@ -204,17 +205,18 @@ class RandomMLP:
     def _n_hidden(self, B: int, N: int, d: int, dtype: torch.dtype) -> int:
         return B * self.width * (_hidden_rank(N, d, dtype) + (self.sigma_U > 0))
 
-    def _hidden_from(self, X: torch.Tensor, z: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-        """Φ (batch, N, m) from the first :meth:`_n_hidden` normals of the flat buffer ``z``."""
+    def _hidden_from(self, X: torch.Tensor, z: torch.Tensor, generator: torch.Generator, out: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """Φ (batch, N, m) from the first :meth:`_n_hidden` normals of the flat buffer ``z``; the
+        pre-activations are written into ``out`` (batch, N, m) when given."""
         B, N, d = X.shape
         m, r = self.width, _hidden_rank(N, d, X.dtype)
         Zt = z[: B * m * r].view(B, m, r).transpose(-1, -2)  # (B, r, m)
         Y = X * (1.0 / math.sqrt(d))
         if r == d:  # H = Y Uᵀ/√d with U = Z (B, m, d)
-            pre = Y @ Zt
+            pre = torch.matmul(Y, Zt, out=out)
         else:  # H = C Zᵀ with C Cᵀ = Y Yᵀ/d (N × N): m·N normals instead of m·d
             C, bad = _cholesky(Y @ Y.transpose(-1, -2), d)
-            pre = C @ Zt
+            pre = torch.matmul(C, Zt, out=out)
             if bad is not None:
                 # Y Yᵀ numerically singular (synchronised tokens): draw U for those samples, the
                 # same law; the extra normals are drawn after the buffer, so runs stay reproducible
@@ -243,7 +245,7 @@ class RandomMLP:
         n_hid = self._n_hidden(B, N, d, X.dtype)
         n_out = B * (N if gram else m) * d
         z = self._draw(n_hid + n_out + (B * d if self.sigma_W > 0 else 0), generator, X.dtype, X.device)
-        Phi = self._hidden_from(X, z, generator)  # (B, N, m)
+        Phi = self._hidden_from(X, z, generator, self._scratch((B, N, m), X))  # (B, N, m)
         Zo = z[n_hid : n_hid + n_out]
         bad = None
         if gram:  # given Φ the output rows are N(0, ΦΦᵀ/m): S Z'' with S Sᵀ = ΦΦᵀ
@@ -258,6 +260,14 @@ class RandomMLP:
             bW = z[n_hid + n_out : n_hid + n_out + B * d].view(B, 1, d)
             return out.mul_(coef / math.sqrt(m)).add_(bW, alpha=coef * self.sigma_W)
         return out.mul_(coef / math.sqrt(m))
+
+    def _scratch(self, shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
+        """Memory for the pre-activations, the same at every layer: a fresh multi-MB tensor per
+        layer may come as fresh pages from the OS each time (page faults; glibc's heuristics)."""
+        w = self._work
+        if w is None or w.shape != shape or w.dtype != like.dtype or w.device != like.device:
+            w = self._work = torch.empty(shape, dtype=like.dtype, device=like.device)
+        return w
 
     def _increment_weights(self, X: torch.Tensor, dt: float, generator: torch.Generator) -> torch.Tensor:
         """√dt · s · G^m(X) with U, W, b_U, b_W drawn explicitly (SPEC §1)."""
@@ -282,8 +292,7 @@ def _cholesky(K: torch.Tensor, inner: int) -> tuple[torch.Tensor, Optional[torch
     diag = Kd.diagonal(dim1=-2, dim2=-1)
     diag.add_(diag.amax(-1, keepdim=True), alpha=inner * torch.finfo(K.dtype).eps)
     C, info = torch.linalg.cholesky_ex(Kd)
-    bad = info > 0
-    return C, (bad if bool(bad.any()) else None)
+    return C, (info > 0 if bool(info.any()) else None)
 
 
 #: cost of one normal draw in floating-point operations (measured: ~4 ns per float64 normal with

@@ -21,7 +21,10 @@ Drawing Gaussians dominates the cost of the discrete transformer on a CPU (see
   untouched (at most ``ahead``), so a short run draws at most about twice what it uses.
   The buffer is served only while the generator is exactly in the state its draw left it in, so
   the numbers stay a function of the seed and the sequence of calls; :meth:`NormalDraws.reset`
-  drops it (every run starts with one).
+  drops it (every run starts with one). A refill writes into the memory of the previous ones
+  when nothing served from it is alive (no fresh pages), and in float64 on the parallel backend
+  draws at once only the whole requests of the current size that fit; the rest of its pieces is
+  drawn, in order, only when served (the same numbers; the tail no request reaches is never drawn).
 """
 
 from __future__ import annotations
@@ -60,6 +63,38 @@ def resolve_backend(backend: str, device: torch.device | str) -> RngBackend:
     return backend  # type: ignore[return-value]
 
 
+class _Streams:
+    """``len(seeds)`` contiguous pieces of ``out`` (float64, numpy view), piece k the first normals of
+    numpy's ziggurat on SFC64(seeds[k]); :meth:`fill` continues each piece in order, so a piece
+    filled in several goes holds the same numbers as one filled at once."""
+
+    def __init__(self, out: np.ndarray, seeds: list[int]) -> None:
+        n, s = len(out), len(seeds)
+        self.out, self.edges = out, [(n * k) // s for k in range(s + 1)]
+        self.gens = [np.random.Generator(np.random.SFC64(seed)) for seed in seeds]
+        self.done = self.edges[:-1]  # piece k is filled on [edges[k], done[k])
+        self.filled = 0  # every position below is filled
+
+    def fill(self, upto: int) -> None:
+        """Fill every position below ``upto``, the pieces in parallel when that pays."""
+        if upto <= self.filled:
+            return
+        jobs = [(k, self.done[k], min(self.edges[k + 1], upto)) for k in range(len(self.gens)) if self.done[k] < min(self.edges[k + 1], upto)]
+
+        def run(job: tuple[int, int, int]) -> None:
+            k, start, stop = job
+            self.gens[k].standard_normal(out=self.out[start:stop])
+            self.done[k] = stop
+
+        if len(jobs) > 1 and torch.get_num_threads() > 1 and sum(stop - start for _, start, stop in jobs) >= _PARALLEL_MIN * len(self.gens):
+            for f in [_pool().submit(run, job) for job in jobs]:
+                f.result()
+        else:
+            for job in jobs:
+                run(job)
+        self.filled = upto
+
+
 @dataclass
 class _Buffer:
     z: Optional[torch.Tensor] = None  # normals drawn ahead; z[pos:] not served yet
@@ -67,6 +102,15 @@ class _Buffer:
     generator: Optional[torch.Generator] = None
     state: Optional[torch.Tensor] = None  # the generator's state right after z was drawn
     size: int = 0  # normals drawn by the last refill since the last reset
+    memory: Optional[torch.Tensor] = None  # the storage z lives in, kept across refills and resets
+    users: int = -1  # its storage's use count when nothing served from it is alive
+    streams: Optional[_Streams] = None  # z's pieces when they are filled on demand (float64 parallel)
+
+
+def _storage_users(t: torch.Tensor) -> int:
+    """How many tensors share ``t``'s storage (−1 where torch does not say: never reused then)."""
+    count = getattr(torch._C, "_storage_Use_Count", None)
+    return -1 if count is None else int(count(t.untyped_storage()._cdata))
 
 
 @dataclass(frozen=True)
@@ -81,7 +125,7 @@ class NormalDraws:
 
     def reset(self) -> None:
         """Drop the normals drawn ahead."""
-        self._buffer.z = self._buffer.generator = self._buffer.state = None
+        self._buffer.z = self._buffer.generator = self._buffer.state = self._buffer.streams = None
         self._buffer.size = 0
 
     def __call__(self, n: int, generator: torch.Generator, dtype: torch.dtype, device: torch.device | str) -> torch.Tensor:
@@ -96,35 +140,71 @@ class NormalDraws:
         )
         if not (untouched and b.pos + n <= b.z.numel()):
             b.size = min(self.ahead, max(2 * b.size if untouched else 0, 2 * n))
-            b.z, b.pos, b.generator = self._draw(b.size, generator, dtype, device), 0, generator
-            b.state = generator.get_state()
+            b.z = b.streams = None  # drop the served buffer's own views before asking whether its memory is free
+            self._refill(b.size, n, generator, dtype, device)
         b.pos += n
+        if b.streams is not None:
+            b.streams.fill(b.pos)
         return b.z[b.pos - n : b.pos]
 
-    def _draw(self, n: int, generator: torch.Generator, dtype: torch.dtype, device: torch.device | str) -> torch.Tensor:
+    def _refill(self, size: int, n: int, generator: torch.Generator, dtype: torch.dtype, device: torch.device | str) -> None:
+        """Draw the buffer of ``size`` normals for requests of about ``n``. In float64 on the
+        parallel backend only the whole requests of ``n`` that fit are drawn now (in parallel); the
+        rest is drawn, in order, only if it is served: the numbers are those of drawing it all at
+        once, and the tail a run never reaches (up to a request's size at every refill, and the
+        end of the last buffer) is never drawn."""
+        b = self._buffer
+        out = self._free_memory(size, dtype, device)
+        if self.backend == "parallel" and self.precision == "full" and dtype == torch.float64 and torch.device(device).type == "cpu":
+            b.z = out if out is not None else torch.empty(size, dtype=dtype)
+            b.streams = _Streams(b.z.numpy(), self._seeds(generator))
+            b.streams.fill(size // n * n if n else 0)
+        else:
+            b.z = self._draw(size, generator, dtype, device, out)
+        b.pos, b.generator, b.state = 0, generator, generator.get_state()
+
+    def _free_memory(self, n: int, dtype: torch.dtype, device: torch.device | str) -> Optional[torch.Tensor]:
+        """``n`` entries of memory for a refill: those of the previous refills when nothing served
+        from them is alive any more, so that a refill touches no fresh pages (their first touch,
+        page faults, took about 40% of the sampler's time on a CPU); None where torch cannot say."""
+        b = self._buffer
+        if b.memory is None or b.memory.numel() < n or b.memory.dtype != dtype or b.memory.device != torch.device(device) \
+                or _storage_users(b.memory) != b.users:
+            b.memory = torch.empty(max(n, self.ahead), dtype=dtype, device=device)  # pages are touched only when used
+            b.users = _storage_users(b.memory)
+        return b.memory[:n] if b.users >= 0 else None
+
+    def _draw(
+        self, n: int, generator: torch.Generator, dtype: torch.dtype, device: torch.device | str, out: Optional[torch.Tensor] = None
+    ) -> torch.Tensor:
+        """``n`` fresh normals, shape (n,), in ``dtype`` on ``device``; written into ``out`` when given."""
         draw_dtype = torch.float32 if self.precision == "float32" else dtype
+        into = out if draw_dtype == dtype else None
         if self.backend == "torch":
-            z = torch.randn(n, generator=generator, dtype=draw_dtype, device=device)
+            z = torch.randn(n, generator=generator, dtype=draw_dtype, device=device, out=into)
+        elif torch.device(device).type == "cpu":
+            z = self._parallel(n, generator, draw_dtype, into)
         else:
             z = self._parallel(n, generator, draw_dtype).to(device)
+        if out is not None and z is not out:
+            return out.copy_(z)
         return z if z.dtype == dtype else z.to(dtype)
 
-    def _parallel(self, n: int, generator: torch.Generator, dtype: torch.dtype) -> torch.Tensor:
+    def _seeds(self, generator: torch.Generator) -> list[int]:
+        return torch.randint(0, 2**63 - 1, (self.streams,), generator=generator, device=generator.device).tolist()
+
+    def _parallel(self, n: int, generator: torch.Generator, dtype: torch.dtype, out: Optional[torch.Tensor] = None) -> torch.Tensor:
         if dtype not in (torch.float64, torch.float32):
             raise ValueError(f"rng: the parallel backend draws float64 or float32, not {dtype}")
-        seeds = torch.randint(0, 2**63 - 1, (self.streams,), generator=generator, device=generator.device).tolist()
-        out = torch.empty(n, dtype=dtype)
-        edges = [(n * k) // self.streams for k in range(self.streams + 1)]
+        seeds = self._seeds(generator)
+        out = torch.empty(n, dtype=dtype) if out is None else out
         if dtype == torch.float64:
-            buf = out.numpy()
+            _Streams(out.numpy(), seeds).fill(n)
+            return out
+        edges = [(n * k) // self.streams for k in range(self.streams + 1)]
 
-            def fill(k: int) -> None:
-                np.random.Generator(np.random.SFC64(seeds[k])).standard_normal(out=buf[edges[k] : edges[k + 1]])
-
-        else:
-
-            def fill(k: int) -> None:
-                out[edges[k] : edges[k + 1]].normal_(generator=torch.Generator().manual_seed(seeds[k]))
+        def fill(k: int) -> None:
+            out[edges[k] : edges[k + 1]].normal_(generator=torch.Generator().manual_seed(seeds[k]))
 
         if min(self.streams, torch.get_num_threads()) > 1 and n >= _PARALLEL_MIN * self.streams:
             for f in [_pool().submit(fill, k) for k in range(self.streams)]:

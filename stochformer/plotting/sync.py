@@ -65,7 +65,7 @@ def _edges(c: np.ndarray) -> np.ndarray:
 def phase_title(c: Any) -> str:
     """The fixed parameters of a phase diagram (PhaseConfig ``c``), those on its axes left out."""
     m = c.model
-    fixed = {"d": m.d, "gamma": m.gamma_value, "L": m.L, "T": m.T}
+    fixed = {"d": m.d, "gamma": m.gamma_value, "L": m.L, "T": m.T, **({"m": m.m} if m.dynamics == "transformer" else {})}
     shown = ", ".join(assign(k, v) for k, v in fixed.items() if k not in (c.x_field, c.y_field))
     return f"{m.dynamics}, {m.activation}, {shown}: predicted boundary in black"
 
@@ -190,3 +190,55 @@ def plot_table(result: Any, axes: Optional[Any] = None) -> "Figure":
         ax.set(xlabel=f"computed {name}", ylabel=f"measured {name} (transformer)")
         ax.legend(fontsize=8)
     return finish(fig, created)
+
+
+def plot_cluster_course(result: Any, sample: int = 0, axes: Optional[Any] = None) -> "Figure":
+    """ClustersResult (SPEC §6 item 1): the number of clusters (of projective space for an odd field)
+    against t, per sample and mean, over the paper's run and the run to the predicted attractor
+    horizon (marked), above the paper's picture (:func:`plot_cluster_picture`). ``axes``: 2 × (number
+    of activations) axes, or None."""
+    acts = list(result.courses)
+    created = axes is None
+    fig, ax = figure_axes(axes, (2, len(acts)), (4.4 * len(acts), 8.2))
+    for k, act in enumerate(acts):
+        c, a = result.courses[act], ax[0, k]
+        for times, counts, style in ((c["times"], c["counts"], "-"), (c["long_times"], c["long_counts"], "--")):
+            counts = np.asarray(counts, float)
+            if counts.size == 0:
+                continue
+            a.plot(times, counts.T, color=f"C{k}", lw=0.6, alpha=0.4, ls=style)
+            a.plot(times, counts.mean(axis=0), color=f"C{k}", lw=2, ls=style)
+        if np.isfinite(c["horizon"]):
+            a.axvline(c["horizon"], color="k", ls="--", lw=1, label=f"predicted horizon {c['horizon']:.3g}")
+        a.axvline(c["T"], color="0.5", ls=":", lw=1, label=f"$T$ = {c['T']:g}")
+        a.set_yscale("log")
+        a.set(xlabel="$t$", ylabel="projective clusters" if c["up_to_sign"] else "clusters",
+              title=rf"{act}: $\lambda_1$ = {c['lambda_1']:.3g}")
+        a.legend(fontsize=7)
+    plot_cluster_picture(result, sample, axes=ax[1])
+    return finish(fig, created)
+
+
+def plot_motions(result: Any, axes: Optional[Any] = None) -> "Figure":
+    """MotionsResult: E⟨x₀, X_t⟩ against t per dynamics with e^{−κ(1)(d−1)t/2} (left) and histograms
+    of u_T per dynamics beside the scalar two-point diffusion's (right). ``axes``: two axes, or None."""
+    created = axes is None
+    fig, ax = figure_axes(axes, (1, 2), (10, 4))
+    a1, a2 = ax[0]
+    t, p = result.times, result.predicted
+    for k, (dyn, (mean, se)) in enumerate(result.one_point.items()):
+        m = result.measured[dyn]
+        linear_band(a1, t, mean, se, f"C{k}", f"{dyn}: rate {m['one_point_rate']:.4g} ± {m['one_point_rate_se']:.2g}")
+    fine = np.linspace(0, p["T"], 200)
+    a1.plot(fine, np.exp(p["one_point_rate"] * fine), "k--", label=f"predicted rate {p['one_point_rate']:.4g}")
+    a1.set(xlabel="$t$", ylabel=r"$E\langle x_0, X_t\rangle$", title="one point")
+    a1.legend(fontsize=8)
+    bins = np.linspace(-1, 1, 61)
+    a2.hist(result.u_reference, bins=bins, density=True, histtype="stepfilled", color="0.85", label="scalar diffusion")
+    for k, (dyn, u) in enumerate(result.u_final.items()):
+        a2.hist(u, bins=bins, density=True, histtype="step", color=f"C{k}", lw=1.5, label=dyn)
+    a2.axvline(p["threshold"], color="k", ls=":", lw=1, label=f"tail threshold {p['threshold']:g}")
+    a2.set(xlabel=r"$u_T = \langle X^1_T, X^2_T\rangle$", ylabel="density",
+           title=f"two points from $u_0$ = {p['u0']:g} at $T$ = {p['T']:g}")
+    a2.legend(fontsize=8)
+    return finish(fig, created, rf"$d$ = {p['d']}, $\kappa(1)$ = {p['kappa']:.3g}")

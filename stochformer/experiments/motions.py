@@ -1,0 +1,150 @@
+"""``motions``: the one- and two-point motions of the noise alone (SPEC §3–§4, no attention), measured
+on the limit SDE and on the transformer beside :mod:`stochformer.motions`.
+
+Pairs of tokens at cosine ``u0`` are stepped by :func:`stochformer.solve` (L steps of [0, T], token
+snapshots every ``L // snapshots`` steps) for each dynamics. Measured:
+
+* **one point**: c_t = ⟨x₀, X_t⟩ of the first token of every pair, its mean ± SE per snapshot,
+  and the decay rate of E c_t fitted as the slope of log(mean) against t (``sync.moment_rate``, the
+  bootstrap SE over pairs); predicted −κ(1)(d−1)/2 (and E c_T = e^{−κ(1)(d−1)T/2});
+* **two points**: u_T = ⟨X¹_T, X²_T⟩, its mean and the tail probability P(u_T > ``threshold``)
+  with SEs, beside the same of the scalar diffusion of u integrated finely
+  (:func:`stochformer.motions.simulate_two_point`, ``reference_steps`` × ``reference_paths``).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+import torch
+import xarray as xr
+from pydantic import Field, model_validator
+
+from ..build import initial_tokens, make_kernel, make_model
+from ..config import InitConfig, RunConfig, as_config
+from ..io import to_jsonable
+from ..motions import one_point_mean, simulate_two_point
+from ..results import Result
+from ..runtime import DTYPES, child_seeds, make_generator, provenance, resolve_device
+from ..solver import SaveAt, solve
+from ..stats import mean_and_se
+from .sync import moment_rate
+
+DYNAMICS = ("sde", "transformer")
+
+
+class MotionsConfig(RunConfig):
+    """A :class:`RunConfig` of the noise alone (attention = false, N = 2 tokens, ``batch`` pairs; both
+    dynamics are run, ``dynamics`` is not read), by default ReLU, d = 4, σ_U = σ_W = 0.5 (κ(1) = 0.5),
+    T = 1 on 100 steps, m = 64 (docs/synchronisation.md); the pairs' start and the reference's sizes."""
+
+    d: int = Field(4, ge=2, description="token dimension (>= 2)")
+    sigma_U: float = Field(0.5, ge=0.0, description="std of the inner MLP bias b_U (>= 0)")
+    sigma_W: float = Field(0.5, ge=0.0, description="std of the outer MLP bias b_W (>= 0)")
+    attention: bool = Field(False, description="must be false: the motions are of the noise alone")
+    N: int = Field(2, ge=2, le=2, description="tokens: a pair (2)")
+    T: float = Field(1.0, gt=0.0, description="time horizon, > 0")
+    L: int = Field(100, ge=1, description="steps (layers) of [0, T], >= 1")
+    m: int = Field(64, ge=1, description="MLP width of the transformer (>= 1)")
+    batch: int = Field(2000, ge=2, description="independent pairs (>= 2)")
+    u0: float = Field(0.5, gt=-1.0, lt=1.0, description="initial cosine of each pair, in (-1, 1)")
+    threshold: float = Field(0.9, gt=-1.0, lt=1.0, description="tail event u_T > threshold, in (-1, 1)")
+    snapshots: int = Field(20, ge=2, description="token snapshots over [0, T] for the one-point time course (>= 2)")
+    reference_steps: int = Field(400, ge=10, description="Euler steps of the scalar two-point diffusion (>= 10)")
+    reference_paths: int = Field(20000, ge=100, description="paths of the scalar two-point diffusion (>= 100)")
+    bootstrap: int = Field(400, ge=10, description="bootstrap resamples of the one-point rate's SE (>= 10)")
+
+    @model_validator(mode="after")
+    def _noise_alone(self) -> "MotionsConfig":
+        if self.attention:
+            raise ValueError("attention: must be false, the motions are of the noise alone")
+        if not self.mlp or self.noise_scale == 0:
+            raise ValueError("mlp: the motions need the MLP noise (mlp = true and noise_scale > 0)")
+        return self
+
+
+@dataclass(repr=False)
+class MotionsResult(Result):
+    """``times``: (snapshots,); ``one_point[dyn]``: (mean, se) of ⟨x₀, X_t⟩ per snapshot;
+    ``measured[dyn]``: the one-point rate and value at T, the mean and tail of u_T (each with its SE);
+    ``reference``: the scalar diffusion's mean and tail of u_T with SEs; ``predicted``: the one-point
+    rate −κ(1)(d−1)/2 and e^{−κ(1)(d−1)T/2}, κ(1), d."""
+
+    command: ClassVar[str] = "motions"
+    summary_name: ClassVar[str] = "motions.json"
+    config: MotionsConfig
+    times: np.ndarray
+    one_point: dict[str, tuple[np.ndarray, np.ndarray]]
+    u_final: dict[str, np.ndarray]
+    u_reference: np.ndarray
+    measured: dict[str, dict]
+    reference: dict
+    predicted: dict
+    provenance: dict
+    elapsed_s: float
+
+    def to_dict(self) -> dict:
+        return to_jsonable({"measured": self.measured, "reference": self.reference, "predicted": self.predicted,
+                            "times": self.times, "one_point": {k: {"mean": m, "se": s} for k, (m, s) in self.one_point.items()}})
+
+    def _dataset(self) -> xr.Dataset:
+        dyn = list(self.one_point)
+        data = {"one_point_mean": (("dynamics", "time"), np.stack([self.one_point[k][0] for k in dyn])),
+                "one_point_se": (("dynamics", "time"), np.stack([self.one_point[k][1] for k in dyn])),
+                "u_final": (("dynamics", "pair"), np.stack([self.u_final[k] for k in dyn])),
+                "u_reference": ("path", self.u_reference)}
+        return xr.Dataset(data, coords={"dynamics": dyn, "time": self.times})
+
+
+def _mean_se(x: np.ndarray) -> tuple[float, float]:
+    m, s = mean_and_se(np.asarray(x, float))
+    return float(m), float(s)
+
+
+def law_of_u(u: np.ndarray, threshold: float) -> dict:
+    """Mean and P(u > threshold) of samples ``u`` with their SEs."""
+    mean, se = _mean_se(u)
+    tail, tail_se = _mean_se(u > threshold)
+    return {"u_mean": mean, "u_mean_se": se, "tail": tail, "tail_se": tail_se}
+
+
+def run_motions(cfg: MotionsConfig, progress: bool = False) -> MotionsResult:
+    """Measure the one- and two-point motions on the limit SDE and the transformer (module docstring)."""
+    cfg = as_config(cfg, MotionsConfig)
+    start = time.perf_counter()
+    model = RunConfig.model_validate(cfg.model_dump(include=set(RunConfig.model_fields)))  # the model alone
+    device, dtype = resolve_device(model.device), DTYPES[model.dtype]
+    kernel = make_kernel(model)
+    k1, d, T = kernel.kappa1, model.d, model.T
+    s_init, s_ref, *s_dyn = child_seeds(model.seed, 2 + len(DYNAMICS))
+    X0 = initial_tokens(InitConfig(kind="pair", cosine=cfg.u0), model.batch, 2, d, make_generator(s_init, device), dtype,
+                        device)
+    stride = max(1, model.L // cfg.snapshots)
+    save = SaveAt(stats=(), tokens_every=stride)
+    one_point: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    u_final: dict[str, np.ndarray] = {}
+    measured: dict[str, dict] = {}
+    times = np.zeros(0)
+    for dyn, seed in zip(DYNAMICS, s_dyn):
+        run = model.with_updates(dynamics=dyn)
+        ds = solve(make_model(run, dtype, device), X0, T, run.L, save, generator=make_generator(seed, device),
+                   progress=progress, desc=f"motions ({dyn})", context=run)
+        X = torch.from_numpy(ds["X"].values)  # (pairs, snapshots, 2, d)
+        times = ds["snapshot_time"].values
+        c = (X0[:, None, 0].cpu().double() * X[:, :, 0]).sum(-1).numpy()  # (pairs, snapshots)
+        mean, se = (np.asarray(x) for x in mean_and_se(c))
+        one_point[dyn] = (mean, se)
+        rate, rate_se = moment_rate(times, c, n_boot=cfg.bootstrap, seed=seed)
+        u = (X[:, -1, 0] * X[:, -1, 1]).sum(-1).numpy()
+        u_final[dyn] = u
+        measured[dyn] = {"one_point_rate": rate, "one_point_rate_se": rate_se, "one_point_T": float(mean[-1]),
+                         "one_point_T_se": float(se[-1]), **law_of_u(u, cfg.threshold)}
+    u_ref = simulate_two_point(kernel, cfg.u0, T, cfg.reference_steps, cfg.reference_paths, s_ref)
+    predicted = {"kappa": k1, "d": d, "T": T, "one_point_rate": -k1 * (d - 1) / 2,
+                 "one_point_T": float(one_point_mean(k1, d, T)), "u0": cfg.u0, "threshold": cfg.threshold}
+    return MotionsResult(cfg, times, one_point, u_final, u_ref, measured, law_of_u(u_ref, cfg.threshold), predicted,
+                         provenance(device), time.perf_counter() - start)
+

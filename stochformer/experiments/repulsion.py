@@ -1,0 +1,240 @@
+"""``repulsion``: Theorem 1.4 with attention (ε ≠ 0) from uniform tokens, over a grid of attention
+strengths γ (V = γI, Qᵀ K = βI) and noise scales σ = σ_U = σ_W (SPEC §5, §6 item 6).
+
+At every grid point ``batch`` runs start from i.i.d. uniform tokens and are stepped by
+:func:`stochformer.solve`; measured (mean ± SE over runs):
+
+* the E_β rate over the run, log(E E_β(μ_T) / E E_β(μ_0))/T (delta-method SE), against Theorem 1.4's
+  bound ε + λ̄', with Assumption 2's ε = max(0, −2γ) (**derived**: the noiseless flow with V = γI is
+  dissipative for γ ≥ 0, ε = 0; for V = −δI the largest rate of growth of E_β, sup dlog E_β/dt,
+  is 2δ, reached as the tokens come together — two tokens at cosine u give
+  2δ β e^{βu} w(u)(1 − u²)/(e^β − e^{βu}), w = e^{βu}/(e^β + e^{βu}), increasing to 2δ as u → 1);
+* the final mean pairwise cosine (the observed outcome: synchronised, partly clustered or apart),
+  beside the linearised criterion λ₁ − γ < 0 (the stability of full synchronisation);
+* the initial rate of the mean cosine, d E⟨x_i, x_j⟩/dt at t = 0 (per-run least-squares slope over
+  t ≤ ``slope_time``): with the noise alone it is E[b(u₀)] over the uniform law of u₀, b the pair
+  drift of :func:`stochformer.motions.two_point_coefficients` (SPEC §3).
+
+At the point ``probe`` (by default ReLU d = 64, σ = 0.1, γ = −1: λ₁ − γ > 0 yet partial clustering)
+the pair exponent λ̂₁ (:func:`~stochformer.experiments.sync.measure_lyapunov`, Δt → 0) is measured
+too, and the noiseless repulsive flow is run from a near-synchronised cluster to measure its largest
+energy growth rate (ε).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Optional
+
+import numpy as np
+import xarray as xr
+from pydantic import Field, model_validator
+
+from ..build import initial_tokens, make_kernel, make_model
+from ..config import InitConfig, RunConfig, as_config, build_config
+from ..motions import two_point_coefficients
+from ..results import Result
+from ..runtime import DTYPES, child_seeds, make_generator, provenance, resolve_device
+from ..solver import SaveAt, solve
+from ..stats import mean_and_se
+from ..tasks import Task, run_tasks
+from .sync import check_extrapolation, measure_lyapunov, predicted_rates
+
+
+class RepulsionConfig(RunConfig):
+    """A base :class:`RunConfig` (the model: activation, d, N, L, T, dynamics; ``batch`` runs per
+    point) and the grid ``gammas`` × ``sigmas`` (σ_U = σ_W = σ)."""
+
+    d: int = Field(64, ge=2, description="token dimension (>= 2)")
+    N: int = Field(16, ge=2, description="number of tokens (>= 2)")
+    L: int = Field(100, ge=4, description="steps (>= 4; a multiple of 4 for the probe's Δt → 0 extrapolation)")
+    T: float = Field(5.0, gt=0.0, description="time horizon, > 0")
+    batch: int = Field(32, ge=2, description="runs from uniform tokens per grid point (>= 2)")
+    dynamics: RunConfig.model_fields["dynamics"].annotation = "sde"  # type: ignore[valid-type]
+    gammas: list[float] = Field(default_factory=lambda: [-1.0, -0.5, 0.0, 0.5, 1.0], min_length=1,
+                                description="attention strengths γ (V = γI)")
+    sigmas: list[float] = Field(default_factory=lambda: [0.0, 0.1, 0.3, 0.5], min_length=1,
+                                description="noise bias scales σ = σ_U = σ_W (>= 0)")
+    probe: tuple[float, float] = Field((-1.0, 0.1), description="(γ, σ) where λ̂₁ and the noiseless flow are measured")
+    pairs: int = Field(256, ge=2, description="pairs of the probe's λ̂₁ (>= 2)")
+    slope_time: float = Field(0.1, gt=0.0, description="the initial cosine rate is fitted on t <= slope_time (> 0)")
+    flow_spread: float = Field(1e-3, gt=0.0, le=0.1, description="spread of the noiseless flow's initial cluster")
+    sync_cos: float = Field(0.9, gt=-1.0, le=1.0, description="outcome 'synchronised': final mean cosine >= sync_cos")
+    apart_cos: float = Field(0.2, gt=-1.0, le=1.0, description="outcome 'apart': final mean cosine < apart_cos")
+    clear: float = Field(2.5, ge=0.0, description="the criterion predicts clearly where |λ₁ − γ|·T >= clear")
+
+    @model_validator(mode="after")
+    def _grid(self) -> "RepulsionConfig":
+        if any(s < 0 for s in self.sigmas):
+            raise ValueError(f"sigmas: must be >= 0 (got {self.sigmas})")
+        if self.probe[1] < 0:
+            raise ValueError(f"probe: σ must be >= 0 (got {self.probe[1]})")
+        if self.attention_kind != "softmax" or any(getattr(self, k) is not None for k in ("Q", "K", "V")):
+            raise ValueError("attention_kind: repulsion needs softmax attention with Qᵀ K = βI, V = γI (no Q, K, V)")
+        if self.slope_time >= self.T:
+            raise ValueError(f"slope_time: must be < T = {self.T} (got {self.slope_time})")
+        if self.apart_cos >= self.sync_cos:
+            raise ValueError(f"apart_cos: must be < sync_cos = {self.sync_cos} (got {self.apart_cos})")
+        check_extrapolation(self.L, True)
+        return self
+
+    def point(self, gamma: float, sigma: float, **updates: Any) -> RunConfig:
+        """The :class:`RunConfig` at (γ, σ), with attention on (off for γ = 0) and ``updates``."""
+        base = {k: v for k, v in self.model_dump(mode="json").items() if k in RunConfig.model_fields}
+        base.update({"gamma": gamma, "sigma_U": sigma, "sigma_W": sigma, "attention": gamma != 0.0, **updates})
+        return build_config(base)
+
+
+def epsilon(gamma: float) -> float:
+    """Assumption 2's ε for V = γI, Qᵀ K = βI (**derived**, module docstring): 0 for γ ≥ 0, −2γ otherwise."""
+    return max(0.0, -2.0 * gamma)
+
+
+def uniform_drift(cfg: RunConfig, nodes: int = 64) -> float:
+    """E[b(u)] for u = ⟨x, y⟩ of independent uniform x, y on S^{d−1} (density ∝ (1 − u²)^{(d−3)/2}),
+    b the pair drift of the noise alone (``motions.two_point_coefficients``): Gauss–Jacobi quadrature."""
+    from scipy.special import roots_jacobi
+
+    a = (cfg.d - 3) / 2
+    u, w = roots_jacobi(nodes, a, a)
+    drift, _ = two_point_coefficients(make_kernel(cfg), u)
+    return float((drift.numpy() * w).sum() / w.sum())
+
+
+def _rate(values: np.ndarray, T: float) -> tuple[float, float]:
+    """log(mean E_T / mean E_0)/T and its delta-method SE, from per-run E_β: (runs, times)."""
+    (m0, mT), (s0, sT) = (np.asarray(x)[[0, -1]] for x in mean_and_se(values))
+    return math.log(mT / m0) / T, math.hypot(sT / mT, s0 / m0) / T
+
+
+def outcome_point(config: dict, seed: int, slope_time: float) -> dict:
+    """One grid point (a task: JSON in and out): the runs from uniform tokens, their mean cosine and
+    E_β curves (mean, SE per time), the E_β rate, the final mean cosine and the initial cosine rate."""
+    cfg = RunConfig.model_validate(config)
+    device, dtype = resolve_device(cfg.device), DTYPES[cfg.dtype]
+    gen = make_generator(seed, device)
+    X0 = initial_tokens(cfg.init, cfg.batch, cfg.N, cfg.d, gen, dtype, device)
+    save = SaveAt(stats=("mean_cosine", "energy"), final=False, energy_beta=cfg.energy_beta)
+    ds = solve(make_model(cfg, dtype, device), X0, cfg.T, cfg.L, save, generator=gen, context=cfg)
+    t, cos, energy = ds["time"].values, ds["mean_cosine"].values, ds["energy"].values
+    early = t <= slope_time + 1e-12
+    tt = t[early] - t[early].mean()
+    slopes = (cos[:, early] - cos[:, early].mean(1, keepdims=True)) @ tt / (tt @ tt)
+    rate, rate_se = _rate(energy, cfg.T)
+    cos_m, cos_s = mean_and_se(cos)
+    e_m, e_s = mean_and_se(energy)
+    init_rate, init_rate_se = mean_and_se(slopes)
+    return {"final_cosine": float(cos_m[-1]), "final_cosine_se": float(cos_s[-1]), "energy_rate": rate,
+            "energy_rate_se": rate_se, "initial_rate": float(init_rate), "initial_rate_se": float(init_rate_se),
+            "cosine_mean": cos_m.tolist(), "cosine_se": cos_s.tolist(), "energy_mean": e_m.tolist(),
+            "energy_se": e_s.tolist()}
+
+
+def flow_growth(config: dict, seed: int, spread: float) -> dict:
+    """The noiseless attention flow (``config`` without MLP) from a cluster of ``spread``: the largest
+    step rate Δlog E E_β/Δt over the run (the measured ε), the times and log E E_β per time."""
+    cfg = RunConfig.model_validate(config)
+    device, dtype = resolve_device(cfg.device), DTYPES[cfg.dtype]
+    gen = make_generator(seed, device)
+    X0 = initial_tokens(InitConfig(kind="cluster", spread=spread), cfg.batch, cfg.N, cfg.d, gen, dtype, device)
+    ds = solve(make_model(cfg, dtype, device), X0, cfg.T, cfg.L,
+               SaveAt(stats=("energy",), final=False, energy_beta=cfg.energy_beta), generator=gen, context=cfg)
+    log_e = np.log(ds["energy"].values.mean(0))
+    return {"max_rate": float(np.max(np.diff(log_e)) / cfg.dt), "times": ds["time"].values.tolist(),
+            "log_energy": log_e.tolist()}
+
+
+@dataclass(repr=False)
+class RepulsionResult(Result):
+    """``points[(γ, σ) key]``: the measurements of :func:`outcome_point` with the predictions
+    (λ₁ − γ, λ̄ − 2γ, λ̄', ε, the noise's uniform drift); ``probe``: λ̂₁ and the noiseless flow at
+    the probe point; ``times``: the time grid of the curves; ``boundary``: the criterion's boundary
+    γ = λ₁(σ) on a fine grid of σ (``sigma``, ``gamma`` lists)."""
+
+    command: ClassVar[str] = "repulsion"
+    summary_name: ClassVar[str] = "repulsion.json"
+    config: RepulsionConfig
+    points: dict
+    probe: dict
+    times: np.ndarray
+    provenance: dict
+    elapsed_s: float
+    boundary: dict = field(default_factory=dict)
+
+    def grid(self, name: str) -> np.ndarray:
+        """A measured or predicted quantity over the grid: (len(sigmas), len(gammas))."""
+        c = self.config
+        return np.asarray([[self.points[key(g, s)][name] for g in c.gammas] for s in c.sigmas], float)
+
+    def outcomes(self) -> np.ndarray:
+        """The observed outcome per grid point, (len(sigmas), len(gammas)): ``synchronised`` (final mean
+        cosine ≥ sync_cos), ``apart`` (< apart_cos) or ``partial``."""
+        c, cos = self.config, self.grid("final_cosine")
+        return np.where(cos >= c.sync_cos, "synchronised", np.where(cos < c.apart_cos, "apart", "partial"))
+
+    def agreement(self) -> np.ndarray:
+        """Per grid point: 1 where the linearised criterion agrees with the outcome (λ₁ − γ < 0 and
+        synchronised, or λ₁ − γ > 0 and apart), 0 where it does not, −1 where |λ₁ − γ|·T < ``clear``
+        (no clear prediction at this horizon)."""
+        pred, out = self.grid("lambda_1_pred"), self.outcomes()
+        agree = np.where(pred < 0, out == "synchronised", out == "apart").astype(int)
+        return np.where(np.abs(pred) * self.config.T < self.config.clear, -1, agree)
+
+    def to_dict(self) -> dict:
+        c = self.config
+        return {"gammas": c.gammas, "sigmas": c.sigmas, "times": self.times, "points": self.points,
+                "probe": self.probe, "boundary": self.boundary, "outcomes": self.outcomes().tolist(),
+                "agreement": self.agreement(), "elapsed_s": self.elapsed_s}
+
+    def _dataset(self) -> xr.Dataset:
+        c = self.config
+        names = ("final_cosine", "final_cosine_se", "energy_rate", "energy_rate_se", "lambda_1_pred", "bound")
+        return xr.Dataset({n: (("sigma", "gamma"), self.grid(n)) for n in names},
+                          coords={"sigma": c.sigmas, "gamma": c.gammas})
+
+
+def key(gamma: float, sigma: float) -> str:
+    return f"gamma{gamma:g}/sigma{sigma:g}"
+
+
+def run_repulsion(cfg: RepulsionConfig, progress: bool = False, store: Optional[Path | str] = None,
+                  scheduler: Optional[str] = None) -> RepulsionResult:
+    """Every grid point as a task (``store`` makes it resumable), then the probe's λ̂₁ and the
+    noiseless flow. All configs are validated before any work."""
+    cfg = as_config(cfg, RepulsionConfig)
+    start = time.perf_counter()
+    grid = {key(g, s): (g, s, cfg.point(g, s)) for s in cfg.sigmas for g in cfg.gammas}
+    g_probe, s_probe = cfg.probe
+    probe_cfg = cfg.point(g_probe, s_probe)
+    flow_cfg = cfg.point(g_probe, 0.0, mlp=False)
+    seeds = child_seeds(cfg.seed, len(grid) + 2)
+    tasks = [Task(k, outcome_point, dict(config=p.model_dump(mode="json"), seed=sd, slope_time=cfg.slope_time))
+             for (k, (_, _, p)), sd in zip(grid.items(), seeds)]
+    tasks.append(Task("probe-flow", flow_growth, dict(config=flow_cfg.model_dump(mode="json"), seed=seeds[-1],
+                                                      spread=cfg.flow_spread)))
+    results = run_tasks(tasks, store=store, scheduler=scheduler, progress=progress, desc="repulsion")
+    points = {}
+    for k, (g, s, p) in grid.items():
+        pred = predicted_rates(p)
+        eps = epsilon(g)
+        points[k] = {**results[k], "gamma": g, "sigma": s,
+                     "lambda_1_pred": pred["lambda_1_pred"], "lambda_bar_pred": pred["lambda_bar_pred"],
+                     "lambda_bar_noise": pred["lambda_bar_noise"], "lambda_bar_prime": pred["lambda_bar_prime_pred"],
+                     "epsilon": eps, "bound": eps + pred["lambda_bar_prime_pred"],
+                     "uniform_drift": uniform_drift(p) if p.mlp else 0.0}
+    lyap = measure_lyapunov(probe_cfg, cfg.pairs, 1e-4, seeds[-2], progress, extrapolate=True)
+    probe = {"gamma": g_probe, "sigma": s_probe, "lambda_1_pred": predicted_rates(probe_cfg)["lambda_1_pred"],
+             "lambda_1": lyap["lambda_1"], "lambda_1_se": lyap["lambda_1_se"],
+             "lambda_1_extrap_err": lyap["lambda_1_extrap_err"], "epsilon": epsilon(g_probe),
+             "flow": results["probe-flow"]}
+    if key(g_probe, s_probe) in points:
+        probe["final_cosine"] = points[key(g_probe, s_probe)]["final_cosine"]
+    times = np.arange(cfg.L + 1) * cfg.dt
+    fine = np.linspace(min(cfg.sigmas), max(cfg.sigmas), 61)
+    boundary = {"sigma": fine.tolist(),
+                "gamma": [predicted_rates(cfg.point(0.0, float(s)), with_bound=False)["lambda_1_noise"] for s in fine]}
+    return RepulsionResult(cfg, points, probe, times, provenance(resolve_device(cfg.device)),
+                           time.perf_counter() - start, boundary)

@@ -1,0 +1,192 @@
+"""The claims beyond the paper's figures: Corollary 1.3 along a diagonal path (``experiments.joint``),
+Theorem 1.4 with attention from uniform tokens (``experiments.repulsion``) and the phase diagram on
+the transformer; every verdict rule of their sections fails on a wrong prediction or a wrong model."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from stochformer.config import ConfigError, build_config
+from stochformer.experiments.joint import JointConfig, run_joint
+from stochformer.experiments.repulsion import (RepulsionConfig, RepulsionResult, epsilon, flow_growth, key,
+                                               uniform_drift)
+from stochformer.motions import two_point_coefficients
+from stochformer.build import make_kernel
+from stochformer.report.runner import plan
+from stochformer.report.sections_beyond import joint_rows, repulsion_rows
+from stochformer.report.verdict import FAILS, HOLDS
+from stochformer.sphere import uniform
+
+# --------------------------------------------------------------------------- Corollary 1.3
+
+#: the quick report's measured fits (docs/reproduce.md): combined 0.78 [0.67, 0.89], W₂² 0.78 [0.65, 0.90]
+JOINT = {"fits": {"combined": {"exponent": 0.780, "ci": [0.670, 0.887]}, "w2": {"exponent": 0.776, "ci": [0.647, 0.899]},
+                  "coupled": {"exponent": 0.806, "ci": [0.716, 0.886]}},
+         "predicted": {"L": 1.0, "m": 1.0, "N": 0.692, "combined": 0.692}}
+
+
+def test_joint_rows_hold_on_the_measurement_and_fail_on_a_wrong_rate_or_model():
+    assert [r.verdict for r in joint_rows(JOINT)] == [HOLDS, HOLDS]
+    # Proposition 1.2's bound r_d(N) = N^{-1/2} (exponent 0.5) as the prediction: does not hold
+    wrong = {**JOINT, "predicted": {**JOINT["predicted"], "N": 0.5, "combined": 0.5}}
+    assert [r.verdict for r in joint_rows(wrong)] == [FAILS, FAILS]
+    # a wrong model: an error that does not decay along the path
+    flat = {"exponent": 0.02, "ci": [-0.05, 0.09]}
+    stuck = {**JOINT, "fits": {**JOINT["fits"], "combined": flat, "w2": flat}}
+    assert [r.verdict for r in joint_rows(stuck)] == [FAILS, FAILS]
+
+
+def test_joint_config_refuses_a_path_that_is_not_diagonal():
+    with pytest.raises(ConfigError, match="path_N, path_L, path_m: must grow by the same factors"):
+        build_config({"path_L": [8, 16, 64, 128]}, model=JointConfig)
+    with pytest.raises(ConfigError, match="path_L, path_m: need as many entries"):
+        build_config({"path_m": [16, 32, 64]}, model=JointConfig)
+    with pytest.raises(ConfigError, match="N_ref: must exceed"):
+        build_config({"N_ref": 100, "path_N": [32, 64, 128, 256]}, model=JointConfig)
+
+
+def test_joint_predicted_exponent_is_the_slowest_rate():
+    cfg = JointConfig()
+    p = cfg.predicted_exponent()
+    # d = 3: the sharp W₂² rate log(1+N)/N, local exponent below 1 over N = 16..128
+    assert 0.6 < p["N"] < 1.0 and p["combined"] == pytest.approx(min(1.0, p["N"]))
+    assert build_config({"d": 6}, model=JointConfig).predicted_exponent()["combined"] == pytest.approx(2 / 5)
+
+
+def test_run_joint_measures_both_terms_along_the_path(tmp_path):
+    cfg = JointConfig(path_N=[4, 8, 16], path_L=[4, 8, 16], path_m=[4, 8, 16], batch=8, chunk=4, refine=2, N_ref=64,
+                      w2_batch=2, w2_steps=4, w2_records=1, features=32, bootstrap=100)
+    res = run_joint(cfg, store=tmp_path)
+    assert res.coupled.shape == (3, 8) and res.w2.shape == (3, 2)
+    assert np.all(res.coupled > 0) and np.all(res.w2 > 0)
+    (cm, _), (wm, _), (sm, sse) = res.means().values()
+    np.testing.assert_allclose(sm, cm + wm)
+    assert all(math.isfinite(res.fits[k]["exponent"]) for k in ("coupled", "w2", "combined"))
+    again = run_joint(cfg, store=tmp_path)  # resumed from the stored tasks: the same numbers
+    np.testing.assert_array_equal(again.coupled, res.coupled)
+
+
+# --------------------------------------------------------------------------- Theorem 1.4 with attention
+
+
+def test_epsilon_of_assumption_2():
+    assert epsilon(1.0) == 0.0 and epsilon(0.0) == 0.0 and epsilon(-0.75) == 1.5
+
+
+def test_noiseless_repulsive_flow_grows_the_energy_at_most_at_two_delta():
+    """ε = 2δ (derived): reached from a tight cluster, not exceeded from uniform tokens."""
+    cfg = build_config({"N": 5, "d": 8, "L": 200, "T": 2.0, "batch": 2, "mlp": False, "gamma": -0.5})
+    near = flow_growth(cfg.model_dump(mode="json"), seed=3, spread=1e-4)
+    assert near["max_rate"] == pytest.approx(1.0, rel=0.01)  # 2δ with δ = 0.5 (step Δt = 0.01)
+    far = flow_growth(cfg.model_dump(mode="json"), seed=3, spread=1.0)
+    assert far["max_rate"] <= 1.0 + 1e-3
+
+
+def test_uniform_drift_is_the_mean_pair_drift_of_uniform_tokens():
+    """E[b(u₀)] by quadrature against a Monte Carlo mean over uniform pairs (tolerance 5 SE)."""
+    cfg = build_config({"d": 16, "sigma_U": 0.1, "sigma_W": 0.1})
+    X = uniform(200_000, 2, 16, generator=torch.Generator().manual_seed(1))
+    b, _ = two_point_coefficients(make_kernel(cfg), (X[:, 0] * X[:, 1]).sum(-1))
+    mc, se = float(b.mean()), float(b.std() / math.sqrt(len(b)))
+    assert abs(uniform_drift(cfg) - mc) < 5 * se
+
+
+def _points(rate: float, bound: float, cos: float, init: float, drift: float) -> dict:
+    base = {"lambda_bar_noise": -0.9, "lambda_bar_prime": -0.35, "energy_rate_se": 0.01, "final_cosine_se": 0.01,
+            "initial_rate_se": 0.03, "uniform_drift": drift}
+    return {
+        key(-1.0, 0.1): {**base, "gamma": -1.0, "sigma": 0.1, "epsilon": 2.0, "bound": bound, "energy_rate": rate,
+                         "final_cosine": cos, "initial_rate": 0.7, "lambda_1_pred": 0.52},
+        key(0.0, 0.1): {**base, "gamma": 0.0, "sigma": 0.1, "epsilon": 0.0, "bound": -0.35, "energy_rate": -0.8,
+                        "final_cosine": 0.99, "initial_rate": init, "lambda_1_pred": -0.48},
+    }
+
+
+def _probe(lam1: float, flow: float, eps: float = 2.0) -> dict:
+    return {"gamma": -1.0, "sigma": 0.1, "lambda_1_pred": 0.52, "lambda_1": lam1, "lambda_1_se": 0.009,
+            "lambda_1_extrap_err": 0.001, "epsilon": eps, "flow": {"max_rate": flow}}
+
+
+#: the measured quick-size numbers (docs/synchronisation.md): rate −0.10 ≤ 1.65, λ̂₁ 0.527, cos 0.51,
+#: noise-alone initial rate 0.98 beside E[b(u₀)] = 1.05, noiseless flow 1.999
+GOOD = {"points": _points(-0.10, 1.65, 0.51, 0.98, 1.048), "probe": _probe(0.527, 1.999)}
+
+
+def test_repulsion_rows_hold_on_the_measurement():
+    rows = repulsion_rows(GOOD, RepulsionConfig())
+    assert [r.verdict for r in rows] == [HOLDS] * 6
+    assert [r.rule for r in rows] == ["at_most", "at_most", "matches", "matches", "above", "matches"]
+
+
+@pytest.mark.parametrize("case, index", [
+    ("energy grows faster than the bound", 0),
+    ("bound without the noise's λ̄' (too fast)", 1),
+    ("ε = δ instead of 2δ", 2),
+    ("pair exponent of another model", 3),
+    ("tokens stay apart", 4),
+    ("pair drift of another kernel", 5),
+])
+def test_every_repulsion_rule_fails_on_a_wrong_prediction_or_model(case, index):
+    pts, probe = _points(-0.10, 1.65, 0.51, 0.98, 1.048), _probe(0.527, 1.999)
+    if index == 0:
+        pts[key(-1.0, 0.1)]["energy_rate"] = 2.0  # a wrong model: E_β grows at 2 > ε + λ̄'
+    elif index == 1:
+        pts[key(0.0, 0.1)]["bound"] = -1.5  # a wrong prediction, faster than measured
+    elif index == 2:
+        probe["epsilon"] = 1.0
+    elif index == 3:
+        probe["lambda_1"] = 0.2
+    elif index == 4:
+        pts[key(-1.0, 0.1)]["final_cosine"] = 0.05
+    else:
+        pts[key(0.0, 0.1)]["uniform_drift"] = 1.6
+    rows = repulsion_rows({"points": pts, "probe": probe}, RepulsionConfig())
+    assert rows[index].verdict == FAILS, case
+    assert sum(r.verdict == FAILS for r in rows) == 1
+
+
+def test_repulsion_agreement_names_the_disagreement():
+    cfg = RepulsionConfig(gammas=[-1.0, 0.0, 1.0], sigmas=[0.1], T=5.0)
+    pts = {key(g, 0.1): {"final_cosine": c, "lambda_1_pred": p}
+           for g, c, p in ((-1.0, 0.51, 0.52), (0.0, 0.99, -0.6), (1.0, 1.0, -0.01))}
+    res = RepulsionResult(cfg, pts, {}, np.zeros(1), {}, 0.0)
+    assert res.outcomes().tolist() == [["partial", "synchronised", "synchronised"]]
+    # disagrees; agrees; no clear prediction (|λ₁ − γ|T = 0.05 < 2.5)
+    assert res.agreement().tolist() == [[0, 1, -1]]
+
+
+def test_repulsion_config_is_checked_before_any_work():
+    with pytest.raises(ConfigError, match="apart_cos: must be < sync_cos"):
+        build_config({"apart_cos": 0.95}, model=RepulsionConfig)
+    with pytest.raises(ConfigError, match="sigmas: must be >= 0"):
+        build_config({"sigmas": [-0.1]}, model=RepulsionConfig)
+    with pytest.raises(ConfigError, match="L: must be a multiple of 4"):
+        build_config({"L": 50}, model=RepulsionConfig)
+
+
+# --------------------------------------------------------------------------- the report
+
+
+@pytest.mark.parametrize("profile", ["quick", "full"])
+def test_new_sections_are_planned_in_every_profile(profile):
+    planned = {p.stage.name: p.config for p in plan(profile)}
+    assert {"joint-limit", "repulsion", "phase-transformer", "phase-dim-transformer"} <= set(planned)
+    assert planned["phase-transformer"].dynamics == planned["phase-dim-transformer"].dynamics == "transformer"
+    assert planned["repulsion"].probe == (-1.0, 0.1) and planned["repulsion"].d == 64
+    quick = {p.stage.name: p.config for p in plan("quick")}
+    assert max(planned["joint-limit"].path_N) >= max(quick["joint-limit"].path_N)
+
+
+def test_preflight_estimates_the_new_experiments():
+    from stochformer.preflight import estimate
+
+    small, big = JointConfig(), JointConfig(path_N=[32, 64, 128, 256], path_L=[16, 32, 64, 128])
+    assert 0 < estimate(small).seconds < estimate(big).seconds
+    assert estimate(big).bytes > estimate(small).bytes  # the N² kernel and the larger reference
+    one = RepulsionConfig(gammas=[-1.0], sigmas=[0.1])
+    grid = RepulsionConfig()
+    assert 0 < estimate(one).seconds < estimate(grid).seconds
