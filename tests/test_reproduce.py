@@ -20,7 +20,7 @@ import xarray as xr
 from click.testing import CliRunner
 
 from stochformer.cli import main
-from stochformer.config import ConfigError, ExperimentConfig
+from stochformer.config import ConfigError, ExperimentConfig, RunConfig
 from stochformer.io import ResultStore
 from stochformer.report import plan, registered, reproduce
 from stochformer.results import seed_of
@@ -356,11 +356,16 @@ def test_quick32_is_the_quick_sizes_in_float32() -> None:
     others (the paper's experiments) run the quick config unchanged."""
     quick = {p.section.name: p.config for p in plan("quick")}
     fast = {p.section.name: p.config for p in plan("quick32")}
-    with_dtype = [n for n, c in quick.items() if isinstance(c, ExperimentConfig)]  # dtype: a model field
+    def run_of(c):  # the model config that carries the dtype, if the section has one
+        return c.model if isinstance(c, ExperimentConfig) else c if isinstance(c, RunConfig) else None
+
+    with_dtype = [n for n, c in quick.items() if run_of(c) is not None]
     assert with_dtype and len(with_dtype) < len(quick)
     for name, cfg in quick.items():
         if name in with_dtype:
-            assert cfg.model.dtype == "float64" and fast[name].model.dtype == "float32"
-            assert fast[name].model_copy(update={"model": fast[name].model.model_copy(update={"dtype": "float64"})}) == cfg
+            run, run32 = run_of(cfg), run_of(fast[name])
+            assert run.dtype == "float64" and run32.dtype == "float32"
+            back = run32.model_copy(update={"dtype": "float64"})
+            assert (fast[name].model_copy(update={"model": back}) if run32 is not fast[name] else back) == cfg
         else:
             assert fast[name] == cfg
