@@ -27,9 +27,9 @@ SECTION = "## Sweeps"
 
 
 def sweep_config(L: int) -> SweepConfig:
-    """16 tasks: 2 grid points x 8 chunks of 8 samples, N = 32 tokens, d = 8, L layers."""
+    """16 tasks: 2 grid points x 8 tasks of 8 samples, N = 32 tokens, d = 8, L layers."""
     return SweepConfig.model_validate(
-        {"N": 32, "d": 8, "L": L, "T": 5.0, "m": 64, "record_every": 10, "samples": 64, "chunk": 8, "seed": 1,
+        {"model": {"N": 32, "d": 8, "L": L, "T": 5.0, "m": 64, "record_every": 10, "seed": 1}, "samples": 64, "samples_per_task": 8,
          "grid": {"gamma": [-1, 1]}}
     )
 
@@ -59,7 +59,7 @@ def main() -> None:
     cluster, t_start = timed(LocalCluster, n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None)
     with cluster, Client(cluster) as client:
         # warm-up: both workers import the package and run one small task
-        run_sweep(sweep_config(1).model_copy(update={"samples": 8, "chunk": 8}), scheduler=client)
+        run_sweep(sweep_config(1).model_copy(update={"samples": 8, "samples_per_task": 8}), scheduler=client)
         warm, t_warm = timed(run_sweep, cfg, scheduler=client)
         _, t_trivial = timed(run_tasks_parallel, trivial_tasks(16, "t"), scheduler=client)
     _, t_trivial_pool = timed(run_tasks_parallel, trivial_tasks(16, "p"), scheduler="processes:2")
@@ -83,7 +83,7 @@ def main() -> None:
         f"{os.cpu_count()} cores, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load average "
         f"{load_before[0]:.1f} before, {load_after[0]:.1f} after (the machine is shared: other jobs were running).",
         "",
-        f"Sweep of 16 tasks (2 grid points x 8 chunks of 8 samples; N = 32, d = 8, L = {args.L}); "
+        f"Sweep of 16 tasks (2 grid points x 8 tasks of 8 samples; N = 32, d = 8, L = {args.L}); "
         f"one task takes {task_s:.2f} s serially. All four datasets are identical (bit for bit).",
         "",
         "| scheduler | wall time (s) | speed-up over one process |",

@@ -95,13 +95,14 @@ def measurements(quick: bool) -> dict[str, dict]:
         return moment_rate(t, energy_paths(cfg, InitConfig(kind="uniform"), seed), t >= 0.5 * cfg.T, n_boot=200, seed=seed)
 
     one = base.with_updates(N=8, batch=4 * batch, T=1.0, L=200)
-    conv = ConvergeConfig(**{k: v for k, v in BASE.items() if k not in ("m", "L", "T")}, N=8, T=1.0, batch=conv_batch,
-                          chunk=conv_batch, depths=[4, 8, 16, 32] if quick else [8, 16, 32, 64], widths=[16, 64, 256],
-                          refine=2 if quick else 4, bootstrap=200)
+    conv = RunConfig(**{k: v for k, v in BASE.items() if k not in ("m", "L", "T")}, N=8, T=1.0, batch=conv_batch)
 
     def converge(key: str):
-        def run(cfg: ConvergeConfig, seed: int):
-            f = run_converge(cfg.model_copy(update={"seed": seed})).fits[key]
+        def run(cfg: RunConfig, seed: int):
+            grid = ConvergeConfig(model=cfg.model_copy(update={"seed": seed}), samples_per_task=conv_batch,
+                                  depths=[4, 8, 16, 32] if quick else [8, 16, 32, 64], widths=[16, 64, 256],
+                                  refine=2 if quick else 4, bootstrap=200)
+            f = run_converge(grid).fits[key]
             return f["value"], f["se"]
         return run
 
@@ -159,7 +160,7 @@ def main(argv: list[str] | None = None) -> None:
 def compare_reports(quick: Path, quick32: Path) -> str:
     """Section by section: rows that hold and wall time in each report; every row whose verdict differs."""
     reports = [json.loads((d / "results.json").read_text()) for d in (quick, quick32)]
-    stages = [{s["name"]: s for s in r["stages"] if s.get("status") == "computed"} for r in reports]
+    sections = [{s["name"]: s for s in r["sections"] if s.get("status") == "computed"} for r in reports]
     lines = [
         REPORT_SECTION, "",
         f"`stochformer reproduce --profile quick` and `--profile quick32` (the same sizes, dtype = float32), "
@@ -168,8 +169,8 @@ def compare_reports(quick: Path, quick32: Path) -> str:
         "| section | quick (float64) | quick32 (float32) | wall time (s): quick, quick32 |", "| --- | ---: | ---: | --- |",
     ]
     differ = []
-    for name in [n for n in stages[0] if n in stages[1]]:
-        a, b = stages[0][name], stages[1][name]
+    for name in [n for n in sections[0] if n in sections[1]]:
+        a, b = sections[0][name], sections[1][name]
         held = [sum(c["verdict"] == "holds" for c in x["comparisons"]) for x in (a, b)]
         lines.append(f"| {name} | {held[0]} of {len(a['comparisons'])} | {held[1]} of {len(b['comparisons'])} | "
                      f"{a['elapsed_s']:.0f}, {b['elapsed_s']:.0f} |")

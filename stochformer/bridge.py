@@ -35,8 +35,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .brownian import as_draws
 from .model.activations import get_activation
 from .model.attention import Attention, SoftmaxAttention
+from .runtime import make_generator
+from .solver import SaveAt, solve
 from .sphere import normalize
 
 #: the block kinds of ``stochformer bridge``
@@ -304,18 +307,82 @@ def cosine_stats(X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return c.mean(-1), c.amin(-1)
 
 
+def cosine_curve(model, X0: torch.Tensor, T: float, steps: int, every: int, generator: torch.Generator,
+                 what: str) -> torch.Tensor:
+    """``model`` stepped by :func:`~stochformer.solve` from X0 (batch, N, d): the mean pairwise
+    cosine of the normalised tokens (:func:`cosine_stats`) at step 0 and every ``every`` steps,
+    (batch, steps/every + 1)."""
+    out = [cosine_stats(X0)[0]]
+
+    def record(k: int, X: torch.Tensor) -> None:
+        if k % every == 0:
+            out.append(cosine_stats(X)[0])
+
+    solve(model, X0, T, steps, SaveAt(stats=(), final=False), generator=generator, hook=record, what=what)
+    return torch.stack(out, -1)
+
+
+@dataclass
+class BlockNetwork:
+    """A network of fresh standard blocks, one drawn per step from torch's global generator (layer
+    scalings in ``block``; the step size is not used)."""
+
+    kind: str
+    block: dict
+
+    def reset(self, batch: int, d: int, generator: torch.Generator, dtype: torch.dtype, device) -> None:
+        """Nothing to draw before the first layer."""
+
+    def step(self, X: torch.Tensor, dt: float, rng: object) -> torch.Tensor:
+        return make_block(self.kind, **self.block)(X)
+
+
+@dataclass
+class MatchedModel:
+    """The idealised model with the matched Gaussian MLP (see :func:`predict_model`); the step size
+    is ``a2`` (and ``a1``), not the solver's."""
+
+    pre: bool
+    norm: str
+    law: MLPLaw
+    r: float
+    a2: float
+    attention: Optional[Attention] = None
+    a1: float = 0.0
+
+    def reset(self, batch: int, d: int, generator: torch.Generator, dtype: torch.dtype, device) -> None:
+        """Nothing to draw before the first layer."""
+
+    def step(self, X: torch.Tensor, dt: float, rng) -> torch.Tensor:
+        generator = as_draws(rng).generator
+        if self.pre:
+            return X + self.a2 * self.law.sample(apply_norm(X, self.norm), generator)
+        if self.attention is not None:
+            X = normalize(X + self.a1 * self.attention(X))
+        return normalize(X + self.a2 * self.law.sample(self.r * X, generator) / self.r)
+
+
+@dataclass
+class PreNormField:
+    """dx = W(dt, norm x) in R^d (Euler; no projection): the pre-norm limit of the matched kernel."""
+
+    field: object
+    norm: str
+
+    def reset(self, batch: int, d: int, generator: torch.Generator, dtype: torch.dtype, device) -> None:
+        """Nothing to draw before the first step."""
+
+    def step(self, X: torch.Tensor, dt: float, rng) -> torch.Tensor:
+        return X + self.field.increment(normalize(apply_norm(X, self.norm)), dt, rng)
+
+
 def run_network(kind: str, X0: torch.Tensor, L: int, seed: int, **block) -> torch.Tensor:
     """One network of L fresh blocks (weights from a torch generator seeded with ``seed``) applied
     to X0 (1, N, d): mean cosine by depth, (L + 1,)."""
-    out = [cosine_stats(X0)[0]]
-    X = X0
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         with torch.no_grad():
-            for _ in range(L):
-                X = make_block(kind, **block)(X)
-                out.append(cosine_stats(X)[0])
-    return torch.cat(out)
+            return cosine_curve(BlockNetwork(kind, block), X0, float(L), L, 1, make_generator(seed), f"{kind} block")[0]
 
 
 def predict_model(pre: bool, norm: str, law: MLPLaw, X0: torch.Tensor, r: float, L: int, a2: float,
@@ -325,16 +392,7 @@ def predict_model(pre: bool, norm: str, law: MLPLaw, X0: torch.Tensor, r: float,
     Post-norm: unit tokens X0 (batch, N, k) on the sphere of the norm's space (k = d − 1 for
     LayerNorm), u ← LN(u + a1 Attn u), u ← LN(u + a2 G(r u)/r), r the norm's radius. Pre-norm: the
     residual stream x = X0 (batch, N, d), x ← x + a2 G(norm x)."""
-    X, out = X0, [cosine_stats(X0)[0]]
-    for _ in range(L):
-        if pre:
-            X = X + a2 * law.sample(apply_norm(X, norm), generator)
-        else:
-            if attention is not None:
-                X = normalize(X + a1 * attention(X))
-            X = normalize(X + a2 * law.sample(r * X, generator) / r)
-        out.append(cosine_stats(X)[0])
-    return torch.stack(out, -1)
+    return cosine_curve(MatchedModel(pre, norm, law, r, a2, attention, a1), X0, float(L), L, 1, generator, "model")
 
 
 def predict_sde(pre: bool, norm: str, kernel: MatchedKernel, X0: torch.Tensor, horizon: float, L: int, refine: int,
@@ -347,11 +405,5 @@ def predict_sde(pre: bool, norm: str, kernel: MatchedKernel, X0: torch.Tensor, h
     from .model.sde import LimitSDE, StratonovichHeun
 
     field = ExactField(kernel)
-    h = horizon / (refine * L)
-    sde = None if pre else LimitSDE(attention, field, StratonovichHeun(), kernel.kappa1)
-    X, out = X0, [cosine_stats(X0)[0]]
-    for _ in range(L):
-        for _ in range(refine):
-            X = X + field.increment(normalize(apply_norm(X, norm)), h, generator) if pre else sde.step(X, h, generator)
-        out.append(cosine_stats(X)[0])
-    return torch.stack(out, -1)
+    model = PreNormField(field, norm) if pre else LimitSDE(attention, field, StratonovichHeun(), kernel.kappa1)
+    return cosine_curve(model, X0, horizon, refine * L, refine, generator, "SDE")

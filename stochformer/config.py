@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any, Literal, Optional, Union, get_args, get_origin
+from typing import Any, ClassVar, Literal, Optional, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -212,6 +212,50 @@ class RunConfig(_Strict):
         return build_config(self.model_dump(mode="json"), [f"{k}={json.dumps(v)}" for k, v in updates.items()])
 
 
+class ExperimentConfig(_Strict):
+    """An experiment's config: ``model``, the :class:`RunConfig` of the system it runs (a ``[model]``
+    table in TOML, ``--set model.N=…``), beside the experiment's own fields.
+
+    A subclass states, as data, how it reads ``model``: ``model_defaults`` (its defaults of model
+    fields, below what a file or ``--set`` gives), ``model_fixed`` (values it needs), ``model_min``
+    (lower bounds it adds: ``{field: (bound, why)}``) and ``model_unused`` (fields it does not read,
+    with what it uses instead): setting one of those is an error, so no field is silently ignored."""
+
+    command: ClassVar[str] = "experiment"
+    model_defaults: ClassVar[dict[str, Any]] = {}
+    model_fixed: ClassVar[dict[str, tuple[Any, str]]] = {}
+    model_min: ClassVar[dict[str, tuple[float, str]]] = {}
+    model_unused: ClassVar[dict[str, str]] = {}
+
+    model: RunConfig = Field(default_factory=RunConfig)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _model_defaults(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            given = data.get("model", {})
+            if isinstance(given, RunConfig):
+                given = given.model_dump(exclude_unset=True)
+            if isinstance(given, dict):
+                defaults = {**cls.model_defaults, **{k: v for k, (v, _) in cls.model_fixed.items()}}
+                data = {**data, "model": {**defaults, **given}}
+        return data
+
+    @model_validator(mode="after")
+    def _model_use(self) -> "ExperimentConfig":
+        run = self.model
+        for name, (value, why) in self.model_fixed.items():
+            if getattr(run, name) != value:
+                raise ValueError(f"model.{name}: {self.command} needs {value!r} ({why}; got {getattr(run, name)!r})")
+        for name, (low, why) in self.model_min.items():
+            if getattr(run, name) < low:
+                raise ValueError(f"model.{name}: must be >= {low:g} for {self.command}, {why} (got {getattr(run, name)!r})")
+        for name, instead in self.model_unused.items():
+            if getattr(run, name) != RunConfig.model_fields[name].get_default(call_default_factory=True):
+                raise ValueError(f"model.{name}: has no effect in {self.command} ({instead}); remove it")
+        return self
+
+
 #: pydantic error types about the value's type or range: replaced by "must be <valid values>"
 _RANGE_ERRORS = {
     "greater_than", "greater_than_equal", "less_than", "less_than_equal", "literal_error", "finite_number",
@@ -284,7 +328,13 @@ def _format_validation_error(err: ValidationError, model: Optional[type[BaseMode
             msg, tail = f"must be {valid}", ""
         else:
             msg, tail = e["msg"].removeprefix("Value error, "), (f"; valid: {valid}" if valid else "")
-        # model-level checks already start with the field name they are about
+        # model-level checks already start with the field name they are about: give it its full
+        # path (the check of a nested model names its fields from that model: prefix the model's path)
+        head = msg.split(":", 1)[0]
+        if field and len(names) == len(loc) and ":" in msg and head.replace(".", "_").isidentifier():
+            owner = field.rsplit(".", 1)[0] if head.split(".")[0] == names[-1] else field
+            lines.setdefault(field, msg if owner == head.split(".")[0] else f"{owner}.{msg}")
+            continue
         named = not field or msg.startswith(f"{field}.") or msg.startswith(f"{field}:")
         lines.setdefault(field, msg if named else f"{field}: {msg}{got_txt}{tail}")
     return "invalid configuration: " + "; ".join(lines.values())

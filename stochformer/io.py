@@ -1,5 +1,5 @@
-"""Writing results: atomic files and folders, JSON that stays valid, and a stage cache for
-resumable runs.
+"""Writing results: atomic files and folders, JSON that stays valid, and the store of finished
+results (:class:`ResultStore`) that makes runs resumable.
 
 Nothing is ever left half-written: files are written to a temporary name and moved into place
 with :func:`os.replace`; output folders are assembled under a temporary name and renamed at the
@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
-import io
 import json
 import math
 import os
@@ -74,12 +73,6 @@ def read_json(path: Path | str) -> Any:
     return json.loads(Path(path).read_text())
 
 
-def write_npz(path: Path | str, **arrays: Any) -> None:
-    buf = io.BytesIO()
-    np.savez_compressed(buf, **{k: np.asarray(v) for k, v in arrays.items() if v is not None})
-    atomic_write_bytes(path, buf.getvalue())
-
-
 @contextlib.contextmanager
 def output_folder(out: Path | str, force: bool = False) -> Iterator[Path]:
     """Assemble an output folder under a temporary name; move it to ``out`` only on success.
@@ -117,8 +110,9 @@ def config_key(payload: Any) -> str:
     return hashlib.sha256(blob).hexdigest()[:20]
 
 
-class StageCache:
-    """A folder of finished stages, each ``<name>-<key>.json`` written atomically.
+class ResultStore:
+    """A content-addressed store of finished results (the tasks of ``tasks.run_tasks``, the
+    sections of the report): a folder of ``<name>-<key>.json`` entries, each written atomically.
 
     Each entry stores its key and a checksum of its result; an entry whose key or checksum does not
     match (corrupt, truncated, or from another config/version) is ignored and recomputed.
@@ -131,7 +125,7 @@ class StageCache:
         return self.folder / f"{name}-{key}.json"
 
     def entry_path(self, name: str, key: str) -> Path:
-        """Where the entry of stage ``name`` with ``key`` is (or would be) stored."""
+        """Where the entry ``name`` with ``key`` is (or would be) stored."""
         return self._path(name, key)
 
     @staticmethod

@@ -126,16 +126,18 @@ def estimate(cfg: Any, workers: int = 1) -> Optional[Estimate]:
 
     if isinstance(cfg, SweepConfig):
         plan = plan_sweep(cfg)
-        per = [simulate_estimate(c, batch=plan.chunks[0]) for c in plan.configs]
+        per = [simulate_estimate(c, batch=plan.task_sizes[0]) for c in plan.configs]
         n_layers = max(c.L // c.record_every + 2 for c in plan.configs)
         dataset = 3 * 150.0 * len(plan.configs) * cfg.samples * n_layers
         task_mem = max(e.bytes for e in per)
-        seconds = sum(e.seconds for e in per) * len(plan.chunks) / max(1, workers)
-        field = "samples, grid size or L" if dataset > task_mem * workers else max(per, key=lambda e: e.bytes).memory_fields
-        return Estimate(task_mem * workers + dataset, seconds, field, "samples, grid size, L or N")
+        seconds = sum(e.seconds for e in per) * len(plan.task_sizes) / max(1, workers)
+        field = "samples, grid size or model.L" if dataset > task_mem * workers else max(per, key=lambda e: e.bytes).memory_fields
+        return Estimate(task_mem * workers + dataset, seconds, field, "samples, grid size, model.L or model.N")
     if isinstance(cfg, ConvergeConfig):
-        mem, seconds = _coupling_cost(cfg.N, cfg.d, cfg.batch, cfg.chunk, cfg.widths, cfg.depths, cfg.refine)
-        return Estimate(mem * workers, seconds / max(1, workers), "N, chunk or widths", "depths, refine or batch")
+        run = cfg.model
+        mem, seconds = _coupling_cost(run.N, run.d, run.batch, cfg.samples_per_task, cfg.widths, cfg.depths, cfg.refine)
+        return Estimate(mem * workers, seconds / max(1, workers), "model.N, samples_per_task or widths",
+                        "depths, refine or model.batch")
     if isinstance(cfg, JointConfig):
         costs = [_coupling_cost(N, cfg.d, cfg.batch, cfg.chunk, [m], [L], cfg.refine)
                  for N, L, m in zip(cfg.path_N, cfg.path_L, cfg.path_m)]
@@ -151,21 +153,22 @@ def estimate(cfg: Any, workers: int = 1) -> Optional[Estimate]:
         return Estimate(max(e.bytes for e in points + [probe]) * workers, seconds / max(1, workers),
                         "N, batch or pairs", "L, batch, pairs or the grid")
     if isinstance(cfg, ChaosConfig):
+        run = cfg.model
         s = 8
-        chunk = min(cfg.N, max(1, DEFAULT_BLOCK // cfg.features))
-        mem = s * (6.0 * (cfg.N + sum(cfg.sizes)) * max(cfg.dims) + 3.0 * chunk * cfg.features + cfg.features * max(cfg.dims))
-        mem += s * 3.0 * min(cfg.N, cfg.exact_ot_max) ** 2 + s * 6.0 * cfg.decor_repeats * max(cfg.decor_sizes) * max(cfg.dims)
-        heun = 2 if cfg.integrator == "heun" else 1  # field evaluations per step
-        step = STEP_OVERHEAD_S + heun * 2 * 4.0 * (cfg.N + sum(cfg.sizes)) * cfg.features * cfg.d / FLOPS
-        samples = cfg.batch + cfg.dims_batch * (len(cfg.dims) - 1)
-        return Estimate(mem * workers, cfg.L * step * samples / max(1, workers), "N, features or decor_repeats",
-                        "L, N, features or batch")
+        rows = min(run.N, max(1, DEFAULT_BLOCK // run.features))
+        mem = s * (6.0 * (run.N + sum(cfg.sizes)) * max(cfg.dims) + 3.0 * rows * run.features + run.features * max(cfg.dims))
+        mem += s * 3.0 * min(run.N, cfg.exact_ot_max) ** 2 + s * 6.0 * cfg.decor_repeats * max(cfg.decor_sizes) * max(cfg.dims)
+        heun = 2 if run.integrator == "heun" else 1  # field evaluations per step
+        step = STEP_OVERHEAD_S + heun * 2 * 4.0 * (run.N + sum(cfg.sizes)) * run.features * run.d / FLOPS
+        samples = run.batch + cfg.dims_batch * (len(cfg.dims) - 1)
+        return Estimate(mem * workers, run.L * step * samples / max(1, workers), "model.N, model.features or decor_repeats",
+                        "model.L, model.N, model.features or model.batch")
     if isinstance(cfg, (SyncConfig, PhaseConfig)):
-        e = simulate_estimate(cfg, batch=max(cfg.batch if isinstance(cfg, SyncConfig) else 0, 2 * cfg.pairs))
+        e = simulate_estimate(cfg.model, batch=max(cfg.model.batch if isinstance(cfg, SyncConfig) else 0, 2 * cfg.pairs))
         points = len(cfg.x_values) * len(cfg.y_values) if isinstance(cfg, PhaseConfig) else 3
-        e.memory_fields = "pairs, batch or N" if e.memory_fields.startswith("N or batch") else e.memory_fields
+        e.memory_fields = "pairs, model.batch or model.N" if e.memory_fields.startswith("N or batch") else e.memory_fields
         return Estimate(e.bytes * (workers if isinstance(cfg, PhaseConfig) else 1), e.seconds * points / max(1, workers),
-                        e.memory_fields, "L, pairs, batch or the grid")
+                        e.memory_fields, "model.L, pairs, model.batch or the grid")
     if isinstance(cfg, RunConfig):
         return simulate_estimate(cfg)
     return None

@@ -31,13 +31,20 @@ def run_record(command: str, config: Any, provenance: dict, elapsed_s: float, **
     return {
         "command": command,
         "config": config.model_dump(mode="json") if hasattr(config, "model_dump") else config,
-        "seed": getattr(config, "seed", None) if not isinstance(config, dict) else config.get("seed"),
+        "seed": seed_of(config),
         "version": provenance.get("stochformer"),
         "versions": provenance,
         "device": provenance.get("device"),
         "elapsed_s": elapsed_s,
         **extra,
     }
+
+
+def seed_of(config: Any) -> Any:
+    """The run's seed: ``seed`` of a config (or of its ``model``, for an experiment's config)."""
+    if isinstance(config, dict):
+        return config.get("seed", (config.get("model") or {}).get("seed"))
+    return getattr(getattr(config, "model", config), "seed", getattr(config, "seed", None))
 
 
 def write_dataset(ds: xr.Dataset, path: Path | str) -> None:
@@ -94,8 +101,7 @@ class Result:
         write_json(folder / self.summary_name, self.to_dict())
 
     def __repr__(self) -> str:
-        cfg = getattr(self, "config", None)
-        seed = getattr(cfg, "seed", None)
+        seed = seed_of(getattr(self, "config", None))
         return f"<{type(self).__name__} {self.command}: seed {seed}, {getattr(self, 'elapsed_s', 0.0):.2f} s; .to_dataset(), .to_dict(), .save(folder)>"
 
 

@@ -71,7 +71,7 @@ def _versions() -> dict:
 def child_seeds(seed: int, n: int) -> list[int]:
     """``n`` independent, deterministic seeds derived from ``seed`` (numpy SeedSequence.spawn).
 
-    Use these for sub-runs and sample chunks so that results do not depend on how work is split."""
+    Use these for sub-runs and parts of the samples so that results do not depend on how work is split."""
     return [int(s.generate_state(1, dtype=np.uint64)[0] >> np.uint64(1)) for s in np.random.SeedSequence(seed).spawn(n)]
 
 

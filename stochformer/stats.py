@@ -2,10 +2,13 @@
 
 - :func:`mean_and_se`: the sample mean and the standard error of the mean over independent
   samples (numpy or torch arrays, any axis);
+- :func:`bootstrap`: the one bootstrap over independent samples (resampled with replacement,
+  jointly across a grid whose every point sees the same samples), and :func:`interval`, its SE and
+  95% percentile interval: every fit with an interval here goes through them;
 - :func:`fit_power_law`: y ≈ C x^{−p} by least squares in log–log, with a 95% percentile
-  bootstrap interval and SE for p, resampling independent samples jointly across the grid (every
-  grid point sees the same samples), or, given only means and standard errors, a parametric
-  bootstrap; :func:`loglog_slope` is its point estimate (also the local exponent of a rate law);
+  bootstrap interval and SE for p (:func:`bootstrap`), or, given only means and standard errors, a
+  parametric bootstrap; :func:`loglog_slope` is its point estimate (also the local exponent of a
+  rate law);
 - :func:`fit_power_law_weighted`: means with standard errors that may be unresolved from 0 or
   negative: weighted least squares in linear space, parametric bootstrap (the decorrelation).
 """
@@ -15,7 +18,7 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass
-from typing import Optional, Sequence, Union
+from typing import Any, Callable, Optional, Sequence, Union
 
 import numpy as np
 import torch
@@ -35,6 +38,29 @@ def mean_and_se(values: Array, axis: int = 0) -> tuple[Array, Array]:
     mean = values.mean(axis)
     se = values.std(axis, ddof=1) / math.sqrt(n) if n > 1 else np.zeros_like(mean)
     return mean, se
+
+
+def bootstrap(statistic: Callable[[np.ndarray], Any], samples: np.ndarray, n_boot: int, seed: int,
+              axis: int = 0) -> list:
+    """``statistic`` of ``n_boot`` resamples of ``samples``: independent samples along ``axis``
+    drawn with replacement (everything else resampled jointly). The rows come from ``seed`` and
+    the number of samples alone, so fits given the same seed resample the same samples."""
+    samples = np.asarray(samples, dtype=float)
+    n = samples.shape[axis]
+    where: list = [slice(None)] * samples.ndim
+    out = []
+    for rows in np.random.default_rng(seed).integers(0, n, size=(n_boot, n)):
+        where[axis] = rows
+        out.append(statistic(samples[tuple(where)]))
+    return out
+
+
+def interval(boots: Sequence[float]) -> tuple[float, tuple[float, float]]:
+    """The bootstrap SE and 95% percentile interval of the resampled values ``boots`` (NaN when
+    there are too few)."""
+    boots = np.asarray(boots, dtype=float)
+    lo, hi = np.quantile(boots, [0.025, 0.975]) if len(boots) else (math.nan, math.nan)
+    return (float(np.std(boots, ddof=1)) if len(boots) > 1 else math.nan), (float(lo), float(hi))
 
 
 @dataclass(frozen=True)
@@ -67,20 +93,16 @@ def fit_power_law(
     rows with replacement (keeping the correlation between the x values). With ``se`` (n,),
     ``samples`` are instead n independent positive means with these standard errors and the
     bootstrap is parametric (y + se·ξ). Resamples with a non-positive mean are discarded."""
-    rng = np.random.default_rng(seed)
     if se is None:
         samples = np.asarray(samples, dtype=float)
         y = samples.mean(0)
-        idx = rng.integers(0, samples.shape[0], size=(n_boot, samples.shape[0]))
-        draws = (samples[i].mean(0) for i in idx)
+        draws = bootstrap(lambda rows: rows.mean(0), samples, n_boot, seed)
     else:
         y = np.asarray(samples, dtype=float)
-        draws = iter(y + np.asarray(se, float) * rng.standard_normal((n_boot, len(y))))
+        draws = list(y + np.asarray(se, float) * np.random.default_rng(seed).standard_normal((n_boot, len(y))))
     slope, icpt = loglog_slope(x, y)
-    boots = -np.array([loglog_slope(x, row)[0] for row in draws if np.all(row > 0)])
-    lo, hi = np.quantile(boots, [0.025, 0.975]) if len(boots) else (math.nan, math.nan)
-    boot_se = float(np.std(boots, ddof=1)) if len(boots) > 1 else math.nan
-    return PowerFit(-slope, (float(lo), float(hi)), float(math.exp(icpt)), boot_se)
+    boot_se, ci = interval([-loglog_slope(x, row)[0] for row in draws if np.all(row > 0)])
+    return PowerFit(-slope, ci, float(math.exp(icpt)), boot_se)
 
 
 def fit_power_law_weighted(
@@ -113,9 +135,8 @@ def fit_power_law_weighted(
             boots.append(fit(row)[1])
         except RuntimeError:  # no convergence on this draw
             continue
-    lo, hi = np.quantile(boots, [0.025, 0.975]) if boots else (math.nan, math.nan)
-    boot_se = float(np.std(boots, ddof=1)) if len(boots) > 1 else math.nan
-    return PowerFit(p, (float(lo), float(hi)), float(C * N[0] ** p), boot_se)
+    boot_se, ci = interval(boots)
+    return PowerFit(p, ci, float(C * N[0] ** p), boot_se)
 
 
 def tagged_correlation(A: torch.Tensor, B: torch.Tensor) -> tuple[float, float]:

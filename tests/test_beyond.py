@@ -173,11 +173,11 @@ def test_repulsion_config_is_checked_before_any_work():
 
 @pytest.mark.parametrize("profile", ["quick", "full"])
 def test_new_sections_are_planned_in_every_profile(profile):
-    planned = {p.stage.name: p.config for p in plan(profile)}
+    planned = {p.section.name: p.config for p in plan(profile)}
     assert {"joint-limit", "repulsion", "phase-transformer", "phase-dim-transformer"} <= set(planned)
-    assert planned["phase-transformer"].dynamics == planned["phase-dim-transformer"].dynamics == "transformer"
+    assert planned["phase-transformer"].model.dynamics == planned["phase-dim-transformer"].model.dynamics == "transformer"
     assert planned["repulsion"].probe == (-1.0, 0.1) and planned["repulsion"].d == 64
-    quick = {p.stage.name: p.config for p in plan("quick")}
+    quick = {p.section.name: p.config for p in plan("quick")}
     assert max(planned["joint-limit"].path_N) >= max(quick["joint-limit"].path_N)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -123,3 +124,21 @@ def test_a_non_finite_curve_stops_the_bridge_naming_its_layer():
     curve[2, 5] = float("inf")
     with pytest.raises(NonFiniteError, match="at layer 4"):
         _checked(curve, BridgeConfig(), "x")
+
+
+def test_bridge_result_is_a_result_that_load_reads_back(tmp_path):
+    """The per-sample curves are written as dataset.nc (one variable per curve and depth) beside
+    config.json and bridge.json, and stochformer.load returns them unchanged."""
+    import stochformer as sf
+    from stochformer.experiments.bridge import CURVES, BridgeResult
+
+    curves = {name: {3: np.arange(8.0).reshape(2, 4) + k, 5: np.ones((2, 6)) * k} for k, name in enumerate(CURVES)}
+    res = BridgeResult(BridgeConfig(), curves, 0.5, {"device": "cpu", "stochformer": "test"}, 0.1)
+    res.save(tmp_path)
+    ds = sf.load(tmp_path)
+    assert ds.attrs["command"] == "bridge" and ds.attrs["kappa1_unit_sphere"] == 0.5
+    for name in CURVES:
+        for L, c in curves[name].items():
+            np.testing.assert_array_equal(ds[f"{name}_L{L}"].values, c)
+    assert json.loads((tmp_path / "bridge.json").read_text())["block"] == BridgeConfig().block
+    assert json.loads((tmp_path / "config.json").read_text())["command"] == "bridge"

@@ -11,26 +11,26 @@ from pathlib import Path
 
 import pytest
 
-from stochformer.io import StageCache
+from stochformer.io import ResultStore
 from stochformer.report import reproduce
-from stochformer.report import stages as registry
+from stochformer.report import registry
 from stochformer.report.render import safe_png
-from stochformer.report.stages import Stage, StageOutput, figure_png
+from stochformer.report.registry import Section, SectionOutput, figure_png
 from stochformer.report.verdict import FAILS, HOLDS, Comparison, recompute
 
 
 @pytest.fixture
-def fake_stage(monkeypatch):
+def fake_section(monkeypatch):
     """One cheap section whose single row does not hold (predicted 1, measured 5 ± 0.1)."""
     import matplotlib.pyplot as plt
 
     from stochformer.config import RunConfig
 
     def run(cfg, ctx):
-        return StageOutput({"value": 5.0}, [Comparison.from_mean_se("q", 1.0, 5.0, 0.05)],
+        return SectionOutput({"value": 5.0}, [Comparison.from_mean_se("q", 1.0, 5.0, 0.05)],
                            [figure_png(plt.figure(figsize=(1, 1)), "fig", "a caption")], {"stochformer": "x"})
 
-    monkeypatch.setitem(registry._REGISTRY, "fake", Stage("fake", "Fake", "SPEC", "A fake claim.", RunConfig, {}, run))
+    monkeypatch.setitem(registry._REGISTRY, "fake", Section("fake", "Fake", "SPEC", "A fake claim.", RunConfig, {}, run))
     return "fake"
 
 
@@ -38,18 +38,18 @@ def _forge(out: Path, name: str, change) -> None:
     (path,) = (out / "cache").glob(f"{name}-*.json")
     entry = json.loads(path.read_text())
     change(entry["result"])
-    entry["checksum"] = StageCache._checksum(entry["result"])  # what someone who can write the folder can do
+    entry["checksum"] = ResultStore._checksum(entry["result"])  # what someone who can write the folder can do
     path.write_text(json.dumps(entry))
 
 
 def _record(out: Path, name: str) -> dict:
-    return {r["name"]: r for r in json.loads((out / "results.json").read_text())["stages"]}[name]
+    return {r["name"]: r for r in json.loads((out / "results.json").read_text())["sections"]}[name]
 
 
-def test_forged_entry_cannot_change_verdicts_or_inject_markup(tmp_path, fake_stage) -> None:
+def test_forged_entry_cannot_change_verdicts_or_inject_markup(tmp_path, fake_section) -> None:
     out = tmp_path / "report"
-    reproduce("tiny", out, only=[fake_stage])
-    assert _record(out, fake_stage)["comparisons"][0]["verdict"] == FAILS
+    reproduce("tiny", out, only=[fake_section])
+    assert _record(out, fake_section)["comparisons"][0]["verdict"] == FAILS
 
     def forge(result: dict) -> None:
         result["comparisons"][0]["verdict"] = HOLDS  # the stored verdict says "holds"
@@ -60,9 +60,9 @@ def test_forged_entry_cannot_change_verdicts_or_inject_markup(tmp_path, fake_sta
         result["figures"][0]["caption"] = "</figcaption><script>alert(2)</script>"
         result["tables"] = [{"title": "<b>t</b>", "columns": ["<i>c</i>"], "rows": [["<u>v</u>"]]}]
 
-    _forge(out, fake_stage, forge)
-    reproduce("tiny", out, only=[fake_stage], resume=True)
-    rec = _record(out, fake_stage)
+    _forge(out, fake_section, forge)
+    reproduce("tiny", out, only=[fake_section], resume=True)
+    rec = _record(out, fake_section)
     assert rec["status"] == "cached" and rec["title"] == "Fake"  # identity from the code, not the cache
     assert rec["comparisons"][0]["verdict"] == FAILS  # derived again from the stored numbers
     page = (out / "index.html").read_text()
@@ -72,12 +72,12 @@ def test_forged_entry_cannot_change_verdicts_or_inject_markup(tmp_path, fake_sta
     assert f"class='holds'>{HOLDS}<" not in page and FAILS in page
 
 
-def test_forged_entry_with_wrong_types_is_recomputed(tmp_path, fake_stage) -> None:
+def test_forged_entry_with_wrong_types_is_recomputed(tmp_path, fake_section) -> None:
     out = tmp_path / "report"
-    reproduce("tiny", out, only=[fake_stage])
-    _forge(out, fake_stage, lambda r: r.update(elapsed_s="<1 s>", figures=[{"name": 1}]))
-    reproduce("tiny", out, only=[fake_stage], resume=True)
-    rec = _record(out, fake_stage)
+    reproduce("tiny", out, only=[fake_section])
+    _forge(out, fake_section, lambda r: r.update(elapsed_s="<1 s>", figures=[{"name": 1}]))
+    reproduce("tiny", out, only=[fake_section], resume=True)
+    rec = _record(out, fake_section)
     assert rec["status"] == "computed" and "corrupt or foreign" in rec["cache_note"]
 
 
@@ -119,9 +119,9 @@ def test_keys_include_the_source_hash(monkeypatch) -> None:
     from stochformer.report.runner import plan
     from stochformer.tasks import Task
 
-    key = {x.stage.name: x.key for x in plan("tiny")}
+    key = {x.section.name: x.key for x in plan("tiny")}
     task = Task("t", json.dumps, {"obj": 1}).cache_key
     monkeypatch.setattr(runner, "source_hash", lambda: "changed")
     monkeypatch.setattr(tasks, "source_hash", lambda: "changed")
-    assert all(key[x.stage.name] != x.key for x in plan("tiny") if x.key is not None)
+    assert all(key[x.section.name] != x.key for x in plan("tiny") if x.key is not None)
     assert Task("t", json.dumps, {"obj": 1}).cache_key != task

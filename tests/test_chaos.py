@@ -14,8 +14,8 @@ from stochformer.config import ConfigError, build_config
 from stochformer.experiments import chaos
 from stochformer.experiments.chaos import ChaosConfig, coupling_task, decorrelation_task, run_chaos
 
-TINY = ["N=64", "sizes=[8,16,32]", "dims=[3,5]", "batch=3", "dims_batch=2", "w2_batch=2", "L=4", "records=2",
-        "features=32", "decor_sizes=[4,8]", "decor_repeats=64", "decor_fields=2", "bootstrap=100"]
+TINY = ["model.N=64", "sizes=[8,16,32]", "dims=[3,5]", "model.batch=3", "dims_batch=2", "w2_batch=2", "model.L=4",
+        "records=2", "model.features=32", "decor_sizes=[4,8]", "decor_repeats=64", "decor_fields=2", "bootstrap=100"]
 
 
 def _cfg(extra=()) -> ChaosConfig:
@@ -24,8 +24,9 @@ def _cfg(extra=()) -> ChaosConfig:
 
 @pytest.mark.parametrize(
     "override, field",
-    [("sizes=[8,96]", "sizes"), ("noise=exact", "noise"), ("dims=[4]", "dims"), ("decor_sizes=[2,4]", "decor_sizes"),
-     ("batch=1", "batch"), ("integrator=rk4", "integrator")],
+    [("sizes=[8,96]", "sizes"), ("model.noise=exact", "model.noise: chaos needs 'random_features'"), ("dims=[4]", "dims"), ("decor_sizes=[2,4]", "decor_sizes"),
+     ("model.batch=1", "model.batch: must be >= 2"), ("model.integrator=rk4", "model.integrator"),
+     ("model.init.kind=cluster", "model.init.kind")],
 )
 def test_bad_config_names_the_field(override, field):
     with pytest.raises(ConfigError, match=field):
@@ -90,7 +91,7 @@ def test_coupling_task_reproducible_per_seed():
 def test_coupling_vanishes_without_interaction():
     """Without attention nothing couples the tokens, so the N-systems follow the reference's
     tokens exactly: the coupled error is 0 up to rounding (the field is shared)."""
-    r = coupling_task(_cfg(["attention=false"]).model_dump(mode="json"), 3, seed=1, with_w2=False, keep_cloud=False)
+    r = coupling_task(_cfg(["model.attention=false"]).model_dump(mode="json"), 3, seed=1, with_w2=False, keep_cloud=False)
     assert np.max(r["err2"]) < 1e-26
 
 
@@ -98,7 +99,7 @@ def test_decorrelation_estimator_zero_without_interaction():
     """Known answer: without attention the tokens are conditionally independent given the field,
     so the correlation of tokens 1 and 2 over 512 initial draws is 0; the estimate must lie within
     4.5 of its standard errors (delta method, exact at ρ = 0)."""
-    config = _cfg(["attention=false", "decor_repeats=512"]).model_dump(mode="json")
+    config = _cfg(["model.attention=false", "decor_repeats=512"]).model_dump(mode="json")
     for n, seed in ((4, 3), (8, 4)):
         r = decorrelation_task(config, n, seed)
         assert abs(r["rho"]) < 4.5 * r["se"]

@@ -13,7 +13,8 @@ from stochformer.cli import main
 from stochformer.config import ConfigError, build_config
 from stochformer.experiments import converge as cv
 
-TINY = ["batch=12", "chunk=6", "depths=[2,4,8]", "widths=[8,32]", "refine=4", "bootstrap=200", "N=4", "T=0.5"]
+TINY = ["model.batch=12", "samples_per_task=6", "depths=[2,4,8]", "widths=[8,32]", "refine=4", "bootstrap=200", "model.N=4",
+        "model.T=0.5"]
 
 
 def _cfg(extra=()):
@@ -61,13 +62,13 @@ def test_coupling_keeps_the_paths_together():
     cfg = _cfg()
     res = cv.run_converge(cfg)
     mean, se = res.mean_se("layer")
-    independent = 2 * NoiseKernel("relu", cfg.d).kappa1 * (cfg.d - 1) * cfg.T
+    independent = 2 * NoiseKernel("relu", cfg.model.d).kappa1 * (cfg.model.d - 1) * cfg.model.T
     assert mean[-1, -1] + 4 * se[-1, -1] < 0.1 * independent, (mean[:, -1], independent)
     assert mean[-1, -1] < mean[0, -1]  # finer layers, smaller error (L = 8 against L = 2)
 
 
 def test_killed_run_resumes_from_the_store(tmp_path, monkeypatch):
-    """Finished (depth, chunk) tasks are stored; a second run with the store computes nothing."""
+    """Finished (depth, part of the samples) tasks are stored; a second run with the store computes nothing."""
     cfg = _cfg()
     store = tmp_path / "tasks"
     first = cv.run_converge(cfg, store=store)
@@ -83,8 +84,9 @@ def test_killed_run_resumes_from_the_store(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize(
     "override, field",
-    [("depths=[3,4]", "depths"), ("widths=[8]", "widths"), ("refine=0", "refine"), ("mlp=false", "mlp"),
-     ("batch=2", "batch")],
+    [("depths=[3,4]", "depths"), ("widths=[8]", "widths"), ("refine=0", "refine"), ("model.mlp=false", "model.mlp"),
+     ("model.batch=2", "model.batch: must be >= 4"), ("model.L=16", "model.L: has no effect in converge"),
+     ("model.init.kind=npy", "model.init.path: required"), ("N=4", "unknown field")],
 )
 def test_bad_config_is_one_clear_error_and_no_folder(tmp_path, override, field):
     with pytest.raises(ConfigError, match=field):

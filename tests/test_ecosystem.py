@@ -66,7 +66,7 @@ def test_plotting_import_keeps_the_backend_and_pyplot_unloaded():
         import sys, matplotlib
         matplotlib.use("svg")
         import stochformer.plotting, stochformer.plotting.chaos, stochformer.plotting.converge
-        import stochformer.plotting.sweep, stochformer.plotting.sync, stochformer.report.stages
+        import stochformer.plotting.sweep, stochformer.plotting.sync, stochformer.report.registry
         import stochformer.cli
         assert matplotlib.get_backend() == "svg", matplotlib.get_backend()
         assert "matplotlib.pyplot" not in sys.modules
@@ -111,7 +111,7 @@ def test_require_names_the_extra(monkeypatch):
 def test_chaos_cli_without_pot_names_the_extra_before_any_work(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "ot", None)
     out = tmp_path / "chaos"
-    res = CliRunner().invoke(main, ["chaos", "--quiet", "--out", str(out), "--set", "N=64", "--set", "sizes=[8,16,32]"])
+    res = CliRunner().invoke(main, ["chaos", "--quiet", "--out", str(out), "--set", "model.N=64", "--set", "sizes=[8,16,32]"])
     assert res.exit_code != 0
     assert "stochformer[ot]" in res.output and "Traceback" not in res.output
     assert not out.exists() and not (tmp_path / "chaos.tasks").exists()

@@ -197,11 +197,11 @@ def _make_files(d: Path) -> dict[str, str]:
         "s_bad_point": "[[points]]\nd = 1\n",
         "s_irrelevant_axis": "[grid]\n\"init.cosine\" = [0.0, 0.5]\n",
         "s_samples0": "samples = 0\n",
-        "s_chunk0": "chunk = 0\n",
+        "s_tasks0": "samples_per_task = 0\n",
         "s_many_points": f"[grid]\nL = {list(range(1, 401))}\nN = {list(range(2, 402))}\n",
-        "s_many_tasks": "samples = 1000000000\nchunk = 1\n",
-        "s_huge_N": "N = 10000000\nsamples = 16\nchunk = 16\n",
-        "s_batch_top": "batch = 4\n",
+        "s_many_tasks": "samples = 1000000000\nsamples_per_task = 1\n",
+        "s_huge_N": "samples = 16\nsamples_per_task = 16\n[model]\nN = 10000000\n",
+        "s_batch_top": "[model]\nbatch = 4\n",
         "s_int64": "[grid]\nL = [9223372036854775808]\n",
         "s_nan_axis": "[grid]\nT = [nan]\n",
     }
@@ -240,8 +240,8 @@ FAST = ["--quiet", "--set", "L=3", "--set", "N=4", "--set", "batch=2", "--set", 
 SWEEP_OK = "sweep_ok.toml"
 COMMANDS = {  # a cheap valid invocation of every experiment command, before --out
     "simulate": ["simulate", *FAST],
-    "sync": ["sync", "--quiet", "--set", "L=3", "--set", "batch=2", "--set", "pairs=2", "--set", "bootstrap=10"],
-    "phase": ["phase", "--quiet", "--set", "L=3", "--set", "pairs=2"],
+    "sync": ["sync", "--quiet", "--set", "model.L=3", "--set", "model.batch=2", "--set", "pairs=2", "--set", "bootstrap=10"],
+    "phase": ["phase", "--quiet", "--set", "model.L=3", "--set", "pairs=2"],
     "converge": ["converge", "--quiet"],
     "chaos": ["chaos", "--quiet"],
     "sweep": ["sweep", "--config", SWEEP_OK, "--quiet", "--scheduler", "serial"],
@@ -259,10 +259,10 @@ def named_cases() -> list[tuple[str, list[str]]]:
         "simulate": ["N=10000000", "L=1000000000", "batch=1000000000", "m=1000000000", "d=100000000",
                      "path_stride=1 L=100000000", "dynamics=sde noise=random_features features=1000000000",
                      "dynamics=sde noise=exact N=1000000", "N=9223372036854775807", "L=99999999999999999999"],
-        "sync": ["pairs=1000000000", "batch=1000000000", "L=1000000000", "N=10000000"],
-        "phase": ["pairs=1000000000", "L=1000000000"],
-        "converge": ["depths=[1,1000000000]", "widths=[1,1000000000]", "N=10000000", "batch=1000000000"],
-        "chaos": ["N=10000000", "features=1000000000", "L=1000000000", "decor_repeats=1000000000"],
+        "sync": ["pairs=1000000000", "model.batch=1000000000", "model.L=1000000000", "model.N=10000000"],
+        "phase": ["pairs=1000000000", "model.L=1000000000"],
+        "converge": ["depths=[1,1000000000]", "widths=[1,1000000000]", "model.N=10000000", "model.batch=1000000000"],
+        "chaos": ["model.N=10000000", "model.features=1000000000", "model.L=1000000000", "decor_repeats=1000000000"],
     }
     for cmd, items in sizes.items():
         for item in items:
@@ -274,7 +274,7 @@ def named_cases() -> list[tuple[str, list[str]]]:
                  "gamma=1e308"]
     for cmd in ("simulate", "sync"):
         for item in nonfinite:
-            sets = sum((["--set", x] for x in item.split()), [])
+            sets = sum((["--set", x if cmd == "simulate" else f"model.{x}"] for x in item.split()), [])
             cases.append((f"{cmd} non-finite {item}", [*COMMANDS[cmd], *sets, "--out", f"o-{cmd}"]))
     for item in ["N5", "=3", ".N=3", "init..kind=pair", "N.x=3", "init=5", "flux=1", "init.flux=1", "N=", "N=[", "T=1e400",
                  "init.cosine=0.3", "init.spread=0.3", "init.center=[1,0,0]", "init.path=x.npy", "seed=-1",
@@ -287,13 +287,13 @@ def named_cases() -> list[tuple[str, list[str]]]:
             cases.append((f"{cmd} --config {name}", [cmd, "--quiet", "--config", name, "--out", f"o-{cmd}"]))
     for name in ["s_unknown", "s_batch", "s_seed", "s_empty_axis", "s_repeat", "s_not_list", "s_grid_scalar",
                  "s_points_table", "s_point_empty", "s_overlap", "s_bad_value", "s_bad_point", "s_irrelevant_axis",
-                 "s_samples0", "s_chunk0", "s_many_points", "s_many_tasks", "s_huge_N", "s_batch_top", "s_int64",
+                 "s_samples0", "s_tasks0", "s_many_points", "s_many_tasks", "s_huge_N", "s_batch_top", "s_int64",
                  "s_nan_axis", "binary", "invalid", "missing"]:
         cases.append((f"sweep {name}", ["sweep", "--config", f"{name}.toml", "--quiet", "--scheduler", "serial", "--out", "o-sweep"]))
     for sched in ["processes:0", "processes:abc", "local-cluster:-1", "bogus", "tcp://127.0.0.1:1", "tls://127.0.0.1:1",
                   "127.0.0.1:notaport", "tcp://[::1", "tcp://nonexistent.invalid:8786"]:
         cases.append((f"sweep --scheduler {sched}", ["sweep", "--config", SWEEP_OK, "--quiet", "--scheduler", sched, "--out", "o-sched"]))
-        cases.append((f"converge --scheduler {sched}", ["converge", "--quiet", "--set", "batch=8", "--set", "chunk=4",
+        cases.append((f"converge --scheduler {sched}", ["converge", "--quiet", "--set", "model.batch=8", "--set", "samples_per_task=4",
                                                         "--set", "depths=[2,4]", "--set", "widths=[2,4]", "--set",
                                                         "bootstrap=100", "--scheduler", sched, "--out", "o-sched2"]))
     cases += [
@@ -338,7 +338,7 @@ NAMED = named_cases()
 
 @pytest.fixture(scope="module")
 def sweep_ok(world) -> None:
-    (world["scratch"] / SWEEP_OK).write_text("L = 2\nN = 4\nm = 8\nsamples = 2\nchunk = 2\n")
+    (world["scratch"] / SWEEP_OK).write_text("samples = 2\nsamples_per_task = 2\n[model]\nL = 2\nN = 4\nm = 8\n")
 
 
 def test_named_cases(world, sweep_ok) -> None:
@@ -447,12 +447,15 @@ def _invalid_strategy(info: Any) -> st.SearchStrategy | None:
     return None
 
 
-def _field_cases(model: type) -> list[tuple[str, st.SearchStrategy]]:
+def _field_cases(model: type, prefix: str = "") -> list[tuple[str, st.SearchStrategy]]:
     out = []
     for name, info in model.model_fields.items():
+        if name == "model":  # an experiment's model config: its fields by their dotted path
+            out += _field_cases(info.annotation, "model.")
+            continue
         strat = _invalid_strategy(info)
         if strat is not None:
-            out.append((name, strat))
+            out.append((prefix + name, strat))
     return out
 
 

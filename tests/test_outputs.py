@@ -48,7 +48,7 @@ def test_force_refuses_unsafe_paths(scratch: Path, out: str, command: list[str])
 
 
 def test_sweep_force_refuses_empty_path(scratch: Path) -> None:
-    (scratch / "s.toml").write_text("L = 2\nN = 4\nsamples = 2\nchunk = 2\n")
+    (scratch / "s.toml").write_text("samples = 2\nsamples_per_task = 2\n[model]\nL = 2\nN = 4\n")
     before = _tree(scratch)
     res = CliRunner().invoke(main, ["sweep", "--config", "s.toml", "--out", "", "--force", "--scheduler", "serial"])
     assert res.exit_code == 2 and "--out: empty path" in res.output and _tree(scratch) == before
@@ -76,7 +76,7 @@ def test_force_replaces_only_own_folders(scratch: Path) -> None:
     ("/proc/stochformer-out", "cannot write in /proc"),
 ])
 def test_unusable_output_paths_fail_before_any_work(scratch: Path, out: str, text: str) -> None:
-    for command in (["simulate", *FAST], ["sync", "--quiet", "--set", "pairs=2", "--set", "batch=2"]):
+    for command in (["simulate", *FAST], ["sync", "--quiet", "--set", "pairs=2", "--set", "model.batch=2"]):
         res = CliRunner().invoke(main, [*command, "--out", out])
         assert res.exit_code == 2 and text in res.output and "Traceback" not in res.output
     assert (scratch / "notes.txt").read_text() == "mine"
@@ -88,7 +88,7 @@ def test_lock_is_exclusive_and_released(tmp_path: Path) -> None:
         with pytest.raises(OutputError, match=f"in use by another stochformer run \\(pid {os.getpid()}, stochformer first"):
             with hold(out, "second"):
                 pass
-        (tmp_path / "s.toml").write_text("L = 2\nN = 4\nsamples = 2\nchunk = 2\n")
+        (tmp_path / "s.toml").write_text("samples = 2\nsamples_per_task = 2\n[model]\nL = 2\nN = 4\n")
         res = CliRunner().invoke(main, ["sweep", "--config", str(tmp_path / "s.toml"), "--out", str(out), "--scheduler", "serial"])
         assert res.exit_code == 2 and "in use" in res.output and not out.exists()
     assert not lock_path(out).exists()
@@ -151,7 +151,7 @@ def test_two_processes_on_one_out_and_ctrl_c(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("command, store, again", [
-    (["converge", "--quiet", "--set", "N=4", "--set", "batch=8", "--set", "chunk=4", "--set", "depths=[4,8]",
+    (["converge", "--quiet", "--set", "model.N=4", "--set", "model.batch=8", "--set", "samples_per_task=4", "--set", "depths=[4,8]",
       "--set", "widths=[4,8]", "--set", "bootstrap=100", "--out", "conv"], "conv.tasks", []),
     (["sweep", "--config", "s.toml", "--quiet", "--scheduler", "serial", "--out", "sw"], "sw/tasks", ["--resume"]),
 ])
@@ -159,24 +159,24 @@ def test_ctrl_c_keeps_finished_tasks_and_says_how_to_resume(scratch: Path, monke
     """Ctrl-C after the first stored task (in-process; the real signal is tested above): exit 130
     and one line naming what was kept and the command; the same command (or --resume) completes
     and leaves nothing else behind."""
-    from stochformer.io import StageCache
+    from stochformer.io import ResultStore
 
-    (scratch / "s.toml").write_text("L = 3\nN = 4\nm = 8\nsamples = 8\nchunk = 2\n")
-    original, stored = StageCache.store, []
+    (scratch / "s.toml").write_text("samples = 8\nsamples_per_task = 2\n[model]\nL = 3\nN = 4\nm = 8\n")
+    original, stored = ResultStore.store, []
 
     def store_then_interrupt(self, *args, **kwargs):
         original(self, *args, **kwargs)
         stored.append(1)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(StageCache, "store", store_then_interrupt)
+    monkeypatch.setattr(ResultStore, "store", store_then_interrupt)
     res = CliRunner().invoke(main, command)
     lines = [line for line in res.output.splitlines() if line.strip() and not line.startswith("sweep: ")]
     assert res.exit_code == 130 and len(lines) == 1 and "Traceback" not in res.output, res.output
     assert lines[0].startswith(f"interrupted: finished tasks are kept in {store}; ")
     assert ("continue with: stochformer " if again else "run the same command again to continue: stochformer ") in lines[0]
     assert len(list((scratch / store).glob("*.json"))) == 1
-    monkeypatch.setattr(StageCache, "store", original)
+    monkeypatch.setattr(ResultStore, "store", original)
     res = CliRunner().invoke(main, [*command, *again])
     assert res.exit_code == 0, res.output
     assert sorted(p.name for p in scratch.iterdir()) == sorted(["data", "notes.txt", "s.toml", command[-1]])

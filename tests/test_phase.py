@@ -34,8 +34,8 @@ def test_phase_config_validates_fields_and_grid_points():
 def test_phase_lyapunov_grid_resumes_and_agrees_with_the_boundary_far_from_it(tmp_path, monkeypatch):
     # ReLU d = 8, σ = 0.5: λ₁ = −1.375. Grid γ ∈ {−3, 0} × σ ∈ {0.5}: predicted λ₁ − γ = +1.625, −1.375,
     # far from 0 compared with the SE (~0.15 with 48 pairs, T = 3), so the signs must agree.
-    cfg = _phase("d=8", "dynamics=sde", "x_field=gamma", "x_values=[-3, 0]", "y_field=sigma", "y_values=[0.5]",
-                 "pairs=48", "L=60", "T=3", "boundary_points=9")
+    cfg = _phase("model.d=8", "model.dynamics=sde", "x_field=gamma", "x_values=[-3, 0]", "y_field=sigma",
+                 "y_values=[0.5]", "pairs=48", "model.L=60", "model.T=3", "boundary_points=9")
     store = tmp_path / "store"
     res = run_phase(cfg, store=store)
     assert res.value.shape == (1, 2) and res.fine_lambda_1.shape == (1, 9)
@@ -52,17 +52,19 @@ def test_phase_lyapunov_grid_resumes_and_agrees_with_the_boundary_far_from_it(tm
 
 
 def test_phase_title_names_the_fixed_parameters_not_the_axes():
-    cfg = _phase("gamma=-0.5", "x_field=d", "x_values=[3, 8]", "y_field=sigma", "y_values=[0.0]", "L=40", "T=2")
-    assert cfg.dynamics == "transformer"  # its width m is fixed too
+    cfg = _phase("model.gamma=-0.5", "x_field=d", "x_values=[3, 8]", "y_field=sigma", "y_values=[0.0]", "model.L=40",
+                 "model.T=2")
+    assert cfg.model.dynamics == "transformer"  # its width m is fixed too
     assert phase_title(cfg) == "transformer, relu, $\\gamma = -0.5$, $L = 40$, $T = 2$, $m = 256$: predicted boundary in black"
-    sde = cfg.model_copy(update={"dynamics": "sde"})
+    sde = cfg.model_copy(update={"model": cfg.model.model_copy(update={"dynamics": "sde"})})
     assert phase_title(sde) == "sde, relu, $\\gamma = -0.5$, $L = 40$, $T = 2$: predicted boundary in black"
 
 
 def test_phase_cli_sync_fraction(tmp_path):
     out = tmp_path / "ph"
     args = ["phase", "--quiet", "--out", str(out)]
-    for o in ("d=4", "N=4", "batch=4", "L=20", "T=1", "dynamics=sde", "measure=sync_fraction", "x_field=gamma",
+    for o in ("model.d=4", "model.N=4", "model.batch=4", "model.L=20", "model.T=1", "model.dynamics=sde",
+              "measure=sync_fraction", "x_field=gamma",
               "x_values=[0, 1]", "y_field=noise_scale", "y_values=[0, 1]", "boundary_points=5"):
         args += ["--set", o]
     r = CliRunner().invoke(main, args)

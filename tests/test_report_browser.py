@@ -79,9 +79,9 @@ def test_page_renders_without_console_messages(tmp_path: Path) -> None:
     assert run.returncode == 0, run.stderr[-2000:]
     assert _console(run) == [], _console(run)
     dom = run.stdout
-    for rec in report["stages"]:
+    for rec in report["sections"]:
         assert f'id="{rec["name"]}"' in dom
-    computed = [r for r in report["stages"] if r["status"] == "computed"]
+    computed = [r for r in report["sections"] if r["status"] == "computed"]
     n_figures = sum(len(r["figures"]) for r in computed)
     assert n_figures > 0
     assert len(re.findall(r'<img [^>]*src="data:image/png;base64,', dom)) == n_figures

@@ -16,12 +16,14 @@ import time
 from pathlib import Path
 
 import pytest
+import xarray as xr
 from click.testing import CliRunner
 
 from stochformer.cli import main
-from stochformer.config import ConfigError
-from stochformer.io import StageCache
+from stochformer.config import ConfigError, ExperimentConfig, RunConfig
+from stochformer.io import ResultStore
 from stochformer.report import plan, registered, reproduce
+from stochformer.results import seed_of
 from stochformer.report.verdict import FAILS, HOLDS, NOT_MEASURED, UNDETERMINED, Comparison, decide
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -65,7 +67,7 @@ def test_tiny_report_is_complete(tiny_report: Path) -> None:
     page = (tiny_report / "index.html").read_text()
     results = _strict_json(tiny_report / "results.json")
     names = [s.name for s in registered()]
-    assert [r["name"] for r in results["stages"]] == names
+    assert [r["name"] for r in results["sections"]] == names
     assert results["complete"] is True
     assert all(math.isfinite(x) for x in _numbers(results))
     # no external resource: every src/href is embedded data or an in-page anchor
@@ -73,7 +75,7 @@ def test_tiny_report_is_complete(tiny_report: Path) -> None:
         assert ref.startswith(("data:", "#")), ref
     sections = dict(re.findall(r"<section id='([^']+)'>(.*?)</section>", page, flags=re.S))
     assert list(sections) == names
-    for rec in results["stages"]:
+    for rec in results["sections"]:
         assert rec["status"] == "computed", (rec["name"], rec.get("error"))
         body = sections[rec["name"]]
         assert rec["claim"].split()[0] in body
@@ -88,7 +90,27 @@ def test_tiny_report_is_complete(tiny_report: Path) -> None:
             lo, hi = row["ci"] if row["ci"] else (None, None)
             assert row["verdict"] == decide(row["rule"], row["predicted"], lo, hi, row["tol"]) or row["verdict"] == UNDETERMINED
             assert row["verdict"] in body
-    assert sum(len(r["comparisons"]) for r in results["stages"]) > 0
+    assert sum(len(r["comparisons"]) for r in results["sections"]) > 0
+
+
+@pytest.mark.slow
+def test_tiny_report_dataset_is_the_source_of_results_json(tiny_report: Path) -> None:
+    """dataset.nc (xarray's default engine; stochformer.load) labels every comparison row with its
+    section and every section with its status; results.json is what report_json derives from it."""
+    import stochformer as sf
+    from stochformer.report.runner import report_json
+
+    ds = sf.load(tiny_report)
+    results = _strict_json(tiny_report / "results.json")
+    assert list(ds["section"].values) == [r["name"] for r in results["sections"]]
+    assert list(ds["status"].values) == ["computed"] * ds.sizes["section"]
+    rows = [(r["name"], c) for r in results["sections"] for c in r["comparisons"]]
+    assert ds.sizes["row"] == len(rows) > 0
+    assert [str(x) for x in ds["row_section"].values] == [name for name, _ in rows]
+    assert [str(x) for x in ds["verdict"].values] == [c["verdict"] for _, c in rows]
+    assert json.loads(json.dumps(report_json(ds), default=float)) == results
+    with xr.open_dataset(tiny_report / "dataset.nc") as raw:
+        assert raw.attrs["command"] == "reproduce"
 
 
 # --------------------------------------------------------------------------- resuming
@@ -105,13 +127,13 @@ CHEAP, LONG = "table", "sync"
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT], ids=["killed", "ctrl-c"])
 def test_killed_run_resumes_without_recomputing(tmp_path: Path, sig: int) -> None:
-    """Kill (SIGKILL) or interrupt (SIGINT, as Ctrl-C) a run while its second stage runs; --resume
-    reuses the first stage's stored entry (same file, same mtime, status 'cached', original start
+    """Kill (SIGKILL) or interrupt (SIGINT, as Ctrl-C) a run while its second section runs; --resume
+    reuses the first section's stored entry (same file, same mtime, status 'cached', original start
     time) and computes the second."""
     out = tmp_path / "report"
     first, second = CHEAP, LONG
-    # the second stage is made long (many layers) so that it is surely running when killed; the
-    # resumed run computes it at its tiny size (a different key), the first stage's key is unchanged
+    # the second section is made long (many layers) so that it is surely running when killed; the
+    # resumed run computes it at its tiny size (a different key), the first section's key is unchanged
     args = ["--profile", "tiny", "--out", str(out), "--quiet", "--only", first, "--only", second]
     proc = subprocess.Popen(_cli(*args, "--set", f"{second}.L=100000"), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     cache = out / "cache"
@@ -119,7 +141,7 @@ def test_killed_run_resumes_without_recomputing(tmp_path: Path, sig: int) -> Non
     try:
         while not list(cache.glob(f"{first}-*.json")):
             assert proc.poll() is None, proc.stderr.read().decode()
-            assert time.time() < deadline, "first stage was not stored within 60 s"
+            assert time.time() < deadline, "first section was not stored within 60 s"
             time.sleep(0.05)
         assert proc.poll() is None, "the run finished before it could be killed"
         os.kill(proc.pid, sig)
@@ -138,7 +160,7 @@ def test_killed_run_resumes_without_recomputing(tmp_path: Path, sig: int) -> Non
     assert done.returncode == 0, done.stderr
     assert (entry.stat().st_mtime_ns, entry.read_bytes()) == before
     results = _strict_json(out / "results.json")
-    status = {r["name"]: r for r in results["stages"]}
+    status = {r["name"]: r for r in results["sections"]}
     assert status[first]["status"] == "cached"
     assert status[first]["started_at"] == stored["started_at"]
     assert status[second]["status"] == "computed"
@@ -153,7 +175,7 @@ def cheap_report(tmp_path_factory) -> Path:
 
 @pytest.fixture
 def table_run(cheap_report: Path, tmp_path: Path):
-    """A copy of a report of the cheap section only: (out, stage name, its cache entry, arguments)."""
+    """A copy of a report of the cheap section only: (out, section name, its cache entry, arguments)."""
     out = tmp_path / "report"
     shutil.copytree(cheap_report, out)
     (entry,) = (out / "cache").glob(f"{CHEAP}-*.json")
@@ -161,7 +183,7 @@ def table_run(cheap_report: Path, tmp_path: Path):
 
 
 def _status(out: Path, name: str) -> dict:
-    return {r["name"]: r for r in _strict_json(out / "results.json")["stages"]}[name]
+    return {r["name"]: r for r in _strict_json(out / "results.json")["sections"]}[name]
 
 
 def test_resume_reuses_and_plain_rerun_recomputes(table_run) -> None:
@@ -170,7 +192,7 @@ def test_resume_reuses_and_plain_rerun_recomputes(table_run) -> None:
     reproduce(**args, resume=True)
     assert _status(out, name)["status"] == "cached"
     assert _status(out, name)["started_at"] == started
-    reproduce(**args)  # without --resume every selected stage is computed again
+    reproduce(**args)  # without --resume every selected section is computed again
     assert _status(out, name)["status"] == "computed"
 
 
@@ -183,21 +205,21 @@ def test_corrupt_or_foreign_cache_entry_is_recomputed(table_run, damage: str) ->
     elif damage == "edit_number":  # valid JSON, but the checksum no longer matches
         data["result"]["elapsed_s"] = data["result"]["elapsed_s"] + 1.0
         entry.write_text(json.dumps(data))
-    else:  # an entry of another stage/key copied under this name
+    else:  # an entry of another section/key copied under this name
         data["name"], data["key"] = "other", "0" * 20
         entry.write_text(json.dumps(data))
-    assert StageCache(out / "cache").load(name, entry.stem.rsplit("-", 1)[1]) is None
+    assert ResultStore(out / "cache").load(name, entry.stem.rsplit("-", 1)[1]) is None
     reproduce(**args, resume=True)
     rec = _status(out, name)
     assert rec["status"] == "computed"
     assert "corrupt or foreign" in rec["cache_note"]
-    assert StageCache(out / "cache").load(name, entry.stem.rsplit("-", 1)[1]) is not None
+    assert ResultStore(out / "cache").load(name, entry.stem.rsplit("-", 1)[1]) is not None
 
 
 def test_only_keeps_other_sections_from_the_cache(table_run) -> None:
     out, name, entry, args = table_run
     other = LONG
-    statuses = {r["name"]: r["status"] for r in _strict_json(out / "results.json")["stages"]}
+    statuses = {r["name"]: r["status"] for r in _strict_json(out / "results.json")["sections"]}
     assert statuses[name] == "computed" and statuses[other] == "not_run"
     page = (out / "index.html").read_text()
     assert f"stochformer reproduce --only {other}" in page
@@ -248,22 +270,24 @@ def test_plan_validates_before_any_work(tmp_path: Path) -> None:
         plan("tiny", overrides=["bogus=1"])
     with pytest.raises(ConfigError, match=f"section {first}"):
         plan("tiny", overrides=[f"{first}.seed=-1"])
-    # STAGE.FIELD applies to one section, FIELD to every section that has it
-    p = {x.stage.name: x for x in plan("tiny", overrides=[f"{first}.seed=7", "batch=5"])}
-    assert p[first].config.seed == 7 and p[second].config.seed != 7
-    assert p[second].config.batch == 5 and p["convergence"].config.batch == 5
-    assert p[first].key != {x.stage.name: x for x in plan("tiny")}[first].key
+    # SECTION.FIELD applies to one section, FIELD to every section that has it
+    p = {x.section.name: x for x in plan("tiny", overrides=[f"{first}.seed=7", "batch=5"])}
+    assert seed_of(p[first].config) == 7 and seed_of(p[second].config) != 7
+    assert p[second].config.model.batch == 5 and p["convergence"].config.model.batch == 5  # model fields by name
+    assert p[first].key != {x.section.name: x for x in plan("tiny")}[first].key
 
 
 def test_plan_reads_a_config_file(tmp_path: Path) -> None:
     """Top-level keys of the TOML apply to every section that has the field, [SECTION] tables to one."""
     cfg = tmp_path / "report.toml"
     cfg.write_text(f"seed = 11\n\n[{LONG}]\nL = 36\n")
-    p = {x.stage.name: x for x in plan("tiny", config_file=cfg)}
-    assert all(x.config.seed == 11 for x in p.values())
-    assert p[LONG].config.L == 36 and p["convergence"].config.L != 36
+    p = {x.section.name: x for x in plan("tiny", config_file=cfg)}
+    assert all(seed_of(x.config) == 11 for x in p.values())
+    assert p[LONG].config.model.L == 36 and p["convergence"].config.model.L != 36
+    p = {x.section.name: x for x in plan("tiny", overrides=[f"{LONG}.model.L=40"])}  # or by their path
+    assert p[LONG].config.model.L == 40
     cfg.write_text(f"[{LONG}]\nL = 0\n")
-    with pytest.raises(ConfigError, match=f"section {LONG}: .*L"):
+    with pytest.raises(ConfigError, match=f"section {LONG}: .*model.L"):
         plan("tiny", config_file=cfg)
 
 
@@ -284,38 +308,38 @@ def test_cli_refuses_a_foreign_folder_and_bad_input(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- sections that fail
 
 
-def _fake_stages(monkeypatch) -> None:
+def _fake_sections(monkeypatch) -> None:
     """Three extra sections: one returning a NaN, one raising, one that cannot run here."""
     import matplotlib.pyplot as plt
 
     from stochformer.config import RunConfig
-    from stochformer.report import stages as registry
-    from stochformer.report.stages import Stage, StageOutput, StageUnavailable, figure_png
+    from stochformer.report import registry
+    from stochformer.report.registry import Section, SectionOutput, SectionUnavailable, figure_png
 
     def nan_run(cfg, ctx):
         fig = plt.figure()
-        return StageOutput({"value": float("nan"), "ok": [1.0, float("inf")]},
+        return SectionOutput({"value": float("nan"), "ok": [1.0, float("inf")]},
                            [Comparison("q", 1.0, float("nan"), (float("nan"), 2.0))], [figure_png(fig, "f", "c")], {})
 
     def broken_run(cfg, ctx):
         raise RuntimeError("boom")
 
     def missing_run(cfg, ctx):
-        raise StageUnavailable("fake is not available")
+        raise SectionUnavailable("fake is not available")
 
     for name, run, model in (("fake-nan", nan_run, RunConfig), ("fake-broken", broken_run, RunConfig),
                              ("fake-missing", missing_run, RunConfig)):
-        monkeypatch.setitem(registry._REGISTRY, name, Stage(name, name, "SPEC", "A fake claim.", model, {}, run))
+        monkeypatch.setitem(registry._REGISTRY, name, Section(name, name, "SPEC", "A fake claim.", model, {}, run))
 
 
 def test_failing_sections_are_reported_and_nan_never_written(tmp_path: Path, monkeypatch) -> None:
-    _fake_stages(monkeypatch)
+    _fake_sections(monkeypatch)
     out = tmp_path / "report"
     r = CliRunner().invoke(main, ["reproduce", "--profile", "tiny", "--out", str(out), "--quiet",
                                   "--only", "fake-nan", "--only", "fake-broken", "--only", "fake-missing"])
     assert r.exit_code == 1 and "2 section(s) did not run: fake-broken, fake-missing" in r.output
     results = _strict_json(out / "results.json")
-    rec = {x["name"]: x for x in results["stages"]}
+    rec = {x["name"]: x for x in results["sections"]}
     assert rec["fake-nan"]["status"] == "computed" and results["complete"] is False
     assert rec["fake-nan"]["numbers"] == {"value": None, "ok": [1.0, None]}
     assert "2 non-finite value(s) written as null: value, ok[1]" in rec["fake-nan"]["notes"]
@@ -330,13 +354,18 @@ def test_failing_sections_are_reported_and_nan_never_written(tmp_path: Path, mon
 def test_quick32_is_the_quick_sizes_in_float32() -> None:
     """``--profile quick32``: every section that has a dtype runs the quick config in float32; the
     others (the paper's experiments) run the quick config unchanged."""
-    quick = {p.stage.name: p.config for p in plan("quick")}
-    fast = {p.stage.name: p.config for p in plan("quick32")}
-    with_dtype = [n for n, c in quick.items() if "dtype" in type(c).model_fields]
+    quick = {p.section.name: p.config for p in plan("quick")}
+    fast = {p.section.name: p.config for p in plan("quick32")}
+    def run_of(c):  # the model config that carries the dtype, if the section has one
+        return c.model if isinstance(c, ExperimentConfig) else c if isinstance(c, RunConfig) else None
+
+    with_dtype = [n for n, c in quick.items() if run_of(c) is not None]
     assert with_dtype and len(with_dtype) < len(quick)
     for name, cfg in quick.items():
         if name in with_dtype:
-            assert cfg.dtype == "float64" and fast[name].dtype == "float32"
-            assert fast[name].model_copy(update={"dtype": "float64"}) == cfg
+            run, run32 = run_of(cfg), run_of(fast[name])
+            assert run.dtype == "float64" and run32.dtype == "float32"
+            back = run32.model_copy(update={"dtype": "float64"})
+            assert (fast[name].model_copy(update={"model": back}) if run32 is not fast[name] else back) == cfg
         else:
             assert fast[name] == cfg

@@ -131,3 +131,20 @@ def test_weighted_power_fit_uses_every_size_and_recovers_the_exponent():
     # a wrong model, ρ = 0.5/√N, is told apart: its interval excludes 1
     y = 0.5 / np.sqrt(N) + se * np.random.default_rng(4).standard_normal(5)
     assert fit_power_law_weighted(N, y, se, n_boot=400).ci[1] < 1.0
+
+
+def test_bootstrap_resamples_whole_samples_along_an_axis_from_the_seed():
+    """stats.bootstrap draws each resample's samples with replacement from ``seed`` alone (so fits
+    given one seed resample the same samples), jointly for every other coordinate, along any axis;
+    interval gives the SE and the 95% percentile interval of the resampled values."""
+    from stochformer.stats import bootstrap, interval
+
+    x = np.random.default_rng(0).standard_normal((6, 3))
+    rows = np.random.default_rng(9).integers(0, 6, size=(4, 6))
+    along_0 = bootstrap(lambda s: s.mean(0), x, 4, seed=9)
+    along_last = bootstrap(lambda s: s.mean(-1), x.T.copy(), 4, seed=9, axis=-1)
+    for k in range(4):
+        np.testing.assert_array_equal(along_0[k], x[rows[k]].mean(0))
+        np.testing.assert_allclose(along_last[k], along_0[k], rtol=1e-15)
+    se, (lo, hi) = interval([1.0, 2.0, 3.0, 4.0])
+    assert se == pytest.approx(np.std([1, 2, 3, 4], ddof=1)) and (lo, hi) == pytest.approx((1.075, 3.925))

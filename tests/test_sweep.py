@@ -1,4 +1,4 @@
-"""Sweeps: parallel task runner (process pool, Dask), chunked Monte Carlo with deterministic seeds,
+"""Sweeps: parallel task runner (process pool, Dask), Monte Carlo split into tasks with deterministic seeds,
 resume after a lost worker or a killed client, and sweep-file validation.
 
 The Dask tests use one real LocalCluster (2 worker processes, 1 thread each) for the module."""
@@ -23,7 +23,7 @@ from stochformer.cli import main
 from stochformer.config import ConfigError, RunConfig
 from stochformer.experiments.simulate import run_simulate
 from stochformer.experiments.sweep import SweepConfig, load_sweep, plan_sweep, run_sweep
-from stochformer.io import StageCache
+from stochformer.io import ResultStore
 from stochformer.runtime import child_seeds
 from stochformer.tasks.parallel import parse_scheduler, run_tasks_parallel
 from stochformer.tasks import Task, run_tasks
@@ -45,8 +45,8 @@ def client():
         yield c
 
 
-def small_sweep(**extra) -> SweepConfig:
-    data = {"N": 6, "d": 3, "L": 8, "T": 2.0, "m": 32, "samples": 5, "chunk": 2, "seed": 7,
+def small_sweep(model=None, **extra) -> SweepConfig:
+    data = {"model": {"N": 6, "d": 3, "L": 8, "T": 2.0, "m": 32, "seed": 7, **(model or {})}, "samples": 5, "samples_per_task": 2,
             "grid": {"gamma": [-1, 1]}, **extra}
     return SweepConfig.model_validate(data)
 
@@ -55,15 +55,16 @@ def small_sweep(**extra) -> SweepConfig:
 
 
 def test_cluster_equals_serial_bit_for_bit(client, tmp_path):
-    cfg = small_sweep(sigma_U=0.2, grid={"gamma": [-1, 1], "beta": [0.5, 2.0]})
+    cfg = small_sweep({"sigma_U": 0.2}, grid={"gamma": [-1, 1], "beta": [0.5, 2.0]})
     serial = run_sweep(cfg)
     on_cluster = run_sweep(cfg, store=tmp_path / "tasks", scheduler=client)
     ds = serial.data
-    assert dict(ds["mean_cosine"].sizes) == {"gamma": 2, "beta": 2, "sample": 5, "layer": 9}
+    assert dict(ds["mean_cosine"].sizes) == {"gamma": 2, "beta": 2, "sample": 5, "time": 9}
     assert np.isfinite(ds["energy"].values).all()
     xr.testing.assert_identical(ds, on_cluster.data)  # exact equality of every value
     # every (point, sample) is its own draw: no two samples share their final statistics
-    final = ds["mean_cosine"].isel(layer=-1).values.ravel()
+    np.testing.assert_array_equal(ds["time"].values, np.arange(9) * 2.0 / 8)  # t = ℓ T/L, T = 2, L = 8
+    final = ds["mean_cosine"].isel(time=-1).values.ravel()
     assert len(np.unique(final)) == final.size
     # the NetCDF written by save() reads back identical, with the run record in its attributes
     serial.save(tmp_path / "out")
@@ -73,25 +74,25 @@ def test_cluster_equals_serial_bit_for_bit(client, tmp_path):
     assert json.loads((tmp_path / "out" / "config.json").read_text())["command"] == "sweep"
 
 
-def test_chunk_seeds_and_points_with_different_depths():
-    """Chunk j of point i is run_simulate() with seed child_seeds(child_seeds(seed, P)[i], C)[j]; a
-    swept L leaves NaN at the layers a point does not have."""
-    cfg = small_sweep(grid={}, samples=3, chunk=2, points=[{"L": 4}, {"L": 6, "record_every": 3}])
+def test_task_seeds_and_points_with_different_depths():
+    """Task j of point i is run_simulate() with seed child_seeds(child_seeds(seed, P)[i], C)[j]; the
+    time axis (t = ℓ T/L, T = 2) is the union of the points' times, NaN at those a point does not have."""
+    cfg = small_sweep(grid={}, samples=3, samples_per_task=2, points=[{"L": 4}, {"L": 6, "record_every": 3}])
     res = run_sweep(cfg)
     ds = res.data
-    assert list(ds["layer"].values) == [0, 1, 2, 3, 4, 6]
+    assert list(ds["time"].values) == [0.0, 0.5, 1.0, 1.5, 2.0]
     assert list(ds["L"].values) == [4, 6]
-    p_seeds = child_seeds(cfg.seed, 2)
+    p_seeds = child_seeds(cfg.model.seed, 2)
     for i, L, rec in ((0, 4, 1), (1, 6, 3)):
         c_seeds = child_seeds(p_seeds[i], 2)
         for j, rows in ((0, slice(0, 2)), (1, slice(2, 3))):
-            base = cfg.base().with_updates(L=L, record_every=rec, batch=rows.stop - rows.start, seed=c_seeds[j])
+            base = cfg.model.with_updates(L=L, record_every=rec, batch=rows.stop - rows.start, seed=c_seeds[j])
             t = run_simulate(base).data
-            got = ds["energy"].isel(point=i, sample=rows).sel(layer=t["step"].values).values
+            got = ds["energy"].isel(point=i, sample=rows).sel(time=t["time"].values).values
             np.testing.assert_array_equal(got, t["energy"].values)
-    missing = ds["energy"].isel(point=1).sel(layer=[1, 2, 4]).values
+    missing = ds["energy"].isel(point=1).sel(time=[0.5, 1.5]).values
     assert np.isnan(missing).all()
-    assert np.isnan(ds["energy"].isel(point=0).sel(layer=6).values).all()
+    assert not np.isnan(ds["energy"].isel(point=0).values).any()
 
 
 # ---- lost worker, killed client ---------------------------------------------------------------
@@ -108,7 +109,7 @@ def test_worker_killed_mid_sweep_completes_without_loss_or_duplicates(client, tm
     assert set(runs) == set(range(8)) and runs.count(3) >= 2  # task 3 ran again after the kill
     stored = sorted(p.name.split("-")[0] for p in store.glob("t*.json"))
     assert stored == sorted(f"t{x}" for x in range(8))  # each task stored exactly once
-    cache = StageCache(store)
+    cache = ResultStore(store)
     assert all(cache.load(t.key, t.cache_key) == results[t.key] for t in tasks)
 
 
@@ -117,20 +118,21 @@ def test_failing_task_raises_with_its_key_and_keeps_finished_results(client, tmp
     with pytest.raises(ArithmeticError, match="five") as info:
         run_tasks(tasks, store=tmp_path, scheduler=client)
     assert any("f5" in note for note in getattr(info.value, "__notes__", ["f5"]))
-    cache = StageCache(tmp_path)
+    cache = ResultStore(tmp_path)
     assert [cache.load(t.key, t.cache_key) for t in tasks] == [None, 1, 2]  # finished ones stay stored
     with pytest.raises(ValueError, match="duplicate keys"):
         run_tasks([tasks[1], tasks[1]], scheduler=client)
 
 
 SWEEP_TOML = """
+samples = 12
+samples_per_task = 2
+[model]
 N = 8
 L = 200
 T = 3.0
 m = 32
 record_every = 100
-samples = 12
-chunk = 2
 seed = 3
 [grid]
 gamma = [-1, 1]
@@ -190,7 +192,7 @@ def test_resource_tasks_run_only_on_workers_that_have_them(client):
         worker.terminate()
         worker.wait(timeout=30)
     # a sweep on a CUDA device asks for a GPU; a CPU sweep does not
-    assert all(t.resources == {"GPU": 1} for t in plan_sweep(small_sweep(device="cuda")).tasks())
+    assert all(t.resources == {"GPU": 1} for t in plan_sweep(small_sweep({"device": "cuda"})).tasks())
     assert all(t.resources is None for t in plan_sweep(small_sweep()).tasks())
 
 
@@ -206,10 +208,11 @@ def test_resource_tasks_run_only_on_workers_that_have_them(client):
         ("[grid]\ngamma = 1", "grid.gamma"),
         ("[grid]\nN = [4, 'many']", "grid.N[1] = 'many'"),
         ("[grid]\nN = [4, 1]", "grid.N[1] = 1"),
-        ("batch = 4\n[grid]\ngamma = [0]", "batch"),
+        ("[model]\nbatch = 4\n[grid]\ngamma = [0]", "model.batch: has no effect in sweep"),
+        ("[model]\nN = 1", "model.N: must be an integer >= 2"),
         ("[grid]\nbatch = [4]", "'batch' cannot be swept"),
         ("samples = 0", "samples"),
-        ("chunk = 'big'", "chunk"),
+        ("samples_per_task = 'big'", "samples_per_task"),
         ("[grid]\ngamma = [0]\n[[points]]\ngamma = 1", "grid and points both set ['gamma']"),
         ("[[points]]\nN = 2\ninit.kind = 'pair'\n[[points]]\nN = 3\ninit.kind = 'pair'", "init.kind = 'pair' needs N = 2"),
     ],
@@ -243,5 +246,5 @@ def test_example_sweep_file_loads():
     plan = plan_sweep(cfg)
     n_points = max(len(cfg.points), 1) * math.prod(len(v) for v in cfg.grid.values())
     assert len(plan.configs) == n_points > 1
-    assert len(plan.tasks()) == n_points * math.ceil(cfg.samples / cfg.chunk)
+    assert len(plan.tasks()) == n_points * math.ceil(cfg.samples / cfg.samples_per_task)
     assert isinstance(plan.configs[0], RunConfig)

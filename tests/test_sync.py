@@ -160,11 +160,12 @@ def test_default_sync_lyapunov_agrees_after_extrapolation():
     # default step (T = 5, L = 100; m = 64 and 64 pairs for speed). λ₁ − γ = −0.7465. At L layers the
     # estimate is more than 10% low (the time-step bias); extrapolated to Δt → 0 it agrees within 3%
     # or 3 combined SE √(SE² + err²).
-    cfg = build_config({}, ["activation=tanh", "d=16", "sigma_U=0.3", "sigma_W=0.3", "gamma=-0.5", "m=64"],
-                       model=SyncConfig)
-    assert (cfg.T, cfg.L, cfg.dynamics, cfg.extrapolate) == (5.0, 100, "transformer", True)
-    pred = predicted_rates(cfg, with_bound=False)["lambda_1_pred"]
-    out = measure_lyapunov(cfg, 64, cfg.eps, seed=1)
+    cfg = build_config({}, ["model.activation=tanh", "model.d=16", "model.sigma_U=0.3", "model.sigma_W=0.3",
+                            "model.gamma=-0.5", "model.m=64"], model=SyncConfig)
+    run = cfg.model
+    assert (run.T, run.L, run.dynamics, cfg.extrapolate) == (5.0, 100, "transformer", True)
+    pred = predicted_rates(run, with_bound=False)["lambda_1_pred"]
+    out = measure_lyapunov(run, 64, cfg.eps, seed=1)
     assert abs(out["lambda_1_steps"]["100"] - pred) > 0.1 * abs(pred)
     tol = max(0.03 * abs(pred), 3 * math.hypot(out["lambda_1_se"], out["lambda_1_extrap_err"]))
     assert abs(out["lambda_1"] - pred) < tol and out["lambda_1_se"] < 0.1 * abs(pred)
@@ -182,7 +183,8 @@ def test_repulsive_attention_is_overcome_by_coercive_noise_on_one_side_of_gamma_
 
 
 def test_run_sync_and_cli_write_sync_json(tmp_path):
-    overrides = ["d=4", "sigma_U=0.5", "sigma_W=0.5", "dynamics=sde", "N=3", "batch=64", "pairs=32", "L=40", "T=2",
+    overrides = ["model.d=4", "model.sigma_U=0.5", "model.sigma_W=0.5", "model.dynamics=sde", "model.N=3", "model.batch=64",
+                 "pairs=32", "model.L=40", "model.T=2",
                  "bootstrap=50"]
     res = run_sync(_cfg(*overrides, model=SyncConfig))
     d = res.to_dict()

@@ -259,7 +259,7 @@ def test_resampled_attention_approaches_averaged_drift():
     """No MLP, d = 4, N = 6, β = γ = σ = 1, T = 2: the paired difference of the final mean cosine
     between per-layer random attention at depth L and the averaged-drift model shrinks with L;
     at L = 64 it is within 4.5 SE (+ 0.01 for the Monte Carlo bank of 128 draws) of 0."""
-    cfg = ResampledConfig(N=5, d=4, T=2.0, mlp=False, batch=32, depths=[4, 64], attention_draws=128, seed=5)
+    cfg = ResampledConfig(model=dict(N=5, d=4, T=2.0, mlp=False, batch=32, attention_draws=128, seed=5), depths=[4, 64])
     res = run_resampled(cfg)
     rows = {r["L"]: r for r in res.differences()}
     assert rows[64]["sq_error"] < rows[4]["sq_error"] / 4

@@ -18,7 +18,8 @@ def bridge_cmd(config_file, overrides, out, force, quiet, fmt: str) -> None:
     pairwise cosine by depth beside the paper's model with the matched MLP and the limit SDE of the
     matched kernel, with a verdict per prediction at the last layer.
 
-    Writes config.json, bridge.json (curves with SEs, verdict rows), arrays.npz and the figure bridge.FORMAT."""
+    Writes config.json, bridge.json (curves with SEs, verdict rows), dataset.nc (the per-sample curves) and the
+    figure bridge.FORMAT."""
     from ..experiments.bridge import BridgeConfig, run_bridge
     from ..plotting.variants import plot_bridge
 

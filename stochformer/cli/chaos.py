@@ -33,11 +33,11 @@ def chaos_cmd(config_file, overrides, out, force, quiet, scheduler: Optional[str
     if "initial" in result.clouds:
         figures["density"] = lambda: plot_density_s2(
             result.clouds["initial"], result.clouds["final"],
-            rf"reference tokens on $S^2$ ($N_{{\mathrm{{ref}}}} = {cfg.N}$, one sample)")
+            rf"reference tokens on $S^2$ ($N_{{\mathrm{{ref}}}} = {cfg.model.N}$, one sample)")
     write_results(folder, force, result, figures, store, fmt)
     lo, hi = result.to_dict()["exponent_coupling_ci"]
     click.echo(f"chaos: {result.elapsed_s:.1f} s; coupling exponent {result.exponent_coupling:.3f} "
-               f"[{lo:.3f}, {hi:.3f}] (d = {cfg.d}, target 1)")
+               f"[{lo:.3f}, {hi:.3f}] (d = {cfg.model.d}, target 1)")
     for d in cfg.dims:
         w = result.fits["w2"].get(str(d))
         if w:

@@ -35,8 +35,9 @@ def converge_cmd(config_file, overrides, out, force, quiet, scheduler: Optional[
     result = run_converge(cfg, progress=not quiet, store=store, scheduler=scheduler)
     write_results(folder, force, result, {"convergence": lambda: plot_convergence(result)}, store, fmt)
     f = result.fits
-    click.echo(f"converge: N={cfg.N}, d={cfg.d}, T={cfg.T}, {cfg.batch} samples, depths {result.depths}, "
-               f"widths {sorted(cfg.widths)} and ∞, {cfg.integrator} SDE with {cfg.refine} steps per layer: "
+    run = cfg.model
+    click.echo(f"converge: N={run.N}, d={run.d}, T={run.T}, {run.batch} samples, depths {result.depths}, "
+               f"widths {sorted(cfg.widths)} and ∞, {run.integrator} SDE with {cfg.refine} steps per layer: "
                f"{result.elapsed_s:.1f} s")
     click.echo(f"  exponent in L (m = ∞, layer times):      {_ci(f['exponent_L'])}")
     click.echo(f"  exponent in L (m = ∞, continuous time):  {_ci(f['exponent_L_continuous'])}")

@@ -25,7 +25,7 @@ def _listing() -> str:
 @click.option("--profile", type=click.Choice(list(PROFILES)), default=DEFAULT_PROFILE, show_default=True,
               help="Sizes of the experiments: tiny (CI), quick (<= 20 min on 2 CPU cores), full (the paper's), gpu (CUDA).")
 @click.option("--only", multiple=True, metavar="NAME", help="Run only this section (repeatable); see --list.")
-@click.option("--resume", is_flag=True, help="Reuse the finished stages stored in OUT/cache (same config, version and source).")
+@click.option("--resume", is_flag=True, help="Reuse the finished sections stored in OUT/cache (same config, version and source).")
 @click.option("--scheduler", default=None, metavar="SPEC",
               help="Where grids of independent runs go: serial (default), processes[:N], local-cluster:N or a Dask address.")
 @click.option("--list", "list_only", is_flag=True, help="List the sections and profiles, then exit.")
@@ -33,7 +33,7 @@ def _listing() -> str:
 def reproduce_cmd(profile, only, resume, scheduler, list_only, config_file, overrides, out, force, quiet) -> None:
     """Run every experiment of SPEC §6 and write OUT/index.html (default report/) and OUT/results.json.
 
-    Overrides: --set STAGE.FIELD=VALUE changes one section (e.g. --set sync.L=500);
+    Overrides: --set SECTION.FIELD=VALUE changes one section (e.g. --set sync.L=500);
     --set FIELD=VALUE every section that has the field (e.g. --set seed=1)."""
     if list_only:
         click.echo(_listing())
@@ -56,7 +56,7 @@ def reproduce_cmd(profile, only, resume, scheduler, list_only, config_file, over
             try:
                 size_check(item.config, scheduler)
             except click.UsageError as exc:
-                raise click.UsageError(f"section {item.stage.name}: {exc.message}") from None
+                raise click.UsageError(f"section {item.section.name}: {exc.message}") from None
     hold_output(out, "reproduce")
     use_agg()
     try:
@@ -65,11 +65,11 @@ def reproduce_cmd(profile, only, resume, scheduler, list_only, config_file, over
     except (ConfigError, OutputError) as exc:
         raise click.UsageError(str(exc)) from None
     except KeyboardInterrupt:
-        click.echo(f"\ninterrupted: finished stages are kept in {out / 'cache'}; continue with: "
+        click.echo(f"\ninterrupted: finished sections are kept in {out / 'cache'}; continue with: "
                    f"{resume_command(resume)}", err=True)
         sys.exit(EXIT_INTERRUPTED)
-    bad = [r for r in report["stages"] if r["status"] in ("failed", "unavailable")]
-    for r in report["stages"]:
+    bad = [r for r in report["sections"] if r["status"] in ("failed", "unavailable")]
+    for r in report["sections"]:
         verdicts = [c["verdict"] for c in recompute(r.get("comparisons", []))]
         holds = sum(v == "holds" for v in verdicts)
         extra = f"{holds}/{len(verdicts)} rows hold" if verdicts else r.get("error", "")

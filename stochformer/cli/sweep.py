@@ -34,7 +34,7 @@ def _scheduler(scheduler: Optional[str], local_cluster: Optional[int], workers: 
 
 @click.command("sweep")
 @click.option("--config", "file", type=click.Path(dir_okay=False, path_type=Path), required=True,
-              help="TOML file of the sweep: base config, [grid] and/or [[points]], samples, chunk.")
+              help="TOML file of the sweep: samples, samples_per_task, [model], [grid] and/or [[points]].")
 @click.option("--set", "overrides", multiple=True, metavar="FIELD=VALUE",
               help="Override a field of the sweep file (e.g. samples=256, grid.gamma=[0,1]); repeatable.")
 @click.option("--scheduler", default=None, metavar="ADDRESS",
@@ -52,7 +52,7 @@ def _scheduler(scheduler: Optional[str], local_cluster: Optional[int], workers: 
 @size_options
 @fail_cleanly
 def sweep_cmd(file, overrides, scheduler, local_cluster, workers, out, resume, force, quiet, fmt: str) -> None:
-    """Run the sweep described in the --config file (TOML: base config, [grid] and/or [[points]], samples, chunk).
+    """Run the sweep described in the --config file (TOML: samples, samples_per_task, [model], [grid] and/or [[points]]).
 
     Writes OUT/dataset.nc (xarray, NetCDF-4), config.json, summary.json and summary.png; each
     finished task is stored in OUT/tasks as it completes, so a killed sweep continues with --resume."""
@@ -89,8 +89,8 @@ def sweep_cmd(file, overrides, scheduler, local_cluster, workers, out, resume, f
     make_owned(folder, "sweep")
     click.get_current_context().meta["stochformer.kept"] = (
         f"finished tasks are kept in {folder / 'tasks'}; continue with: {resume_command(resume)}")
-    n_tasks = len(plan.configs) * len(plan.chunks)
-    click.echo(f"sweep: {len(plan.configs)} points x {len(plan.chunks)} chunks = {n_tasks} tasks on {chosen}")
+    n_tasks = len(plan.configs) * len(plan.task_sizes)
+    click.echo(f"sweep: {len(plan.configs)} points x {len(plan.task_sizes)} tasks = {n_tasks} tasks on {chosen}")
     try:
         result = run_sweep(cfg, store=folder / "tasks", scheduler=chosen, progress=not quiet)
     except Exception:

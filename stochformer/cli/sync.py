@@ -30,7 +30,7 @@ def sync_cmd(config_file, overrides, out, force, quiet, fmt: str) -> None:
     cfg, folder = resolve("sync", config_file, overrides, out, force, model=SyncConfig)
     result = run_sync(cfg, progress=not quiet)
     write_results(folder, force, result, {"sync": lambda: plot_sync(result)}, fmt=fmt)
-    click.echo(f"{cfg.dynamics}, {cfg.activation}, d={cfg.d}: {result.elapsed_s:.1f} s")
+    click.echo(f"{cfg.model.dynamics}, {cfg.model.activation}, d={cfg.model.d}: {result.elapsed_s:.1f} s")
     click.echo(f"  {'quantity':<42s} {'measured':>11s} {'SE':>9s} {'err':>9s} {'predicted':>11s} {'z':>7s}")
     for row in result.table():
         click.echo(f"  {row['quantity']:<42s} {_fmt(row['measured']):>11s} {_fmt(row['se']):>9s} {_fmt(row['err']):>9s} "

@@ -17,21 +17,20 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 import numpy as np
 import torch
+import xarray as xr
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..model.attention import SoftmaxAttention
 from ..bridge import NORMS, PRE_NORM, MatchedKernel, block_law, ln_basis, predict_model, predict_sde, run_network
-from ..io import write_json, write_npz
 from ..model.kernel import NoiseKernel
 from ..report.verdict import Comparison, Z95
 from ..runtime import child_seeds, make_generator, provenance
 from ..sphere import normalize
-from ..results import run_record
+from ..results import Result
 from ..stats import mean_and_se
 from ..validation import check_finite
 
@@ -125,12 +124,14 @@ CURVES = ("measured", "model", "sde")
 _LABELS = {"model": "paper's model (matched MLP)", "sde": "limit SDE (matched κ)"}
 
 
-@dataclass
-class BridgeResult:
+@dataclass(repr=False)
+class BridgeResult(Result):
     """Per-sample mean-cosine curves ``curves[name][L]``: (samples, L + 1) for name in
     :data:`CURVES` (the block's networks, the paper's model with the matched MLP, the limit SDE of
     the matched kernel at the layer times)."""
 
+    command: ClassVar[str] = "bridge"
+    summary_name: ClassVar[str] = "bridge.json"
     config: BridgeConfig
     curves: dict[str, dict[int, np.ndarray]]
     kappa1: float
@@ -169,12 +170,12 @@ class BridgeResult:
         out["comparisons"] = [c.to_dict() for c in self.comparisons()]
         return out
 
-    def save(self, folder: Path | str) -> None:
-        """config.json, bridge.json (curves, verdicts) and arrays.npz (per-sample curves)."""
-        folder = Path(folder)
-        write_json(folder / "config.json", run_record("bridge", self.config, self.provenance, self.elapsed_s))
-        write_json(folder / "bridge.json", self.to_dict())
-        write_npz(folder / "arrays.npz", **{f"{n}_L{L}": c for n in CURVES for L, c in self.curves[n].items()})
+    def _dataset(self) -> xr.Dataset:
+        """Per-sample curves ``<name>_L<L>``: (sample, layer_L<L>) for the block's networks and
+        (pred_sample, layer_L<L>) for the two predictions, layer ℓ = 0..L."""
+        data = {f"{name}_L{L}": (("sample" if name == "measured" else "pred_sample", f"layer_L{L}"), c)
+                for name in CURVES for L, c in self.curves[name].items()}
+        return xr.Dataset(data, attrs={"block": self.config.block, "kappa1_unit_sphere": self.kappa1})
 
 
 def run_bridge(cfg: BridgeConfig, progress: bool = False) -> BridgeResult:

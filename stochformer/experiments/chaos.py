@@ -32,7 +32,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar, Literal, Optional
+from typing import ClassVar, Optional
 
 import numpy as np
 import torch
@@ -41,7 +41,7 @@ from pydantic import Field, model_validator
 
 from ..brownian import BrownianPath
 from ..build import make_field, make_particles
-from ..config import RunConfig, as_config, validate
+from ..config import ExperimentConfig, as_config, validate
 from ..diagnostics import cloud_summary
 from ..extras import require
 from ..distances import rate_function, sphere_rate, w2_sliced, w2_squared
@@ -54,27 +54,23 @@ from ..stats import fit_power_law, fit_power_law_weighted, loglog_slope, mean_an
 from ..tasks import Task, run_tasks
 
 
-class ChaosConfig(RunConfig):
-    """A :class:`RunConfig` for the limit SDE driven by a random-feature field, plus the sizes of
-    the three propagation-of-chaos measurements. ``N`` is the reference size N_ref and ``batch``
-    the number of independent samples (field and initial draw) per dimension."""
+class ChaosConfig(ExperimentConfig):
+    """``model``: the limit SDE driven by a random-feature field (``model.N`` is the reference size
+    N_ref, ``model.batch`` the number of independent samples, field and initial draw, for d =
+    model.d); the sizes of the three propagation-of-chaos measurements."""
 
-    dynamics: Literal["sde"] = Field("sde", description="chaos integrates the limit SDE")
-    noise: Literal["random_features"] = Field(
-        "random_features",
-        description="chaos needs a field that is a function of position, shared by systems of different N",
-    )
-    integrator: RunConfig.model_fields["integrator"].annotation = Field(  # type: ignore[valid-type]
-        "euler", description="SDE integrator; all systems share it, so the coupling does not depend on its order"
-    )
-    N: int = Field(2048, ge=16, description="tokens of the reference system N_ref (>= 16)")
-    T: float = Field(1.0, gt=0.0, description="time horizon, > 0")
-    L: int = Field(40, ge=1, description="SDE steps, >= 1")
-    batch: int = Field(64, ge=2, description="independent samples (field + initial tokens) for d = cfg.d (>= 2)")
-    features: int = Field(512, ge=1, description="width of the random-feature field (>= 1)")
+    command: ClassVar[str] = "chaos"
+    model_fixed: ClassVar[dict] = {
+        "dynamics": ("sde", "chaos integrates the limit SDE"),
+        "noise": ("random_features", "a field that is a function of position, shared by systems of different N"),
+    }
+    model_defaults: ClassVar[dict] = {"integrator": "euler", "N": 2048, "T": 1.0, "L": 40, "batch": 64, "features": 512}
+    model_min: ClassVar[dict] = {"N": (16, "tokens of the reference system N_ref"),
+                                 "batch": (2, "independent samples for d = model.d")}
+
     sizes: list[int] = Field([16, 32, 64, 128, 256], min_length=3, description="sizes N < N_ref of the coupled systems")
-    dims: list[int] = Field([3, 4, 6], min_length=1, description="dimensions for W2 (must contain d)")
-    dims_batch: int = Field(8, ge=2, description="samples for the dimensions other than d (>= 2)")
+    dims: list[int] = Field([3, 4, 6], min_length=1, description="dimensions for W2 (must contain model.d)")
+    dims_batch: int = Field(8, ge=2, description="samples for the dimensions other than model.d (>= 2)")
     records: int = Field(8, ge=1, description="recorded times for the coupling error and summaries (>= 1)")
     w2_records: int = Field(1, ge=1, description="W2 at t = kT/w2_records, k = 0..w2_records (>= 1)")
     w2_batch: int = Field(8, ge=1, description="samples per dimension on which W2 is computed (>= 1)")
@@ -89,20 +85,21 @@ class ChaosConfig(RunConfig):
 
     @model_validator(mode="after")
     def _chaos_checks(self) -> "ChaosConfig":
-        if any(n < 2 or n >= self.N for n in self.sizes):
-            raise ValueError(f"sizes: every size must be in [2, N_ref) with N_ref = N = {self.N} (got {self.sizes})")
+        run = self.model
+        if any(n < 2 or n >= run.N for n in self.sizes):
+            raise ValueError(f"sizes: every size must be in [2, N_ref) with N_ref = model.N = {run.N} (got {self.sizes})")
         if any(n < 3 for n in self.decor_sizes):
             raise ValueError(f"decor_sizes: every size must be >= 3 (got {self.decor_sizes})")
-        if self.d not in self.dims or any(d < 2 for d in self.dims):
-            raise ValueError(f"dims: must contain d = {self.d}, all >= 2 (got {self.dims})")
-        if self.Q is not None or self.K is not None or self.V is not None:
-            raise ValueError("Q, K, V: chaos runs several dimensions; use beta and gamma")
-        if self.init.kind != "uniform":
-            raise ValueError("init.kind: chaos needs i.i.d. uniform initial tokens ('uniform')")
+        if run.d not in self.dims or any(d < 2 for d in self.dims):
+            raise ValueError(f"dims: must contain model.d = {run.d}, all >= 2 (got {self.dims})")
+        if run.Q is not None or run.K is not None or run.V is not None:
+            raise ValueError("model.Q, model.K, model.V: chaos runs several dimensions; use beta and gamma")
+        if run.init.kind != "uniform":
+            raise ValueError("model.init.kind: chaos needs i.i.d. uniform initial tokens ('uniform')")
         return self
 
     def samples_for(self, d: int) -> int:
-        return self.batch if d == self.d else self.dims_batch
+        return self.model.batch if d == self.model.d else self.dims_batch
 
 
 def _steps(L: int, k: int) -> list[int]:
@@ -117,23 +114,24 @@ def coupling_task(config: dict, d: int, seed: int, with_w2: bool, keep_cloud: bo
     """One sample in dimension d: reference of N_ref tokens and the coupled N-systems (first N
     initial points, same field, same increments). JSON-able result, per recorded time t:
     ``err2[t][k]`` for ``sizes[k]``, ``w2`` / ``sw2`` at the W₂ times, reference summaries."""
-    cfg = validate(ChaosConfig, config).model_copy(update={"d": d})
-    device, dtype = resolve_device(cfg.device), DTYPES[cfg.dtype]
+    cfg = validate(ChaosConfig, config)
+    run_cfg = cfg.model.model_copy(update={"d": d})
+    device, dtype = resolve_device(run_cfg.device), DTYPES[run_cfg.dtype]
     s_init, s_field, s_noise = child_seeds(seed, 3)
     start = time.perf_counter()
-    X0 = uniform(1, cfg.N, d, generator=make_generator(s_init, device), dtype=dtype, device=device)
-    fld = make_field(cfg, 1, make_generator(s_field, device), dtype, device)
+    X0 = uniform(1, run_cfg.N, d, generator=make_generator(s_init, device), dtype=dtype, device=device)
+    fld = make_field(run_cfg, 1, make_generator(s_field, device), dtype, device)
     # one field and one Brownian path (its increments, seeded by s_noise) drive every system
-    path = BrownianPath(fld.path_shape(1, d), cfg.L, seed=s_noise, dtype=dtype, device=device)
-    rec = _steps(cfg.L, cfg.records)
-    w2_steps = _steps(cfg.L, cfg.w2_records) if with_w2 else []
+    path = BrownianPath(fld.path_shape(1, d), run_cfg.L, seed=s_noise, dtype=dtype, device=device)
+    rec = _steps(run_cfg.L, cfg.records)
+    w2_steps = _steps(run_cfg.L, cfg.w2_records) if with_w2 else []
     steps = sorted(set(rec) | set(w2_steps))
 
     def run(X: torch.Tensor) -> list[torch.Tensor]:
-        model = make_particles(cfg, fld, X.shape[-2], dtype, device, cfg.block, cfg.sdpa)
+        model = make_particles(run_cfg, fld, X.shape[-2], dtype, device, cfg.block, cfg.sdpa)
         with cpu_threads_for(X.shape[-2]):
-            ds = solve(model, X, cfg.T, cfg.L, SaveAt(stats=(), tokens_at=steps, final=False), seed=s_noise, path=path,
-                       context=cfg, what="particles")
+            ds = solve(model, X, run_cfg.T, run_cfg.L, SaveAt(stats=(), tokens_at=steps, final=False), seed=s_noise, path=path,
+                       context=run_cfg, what="particles")
         return list(torch.from_numpy(ds["X"].values).to(dtype).unbind(1))
 
     ref = run(X0)
@@ -154,7 +152,7 @@ def coupling_task(config: dict, d: int, seed: int, with_w2: bool, keep_cloud: bo
             if r.warning:
                 warnings_seen.append(f"N={n}, step {s}: {r.warning}")
             sw2[j, k] = r.value if r.method == "sliced" else w2_sliced(A, B, cfg.sliced_projections, seed=j).value
-    summ = [cloud_summary(ref[at[s]], cfg.energy_beta, cfg.block) for s in rec]
+    summ = [cloud_summary(ref[at[s]], run_cfg.energy_beta, cfg.block) for s in rec]
     out = {
         "err2": err2,
         "w2": w2,
@@ -168,7 +166,7 @@ def coupling_task(config: dict, d: int, seed: int, with_w2: bool, keep_cloud: bo
     }
     if keep_cloud:
         out["cloud_initial"] = X0[0]
-        out["cloud_final"] = ref[at[cfg.L]][0]
+        out["cloud_final"] = ref[at[run_cfg.L]][0]
     return {k: (v.detach().cpu().double().numpy() if torch.is_tensor(v) else v) for k, v in out.items()}
 
 
@@ -176,12 +174,12 @@ def decorrelation_task(config: dict, n: int, seed: int) -> dict:
     """One field held fixed, ``decor_repeats`` independent uniform clouds of n tokens: correlation
     of tokens 1 and 2 at time T over the repeats, with its standard error."""
     cfg = validate(ChaosConfig, config)
-    device, dtype = resolve_device(cfg.device), DTYPES[cfg.dtype]
+    device, dtype = resolve_device(cfg.model.device), DTYPES[cfg.model.dtype]
     s_init, s_field, s_noise = child_seeds(seed, 3)
-    fld = make_field(cfg, 1, make_generator(s_field, device), dtype, device)  # one field for all repeats
-    X0 = uniform(cfg.decor_repeats, n, cfg.d, generator=make_generator(s_init + n, device), dtype=dtype, device=device)
-    model = make_particles(cfg, fld, n, dtype, device, cfg.block, cfg.sdpa)
-    ds = solve(model, X0, cfg.T, cfg.L, SaveAt(stats=()), seed=s_noise, context=cfg, what="particles")  # increments from s_noise
+    fld = make_field(cfg.model, 1, make_generator(s_field, device), dtype, device)  # one field for all repeats
+    X0 = uniform(cfg.decor_repeats, n, cfg.model.d, generator=make_generator(s_init + n, device), dtype=dtype, device=device)
+    model = make_particles(cfg.model, fld, n, dtype, device, cfg.block, cfg.sdpa)
+    ds = solve(model, X0, cfg.model.T, cfg.model.L, SaveAt(stats=()), seed=s_noise, context=cfg.model, what="particles")  # increments from s_noise
     X = torch.from_numpy(ds["X_final"].values).to(dtype)
     rho, se = tagged_correlation(X[:, 0], X[:, 1])
     return {"rho": rho, "se": se}
@@ -206,20 +204,20 @@ class ChaosResult(Result):
 
     @property
     def exponent_coupling(self) -> float:
-        return self.fits["coupling"][str(self.config.d)]["exponent"]
+        return self.fits["coupling"][str(self.config.model.d)]["exponent"]
 
     def to_dict(self) -> dict:
         cfg = self.config
         out: dict = {
-            "N_ref": cfg.N,
+            "N_ref": cfg.model.N,
             "sizes": cfg.sizes,
             "dims": cfg.dims,
-            "record_times": [s * cfg.dt for s in _steps(cfg.L, cfg.records)],
-            "w2_times": [s * cfg.dt for s in _steps(cfg.L, cfg.w2_records)],
+            "record_times": [s * cfg.model.dt for s in _steps(cfg.model.L, cfg.records)],
+            "w2_times": [s * cfg.model.dt for s in _steps(cfg.model.L, cfg.w2_records)],
             "exponent_coupling": self.exponent_coupling,
-            "exponent_coupling_ci": self.fits["coupling"][str(cfg.d)]["ci"],
-            "exponent_coupling_ref_corrected": self.fits["coupling_corrected"][str(cfg.d)]["exponent"],
-            "exponent_coupling_ref_corrected_ci": self.fits["coupling_corrected"][str(cfg.d)]["ci"],
+            "exponent_coupling_ci": self.fits["coupling"][str(cfg.model.d)]["ci"],
+            "exponent_coupling_ref_corrected": self.fits["coupling_corrected"][str(cfg.model.d)]["exponent"],
+            "exponent_coupling_ref_corrected_ci": self.fits["coupling_corrected"][str(cfg.model.d)]["ci"],
             "fits": self.fits,
             "elapsed_s": self.elapsed_s,
             "coupling": {},
@@ -260,8 +258,8 @@ class ChaosResult(Result):
         (sample, time), ``mean_token_d{d}`` (sample, time, dim); the d = 3 clouds; the
         decorrelation (field, decor_size)."""
         cfg = self.config
-        data, coords = {}, {"size": cfg.sizes, "time": [s * cfg.dt for s in _steps(cfg.L, cfg.records)],
-                            "w2_time": [s * cfg.dt for s in _steps(cfg.L, cfg.w2_records)], "decor_size": cfg.decor_sizes}
+        data, coords = {}, {"size": cfg.sizes, "time": [s * cfg.model.dt for s in _steps(cfg.model.L, cfg.records)],
+                            "w2_time": [s * cfg.model.dt for s in _steps(cfg.model.L, cfg.w2_records)], "decor_size": cfg.decor_sizes}
         for d, tab in self.coupling.items():
             sample, w2_sample = f"sample_d{d}", f"w2_sample_d{d}"
             data[f"err2_d{d}"] = ((sample, "time", "size"), tab["err2"])
@@ -285,7 +283,7 @@ def _fits(cfg: ChaosConfig, coupling: dict, decor: dict, seed: int) -> dict:
     sizes = np.asarray(cfg.sizes, dtype=float)
     fits: dict = {"coupling": {}, "coupling_corrected": {}, "w2": {}, "w2_corrected": {}, "w2_t0": {}, "sliced_w2": {},
                   "r_d": {}}
-    ref = 1 - sizes / cfg.N  # finite-reference factor of a subsample of the reference
+    ref = 1 - sizes / cfg.model.N  # finite-reference factor of a subsample of the reference
     for d, tab in coupling.items():
         sup = tab["err2"].max(axis=1)  # (S, n_sizes): sup over recorded times
         fits["coupling"][d] = fit_power_law(sizes, sup, cfg.bootstrap, seed).to_dict()
@@ -324,10 +322,10 @@ def run_chaos(
     ``scheduler``: as in :func:`~stochformer.tasks.run_tasks`."""
     cfg = as_config(cfg, ChaosConfig)
     require("ot", "the chaos study (W₂ between token clouds)")  # before any work
-    device = resolve_device(cfg.device)
+    device = resolve_device(cfg.model.device)
     start = time.perf_counter()
     config = cfg.model_dump(mode="json")
-    root_coupling, root_decor = child_seeds(cfg.seed, 2)
+    root_coupling, root_decor = child_seeds(cfg.model.seed, 2)
     dim_roots = child_seeds(root_coupling, max(cfg.dims) + 1)
     tasks = []
     for d in cfg.dims:
@@ -369,5 +367,5 @@ def run_chaos(
         "rho": rho.mean(0),
         "se": np.sqrt((se**2).sum(0)) / F,
     }
-    fits = _fits(cfg, coupling, decor, child_seeds(cfg.seed, 3)[2] % (2**32))
+    fits = _fits(cfg, coupling, decor, child_seeds(cfg.model.seed, 3)[2] % (2**32))
     return ChaosResult(cfg, coupling, decor, fits, provenance(device), time.perf_counter() - start, clouds)

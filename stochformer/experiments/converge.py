@@ -15,7 +15,7 @@ Errors, per sample, with X_ℓ the transformer and X̄ the SDE on its fine grid 
 - ``layer``: sup over layer times ℓ = 0..L of (1/N) Σ_i |X^i_ℓ − X̄^i_{t_ℓ}|²  (Theorem 1.1: ≲ 1/L + 1/m);
 - ``continuous``: sup over the fine grid of (1/N) Σ_i |X^i_{⌊Lt/T⌋} − X̄^i_t|²  (≲ log L/L + 1/m).
 
-The samples are split into chunks; each (depth, chunk) is one task of :func:`stochformer.tasks.run_tasks`
+The samples are split into parts of ``samples_per_task``; each (depth, part) is one task of :func:`stochformer.tasks.run_tasks`
 (all widths share the SDE solve of that depth), stored as it finishes so a killed run resumes.
 Means over samples carry standard errors; fitted exponents carry bootstrap intervals over samples
 (resampled jointly across the grid, since every grid point sees the same samples and paths).
@@ -36,7 +36,7 @@ from pydantic import Field, model_validator
 
 from ..brownian import BrownianPath, Draws
 from ..build import initial_tokens, make_attention, make_kernel
-from ..config import RunConfig, as_config
+from ..config import ExperimentConfig, RunConfig, as_config
 from ..model.noise import ExactField, RandomMLP
 from ..model.rng import resolve_backend
 from ..model.sde import INTEGRATORS, LimitSDE
@@ -44,27 +44,31 @@ from ..model.transformer import Transformer
 from ..results import Result
 from ..runtime import DTYPES, child_seeds, make_generator, provenance, resolve_device
 from ..solver import SaveAt, solve
-from ..stats import fit_power_law, mean_and_se
+from ..stats import bootstrap, fit_power_law, interval, mean_and_se
 from ..tasks import Task, run_tasks
 
 #: the two sups of the error
 KINDS = ("layer", "continuous")
 
 
-class ConvergeConfig(RunConfig):
-    """A :class:`RunConfig` (model, T, N, d, activation, attention, ``batch`` = number of samples,
-    ``integrator`` of the SDE) and the grid. The fields L, m, dynamics and noise are not used: the
-    grid is ``depths`` × (``widths`` and m = ∞)."""
+class ConvergeConfig(ExperimentConfig):
+    """``model``: the system (T, N, d, activation, attention, ``batch`` = number of samples, the
+    SDE's ``integrator``); the grid is ``depths`` × (``widths`` and m = ∞), so model.L, model.m,
+    model.dynamics and model.noise are not read (setting them is an error)."""
 
-    N: int = Field(8, ge=2, description="number of tokens (>= 2)")
-    T: float = Field(1.0, gt=0.0, description="time horizon, > 0")
-    batch: int = Field(512, ge=4, description="samples (independent weights and noise paths), >= 4")
+    command: ClassVar[str] = "converge"
+    model_defaults: ClassVar[dict] = {"N": 8, "T": 1.0, "batch": 512}
+    model_min: ClassVar[dict] = {"batch": (4, "samples (independent weights and noise paths)")}
+    model_unused: ClassVar[dict] = {"L": "the depths are `depths`", "m": "the widths are `widths` and m = ∞",
+                                    "dynamics": "both the transformer and the SDE run", "noise": "the MLP is coupled "
+                                    "to the SDE through its exact conditional Gaussian law"}
+
     depths: list[int] = Field(default_factory=lambda: [8, 16, 32, 64, 128, 256, 512],
                               description="depths L; each must divide the largest")
     widths: list[int] = Field(default_factory=lambda: [16, 32, 64, 128, 256],
                               description="finite MLP widths m (m = ∞ is always included)")
     refine: int = Field(8, ge=1, le=256, description="SDE steps per layer r, in [1, 256]")
-    chunk: int = Field(128, ge=1, description="samples per task (>= 1)")
+    samples_per_task: int = Field(128, ge=1, description="samples per task (>= 1)")
     bootstrap: int = Field(1000, ge=100, le=100000, description="bootstrap resamples for the intervals, in [100, 100000]")
 
     @model_validator(mode="after")
@@ -77,13 +81,9 @@ class ConvergeConfig(RunConfig):
         if any(top % L for L in self.depths):
             raise ValueError(f"depths: each depth must divide the largest, {top} (got {self.depths}), so that one "
                              "Brownian path serves every depth")
-        if not self.mlp or self.noise_scale == 0:
-            raise ValueError("mlp: converge needs the MLP noise (mlp = true and noise_scale > 0)")
+        if not self.model.mlp or self.model.noise_scale == 0:
+            raise ValueError("model.mlp: converge needs the MLP noise (model.mlp = true and model.noise_scale > 0)")
         return self
-
-    def run_config_dict(self) -> dict:
-        """The plain :class:`RunConfig` fields (what one grid point needs)."""
-        return {k: v for k, v in self.model_dump(mode="json").items() if k in RunConfig.model_fields}
 
 
 @dataclass
@@ -143,20 +143,15 @@ def _coupled_errors(cfg: RunConfig, depths: list[int], widths: list[int], refine
 
 def _fit_additive(L: np.ndarray, m: np.ndarray, y: np.ndarray, log_L: bool) -> np.ndarray:
     """(a, b) of err ≈ a·g(L) + b/m with g = log L/L or 1/L (1/m = 0 for m = ∞), least squares in
-    relative error: L, m (n,), y (n, ...) → (2, ...)."""
+    relative error (weights 1/y: each point's relative residual counts equally): L, m, y (n,) → (2,)."""
     gL = (np.log(L) if log_L else 1.0) / L
     A = np.stack([gL, np.where(np.isinf(m), 0.0, 1.0 / m)], axis=1)  # (n, 2)
-    flat = y.reshape(len(L), -1)
-    out = np.empty((2, flat.shape[1]))
-    for j in range(flat.shape[1]):  # weights 1/y: each point's relative residual counts equally
-        w = 1.0 / flat[:, j]
-        out[:, j] = np.linalg.lstsq(A * w[:, None], np.ones(len(L)), rcond=None)[0]
-    return out.reshape(2, *y.shape[1:])
+    return np.linalg.lstsq(A * (1.0 / y)[:, None], np.ones(len(L)), rcond=None)[0]
 
 
-def _interval(point: float, boots: np.ndarray) -> dict:
-    lo, hi = np.percentile(boots, [2.5, 97.5])
-    return {"value": float(point), "se": float(np.std(boots, ddof=1)), "ci": [float(lo), float(hi)]}
+def _interval(point: float, boots: list) -> dict:
+    se, ci = interval(boots)
+    return {"value": float(point), "se": se, "ci": list(ci)}
 
 
 @dataclass(repr=False)
@@ -216,7 +211,8 @@ class ConvergeResult(Result):
 
 def fit_convergence(depths: list[int], widths: list[float], errors: dict[str, np.ndarray], n_boot: int, seed: int) -> dict:
     """Exponents (:func:`stochformer.stats.fit_power_law`) and additive fits with bootstrap
-    intervals (samples resampled jointly: every fit draws the same rows from ``seed``).
+    intervals (:func:`stochformer.stats.bootstrap`; samples resampled jointly: every fit draws the
+    same samples from ``seed``).
 
     - ``exponent_L``: layer-time error against L at m = ∞; ``exponent_L_large_m``: at the largest
       finite m; ``exponent_L_continuous``: continuous-time error at m = ∞;
@@ -227,13 +223,10 @@ def fit_convergence(depths: list[int], widths: list[float], errors: dict[str, np
     finite = [j for j, m in enumerate(widths) if math.isfinite(m)]
     m_fin = np.asarray([widths[j] for j in finite])
     S = errors["layer"].shape[-1]
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, S, size=(n_boot, S))
     means = {k: v.mean(-1) for k, v in errors.items()}  # (nL, nM)
-    boots = {k: v[..., idx].mean(-1) for k, v in errors.items()}  # (nL, nM, n_boot)
 
     def power(x: np.ndarray, samples: np.ndarray) -> dict:
-        """stats.fit_power_law over the samples (S, n), resampled with the same rows as ``idx``."""
+        """stats.fit_power_law over the samples (S, n), resampled with the same rows as every fit."""
         fit = fit_power_law(x, samples, n_boot, seed)
         return {"value": fit.exponent, "se": fit.se, "ci": list(fit.ci)}
 
@@ -247,8 +240,12 @@ def fit_convergence(depths: list[int], widths: list[float], errors: dict[str, np
     out["exponent_m_continuous"] = {"L": int(L[top]), **power(m_fin, errors["continuous"][top, finite].T)}
     Lg, Mg = np.meshgrid(L, np.asarray(widths, dtype=float), indexing="ij")
     for kind, log_L in (("layer", False), ("continuous", True)):
-        y, yb = means[kind].reshape(-1), boots[kind].reshape(-1, n_boot)
-        ab, abb = _fit_additive(Lg.reshape(-1), Mg.reshape(-1), y, log_L), _fit_additive(Lg.reshape(-1), Mg.reshape(-1), yb, log_L)
+        def additive(e: np.ndarray, log_L: bool = log_L) -> np.ndarray:
+            """(a, b) fitted to the sample means of per-sample errors e: (nL·nM, S)."""
+            return _fit_additive(Lg.reshape(-1), Mg.reshape(-1), e.mean(-1), log_L)
+
+        per_sample = errors[kind].reshape(-1, S)
+        ab, abb = additive(per_sample), np.array(bootstrap(additive, per_sample, n_boot, seed, axis=-1)).T
         gL = (np.log(Lg) if log_L else 1.0) / Lg
         model = ab[0] * gL + ab[1] * np.where(np.isinf(Mg), 0.0, 1.0 / Mg)
         out[f"additive_{kind}"] = {
@@ -261,36 +258,37 @@ def fit_convergence(depths: list[int], widths: list[float], errors: dict[str, np
 
 def run_converge(cfg: ConvergeConfig, progress: bool = False, store: Optional[Path | str] = None,
                  scheduler: Optional[str] = None) -> ConvergeResult:
-    """Run every (depth, sample chunk) task (``store`` makes the run resumable), then fit."""
+    """Run every (depth, part of the samples) task (``store`` makes the run resumable), then fit."""
     cfg = as_config(cfg, ConvergeConfig)
     start = time.perf_counter()
-    device = resolve_device(cfg.device)
-    n_chunks = -(-cfg.batch // cfg.chunk)
-    sizes = [min(cfg.chunk, cfg.batch - c * cfg.chunk) for c in range(n_chunks)]
-    seeds = child_seeds(cfg.seed, n_chunks)
-    base = cfg.run_config_dict()
+    device = resolve_device(cfg.model.device)
+    per = cfg.samples_per_task
+    n_parts = -(-cfg.model.batch // per)
+    sizes = [min(per, cfg.model.batch - c * per) for c in range(n_parts)]
+    seeds = child_seeds(cfg.model.seed, n_parts)
+    base = cfg.model.model_dump(mode="json")
     widths = sorted(cfg.widths)
     depths = sorted(cfg.depths)
     tasks = [
-        Task(f"L{L}-chunk{c}", _grid_task,
+        Task(f"L{L}-part{c}", _grid_task,
              dict(config=base, depths=depths, widths=widths, refine=cfg.refine, depth=L, seed=seeds[c], n=sizes[c]))
-        for L in depths for c in range(n_chunks)
+        for L in depths for c in range(n_parts)
     ]
     results = run_tasks(tasks, store=store, scheduler=scheduler, progress=progress, desc="converge")
     errors = {
-        k: np.stack([np.concatenate([np.asarray(results[f"L{L}-chunk{c}"][k]) for c in range(n_chunks)], axis=-1)
+        k: np.stack([np.concatenate([np.asarray(results[f"L{L}-part{c}"][k]) for c in range(n_parts)], axis=-1)
                      for L in depths])
         for k in KINDS
     }
     all_widths = [float(m) for m in widths] + [math.inf]
-    fits = fit_convergence(depths, all_widths, errors, cfg.bootstrap, cfg.seed)
+    fits = fit_convergence(depths, all_widths, errors, cfg.bootstrap, cfg.model.seed)
     return ConvergeResult(cfg, depths, all_widths, errors, fits, provenance(device), time.perf_counter() - start)
 
 
 def _grid_task(config: dict, depths: list[int], widths: list[int], refine: int, depth: int, seed: int, n: int) -> dict:
-    """One task: all widths at one depth for one chunk of samples (module level, JSON-able)."""
+    """One task: all widths at one depth for one part of the samples (module level, JSON-able)."""
     cfg = RunConfig.model_validate(config)
-    # the tensors are small (chunk × N × N): one thread is faster than two, and processes
+    # the tensors are small (samples_per_task × N × N): one thread is faster than two, and processes
     # (scheduler="processes:2") use the cores without oversubscribing them
     threads = torch.get_num_threads()
     torch.set_num_threads(1)

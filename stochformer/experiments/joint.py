@@ -89,10 +89,10 @@ class JointConfig(RunConfig):
     def chaos_config(self) -> "chaos.ChaosConfig":
         """The config of the W₂² systems: ``chaos``'s coupling with the path's N as its sizes."""
         skip = ("dynamics", "noise", "integrator", "batch", "N", "L", "features")
-        return chaos.ChaosConfig.model_validate({
-            **{k: v for k, v in self.run_config_dict().items() if k not in skip}, "N": self.N_ref, "L": self.w2_steps,
-            "sizes": self.path_N, "dims": [self.d], "batch": self.w2_batch, "w2_records": self.w2_records,
-            "features": self.features, "bootstrap": 100})
+        model = {**{k: v for k, v in self.run_config_dict().items() if k not in skip}, "N": self.N_ref,
+                 "L": self.w2_steps, "batch": self.w2_batch, "features": self.features}
+        return chaos.ChaosConfig.model_validate({"model": model, "sizes": self.path_N, "dims": [self.d],
+                                                 "w2_records": self.w2_records, "bootstrap": 100})
 
     @property
     def scale(self) -> np.ndarray:

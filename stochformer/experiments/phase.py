@@ -26,7 +26,7 @@ import xarray as xr
 from pydantic import Field, model_validator
 
 from ..build import initial_tokens, make_model
-from ..config import ConfigError, RunConfig, as_config, build_config
+from ..config import ConfigError, ExperimentConfig, RunConfig, as_config
 from ..results import Result
 from ..runtime import DTYPES, child_seeds, make_generator, provenance, resolve_device
 from ..solver import SaveAt, solve
@@ -40,8 +40,11 @@ PSEUDO_FIELDS = {"sigma": ("sigma_U", "sigma_W")}
 _NUMERIC = {name for name, f in RunConfig.model_fields.items() if f.annotation in (int, float)} | {"gamma"}
 
 
-class PhaseConfig(RunConfig):
-    """A base :class:`RunConfig` and the grid: ``x_field`` × ``y_field`` (numeric fields or ``sigma``)."""
+class PhaseConfig(ExperimentConfig):
+    """``model``: the base :class:`RunConfig`; the grid ``x_field`` × ``y_field`` (numeric model
+    fields or ``sigma``) and what is measured at each point."""
+
+    command: ClassVar[str] = "phase"
 
     x_field: str = "gamma"
     x_values: list[float] = Field(default_factory=lambda: [-1.0, -0.5, 0.0, 0.5])
@@ -62,26 +65,24 @@ class PhaseConfig(RunConfig):
             name, values = getattr(self, f"{axis}_field"), getattr(self, f"{axis}_values")
             if name not in _NUMERIC and name not in PSEUDO_FIELDS:
                 valid = ", ".join(sorted(_NUMERIC | set(PSEUDO_FIELDS)))
-                raise ValueError(f"{axis}_field: {name!r} is not a numeric config field; valid: {valid}")
+                raise ValueError(f"{axis}_field: {name!r} is not a numeric model field; valid: {valid}")
             if not values:
                 raise ValueError(f"{axis}_values: must list at least one value")
         if self.x_field == self.y_field:
             raise ValueError("y_field: must differ from x_field")
-        depths = self.x_values if self.x_field == "L" else self.y_values if self.y_field == "L" else [self.L]
+        depths = self.x_values if self.x_field == "L" else self.y_values if self.y_field == "L" else [self.model.L]
         for L in depths:
             check_extrapolation(int(L), self.extrapolate and self.measure == "lyapunov")
         return self
 
     def point(self, x: float, y: float) -> RunConfig:
         """The validated :class:`RunConfig` at grid point (x, y) (raises ConfigError naming the field)."""
-        base = RunConfig.model_fields.keys()
-        data = {k: v for k, v in self.model_dump(mode="json").items() if k in base}
-        overrides = []
+        updates = {}
         for name, value in ((self.x_field, x), (self.y_field, y)):
             for field in PSEUDO_FIELDS.get(name, (name,)):
                 is_int = RunConfig.model_fields[field].annotation is int
-                overrides.append(f"{field}={int(value) if is_int and float(value).is_integer() else value}")
-        return build_config(data, overrides)
+                updates[field] = int(value) if is_int and float(value).is_integer() else value
+        return self.model.with_updates(**updates)
 
 
 def phase_point(config: dict, measure: str, pairs: int, eps: float, sync_tol: float, up_to_sign: bool, seed: int,
@@ -190,7 +191,7 @@ def run_phase(cfg: PhaseConfig, progress: bool = False, store: Optional[Path | s
     for p in points.values():
         if p.attention and p.V is not None:
             raise ConfigError("V: the phase diagram predicts λ₁ − γ for V = γI; explicit V matrices have no boundary")
-    seeds = child_seeds(cfg.seed, len(points))
+    seeds = child_seeds(cfg.model.seed, len(points))
     tasks = [
         Task(f"phase-{i}-{j}", phase_point, dict(config=p.model_dump(mode="json"), measure=cfg.measure, pairs=cfg.pairs,
                                                  eps=cfg.eps, sync_tol=cfg.sync_tol, up_to_sign=cfg.up_to_sign, seed=s,
@@ -206,5 +207,5 @@ def run_phase(cfg: PhaseConfig, progress: bool = False, store: Optional[Path | s
         lam1[i, j], lbar[i, j] = r["lambda_1_pred"], r["lambda_bar_pred"]
     fx, fy = _fine_axis(cfg, cfg.x_field, cfg.x_values), _fine_axis(cfg, cfg.y_field, cfg.y_values)
     f1, fb = _predictions(cfg, fx, fy)
-    return PhaseResult(cfg, xs, ys, value, se, err, lam1, lbar, fx, fy, f1, fb, provenance(resolve_device(cfg.device)),
+    return PhaseResult(cfg, xs, ys, value, se, err, lam1, lbar, fx, fy, f1, fb, provenance(resolve_device(cfg.model.device)),
                        time.perf_counter() - start)

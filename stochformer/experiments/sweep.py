@@ -1,11 +1,11 @@
 """``sweep``: Monte Carlo ensembles of :func:`~stochformer.experiments.simulate.run_simulate` over a
 grid and/or a list of points in configuration space, run as independent tasks.
 
-Each grid point's ``samples`` are split into chunks of ``chunk`` samples; chunk ``j`` of point
-``i`` runs with seed ``child_seeds(child_seeds(seed, P)[i], C)[j]`` (numpy SeedSequence spawning,
-which depends only on the indices), so the numbers do not depend on how many workers run the
-chunks, or in which order. The merged result is one ``xarray.Dataset`` with dims
-``([point,] *grid axes, sample, layer)``.
+Each grid point's ``samples`` are split into tasks of ``samples_per_task`` samples; task ``j`` of
+point ``i`` runs with seed ``child_seeds(child_seeds(seed, P)[i], C)[j]`` (numpy SeedSequence
+spawning, which depends only on the indices), so the numbers do not depend on how many workers run
+the tasks, or in which order. The merged result is one ``xarray.Dataset`` with dims
+``([point,] *grid axes, sample, time)``, the time t = ℓ T/L in the units of T.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ import numpy as np
 import torch
 from pydantic import Field, field_validator, model_validator
 
-from ..config import ConfigError, RunConfig, as_config, build_config, validate
-from ..io import StageCache, to_jsonable
+from ..config import ConfigError, ExperimentConfig, RunConfig, as_config, build_config, validate
+from ..io import ResultStore, to_jsonable
 from ..results import Result
 from ..runtime import child_seeds, provenance
 from ..stats import mean_and_se
@@ -32,11 +32,10 @@ from ..tasks import Task, run_tasks
 from .simulate import run_simulate
 
 STATISTICS = ("mean_cosine", "energy", "min_cosine")
-SWEEP_FIELDS = ("samples", "chunk", "grid", "points")
 #: largest number of grid points and of tasks a sweep plans (planning validates each point)
 MAX_POINTS, MAX_TASKS = 100_000, 1_000_000
-# fields that a sweep sets itself and that cannot be axes
-NOT_AXES = ("batch", "seed", *SWEEP_FIELDS)
+# model fields that a sweep sets itself and that cannot be axes
+NOT_AXES = ("batch", "seed")
 
 
 def _field_names() -> set[str]:
@@ -48,21 +47,26 @@ def _check_names(names: list[str], where: str) -> None:
     valid = _field_names()
     for name in names:
         if name in NOT_AXES:
-            hint = "use `samples` and `chunk`" if name == "batch" else "a sweep sets it per task"
+            hint = "use `samples` and `samples_per_task`" if name == "batch" else "a sweep sets it per task"
             raise ValueError(f"{where}: {name!r} cannot be swept ({hint})")
         if name not in valid:
             raise ValueError(f"{where}: unknown field {name!r}; valid fields are {', '.join(sorted(valid))}")
 
 
-class SweepConfig(RunConfig):
-    """A sweep: the base :class:`RunConfig` (every ``simulate`` field), the axes and the samples.
+class SweepConfig(ExperimentConfig):
+    """A sweep: ``model``, the base :class:`RunConfig` (every ``simulate`` field but ``batch``),
+    the axes and the samples.
 
-    ``grid``: ``{field: [values]}``, the Cartesian product in the order written; ``points``: a list
-    of ``{field: value}`` (fields not given keep the base value), crossed with the grid. Nested
-    fields are dotted (``"init.cosine"``)."""
+    ``grid``: ``{field: [values]}`` of model fields, the Cartesian product in the order written;
+    ``points``: a list of ``{field: value}`` (fields not given keep the base value), crossed with
+    the grid. Nested fields are dotted (``"init.cosine"``)."""
+
+    command: ClassVar[str] = "sweep"
+    model_unused: ClassVar[dict] = {"batch": "a sweep sets the batch of each task from `samples_per_task`; set "
+                                             "`samples` and `samples_per_task` instead"}
 
     samples: int = Field(64, ge=1, description="Monte Carlo samples per grid point (>= 1)")
-    chunk: int = Field(16, ge=1, description="samples per task (>= 1); the last chunk may be smaller")
+    samples_per_task: int = Field(16, ge=1, description="samples per task (>= 1); the last task may have fewer")
     grid: dict[str, list[Any]] = Field(default_factory=dict)
     points: list[dict[str, Any]] = Field(default_factory=list)
 
@@ -108,20 +112,13 @@ class SweepConfig(RunConfig):
         n_points = math.prod(len(v) for v in self.grid.values()) * max(1, len(self.points))
         if n_points > MAX_POINTS:
             raise ValueError(f"grid: {n_points} points; a sweep has at most {MAX_POINTS} (split it into several sweeps)")
-        if n_points * math.ceil(self.samples / self.chunk) > MAX_TASKS:
-            raise ValueError(f"samples: {n_points} points x ceil(samples / chunk) tasks exceed {MAX_TASKS}; "
-                             "raise chunk or lower samples")
-        if "batch" in self.model_fields_set:
-            raise ValueError("batch: a sweep sets the batch of each task from `chunk`; set `samples` and `chunk` instead")
+        if n_points * math.ceil(self.samples / self.samples_per_task) > MAX_TASKS:
+            raise ValueError(f"samples: {n_points} points x ceil(samples / samples_per_task) tasks exceed "
+                             f"{MAX_TASKS}; raise samples_per_task or lower samples")
         overlap = sorted({k for p in self.points for k in p} & set(self.grid))
         if overlap:
             raise ValueError(f"grid and points both set {overlap}; give each field in one of them")
         return self
-
-    def base(self) -> RunConfig:
-        """The base run configuration (the sweep's own fields removed)."""
-        return RunConfig.model_validate(self.model_dump(exclude=set(SWEEP_FIELDS) | {"batch"}))
-
 
 def load_sweep(path: Path | str, overrides: Optional[list[str]] = None) -> SweepConfig:
     """Read and validate a sweep file (TOML); ``overrides`` as ``--set FIELD=VALUE``."""
@@ -138,17 +135,17 @@ class SweepPlan:
     shape: tuple[int, ...]
     coords: dict[str, Any]
     configs: list[RunConfig]
-    chunks: list[int]
+    task_sizes: list[int]
 
     def tasks(self) -> list[Task]:
-        """One task per (point, chunk), with its own seed (see the module docstring)."""
-        point_seeds = child_seeds(self.config.seed, len(self.configs))
+        """One task per (point, part of its samples), with its own seed (see the module docstring)."""
+        point_seeds = child_seeds(self.config.model.seed, len(self.configs))
         out = []
         for i, (cfg, pseed) in enumerate(zip(self.configs, point_seeds)):
             resources = {"GPU": 1} if cfg.device.startswith("cuda") else None
-            for j, (size, cseed) in enumerate(zip(self.chunks, child_seeds(pseed, len(self.chunks)))):
-                run = cfg.model_copy(update={"batch": size, "seed": cseed})
-                out.append(Task(f"point{i:05d}-chunk{j:05d}", simulate_chunk, {"config": run.model_dump(mode="json")}, resources))
+            for j, (size, tseed) in enumerate(zip(self.task_sizes, child_seeds(pseed, len(self.task_sizes)))):
+                run = cfg.model_copy(update={"batch": size, "seed": tseed})
+                out.append(Task(f"point{i:05d}-part{j:05d}", simulate_task, {"config": run.model_dump(mode="json")}, resources))
         return out
 
 
@@ -173,7 +170,7 @@ def _resolve(base: RunConfig, updates: dict[str, Any], where: str) -> RunConfig:
 
 def plan_sweep(cfg: SweepConfig) -> SweepPlan:
     """Resolve and validate every point of the sweep (``ConfigError`` naming the axis and value)."""
-    base = cfg.base()
+    base = cfg.model
     for name, values in cfg.grid.items():  # each value alone, for a message naming it
         for k, v in enumerate(values):
             _resolve(base, {name: v}, f"grid.{name}[{k}] = {v!r}")
@@ -192,9 +189,8 @@ def plan_sweep(cfg: SweepConfig) -> SweepPlan:
         n_grid = math.prod(len(v) for v in cfg.grid.values())
         for name in sorted({k for p in cfg.points for k in p}):
             coords[name] = ("point", _coordinate([_dotted_get(configs[i * n_grid], name) for i in range(len(cfg.points))]))
-    n_chunks = math.ceil(cfg.samples / cfg.chunk)
-    chunks = [min(cfg.chunk, cfg.samples - j * cfg.chunk) for j in range(n_chunks)]
-    return SweepPlan(cfg, dims, shape, coords, configs, chunks)
+    n, per = math.ceil(cfg.samples / cfg.samples_per_task), cfg.samples_per_task
+    return SweepPlan(cfg, dims, shape, coords, configs, [min(per, cfg.samples - j * per) for j in range(n)])
 
 
 @contextlib.contextmanager
@@ -207,56 +203,57 @@ def _torch_threads(n: int) -> Iterator[None]:
         torch.set_num_threads(old)
 
 
-def simulate_chunk(config: dict) -> dict:
-    """One task: ``simulate`` with ``config`` (batch = chunk size, seed = chunk seed) on one CPU
-    thread (so the numbers do not depend on the worker's thread count; parallelism comes from the
-    chunks). Returns ``{"layers": [...], stat: (batch, n_layers) lists, "elapsed_s", "device"}``."""
+def simulate_task(config: dict) -> dict:
+    """One task: ``simulate`` with ``config`` (batch = the task's samples, seed = the task's seed)
+    on one CPU thread (so the numbers do not depend on the worker's thread count; parallelism comes
+    from the tasks). Returns ``{"times": [...], stat: (batch, n_times) lists, "elapsed_s", "device"}``."""
     cfg = validate(RunConfig, config)
     with _torch_threads(1):
         res = run_simulate(cfg)
     ds = res.data
     return {
-        "layers": ds["step"].values.tolist(),
+        "times": ds["time"].values.tolist(),
         **{name: ds[name].values.tolist() for name in STATISTICS},
         "elapsed_s": res.elapsed_s,
         "device": res.provenance["device"],
     }
 
 
-def merge_chunks(plan: SweepPlan, results: dict[str, dict]) -> "xarray.Dataset":  # noqa: F821
-    """The labelled dataset: per-sample statistics ``(*dims, sample, layer)`` and their sample
-    mean and SE ``(*dims, layer)``; layers missing at a point (a swept ``L``) are NaN."""
+def merge_tasks(plan: SweepPlan, results: dict[str, dict]) -> "xarray.Dataset":  # noqa: F821
+    """The labelled dataset: per-sample statistics ``(*dims, sample, time)`` and their sample
+    mean and SE ``(*dims, time)``, time t = ℓ T/L in the units of T (the union of the points'
+    recorded times; those a point does not have, with a swept ``L``, ``T`` or ``record_every``, are NaN)."""
     import xarray as xr
 
     tasks = plan.tasks()
-    layers = sorted({ell for r in results.values() for ell in r["layers"]})
-    col = {ell: k for k, ell in enumerate(layers)}
-    n_chunks, samples = len(plan.chunks), plan.config.samples
-    data = {name: np.full((len(plan.configs), samples, len(layers)), np.nan) for name in STATISTICS}
+    times = sorted({t for r in results.values() for t in r["times"]})
+    col = {t: k for k, t in enumerate(times)}
+    n_parts, samples, per = len(plan.task_sizes), plan.config.samples, plan.config.samples_per_task
+    data = {name: np.full((len(plan.configs), samples, len(times)), np.nan) for name in STATISTICS}
     for n, task in enumerate(tasks):
-        i, j = divmod(n, n_chunks)
+        i, j = divmod(n, n_parts)
         r = results[task.key]
-        rows = slice(j * plan.config.chunk, j * plan.config.chunk + plan.chunks[j])
-        cols = [col[ell] for ell in r["layers"]]
+        rows = slice(j * per, j * per + plan.task_sizes[j])
+        cols = [col[t] for t in r["times"]]
         for name in STATISTICS:
             data[name][i, rows][:, cols] = np.asarray(r[name], dtype=float)
-    dims = [*plan.dims, "sample", "layer"]
+    dims = [*plan.dims, "sample", "time"]
     variables = {}
     for name in STATISTICS:
-        values = data[name].reshape(*plan.shape, samples, len(layers))
+        values = data[name].reshape(*plan.shape, samples, len(times))
         mean, se = mean_and_se(torch.from_numpy(values), axis=-2)
         variables[name] = (dims, values)
-        variables[f"{name}_mean"] = (dims[:-2] + ["layer"], mean.numpy())
-        variables[f"{name}_se"] = (dims[:-2] + ["layer"], se.numpy())
-    coords = {**plan.coords, "sample": np.arange(samples), "layer": np.asarray(layers)}
+        variables[f"{name}_mean"] = (dims[:-2] + ["time"], mean.numpy())
+        variables[f"{name}_se"] = (dims[:-2] + ["time"], se.numpy())
+    coords = {**plan.coords, "sample": np.arange(samples), "time": np.asarray(times)}
     ds = xr.Dataset(variables, coords=coords)
     ds.attrs.update(
         {
             "command": "sweep",
             "sweep_config": json.dumps(plan.config.model_dump(mode="json")),
-            "seed": plan.config.seed,
+            "seed": plan.config.model.seed,
             "samples": samples,
-            "chunk": plan.config.chunk,
+            "samples_per_task": per,
         }
     )
     return ds
@@ -274,20 +271,20 @@ class SweepResult(Result):
     meta: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
-        """JSON-able summary: axes, and per point the final-layer mean ± SE of each statistic."""
+        """JSON-able summary: axes, and per point the mean ± SE of each statistic at the last time."""
         ds = self.data
-        last = ds.isel(layer=-1) if "layer" in ds.dims else ds
+        last = ds.isel(time=-1)
         final = {}
         for name in STATISTICS:
             final[name] = to_jsonable(last[f"{name}_mean"].values)
             final[f"{name}_se"] = to_jsonable(last[f"{name}_se"].values)
         return to_jsonable(
             {
-                "dims": [d for d in ds[f"{STATISTICS[0]}_mean"].dims if d != "layer"],
-                "coords": {k: ds[k].values for k in ds.coords if k not in ("sample", "layer")},
+                "dims": [d for d in ds[f"{STATISTICS[0]}_mean"].dims if d != "time"],
+                "coords": {k: ds[k].values for k in ds.coords if k not in ("sample", "time")},
                 "samples": self.config.samples,
-                "chunk": self.config.chunk,
-                "final_layer": int(ds["layer"].values[-1]),
+                "samples_per_task": self.config.samples_per_task,
+                "final_time": float(ds["time"].values[-1]),
                 "final": final,
                 **self.meta,
             }
@@ -309,16 +306,16 @@ def run_sweep(
     start = time.perf_counter()
     plan = plan_sweep(cfg)
     tasks = plan.tasks()
-    cache = StageCache(store) if store is not None else None
+    cache = ResultStore(store) if store is not None else None
     stored = sum(cache.load(t.key, t.cache_key) is not None for t in tasks) if cache else 0
     results = run_tasks(tasks, store=store, scheduler=scheduler, progress=progress, desc="sweep")
-    ds = merge_chunks(plan, results)
+    ds = merge_tasks(plan, results)
     devices = sorted({r["device"] for r in results.values()})
     meta = {
         "tasks": len(tasks),
         "tasks_already_stored": stored,
         "points": len(plan.configs),
-        "chunks_per_point": len(plan.chunks),
+        "tasks_per_point": len(plan.task_sizes),
         "scheduler": scheduler if isinstance(scheduler, str) or scheduler is None else type(scheduler).__name__,
         "task_devices": devices,
         "task_compute_s": sum(results[t.key]["elapsed_s"] for t in tasks),  # summed over tasks

@@ -35,7 +35,7 @@ from pydantic import Field, model_validator
 
 from ..brownian import BrownianPath
 from ..build import initial_tokens, make_kernel, make_model, make_noise
-from ..config import InitConfig, RunConfig, as_config
+from ..config import ExperimentConfig, InitConfig, RunConfig, as_config
 from ..model.activations import KINKED_ACTIVATIONS
 from ..model.kernel import first_moment_rate, lambda_bar_prime, lyapunov_exponent
 from ..runtime import DTYPES, child_seeds, make_generator, provenance, resolve_device
@@ -49,11 +49,15 @@ from ..stats import mean_and_se
 EXTRAPOLATION_LEVELS = (1, 2, 4)
 
 
-class SyncConfig(RunConfig):
-    """A :class:`RunConfig` plus the sizes of the three measurements of :func:`run_sync`."""
+class SyncConfig(ExperimentConfig):
+    """``model``: the system whose rates are measured (``model.batch``: independent runs for each
+    energy rate); the sizes of the three measurements of :func:`run_sync`."""
 
-    T: float = Field(5.0, ge=1e-6, description="time horizon, >= 1e-6 (rates are slopes fitted against t = layer · T/L)")
-    batch: int = Field(512, ge=2, description="independent runs for each energy rate (>= 2)")
+    command: ClassVar[str] = "sync"
+    model_defaults: ClassVar[dict] = {"batch": 512}
+    model_min: ClassVar[dict] = {"T": (1e-6, "rates are slopes fitted against t = layer · T/L"),
+                                 "batch": (2, "independent runs for each energy rate")}
+
     pairs: int = Field(256, ge=2, description="independent pairs for the Lyapunov exponent (>= 2)")
     eps: float = Field(1e-4, gt=0.0, le=1e-2, description="pair separation of the Benettin estimator, in (0, 0.01]")
     near_spread: Optional[float] = Field(
@@ -70,14 +74,14 @@ class SyncConfig(RunConfig):
 
     @model_validator(mode="after")
     def _levels(self) -> "SyncConfig":
-        check_extrapolation(self.L, self.extrapolate)
+        check_extrapolation(self.model.L, self.extrapolate)
         return self
 
 
 def check_extrapolation(L: int, extrapolate: bool) -> None:
     """The Δt → 0 extrapolation runs L, L/2 and L/4 steps: L must be a multiple of 4."""
     if extrapolate and L % EXTRAPOLATION_LEVELS[-1]:
-        raise ValueError(f"L: must be a multiple of {EXTRAPOLATION_LEVELS[-1]} for the Δt → 0 extrapolation "
+        raise ValueError(f"model.L: must be a multiple of {EXTRAPOLATION_LEVELS[-1]} for the Δt → 0 extrapolation "
                          f"(L, L/2, L/4 steps; got {L}), or set extrapolate = false")
 
 
@@ -261,7 +265,7 @@ class SyncResult(Result):
         }
         if self.energy_uniform is not None:
             curves.update(energy_uniform_mean=self.energy_uniform[0], energy_uniform_se=self.energy_uniform[1])
-        return {**self.measured, **self.predicted, "dynamics": self.config.dynamics, "curves": curves}
+        return {**self.measured, **self.predicted, "dynamics": self.config.model.dynamics, "curves": curves}
 
     def table(self) -> list[dict]:
         """Rows (quantity, measured, SE, extrapolation error ``err`` (0 where not extrapolated),
@@ -413,19 +417,20 @@ def _energy_rate(cfg: RunConfig, init: InitConfig, seed: int, fit_from: float, n
 
 def run_sync(cfg: SyncConfig, progress: bool = False) -> SyncResult:
     """Measure λ₁ (pairs), the energy rate near synchronisation (cluster of ``near_spread``) and
-    from uniform tokens, for ``cfg.dynamics``; return them beside the closed forms."""
+    from uniform tokens, for ``cfg.model.dynamics``; return them beside the closed forms."""
     cfg = as_config(cfg, SyncConfig)
+    run = cfg.model
     start = time.perf_counter()
-    seeds = child_seeds(cfg.seed, 3)
-    times = np.arange(cfg.L + 1) * cfg.dt
-    lyap = measure_lyapunov(cfg, cfg.pairs, cfg.eps, seeds[0], progress, cfg.extrapolate)
-    predicted = predicted_rates(cfg)
-    T_near = cfg.near_horizon or min(cfg.T, near_sync_horizon(predicted["kappa"], predicted["kappa_prime"]))
+    seeds = child_seeds(run.seed, 3)
+    times = np.arange(run.L + 1) * run.dt
+    lyap = measure_lyapunov(run, cfg.pairs, cfg.eps, seeds[0], progress, cfg.extrapolate)
+    predicted = predicted_rates(run)
+    T_near = cfg.near_horizon or min(run.T, near_sync_horizon(predicted["kappa"], predicted["kappa_prime"]))
     unit = EXTRAPOLATION_LEVELS[-1] if cfg.extrapolate else 1
-    L_near = max(2, unit * math.ceil(cfg.L * T_near / (cfg.T * unit)))
-    near_cfg = cfg.model_copy(update={"T": T_near, "L": L_near})
+    L_near = max(2, unit * math.ceil(run.L * T_near / (run.T * unit)))
+    near_cfg = run.model_copy(update={"T": T_near, "L": L_near})
     near_times = np.arange(L_near + 1) * near_cfg.dt
-    spread = cfg.near_spread or near_sync_spread(cfg.activation, cfg.d)
+    spread = cfg.near_spread or near_sync_spread(run.activation, run.d)
     fit, near = _energy_rate(near_cfg, InitConfig(kind="cluster", spread=spread), seeds[1], 0.0, cfg.bootstrap,
                              cfg.extrapolate, progress)
     measured = {"lambda_1": lyap["lambda_1"], "lambda_1_se": lyap["lambda_1_se"],
@@ -435,15 +440,15 @@ def run_sync(cfg: SyncConfig, progress: bool = False) -> SyncResult:
     measured.update({f"energy_rate_at_{n}_steps": v for n, v in fit["steps"].items()})
     uni_curve = mask = None
     if cfg.uniform_start:
-        fit_u, uni = _energy_rate(cfg, InitConfig(kind="uniform"), seeds[2], cfg.fit_from, cfg.bootstrap,
+        fit_u, uni = _energy_rate(run, InitConfig(kind="uniform"), seeds[2], cfg.fit_from, cfg.bootstrap,
                                   cfg.extrapolate, progress)
-        mask = times >= cfg.fit_from * cfg.T - 1e-12 * cfg.T
+        mask = times >= cfg.fit_from * run.T - 1e-12 * run.T
         measured.update(energy_rate_uniform=fit_u["rate"], energy_rate_uniform_se=fit_u["se"],
                         energy_rate_uniform_extrap_err=fit_u["err"])
         measured.update({f"energy_rate_uniform_at_{n}_steps": v for n, v in fit_u["steps"].items()})
         uni_curve = tuple(x.numpy() for x in mean_and_se(torch.from_numpy(uni)))
     near_curve = tuple(x.numpy() for x in mean_and_se(torch.from_numpy(near)))
-    device = resolve_device(cfg.device)
+    device = resolve_device(run.device)
     return SyncResult(
         config=cfg,
         measured=measured,

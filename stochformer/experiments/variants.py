@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, ClassVar
 
 import numpy as np
 import torch
@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from scipy import stats
 
 from ..build import initial_tokens, make_model, make_noise
-from ..config import RunConfig
+from ..config import ExperimentConfig, as_config
 from ..model.attention_variants import AveragedAttention, MultiHeadAttention, ResampledAttention
 from ..model.noise import RandomMLP
 from ..model.transformer import Transformer
@@ -57,29 +57,44 @@ def equiangular_rhs(kind: str, beta: float, n: int) -> Callable[[float], float]:
     raise ValueError(f"kind: the equiangular ODE is stated for 'softmax' and 'usa' (got {kind!r})")
 
 
+@dataclass
+class AttentionFlow:
+    """The noiseless flow of an attention, a model for :func:`~stochformer.solve`: ``post``
+    x ← LN(x + Δt Attn(x)), ``pre`` x ← x + Δt Attn(LN x) (the residual stream, not on the sphere)."""
+
+    attention: Callable[[torch.Tensor], torch.Tensor]
+    norm: str = "post"
+
+    def reset(self, batch: int, d: int, generator: torch.Generator, dtype: torch.dtype, device) -> None:
+        """Nothing to draw."""
+
+    def step(self, X: torch.Tensor, dt: float, rng: object) -> torch.Tensor:
+        return normalize(X + dt * self.attention(X)) if self.norm == "post" else X + dt * self.attention(normalize(X))
+
+
 def attention_flow(X0: torch.Tensor, attention, dt: float, steps: int, norm: str = "post",
                    every: int = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The noiseless flow of ``attention`` from X0 (batch, n, d): ``post`` x ← LN(x + Δt Attn(x)),
-    ``pre`` x ← x + Δt Attn(LN x). Returns times (k,), mean and spread (max − min) of the pairwise
-    cosines of the normalised tokens (batch, k), every ``every`` steps (step 0 included)."""
+    """The noiseless flow of ``attention`` from X0 (batch, n, d) (:class:`AttentionFlow`, stepped
+    by :func:`~stochformer.solve` over T = steps·dt). Returns times (k,), mean and spread (max − min)
+    of the pairwise cosines of the normalised tokens (batch, k), every ``every`` steps (step 0
+    included)."""
     if norm not in ("post", "pre"):
         raise ValueError(f"norm: 'post' or 'pre' (got {norm!r})")
-    X, times, means, spreads = X0, [], [], []
+    times, means, spreads = [], [], []
     n = X0.shape[-2]
     iu = torch.triu_indices(n, n, 1)
 
-    def record(s: int) -> None:
-        Z = normalize(X)
-        c = (Z @ Z.transpose(-1, -2))[..., iu[0], iu[1]]
-        times.append(s * dt)
-        means.append(c.mean(-1))
-        spreads.append(c.amax(-1) - c.amin(-1))
-
-    record(0)
-    for s in range(1, steps + 1):
-        X = normalize(X + dt * attention(X)) if norm == "post" else X + dt * attention(normalize(X))
+    def record(s: int, X: torch.Tensor) -> None:
         if s % every == 0:
-            record(s)
+            Z = normalize(X)
+            c = (Z @ Z.transpose(-1, -2))[..., iu[0], iu[1]]
+            times.append(s * dt)
+            means.append(c.mean(-1))
+            spreads.append(c.amax(-1) - c.amin(-1))
+
+    record(0, X0)
+    solve(AttentionFlow(attention, norm), X0, steps * dt, steps, SaveAt(stats=(), final=False), seed=0, hook=record,
+          what="attention flow")
     return np.asarray(times), torch.stack(means, -1).numpy(), torch.stack(spreads, -1).numpy()
 
 
@@ -128,20 +143,26 @@ def mlp_covariance(x: torch.Tensor, y: torch.Tensor, law: str, activation: str =
 # ----------------------------------------------------------------- per-layer random attention
 
 
-class ResampledConfig(RunConfig):
+class ResampledConfig(ExperimentConfig):
     """Per-layer random attention (Q, K, V fresh in every layer: √β I + σZ/√d, γI + σZ/√d) at the
-    depths ``depths`` against the averaged drift b̄ of ``attention_draws`` draws at the largest
-    depth. ``attention_kind`` is set by the experiment; the MLP (if on) is the same in both."""
+    depths ``depths`` against the averaged drift b̄ of ``model.attention_draws`` draws at the
+    largest depth. ``model``: the transformer (``batch``: samples, initial tokens and weight
+    draws); the experiment sets the attention kind and the depth; the MLP (if on) is the same in
+    both."""
+
+    command: ClassVar[str] = "resampled"
+    model_defaults: ClassVar[dict] = {"batch": 64}
+    model_fixed: ClassVar[dict] = {"dynamics": ("transformer", "the per-layer random attention is a transformer")}
+    model_min: ClassVar[dict] = {"batch": (4, "samples (initial tokens and weight draws)")}
+    model_unused: ClassVar[dict] = {"L": "the depths are `depths`",
+                                    "attention_kind": "both 'resampled' and 'averaged' run"}
 
     depths: list[int] = Field(default_factory=lambda: [4, 16, 64, 256], description="depths L (at least 2)")
-    batch: int = Field(64, ge=4, description="samples (initial tokens and weight draws), >= 4")
 
     @model_validator(mode="after")
     def _depths(self) -> "ResampledConfig":
         if len(self.depths) < 2 or len(set(self.depths)) != len(self.depths) or min(self.depths) < 1:
             raise ValueError(f"depths: need at least 2 distinct integers >= 1 (got {self.depths})")
-        if self.dynamics != "transformer":
-            raise ValueError("dynamics: the per-layer random attention is a transformer (dynamics = 'transformer')")
         return self
 
 
@@ -185,21 +206,23 @@ def _run_layers(X0: torch.Tensor, model: Transformer, T: float, L: int, gen: tor
 def run_resampled(cfg: ResampledConfig, progress: bool = False) -> ResampledResult:
     """The resampled-attention transformer at every depth and the averaged-drift one at the largest
     (both from the same X₀, each depth's MLP from the same seed)."""
+    cfg = as_config(cfg, ResampledConfig)
+    run = cfg.model
     start = time.perf_counter()
-    device, dtype = resolve_device(cfg.device), DTYPES[cfg.dtype]
-    s_init, s_mlp, s_attn = child_seeds(cfg.seed, 3)
-    X0 = initial_tokens(cfg.init, cfg.batch, cfg.N, cfg.d, make_generator(s_init, device), dtype, device)
+    device, dtype = resolve_device(run.device), DTYPES[run.dtype]
+    s_init, s_mlp, s_attn = child_seeds(run.seed, 3)
+    X0 = initial_tokens(run.init, run.batch, run.N, run.d, make_generator(s_init, device), dtype, device)
     depths = sorted(cfg.depths)
     top = depths[-1]
-    gamma = cfg.gamma_value
+    gamma = run.gamma_value
     with torch.no_grad():
-        avg = AveragedAttention.from_law(cfg.d, cfg.beta, gamma, cfg.attention_std, cfg.attention_draws,
-                                         cfg.attention_seed, dtype, device)
-        ref = _run_layers(X0, Transformer(avg, make_noise(cfg), cfg.order), cfg.T, top, make_generator(s_mlp, device))
+        avg = AveragedAttention.from_law(run.d, run.beta, gamma, run.attention_std, run.attention_draws,
+                                         run.attention_seed, dtype, device)
+        ref = _run_layers(X0, Transformer(avg, make_noise(run), run.order), run.T, top, make_generator(s_mlp, device))
         final, curves, sq = {}, {}, {}
         for L in depths:
-            attn = ResampledAttention(cfg.d, cfg.beta, gamma, cfg.attention_std, s_attn)
-            c = _run_layers(X0, Transformer(attn, make_noise(cfg), cfg.order), cfg.T, L, make_generator(s_mlp, device))
+            attn = ResampledAttention(run.d, run.beta, gamma, run.attention_std, s_attn)
+            c = _run_layers(X0, Transformer(attn, make_noise(run), run.order), run.T, L, make_generator(s_mlp, device))
             curves[L], final[L] = c, c[:, -1]
             sq[L] = ((c - ref[:, :: top // L][:, : L + 1]) ** 2).max(-1) if top % L == 0 else (c[:, -1] - ref[:, -1]) ** 2
     return ResampledResult(cfg, depths, final, ref[:, -1], ref, curves, sq, provenance(device), time.perf_counter() - start)
@@ -317,8 +340,9 @@ def _run_variants(cfg: VariantsConfig) -> dict:
     S = SinkhornAttention(3 * Q.T @ K, V, iters=5000, tol=1e-13).weights(X)
     sums = float(max((S.sum(-1) - 1).abs().max(), (S.sum(-2) - 1).abs().max()))
     with torch.no_grad():
-        res = run_resampled(ResampledConfig(N=5, d=4, T=2.0, mlp=False, batch=cfg.samples, depths=cfg.depths,
-                                            attention_draws=cfg.attention_draws, seed=cfg.seed))
+        res = run_resampled(ResampledConfig(model=dict(N=5, d=4, T=2.0, mlp=False, batch=cfg.samples,
+                                                       attention_draws=cfg.attention_draws, seed=cfg.seed),
+                                            depths=cfg.depths))
     depths = res.depths
     fit = fit_power_law(depths, np.stack([res.sq_error[L] for L in depths], axis=1), n_boot=400, seed=cfg.seed)
     return {

@@ -37,7 +37,7 @@ def plot_chaos(result: "ChaosResult", axes: Optional[Any] = None) -> "Figure":
     sizes = np.asarray(cfg.sizes, float)
     created = axes is None
     fig, axes = figure_axes(axes, (2, 2), (12, 9))
-    n_ref = rf"$N_{{\mathrm{{ref}}}} = {cfg.N}$"
+    n_ref = rf"$N_{{\mathrm{{ref}}}} = {cfg.model.N}$"
 
     ax = axes[0, 0]
     for i, d in enumerate(cfg.dims):
@@ -45,7 +45,7 @@ def plot_chaos(result: "ChaosResult", axes: Optional[Any] = None) -> "Figure":
         y, se = np.asarray(row["err2_sup_mean"]), np.asarray(row["err2_sup_se"])
         ax.errorbar(sizes, y, yerr=2 * se, fmt="o", color=f"C{i}", capsize=3, label=assign("d", d))
         _fit_line(ax, sizes, result.fits["coupling"][str(d)], f"C{i}", f"fit {assign('d', d)}")
-        if d == cfg.d:
+        if d == cfg.model.d:
             _guide(ax, sizes, y[0], 1 / sizes, r"$N^{-1}$")
     ax.set(xscale="log", yscale="log", xlabel="$N$",
            ylabel=r"$\mathbb{E}\,\mathrm{sup}_t\,\frac{1}{N}\sum_i |X^{i,N}_t - X^{i,N_\mathrm{ref}}_t|^2$",
@@ -95,8 +95,9 @@ def plot_chaos(result: "ChaosResult", axes: Optional[Any] = None) -> "Figure":
         ax.plot(t, row["mean_token_norm_mean"], "--", color=f"C{i}", label=f"|mean token|, {assign('d', d)}")
     ax.set(xlabel="$t$", title=rf"reference measure ({n_ref}): $E_\beta$ and $|\int x\,d\mu|$")
     ax.legend(fontsize=7)
-    title = ", ".join([f"propagation of chaos (Prop. 1.2): {cfg.activation}"] + [assign(k, v) for k, v in (
-        ("beta", cfg.beta), ("gamma", cfg.gamma_value), ("T", cfg.T), ("L", cfg.L))]) + f", field width {cfg.features}"
+    m = cfg.model
+    title = ", ".join([f"propagation of chaos (Prop. 1.2): {m.activation}"] + [assign(k, v) for k, v in (
+        ("beta", m.beta), ("gamma", m.gamma_value), ("T", m.T), ("L", m.L))]) + f", field width {m.features}"
     return finish(fig, created, title)
 
 

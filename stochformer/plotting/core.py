@@ -123,22 +123,24 @@ def linear_band(ax: "Axes", x: Any, mean: Any, se: Any, color: str, label: Optio
 
 
 def plot_summary(summary: dict, title: str = "", axes: Optional[Sequence["Axes"]] = None) -> "Figure":
-    """E_β (log scale when positive) and mean/min pairwise cosine against layer, ± 2 SE bands.
-    ``summary``: the dict of :meth:`SimulationResult.summary`; ``axes``: two axes, or None."""
+    """E_β (log scale when positive) and mean/min pairwise cosine against layer (or time t, when
+    ``summary`` has ``times`` instead of ``layers``), ± 2 SE bands. ``summary``: the dict of
+    :meth:`SimulationResult.summary`; ``axes``: two axes, or None."""
     created = axes is None
     fig, ax = figure_axes(axes, (1, 2), (10, 3.8))
     ax1, ax2 = ax[0]
-    layers = np.asarray(summary["layers"])
+    xlabel = "$t$" if "times" in summary else "layer"
+    layers = np.asarray(summary["times"] if "times" in summary else summary["layers"])
     e, ese = np.asarray(summary["energy"]), np.asarray(summary["energy_se"])
     if np.all(e > 0):
         log_band(ax1, layers, e, ese, "C0")
         ax1.set_yscale("log")
     else:
         linear_band(ax1, layers, e, ese, "C0")
-    ax1.set(xlabel="layer", ylabel=r"$E_\beta(\mu)$", title="interaction energy (mean ± 2 SE)")
+    ax1.set(xlabel=xlabel, ylabel=r"$E_\beta(\mu)$", title="interaction energy (mean ± 2 SE)")
     for key, color, label in (("mean_cosine", "C1", "mean cosine"), ("min_cosine", "C2", "min cosine")):
         linear_band(ax2, layers, summary[key], summary[f"{key}_se"], color, label)
-    ax2.set(xlabel="layer", ylabel=r"$\langle x_i, x_j\rangle$", ylim=(-1.05, 1.05), title="pairwise cosines")
+    ax2.set(xlabel=xlabel, ylabel=r"$\langle x_i, x_j\rangle$", ylim=(-1.05, 1.05), title="pairwise cosines")
     ax2.legend(loc="lower right")
     return finish(fig, created, title)
 

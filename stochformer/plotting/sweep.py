@@ -1,4 +1,4 @@
-"""Summary figure of a sweep: final-layer statistics (mean ± 2 SE over samples) across its points."""
+"""Summary figure of a sweep: the statistics at the last time (mean ± 2 SE over samples) across its points."""
 
 from __future__ import annotations
 
@@ -22,16 +22,16 @@ def _point_label(ds: Any, dim: str, i: int) -> str:
 
 
 def plot_sweep(result: Any, max_lines: int = 12, axes: Optional[Any] = None) -> "Figure":
-    """Mean cosine and E_β at the last recorded layer against the first sweep axis, one line per
-    value of the other axes (at most ``max_lines``). A sweep without axes shows the layer curves.
+    """Mean cosine and E_β at the last recorded time against the first sweep axis, one line per
+    value of the other axes (at most ``max_lines``). A sweep without axes shows the curves in t.
     ``result``: a SweepResult; ``axes``: two axes, or None for a new figure."""
     ds = result.data
-    dims = [d for d in ds["mean_cosine_mean"].dims if d != "layer"]
+    dims = [d for d in ds["mean_cosine_mean"].dims if d != "time"]
     if len(dims) > 1 and dims[0] == "point":  # a grid axis on the x axis, the points as lines
         dims = dims[1:] + ["point"]
-    last = ds.isel(layer=-1)
+    last = ds.isel(time=-1)
     if not dims:
-        summary = {"layers": ds["layer"].values}
+        summary = {"times": ds["time"].values}
         for name in ("mean_cosine", "energy", "min_cosine"):
             summary[name], summary[f"{name}_se"] = ds[f"{name}_mean"].values, ds[f"{name}_se"].values
         return plot_summary(summary, f"{result.config.samples} samples", axes=axes)
@@ -49,9 +49,9 @@ def plot_sweep(result: Any, max_lines: int = 12, axes: Optional[Any] = None) -> 
         for ax, name in zip(axes, ("mean_cosine", "energy")):
             y, se = sel[f"{name}_mean"].values, sel[f"{name}_se"].values
             ax.errorbar(xpos, y, yerr=2 * se, marker="o", capsize=3, color=f"C{k % 10}", label=label)
-    layer = int(ds["layer"].values[-1])
-    axes[0].set(xlabel=symbol(x_dim), ylabel="mean cosine", title=f"mean pairwise cosine at layer {layer} (± 2 SE)")
-    axes[1].set(xlabel=symbol(x_dim), ylabel=r"$E_\beta$", title=f"interaction energy at layer {layer} (± 2 SE)")
+    at = f"$t = {ds['time'].values[-1]:g}$"
+    axes[0].set(xlabel=symbol(x_dim), ylabel="mean cosine", title=f"mean pairwise cosine at {at} (± 2 SE)")
+    axes[1].set(xlabel=symbol(x_dim), ylabel=r"$E_\beta$", title=f"interaction energy at {at} (± 2 SE)")
     for ax in axes:
         if not numeric:
             ax.set_xticks(xpos, [_point_label(ds, x_dim, i) if x_dim == "point" else str(v) for i, v in enumerate(x)])

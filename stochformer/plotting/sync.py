@@ -46,7 +46,7 @@ def plot_sync(result: Any, axes: Optional[Any] = None) -> "Figure":
     a2.set_yscale("log")
     a2.set(xlabel="$t$", ylabel=r"$E[E_\beta(\mu_t)]$", title="energy (mean ± 2 SE)")
     a2.legend(fontsize=8)
-    c = result.config
+    c = result.config.model
     title = ", ".join([f"{c.dynamics}: {c.activation}"] + [assign(k, v) for k, v in (
         ("d", c.d), ("sigma_U", c.sigma_U), ("sigma_W", c.sigma_W), ("noise_scale", c.noise_scale),
         ("gamma", c.gamma_value if c.attention else 0), ("T", c.T), ("L", c.L))])
@@ -64,9 +64,10 @@ def _edges(c: np.ndarray) -> np.ndarray:
 
 def phase_title(c: Any) -> str:
     """The fixed parameters of a phase diagram (PhaseConfig ``c``), those on its axes left out."""
-    fixed = {"d": c.d, "gamma": c.gamma_value, "L": c.L, "T": c.T, **({"m": c.m} if c.dynamics == "transformer" else {})}
+    m = c.model
+    fixed = {"d": m.d, "gamma": m.gamma_value, "L": m.L, "T": m.T, **({"m": m.m} if m.dynamics == "transformer" else {})}
     shown = ", ".join(assign(k, v) for k, v in fixed.items() if k not in (c.x_field, c.y_field))
-    return f"{c.dynamics}, {c.activation}, {shown}: predicted boundary in black"
+    return f"{m.dynamics}, {m.activation}, {shown}: predicted boundary in black"
 
 
 def plot_phase(result: Any, ax: Optional["Axes"] = None) -> "Figure":

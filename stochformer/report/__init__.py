@@ -1,4 +1,4 @@
-"""The reproduction report: profiles, the stage registry (one section per claim of SPEC §6),
+"""The reproduction report: profiles, the section registry (one section per claim of SPEC §6),
 the cached runner and the HTML page. Entry point: :func:`reproduce`.
 
 The names below are imported on first use, so that ``stochformer.report.profiles`` (read by the
@@ -11,12 +11,12 @@ import importlib
 from typing import Any
 
 _WHERE = {
-    "PROFILES": "profiles", "plan": "runner", "reproduce": "runner", "Stage": "stages", "StageContext": "stages",
-    "StageOutput": "stages", "StageUnavailable": "stages", "registered": "runner", "RULES": "verdict",
+    "PROFILES": "profiles", "plan": "runner", "reproduce": "runner", "Section": "registry", "SectionContext": "registry",
+    "SectionOutput": "registry", "SectionUnavailable": "registry", "registered": "runner", "RULES": "verdict",
     "Comparison": "verdict", "decide": "verdict",
 }
 
-__all__ = ["PROFILES", "RULES", "Comparison", "Stage", "StageContext", "StageOutput", "StageUnavailable",
+__all__ = ["PROFILES", "RULES", "Comparison", "Section", "SectionContext", "SectionOutput", "SectionUnavailable",
            "decide", "plan", "registered", "reproduce"]
 
 

@@ -1,6 +1,6 @@
 """The report's profiles: how big each experiment is run.
 
-Each stage (``report.sections``) gives its config fields for every profile; this module names the
+Each section (``report.sections``) gives its config fields for every profile; this module names the
 profiles and says what they are for. Measured costs are in ``docs/reproduce.md``.
 """
 
@@ -25,7 +25,7 @@ DEFAULT_PROFILE = "quick"
 
 
 def sizes(tiny: dict, quick: dict, full: dict, gpu: dict | None = None) -> dict[str, dict]:
-    """A stage's sizes per profile; ``gpu`` defaults to ``full`` on ``device = cuda``."""
+    """A section's sizes per profile; ``gpu`` defaults to ``full`` on ``device = cuda``."""
     gpu = {**full, **(gpu or {})}
     gpu.setdefault("device", "cuda")
     return {"tiny": tiny, "quick": quick, "full": full, "gpu": gpu}

@@ -143,7 +143,7 @@ def _json_block(obj: Any) -> str:
 
 
 def section(rec: dict) -> str:
-    """The HTML of one stage record (see ``runner.reproduce``)."""
+    """The HTML of one section record (see ``runner.reproduce``)."""
     name = escape(rec["name"])
     parts = [f"<section id='{name}'><h2>{escape(rec['title'])} <span class='small'>({escape(rec['spec'])}; "
              f"<code>--only {name}</code>)</span></h2>",
@@ -204,7 +204,7 @@ HOWTO = (
 
 def render_html(report: dict) -> str:
     """The whole page for ``report`` (the dict returned by ``runner.reproduce``)."""
-    records = report["stages"]
+    records = report["sections"]
     prov = report.get("provenance", {})
     rules = "".join(f"<li><b>{escape(k)}</b>: {escape(v)}</li>" for k, v in RULES.items())
     nav = "".join(f"<a href='#{escape(r['name'])}'>{escape(r['name'])}</a>" for r in records)

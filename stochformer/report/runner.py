@@ -1,17 +1,18 @@
-"""``reproduce``: run the stages of the report for a profile, cache each finished stage, and write
+"""``reproduce``: run the sections of the report for a profile, cache each finished section, and write
 ``index.html`` and ``results.json``.
 
 The output folder (default ``report/``) holds the page, the JSON and ``cache/``: one entry per
-finished stage, ``<stage>-<key>.json``, written atomically, where the key hashes the stage name,
-its resolved config and the package version (:class:`io.StageCache`). ``resume=True`` reuses the
+finished section, ``<section>-<key>.json``, written atomically, where the key hashes the section name,
+its resolved config and the package version (:class:`io.ResultStore`). ``resume=True`` reuses the
 entries whose key and checksum match and recomputes the rest; a corrupt, truncated or foreign
-entry never matches and is recomputed. Stages made of many independent runs also store each run
-under ``cache/<stage>-<key>/`` (``tasks.run_tasks``), so a stage killed half-way resumes half-way.
-The page and the JSON are rewritten after every stage, so a long run can be watched.
+entry never matches and is recomputed. Sections made of many independent runs also store each run
+under ``cache/<section>-<key>/`` (``tasks.run_tasks``), so a section killed half-way resumes half-way.
+The page and the JSON are rewritten after every section, so a long run can be watched.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import shutil
 import sys
@@ -21,18 +22,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
+import numpy as np
 import torch
+import xarray as xr
 from tqdm.auto import tqdm
 
 from .. import __version__
-from ..config import ConfigError, build_config, load_toml
+from ..config import ConfigError, ExperimentConfig, RunConfig, build_config, load_toml
 from ..extras import MissingExtraError
-from ..io import StageCache, atomic_write_bytes, config_key, source_hash, to_jsonable, write_json
+from ..io import ResultStore, atomic_write_bytes, config_key, source_hash, to_jsonable, write_json
 from ..outputs import OutputError, check_writable, has_marker, make_owned, refuse_unsafe, remove_owned
+from ..results import DATASET, write_dataset
 from ..runtime import provenance
-from . import sections  # noqa: F401  (registers the stages)
+from . import sections  # noqa: F401  (registers the sections)
 from .profiles import DERIVED, PROFILES
-from .stages import Stage, StageContext, StageUnavailable, registered
+from .registry import Section, SectionContext, SectionUnavailable, registered
 from .verdict import recompute
 
 CACHE_DIR = "cache"
@@ -40,9 +44,9 @@ CACHE_DIR = "cache"
 
 @dataclass
 class Planned:
-    """A stage with its resolved config and cache key, or the reason it cannot run."""
+    """A section with its resolved config and cache key, or the reason it cannot run."""
 
-    stage: Stage
+    section: Section
     config: Any = None
     key: Optional[str] = None
     error: Optional[str] = None
@@ -50,20 +54,48 @@ class Planned:
 
 
 def _split_overrides(overrides: Iterable[str], names: set[str]) -> tuple[dict[str, list[str]], list[str]]:
-    """``STAGE.FIELD=VALUE`` → per-stage lists; ``FIELD=VALUE`` → the list for every stage."""
-    per_stage: dict[str, list[str]] = {n: [] for n in names}
+    """``SECTION.FIELD=VALUE`` → per-section lists; ``FIELD=VALUE`` → the list for every section."""
+    per_section: dict[str, list[str]] = {n: [] for n in names}
     common: list[str] = []
     for item in overrides:
         head = item.split("=", 1)[0].strip().split(".", 1)
         if len(head) == 2 and head[0] in names:
-            per_stage[head[0]].append(item.strip().split(".", 1)[1])
+            per_section[head[0]].append(item.strip().split(".", 1)[1])
         else:
             common.append(item)
-    return per_stage, common
+    return per_section, common
 
 
 def _field(item: str) -> str:
     return item.split("=", 1)[0].strip().split(".")[0]
+
+
+def _fields(model: type) -> set[str]:
+    """The fields a section's config takes by name: its own and, for an experiment's config, those
+    of its ``model`` (sizes and ``FIELD=VALUE`` name them without the ``model.`` prefix)."""
+    own = set(getattr(model, "model_fields", {}))
+    return own | set(RunConfig.model_fields) if issubclass(model, ExperimentConfig) else own
+
+
+def _path(model: type, name: str) -> str:
+    """``name`` (or ``name=VALUE``) as a dotted path of ``model``: a model field of an experiment's
+    config goes under ``model.``."""
+    top = _field(name)
+    if issubclass(model, ExperimentConfig) and top not in model.model_fields and top in RunConfig.model_fields:
+        return f"model.{name}"
+    return name
+
+
+def _nested(model: type, data: dict) -> dict:
+    """``data`` (field → value, model fields flat) with each field at its path in ``model``."""
+    out: dict = {}
+    for name, value in data.items():
+        *parents, last = _path(model, name).split(".")
+        node = out
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = {**node[last], **value} if isinstance(value, dict) and isinstance(node.get(last), dict) else value
+    return out
 
 
 def plan(
@@ -72,48 +104,48 @@ def plan(
     overrides: Iterable[str] = (),
     config_file: Optional[Path | str] = None,
 ) -> list[Planned]:
-    """Resolve and validate every stage's config for ``profile`` before any work.
+    """Resolve and validate every section's config for ``profile`` before any work.
 
-    ``overrides``: ``STAGE.FIELD=VALUE`` for one stage, ``FIELD=VALUE`` for every stage that has the
-    field (e.g. ``seed=1``, ``device=cuda``). ``config_file``: TOML whose ``[STAGE]`` tables apply to
-    one stage and whose top-level keys apply like ``FIELD=VALUE``. Raises :class:`ConfigError`."""
+    ``overrides``: ``SECTION.FIELD=VALUE`` for one section, ``FIELD=VALUE`` for every section that has the
+    field (e.g. ``seed=1``, ``device=cuda``). ``config_file``: TOML whose ``[SECTION]`` tables apply to
+    one section and whose top-level keys apply like ``FIELD=VALUE``. Raises :class:`ConfigError`."""
     if profile not in PROFILES:
         raise ConfigError(f"--profile: unknown profile {profile!r}; valid: {', '.join(PROFILES)}")
-    all_stages = registered()
-    names = {s.name for s in all_stages}
+    all_sections = registered()
+    names = {s.name for s in all_sections}
     only = list(only)
     bad = [n for n in only if n not in names]
     if bad:
-        raise ConfigError(f"--only: unknown section(s) {', '.join(bad)}; valid: {', '.join(s.name for s in all_stages)}")
+        raise ConfigError(f"--only: unknown section(s) {', '.join(bad)}; valid: {', '.join(s.name for s in all_sections)}")
     file_data = load_toml(config_file) if config_file is not None else {}
-    per_stage, common = _split_overrides(overrides, names)
+    per_section, common = _split_overrides(overrides, names)
     planned, used = [], set()
-    for stage in all_stages:
-        item = Planned(stage, selected=not only or stage.name in only)
-        model = stage.model
-        fields = set(model.model_fields)
+    for section in all_sections:
+        item = Planned(section, selected=not only or section.name in only)
+        model = section.model
+        fields = _fields(model)
         sized, extra = DERIVED.get(profile, (profile, {}))
-        base = dict(stage.sizes.get(sized, {}))
+        base = dict(section.sizes.get(sized, {}))
         base.update({k: v for k, v in extra.items() if k in fields})
         base.update({k: v for k, v in file_data.items() if k in fields and k not in names})
         used.update(k for k in file_data if k in fields)
-        base.update(file_data.get(stage.name, {}))
-        mine = [o for o in common if _field(o) in fields] + per_stage[stage.name]
+        base.update(file_data.get(section.name, {}))
+        mine = [_path(model, o.strip()) for o in [o for o in common if _field(o) in fields] + per_section[section.name]]
         used.update(_field(o) for o in common if _field(o) in fields)
         try:
-            item.config = build_config(base, mine, model=model)
+            item.config = build_config(_nested(model, base), mine, model=model)
         except ConfigError as exc:
-            raise ConfigError(f"section {stage.name}: {exc}") from None
-        item.key = config_key({"stage": stage.name, "config": item.config.model_dump(mode="json"), "version": __version__,
+            raise ConfigError(f"section {section.name}: {exc}") from None
+        item.key = config_key({"section": section.name, "config": item.config.model_dump(mode="json"), "version": __version__,
                                "source": source_hash()})
         planned.append(item)
     unused = sorted({_field(o) for o in common} - used) + sorted(k for k in file_data if k not in names and k not in used)
     if unused:
         raise ConfigError(f"--set/--config: no section has a field named {', '.join(unused)}")
     for item in planned:
-        device = getattr(item.config, "device", "cpu") if item.config is not None else "cpu"
+        device = getattr(getattr(item.config, "model", item.config), "device", "cpu") if item.config is not None else "cpu"
         if item.selected and str(device).startswith("cuda") and not torch.cuda.is_available():
-            raise ConfigError(f"section {item.stage.name}: device {device!r} requested but no CUDA device is available "
+            raise ConfigError(f"section {item.section.name}: device {device!r} requested but no CUDA device is available "
                               "(use --profile quick/full, or --set device=cpu)")
     return planned
 
@@ -148,18 +180,18 @@ def nonfinite_paths(obj: Any, path: str = "") -> list[str]:
 
 
 def _record(item: Planned, profile: str) -> dict:
-    s = item.stage
+    s = item.section
     return {"name": s.name, "title": s.title, "spec": s.spec, "claim": s.claim, "profile": profile,
             "key": item.key, "config": item.config.model_dump(mode="json") if item.config is not None else None}
 
 
-#: what a cached stage record must hold, by type (anything else makes the entry count as corrupt)
+#: what a cached section record must hold, by type (anything else makes the entry count as corrupt)
 _CACHED_TYPES = {"numbers": dict, "comparisons": list, "figures": list, "tables": list, "notes": list,
                  "seeds": dict, "provenance": dict, "elapsed_s": (int, float), "started_at": str}
 
 
 def _from_cache(hit: Any, record: dict) -> Optional[dict]:
-    """A cached stage record made safe to show, or None if it is not one: the stage's identity
+    """A cached section record made safe to show, or None if it is not one: the section's identity
     (name, title, claim, config, key) comes from the plan, not the cache; each field must have
     its type; verdicts are derived again from the stored numbers (never read from the cache)."""
     if not isinstance(hit, dict) or any(not isinstance(hit.get(k), t) for k, t in _CACHED_TYPES.items()):
@@ -173,11 +205,11 @@ def _from_cache(hit: Any, record: dict) -> Optional[dict]:
     return {**hit, **record, "comparisons": recompute(hit["comparisons"]), "notes": [str(n) for n in hit["notes"]]}
 
 
-def run_stage(item: Planned, profile: str, cache: StageCache, ctx: StageContext) -> dict:
-    """Run one stage, store it in the cache and return its record (status ``computed``)."""
+def run_section(item: Planned, profile: str, cache: ResultStore, ctx: SectionContext) -> dict:
+    """Run one section, store it in the cache and return its record (status ``computed``)."""
     started = time.time()
     t0 = time.perf_counter()
-    output = item.stage.run(item.config, ctx)
+    output = item.section.run(item.config, ctx)
     elapsed = time.perf_counter() - t0
     data = output.to_dict()
     bad = nonfinite_paths(data["numbers"])
@@ -186,7 +218,7 @@ def run_stage(item: Planned, profile: str, cache: StageCache, ctx: StageContext)
                              + (" …" if len(bad) > 8 else ""))
     record = {**_record(item, profile), **to_jsonable(data), "elapsed_s": elapsed,
               "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started))}
-    cache.store(item.stage.name, item.key, record)
+    cache.store(item.section.name, item.key, record)
     return record
 
 
@@ -198,10 +230,67 @@ def _strip_figures(record: dict) -> dict:
     return out
 
 
+#: the numeric columns of a comparison row in the report's dataset (None is NaN there)
+_ROW_NUMBERS = ("predicted", "measured", "tol")
+
+
+def report_dataset(report: dict) -> xr.Dataset:
+    """The report as a labelled dataset (``dataset.nc``; ``stochformer.load(out)`` reads it): one
+    entry per comparison row (dim ``row``: its ``row_section``, ``quantity``, ``predicted``,
+    ``measured``, 95% interval ``ci_low``/``ci_high`` (``has_ci``), ``rule``, ``tol``, ``note`` and
+    ``verdict``), the ``status`` of every section (dim ``section``); the rest of every section's
+    record (numbers, tables, notes, seeds, provenance; figures by name) and the report's header as
+    JSON attributes. ``results.json`` is derived from it (:func:`report_json`)."""
+    records = [_strip_figures(r) for r in report["sections"]]
+    rows = [(r["name"], c) for r in records for c in r.get("comparisons", [])]
+    cis = [c.get("ci") for _, c in rows]
+    data: dict[str, Any] = {
+        "status": ("section", np.array([str(r.get("status", "")) for r in records], dtype=str)),
+        "row_section": ("row", np.array([name for name, _ in rows], dtype=str)),
+        "ci_low": ("row", np.array([math.nan if ci is None or ci[0] is None else ci[0] for ci in cis], dtype=float)),
+        "ci_high": ("row", np.array([math.nan if ci is None or ci[1] is None else ci[1] for ci in cis], dtype=float)),
+        "has_ci": ("row", np.array([ci is not None for ci in cis], dtype=bool)),
+    }
+    for key in _ROW_NUMBERS:
+        data[key] = ("row", np.array([math.nan if c[key] is None else c[key] for _, c in rows], dtype=float))
+    for key in ("quantity", "rule", "note", "verdict"):
+        data[key] = ("row", np.array([str(c[key]) for _, c in rows], dtype=str))
+    header = {k: ([] if k == "sections" else v) for k, v in report.items()}
+    ds = xr.Dataset(data, coords={"section": np.array([r["name"] for r in records], dtype=str)})
+    ds.attrs.update(command="reproduce", report=json.dumps(to_jsonable(header)),
+                    records=json.dumps(to_jsonable([{**r, "comparisons": []} if "comparisons" in r else r for r in records])))
+    return ds
+
+
+def report_json(ds: xr.Dataset) -> dict:
+    """``results.json`` from the report's dataset: the header and the section records of its
+    attributes, each section's comparison rows from the labelled table (verdicts derived again
+    from the rows' numbers)."""
+    from .verdict import Comparison
+
+    def number(x: float) -> Optional[float]:
+        return None if math.isnan(x) else float(x)
+
+    by_section: dict[str, list] = {}
+    for k in range(ds.sizes["row"]):
+        row = {key: ds[key].values[k] for key in ds.data_vars if "row" in ds[key].dims}
+        ci = (number(row["ci_low"]), number(row["ci_high"])) if row["has_ci"] else None
+        by_section.setdefault(str(row["row_section"]), []).append(Comparison(
+            str(row["quantity"]), number(row["predicted"]), number(row["measured"]), ci, str(row["rule"]),
+            float(row["tol"]), str(row["note"])).to_dict())
+    records = json.loads(ds.attrs["records"])
+    for rec in records:
+        if "comparisons" in rec:
+            rec["comparisons"] = by_section.get(rec["name"], [])
+    return {**json.loads(ds.attrs["report"]), "sections": records}
+
+
 def _write_outputs(out: Path, report: dict) -> None:
     from .render import render_html
 
-    write_json(out / "results.json", {**report, "stages": [_strip_figures(r) for r in report["stages"]]})
+    ds = report_dataset(report)
+    write_dataset(ds, out / DATASET)
+    write_json(out / "results.json", report_json(ds))
     atomic_write_bytes(out / "index.html", render_html(report).encode("utf-8"))
 
 
@@ -217,10 +306,10 @@ def reproduce(
     progress: bool = False,
     command: str = "",
 ) -> dict:
-    """Run the report's stages for ``profile`` into ``out`` and return the report (also written
+    """Run the report's sections for ``profile`` into ``out`` and return the report (also written
     as ``out/results.json`` and ``out/index.html``).
 
-    Stages not selected by ``only`` are shown from the cache when they were computed before with
+    Sections not selected by ``only`` are shown from the cache when they were computed before with
     the same config, version and source. ``force`` replaces an existing report folder. Raises
     :class:`ConfigError` / :class:`~stochformer.outputs.OutputError` before any work."""
     planned = plan(profile, only, overrides, config_file)
@@ -228,7 +317,7 @@ def reproduce(
     if force:
         remove_owned(out)
     make_owned(out, "reproduce")
-    cache = StageCache(out / CACHE_DIR)
+    cache = ResultStore(out / CACHE_DIR)
     t0 = time.perf_counter()
     records: list[dict] = []
     for item in planned:
@@ -236,13 +325,13 @@ def reproduce(
         if item.error is not None:
             rec.update(status="unavailable", error=item.error)
         else:
-            hit = _from_cache(cache.load(item.stage.name, item.key), rec)
+            hit = _from_cache(cache.load(item.section.name, item.key), rec)
             if hit is not None and (resume or not item.selected):
                 rec = {**hit, "status": "cached"}
             elif item.selected:
                 rec["status"] = "pending"
-                if hit is None and cache.entry_path(item.stage.name, item.key).exists():
-                    rec["cache_note"] = "a cache entry for this stage was corrupt or foreign and is recomputed"
+                if hit is None and cache.entry_path(item.section.name, item.key).exists():
+                    rec["cache_note"] = "a cache entry for this section was corrupt or foreign and is recomputed"
             else:
                 rec["status"] = "not_run"
         records.append(rec)
@@ -255,25 +344,25 @@ def reproduce(
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "version": __version__,
         "provenance": provenance("cpu"),
-        "stages": records,
+        "sections": records,
         "elapsed_s": 0.0,
         "complete": False,
     }
     todo = [i for i, r in enumerate(records) if r["status"] == "pending"]
-    bar = tqdm(total=len(todo), desc=f"reproduce ({profile})", unit="stage", disable=not progress, position=0)
+    bar = tqdm(total=len(todo), desc=f"reproduce ({profile})", unit="section", disable=not progress, position=0)
     try:
         for n, i in enumerate(todo, 1):
             item = planned[i]
-            bar.set_postfix_str(item.stage.name)
-            workdir = out / CACHE_DIR / f"{item.stage.name}-{item.key}"
+            bar.set_postfix_str(item.section.name)
+            workdir = out / CACHE_DIR / f"{item.section.name}-{item.key}"
             if not resume:
                 shutil.rmtree(workdir, ignore_errors=True)
-            ctx = StageContext(progress=progress, workdir=workdir, scheduler=scheduler)
+            ctx = SectionContext(progress=progress, workdir=workdir, scheduler=scheduler)
             note = records[i].get("cache_note")
             try:
-                rec = run_stage(item, profile, cache, ctx)
+                rec = run_section(item, profile, cache, ctx)
                 rec["status"] = "computed"
-            except (StageUnavailable, MissingExtraError) as exc:
+            except (SectionUnavailable, MissingExtraError) as exc:
                 rec = {**records[i], "status": "unavailable", "error": str(exc)}
             except (KeyboardInterrupt, SystemExit):
                 raise
@@ -285,7 +374,7 @@ def reproduce(
             records[i] = rec
             if progress:
                 took = f"{rec['elapsed_s']:.1f} s" if "elapsed_s" in rec else rec.get("error", "")
-                tqdm.write(f"[{n}/{len(todo)}] {item.stage.name}: {rec['status']} ({took})", file=sys.stderr)
+                tqdm.write(f"[{n}/{len(todo)}] {item.section.name}: {rec['status']} ({took})", file=sys.stderr)
             bar.update(1)
             report["elapsed_s"] = time.perf_counter() - t0
             _write_outputs(out, report)

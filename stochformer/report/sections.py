@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..model.activations import ACTIVATIONS, ODD_ACTIVATIONS
 from ..config import RunConfig, build_config
+from ..results import seed_of
 from ..runtime import child_seeds, provenance, resolve_device
 from ..stats import loglog_slope, mean_and_se
 from .profiles import sizes
@@ -27,7 +28,7 @@ from ..experiments.sync import SyncConfig, predicted_rates
 from ..plotting import chaos as chaos_plots
 from ..plotting import converge as converge_plots
 from ..plotting import sync as sync_plots
-from .stages import Stage, StageContext, StageOutput, figure_png, register
+from .registry import Section, SectionContext, SectionOutput, figure_png, register
 from .verdict import Z95, Comparison
 
 # --------------------------------------------------------------------------- helpers
@@ -106,13 +107,14 @@ class PaperItemConfig(BaseModel):
 
 
 def _seeds(cfg: Any, n: int) -> dict:
-    return {"seed": cfg.seed, "child_seeds": child_seeds(cfg.seed, n), "rule": "runtime.child_seeds(seed, n)"}
+    seed = seed_of(cfg)
+    return {"seed": seed, "child_seeds": child_seeds(seed, n), "rule": "runtime.child_seeds(seed, n)"}
 
 
 # --------------------------------------------------------------------------- §6.1 clusters
 
 
-class ClustersStageConfig(PaperItemConfig):
+class ClustersSectionConfig(PaperItemConfig):
     SIZES_TABLE: ClassVar[str] = "CLUSTER_SIZES"
     tol: float = Field(0.05, gt=0.0, lt=1.0, description="two tokens are in one cluster when cos >= 1 - tol")
 
@@ -162,7 +164,7 @@ def attractor_row(act: str, course: dict) -> Comparison:
              f"(λ₁ = {course['lambda_1']:.4g}); counts per sample {counts[:, -1].astype(int).tolist()}")
 
 
-def _run_clusters(cfg: ClustersStageConfig, ctx: StageContext) -> StageOutput:
+def _run_clusters(cfg: ClustersSectionConfig, ctx: SectionContext) -> SectionOutput:
     plots = sync_plots
     res = paper.run_clusters(cfg.size, seed=cfg.seed, tol=cfg.tol, progress=ctx.progress, device=cfg.device,
                              sizes=cfg.sizes)
@@ -191,16 +193,16 @@ def _run_clusters(cfg: ClustersStageConfig, ctx: StageContext) -> StageOutput:
                            "horizon predicted from e^{λ₁T} (dashed vertical line; dotted: T). Bottom: the paper's "
                            "picture, the first two coordinates of the final tokens of one sample at T"))
     notes.insert(0, f"sizes: {res.sizes}; d = 4, no attention, no biases, uniform initial tokens")
-    return StageOutput(res.to_dict(), rows, figs, _prov(cfg), _seeds(cfg, 2), notes)
+    return SectionOutput(res.to_dict(), rows, figs, _prov(cfg), _seeds(cfg, 2), notes)
 
 
-register(Stage(
+register(Section(
     name="clusters",
     title="Clusters on S³",
     spec="SPEC §6.1",
     claim="Without attention, the MLP noise alone makes near-uniform tokens on S³ form clusters; with tanh "
           "(an odd field) they end in two antipodal clusters.",
-    model=ClustersStageConfig,
+    model=ClustersSectionConfig,
     sizes=sizes(tiny={"sizes": {"N": 16, "L": 100, "m": 64, "batch": 2}}, quick={"size": "quick"},
                 full={"size": "paper"}),
     run=_run_clusters,
@@ -221,7 +223,7 @@ def _scenario_model(key: dict) -> RunConfig:
                          "attention": key["gamma"] != 0.0, "beta": 1.0})
 
 
-class ScenariosStageConfig(PaperItemConfig):
+class ScenariosSectionConfig(PaperItemConfig):
     SIZES_TABLE: ClassVar[str] = "SCENARIO_SIZES"
 
 
@@ -252,7 +254,7 @@ def scenario_row(coords: dict, energy: np.ndarray, energy_se: np.ndarray, T: flo
              + ("attention repels, ε of Assumption 2 unknown)" if coords["gamma"] < 0 else "noise not coercive, λ̄ ≥ 0)"))
 
 
-def _run_scenarios(cfg: ScenariosStageConfig, ctx: StageContext) -> StageOutput:
+def _run_scenarios(cfg: ScenariosSectionConfig, ctx: SectionContext) -> SectionOutput:
     plots = sync_plots
     res = paper.run_scenarios(cfg.size, seed=cfg.seed, progress=ctx.progress, store=ctx.workdir,
                               scheduler=ctx.scheduler, device=cfg.device, sizes=cfg.sizes)
@@ -284,17 +286,17 @@ def _run_scenarios(cfg: ScenariosStageConfig, ctx: StageContext) -> StageOutput:
              "λ̄ < 0 and γ ≥ 0, else the sign of ΔE_β; all scenarios are in the table.",
              f"λ₁ − γ > 0 predicts only that close pairs separate, not the sign of the change of E_β from uniform "
              f"tokens: of the {apart} such scenarios, {lost} lose energy significantly at this size (see the table)."]
-    return StageOutput(res.to_dict(), rows, figs, _prov(cfg), _seeds(cfg, len(res.keys)), notes, tables)
+    return SectionOutput(res.to_dict(), rows, figs, _prov(cfg), _seeds(cfg, len(res.keys)), notes, tables)
 
 
-register(Stage(
+register(Section(
     name="scenarios",
     title="Grid of scenarios (the paper's Figures 2–6)",
     spec="SPEC §6.2",
     claim="Across activations, dimensions d ∈ {5, 64, 128}, σ ∈ {0, 0.1} and attention γ ∈ {+1, 0, −1}, tokens "
           "synchronise where the Lyapunov exponent λ₁ − γ is clearly negative: E_β decays at least at Theorem 1.4's "
           "rate λ̄' where the noise is coercive and attention does not repel, and decreases elsewhere.",
-    model=ScenariosStageConfig,
+    model=ScenariosSectionConfig,
     sizes=sizes(tiny={"sizes": {"N": 8, "L": 20, "m": 32, "batch": 2, "ds": [5], "sigmas": [0.0]}},
                 quick={"size": "quick"}, full={"size": "paper"}),
     run=_run_scenarios,
@@ -307,7 +309,7 @@ _TABLE_QUANTITIES = (("kappa", "κ(1)", KERNEL_RTOL), ("kappa_prime", "κ'(1)", 
                      ("lambda_1", "λ₁", EXTRAPOLATED_RTOL), ("lambda_bar", "λ̄", RATE_RTOL))
 
 
-class TableStageConfig(PaperItemConfig):
+class TableSectionConfig(PaperItemConfig):
     SIZES_TABLE: ClassVar[str] = "TABLE_SIZES"
     activations: list[str] = Field(default_factory=lambda: ["relu", "sigmoid", "tanh", "silu"])
 
@@ -320,7 +322,7 @@ class TableStageConfig(PaperItemConfig):
         return v
 
 
-def _run_table(cfg: TableStageConfig, ctx: StageContext) -> StageOutput:
+def _run_table(cfg: TableSectionConfig, ctx: SectionContext) -> SectionOutput:
     plots = sync_plots
     res = paper.run_table(cfg.size, seed=cfg.seed, progress=ctx.progress, store=ctx.workdir, scheduler=ctx.scheduler,
                           device=cfg.device, activations=tuple(cfg.activations), sizes=cfg.sizes)
@@ -338,16 +340,16 @@ def _run_table(cfg: TableStageConfig, ctx: StageContext) -> StageOutput:
              "λ₁ by the pair estimator, λ̄ as the energy rate of a near-synchronised pair (cluster spread 1e-3 for a "
              "smooth φ, 1e-4/√d for ReLU: kinked kernel), both extrapolated to Δt → 0 (L, L/2, L/4 layers; "
              "experiments.paper); λ̄ keeps a 10% allowance (finite width m, the bootstrap SE of near-lognormal paths)."]
-    return StageOutput(res.to_dict(), comps, figs, _prov(cfg), _seeds(cfg, len(res.rows)), notes)
+    return SectionOutput(res.to_dict(), comps, figs, _prov(cfg), _seeds(cfg, len(res.rows)), notes)
 
 
-register(Stage(
+register(Section(
     name="table",
     title="The paper's table: κ(1), κ'(1), λ₁, λ̄",
     spec="SPEC §6.3, §5",
     claim="The kernel constants κ(1), κ'(1) and the rates λ₁ (Lyapunov exponent) and λ̄ (first-moment rate) of the "
           "paper's Appendix C follow from the activation, d and σ, and match what the transformer measures.",
-    model=TableStageConfig,
+    model=TableSectionConfig,
     sizes=sizes(tiny={"activations": ["relu"], "sizes": {"draws": 200, "pairs": 16, "energy_pairs": 32, "L": 40,
                                                           "T_units": 2.0, "m": 32, "ds": [5], "sigmas": [0.0]}},
                 quick={"size": "quick"}, full={"size": "paper"}),
@@ -377,7 +379,7 @@ SLOPE_TOL = 0.1
 ADDITIVE_RESIDUAL = 0.25
 
 
-def _run_converge(cfg: Any, ctx: StageContext) -> StageOutput:
+def _run_converge(cfg: Any, ctx: SectionContext) -> SectionOutput:
     conv, plots = converge, converge_plots
     res = conv.run_converge(cfg, progress=ctx.progress, store=ctx.workdir, scheduler=ctx.scheduler)
     f, L = res.fits, np.asarray(res.depths, float)
@@ -396,10 +398,10 @@ def _run_converge(cfg: Any, ctx: StageContext) -> StageOutput:
     figs = [figure_png(plots.plot_convergence(res), "convergence",
                        "Pathwise error against L and m (log–log, fitted slopes beside 1/L, log L/L and 1/m) and the "
                        "heat map over (L, m)")]
-    return StageOutput(res.to_dict(), rows, figs, res.provenance, _seeds(cfg, -(-cfg.batch // cfg.chunk)))
+    return SectionOutput(res.to_dict(), rows, figs, res.provenance, _seeds(cfg, -(-cfg.model.batch // cfg.samples_per_task)))
 
 
-register(Stage(
+register(Section(
     name="convergence",
     title="Theorem 1.1: the deep transformer converges to the SDE",
     spec="SPEC §6.4, §3",
@@ -407,13 +409,13 @@ register(Stage(
           "at most c (log L/L + 1/m) (1/L + 1/m at layer times), and the limits in L and m commute.",
     model=ConvergeConfig,
     sizes=sizes(
-        tiny={"N": 4, "d": 3, "batch": 8, "chunk": 8, "depths": [4, 8, 16], "widths": [8, 32], "refine": 2, "bootstrap": 100},
-        quick={"N": 8, "d": 3, "batch": 128, "chunk": 64, "depths": [8, 16, 32, 64, 128], "widths": [16, 64, 256],
+        tiny={"N": 4, "d": 3, "batch": 8, "samples_per_task": 8, "depths": [4, 8, 16], "widths": [8, 32], "refine": 2, "bootstrap": 100},
+        quick={"N": 8, "d": 3, "batch": 128, "samples_per_task": 64, "depths": [8, 16, 32, 64, 128], "widths": [16, 64, 256],
                "refine": 4, "bootstrap": 400},
         # Theorem 1.1 beyond toy sizes: N = 32 tokens in d = 8, L up to 2048 (preflight estimate 778 s)
-        full={"N": 32, "d": 8, "batch": 256, "chunk": 64, "depths": [8, 16, 32, 64, 128, 256, 512, 1024, 2048],
+        full={"N": 32, "d": 8, "batch": 256, "samples_per_task": 64, "depths": [8, 16, 32, 64, 128, 256, 512, 1024, 2048],
               "widths": [16, 64, 256], "refine": 2},
-        gpu={"batch": 4096, "chunk": 1024, "depths": [8, 16, 32, 64, 128, 256, 512, 1024], "widths": [16, 32, 64, 128, 256, 512, 1024]},
+        gpu={"batch": 4096, "samples_per_task": 1024, "depths": [8, 16, 32, 64, 128, 256, 512, 1024], "widths": [16, 32, 64, 128, 256, 512, 1024]},
     ),
     run=_run_converge,
 ))
@@ -433,7 +435,7 @@ def w2_row(d: int, fit: dict, sharp: dict, bound: dict) -> Comparison:
                                f"r_d(N) = {bound['law']} (local exponent {bound['exponent']:.3f}) is slower")
 
 
-def _run_chaos(cfg: Any, ctx: StageContext) -> StageOutput:
+def _run_chaos(cfg: Any, ctx: SectionContext) -> SectionOutput:
     plots = chaos_plots
     res = chaos.run_chaos(cfg, progress=ctx.progress, store=ctx.workdir, scheduler=ctx.scheduler)
     f = res.fits
@@ -441,8 +443,8 @@ def _run_chaos(cfg: Any, ctx: StageContext) -> StageOutput:
     for d in cfg.dims:
         if str(d) in f["w2"]:
             rows.append(w2_row(d, f["w2_corrected"][str(d)], f["sphere_rate"][str(d)], f["r_d"][str(d)]))
-    rows.append(_fit_row(f"coupled error exponent in N (d = {cfg.d}, finite N_ref removed)", 1.0,
-                         f["coupling_corrected"][str(cfg.d)], "matches", SLOPE_TOL,
+    rows.append(_fit_row(f"coupled error exponent in N (d = {cfg.model.d}, finite N_ref removed)", 1.0,
+                         f["coupling_corrected"][str(cfg.model.d)], "matches", SLOPE_TOL,
                          "synchronous coupling: ≈ C (1/N − 1/N_ref)"))
     rows.append(_fit_row("conditional correlation exponent in N", 1.0, f["decorrelation"], "at_least", SLOPE_TOL,
                          "tokens become independent given the noise: correlation O(1/N) (every size in the fit, "
@@ -457,10 +459,10 @@ def _run_chaos(cfg: Any, ctx: StageContext) -> StageOutput:
     warn = [w for row in res.to_dict()["coupling"].values() for w in row.get("w2_warnings", [])]
     if warn:
         notes.append(f"{len(warn)} optimal-transport warning(s), e.g. {warn[0]}")
-    return StageOutput(res.to_dict(), rows, figs, res.provenance, _seeds(cfg, 2), notes)
+    return SectionOutput(res.to_dict(), rows, figs, res.provenance, _seeds(cfg, 2), notes)
 
 
-register(Stage(
+register(Section(
     name="chaos",
     title="Proposition 1.2: propagation of chaos",
     spec="SPEC §6.5, §4",
@@ -486,9 +488,9 @@ register(Stage(
 # --------------------------------------------------------------------------- §6.6 Theorem 1.4
 
 
-def _run_sync(cfg: Any, ctx: StageContext) -> StageOutput:
+def _run_sync(cfg: Any, ctx: SectionContext) -> SectionOutput:
     res = sync.run_sync(cfg, progress=ctx.progress)
-    return StageOutput(res.to_dict(), sync_rows(res.table(), cfg.extrapolate), [_sync_figure(res)], res.provenance,
+    return SectionOutput(res.to_dict(), sync_rows(res.table(), cfg.extrapolate), [_sync_figure(res)], res.provenance,
                        _seeds(cfg, 3))
 
 
@@ -522,7 +524,7 @@ def _sync_figure(res) -> Any:
 
 _SYNC_MODEL = {"activation": "relu", "d": 8, "sigma_U": 0.3, "sigma_W": 0.3, "attention": False, "dynamics": "sde"}
 
-register(Stage(
+register(Section(
     name="sync",
     title="Theorem 1.4: synchronisation by noise",
     spec="SPEC §6.6, §5",
@@ -566,7 +568,7 @@ def motion_rows(measured: dict, reference: dict, predicted: dict) -> list[Compar
     return rows
 
 
-def _run_motions(cfg: MotionsConfig, ctx: StageContext) -> StageOutput:
+def _run_motions(cfg: MotionsConfig, ctx: SectionContext) -> SectionOutput:
     res = motions.run_motions(cfg, progress=ctx.progress)
     figs = [figure_png(sync_plots.plot_motions(res), "motions",
                        "One point: E⟨x₀, X_t⟩ against t (mean ± 2 SE) for the SDE and the transformer with "
@@ -575,11 +577,11 @@ def _run_motions(cfg: MotionsConfig, ctx: StageContext) -> StageOutput:
     p = res.predicted
     notes = [f"κ(1) = {p['kappa']:.4g}, d = {p['d']}, T = {p['T']:g}, {cfg.batch} pairs from cosine {cfg.u0:g}, "
              f"L = {cfg.L} steps, m = {cfg.m}; reference: {cfg.reference_steps} Euler steps × {cfg.reference_paths} paths"]
-    return StageOutput(res.to_dict(), motion_rows(res.measured, res.reference, p), figs, res.provenance,
+    return SectionOutput(res.to_dict(), motion_rows(res.measured, res.reference, p), figs, res.provenance,
                        _seeds(cfg, 4), notes)
 
 
-register(Stage(
+register(Section(
     name="motions",
     title="The one- and two-point motions of the noise",
     spec="SPEC §3–§4 (derived: docs/synchronisation.md)",
@@ -600,7 +602,7 @@ register(Stage(
 # --------------------------------------------------------------------------- §6.6 phase diagrams
 
 
-def _run_phase(cfg: Any, ctx: StageContext) -> StageOutput:
+def _run_phase(cfg: Any, ctx: SectionContext) -> SectionOutput:
     plots = sync_plots
     res = phase.run_phase(cfg, progress=ctx.progress, store=ctx.workdir, scheduler=ctx.scheduler)
     rows = []
@@ -618,14 +620,14 @@ def _run_phase(cfg: Any, ctx: StageContext) -> StageOutput:
     figs = [figure_png(plots.plot_phase(res), f"phase-{cfg.x_field}-{cfg.y_field}",
                        f"Measured pair exponent over ({cfg.x_field}, {cfg.y_field}) with the predicted boundaries "
                        "λ₁ − γ = 0 (solid) and λ̄ − 2γ = 0 (dashed)")]
-    return StageOutput(res.to_dict(), rows, figs, res.provenance, {"seed": cfg.seed, "rule": "runtime.child_seeds(seed, points)"}, notes)
+    return SectionOutput(res.to_dict(), rows, figs, res.provenance, {"seed": cfg.model.seed, "rule": "runtime.child_seeds(seed, points)"}, notes)
 
 
 _PHASE_COMMON = {"activation": "relu", "measure": "lyapunov", "dynamics": "sde"}
 _PHASE_GS = {**_PHASE_COMMON, "d": 8, "x_field": "gamma", "y_field": "sigma"}
 _PHASE_DS = {**_PHASE_COMMON, "gamma": -0.5, "x_field": "d", "y_field": "sigma"}
 
-register(Stage(
+register(Section(
     name="phase-gamma",
     title="Phase diagram over attention γ and noise σ",
     spec="SPEC §6.6, §5 (derived)",
@@ -643,7 +645,7 @@ register(Stage(
     run=_run_phase,
 ))
 
-register(Stage(
+register(Section(
     name="phase-dim",
     title="Phase diagram over dimension d and noise σ",
     spec="SPEC §6.6, §5",

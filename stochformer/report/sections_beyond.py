@@ -16,7 +16,7 @@ from ..experiments.repulsion import RepulsionConfig
 from ..plotting import beyond as beyond_plots
 from . import sections as base
 from .profiles import sizes
-from .stages import Stage, StageContext, StageOutput, figure_png, register
+from .registry import Section, SectionContext, SectionOutput, figure_png, register
 from .verdict import Comparison
 
 # --------------------------------------------------------------------------- Corollary 1.3
@@ -37,7 +37,7 @@ def joint_rows(numbers: dict) -> list[Comparison]:
     ]
 
 
-def _run_joint(cfg: Any, ctx: StageContext) -> StageOutput:
+def _run_joint(cfg: Any, ctx: SectionContext) -> SectionOutput:
     res = joint_exp.run_joint(cfg, progress=ctx.progress, store=ctx.workdir, scheduler=ctx.scheduler)
     numbers = res.to_dict()
     fc = numbers["fits"]["coupled"]
@@ -56,10 +56,10 @@ def _run_joint(cfg: Any, ctx: StageContext) -> StageOutput:
     figs = [figure_png(beyond_plots.plot_joint(res), "joint-limit",
                        "The two terms of the bound and their sum against the path's scale s (log–log, ± 2 SE), with "
                        "the fitted exponents and the predicted slope (the slowest rate)")]
-    return StageOutput(numbers, joint_rows(numbers), figs, res.provenance, {"seed": cfg.seed}, notes, tables)
+    return SectionOutput(numbers, joint_rows(numbers), figs, res.provenance, {"seed": cfg.seed}, notes, tables)
 
 
-register(Stage(
+register(Section(
     name="joint-limit",
     title="Corollary 1.3: the joint limit N, L, m → ∞",
     spec="SPEC §3–§4 (Corollary 1.3, derived rate)",
@@ -126,7 +126,7 @@ def repulsion_rows(numbers: dict, cfg: RepulsionConfig) -> list[Comparison]:
     return rows
 
 
-def _run_repulsion(cfg: Any, ctx: StageContext) -> StageOutput:
+def _run_repulsion(cfg: Any, ctx: SectionContext) -> SectionOutput:
     res = repulsion_exp.run_repulsion(cfg, progress=ctx.progress, store=ctx.workdir, scheduler=ctx.scheduler)
     numbers = res.to_dict()
     agree, outcome = res.agreement(), res.outcomes()
@@ -171,10 +171,10 @@ def _run_repulsion(cfg: Any, ctx: StageContext) -> StageOutput:
                        "Final mean cosine over (γ, σ) from uniform tokens, with the criterion's boundary λ₁ − γ = 0; "
                        "✓ the criterion agrees with the outcome, ✗ it does not, ? no clear prediction at T (left). "
                        "Mean cosine against t at the probe's σ (right)")]
-    return StageOutput(numbers, repulsion_rows(numbers, cfg), figs, res.provenance, {"seed": cfg.seed}, notes, tables)
+    return SectionOutput(numbers, repulsion_rows(numbers, cfg), figs, res.provenance, {"seed": cfg.seed}, notes, tables)
 
 
-register(Stage(
+register(Section(
     name="repulsion",
     title="Theorem 1.4 with attention: repulsion against coercive noise",
     spec="SPEC §5 (Theorem 1.4 with ε, derived), §6.6",
@@ -198,7 +198,7 @@ register(Stage(
 
 _PHASE_TRANSFORMER = {**base._PHASE_GS, "dynamics": "transformer"}
 
-register(Stage(
+register(Section(
     name="phase-transformer",
     title="Phase diagram over γ and σ on the discrete transformer",
     spec="SPEC §6.6, §1, §5 (derived)",
@@ -216,7 +216,7 @@ register(Stage(
     run=base._run_phase,
 ))
 
-register(Stage(
+register(Section(
     name="phase-dim-transformer",
     title="Phase diagram over d and σ on the discrete transformer",
     spec="SPEC §6.6, §1, §5",

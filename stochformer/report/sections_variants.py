@@ -13,7 +13,7 @@ from ..experiments import variants as variants_exp
 from ..experiments.bridge import BridgeConfig
 from ..experiments.variants import VariantsConfig
 from ..plotting import variants as variants_plots
-from .stages import Stage, StageContext, StageOutput, figure_png, register
+from .registry import Section, SectionContext, SectionOutput, figure_png, register
 from .verdict import Comparison
 
 #: allowance on the fitted decay slopes of the deterministic flows (first order in Δt)
@@ -64,7 +64,7 @@ def variants_rows(numbers: dict, beta: float) -> list[Comparison]:
     return rows
 
 
-def _run_variants(cfg: Any, ctx: StageContext) -> StageOutput:
+def _run_variants(cfg: Any, ctx: SectionContext) -> SectionOutput:
     exp, plots = variants_exp, variants_plots
     from ..runtime import provenance
 
@@ -74,10 +74,10 @@ def _run_variants(cfg: Any, ctx: StageContext) -> StageOutput:
                        "log t) attention (middle); per-layer random attention minus its averaged drift, ± 2 SE (right)")]
     notes = ["Non-Gaussian inner weights change the kernel at finite d (the pre-activation u·x/√d is Gaussian only "
              "as d → ∞): the d = 2 row shows it; at d = 64 the change is below the SE."]
-    return StageOutput(numbers, variants_rows(numbers, cfg.beta), figs, provenance("cpu"), {"seed": cfg.seed}, notes)
+    return SectionOutput(numbers, variants_rows(numbers, cfg.beta), figs, provenance("cpu"), {"seed": cfg.seed}, notes)
 
 
-register(Stage(
+register(Section(
     name="variants",
     title="Attention variants, weight laws and per-layer random attention",
     spec="SPEC §7",
@@ -96,7 +96,7 @@ register(Stage(
 ))
 
 
-def _run_bridge(cfg: Any, ctx: StageContext) -> StageOutput:
+def _run_bridge(cfg: Any, ctx: SectionContext) -> SectionOutput:
     exp, plots = bridge_exp, variants_plots
     res = exp.run_bridge(cfg, progress=ctx.progress)
     figs = [figure_png(plots.plot_bridge(res), f"bridge-{cfg.block}",
@@ -104,10 +104,10 @@ def _run_bridge(cfg: Any, ctx: StageContext) -> StageOutput:
                        "and the limit SDE of the matched kernel (dotted)")]
     notes = [f"κ(1) of the matched kernel on the unit sphere: {res.kappa1:.4g}. The random attention has centred values, "
              "so both predictions have no attention drift; its fluctuation (variance O(T²/L)) is what they miss at small L."]
-    return StageOutput(res.to_dict(), res.comparisons(), figs, res.provenance, {"seed": cfg.seed}, notes)
+    return SectionOutput(res.to_dict(), res.comparisons(), figs, res.provenance, {"seed": cfg.seed}, notes)
 
 
-register(Stage(
+register(Section(
     name="bridge",
     title="Bridge: torch.nn.TransformerEncoderLayer at random initialisation",
     spec="SPEC §7",

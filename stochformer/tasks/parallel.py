@@ -34,7 +34,7 @@ from typing import Any, Callable, Optional
 from tqdm.auto import tqdm
 
 from ..extras import require
-from ..io import StageCache
+from ..io import ResultStore
 from .serial import Task, run_tasks
 
 SCHEDULER_FORMS = "'serial', 'processes', 'processes:N', 'local-cluster:N' or a Dask scheduler address (tcp://HOST:PORT)"
@@ -226,7 +226,7 @@ def run_tasks_parallel(
     if kind == "serial":
         return run_tasks(tasks, store=store, scheduler=None, progress=progress, desc=desc)
 
-    cache = StageCache(store) if store is not None else None
+    cache = ResultStore(store) if store is not None else None
     results: dict[str, Any] = {}
     todo: list[Task] = []
     for task in tasks:

@@ -1,4 +1,4 @@
-"""Running many independent tasks (grid points, Monte Carlo chunks, report stages) with results
+"""Running many independent tasks (grid points, parts of Monte Carlo samples, report sections) with results
 stored as they complete, so an interrupted run resumes without redoing finished tasks.
 
 A :class:`Task` is a picklable call ``fn(**kwargs)`` with a stable ``key``; its result must be
@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterable, Optional
 
 from tqdm.auto import tqdm
 
-from ..io import StageCache, config_key, source_hash
+from ..io import ResultStore, config_key, source_hash
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ def run_tasks(
         from .parallel import run_tasks_parallel  # process pools and Dask, same contract
 
         return run_tasks_parallel(list(tasks), store=store, scheduler=scheduler, progress=progress, desc=desc)
-    cache = StageCache(store) if store is not None else None
+    cache = ResultStore(store) if store is not None else None
     results: dict[str, Any] = {}
     for task in tqdm(list(tasks), desc=desc, disable=not progress, leave=False):
         hit = cache.load(task.key, task.cache_key) if cache else None

@@ -1,8 +1,8 @@
-"""The stage registry: one stage per claim of SPEC §6, each a section of the report.
+"""The section registry: one section per claim of SPEC §6, each a section of the report.
 
-A :class:`Stage` couples the claim (one sentence) with the experiment that tests it: a config
+A :class:`Section` couples the claim (one sentence) with the experiment that tests it: a config
 model (a pydantic class), the sizes of each profile, and a ``run`` function from the resolved config to a
-:class:`StageOutput` (every number, the predicted-vs-measured rows, the figures as PNG). Stages
+:class:`SectionOutput` (every number, the predicted-vs-measured rows, the figures as PNG). Sections
 never compute science themselves: they call the experiment modules' ``run_xxx`` and plotting
 functions.
 """
@@ -18,8 +18,8 @@ from typing import Any, Callable, Optional
 from .verdict import Comparison
 
 
-class StageUnavailable(RuntimeError):
-    """The experiment behind a stage cannot be run here (raised by its ``run``)."""
+class SectionUnavailable(RuntimeError):
+    """The experiment behind a section cannot be run here (raised by its ``run``)."""
 
 
 @dataclass
@@ -45,8 +45,8 @@ def figure_png(fig, name: str, caption: str, dpi: int = 100) -> Figure:
 
 
 @dataclass
-class StageOutput:
-    """What a stage returns: ``numbers`` (the experiment's ``to_dict()``: every number it shows),
+class SectionOutput:
+    """What a section returns: ``numbers`` (the experiment's ``to_dict()``: every number it shows),
     ``comparisons`` (the predicted-vs-measured rows), ``figures``, further ``tables`` (each
     ``{"title", "columns", "rows"}``, rows as lists of cells), free-text ``notes``, the ``seeds``
     used and the run's ``provenance`` (versions, device)."""
@@ -72,8 +72,8 @@ class StageOutput:
 
 
 @dataclass(frozen=True)
-class StageContext:
-    """How a stage runs: ``progress`` bars, ``workdir`` (the stage's own folder for resumable
+class SectionContext:
+    """How a section runs: ``progress`` bars, ``workdir`` (the section's own folder for resumable
     sub-tasks, ``tasks.run_tasks(..., store=workdir)``) and the task ``scheduler`` (None: serial)."""
 
     progress: bool = False
@@ -81,12 +81,12 @@ class StageContext:
     scheduler: Optional[str] = None
 
 
-#: ``run(cfg, ctx) -> StageOutput``.
-RunFn = Callable[[Any, StageContext], StageOutput]
+#: ``run(cfg, ctx) -> SectionOutput``.
+RunFn = Callable[[Any, SectionContext], SectionOutput]
 
 
 @dataclass(frozen=True)
-class Stage:
+class Section:
     """One section of the report.
 
     ``name``: the ``--only`` name; ``claim``: the claim in one sentence; ``spec``: where SPEC states
@@ -101,23 +101,23 @@ class Stage:
     run: RunFn
 
 
-_REGISTRY: dict[str, Stage] = {}
+_REGISTRY: dict[str, Section] = {}
 
 
-def register(stage: Stage) -> Stage:
-    if stage.name in _REGISTRY:
-        raise ValueError(f"stage {stage.name!r} registered twice")
-    _REGISTRY[stage.name] = stage
-    return stage
+def register(section: Section) -> Section:
+    if section.name in _REGISTRY:
+        raise ValueError(f"section {section.name!r} registered twice")
+    _REGISTRY[section.name] = section
+    return section
 
 
-def registered() -> list[Stage]:
-    """Every registered stage, in the order of the report (SPEC §6; ``report.sections`` registers
+def registered() -> list[Section]:
+    """Every registered section, in the order of the report (SPEC §6; ``report.sections`` registers
     them when the package is imported)."""
     return list(_REGISTRY.values())
 
 
-def get_stage(name: str) -> Stage:
+def get_section(name: str) -> Section:
     by_name = {s.name: s for s in registered()}
     if name not in by_name:
         raise KeyError(name)
