@@ -139,13 +139,13 @@ def estimate(cfg: Any, workers: int = 1) -> Optional[Estimate]:
         return Estimate(mem * workers, seconds / max(1, workers), "model.N, samples_per_task or widths",
                         "depths, refine or model.batch")
     if isinstance(cfg, JointConfig):
-        costs = [_coupling_cost(N, cfg.d, cfg.batch, cfg.chunk, [m], [L], cfg.refine)
+        costs = [_coupling_cost(N, cfg.d, cfg.batch, cfg.samples_per_task, [m], [L], cfg.refine)
                  for N, L, m in zip(cfg.path_N, cfg.path_L, cfg.path_m)]
         w2 = estimate(cfg.chaos_config())
         assert w2 is not None
         mem = max(max(c[0] for c in costs), w2.bytes)
         return Estimate(mem * workers, (sum(c[1] for c in costs) + w2.seconds) / max(1, workers),
-                        "path_N, chunk, N_ref or features", "path_N, path_L, batch, N_ref or w2_batch")
+                        "path_N, samples_per_task, N_ref or features", "path_N, path_L, batch, N_ref or w2_batch")
     if isinstance(cfg, RepulsionConfig):
         points = [simulate_estimate(cfg.point(g, s)) for g in cfg.gammas for s in cfg.sigmas]
         probe = simulate_estimate(cfg.point(*cfg.probe), batch=cfg.pairs, N=2)
@@ -174,14 +174,14 @@ def estimate(cfg: Any, workers: int = 1) -> Optional[Estimate]:
     return None
 
 
-def _coupling_cost(N: int, d: int, batch: int, chunk: int, widths: list[int], depths: list[int],
+def _coupling_cost(N: int, d: int, batch: int, per_task: int, widths: list[int], depths: list[int],
                    refine: int) -> tuple[float, float]:
     """Peak bytes and seconds of the transformer–SDE coupling (``converge``'s tasks): every width and
     m = ∞ stepped together, the SDE on ``refine`` steps per layer, N³ for each symmetric root."""
-    B, n_models = min(chunk, batch), len(widths) + 1
+    B, n_models = min(per_task, batch), len(widths) + 1
     mem = 8.0 * B * (2.0 * N * max(widths) + 8.0 * N**2 + 4.0 * (n_models + 2) * N * d)
     step = STEP_OVERHEAD_S * (n_models + 2) + B * n_models * (2.0 * N * max(widths) * d + 10 * N**3) / FLOPS
-    steps = sum(refine * L for L in depths) * math.ceil(batch / chunk)
+    steps = sum(refine * L for L in depths) * math.ceil(batch / per_task)
     return mem, steps * step
 
 

@@ -58,7 +58,7 @@ def test_joint_predicted_exponent_is_the_slowest_rate():
 
 
 def test_run_joint_measures_both_terms_along_the_path(tmp_path):
-    cfg = JointConfig(path_N=[4, 8, 16], path_L=[4, 8, 16], path_m=[4, 8, 16], batch=8, chunk=4, refine=2, N_ref=64,
+    cfg = JointConfig(path_N=[4, 8, 16], path_L=[4, 8, 16], path_m=[4, 8, 16], batch=8, samples_per_task=4, refine=2, N_ref=64,
                       w2_batch=2, w2_steps=4, w2_records=1, features=32, bootstrap=100)
     res = run_joint(cfg, store=tmp_path)
     assert res.coupled.shape == (3, 8) and res.w2.shape == (3, 2)

@@ -52,7 +52,7 @@ class JointConfig(RunConfig):
     path_L: list[int] = Field(default_factory=lambda: [8, 16, 32, 64], min_length=3, description="depths L_k")
     path_m: list[int] = Field(default_factory=lambda: [16, 32, 64, 128], min_length=3, description="widths m_k")
     batch: int = Field(64, ge=4, description="samples of the transformer-SDE coupling per point (>= 4)")
-    chunk: int = Field(64, ge=1, description="coupling samples per task (>= 1)")
+    samples_per_task: int = Field(64, ge=1, description="coupling samples per task (>= 1)")
     refine: int = Field(4, ge=1, le=256, description="SDE steps per layer of the coupling, in [1, 256]")
     N_ref: int = Field(1024, ge=16, description="tokens of the reference system for W2 (> max path_N)")
     w2_batch: int = Field(8, ge=2, description="samples (field + initial tokens) for W2 (>= 2)")
@@ -146,18 +146,18 @@ def run_joint(cfg: JointConfig, progress: bool = False, store: Optional[Path | s
     start = time.perf_counter()
     base = cfg.run_config_dict()
     chaos_cfg = cfg.chaos_config()
-    n_chunks = -(-cfg.batch // cfg.chunk)
-    sizes = [min(cfg.chunk, cfg.batch - c * cfg.chunk) for c in range(n_chunks)]
+    n_parts = -(-cfg.batch // cfg.samples_per_task)
+    sizes = [min(cfg.samples_per_task, cfg.batch - c * cfg.samples_per_task) for c in range(n_parts)]
     s_coupled, s_w2 = child_seeds(cfg.seed, 2)
     tasks = [Task(f"coupled-{k}-{c}", converge._grid_task,
                   dict(config={**base, "N": N}, depths=[L], widths=[m], refine=cfg.refine, depth=L, seed=sd, n=sizes[c]))
              for k, (N, L, m) in enumerate(zip(cfg.path_N, cfg.path_L, cfg.path_m))
-             for c, sd in enumerate(child_seeds(s_coupled + k, n_chunks))]
+             for c, sd in enumerate(child_seeds(s_coupled + k, n_parts))]
     tasks += [Task(f"w2-{j}", chaos.coupling_task, dict(config=chaos_cfg.model_dump(mode="json"), d=cfg.d, seed=sd,
                                                         with_w2=True, keep_cloud=False))
               for j, sd in enumerate(child_seeds(s_w2, cfg.w2_batch))]
     results = run_tasks(tasks, store=store, scheduler=scheduler, progress=progress, desc="joint")
-    coupled = np.asarray([np.concatenate([np.asarray(results[f"coupled-{k}-{c}"]["layer"][0]) for c in range(n_chunks)])
+    coupled = np.asarray([np.concatenate([np.asarray(results[f"coupled-{k}-{c}"]["layer"][0]) for c in range(n_parts)])
                           for k in range(len(cfg.path_N))])
     ref = 1 - np.asarray(cfg.path_N, float) / cfg.N_ref  # the finite reference removed (as in chaos)
     w2 = np.asarray([np.asarray(results[f"w2-{j}"]["w2"]).max(axis=0) / ref for j in range(cfg.w2_batch)]).T

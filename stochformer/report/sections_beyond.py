@@ -68,12 +68,12 @@ register(Section(
           "(log L/L + 1/m) and Proposition 1.2 (the sharp W₂² rate of N points).",
     model=JointConfig,
     sizes=sizes(
-        tiny={"path_N": [4, 8, 16], "path_L": [4, 8, 16], "path_m": [4, 8, 16], "batch": 8, "chunk": 8, "refine": 2,
+        tiny={"path_N": [4, 8, 16], "path_L": [4, 8, 16], "path_m": [4, 8, 16], "batch": 8, "samples_per_task": 8, "refine": 2,
               "N_ref": 64, "w2_batch": 2, "w2_steps": 4, "w2_records": 1, "features": 32, "bootstrap": 100},
         quick={"path_N": [8, 16, 32, 64], "path_L": [4, 8, 16, 32], "path_m": [8, 16, 32, 64], "batch": 32,
-               "chunk": 32, "N_ref": 512, "w2_batch": 8},
+               "samples_per_task": 32, "N_ref": 512, "w2_batch": 8},
         full={"path_N": [16, 32, 64, 128], "path_L": [8, 16, 32, 64], "path_m": [16, 32, 64, 128], "batch": 128,
-              "chunk": 64, "N_ref": 2048, "w2_batch": 16, "features": 512, "bootstrap": 2000},
+              "samples_per_task": 64, "N_ref": 2048, "w2_batch": 16, "features": 512, "bootstrap": 2000},
     ),
     run=_run_joint,
 ))
