@@ -1,0 +1,193 @@
+"""Exact tests of what is measured and how a stored verdict is re-derived: the cloud summary
+against SPEC §5's formulas and its blocking, the recomputed verdict rows field by field, the
+weighted power fit's start and its bootstrap when a refit fails, and the messages of exact W₂ when
+POT's iteration cap is reached. float64, deterministic."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+import stochformer.diagnostics as diagnostics
+from stochformer.diagnostics import cloud_summary
+from stochformer.distances import w2_exact
+from stochformer.report.verdict import FAILS, HOLDS, UNDETERMINED, Comparison, recompute
+from stochformer.stats import fit_power_law_weighted
+
+from test_contracts import TOL, close, weighted_fit_reference
+
+# ----------------------------------------------------------------- cloud_summary
+
+
+def _energy_reference(X: torch.Tensor, beta: float) -> torch.Tensor:
+    """E_β(μ) = ½ (1/N²) Σ_ij (e^β − e^{β⟨x_i, x_j⟩}) (SPEC §5), diagonal included, from the full Gram matrix."""
+    G = X @ X.transpose(-1, -2)
+    return 0.5 * (math.exp(beta) - torch.exp(beta * G)).mean(dim=(-1, -2))
+
+
+def test_cloud_summary_is_the_energy_and_the_mean_token(tokens):
+    """cloud_summary(X, β) returns exactly the three entries E_β(μ), the mean token (1/N) Σ x_i:
+    (batch, d) and its norm (batch,); β = 1 by default."""
+    X = tokens(3, 40, 4, seed=181)
+    for kw, beta in (({"beta": 1.5}, 1.5), ({}, 1.0)):
+        s = cloud_summary(X, **kw)
+        assert set(s) == {"energy", "mean_token", "mean_token_norm"}
+        close(s["energy"], _energy_reference(X, beta).numpy())
+        m = X.numpy().mean(axis=1)
+        close(s["mean_token"], m)
+        close(s["mean_token_norm"], np.sqrt((m**2).sum(axis=-1)))
+
+
+def test_cloud_summary_forms_no_gram_block_over_its_budget(tokens, monkeypatch):
+    """The energy is summed over blocks of Gram rows with at most ``block`` entries each (no (N, N)
+    matrix) and equals the whole-matrix value: batch 10, N = 50, d = 8, block = 200 (4 rows a block)."""
+    X = tokens(10, 50, 8, seed=182)
+    shapes: list[tuple[int, ...]] = []
+    gram_rows = diagnostics._gram_rows
+
+    def recording(X, rows):
+        for s, G in gram_rows(X, rows):
+            shapes.append(tuple(G.shape))
+            yield s, G
+
+    monkeypatch.setattr(diagnostics, "_gram_rows", recording)
+    s = cloud_summary(X, beta=0.7, block=200)
+    assert len(shapes) > 1 and all(r * n <= 200 for _, r, n in shapes)
+    assert sum(r for _, r, _ in shapes) == 50
+    close(s["energy"], _energy_reference(X, 0.7).numpy())
+
+
+# ----------------------------------------------------------------- recompute
+
+
+def _row(quantity, **kw) -> dict:
+    """A stored row as Comparison.to_dict writes it (all fields, the verdict last)."""
+    base = {"quantity": quantity, "predicted": None, "measured": None, "ci": None, "rule": "matches", "tol": 0.0,
+            "note": ""}
+    return base | kw
+
+
+def test_recompute_derives_every_verdict_again():
+    """A valid stored row comes back as Comparison.from_dict(row).to_dict(): its stored verdict is
+    replaced by the one its numbers give (a CI away from the prediction fails; a contained one holds)."""
+    stored = [_row("far", predicted=1.0, measured=5.0, ci=[4.9, 5.1], verdict=HOLDS),
+              _row("near", predicted=1.0, measured=1.02, ci=[0.9, 1.1], verdict=FAILS)]
+    out = recompute(stored)
+    assert out == [_row("far", predicted=1.0, measured=5.0, ci=(4.9, 5.1), verdict=FAILS),
+                   _row("near", predicted=1.0, measured=1.02, ci=(0.9, 1.1), verdict=HOLDS)]
+    assert out == [Comparison.from_dict(r).to_dict() for r in stored]
+
+
+def test_recompute_turns_each_invalid_row_into_an_undetermined_row_that_says_so():
+    """A row that is not a valid Comparison (a bad number, an unknown field, no quantity, not a dict)
+    becomes exactly the row of Comparison(quantity or '?', None, note='invalid stored row'),
+    verdict 'undetermined'; the rows keep their order and a valid row among them is recomputed."""
+    invalid = _row("?", note="invalid stored row", verdict=UNDETERMINED)
+    stored = [{"quantity": "bad number", "predicted": "x", "verdict": HOLDS},
+              {"quantity": "unknown field", "predicted": 1.0, "colour": "red"},
+              {"predicted": 1.0, "measured": 1.0},
+              _row("ok", predicted=2.0, measured=2.0, verdict=FAILS),
+              {"quantity": "", "predicted": "x"},
+              "not a row", 5, None]
+    assert recompute(stored) == [invalid | {"quantity": "bad number"}, invalid | {"quantity": "unknown field"},
+                                 invalid, _row("ok", predicted=2.0, measured=2.0, ci=(2.0, 2.0), verdict=HOLDS),
+                                 invalid, invalid, invalid, invalid]
+
+
+def test_recompute_of_a_table_that_is_not_a_list_is_empty():
+    """A stored table that is not a list (missing, a dict, a string) has no rows."""
+    for table in (None, {"quantity": "q", "predicted": 1.0}, "rows", 3):
+        assert recompute(table) == []
+    assert recompute([]) == []
+
+
+# ----------------------------------------------------------------- fit_power_law_weighted
+
+N_FIT = np.array([8.0, 16.0, 32.0, 64.0])
+SE_FIT = np.array([0.05, 0.04, 0.03, 0.02])
+
+
+def test_weighted_power_fit_starts_from_max_abs_y_when_the_first_mean_is_zero():
+    """With y₀ = 0 exactly the fit starts from C = max|y| (not C = 0, where the law C x^{−p} does not
+    depend on p), as its construction says: exponent, interval, prefactor and SD to 1e-12."""
+    y = np.array([0.0, 0.3, 0.2, 0.12])
+    fit = fit_power_law_weighted(N_FIT, y, SE_FIT, n_boot=50, seed=5)
+    p, (lo, hi), C, sd = weighted_fit_reference(N_FIT, y, SE_FIT, 50, 5)
+    close(np.array([fit.exponent, *fit.ci, fit.prefactor, fit.se]), np.array([p, lo, hi, C, sd]))
+
+
+@pytest.fixture
+def failing_refits(monkeypatch):
+    """``failing_refits(fail)``: curve_fit raises RuntimeError (as scipy does when it does not
+    converge) on the bootstrap refits whose 0-based index is in ``fail`` and fits as usual
+    otherwise; returns the list of the exponents of the refits that succeeded."""
+    import scipy.optimize
+
+    fit = scipy.optimize.curve_fit
+
+    def install(fail: set[int]) -> list[float]:
+        calls, exponents = [0], []
+
+        def curve_fit(*args, **kw):
+            k = calls[0] - 1  # call 0 is the fit of y itself
+            calls[0] += 1
+            if k in fail:
+                raise RuntimeError("Optimal parameters not found: Number of calls to function has reached maxfev")
+            popt, pcov = fit(*args, **kw)
+            if k >= 0:
+                exponents.append(float(popt[1]))
+            return popt, pcov
+
+        monkeypatch.setattr(scipy.optimize, "curve_fit", curve_fit)
+        return exponents
+
+    return install
+
+
+def test_weighted_power_fit_skips_a_refit_that_fails_and_keeps_the_others(failing_refits):
+    """A bootstrap refit that does not converge is left out and the refits after it still count:
+    the SD and 95% interval are those of the n_boot − (failed) exponents that were fitted."""
+    y = np.array([0.02, 0.3, 0.2, 0.12])
+    plain = fit_power_law_weighted(N_FIT, y, SE_FIT, n_boot=12, seed=7)
+    exponents = failing_refits({2, 5})
+    fit = fit_power_law_weighted(N_FIT, y, SE_FIT, n_boot=12, seed=7)
+    assert len(exponents) == 10 and fit.exponent == plain.exponent and fit.prefactor == plain.prefactor
+    close(np.array([fit.se, *fit.ci]), np.array([np.std(exponents, ddof=1), *np.quantile(exponents, [0.025, 0.975])]))
+    assert abs(fit.se - plain.se) > 10 * TOL
+
+
+def test_weighted_power_fit_without_any_refit_has_no_interval(failing_refits):
+    """When every refit fails the exponent and prefactor are still the fit of y, and the SD and the
+    interval are NaN; with one refit left the interval is that exponent twice and the SD NaN."""
+    y = np.array([0.02, 0.3, 0.2, 0.12])
+    plain = fit_power_law_weighted(N_FIT, y, SE_FIT, n_boot=6, seed=7)
+    failing_refits(set(range(6)))
+    none = fit_power_law_weighted(N_FIT, y, SE_FIT, n_boot=6, seed=7)
+    assert (none.exponent, none.prefactor) == (plain.exponent, plain.prefactor)
+    assert math.isnan(none.se) and all(math.isnan(c) for c in none.ci)
+    exponents = failing_refits(set(range(5)))
+    one = fit_power_law_weighted(N_FIT, y, SE_FIT, n_boot=6, seed=7)
+    assert len(exponents) == 1 and math.isnan(one.se) and one.ci == (exponents[0], exponents[0])
+
+
+# ----------------------------------------------------------------- w2_exact
+
+
+def test_w2_exact_returns_every_message_of_the_iteration_cap():
+    """With POT's iteration cap reached, the warning returned is every message POT gives, in order:
+    the warnings it emits, then the one in its log, joined by '; '; the value is POT's cost."""
+    ot = pytest.importorskip("ot")
+    r = np.random.default_rng(183)
+    X, Y = r.standard_normal((30, 3)), r.standard_normal((30, 3))
+    a = np.full(30, 1.0 / 30)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        cost, log = ot.emd2(a, a, ot.dist(X, Y), numItermax=3, log=True)
+    assert log["warning"]
+    res = w2_exact(X, Y, max_iter=3)
+    assert res.warning == "; ".join([str(w.message) for w in caught] + [log["warning"]])
+    assert abs(res.value - float(cost)) < TOL
