@@ -120,6 +120,15 @@ def test_weighted_power_fit_starts_from_max_abs_y_when_the_first_mean_is_zero():
     close(np.array([fit.exponent, *fit.ci, fit.prefactor, fit.se]), np.array([p, lo, hi, C, sd]))
 
 
+def test_weighted_power_fit_defaults_to_2000_refits_from_seed_0():
+    """Called without n_boot and seed, the fit is its construction with 2000 refits drawn from
+    default_rng(0) (exponent, interval, prefactor and SD to 1e-12)."""
+    y = 3.0 * N_FIT**-0.7 + np.array([0.01, -0.02, 0.005, 0.0])
+    fit = fit_power_law_weighted(N_FIT, y, SE_FIT)
+    p, (lo, hi), C, sd = weighted_fit_reference(N_FIT, y, SE_FIT, 2000, 0)
+    close(np.array([fit.exponent, *fit.ci, fit.prefactor, fit.se]), np.array([p, lo, hi, C, sd]))
+
+
 @pytest.fixture
 def failing_refits(monkeypatch):
     """``failing_refits(fail)``: curve_fit raises RuntimeError (as scipy does when it does not
