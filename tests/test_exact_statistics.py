@@ -1,7 +1,8 @@
 """Exact tests of what is measured and how a stored verdict is re-derived: the cloud summary
 against SPEC §5's formulas and its blocking, the recomputed verdict rows field by field, the
-weighted power fit's start and its bootstrap when a refit fails, and the messages of exact W₂ when
-POT's iteration cap is reached. float64, deterministic."""
+power fits against their construction (defaults, start, evaluation cap, a refit that fails,
+float64 whatever the input dtype), and the messages of exact W₂ when POT's iteration cap is
+reached. float64, deterministic."""
 
 from __future__ import annotations
 
