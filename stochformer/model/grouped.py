@@ -68,7 +68,7 @@ class JointField:
     (the law changes only at float precision; close but distinct tokens make K singular to
     rounding); a matrix whose factorisation still fails gets the symmetric root (eigh)."""
 
-    field: ExactField
+    field: ExactField  # gives κ and K(X); its own ``sqrt_method`` is not used
 
     def reset(self, batch, d, generator, dtype, device) -> None:
         self.field.reset(batch, d, generator, dtype, device)
@@ -97,6 +97,8 @@ class JointField:
         return keep, rank[inverse]
 
     def increment(self, X: torch.Tensor, dt: float, rng: Randomness) -> torch.Tensor:
+        """ΔW at every point of X (batch, n, d) → (batch, n, d); one matrix K per sample, over its
+        distinct points, in float64 whatever X's dtype."""
         xi = as_draws(rng).brownian(X.shape, X.dtype, X.device)
         out = torch.empty_like(X)
         for b in range(X.shape[0]):  # samples (each its own matrix)
