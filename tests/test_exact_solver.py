@@ -21,7 +21,6 @@ from stochformer.config import RunConfig
 from stochformer.model.noise import RandomFeatureField, RandomMLP
 from stochformer.model.sde import LimitSDE
 from stochformer.model.transformer import Transformer
-from stochformer.runtime import make_generator
 from stochformer.solver import SaveAt, _qualname, custom_parts, describe, run_attrs, solve
 from stochformer.sphere import normalize
 from stochformer.validation import NonFiniteError, likely_fields
@@ -62,7 +61,7 @@ def test_solve_resets_the_noise_source_from_the_run(tokens, model):
     field_ = RandomFeatureField("tanh", features=M, sigma_U=0.4)
     stepped = Transformer(None, field_) if model == "layer" else LimitSDE(None, field_, kappa1=0.0)
     solve(stepped, tokens(B, N, d, seed=3), 0.2, 1, SaveAt(stats=(), final=False), seed=21)
-    ref = make_generator(21)
+    ref = torch.Generator().manual_seed(21)
     u = torch.randn(B, d, M, generator=ref, dtype=torch.float64)
     b = 0.4 * torch.randn(B, 1, M, generator=ref, dtype=torch.float64)
     assert field_._u.dtype == torch.float64 and torch.equal(field_._u, u) and torch.equal(field_._b, b)
