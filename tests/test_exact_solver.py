@@ -55,16 +55,19 @@ def test_solve_refuses_steps_that_are_not_a_positive_integer(tokens, steps):
 @pytest.mark.parametrize("model", ["layer", "sde"])
 def test_solve_resets_the_noise_source_from_the_run(tokens, model):
     """Before the first step the noise source draws its per-run state with the run's batch, d,
-    generator (from the seed) and the tokens' dtype: a random-feature field's u (B, d, M) and
-    b = σ_U ξ (B, 1, M), in float64 for float64 tokens."""
+    generator (from the seed), the tokens' dtype and device (whatever torch's default device: the
+    meta device here): a random-feature field's u (B, d, M) and b = σ_U ξ (B, 1, M), in float64
+    on the CPU for float64 CPU tokens."""
     B, N, d, M = 2, 3, 4, 5
     field_ = RandomFeatureField("tanh", features=M, sigma_U=0.4)
     stepped = Transformer(None, field_) if model == "layer" else LimitSDE(None, field_, kappa1=0.0)
-    solve(stepped, tokens(B, N, d, seed=3), 0.2, 1, SaveAt(stats=(), final=False), seed=21)
+    with torch.device("meta"):
+        solve(stepped, tokens(B, N, d, seed=3), 0.2, 1, SaveAt(stats=(), final=False), seed=21)
     ref = torch.Generator().manual_seed(21)
     u = torch.randn(B, d, M, generator=ref, dtype=torch.float64)
     b = 0.4 * torch.randn(B, 1, M, generator=ref, dtype=torch.float64)
-    assert field_._u.dtype == torch.float64 and torch.equal(field_._u, u) and torch.equal(field_._b, b)
+    assert field_._u.dtype == torch.float64 and field_._u.device.type == "cpu"
+    assert torch.equal(field_._u, u) and torch.equal(field_._b, b)
 
 
 @pytest.mark.parametrize("model", ["layer", "sde"])
