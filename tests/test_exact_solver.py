@@ -151,7 +151,7 @@ class Mixed:
     """A part with a private field first (its custom callable is neither described nor listed),
     a field hidden from repr, stochformer's own callable and plain values after them."""
 
-    _helper: object = halve
+    _inner: object = halve
     gain: object = field(default_factory=Gain)
     hidden: int = field(default=3, repr=False)
     project: object = normalize
