@@ -22,6 +22,7 @@ from .model.attention_variants import (
     SinkhornAttention,
     UnnormalisedAttention,
 )
+from .model.grouped import GroupedAttention, JointField
 from .model.kernel import NoiseKernel
 from .model.noise import ExactField, NoiseSource, RandomFeatureField, RandomMLP
 from .model.rng import resolve_backend
@@ -176,3 +177,18 @@ def make_particles(
         raise ValueError("the particle solver needs a field (make_field) when the noise is on")
     attention = make_attention(cfg, dtype, device, query_chunk(N, block), sdpa)
     return make_model(cfg, dtype, device, attention=attention, noise=field if use_field else None)
+
+
+def make_grouped_particles(
+    cfg: RunConfig, sizes: list[int], dtype=torch.float64, device="cpu", block: int = DEFAULT_BLOCK, sdpa: bool = True,
+) -> LimitSDE:
+    """Systems of ``sizes`` tokens stepped as one concatenated cloud (batch, Σ sizes, d), all driven
+    by the exact field of ``cfg`` drawn jointly at every point (:class:`~stochformer.model.grouped.JointField`),
+    each attending only to its own tokens (:class:`~stochformer.model.grouped.GroupedAttention`): the
+    exact-field coupling of Proposition 1.2 (SPEC §3–§4)."""
+    if cfg.dynamics != "sde":
+        raise ValueError("dynamics: the particle solver integrates the limit SDE (dynamics = 'sde')")
+    attention = make_attention(cfg, dtype, device, query_chunk(max(sizes), block), sdpa)
+    noise = JointField(ExactField(make_kernel(cfg))) if cfg.mlp and cfg.noise_scale > 0 else None
+    grouped = GroupedAttention(attention, tuple(sizes)) if attention is not None else None
+    return LimitSDE(grouped, noise, INTEGRATORS[cfg.integrator], make_kernel(cfg).kappa1)

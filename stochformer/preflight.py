@@ -24,6 +24,8 @@ from .config import ConfigError, RunConfig
 FLOPS = 5e9
 #: fixed cost of one layer or SDE step (Python and kernel launches), seconds
 STEP_OVERHEAD_S = 5e-5
+#: cost of one entry κ(⟨x_i, x_j⟩) of the exact field's K, in flops (arccos, sin, sqrt and the checks)
+KERNEL_ENTRY_FLOPS = 200.0
 #: bytes one recorded layer costs: a fixed part (three small tensors) and a part per sample (their
 #: numbers, the final stacked arrays and the heap fragmentation between them), as measured in
 #: tests/test_preflight.py
@@ -160,6 +162,10 @@ def estimate(cfg: Any, workers: int = 1) -> Optional[Estimate]:
         mem += s * 3.0 * min(run.N, cfg.exact_ot_max) ** 2 + s * 6.0 * cfg.decor_repeats * max(cfg.decor_sizes) * max(cfg.dims)
         heun = 2 if run.integrator == "heun" else 1  # field evaluations per step
         step = STEP_OVERHEAD_S + heun * 2 * 4.0 * (run.N + sum(cfg.sizes)) * run.features * run.d / FLOPS
+        if run.noise == "exact":  # one joint cloud of n points: K (κ per entry) and its Cholesky factor per step
+            n = run.N + sum(cfg.sizes)
+            mem += s * 3.0 * n * n
+            step = STEP_OVERHEAD_S + (n**3 / 3 + KERNEL_ENTRY_FLOPS * n * n) / FLOPS
         samples = run.batch + cfg.dims_batch * (len(cfg.dims) - 1)
         return Estimate(mem * workers, run.L * step * samples / max(1, workers), "model.N, model.features or decor_repeats",
                         "model.L, model.N, model.features or model.batch")

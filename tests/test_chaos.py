@@ -24,7 +24,7 @@ def _cfg(extra=()) -> ChaosConfig:
 
 @pytest.mark.parametrize(
     "override, field",
-    [("sizes=[8,96]", "sizes"), ("model.noise=exact", "model.noise: chaos needs 'random_features'"), ("dims=[4]", "dims"), ("decor_sizes=[2,4]", "decor_sizes"),
+    [("sizes=[8,96]", "sizes"), ("model.noise=mlp", "model.noise: chaos needs one of"), ("dims=[4]", "dims"), ("decor_sizes=[2,4]", "decor_sizes"),
      ("model.batch=1", "model.batch: must be >= 2"), ("model.integrator=rk4", "model.integrator"),
      ("model.init.kind=cluster", "model.init.kind")],
 )

@@ -1,6 +1,6 @@
 """Exact tests of what is measured and how a stored verdict is re-derived: the cloud summary
 against SPEC §5's formulas and its blocking, the recomputed verdict rows field by field, the
-power fits against their construction (defaults, start, evaluation cap, a refit that fails,
+weighted power fit against its construction (defaults, start, evaluation cap, a refit that fails,
 float64 whatever the input dtype), and the messages of exact W₂ when POT's iteration cap is
 reached. float64, deterministic."""
 
@@ -17,7 +17,7 @@ import stochformer.diagnostics as diagnostics
 from stochformer.diagnostics import cloud_summary
 from stochformer.distances import w2_exact
 from stochformer.report.verdict import FAILS, HOLDS, UNDETERMINED, Comparison, recompute
-from stochformer.stats import bootstrap, fit_power_law, fit_power_law_weighted, interval, loglog_slope
+from stochformer.stats import fit_power_law_weighted
 
 from test_contracts import TOL, close, weighted_fit_reference
 
@@ -206,42 +206,6 @@ def test_weighted_power_fit_without_any_refit_has_no_interval(failing_refits):
     exponents = failing_refits(set(range(5)))
     one = fit_power_law_weighted(N_FIT, y, SE_FIT, n_boot=6, seed=7)
     assert len(exponents) == 1 and math.isnan(one.se) and one.ci == (exponents[0], exponents[0])
-
-
-# ----------------------------------------------------------------- float64 statistics
-
-
-def test_statistics_are_float64_whatever_the_input_dtype():
-    """loglog_slope, interval, bootstrap and fit_power_law compute in float64: float32 inputs (e.g.
-    measurements of a float32 model) give exactly the results of the same values widened to float64."""
-    r = np.random.default_rng(184)
-    x64 = np.array([3.0, 10.0, 30.0, 100.0])
-    samples64 = (np.abs(r.standard_normal((40, 4))) + 0.1).astype(np.float32).astype(np.float64)
-    x32, s32 = x64.astype(np.float32), samples64.astype(np.float32)
-    y32 = s32.mean(0)
-    close(np.array(loglog_slope(x32, y32)), np.array(loglog_slope(x64, y32.astype(np.float64))))
-    boots = r.standard_normal(50).astype(np.float32)
-    se, ci = interval(boots)
-    close(np.array([se, *ci]), np.array([np.std(boots.astype(np.float64), ddof=1),
-                                         *np.quantile(boots.astype(np.float64), [0.025, 0.975])]))
-    mean = lambda rows: rows.mean(0)  # noqa: E731
-    close(np.array(bootstrap(mean, s32, 20, 3)), np.array(bootstrap(mean, samples64, 20, 3)))
-    f32, f64 = fit_power_law(x32, s32, n_boot=30, seed=2), fit_power_law(x64, samples64, n_boot=30, seed=2)
-    close(np.array([f32.exponent, *f32.ci, f32.prefactor, f32.se]), np.array([f64.exponent, *f64.ci, f64.prefactor, f64.se]))
-
-
-def test_fit_power_law_defaults_to_the_row_bootstrap_of_2000_resamples_from_seed_0():
-    """fit_power_law(x, samples) is the log-log slope of the mean with the SD and 95% interval of the
-    slopes of 2000 row resamples drawn by default_rng(0).integers(0, S, (2000, S))."""
-    r = np.random.default_rng(185)
-    x = np.array([2.0, 4.0, 8.0, 16.0])
-    samples = x**-0.8 * np.exp(0.3 * r.standard_normal((25, 4)))
-    fit = fit_power_law(x, samples)
-    b = np.polyfit(np.log(x), np.log(samples.mean(0)), 1)
-    rows = np.random.default_rng(0).integers(0, 25, size=(2000, 25))
-    boots = [-np.polyfit(np.log(x), np.log(samples[i].mean(0)), 1)[0] for i in rows]
-    close(np.array([fit.exponent, fit.prefactor, fit.se, *fit.ci]),
-          np.array([-b[0], np.exp(b[1]), np.std(boots, ddof=1), *np.quantile(boots, [0.025, 0.975])]))
 
 
 # ----------------------------------------------------------------- w2_exact

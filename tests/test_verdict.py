@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from stochformer.report.sections import SLOPE_TOL, _fit_row, _rate_row, scenario_row, w2_row
+from stochformer.report.sections import SLOPE_TOL, _fit_row, _rate_row, coupling_row, scenario_row, w2_row
 from stochformer.report.verdict import FAILS, HOLDS, NOT_MEASURED, RULES, UNDETERMINED, Z95, Comparison, decide
 
 EPS = 1e-9
@@ -104,6 +104,18 @@ def test_w2_row_is_two_sided_against_the_sharp_rate():
     # the old prediction r_d(N), or a rate faster than measured, does not hold
     assert w2_row(4, W2_D4, bound, bound).verdict == FAILS
     assert w2_row(4, W2_D4, {"exponent": 1.0, "law": "N^-1"}, bound).verdict == FAILS
+
+
+def test_coupling_row_fails_on_a_wrong_prediction():
+    # the exact-field coupling of the quick profile: 0.795 [0.608, 1.008] (docs/meanfield.md)
+    fit = {"exponent": 0.795, "ci": [0.608, 1.008]}
+    assert coupling_row(3, fit, "exact").verdict == HOLDS
+    assert "exact field" in coupling_row(3, fit, "exact").quantity
+    # Proposition 1.2's r_3(N) = N^{-1/2}, or an error decaying like 1/N², does not hold
+    assert coupling_row(3, fit, "exact", predicted=0.5).verdict == FAILS
+    assert coupling_row(3, fit, "exact", predicted=2.0).verdict == FAILS
+    # nor does a coupling whose error does not decay
+    assert coupling_row(3, {"exponent": 0.02, "ci": [-0.1, 0.15]}, "exact").verdict == FAILS
 
 
 def test_rate_and_fit_rows_fail_on_a_wrong_prediction():

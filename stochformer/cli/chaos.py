@@ -16,7 +16,9 @@ from .common import experiment_options, fail_cleanly, format_option, resolve, sc
 @fail_cleanly
 def chaos_cmd(config_file, overrides, out, force, quiet, scheduler: Optional[str], fmt: str) -> None:
     """Propagation of chaos (Proposition 1.2): synchronous coupling, W2 and conditional
-    decorrelation against N, for a many-token system driven by one random-feature field.
+    decorrelation against N, for a many-token system driven by one random-feature field, or
+    by the exact field (--set model.noise=exact: all systems drawn jointly; the decorrelation
+    stays random-feature, --set decorrelation=false leaves it out).
 
     Writes config.json, chaos.json (every table, exponent_coupling, exponent_coupling_ci),
     dataset.nc and chaos.png (and density.png when d = 3 is among dims). Needs POT

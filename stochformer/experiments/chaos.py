@@ -2,10 +2,16 @@
 
 With a common noise the limit μ_t is *random*: it is the conditional law of a token given the
 field. Every comparison below therefore keeps the field fixed: the reference system of N_ref
-tokens (``N``) and the systems of N < N_ref tokens (``sizes``) are driven by the same
-random-feature field (same frozen features, same Brownian increments) — a random-feature field is
-a function of position, so it can be evaluated at clouds of any size, which the exact field
-K^{1/2}Ξ cannot.
+tokens (``N``) and the systems of N < N_ref tokens (``sizes``) are driven by the same field.
+
+- ``model.noise = "random_features"``: the same random-feature field (same frozen features, same
+  Brownian increments); it is a function of position, so each system is solved on its own.
+- ``model.noise = "exact"``: the exact field K^{1/2}Ξ, whose law at a set of points is defined
+  through K on all of them: the reference and every N-system are concatenated into one cloud of
+  N_ref + Σ sizes tokens and stepped once (:mod:`stochformer.model.grouped`): one joint Gaussian
+  increment for every point of every system (Cholesky factor of the joint K), attention within
+  each system. O((N_ref + Σ sizes)³) per step. The decorrelation (3.) stays random-feature: it
+  holds one field over ``decor_repeats`` clouds, ``decor_repeats``·N points at once.
 
 1. **Synchronous coupling.** The N-system starts from the first N initial points of the reference.
    Per sample, ``err2(t) = (1/N) Σ_{i≤N} |X^{i,N}_t − X^{i,N_ref}_t|²`` and its sup over the
@@ -40,8 +46,8 @@ import xarray as xr
 from pydantic import Field, model_validator
 
 from ..brownian import BrownianPath
-from ..build import make_field, make_particles
-from ..config import ExperimentConfig, as_config, validate
+from ..build import make_field, make_grouped_particles, make_particles
+from ..config import ExperimentConfig, RunConfig, as_config, validate
 from ..diagnostics import cloud_summary
 from ..extras import require
 from ..distances import rate_function, sphere_rate, w2_sliced, w2_squared
@@ -55,16 +61,17 @@ from ..tasks import Task, run_tasks
 
 
 class ChaosConfig(ExperimentConfig):
-    """``model``: the limit SDE driven by a random-feature field (``model.N`` is the reference size
-    N_ref, ``model.batch`` the number of independent samples, field and initial draw, for d =
-    model.d); the sizes of the three propagation-of-chaos measurements."""
+    """``model``: the limit SDE driven by a random-feature field or the exact field
+    (``model.noise``; ``model.N`` is the reference size N_ref, ``model.batch`` the number of
+    independent samples, field and initial draw, for d = model.d); the sizes of the three
+    propagation-of-chaos measurements."""
 
     command: ClassVar[str] = "chaos"
-    model_fixed: ClassVar[dict] = {
-        "dynamics": ("sde", "chaos integrates the limit SDE"),
-        "noise": ("random_features", "a field that is a function of position, shared by systems of different N"),
-    }
-    model_defaults: ClassVar[dict] = {"integrator": "euler", "N": 2048, "T": 1.0, "L": 40, "batch": 64, "features": 512}
+    model_fixed: ClassVar[dict] = {"dynamics": ("sde", "chaos integrates the limit SDE")}
+    #: the fields that can couple systems of different N (module docstring)
+    noises: ClassVar[tuple[str, ...]] = ("random_features", "exact")
+    model_defaults: ClassVar[dict] = {"integrator": "euler", "N": 2048, "T": 1.0, "L": 40, "batch": 64, "features": 512,
+                                      "noise": "random_features"}
     model_min: ClassVar[dict] = {"N": (16, "tokens of the reference system N_ref"),
                                  "batch": (2, "independent samples for d = model.d")}
 
@@ -82,10 +89,14 @@ class ChaosConfig(ExperimentConfig):
     bootstrap: int = Field(2000, ge=100, description="bootstrap resamples for the fitted intervals (>= 100)")
     block: int = Field(DEFAULT_BLOCK, ge=1024, description="attention score entries formed at once (>= 1024)")
     sdpa: bool = Field(True, description="use torch's fused scaled_dot_product_attention (else query chunks)")
+    decorrelation: bool = Field(True, description="run the conditional decorrelation (random-feature field)")
 
     @model_validator(mode="after")
     def _chaos_checks(self) -> "ChaosConfig":
         run = self.model
+        if run.noise not in self.noises:
+            raise ValueError(f"model.noise: chaos needs one of {', '.join(map(repr, self.noises))} (a field shared by "
+                             f"systems of different N; got {run.noise!r})")
         if any(n < 2 or n >= run.N for n in self.sizes):
             raise ValueError(f"sizes: every size must be in [2, N_ref) with N_ref = model.N = {run.N} (got {self.sizes})")
         if any(n < 3 for n in self.decor_sizes):
@@ -112,37 +123,26 @@ def _steps(L: int, k: int) -> list[int]:
 
 def coupling_task(config: dict, d: int, seed: int, with_w2: bool, keep_cloud: bool) -> dict:
     """One sample in dimension d: reference of N_ref tokens and the coupled N-systems (first N
-    initial points, same field, same increments). JSON-able result, per recorded time t:
-    ``err2[t][k]`` for ``sizes[k]``, ``w2`` / ``sw2`` at the W₂ times, reference summaries."""
+    initial points, same field, same increments; :func:`coupled_systems`). JSON-able result, per
+    recorded time t: ``err2[t][k]`` for ``sizes[k]``, ``w2`` / ``sw2`` at the W₂ times, reference
+    summaries."""
     cfg = validate(ChaosConfig, config)
     run_cfg = cfg.model.model_copy(update={"d": d})
     device, dtype = resolve_device(run_cfg.device), DTYPES[run_cfg.dtype]
     s_init, s_field, s_noise = child_seeds(seed, 3)
     start = time.perf_counter()
     X0 = uniform(1, run_cfg.N, d, generator=make_generator(s_init, device), dtype=dtype, device=device)
-    fld = make_field(run_cfg, 1, make_generator(s_field, device), dtype, device)
-    # one field and one Brownian path (its increments, seeded by s_noise) drive every system
-    path = BrownianPath(fld.path_shape(1, d), run_cfg.L, seed=s_noise, dtype=dtype, device=device)
     rec = _steps(run_cfg.L, cfg.records)
     w2_steps = _steps(run_cfg.L, cfg.w2_records) if with_w2 else []
     steps = sorted(set(rec) | set(w2_steps))
-
-    def run(X: torch.Tensor) -> list[torch.Tensor]:
-        model = make_particles(run_cfg, fld, X.shape[-2], dtype, device, cfg.block, cfg.sdpa)
-        with cpu_threads_for(X.shape[-2]):
-            ds = solve(model, X, run_cfg.T, run_cfg.L, SaveAt(stats=(), tokens_at=steps, final=False), seed=s_noise, path=path,
-                       context=run_cfg, what="particles")
-        return list(torch.from_numpy(ds["X"].values).to(dtype).unbind(1))
-
-    ref = run(X0)
+    ref, *subs = coupled_systems(cfg, run_cfg, X0, steps, s_field, s_noise)
     at = {s: i for i, s in enumerate(steps)}
     err2 = np.zeros((len(rec), len(cfg.sizes)))
     w2 = np.zeros((len(w2_steps), len(cfg.sizes)))
     sw2 = np.zeros_like(w2)
     warnings_seen: list[str] = []
     methods: set[str] = set()
-    for k, n in enumerate(cfg.sizes):
-        sub = run(X0[:, :n].clone())
+    for k, (n, sub) in enumerate(zip(cfg.sizes, subs)):
         for j, s in enumerate(rec):
             err2[j, k] = float(((sub[at[s]][0] - ref[at[s]][0, :n]) ** 2).sum(-1).mean())
         for j, s in enumerate(w2_steps):
@@ -168,6 +168,36 @@ def coupling_task(config: dict, d: int, seed: int, with_w2: bool, keep_cloud: bo
         out["cloud_initial"] = X0[0]
         out["cloud_final"] = ref[at[run_cfg.L]][0]
     return {k: (v.detach().cpu().double().numpy() if torch.is_tensor(v) else v) for k, v in out.items()}
+
+
+def coupled_systems(cfg: ChaosConfig, run_cfg: RunConfig, X0: torch.Tensor, steps: list[int], s_field: int,
+                    s_noise: int) -> list[list[torch.Tensor]]:
+    """The reference (X0: (1, N_ref, d)) and the systems of the first n tokens for n in ``sizes``,
+    driven by one field (``run_cfg.noise``: random features drawn from ``s_field``, one Brownian path
+    from ``s_noise``; or the exact field, all systems concatenated and stepped once by
+    :func:`~stochformer.build.make_grouped_particles`, normals from ``s_noise``). Per system, its
+    states at ``steps``: a list of (1, n, d)."""
+    dtype, device = X0.dtype, X0.device
+    save = SaveAt(stats=(), tokens_at=steps, final=False)
+    T, L = run_cfg.T, run_cfg.L
+    if run_cfg.noise == "exact":
+        sizes = [X0.shape[-2], *cfg.sizes]
+        X = torch.cat([X0, *(X0[:, :n] for n in cfg.sizes)], dim=-2)
+        model = make_grouped_particles(run_cfg, sizes, dtype, device, cfg.block, cfg.sdpa)
+        with cpu_threads_for(X.shape[-2]):
+            ds = solve(model, X, T, L, save, seed=s_noise, context=run_cfg, what="particles")
+        return [list(part.unbind(1)) for part in torch.from_numpy(ds["X"].values).to(dtype).split(sizes, dim=2)]
+    fld = make_field(run_cfg, 1, make_generator(s_field, device), dtype, device)
+    # one field and one Brownian path (its increments, seeded by s_noise) drive every system
+    path = BrownianPath(fld.path_shape(1, run_cfg.d), L, seed=s_noise, dtype=dtype, device=device)
+
+    def run(X: torch.Tensor) -> list[torch.Tensor]:
+        model = make_particles(run_cfg, fld, X.shape[-2], dtype, device, cfg.block, cfg.sdpa)
+        with cpu_threads_for(X.shape[-2]):
+            ds = solve(model, X, T, L, save, seed=s_noise, path=path, context=run_cfg, what="particles")
+        return list(torch.from_numpy(ds["X"].values).to(dtype).unbind(1))
+
+    return [run(X0)] + [run(X0[:, :n].clone()) for n in cfg.sizes]
 
 
 def decorrelation_task(config: dict, n: int, seed: int) -> dict:
@@ -196,7 +226,7 @@ class ChaosResult(Result):
     summary_name: ClassVar[str] = "chaos.json"
     config: ChaosConfig
     coupling: dict  # per d: {"err2": (S, n_rec, n_sizes), "w2": (S_w2, n_w2, n_sizes), ...}
-    decorrelation: dict
+    decorrelation: Optional[dict]  # None when not run (``decorrelation = false``)
     fits: dict
     provenance: dict
     elapsed_s: float
@@ -256,7 +286,7 @@ class ChaosResult(Result):
         """Per-sample tables per dimension d: ``err2_d{d}`` (sample, time, size), ``w2_d{d}`` /
         ``sliced_w2_d{d}`` (w2_sample, w2_time, size), ``energy_d{d}``, ``mean_token_norm_d{d}``
         (sample, time), ``mean_token_d{d}`` (sample, time, dim); the d = 3 clouds; the
-        decorrelation (field, decor_size)."""
+        decorrelation (field, decor_size), if run."""
         cfg = self.config
         data, coords = {}, {"size": cfg.sizes, "time": [s * cfg.model.dt for s in _steps(cfg.model.L, cfg.records)],
                             "w2_time": [s * cfg.model.dt for s in _steps(cfg.model.L, cfg.w2_records)], "decor_size": cfg.decor_sizes}
@@ -271,15 +301,16 @@ class ChaosResult(Result):
                 data[f"sliced_w2_d{d}"] = ((w2_sample, "w2_time", "size"), tab["sw2"])
         for k, v in self.clouds.items():
             data[f"cloud_{k}"] = (("token", "dim_d3"), v)
-        data["decor_rho"] = (("field", "decor_size"), self.decorrelation["rho_per_field"])
-        data["decor_se"] = (("field", "decor_size"), self.decorrelation["se_per_field"])
+        if self.decorrelation is not None:
+            data["decor_rho"] = (("field", "decor_size"), self.decorrelation["rho_per_field"])
+            data["decor_se"] = (("field", "decor_size"), self.decorrelation["se_per_field"])
         return xr.Dataset(data, coords=coords)
 
 
 # --------------------------------------------------------------------------- experiment
 
 
-def _fits(cfg: ChaosConfig, coupling: dict, decor: dict, seed: int) -> dict:
+def _fits(cfg: ChaosConfig, coupling: dict, decor: Optional[dict], seed: int) -> dict:
     sizes = np.asarray(cfg.sizes, dtype=float)
     fits: dict = {"coupling": {}, "coupling_corrected": {}, "w2": {}, "w2_corrected": {}, "w2_t0": {}, "sliced_w2": {},
                   "r_d": {}}
@@ -299,6 +330,8 @@ def _fits(cfg: ChaosConfig, coupling: dict, decor: dict, seed: int) -> dict:
             fits["w2_corrected"][d] = fit_power_law(sizes, tab["w2"].max(axis=1) / ref, cfg.bootstrap, seed).to_dict()
             fits["w2_t0"][d] = fit_power_law(sizes, tab["w2"][:, 0], cfg.bootstrap, seed).to_dict()
             fits["sliced_w2"][d] = fit_power_law(sizes, tab["sw2"].max(axis=1), cfg.bootstrap, seed).to_dict()
+    if decor is None:
+        return fits
     rho, se = np.asarray(decor["rho"]), np.asarray(decor["se"])
     # every size enters, weighted by its SE (dropping unresolved sizes would bias the exponent low)
     fits["decorrelation"] = {**fit_power_law_weighted(cfg.decor_sizes, rho, se, cfg.bootstrap, seed).to_dict(),
@@ -332,7 +365,7 @@ def run_chaos(
         for s, seed in enumerate(child_seeds(dim_roots[d], cfg.samples_for(d))):
             kw = dict(config=config, d=d, seed=seed, with_w2=s < cfg.w2_batch, keep_cloud=(d == 3 and s == 0))
             tasks.append(Task(f"coupling-d{d}-s{s}", coupling_task, kw))
-    field_seeds = child_seeds(root_decor, cfg.decor_fields)
+    field_seeds = child_seeds(root_decor, cfg.decor_fields) if cfg.decorrelation else []
     for f, seed in enumerate(field_seeds):
         for n in cfg.decor_sizes:
             tasks.append(Task(f"decor-f{f}-n{n}", decorrelation_task, dict(config=config, n=n, seed=seed)))
@@ -354,10 +387,17 @@ def run_chaos(
         }
         if d == 3:
             clouds = {"initial": np.asarray(rows[0]["cloud_initial"]), "final": np.asarray(rows[0]["cloud_final"])}
+    decor = _decorrelation(cfg, res) if cfg.decorrelation else None
+    fits = _fits(cfg, coupling, decor, child_seeds(cfg.model.seed, 3)[2] % (2**32))
+    return ChaosResult(cfg, coupling, decor, fits, provenance(device), time.perf_counter() - start, clouds)
+
+
+def _decorrelation(cfg: ChaosConfig, res: dict) -> dict:
+    """The decorrelation table from the finished tasks ``res``: per field and size, and averaged."""
     F = cfg.decor_fields
     rho = np.array([[res[f"decor-f{f}-n{n}"]["rho"] for n in cfg.decor_sizes] for f in range(F)])
     se = np.array([[res[f"decor-f{f}-n{n}"]["se"] for n in cfg.decor_sizes] for f in range(F)])
-    decor = {
+    return {
         "sizes": cfg.decor_sizes,
         "repeats": cfg.decor_repeats,
         "fields": F,
@@ -367,5 +407,3 @@ def run_chaos(
         "rho": rho.mean(0),
         "se": np.sqrt((se**2).sum(0)) / F,
     }
-    fits = _fits(cfg, coupling, decor, child_seeds(cfg.model.seed, 3)[2] % (2**32))
-    return ChaosResult(cfg, coupling, decor, fits, provenance(device), time.perf_counter() - start, clouds)

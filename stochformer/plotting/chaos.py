@@ -73,19 +73,11 @@ def plot_chaos(result: "ChaosResult", axes: Optional[Any] = None) -> "Figure":
 
     ax = axes[1, 0]
     dec = tab["decorrelation"]
-    n, rho, se = np.asarray(dec["sizes"], float), np.asarray(dec["rho"]), np.asarray(dec["se"])
-    ax.errorbar(n, rho, yerr=2 * se, fmt="o", color="C3", capsize=3, label="corr(token 1, token 2 | field)")
-    _fit_line(ax, n, result.fits["decorrelation"], "C3", "fit")
-    if rho[0] > 0:
-        _guide(ax, n, rho[0], 1 / n, r"$N^{-1}$")
-    if np.all(rho - 2 * se > 0):
-        ax.set_yscale("log")
+    if dec is None:
+        ax.set_axis_off()
+        ax.text(0.5, 0.5, "conditional decorrelation not run", ha="center", va="center", transform=ax.transAxes)
     else:
-        ax.axhline(0, color="0.6", lw=0.8)
-    ax.set(xscale="log", xlabel="$N$", ylabel="conditional correlation at $T$",
-           title=f"conditional decorrelation ({dec['fields']} fields × {dec['repeats']} draws, ± 2 SE)")
-    integer_ticks(ax, n)
-    ax.legend(fontsize=7)
+        _plot_decorrelation(ax, dec, result.fits["decorrelation"])
 
     ax = axes[1, 1]
     t = np.asarray(tab["record_times"])
@@ -97,8 +89,26 @@ def plot_chaos(result: "ChaosResult", axes: Optional[Any] = None) -> "Figure":
     ax.legend(fontsize=7)
     m = cfg.model
     title = ", ".join([f"propagation of chaos (Prop. 1.2): {m.activation}"] + [assign(k, v) for k, v in (
-        ("beta", m.beta), ("gamma", m.gamma_value), ("T", m.T), ("L", m.L))]) + f", field width {m.features}"
+        ("beta", m.beta), ("gamma", m.gamma_value), ("T", m.T), ("L", m.L))]) + (
+        ", exact field" if m.noise == "exact" else f", field width {m.features}")
     return finish(fig, created, title)
+
+
+def _plot_decorrelation(ax, dec: dict, fit: dict) -> None:
+    """The conditional correlation of tokens 1 and 2 against N, with its fit."""
+    n, rho, se = np.asarray(dec["sizes"], float), np.asarray(dec["rho"]), np.asarray(dec["se"])
+    ax.errorbar(n, rho, yerr=2 * se, fmt="o", color="C3", capsize=3, label="corr(token 1, token 2 | field)")
+    _fit_line(ax, n, fit, "C3", "fit")
+    if rho[0] > 0:
+        _guide(ax, n, rho[0], 1 / n, r"$N^{-1}$")
+    if np.all(rho - 2 * se > 0):
+        ax.set_yscale("log")
+    else:
+        ax.axhline(0, color="0.6", lw=0.8)
+    ax.set(xscale="log", xlabel="$N$", ylabel="conditional correlation at $T$",
+           title=f"conditional decorrelation ({dec['fields']} fields × {dec['repeats']} draws, ± 2 SE)")
+    integer_ticks(ax, n)
+    ax.legend(fontsize=7)
 
 
 def plot_density_s2(X0: np.ndarray, XT: np.ndarray, title: str = "", axes: Optional[Any] = None) -> "Figure":

@@ -1,0 +1,260 @@
+"""Exact checks of the stepping loop, the run's metadata and the Brownian driver: what
+``tests/test_contracts.py`` leaves free there (input checks of ``solve``, the per-run reset of the
+noise source, the progress bar, the description of parts without ``__qualname__`` or
+``__module__``, the in-memory grid of a path, the device of the normals). Each pins a documented
+behaviour that a surviving mutant of ``tools/mutation.py`` changed (docs/testing.md); values are
+exact or to 1e-12 in float64."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+import pytest
+import torch
+
+from stochformer.brownian import BrownianPath, Draws
+from stochformer.config import RunConfig
+from stochformer.model.noise import RandomFeatureField, RandomMLP
+from stochformer.model.sde import LimitSDE
+from stochformer.model.transformer import Transformer
+from stochformer.solver import SaveAt, _qualname, custom_parts, describe, run_attrs, solve
+from stochformer.sphere import normalize
+from stochformer.validation import NonFiniteError, likely_fields
+
+TOL = 1e-12
+
+
+# ----------------------------------------------------------------- solve: input and the per-run reset
+
+
+def re_repr(value) -> str:
+    return re.escape(repr(value))
+
+
+@pytest.mark.parametrize("T", [0, 0.0, -1.0, math.inf, math.nan, "1"])
+def test_solve_refuses_a_time_that_is_not_finite_and_positive(tokens, T):
+    """T must be a finite number > 0: zero, negative, infinite, NaN or a string is refused with
+    one message naming T and the valid range, before the model is reset."""
+    field_ = RandomFeatureField("relu", features=3)
+    with pytest.raises(ValueError, match=rf"^T: must be a finite number > 0 \(got {re_repr(T)}\)$"):
+        solve(Transformer(None, field_), tokens(1, 2, 3), T, 2, seed=0)
+    assert field_._u is None  # nothing drawn
+
+
+@pytest.mark.parametrize("steps", [0, -3, 2.0])
+def test_solve_refuses_steps_that_are_not_a_positive_integer(tokens, steps):
+    """steps must be an integer >= 1: zero, negative or a float is refused with one message."""
+    with pytest.raises(ValueError, match=rf"^steps: must be an integer >= 1 \(got {re_repr(steps)}\)$"):
+        solve(Transformer(), tokens(1, 2, 3), 1.0, steps, seed=0)
+
+
+@pytest.mark.parametrize("model", ["layer", "sde"])
+def test_solve_resets_the_noise_source_from_the_run(tokens, model):
+    """Before the first step the noise source draws its per-run state with the run's batch, d,
+    generator (from the seed), the tokens' dtype and device (whatever torch's default device: the
+    meta device here): a random-feature field's u (B, d, M) and b = σ_U ξ (B, 1, M), in float64
+    on the CPU for float64 CPU tokens."""
+    B, N, d, M = 2, 3, 4, 5
+    field_ = RandomFeatureField("tanh", features=M, sigma_U=0.4)
+    stepped = Transformer(None, field_) if model == "layer" else LimitSDE(None, field_, kappa1=0.0)
+    with torch.device("meta"):
+        solve(stepped, tokens(B, N, d, seed=3), 0.2, 1, SaveAt(stats=(), final=False), seed=21)
+    ref = torch.Generator().manual_seed(21)
+    u = torch.randn(B, d, M, generator=ref, dtype=torch.float64)
+    b = 0.4 * torch.randn(B, 1, M, generator=ref, dtype=torch.float64)
+    assert field_._u.dtype == torch.float64 and field_._u.device.type == "cpu"
+    assert torch.equal(field_._u, u) and torch.equal(field_._b, b)
+
+
+@pytest.mark.parametrize("model", ["layer", "sde"])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_reset_passes_batch_d_generator_dtype_and_device_to_the_noise(replay, model, dtype):
+    """Transformer.reset and LimitSDE.reset hand every argument to the noise source: its features
+    are drawn from the generator given, of shape (batch, d, M), in the dtype and on the device
+    given, whatever torch's default device (the meta device here)."""
+    gen = torch.Generator().manual_seed(5)
+    ref = replay(gen)
+    field_ = RandomFeatureField("relu", features=3, sigma_U=0.5)
+    stepped = Transformer(None, field_) if model == "layer" else LimitSDE(None, field_, kappa1=0.0)
+    with torch.device("meta"):
+        stepped.reset(2, 4, gen, dtype, "cpu")
+    assert field_._u.dtype == dtype and field_._u.device.type == "cpu"
+    assert torch.equal(field_._u, torch.randn(2, 4, 3, generator=ref, dtype=dtype))
+
+
+# ----------------------------------------------------------------- solve: non-finite states
+
+
+class Blowup:
+    """A model whose state becomes infinite at step 2."""
+
+    def reset(self, batch, d, generator, dtype, device):
+        pass
+
+    def step(self, X, dt, rng):
+        return X / 0.0 if rng.k == 1 else X
+
+
+def test_non_finite_state_names_what_is_stepped_and_the_likely_fields(tokens):
+    """A non-finite state stops the run with a message naming ``what`` is stepped, the step, and the
+    likely fields of ``context`` (the config) — at step 0 (the initial state) and at a later step."""
+    cfg = RunConfig()
+    cause, default = re.escape(likely_fields(cfg)), re.escape(likely_fields(None))
+    assert cause != default
+    with pytest.raises(NonFiniteError, match=rf"^non-finite particles at layer 2: .*; likely cause: {cause}$"):
+        solve(Blowup(), tokens(1, 3, 3), 1.0, 3, seed=0, context=cfg, what="particles")
+    bad = tokens(1, 3, 3).clone()
+    bad[0, 1, 2] = math.inf
+    with pytest.raises(NonFiniteError, match=rf"^non-finite particles at layer 0: .*; likely cause: {default}$"):
+        solve(Transformer(), bad, 1.0, 3, seed=0, what="particles")
+
+
+# ----------------------------------------------------------------- solve: the progress bar
+
+
+def test_progress_bar_only_when_asked_labelled_and_transient(tokens, capsys):
+    """solve prints nothing by default; with ``progress=True`` it draws a bar on stderr labelled
+    ``desc`` (default "steps") that is erased when the run ends (the last line left blank)."""
+    X0 = tokens(1, 2, 3)
+    solve(Transformer(), X0, 1.0, 3, SaveAt(stats=()), seed=0)
+    assert capsys.readouterr() == ("", "")
+    for kwargs, label in (({}, "steps"), ({"desc": "lyapunov"}, "lyapunov")):
+        solve(Transformer(), X0, 1.0, 3, SaveAt(stats=()), seed=0, progress=True, **kwargs)
+        out, err = capsys.readouterr()
+        assert out == "" and err.startswith(f"\r{label}:   0%|") and err.endswith("\r")
+        assert "100%" not in err and err.split("\r")[-2].strip() == ""
+
+
+# ----------------------------------------------------------------- run metadata
+
+
+class Gain:
+    """A callable part defined outside stochformer (an instance: no __qualname__ or __name__)."""
+
+    def __call__(self, x):
+        return 2.0 * x
+
+    def __repr__(self) -> str:
+        return "Gain(2.0)"
+
+
+def halve(x):
+    return 0.5 * x
+
+
+@dataclass
+class Mixed:
+    """A part with a private field first (its custom callable is neither described nor listed),
+    a field hidden from repr, stochformer's own callable and plain values after them."""
+
+    _inner: object = halve
+    gain: object = field(default_factory=Gain)
+    hidden: int = field(default=3, repr=False)
+    project: object = normalize
+    grid: object = field(default_factory=lambda: np.arange(60.0))
+    path: object = field(default_factory=lambda: BrownianPath((2,), 1, seed=0))
+
+
+def test_describe_fallbacks_for_parts_without_names():
+    """describe: a dataclass by its public repr fields in order (private and repr=False fields
+    skipped, whatever their place); a callable by module.qualified name, where the module is the
+    object's or else its type's and the name its __qualname__, else its __name__, else its repr;
+    any other object by its type and its repr cut to 200 characters."""
+    here = __name__
+    grid_repr = repr(np.arange(60.0))
+    assert len(grid_repr) > 200
+    assert describe(Mixed()) == {
+        "type": f"{here}.Mixed",
+        "gain": {"callable": f"{here}.Gain(2.0)"},
+        "project": {"callable": "stochformer.sphere.normalize"},
+        "grid": {"type": "numpy.ndarray", "repr": grid_repr[:200]},
+        "path": {"type": "stochformer.brownian.BrownianPath", "repr": "BrownianPath(shape=(2,), steps=1)"},
+    }
+    # a method descriptor has no __module__ (its type's: builtins) and __qualname__ ≠ __name__
+    assert describe(torch.Tensor.relu) == {"callable": "builtins.TensorBase.relu"}
+    # a numpy ufunc from frompyfunc: no __module__ (its type's: numpy), no __qualname__, a __name__
+    assert describe(np.frompyfunc(halve, 1, 1)) == {"callable": "numpy.halve (vectorized)"}
+    # a torch module instance: its class's module, no __qualname__ or __name__: its repr
+    assert describe(torch.nn.Tanh()) == {"callable": "torch.nn.modules.activation.Tanh()"}
+    assert _qualname(halve) == f"{here}.halve" and _qualname(Gain) == f"{here}.Gain"
+
+    def local(x):
+        return x
+
+    assert describe(local) == {"callable": f"{here}.test_describe_fallbacks_for_parts_without_names.<locals>.local"}
+
+
+def test_custom_parts_of_unnamed_and_own_objects():
+    """custom_parts lists the public, repr fields' parts whose class or callable is not
+    stochformer's (private fields skipped even when they hold one), not stochformer's own callables
+    or objects; a callable without __module__ is not stochformer's."""
+    here = __name__
+    assert custom_parts(Mixed(), "m") == [f"m: {here}.Mixed", f"m.gain: {here}.Gain(2.0)",
+                                          "m.grid: numpy.ndarray"]
+    assert custom_parts(RandomMLP(4, torch.Tensor.relu), "mlp") == ["mlp.activation: builtins.TensorBase.relu"]
+    assert custom_parts(normalize, "f") == [] and custom_parts(BrownianPath((2,), 1, seed=0), "p") == []
+
+
+def test_run_attrs_without_a_path():
+    """run_attrs of a run without a path records it as drawn from the generator, and seed None as
+    "none"; other extras are kept as given."""
+    attrs = run_attrs(Transformer(), T=1.5, steps=3, seed=None, device="cpu")
+    assert attrs["path"] == "none (normals from the generator)"
+    assert (attrs["T"], attrs["steps"], attrs["seed"]) == (1.5, 3, "none") and attrs["device"].startswith("cpu")
+    assert json.loads(attrs["model"]) == {"type": "stochformer.model.transformer.Transformer", "attention": None,
+                                          "mlp": None, "order": "post_ln"}
+
+
+def test_dataset_dimensions_and_coordinates(tokens):
+    """The dataset's dims are exactly sample, time, snapshot, token, dim (with their sizes), and its
+    coordinates exactly sample (0..B−1), time and step along time, snapshot_time and snapshot_step
+    along snapshot."""
+    B, N, d = 2, 3, 4
+    ds = solve(Transformer(), tokens(B, N, d), 1.0, 4, SaveAt(every=2, tokens_at=[1, 4]), seed=0)
+    assert dict(ds.sizes) == {"sample": B, "time": 3, "snapshot": 2, "token": N, "dim": d}
+    assert {name: ds.coords[name].dims for name in ds.coords} == {
+        "sample": ("sample",), "time": ("time",), "step": ("time",),
+        "snapshot_time": ("snapshot",), "snapshot_step": ("snapshot",)}
+    assert ds.coords["sample"].values.tolist() == [0, 1]
+
+
+# ----------------------------------------------------------------- the Brownian path
+
+
+def test_increment_keeps_the_last_grid_read_and_only_that_grid():
+    """Reading grids in turn (n = 2, then 4, then 4 again from its start): each step is q^{−½} Σ of
+    its fine normals whichever grid was read before, including a step read again from memory."""
+    fine = torch.from_numpy(np.random.default_rng(7).standard_normal((4, 3)))
+    path = BrownianPath.from_normals(fine)
+    coarse = {n: [fine[k * (4 // n):(k + 1) * (4 // n)].sum(0) / math.sqrt(4 // n) for k in range(n)] for n in (1, 2, 4)}
+    for k, n in ((0, 2), (0, 4), (1, 4), (0, 4), (1, 4), (2, 4), (0, 2), (1, 2), (0, 1), (1, 2), (3, 4)):
+        got = path.increment(k, n)[0]
+        assert float((got - coarse[n][k]).abs().max()) < TOL, (k, n)
+
+
+def test_increment_memory_bound():
+    """The last coarse grid read in order is kept (a second read returns the kept tensors) when it
+    has at most 2²² entries in all, and not kept when it has more (memory bound)."""
+    for entries, kept in ((1 << 22, True), ((1 << 22) + 1, False)):
+        path = BrownianPath.from_normals(torch.zeros(()).expand(1, entries))  # no memory: a broadcast zero
+        assert (path.increment(0, 1) is path.increment(0, 1)) == kept, entries
+
+
+def test_normals_on_the_device_asked_for(replay):
+    """A path from given normals lives on their device; Draws.brownian returns the normals on the
+    device asked for, from the generator whatever torch's default device, and from the path on
+    another device than the path's (the meta device stands for an accelerator here)."""
+    meta = BrownianPath.from_normals(torch.zeros(2, 3, device="meta"))
+    assert meta.device.type == "meta" and meta.increment(1, 2)[0].device.type == "meta"
+    gen = torch.Generator().manual_seed(3)
+    ref = replay(gen)
+    with torch.device("meta"):
+        z = Draws(gen).brownian((2, 3), torch.float64, "cpu")
+    assert z.device.type == "cpu" and torch.equal(z, torch.randn(2, 3, generator=ref, dtype=torch.float64))
+    path = BrownianPath((1, 3), 2, seed=4)
+    z = Draws(gen, path, 1, 2).brownian((5, 3), torch.float32, "meta")
+    assert z.device.type == "meta" and z.shape == (1, 3) and z.dtype == torch.float32
