@@ -139,7 +139,7 @@ def estimate(cfg: Any, workers: int = 1) -> Optional[Estimate]:
         return Estimate(mem * workers, seconds / max(1, workers), "model.N, samples_per_task or widths",
                         "depths, refine or model.batch")
     if isinstance(cfg, JointConfig):
-        costs = [_coupling_cost(N, cfg.d, cfg.batch, cfg.samples_per_task, [m], [L], cfg.refine)
+        costs = [_coupling_cost(N, cfg.model.d, cfg.model.batch, cfg.samples_per_task, [m], [L], cfg.refine)
                  for N, L, m in zip(cfg.path_N, cfg.path_L, cfg.path_m)]
         w2 = estimate(cfg.chaos_config())
         assert w2 is not None

@@ -47,6 +47,12 @@ def test_joint_config_refuses_a_path_that_is_not_diagonal():
         build_config({"path_m": [16, 32, 64]}, model=JointConfig)
     with pytest.raises(ConfigError, match="N_ref: must exceed"):
         build_config({"N_ref": 100, "path_N": [32, 64, 128, 256]}, model=JointConfig)
+    # the path sets N, L and m: the model's own are refused, not ignored
+    for name in ("N", "L", "m"):
+        with pytest.raises(ConfigError, match=f"model.{name}: has no effect in joint \\(path_{name}\\)"):
+            build_config({"model": {name: 32}}, model=JointConfig)
+    with pytest.raises(ConfigError, match="model.d: must be >= 3 for joint"):
+        build_config({"model": {"d": 2}}, model=JointConfig)
 
 
 def test_joint_predicted_exponent_is_the_slowest_rate():
@@ -54,12 +60,12 @@ def test_joint_predicted_exponent_is_the_slowest_rate():
     p = cfg.predicted_exponent()
     # d = 3: the sharp W₂² rate log(1+N)/N, local exponent below 1 over N = 16..128
     assert 0.6 < p["N"] < 1.0 and p["combined"] == pytest.approx(min(1.0, p["N"]))
-    assert build_config({"d": 6}, model=JointConfig).predicted_exponent()["combined"] == pytest.approx(2 / 5)
+    assert build_config({"model": {"d": 6}}, model=JointConfig).predicted_exponent()["combined"] == pytest.approx(2 / 5)
 
 
 def test_run_joint_measures_both_terms_along_the_path(tmp_path):
-    cfg = JointConfig(path_N=[4, 8, 16], path_L=[4, 8, 16], path_m=[4, 8, 16], batch=8, samples_per_task=4, refine=2, N_ref=64,
-                      w2_batch=2, w2_steps=4, w2_records=1, features=32, bootstrap=100)
+    cfg = JointConfig(model={"batch": 8, "features": 32}, path_N=[4, 8, 16], path_L=[4, 8, 16], path_m=[4, 8, 16],
+                      samples_per_task=4, refine=2, N_ref=64, w2_batch=2, w2_steps=4, w2_records=1, bootstrap=100)
     res = run_joint(cfg, store=tmp_path)
     assert res.coupled.shape == (3, 8) and res.w2.shape == (3, 2)
     assert np.all(res.coupled > 0) and np.all(res.w2 > 0)
@@ -150,7 +156,7 @@ def test_every_repulsion_rule_fails_on_a_wrong_prediction_or_model(case, index):
 
 
 def test_repulsion_agreement_names_the_disagreement():
-    cfg = RepulsionConfig(gammas=[-1.0, 0.0, 1.0], sigmas=[0.1], T=5.0)
+    cfg = RepulsionConfig(model={"T": 5.0}, gammas=[-1.0, 0.0, 1.0], sigmas=[0.1])
     pts = {key(g, 0.1): {"final_cosine": c, "lambda_1_pred": p}
            for g, c, p in ((-1.0, 0.51, 0.52), (0.0, 0.99, -0.6), (1.0, 1.0, -0.01))}
     res = RepulsionResult(cfg, pts, {}, np.zeros(1), {}, 0.0)
@@ -164,8 +170,14 @@ def test_repulsion_config_is_checked_before_any_work():
         build_config({"apart_cos": 0.95}, model=RepulsionConfig)
     with pytest.raises(ConfigError, match="sigmas: must be >= 0"):
         build_config({"sigmas": [-0.1]}, model=RepulsionConfig)
-    with pytest.raises(ConfigError, match="L: must be a multiple of 4"):
-        build_config({"L": 50}, model=RepulsionConfig)
+    with pytest.raises(ConfigError, match="model.L: must be a multiple of 4"):
+        build_config({"model": {"L": 50}}, model=RepulsionConfig)
+    # the grid sets γ and σ: the model's own are refused, not ignored
+    for name, value in (("gamma", 0.5), ("sigma_U", 0.2), ("sigma_W", 0.2), ("attention", False)):
+        with pytest.raises(ConfigError, match=f"model.{name}: has no effect in repulsion"):
+            build_config({"model": {name: value}}, model=RepulsionConfig)
+    with pytest.raises(ConfigError, match="slope_time: must be < model.T"):
+        build_config({"model": {"T": 0.05}}, model=RepulsionConfig)
 
 
 # --------------------------------------------------------------------------- the report
@@ -176,7 +188,7 @@ def test_new_sections_are_planned_in_every_profile(profile):
     planned = {p.section.name: p.config for p in plan(profile)}
     assert {"joint-limit", "repulsion", "phase-transformer", "phase-dim-transformer"} <= set(planned)
     assert planned["phase-transformer"].model.dynamics == planned["phase-dim-transformer"].model.dynamics == "transformer"
-    assert planned["repulsion"].probe == (-1.0, 0.1) and planned["repulsion"].d == 64
+    assert planned["repulsion"].probe == (-1.0, 0.1) and planned["repulsion"].model.d == 64
     quick = {p.section.name: p.config for p in plan("quick")}
     assert max(planned["joint-limit"].path_N) >= max(quick["joint-limit"].path_N)
 

@@ -59,13 +59,16 @@ def test_run_motions_measures_both_dynamics_and_its_rows_hold():
     from stochformer.experiments.motions import MotionsConfig, run_motions
     from stochformer.report.sections import motion_rows
 
-    cfg = validate(MotionsConfig, {"batch": 1000, "L": 50, "seed": 3, "reference_steps": 200, "reference_paths": 10000,
-                                   "bootstrap": 100})
-    assert (cfg.d, cfg.N, cfg.attention, cfg.sigma_U) == (4, 2, False, 0.5)
+    cfg = validate(MotionsConfig, {"model": {"batch": 1000, "L": 50, "seed": 3}, "reference_steps": 200,
+                                   "reference_paths": 10000, "bootstrap": 100})
+    assert (cfg.model.d, cfg.model.N, cfg.model.attention, cfg.model.sigma_U) == (4, 2, False, 0.5)
     res = run_motions(cfg)
     assert set(res.measured) == {"sde", "transformer"} and res.times[-1] == pytest.approx(1.0)
     assert res.predicted["one_point_rate"] == pytest.approx(-0.75)
     rows = motion_rows(res.measured, res.reference, res.predicted)
     assert len(rows) == 8 and all(r.verdict == "holds" for r in rows), [(r.quantity, r.measured, r.ci) for r in rows]
-    with pytest.raises(ConfigError, match="attention"):
-        validate(MotionsConfig, {"attention": True})
+    for model, message in (({"attention": True}, "model.attention: motions needs False"),
+                           ({"N": 3}, "model.N: motions needs 2"), ({"dynamics": "sde"}, "model.dynamics: has no effect"),
+                           ({"noise_scale": 0.0}, "model.mlp: the motions need the MLP noise")):
+        with pytest.raises(ConfigError, match=message):
+            validate(MotionsConfig, {"model": model})

@@ -199,6 +199,21 @@ def one_pass(label: str, tests: list[str], tests_rev: str | None, rerun_of: str 
     return s
 
 
+def equivalent_table(equivalent: dict[str, str]) -> str:
+    """The mutants triaged as equivalent, grouped by reason (most frequent first) with the functions
+    they live in, as the Markdown list of docs/testing.md."""
+    groups: dict[str, Counter] = {}
+    for name, reason in equivalent.items():
+        module, func = module_of(name).removeprefix("stochformer."), name.rsplit(".", 1)[1].rsplit("__mutmut_", 1)[0]
+        func = func.removeprefix("x_").replace("xǁ", "").replace("ǁ", ".")  # mutmut's mangled names
+        groups.setdefault(reason, Counter())[f"{module}.{func}"] += 1
+    lines = []
+    for reason, where in sorted(groups.items(), key=lambda kv: (-sum(kv[1].values()), kv[0])):
+        funcs = ", ".join(f"`{f}`" + (f" ×{n}" if n > 1 else "") for f, n in sorted(where.items()))
+        lines.append(f"- **{sum(where.values())}** — {reason}: {funcs}")
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--tests-rev", help="take tests/ from this git revision (e.g. a baseline), not the working tree")
@@ -213,8 +228,13 @@ def main() -> None:
     ap.add_argument("--label", help="name of the run (default: 'current' or the revision)")
     ap.add_argument("--max-children", type=int, default=None, help="parallel mutant runs (default: config)")
     ap.add_argument("--summary-only", action="store_true", help="re-read an earlier run's results")
+    ap.add_argument("--equivalent-table", action="store_true", help="print the mutants triaged as equivalent, "
+                    "grouped by reason (the list of docs/testing.md), then exit")
     args = ap.parse_args()
     cfg = tomllib.loads(CONFIG.read_text())
+    if args.equivalent_table:
+        print(equivalent_table(cfg.get("equivalent", {})))
+        return
     label = args.label or (args.tests_rev or "current").replace("/", "_")
     children = args.max_children or cfg["mutation"].get("max_children", 2)
     if os.nice(0) < 10:

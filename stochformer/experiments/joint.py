@@ -33,7 +33,7 @@ import numpy as np
 import xarray as xr
 from pydantic import Field, model_validator
 
-from ..config import RunConfig, as_config
+from ..config import ExperimentConfig, as_config
 from ..distances import sphere_rate
 from ..results import Result
 from ..runtime import child_seeds, provenance, resolve_device
@@ -42,23 +42,27 @@ from ..tasks import Task, run_tasks
 from . import chaos, converge
 
 
-class JointConfig(RunConfig):
-    """The model (a :class:`RunConfig`: d, T, activation, attention …) and the diagonal path
-    ``path_N`` × ``path_L`` × ``path_m`` (equal lengths, every entry the first times one scale s)."""
+class JointConfig(ExperimentConfig):
+    """``model``: the system (d, T, activation, attention …; ``model.batch`` samples of the
+    transformer–SDE coupling per point, ``model.features`` the width of the W₂ systems' random-feature
+    field); the diagonal path ``path_N`` × ``path_L`` × ``path_m`` (equal lengths, every entry the first
+    times one scale s) and the W₂ reference."""
 
-    d: int = Field(3, ge=3, description="token dimension (>= 3)")
-    T: float = Field(1.0, gt=0.0, description="time horizon, > 0")
+    command: ClassVar[str] = "joint"
+    model_defaults: ClassVar[dict] = {"d": 3, "T": 1.0, "batch": 64, "features": 256}
+    model_min: ClassVar[dict] = {"d": (3, "the sharp W2 rate of N points is for S^{d-1} with d >= 3"),
+                                 "batch": (4, "samples of the transformer-SDE coupling per point")}
+    model_unused: ClassVar[dict] = {"N": "path_N", "L": "path_L", "m": "path_m"}
+
     path_N: list[int] = Field(default_factory=lambda: [16, 32, 64, 128], min_length=3, description="tokens N_k")
     path_L: list[int] = Field(default_factory=lambda: [8, 16, 32, 64], min_length=3, description="depths L_k")
     path_m: list[int] = Field(default_factory=lambda: [16, 32, 64, 128], min_length=3, description="widths m_k")
-    batch: int = Field(64, ge=4, description="samples of the transformer-SDE coupling per point (>= 4)")
     samples_per_task: int = Field(64, ge=1, description="coupling samples per task (>= 1)")
     refine: int = Field(4, ge=1, le=256, description="SDE steps per layer of the coupling, in [1, 256]")
     N_ref: int = Field(1024, ge=16, description="tokens of the reference system for W2 (> max path_N)")
     w2_batch: int = Field(8, ge=2, description="samples (field + initial tokens) for W2 (>= 2)")
     w2_steps: int = Field(20, ge=1, description="SDE steps of the W2 systems (>= 1)")
     w2_records: int = Field(2, ge=1, description="W2 at t = kT/w2_records, k = 0..w2_records (>= 1)")
-    features: int = Field(256, ge=1, description="width of the random-feature field of the W2 systems (>= 1)")
     bootstrap: int = Field(1000, ge=100, description="bootstrap resamples of the fitted exponents (>= 100)")
 
     @model_validator(mode="after")
@@ -76,22 +80,20 @@ class JointConfig(RunConfig):
                              f"L_k/L_0 = m_k/m_0; got N {self.path_N}, L {self.path_L}, m {self.path_m})")
         if self.N_ref <= max(self.path_N):
             raise ValueError(f"N_ref: must exceed the largest path_N = {max(self.path_N)} (got {self.N_ref})")
-        if not self.mlp or self.noise_scale == 0:
-            raise ValueError("mlp: the joint limit needs the MLP noise (mlp = true and noise_scale > 0)")
-        if self.init.kind != "uniform" or any(getattr(self, k) is not None for k in ("Q", "K", "V")):
-            raise ValueError("init.kind, Q, K, V: the joint limit needs uniform i.i.d. tokens and beta/gamma attention")
+        run = self.model
+        if not run.mlp or run.noise_scale == 0:
+            raise ValueError("model.mlp: the joint limit needs the MLP noise (mlp = true and noise_scale > 0)")
+        if run.init.kind != "uniform" or any(getattr(run, k) is not None for k in ("Q", "K", "V")):
+            raise ValueError("model.init.kind, model.Q, model.K, model.V: the joint limit needs uniform i.i.d. tokens "
+                             "and beta/gamma attention")
         return self
-
-    def run_config_dict(self) -> dict:
-        """The plain :class:`RunConfig` fields (the model of the transformer–SDE coupling)."""
-        return {k: v for k, v in self.model_dump(mode="json").items() if k in RunConfig.model_fields}
 
     def chaos_config(self) -> "chaos.ChaosConfig":
         """The config of the W₂² systems: ``chaos``'s coupling with the path's N as its sizes."""
-        skip = ("dynamics", "noise", "integrator", "batch", "N", "L", "features")
-        model = {**{k: v for k, v in self.run_config_dict().items() if k not in skip}, "N": self.N_ref,
-                 "L": self.w2_steps, "batch": self.w2_batch, "features": self.features}
-        return chaos.ChaosConfig.model_validate({"model": model, "sizes": self.path_N, "dims": [self.d],
+        skip = ("dynamics", "noise", "integrator", "batch", "N", "L")
+        model = {**{k: v for k, v in self.model.model_dump(mode="json").items() if k not in skip}, "N": self.N_ref,
+                 "L": self.w2_steps, "batch": self.w2_batch}
+        return chaos.ChaosConfig.model_validate({"model": model, "sizes": self.path_N, "dims": [self.model.d],
                                                  "w2_records": self.w2_records, "bootstrap": 100})
 
     @property
@@ -102,7 +104,7 @@ class JointConfig(RunConfig):
     def predicted_exponent(self) -> dict:
         """Each term's local exponent in s along the path and the combined one, their minimum."""
         N = np.asarray(self.path_N, float)
-        p_N = -loglog_slope(N, sphere_rate(self.d, N))[0]
+        p_N = -loglog_slope(N, sphere_rate(self.model.d, N))[0]
         return {"L": 1.0, "m": 1.0, "N": float(p_N), "combined": float(min(1.0, p_N))}
 
 
@@ -144,16 +146,17 @@ def run_joint(cfg: JointConfig, progress: bool = False, store: Optional[Path | s
     ``converge`` and ``chaos`` (``store`` makes the run resumable), then the fits."""
     cfg = as_config(cfg, JointConfig)
     start = time.perf_counter()
-    base = cfg.run_config_dict()
+    run = cfg.model
+    base = run.model_dump(mode="json")
     chaos_cfg = cfg.chaos_config()
-    n_parts = -(-cfg.batch // cfg.samples_per_task)
-    sizes = [min(cfg.samples_per_task, cfg.batch - c * cfg.samples_per_task) for c in range(n_parts)]
-    s_coupled, s_w2 = child_seeds(cfg.seed, 2)
+    n_parts = -(-run.batch // cfg.samples_per_task)
+    sizes = [min(cfg.samples_per_task, run.batch - c * cfg.samples_per_task) for c in range(n_parts)]
+    s_coupled, s_w2 = child_seeds(run.seed, 2)
     tasks = [Task(f"coupled-{k}-{c}", converge._grid_task,
                   dict(config={**base, "N": N}, depths=[L], widths=[m], refine=cfg.refine, depth=L, seed=sd, n=sizes[c]))
              for k, (N, L, m) in enumerate(zip(cfg.path_N, cfg.path_L, cfg.path_m))
              for c, sd in enumerate(child_seeds(s_coupled + k, n_parts))]
-    tasks += [Task(f"w2-{j}", chaos.coupling_task, dict(config=chaos_cfg.model_dump(mode="json"), d=cfg.d, seed=sd,
+    tasks += [Task(f"w2-{j}", chaos.coupling_task, dict(config=chaos_cfg.model_dump(mode="json"), d=run.d, seed=sd,
                                                         with_w2=True, keep_cloud=False))
               for j, sd in enumerate(child_seeds(s_w2, cfg.w2_batch))]
     results = run_tasks(tasks, store=store, scheduler=scheduler, progress=progress, desc="joint")
@@ -161,10 +164,10 @@ def run_joint(cfg: JointConfig, progress: bool = False, store: Optional[Path | s
                           for k in range(len(cfg.path_N))])
     ref = 1 - np.asarray(cfg.path_N, float) / cfg.N_ref  # the finite reference removed (as in chaos)
     w2 = np.asarray([np.asarray(results[f"w2-{j}"]["w2"]).max(axis=0) / ref for j in range(cfg.w2_batch)]).T
-    result = JointResult(cfg, coupled, w2, {}, cfg.predicted_exponent(), provenance(resolve_device(cfg.device)), 0.0)
+    result = JointResult(cfg, coupled, w2, {}, cfg.predicted_exponent(), provenance(resolve_device(run.device)), 0.0)
     s = cfg.scale
     for name, (m, se) in result.means().items():
-        fit = fit_power_law(s, m, cfg.bootstrap, cfg.seed, se=se)
+        fit = fit_power_law(s, m, cfg.bootstrap, run.seed, se=se)
         result.fits[name] = {"exponent": fit.exponent, "ci": list(fit.ci), "se": fit.se, "prefactor": fit.prefactor}
     result.elapsed_s = time.perf_counter() - start
     return result

@@ -24,7 +24,7 @@ import xarray as xr
 from pydantic import Field, model_validator
 
 from ..build import initial_tokens, make_kernel, make_model
-from ..config import InitConfig, RunConfig, as_config
+from ..config import ExperimentConfig, InitConfig, as_config
 from ..io import to_jsonable
 from ..motions import one_point_mean, simulate_two_point
 from ..results import Result
@@ -36,20 +36,19 @@ from .sync import moment_rate
 DYNAMICS = ("sde", "transformer")
 
 
-class MotionsConfig(RunConfig):
-    """A :class:`RunConfig` of the noise alone (attention = false, N = 2 tokens, ``batch`` pairs; both
-    dynamics are run, ``dynamics`` is not read), by default ReLU, d = 4, σ_U = σ_W = 0.5 (κ(1) = 0.5),
-    T = 1 on 100 steps, m = 64 (docs/synchronisation.md); the pairs' start and the reference's sizes."""
+class MotionsConfig(ExperimentConfig):
+    """``model``: the noise alone (no attention, N = 2 tokens, ``model.batch`` pairs; both dynamics are
+    run), by default ReLU, d = 4, σ_U = σ_W = 0.5 (κ(1) = 0.5), T = 1 on 100 steps, m = 64
+    (docs/synchronisation.md); the pairs' start and the reference's sizes."""
 
-    d: int = Field(4, ge=2, description="token dimension (>= 2)")
-    sigma_U: float = Field(0.5, ge=0.0, description="std of the inner MLP bias b_U (>= 0)")
-    sigma_W: float = Field(0.5, ge=0.0, description="std of the outer MLP bias b_W (>= 0)")
-    attention: bool = Field(False, description="must be false: the motions are of the noise alone")
-    N: int = Field(2, ge=2, le=2, description="tokens: a pair (2)")
-    T: float = Field(1.0, gt=0.0, description="time horizon, > 0")
-    L: int = Field(100, ge=1, description="steps (layers) of [0, T], >= 1")
-    m: int = Field(64, ge=1, description="MLP width of the transformer (>= 1)")
-    batch: int = Field(2000, ge=2, description="independent pairs (>= 2)")
+    command: ClassVar[str] = "motions"
+    model_defaults: ClassVar[dict] = {"d": 4, "sigma_U": 0.5, "sigma_W": 0.5, "T": 1.0, "L": 100, "m": 64, "batch": 2000}
+    model_fixed: ClassVar[dict] = {"attention": (False, "the motions are of the noise alone"),
+                                   "N": (2, "a pair of tokens")}
+    model_min: ClassVar[dict] = {"batch": (2, "independent pairs")}
+    model_unused: ClassVar[dict] = {"dynamics": "both the SDE and the transformer are run",
+                                    "init": "every pair starts at cosine u0"}
+
     u0: float = Field(0.5, gt=-1.0, lt=1.0, description="initial cosine of each pair, in (-1, 1)")
     threshold: float = Field(0.9, gt=-1.0, lt=1.0, description="tail event u_T > threshold, in (-1, 1)")
     snapshots: int = Field(20, ge=2, description="token snapshots over [0, T] for the one-point time course (>= 2)")
@@ -59,10 +58,8 @@ class MotionsConfig(RunConfig):
 
     @model_validator(mode="after")
     def _noise_alone(self) -> "MotionsConfig":
-        if self.attention:
-            raise ValueError("attention: must be false, the motions are of the noise alone")
-        if not self.mlp or self.noise_scale == 0:
-            raise ValueError("mlp: the motions need the MLP noise (mlp = true and noise_scale > 0)")
+        if not self.model.mlp or self.model.noise_scale == 0:
+            raise ValueError("model.mlp: the motions need the MLP noise (mlp = true and noise_scale > 0)")
         return self
 
 
@@ -115,7 +112,7 @@ def run_motions(cfg: MotionsConfig, progress: bool = False) -> MotionsResult:
     """Measure the one- and two-point motions on the limit SDE and the transformer (module docstring)."""
     cfg = as_config(cfg, MotionsConfig)
     start = time.perf_counter()
-    model = RunConfig.model_validate(cfg.model_dump(include=set(RunConfig.model_fields)))  # the model alone
+    model = cfg.model
     device, dtype = resolve_device(model.device), DTYPES[model.dtype]
     kernel = make_kernel(model)
     k1, d, T = kernel.kappa1, model.d, model.T

@@ -34,7 +34,7 @@ import xarray as xr
 from pydantic import Field, model_validator
 
 from ..build import initial_tokens, make_kernel, make_model
-from ..config import InitConfig, RunConfig, as_config, build_config
+from ..config import ExperimentConfig, InitConfig, RunConfig, as_config, build_config
 from ..motions import two_point_coefficients
 from ..results import Result
 from ..runtime import DTYPES, child_seeds, make_generator, provenance, resolve_device
@@ -44,16 +44,18 @@ from ..tasks import Task, run_tasks
 from .sync import check_extrapolation, measure_lyapunov, predicted_rates
 
 
-class RepulsionConfig(RunConfig):
-    """A base :class:`RunConfig` (the model: activation, d, N, L, T, dynamics; ``batch`` runs per
-    point) and the grid ``gammas`` × ``sigmas`` (σ_U = σ_W = σ)."""
+class RepulsionConfig(ExperimentConfig):
+    """``model``: the system (activation, d, N, L, T, dynamics; ``model.batch`` runs per grid point),
+    whose γ and σ_U = σ_W = σ are set by the grid ``gammas`` × ``sigmas``; the probe and the outcome
+    thresholds."""
 
-    d: int = Field(64, ge=2, description="token dimension (>= 2)")
-    N: int = Field(16, ge=2, description="number of tokens (>= 2)")
-    L: int = Field(100, ge=4, description="steps (>= 4; a multiple of 4 for the probe's Δt → 0 extrapolation)")
-    T: float = Field(5.0, gt=0.0, description="time horizon, > 0")
-    batch: int = Field(32, ge=2, description="runs from uniform tokens per grid point (>= 2)")
-    dynamics: RunConfig.model_fields["dynamics"].annotation = "sde"  # type: ignore[valid-type]
+    command: ClassVar[str] = "repulsion"
+    model_defaults: ClassVar[dict] = {"d": 64, "N": 16, "L": 100, "T": 5.0, "batch": 32, "dynamics": "sde"}
+    model_min: ClassVar[dict] = {"L": (4, "the probe's λ₁ is extrapolated to Δt → 0 from L, L/2 and L/4 steps"),
+                                 "batch": (2, "runs from uniform tokens per grid point")}
+    model_unused: ClassVar[dict] = {"gamma": "gammas", "sigma_U": "sigmas (σ_U = σ_W = σ)",
+                                    "sigma_W": "sigmas (σ_U = σ_W = σ)", "attention": "on wherever γ ≠ 0"}
+
     gammas: list[float] = Field(default_factory=lambda: [-1.0, -0.5, 0.0, 0.5, 1.0], min_length=1,
                                 description="attention strengths γ (V = γI)")
     sigmas: list[float] = Field(default_factory=lambda: [0.0, 0.1, 0.3, 0.5], min_length=1,
@@ -68,22 +70,23 @@ class RepulsionConfig(RunConfig):
 
     @model_validator(mode="after")
     def _grid(self) -> "RepulsionConfig":
+        run = self.model
         if any(s < 0 for s in self.sigmas):
             raise ValueError(f"sigmas: must be >= 0 (got {self.sigmas})")
         if self.probe[1] < 0:
             raise ValueError(f"probe: σ must be >= 0 (got {self.probe[1]})")
-        if self.attention_kind != "softmax" or any(getattr(self, k) is not None for k in ("Q", "K", "V")):
-            raise ValueError("attention_kind: repulsion needs softmax attention with Qᵀ K = βI, V = γI (no Q, K, V)")
-        if self.slope_time >= self.T:
-            raise ValueError(f"slope_time: must be < T = {self.T} (got {self.slope_time})")
+        if run.attention_kind != "softmax" or any(getattr(run, k) is not None for k in ("Q", "K", "V")):
+            raise ValueError("model.attention_kind: repulsion needs softmax attention with Qᵀ K = βI, V = γI (no Q, K, V)")
+        if self.slope_time >= run.T:
+            raise ValueError(f"slope_time: must be < model.T = {run.T} (got {self.slope_time})")
         if self.apart_cos >= self.sync_cos:
             raise ValueError(f"apart_cos: must be < sync_cos = {self.sync_cos} (got {self.apart_cos})")
-        check_extrapolation(self.L, True)
+        check_extrapolation(run.L, True)
         return self
 
     def point(self, gamma: float, sigma: float, **updates: Any) -> RunConfig:
         """The :class:`RunConfig` at (γ, σ), with attention on (off for γ = 0) and ``updates``."""
-        base = {k: v for k, v in self.model_dump(mode="json").items() if k in RunConfig.model_fields}
+        base = self.model.model_dump(mode="json")
         base.update({"gamma": gamma, "sigma_U": sigma, "sigma_W": sigma, "attention": gamma != 0.0, **updates})
         return build_config(base)
 
@@ -181,7 +184,7 @@ class RepulsionResult(Result):
         (no clear prediction at this horizon)."""
         pred, out = self.grid("lambda_1_pred"), self.outcomes()
         agree = np.where(pred < 0, out == "synchronised", out == "apart").astype(int)
-        return np.where(np.abs(pred) * self.config.T < self.config.clear, -1, agree)
+        return np.where(np.abs(pred) * self.config.model.T < self.config.clear, -1, agree)
 
     def to_dict(self) -> dict:
         c = self.config
@@ -205,12 +208,13 @@ def run_repulsion(cfg: RepulsionConfig, progress: bool = False, store: Optional[
     """Every grid point as a task (``store`` makes it resumable), then the probe's λ̂₁ and the
     noiseless flow. All configs are validated before any work."""
     cfg = as_config(cfg, RepulsionConfig)
+    run = cfg.model
     start = time.perf_counter()
     grid = {key(g, s): (g, s, cfg.point(g, s)) for s in cfg.sigmas for g in cfg.gammas}
     g_probe, s_probe = cfg.probe
     probe_cfg = cfg.point(g_probe, s_probe)
     flow_cfg = cfg.point(g_probe, 0.0, mlp=False)
-    seeds = child_seeds(cfg.seed, len(grid) + 2)
+    seeds = child_seeds(run.seed, len(grid) + 2)
     tasks = [Task(k, outcome_point, dict(config=p.model_dump(mode="json"), seed=sd, slope_time=cfg.slope_time))
              for (k, (_, _, p)), sd in zip(grid.items(), seeds)]
     tasks.append(Task("probe-flow", flow_growth, dict(config=flow_cfg.model_dump(mode="json"), seed=seeds[-1],
@@ -232,9 +236,9 @@ def run_repulsion(cfg: RepulsionConfig, progress: bool = False, store: Optional[
              "flow": results["probe-flow"]}
     if key(g_probe, s_probe) in points:
         probe["final_cosine"] = points[key(g_probe, s_probe)]["final_cosine"]
-    times = np.arange(cfg.L + 1) * cfg.dt
+    times = np.arange(run.L + 1) * run.dt
     fine = np.linspace(min(cfg.sigmas), max(cfg.sigmas), 61)
     boundary = {"sigma": fine.tolist(),
                 "gamma": [predicted_rates(cfg.point(0.0, float(s)), with_bound=False)["lambda_1_noise"] for s in fine]}
-    return RepulsionResult(cfg, points, probe, times, provenance(resolve_device(cfg.device)),
+    return RepulsionResult(cfg, points, probe, times, provenance(resolve_device(run.device)),
                            time.perf_counter() - start, boundary)

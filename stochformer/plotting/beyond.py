@@ -31,7 +31,7 @@ def plot_joint(result: Any, ax: Optional[Any] = None) -> "Figure":
     p = result.predicted["combined"]
     ax.plot(s, m0 * s ** -p, "k:", label=f"predicted slope −{p:.2f} (the slowest rate)")
     ax.set(xscale="log", yscale="log", xlabel="path scale s", ylabel="sup-in-time error (mean ± 2 SE)",
-           title=f"d = {c.d}, T = {c.T:g}: N = {c.path_N[0]}s, L = {c.path_L[0]}s, m = {c.path_m[0]}s")
+           title=f"d = {c.model.d}, T = {c.model.T:g}: N = {c.path_N[0]}s, L = {c.path_L[0]}s, m = {c.path_m[0]}s")
     integer_ticks(ax, s)
     ax.legend(fontsize=7)
     return finish(fig, created)
@@ -57,7 +57,7 @@ def plot_repulsion(result: Any, axes: Optional[Any] = None) -> "Figure":
             ax[0, 0].text(xx, yy, f"{cos[i, j]:.2f} {marks[int(agree[i, j])]}", ha="center", va="center", fontsize=8,
                           color="w" if cos[i, j] < 0.6 else "k")
     ax[0, 0].set(xlim=(_edges(g)[0], _edges(g)[-1]), xlabel=r"$\gamma$ (V = $\gamma$I)", ylabel=r"$\sigma$",
-                 title=f"{c.dynamics}, {c.activation}, d = {c.d}, N = {c.N}, T = {c.T:g}")
+                 title=f"{c.model.dynamics}, {c.model.activation}, d = {c.model.d}, N = {c.model.N}, T = {c.model.T:g}")
     ax[0, 0].legend(fontsize=7, loc="upper left")
     sig = c.probe[1]
     t = np.asarray(result.times)

@@ -575,8 +575,8 @@ def _run_motions(cfg: MotionsConfig, ctx: SectionContext) -> SectionOutput:
                        "e^{−κ(1)(d−1)t/2} (left); two points: the law of u_T = ⟨X¹_T, X²_T⟩ beside the scalar "
                        "diffusion's (right)")]
     p = res.predicted
-    notes = [f"κ(1) = {p['kappa']:.4g}, d = {p['d']}, T = {p['T']:g}, {cfg.batch} pairs from cosine {cfg.u0:g}, "
-             f"L = {cfg.L} steps, m = {cfg.m}; reference: {cfg.reference_steps} Euler steps × {cfg.reference_paths} paths"]
+    notes = [f"κ(1) = {p['kappa']:.4g}, d = {p['d']}, T = {p['T']:g}, {cfg.model.batch} pairs from cosine {cfg.u0:g}, "
+             f"L = {cfg.model.L} steps, m = {cfg.model.m}; reference: {cfg.reference_steps} Euler steps × {cfg.reference_paths} paths"]
     return SectionOutput(res.to_dict(), motion_rows(res.measured, res.reference, p), figs, res.provenance,
                        _seeds(cfg, 4), notes)
 

@@ -50,13 +50,13 @@ def _run_joint(cfg: Any, ctx: SectionContext) -> SectionOutput:
              "(its m ≫ N), while on this path m/N is fixed, so its rate is shown, not judged; the W₂² term is the "
              "larger one at every point, and the combined rate is the slowest term's.",
              f"W₂² from {cfg.w2_batch} samples of {cfg.N_ref} reference particles driven by a random-feature field of "
-             f"{cfg.features} features (the chaos section's coupling); the coupled term from {cfg.batch} samples."]
+             f"{cfg.model.features} features (the chaos section's coupling); the coupled term from {cfg.model.batch} samples."]
     tables = [{"title": "The path: each term and the sum, mean and SE",
                "columns": ["N", "L", "m", "transformer − SDE", "SE", "W₂²", "SE", "sum", "SE"], "rows": table}]
     figs = [figure_png(beyond_plots.plot_joint(res), "joint-limit",
                        "The two terms of the bound and their sum against the path's scale s (log–log, ± 2 SE), with "
                        "the fitted exponents and the predicted slope (the slowest rate)")]
-    return SectionOutput(numbers, joint_rows(numbers), figs, res.provenance, {"seed": cfg.seed}, notes, tables)
+    return SectionOutput(numbers, joint_rows(numbers), figs, res.provenance, {"seed": cfg.model.seed}, notes, tables)
 
 
 register(Section(
@@ -161,7 +161,7 @@ def _run_repulsion(cfg: Any, ctx: SectionContext) -> SectionOutput:
         cause += " The probe is not in a disagreement region at this size."
     notes = [("Disagreement region (λ₁ − γ > 0 yet partial or full clustering, or λ₁ − γ < 0 without "
               "synchronisation by T): " + ("; ".join(disagree) if disagree else "none on this grid") + "."), cause,
-             f"Outcome from uniform tokens at T = {cfg.T:g}: synchronised if the final mean cosine ≥ {cfg.sync_cos:g}, "
+             f"Outcome from uniform tokens at T = {cfg.model.T:g}: synchronised if the final mean cosine ≥ {cfg.sync_cos:g}, "
              f"apart if < {cfg.apart_cos:g}, else partial; the criterion predicts clearly where "
              f"|λ₁ − γ|·T ≥ {cfg.clear:g}. E_β rows only where the noise is coercive (λ̄ < 0)."]
     tables = [{"title": "Every grid point: the criterion beside the outcome",
@@ -171,7 +171,7 @@ def _run_repulsion(cfg: Any, ctx: SectionContext) -> SectionOutput:
                        "Final mean cosine over (γ, σ) from uniform tokens, with the criterion's boundary λ₁ − γ = 0; "
                        "✓ the criterion agrees with the outcome, ✗ it does not, ? no clear prediction at T (left). "
                        "Mean cosine against t at the probe's σ (right)")]
-    return SectionOutput(numbers, repulsion_rows(numbers, cfg), figs, res.provenance, {"seed": cfg.seed}, notes, tables)
+    return SectionOutput(numbers, repulsion_rows(numbers, cfg), figs, res.provenance, {"seed": cfg.model.seed}, notes, tables)
 
 
 register(Section(
