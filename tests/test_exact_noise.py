@@ -1,0 +1,223 @@
+"""Exact checks of the noise kernel κ and the noise sources at the edges the pathwise reference
+tests leave free: cosines rounded past ±1, overflow messages, first-pivot Cholesky failures, ties of
+the MLP sampler's cost model, the float64 root of the exact field, the float32 draws and the
+draw-ahead of the MLP sampler, and the rejection rounds of the Gamma sampler. Each pins a
+documented behaviour that a surviving mutant of ``tools/mutation.py`` changed (docs/testing.md);
+values are exact or to 1e-12 in float64."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from stochformer.brownian import BrownianPath, Draws
+from stochformer.model.kernel import NoiseKernel, first_moment_rate, lambda_bar_prime, theorem14_F
+from stochformer.model.noise import ExactField, RandomFeatureField, RandomMLP, _gamma, _gram_output_cheaper, sqrt_psd
+from stochformer.sphere import normalize
+
+F64 = torch.float64
+
+
+def close(got: torch.Tensor, ref: torch.Tensor, tol: float = 1e-12) -> None:
+    err = float((got.double() - ref.double()).abs().max())
+    assert got.shape == ref.shape and err < tol, f"max |code − reference| = {err:.3g}"
+
+
+# ----------------------------------------------------------------- NoiseKernel
+
+
+@pytest.mark.parametrize("sigma_U", [0.0, 3.0])
+def test_kernel_takes_cosines_rounded_past_one_as_plus_minus_one(sigma_U):
+    """A cosine rounded past ±1 by at most 1e-6 is accepted. Where the correlation c/v reaches ±1
+    (ρ = ±1 for σ_U = 0; ρ = 1 for σ_U = 3, c/v computed as (ρ a + 1)/(a + 1), a = 1/(d σ_U²)) it is
+    clamped there, so κ and κ' are exactly κ(±1), κ'(±1); at ρ = −1 − ε with σ_U = 3, c/v is inside
+    (−1, 1) and κ is finite. Beyond 1e-6 the cosine is refused."""
+    k = NoiseKernel("relu", 3, sigma_U, 0.2)
+    for edge in (1.0, -1.0):
+        past = torch.tensor([edge * (1 + 1e-6), edge * (1 + 1e-7)], dtype=F64)
+        at = torch.full((2,), edge, dtype=F64)
+        for f in (k.kappa, k.kappa_prime):
+            assert torch.equal(f(past), f(at)) if sigma_U < 1 or edge > 0 else bool(torch.isfinite(f(past)).all())
+        with pytest.raises(ValueError, match=r"^rho: must be cosines, finite numbers in \[-1, 1\]$"):
+            k.kappa(edge * (1 + 2e-6))
+
+
+def test_kappa_prime_beyond_float64_names_itself():
+    """κ' = (s²/d) E[φ'φ'] that overflows (s = 1e200) is refused naming κ' and the fields."""
+    with pytest.raises(ValueError, match=r"^NoiseKernel: kappa_prime does not fit in float64 for activation=relu, d=3, "
+                       r"sigma_U=0, sigma_W=0, scale=1e\+200; reduce sigma_U, sigma_W or scale$"):
+        NoiseKernel("relu", 3, scale=1e200).kappa_prime(0.3)
+
+
+def test_lambda_bar_prime_where_the_grid_matters():
+    """λ̄' = −min(min F(u), −λ̄) over u = −1 + 2s, s on ``grid`` points of [0, 1) (4001 by default),
+    and u = 1 − 10^(−t), t on 200 points of [1, 7], all in float64, for a kernel whose F has an
+    interior minimum (φ = tanh(5x), d = 3, σ_U = 1, 24 quadrature points; F is lowest near
+    u = 0.965): on a coarse grid the minimum is one of the points towards 1, on finer ones a point
+    of the uniform grid (the last one for grid = 58)."""
+    k = NoiseKernel(lambda x: torch.tanh(5 * x), 3, 1.0, quad_points=24)
+    lam_bar = first_moment_rate(k.kappa1, k.kappa1_prime, 3)
+    for grid in (3, 58, 4001):
+        s = torch.linspace(0.0, 1.0, grid, dtype=F64)[:-1]
+        F = theorem14_F(k, torch.cat([-1 + 2 * s, 1 - torch.logspace(-1, -7, 200, dtype=F64)]), 0.5)
+        assert float(F.min()) < -lam_bar - 1.0
+        got = lambda_bar_prime(k, 0.5) if grid == 4001 else lambda_bar_prime(k, 0.5, grid)
+        assert abs(got + float(F.min())) < 1e-12, grid
+
+
+# ----------------------------------------------------------------- sqrt_psd
+
+
+def test_cholesky_root_falls_back_when_the_first_pivot_fails():
+    """``cholesky``: a PSD matrix whose first pivot is 0 (LAPACK's info = 1) falls back to the
+    symmetric root, S Sᵀ = K; a positive definite matrix of the same batch keeps its Cholesky factor;
+    a batch of PSD rank-one matrices (every factorisation fails) is rooted too."""
+    K = torch.tensor([[[0.0, 0.0, 0.0], [0.0, 2.0, 1.0], [0.0, 1.0, 2.0]], [[4.0, 2.0, 0.0], [2.0, 5.0, 1.0], [0.0, 1.0, 3.0]]],
+                     dtype=F64)
+    assert torch.linalg.cholesky_ex(K).info.tolist() == [1, 0]
+    S = sqrt_psd(K, "cholesky")
+    close(S @ S.transpose(-1, -2), K)
+    close(S[1], torch.linalg.cholesky(K[1]))
+    J = torch.ones(2, 3, 3, dtype=F64) * torch.tensor([1.0, 4.0], dtype=F64)[:, None, None]
+    S = sqrt_psd(J, "cholesky")
+    close(S @ S.transpose(-1, -2), J)
+
+
+# ----------------------------------------------------------------- the MLP sampler's cost model
+
+
+def test_gram_output_route_not_taken_at_equal_cost():
+    """The output goes through the Gram root only when it costs strictly less: at N = 12, d = 3,
+    m = 60 on a CPU (a normal = 100 flops) both routes cost c N d + 2 m N² + N³/3 + 2 N² d =
+    c m d + 2 m N d = 22320 flops, and Φ Z' is kept; one more hidden unit tips it."""
+    N, d, c = 12, 3, 100.0
+    for m, cheaper in ((59, False), (60, False), (61, True)):
+        gram, direct = c * N * d + 2 * m * N * N + N**3 / 3 + 2 * N * N * d, c * m * d + 2 * m * N * d
+        assert (gram < direct) == cheaper and (m != 60 or gram == direct == 22320.0)
+        assert _gram_output_cheaper(N, d, m, torch.device("cpu")) == cheaper
+
+
+# ----------------------------------------------------------------- the Gamma sampler
+
+
+def test_gamma_rejection_rounds_at_low_acceptance():
+    """Marsaglia–Tsang rounds when many candidates are rejected (a = 0.4: about 28%, so the first
+    round of ⌊1.2 n⌋ + 16 candidates is short and further rounds of ⌊1.2·(still needed)⌋ + 16 fill
+    the rest): the variates are the accepted d·v of the rounds in order, normals then uniforms."""
+    a, n = 0.4, 3000
+    gen = torch.Generator().manual_seed(21)
+    ref = torch.Generator()
+    ref.set_state(gen.get_state())
+    got = _gamma(a, (60, 50), gen, torch.zeros(1, dtype=F64))
+    d = a - 1.0 / 3.0
+    c = 1.0 / math.sqrt(9.0 * d)
+    out: list[np.ndarray] = []
+    rounds = 0
+    while sum(map(len, out)) < n:
+        need = n - sum(map(len, out))
+        k = int(1.2 * need) + 16
+        x = torch.randn(k, generator=ref, dtype=F64).numpy()
+        u = torch.rand(k, generator=ref, dtype=F64).numpy()
+        v = (1 + c * x) ** 3
+        with np.errstate(invalid="ignore", divide="ignore"):
+            keep = (v > 0) & (np.log(u) < 0.5 * x * x + d - d * v + d * np.log(np.where(v > 0, v, 1.0)))
+        out.append((d * v)[keep][:need])
+        rounds += 1
+    assert rounds >= 3
+    assert got.shape == (60, 50)
+    close(got.reshape(-1), torch.from_numpy(np.concatenate(out)))
+    assert torch.equal(gen.get_state(), ref.get_state())
+
+
+# ----------------------------------------------------------------- RandomMLP
+
+
+def test_mlp_float32_draws_are_float32_normals(tokens):
+    """``precision="float32"`` (torch backend): the hidden layer's normals are torch.randn in float32
+    cast to float64 (U, then b_U), Φ = φ(X Uᵀ/√d + σ_U b_U) to 1e-12; the default draws float64."""
+    B, N, d, m, sU = 2, 5, 3, 8, 0.3
+    X = tokens(B, N, d, seed=61)
+    for precision, dtype in (("float32", torch.float32), ("full", F64)):
+        gen = torch.Generator().manual_seed(5)
+        ref = torch.Generator()
+        ref.set_state(gen.get_state())
+        Phi = RandomMLP(m, "tanh", sU, precision=precision).hidden(X, gen)
+        z = torch.randn(B * m * (d + 1), generator=ref, dtype=dtype).double()
+        U, bU = z[: B * m * d].view(B, m, d), z[B * m * d:].view(B, 1, m)
+        close(Phi, torch.tanh(X @ U.transpose(-1, -2) / math.sqrt(d) + sU * bU))
+
+
+def test_mlp_parallel_sampler_draws_ahead(tokens):
+    """With ``rng="parallel"`` the normals of several layers are drawn at once: a second layer of
+    the same size is served from the first draw and leaves the generator untouched; with ``torch``
+    every layer draws from the generator."""
+    X = tokens(2, 5, 3, seed=62)
+    for rng, untouched in (("parallel", True), ("torch", False)):
+        mlp = RandomMLP(8, "relu", 0.3, 0.2, rng=rng)
+        gen = torch.Generator().manual_seed(5)
+        mlp.reset(2, 3, gen, F64, "cpu")
+        mlp.increment(X, 0.1, gen)
+        state = gen.get_state()
+        mlp.increment(X, 0.1, gen)
+        assert torch.equal(gen.get_state(), state) == untouched, rng
+
+
+# ----------------------------------------------------------------- ExactField
+
+
+def test_exact_field_clamps_cosines_rounded_past_one():
+    """K(X)_ij = κ(⟨x_i, x_j⟩) with the float64 cosines clamped to [−1, 1]: for antipodal pairs
+    x, −x some renormalised cosines round past ±1 (checked), and K is exactly κ of the clamped
+    cosines (linear κ, d = 2, where κ(1 + ε) ≠ κ(1) in float64)."""
+    v = torch.tensor([[a, b] for a in range(1, 8) for b in range(1, 8)], dtype=F64)
+    X = torch.stack([v, -v], dim=1)  # (49, 2, 2): pairs x, −x
+    Xd = normalize(X)
+    G = Xd @ Xd.transpose(-1, -2)
+    assert bool((G > 1).any()) and bool((G < -1).any())
+    kernel = NoiseKernel("linear", 2)
+    assert not torch.equal(kernel.kappa(G), kernel.kappa(G.clamp(-1.0, 1.0)))
+    assert torch.equal(ExactField(kernel).covariance(X), kernel.kappa(G.clamp(-1.0, 1.0)))
+
+
+def test_exact_field_uses_the_chebyshev_interpolant(tokens, monkeypatch):
+    """A smooth κ (tanh) is evaluated through its Chebyshev interpolant, fitted once when the field
+    is made: the covariance calls no quadrature (κ itself) and equals κ to 1e-12."""
+    kernel = NoiseKernel("tanh", 3, 0.2, 0.1)
+    field = ExactField(kernel)
+    X = tokens(2, 6, 3, seed=63)
+    Xd = normalize(X)
+    ref = kernel.kappa((Xd @ Xd.transpose(-1, -2)).clamp(-1.0, 1.0))
+    calls = []
+    kappa = NoiseKernel.kappa
+    monkeypatch.setattr(NoiseKernel, "kappa", lambda self, rho: calls.append(1) or kappa(self, rho))
+    close(field.covariance(X), ref)
+    assert not calls
+
+
+def test_exact_field_root_in_float64_for_float32_tokens():
+    """For float32 tokens K(X) and its root are computed in float64 (a float32 root cannot tell
+    tokens 1e-3 apart): the increment is √dt S Ξ with S the float64 root, cast to float32, for
+    both root methods."""
+    r = np.random.default_rng(3)
+    centre = r.standard_normal(3)
+    X = centre / np.linalg.norm(centre) + 1e-3 * r.standard_normal((1, 5, 3))
+    X = torch.from_numpy(X / np.linalg.norm(X, axis=-1, keepdims=True)).float()
+    xi = torch.randn(1, 5, 3, generator=torch.Generator().manual_seed(1), dtype=torch.float32)
+    for method in ("symmetric", "cholesky"):
+        field = ExactField(NoiseKernel("relu", 3), method)
+        got = field.increment(X, 0.04, Draws(torch.Generator(), BrownianPath.from_normals(xi[None])))
+        S = sqrt_psd(field.covariance(X, F64), method)
+        assert got.dtype == torch.float32
+        close(got, 0.2 * (S @ xi.double()), 1e-7)
+
+
+# ----------------------------------------------------------------- RandomFeatureField
+
+
+def test_random_feature_field_kernel_is_its_own():
+    """The random-feature field's κ is NoiseKernel(activation, d, σ_U, σ_W, s) of its own fields."""
+    field = RandomFeatureField("tanh", features=7, sigma_U=0.3, sigma_W=0.2, scale=1.5)
+    assert field.noise_kernel(5) == NoiseKernel("tanh", 5, 0.3, 0.2, 1.5)
