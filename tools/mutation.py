@@ -90,6 +90,13 @@ def statuses(workdir: Path) -> dict[str, str]:
     return out
 
 
+def final_statuses(workdir: Path) -> dict[str, str]:
+    """The statuses a run ended with: for a rerun those of its base with this run's detections
+    (``status.json``, written by :func:`one_pass`), so that reruns chain; else its own."""
+    merged = workdir / "status.json"
+    return json.loads(merged.read_text()) if merged.exists() else statuses(workdir)
+
+
 def mutant_diff(workdir: Path, name: str) -> str:
     """The lines of ``name`` that differ from the original function, read from mutmut's generated
     module (``mutmut show`` gives the same, one slow process per mutant)."""
@@ -171,7 +178,7 @@ def one_pass(label: str, tests: list[str], tests_rev: str | None, rerun_of: str 
              children: int, cfg: dict, summary_only: bool) -> dict:
     """One mutmut run (all mutants, or the survivors of ``rerun_of``) and its summary."""
     workdir = ROOT / "build" / "mutation" / label
-    base = statuses(ROOT / "build" / "mutation" / rerun_of) if rerun_of else {}
+    base = final_statuses(ROOT / "build" / "mutation" / rerun_of) if rerun_of else {}
     if not summary_only:
         start = time.time()
         prepare(workdir, cfg["mutation"] | {"tests": tests}, tests_rev)
@@ -184,6 +191,7 @@ def one_pass(label: str, tests: list[str], tests_rev: str | None, rerun_of: str 
         rerun = {n: status.get(n, "not checked") for n in base}
         status = {n: (rerun[n] if s not in DETECTED and rerun[n] != "not checked" else s) for n, s in base.items()}
         sample_names = [n for n, s in base.items() if s == "not checked" and status[n] != "not checked"]
+    (workdir / "status.json").write_text(json.dumps(status, indent=0, ensure_ascii=False) + "\n")
     what = ("working tree" if tests_rev is None else f"git {tests_rev}") + f" ({' '.join(tests)})"
     s = summarise(workdir, status, cfg.get("equivalent", {}), label, what + (f", rerun of {rerun_of}" if base else ""))
     elapsed = workdir / "elapsed_s"
