@@ -218,14 +218,16 @@ class ExperimentConfig(_Strict):
 
     A subclass states, as data, how it reads ``model``: ``model_defaults`` (its defaults of model
     fields, below what a file or ``--set`` gives), ``model_fixed`` (values it needs), ``model_min``
-    (lower bounds it adds: ``{field: (bound, why)}``) and ``model_unused`` (fields it does not read,
-    with what it uses instead): setting one of those is an error, so no field is silently ignored."""
+    (lower bounds it adds: ``{field: (bound, why)}``), ``model_unused`` (fields it does not read,
+    with what it uses instead: setting one of those is an error, so no field is silently ignored) and
+    ``needs_noise`` (it measures the MLP noise: mlp on and noise_scale > 0)."""
 
     command: ClassVar[str] = "experiment"
     model_defaults: ClassVar[dict[str, Any]] = {}
     model_fixed: ClassVar[dict[str, tuple[Any, str]]] = {}
     model_min: ClassVar[dict[str, tuple[float, str]]] = {}
     model_unused: ClassVar[dict[str, str]] = {}
+    needs_noise: ClassVar[bool] = False
 
     model: RunConfig = Field(default_factory=RunConfig)
 
@@ -253,6 +255,8 @@ class ExperimentConfig(_Strict):
         for name, instead in self.model_unused.items():
             if getattr(run, name) != RunConfig.model_fields[name].get_default(call_default_factory=True):
                 raise ValueError(f"model.{name}: has no effect in {self.command} ({instead}); remove it")
+        if self.needs_noise and (not run.mlp or run.noise_scale == 0):
+            raise ValueError(f"model.mlp: {self.command} needs the MLP noise (model.mlp = true and model.noise_scale > 0)")
         return self
 
 

@@ -53,6 +53,8 @@ def test_joint_config_refuses_a_path_that_is_not_diagonal():
             build_config({"model": {name: 32}}, model=JointConfig)
     with pytest.raises(ConfigError, match="model.d: must be >= 3 for joint"):
         build_config({"model": {"d": 2}}, model=JointConfig)
+    with pytest.raises(ConfigError, match="model.mlp: joint needs the MLP noise"):
+        build_config({"model": {"noise_scale": 0.0}}, model=JointConfig)
 
 
 def test_joint_predicted_exponent_is_the_slowest_rate():

@@ -69,6 +69,6 @@ def test_run_motions_measures_both_dynamics_and_its_rows_hold():
     assert len(rows) == 8 and all(r.verdict == "holds" for r in rows), [(r.quantity, r.measured, r.ci) for r in rows]
     for model, message in (({"attention": True}, "model.attention: motions needs False"),
                            ({"N": 3}, "model.N: motions needs 2"), ({"dynamics": "sde"}, "model.dynamics: has no effect"),
-                           ({"noise_scale": 0.0}, "model.mlp: the motions need the MLP noise")):
+                           ({"noise_scale": 0.0}, "model.mlp: motions needs the MLP noise")):
         with pytest.raises(ConfigError, match=message):
             validate(MotionsConfig, {"model": model})

@@ -57,6 +57,7 @@ class ConvergeConfig(ExperimentConfig):
     model.dynamics and model.noise are not read (setting them is an error)."""
 
     command: ClassVar[str] = "converge"
+    needs_noise: ClassVar[bool] = True
     model_defaults: ClassVar[dict] = {"N": 8, "T": 1.0, "batch": 512}
     model_min: ClassVar[dict] = {"batch": (4, "samples (independent weights and noise paths)")}
     model_unused: ClassVar[dict] = {"L": "the depths are `depths`", "m": "the widths are `widths` and m = ∞",
@@ -81,8 +82,6 @@ class ConvergeConfig(ExperimentConfig):
         if any(top % L for L in self.depths):
             raise ValueError(f"depths: each depth must divide the largest, {top} (got {self.depths}), so that one "
                              "Brownian path serves every depth")
-        if not self.model.mlp or self.model.noise_scale == 0:
-            raise ValueError("model.mlp: converge needs the MLP noise (model.mlp = true and model.noise_scale > 0)")
         return self
 
 

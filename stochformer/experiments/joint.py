@@ -49,6 +49,7 @@ class JointConfig(ExperimentConfig):
     times one scale s) and the W₂ reference."""
 
     command: ClassVar[str] = "joint"
+    needs_noise: ClassVar[bool] = True
     model_defaults: ClassVar[dict] = {"d": 3, "T": 1.0, "batch": 64, "features": 256}
     model_min: ClassVar[dict] = {"d": (3, "the sharp W2 rate of N points is for S^{d-1} with d >= 3"),
                                  "batch": (4, "samples of the transformer-SDE coupling per point")}
@@ -81,8 +82,6 @@ class JointConfig(ExperimentConfig):
         if self.N_ref <= max(self.path_N):
             raise ValueError(f"N_ref: must exceed the largest path_N = {max(self.path_N)} (got {self.N_ref})")
         run = self.model
-        if not run.mlp or run.noise_scale == 0:
-            raise ValueError("model.mlp: the joint limit needs the MLP noise (mlp = true and noise_scale > 0)")
         if run.init.kind != "uniform" or any(getattr(run, k) is not None for k in ("Q", "K", "V")):
             raise ValueError("model.init.kind, model.Q, model.K, model.V: the joint limit needs uniform i.i.d. tokens "
                              "and beta/gamma attention")

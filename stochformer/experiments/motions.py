@@ -21,7 +21,7 @@ from typing import ClassVar
 import numpy as np
 import torch
 import xarray as xr
-from pydantic import Field, model_validator
+from pydantic import Field
 
 from ..build import initial_tokens, make_kernel, make_model
 from ..config import ExperimentConfig, InitConfig, as_config
@@ -42,6 +42,7 @@ class MotionsConfig(ExperimentConfig):
     (docs/synchronisation.md); the pairs' start and the reference's sizes."""
 
     command: ClassVar[str] = "motions"
+    needs_noise: ClassVar[bool] = True
     model_defaults: ClassVar[dict] = {"d": 4, "sigma_U": 0.5, "sigma_W": 0.5, "T": 1.0, "L": 100, "m": 64, "batch": 2000}
     model_fixed: ClassVar[dict] = {"attention": (False, "the motions are of the noise alone"),
                                    "N": (2, "a pair of tokens")}
@@ -55,12 +56,6 @@ class MotionsConfig(ExperimentConfig):
     reference_steps: int = Field(400, ge=10, description="Euler steps of the scalar two-point diffusion (>= 10)")
     reference_paths: int = Field(20000, ge=100, description="paths of the scalar two-point diffusion (>= 100)")
     bootstrap: int = Field(400, ge=10, description="bootstrap resamples of the one-point rate's SE (>= 10)")
-
-    @model_validator(mode="after")
-    def _noise_alone(self) -> "MotionsConfig":
-        if not self.model.mlp or self.model.noise_scale == 0:
-            raise ValueError("model.mlp: the motions need the MLP noise (mlp = true and noise_scale > 0)")
-        return self
 
 
 @dataclass(repr=False)
