@@ -149,6 +149,20 @@ def test_scenario_row_tests_the_theorem_14_rate(gamma):
     assert scenario_row(coords, e_slow, se_slow, 5.0, _pred(-1.0, -0.6, -0.3)).verdict == FAILS
 
 
+def test_scenario_rate_stops_where_the_energy_reaches_float64s_floor():
+    """E_β decaying at −20 until it reaches 1.5e-13·E_β(0), then flat (rounding): the rate is that
+    of the resolved part, −20, within the bound −10; the average over the whole run (−5.9) would
+    fail it. A bound faster than −20 still fails."""
+    coords = {"activation": "sigmoid", "d": 128, "sigma": 0.0, "gamma": 0.0}
+    t = np.linspace(0, 5.0, 151)
+    e = np.maximum(0.84 * np.exp(-20 * t), 0.84 * 1.5e-13)
+    row = scenario_row(coords, e, 0.01 * e, 5.0, _pred(-1.0, -31.0, -10.0))
+    assert row.measured == pytest.approx(-20, rel=1e-9) and row.verdict == HOLDS and "float64" in row.note
+    assert scenario_row(coords, e, 0.01 * e, 5.0, _pred(-1.0, -31.0, -25.0)).verdict == FAILS
+    e_slow = 0.84 * np.exp(-5.9 * t)  # a wrong model: the slower decay, resolved throughout
+    assert scenario_row(coords, e_slow, 0.01 * e_slow, 5.0, _pred(-1.0, -31.0, -10.0)).verdict == FAILS
+
+
 def test_scenario_row_without_a_rate_tests_the_decrease_and_skips_unclear_cases():
     coords = {"activation": "relu", "d": 5, "sigma": 0.0, "gamma": -1.0}  # repulsive: no ε, no rate
     e, se = _energy(-0.5)
