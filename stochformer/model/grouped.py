@@ -82,8 +82,7 @@ class JointField:
         K = self.field.covariance(X.unsqueeze(0), torch.float64)[0]
         diag = K.diagonal()
         diag.add_(diag.amax(), alpha=K.shape[-1] * torch.finfo(K.dtype).eps)
-        L, info = torch.linalg.cholesky_ex(K)
-        return L if int(info) == 0 else sqrt_psd(K)
+        return sqrt_psd(K, "cholesky")
 
     def distinct(self, X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Indices of the first occurrence of each distinct row of X (n, d), in increasing order,

@@ -246,11 +246,11 @@ def scenario_row(coords: dict, energy: np.ndarray, energy_se: np.ndarray, T: flo
     ("below" 0)."""
     if pred["lambda_1_pred"] * T > -CLEAR_PREDICTION:
         return None
-    e0, eT = float(energy[0]), float(energy[-1])
+    e0 = float(energy[0])
     where = f"{coords['activation']}, d={coords['d']}, σ={coords['sigma']:g}, γ={coords['gamma']:g}"
     unresolved = np.nonzero(np.asarray(energy) < ENERGY_RESOLVED * e0)[0]
     k = int(unresolved[0]) - 1 if len(unresolved) else len(energy) - 1
-    if pred["lambda_bar_noise"] < 0 and coords["gamma"] >= 0 and e0 > 0 and eT > 0 and k > 0:
+    if pred["lambda_bar_noise"] < 0 and coords["gamma"] >= 0 and e0 > 0 and k > 0:
         t, ek = T * k / (len(energy) - 1), float(energy[k])
         rate = math.log(ek / e0) / t
         se = math.hypot(float(energy_se[k]) / ek, float(energy_se[0]) / e0) / t
@@ -259,7 +259,7 @@ def scenario_row(coords: dict, energy: np.ndarray, energy_se: np.ndarray, T: flo
             f"E_β rate over the run: {where}", pred["lambda_bar_prime_pred"], rate, se, rule="at_most",
             note=f"Theorem 1.4 (λ̄ = {pred['lambda_bar_noise']:.3g} < 0, γ ≥ 0 so ε = 0): "
                  "E E_β(μ_t) ≤ e^{λ̄' t} E E_β(μ_0); predicted column = λ̄'." + until)
-    delta, delta_se = eT - e0, float(np.hypot(energy_se[-1], energy_se[0]))
+    delta, delta_se = float(energy[-1]) - e0, float(np.hypot(energy_se[-1], energy_se[0]))
     return Comparison.from_mean_se(
         f"ΔE_β over the run: {where}", 0.0, delta, delta_se, rule="below",
         note=f"λ₁ − γ = {pred['lambda_1_pred']:.3g} < 0: tokens synchronise, E_β decreases (no rate: "
