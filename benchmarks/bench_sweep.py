@@ -65,7 +65,7 @@ def main() -> None:
     _, t_trivial_pool = timed(run_tasks_parallel, trivial_tasks(16, "p"), scheduler="processes:2")
     load_after = os.getloadavg()
     for other in (cold, pool, warm):
-        xr.testing.assert_identical(serial.dataset, other.dataset)
+        xr.testing.assert_identical(serial.data, other.data)
     task_s = t_serial / 16
     # compute time measured inside each task: equal in serial and parallel runs on an idle machine
     inner = {name: r.meta["task_compute_s"] / 16 for name, r in (("serial", serial), ("warm", warm))}

@@ -47,6 +47,7 @@ DOC = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
 SECTION = "## Transformer simulator"  # the CPU numbers; a GPU run writes its own files
 SIZES = [dict(batch=64, N=32, d=16, m=256, L=128), dict(batch=16, N=64, d=64, m=1024, L=64)]
 QUICK_SIZES = [dict(batch=8, N=8, d=4, m=32, L=8), dict(batch=4, N=16, d=16, m=64, L=8)]
+LARGE_SIZE = dict(batch=256, N=256, d=64, m=1024, L=256)  # --large: a size for a GPU
 MODEL = dict(T=5.0, beta=1.0, gamma=1.0, activation="relu", sigma_U=0.1, sigma_W=0.1)
 
 
@@ -216,9 +217,13 @@ def process_times(size: dict, repeats: int) -> dict[str, list[float]]:
 # --------------------------------------------------------------------------------------------
 # machine rates for the roofline
 # --------------------------------------------------------------------------------------------
+def matmul_size(device: torch.device, quick: bool) -> int:
+    return 512 if quick else (8192 if device.type == "cuda" else 2048)
+
+
 def matmul_rate(device: torch.device, quick: bool) -> float:
-    """float64 GFLOP/s of one n × n product (n = 2048 on a CPU, 8192 on a GPU)."""
-    n = 512 if quick else (8192 if device.type == "cuda" else 2048)
+    """float64 GFLOP/s of one n × n product (n = :func:`matmul_size`: 2048 on a CPU, 8192 on a GPU)."""
+    n = matmul_size(device, quick)
     A = torch.randn(n, n, dtype=torch.float64, device=device)
     Bm = torch.randn(n, n, dtype=torch.float64, device=device)
     A @ Bm
@@ -310,6 +315,7 @@ def main(argv: list[str] | None = None, default_device: str = "cpu") -> None:
     parser.add_argument("--repeats", type=int, default=5, help="timed repeats per implementation and size (median reported)")
     parser.add_argument("--process-repeats", type=int, default=3, help="whole-process repeats per command and size (0: skip)")
     parser.add_argument("--quick", action="store_true", help="small sizes and one repeat: a smoke test of the script")
+    parser.add_argument("--large", action="store_true", help=f"add the size {LARGE_SIZE} (for a GPU)")
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's choice)")
     parser.add_argument("--out", type=Path, default=None, help="write bench_transformer_<device>.{md,json} here instead of docs/benchmarks.md")
     parser.add_argument("--no-write", action="store_true", help="print only")
@@ -324,6 +330,7 @@ def main(argv: list[str] | None = None, default_device: str = "cpu") -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     sizes, repeats = (QUICK_SIZES, 1) if args.quick else (SIZES, args.repeats)
+    sizes = sizes + [LARGE_SIZE] * args.large
     load_before = os.getloadavg()
     started = time.time()
 
@@ -366,6 +373,7 @@ def main(argv: list[str] | None = None, default_device: str = "cpu") -> None:
         "results": results,
         "processes": processes,
         "matmul_gflops": mm,
+        "matmul_n": matmul_size(device, args.quick),
         "samplers_M_per_s": samplers,
         "fastest_sampler": best,
     }
@@ -452,7 +460,7 @@ def markdown(rep: dict) -> str:
         "plus the initial tokens) at the fastest sampler measured here, plus the matrix-product flops (that cost, "
         "plus attention) at the float64 matmul rate. Measured here:",
         "",
-        f"- float64 matmul (one 2048² product): {rep['matmul_gflops']:.1f} GFLOP/s",
+        f"- float64 matmul (one {rep['matmul_n']}² product): {rep['matmul_gflops']:.1f} GFLOP/s",
         *[f"- {k}: {v:.0f} M normals/s" + (" (fastest)" if k == rep["fastest_sampler"] else "") for k, v in rep["samplers_M_per_s"].items()],
         "",
         "| size | normals (M) | GFLOP | normals at the fastest sampler (s) | products at the matmul rate (s) | bound (s) | stochformer (s) | fraction of the bound | ΦΦᵀ rate (GFLOP/s) |",
@@ -467,8 +475,8 @@ def markdown(rep: dict) -> str:
         )
     lines += [
         "",
-        "The run's batched products are smaller than the 2048² product that sets the rate; the last column is the "
-        "rate of its largest, ΦΦᵀ ((batch, N, m) @ (batch, m, N)).",
+        f"The run's batched products are smaller than the {rep['matmul_n']}² product that sets the rate; the last column "
+        "is the rate of its largest, ΦΦᵀ ((batch, N, m) @ (batch, m, N)).",
         "",
     ]
     return "\n".join(lines)

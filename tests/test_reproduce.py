@@ -369,3 +369,16 @@ def test_quick32_is_the_quick_sizes_in_float32() -> None:
             assert (fast[name].model_copy(update={"model": back}) if run32 is not fast[name] else back) == cfg
         else:
             assert fast[name] == cfg
+
+
+def test_gpu_profile_plans_every_section_on_cuda_where_it_has_a_device(monkeypatch) -> None:
+    """``--profile gpu``: every section plans (a section without a ``device`` field, such as the
+    variants, runs on the CPU instead of failing the whole plan), the others with device = cuda."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    planned = {p.section.name: p.config for p in plan("gpu")}
+    devices = {n: getattr(getattr(c, "model", c), "device", None) for n, c in planned.items()}
+    assert set(planned) == {s.name for s in registered()}
+    assert {d for d in devices.values() if d is not None} == {"cuda"}
+    assert [n for n, d in devices.items() if d is None] == ["variants", "bridge"]

@@ -123,7 +123,7 @@ def _coupled_errors(cfg: RunConfig, depths: list[int], widths: list[int], refine
     layers = _Lockstep([Transformer(attention, mlp, cfg.order) for mlp in mlps])
     keep = SaveAt(stats=(), tokens_every=1, final=False)
     ds = solve(layers, X0.repeat(len(mlps), 1, 1), cfg.T, depth, keep, generator=g_w, path=path, context=cfg)
-    Xs = torch.from_numpy(ds["X"].values).to(dtype).view(len(mlps), n, depth + 1, cfg.N, cfg.d)
+    Xs = torch.from_numpy(ds["X"].values).to(device, dtype).view(len(mlps), n, depth + 1, cfg.N, cfg.d)
 
     sup = {k: torch.zeros(len(mlps), n, dtype=torch.float64) for k in KINDS}
 

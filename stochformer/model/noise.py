@@ -66,8 +66,20 @@ def sqrt_psd(K: torch.Tensor, method: Literal["symmetric", "cholesky"] = "symmet
             L = L.clone()
             L[bad] = sqrt_psd(K[bad])
         return L
-    evals, evecs = torch.linalg.eigh(K)
+    evals, evecs = _eigh(K)
     return (evecs * evals.clamp_min(0).sqrt().unsqueeze(-2)) @ evecs.transpose(-1, -2)
+
+
+def _eigh(K: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``torch.linalg.eigh``; where cuSOLVER's batched solver fails (an internal error on a batch of
+    65536 2 × 2 matrices, torch 2.11 / CUDA 13, H200: docs/benchmarks.md), on the CPU instead."""
+    try:
+        return torch.linalg.eigh(K)
+    except RuntimeError:
+        if not K.is_cuda:
+            raise
+        evals, evecs = torch.linalg.eigh(K.cpu())
+        return evals.to(K.device), evecs.to(K.device)
 
 
 def _normal(shape, generator: torch.Generator, like: torch.Tensor) -> torch.Tensor:

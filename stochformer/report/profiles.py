@@ -11,21 +11,21 @@ PROFILES: dict[str, str] = {
     "quick": "reduced sizes (fewer tokens, layers, samples) that finish within 20 minutes on 2 CPU cores",
     "full": "the paper's sizes (SPEC §6), Theorem 1.1 and Proposition 1.2 beyond toy sizes (Proposition 1.2 "
             "with random features and with the exact field at N_ref = 4096): about 1.7 hours on 2 CPU cores (estimated)",
-    "gpu": "large sizes on a CUDA device (device = cuda): more samples and longer sweeps than the paper",
+    "gpu": "large sizes on a CUDA device (device = cuda; variants and bridge have no device and run on the CPU): "
+           "more samples and longer sweeps than the paper",
     "quick32": "the quick sizes in float32 (dtype = float32) for every section that has a dtype (sync, phase, "
                "convergence, chaos; the paper's experiments stay float64): the fast precision, whose agreement "
                "with float64 is measured in docs/benchmarks.md (\"Precision\"); it fails where tokens come closer "
                "than a few float32 ulps (chordal distance ~1e-7)",
 }
 
-#: profiles that run another profile's sizes with config fields replaced (where a section has them)
-DERIVED: dict[str, tuple[str, dict]] = {"quick32": ("quick", {"dtype": "float32"})}
+#: profiles that run a profile's sizes with config fields replaced (where a section has them: a
+#: section without a ``device`` runs on the CPU under ``gpu``)
+DERIVED: dict[str, tuple[str, dict]] = {"quick32": ("quick", {"dtype": "float32"}), "gpu": ("gpu", {"device": "cuda"})}
 
 DEFAULT_PROFILE = "quick"
 
 
 def sizes(tiny: dict, quick: dict, full: dict, gpu: dict | None = None) -> dict[str, dict]:
-    """A section's sizes per profile; ``gpu`` defaults to ``full`` on ``device = cuda``."""
-    gpu = {**full, **(gpu or {})}
-    gpu.setdefault("device", "cuda")
-    return {"tiny": tiny, "quick": quick, "full": full, "gpu": gpu}
+    """A section's sizes per profile; ``gpu`` defaults to ``full`` (run on ``device = cuda``, :data:`DERIVED`)."""
+    return {"tiny": tiny, "quick": quick, "full": full, "gpu": {**full, **(gpu or {})}}
