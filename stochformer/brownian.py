@@ -64,6 +64,9 @@ class BrownianPath:
             self._start = generator.get_state()
         self._cursor = 0  # fine steps drawn from the generator since its start state
         self._cache: tuple[int, list[torch.Tensor]] = (0, [])
+        # the step served last, (n, k, normals): several models stepped in lockstep read each step
+        # in turn, and past the cache a second read of step k would replay the stream from its start
+        self._last: Optional[tuple[int, int, list[torch.Tensor]]] = None
 
     @classmethod
     def from_normals(cls, normals: torch.Tensor) -> "BrownianPath":
@@ -93,6 +96,8 @@ class BrownianPath:
         cached_n, values = self._cache
         if cached_n == n and k < len(values):
             return values[k]
+        if self._last is not None and self._last[:2] == (n, k):
+            return self._last[2]
         z = self._fine(k * q)
         for j in range(1, q):
             z = [a + b for a, b in zip(z, self._fine(k * q + j))]
@@ -102,6 +107,7 @@ class BrownianPath:
         if len(values) == k and n * sum(math.prod(p) for p in self.parts) <= _CACHE_ENTRIES:
             values.append(z)
             self._cache = (n, values)
+        self._last = (n, k, z)
         return z
 
     def __repr__(self) -> str:

@@ -190,6 +190,24 @@ def test_brownian_path_coarse_steps_keep_unit_variance_and_the_path(given):
         path.increment(0, 7)
 
 
+def test_brownian_path_read_in_lockstep_draws_each_fine_step_once(monkeypatch):
+    """Several models stepped together read each step in turn; past the in-memory cache (forced here)
+    every fine normal is still drawn once, not replayed from the start for every second reader
+    (which made the convergence experiment quadratic in L), and every reader gets the same normals."""
+    from stochformer import brownian
+
+    monkeypatch.setattr(brownian, "_CACHE_ENTRIES", 0)
+    path = BrownianPath((3, 2), 64, seed=1)
+    fine = []
+    draw = path._fine
+    monkeypatch.setattr(path, "_fine", lambda s: fine.append(s) or draw(s))
+    reads = [[path.increment(k, 32)[0] for _ in range(3)] for k in range(32)]
+    assert fine == list(range(64))
+    assert all(torch.equal(r[0], r[1]) and torch.equal(r[0], r[2]) for r in reads)
+    again = BrownianPath((3, 2), 64, seed=1)
+    assert all(torch.equal(again.increment(k, 32)[0], reads[k][0]) for k in range(32))
+
+
 def test_heun_does_not_reroot_the_field():
     """The Heun step evaluates the noise once (one square root per step)."""
     calls = []

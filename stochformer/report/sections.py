@@ -424,8 +424,8 @@ register(Section(
         tiny={"N": 4, "d": 3, "batch": 8, "samples_per_task": 8, "depths": [4, 8, 16], "widths": [8, 32], "refine": 2, "bootstrap": 100},
         quick={"N": 8, "d": 3, "batch": 128, "samples_per_task": 64, "depths": [8, 16, 32, 64, 128], "widths": [16, 64, 256],
                "refine": 4, "bootstrap": 400},
-        # Theorem 1.1 beyond toy sizes: N = 32 tokens in d = 8, L up to 2048 (preflight estimate 778 s)
-        full={"N": 32, "d": 8, "batch": 256, "samples_per_task": 64, "depths": [8, 16, 32, 64, 128, 256, 512, 1024, 2048],
+        # Theorem 1.1 beyond toy sizes: N = 32 tokens in d = 8, L up to 2048, 64 samples in tasks of 8
+        full={"N": 32, "d": 8, "batch": 64, "samples_per_task": 8, "depths": [8, 16, 32, 64, 128, 256, 512, 1024, 2048],
               "widths": [16, 64, 256], "refine": 2},
         gpu={"batch": 4096, "samples_per_task": 1024, "depths": [8, 16, 32, 64, 128, 256, 512, 1024], "widths": [16, 32, 64, 128, 256, 512, 1024]},
     ),
