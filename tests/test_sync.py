@@ -39,6 +39,22 @@ def test_moment_rate_recovers_a_geometric_brownian_motion():
     assert abs(rate - a) < 4 * se
 
 
+def test_moment_rate_bootstrap_resamples_whole_paths():
+    """Each bootstrap slope is the slope of log(mean of the paths drawn with replacement), the
+    indices from default_rng(seed).integers(0, n, (n_boot, n)): written out with the gathered paths."""
+    from stochformer.experiments.sync import moment_rate_bootstrap
+
+    rng = np.random.default_rng(0)
+    t = np.linspace(0.0, 2.0, 9)
+    v = np.exp(rng.standard_normal((50, 1)) - t + 0.3 * rng.standard_normal((50, 9)))
+    mask = t >= 0.5
+    rate, boot = moment_rate_bootstrap(t, v, mask, n_boot=7, seed=3)
+    idx = np.random.default_rng(3).integers(0, 50, size=(7, 50))
+    expected = [np.polyfit(t[mask], np.log(v[i][:, mask].mean(axis=0)), 1)[0] for i in idx]
+    assert np.allclose(boot, expected, rtol=0, atol=1e-12)
+    assert rate == pytest.approx(np.polyfit(t[mask], np.log(v[:, mask].mean(axis=0)), 1)[0], abs=1e-12)
+
+
 def test_predicted_rates_add_the_attention_terms():
     p = predicted_rates(_cfg("d=8", "sigma_U=0.5", "sigma_W=0.5", "gamma=-0.7"), with_bound=False)
     # Proposition 1.5: λ₁ = −1/(2d) − (σ_U² + 2σ_W²)(d−1)/4, λ̄ = 1/d − (σ_U² + 2σ_W²)(d−3)/2
