@@ -237,11 +237,13 @@ def test_increment_keeps_the_last_grid_read_and_only_that_grid():
 
 
 def test_increment_memory_bound():
-    """The last coarse grid read in order is kept (a second read returns the kept tensors) when it
-    has at most 2²² entries in all, and not kept when it has more (memory bound)."""
-    for entries, kept in ((1 << 22, True), ((1 << 22) + 1, False)):
-        path = BrownianPath.from_normals(torch.zeros(()).expand(1, entries))  # no memory: a broadcast zero
-        assert (path.increment(0, 1) is path.increment(0, 1)) == kept, entries
+    """The last coarse grid read in order is kept (a later read of an earlier step returns the kept
+    tensors) when it has at most 2²² entries in all, and not kept when it has more (memory bound)."""
+    for per_step, kept in ((1 << 21, True), ((1 << 21) + 1, False)):
+        path = BrownianPath.from_normals(torch.zeros(()).expand(2, per_step))  # no memory: a broadcast zero
+        first = path.increment(0, 2)
+        path.increment(1, 2)
+        assert (path.increment(0, 2) is first) == kept, per_step
 
 
 def test_normals_on_the_device_asked_for(replay):
