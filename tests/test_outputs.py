@@ -22,6 +22,12 @@ FAST = ["--quiet", "--set", "L=3", "--set", "N=4", "--set", "batch=2", "--set", 
 CLI = [sys.executable, "-c", "from stochformer.cli import main; main()"]
 
 
+
+def _interruptible() -> None:
+    """In the child: SIGINT back to its default, so that Python turns it into KeyboardInterrupt even
+    when the suite itself runs with SIGINT ignored (a background job of a non-interactive shell)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
 def _tree(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
@@ -136,7 +142,8 @@ def test_two_processes_on_one_out_and_ctrl_c(tmp_path: Path) -> None:
     out = tmp_path / "o"
     args = ["simulate", "--quiet", "--set", "L=1000000", "--set", "record_every=1000", "--set", "N=8", "--set", "batch=2",
             "--set", "m=8", "--out", str(out)]
-    first = subprocess.Popen([*CLI, *args], env=_env(), cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = subprocess.Popen([*CLI, *args], env=_env(), cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             preexec_fn=_interruptible)
     _wait_for(lambda: lock_path(out).exists() and lock_path(out).read_text(), first)
     second = CliRunner().invoke(main, [*args[:-2], "--set", "seed=9", "--out", str(out)])  # this process
     assert second.exit_code == 2 and f"in use by another stochformer run (pid {first.pid}, stochformer simulate" in second.output

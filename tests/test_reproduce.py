@@ -29,6 +29,12 @@ from stochformer.report.verdict import FAILS, HOLDS, NOT_MEASURED, UNDETERMINED,
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
+
+def _interruptible() -> None:
+    """In the child: SIGINT back to its default, so that Python turns it into KeyboardInterrupt even
+    when the suite itself runs with SIGINT ignored (a background job of a non-interactive shell)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
 def _strict_json(path: Path):
     """Parse JSON, failing on NaN / Infinity (which Python's json would otherwise accept)."""
 
@@ -135,7 +141,8 @@ def test_killed_run_resumes_without_recomputing(tmp_path: Path, sig: int) -> Non
     # the second section is made long (many layers) so that it is surely running when killed; the
     # resumed run computes it at its tiny size (a different key), the first section's key is unchanged
     args = ["--profile", "tiny", "--out", str(out), "--quiet", "--only", first, "--only", second]
-    proc = subprocess.Popen(_cli(*args, "--set", f"{second}.L=100000"), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(_cli(*args, "--set", f"{second}.L=100000"), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            preexec_fn=_interruptible)
     cache = out / "cache"
     deadline = time.time() + 60
     try:
