@@ -135,6 +135,7 @@ IMPLEMENTATIONS = {
     "torch loop": lambda cfg, dev: run_torch(cfg, dev),
     "NumPy loop": lambda cfg, dev: run_numpy(cfg),
     "stochformer": lambda cfg, dev: run_ours(cfg),
+    "stochformer, overlap off": lambda cfg, dev: run_ours(cfg.with_updates(overlap=False)),
     "stochformer, float32 draws": lambda cfg, dev: run_ours(cfg.with_updates(draw_precision="float32")),
     "torch loop, float32": lambda cfg, dev: run_torch(cfg, dev, torch.float32),
     "stochformer, float32": lambda cfg, dev: run_ours(cfg.with_updates(dtype="float32")),
@@ -143,6 +144,7 @@ IMPLEMENTATIONS = {
 RATIOS = [
     ("torch loop", "stochformer"),
     ("NumPy loop", "stochformer"),
+    ("stochformer, overlap off", "stochformer"),
     ("torch loop, float32", "stochformer, float32"),
     ("stochformer", "stochformer, float32 draws"),
     ("stochformer", "stochformer, float32"),
@@ -414,7 +416,7 @@ def markdown(rep: dict) -> str:
         f"{rep['date']}, {rep['wall_s']:.0f} s in all. Load average (1 min) {load[0]:.1f} before, {load[1]:.1f} after the "
         f"in-process timings, {load[2]:.1f} at the end"
         + (": the machine was shared with other jobs, so absolute times are inflated and noisy; all implementations "
-           "ran in alternation in one process, so the ratios are the meaningful numbers." if max(load) > 0.5 * cores
+           "ran in alternation in one process, so the ratios are the meaningful numbers." if load[0] > 0.5 * cores
            else ": the machine was quiet (this benchmark's own threads count in the load average).")
         + " Every implementation ran under the same, unchanged thread settings.",
         "",
@@ -423,7 +425,8 @@ def markdown(rep: dict) -> str:
         "Yardsticks (the functions `torch_loop` and `numpy_loop` of the script, fifteen lines each): a loop over layers, "
         "batched over samples, with fresh `torch.randn` (numpy: `default_rng().standard_normal`) weights per layer and an "
         "explicit softmax. stochformer: `run_simulate(cfg)` (tokens drawn, statistics at the first and last layer; "
-        "defaults: exact draws, `rng = auto`). float32 draws: `draw_precision = \"float32\"` (float64 state); "
+        "defaults: exact draws, `rng = auto`, `overlap = true`). overlap off: `overlap = false` (the same numbers, drawn "
+        "and computed in turn on all cores). float32 draws: `draw_precision = \"float32\"` (float64 state); "
         "float32: `dtype = \"float32\"` end to end. "
         f"Times are medians of {rep['repeats']} runs (seeds 1001…), in seconds.",
         "",

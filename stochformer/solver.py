@@ -16,6 +16,7 @@ seed, the model (every part, custom ones marked), the path, versions and device.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -41,6 +42,9 @@ class Model(Protocol):
     def reset(self, batch: int, d: int, generator: torch.Generator, dtype: torch.dtype, device) -> None: ...
 
     def step(self, X: torch.Tensor, dt: float, rng: Draws) -> torch.Tensor: ...
+
+    # optional: ``schedule(X0, steps)``, a context manager within which the steps of a run
+    # without a Brownian path are taken (how it uses the CPU cores; it must not change the numbers)
 
 
 #: ``hook(k, X)`` after step k (1..steps): returns the state to continue from (or None: X itself)
@@ -145,12 +149,15 @@ def solve(
 
     X = check_finite(X0, 0, context, what)
     keep(0, X)
-    for k in tqdm(range(1, steps + 1), desc=desc, disable=not progress, leave=False, mininterval=0.5):
-        X = check_finite(model.step(X, dt, Draws(generator, path, k - 1, steps)), k, context, what)
-        if hook is not None:
-            new = hook(k, X)
-            X = X if new is None else new
-        keep(k, X)
+    # the model's use of the CPU cores for this run (e.g. drawing while computing); same numbers
+    schedule = getattr(model, "schedule", None)
+    with contextlib.nullcontext() if schedule is None or path is not None else schedule(X0, steps):
+        for k in tqdm(range(1, steps + 1), desc=desc, disable=not progress, leave=False, mininterval=0.5):
+            X = check_finite(model.step(X, dt, Draws(generator, path, k - 1, steps)), k, context, what)
+            if hook is not None:
+                new = hook(k, X)
+                X = X if new is None else new
+            keep(k, X)
     ds = _dataset(X, records, sorted(stat_steps), snapshots, sorted(token_steps), dt, save)
     ds.attrs.update(run_attrs(model, T=T, steps=steps, seed=seed, path=path, device=X0.device))
     return ds

@@ -20,6 +20,7 @@ generator; everything else (weights, features) from ``Draws.generator``.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 from dataclasses import dataclass, field
@@ -32,7 +33,7 @@ from ..brownian import Draws, as_draws
 from ..sphere import normalize
 from .activations import ActivationLike, get_activation
 from .kernel import NoiseKernel
-from .rng import DEFAULT_AHEAD, DrawPrecision, NormalDraws, RngBackend
+from .rng import DEFAULT_AHEAD, DrawPrecision, NormalDraws, RngBackend, overlapped
 
 
 Randomness = Union[torch.Generator, Draws]
@@ -164,6 +165,7 @@ class RandomMLP:
     precision: DrawPrecision = "full"
     law: str = "gaussian"
     nu: float = 5.0
+    overlap: bool = True
 
     def __post_init__(self) -> None:
         if self.law != "gaussian" and self.mode != "weights":
@@ -180,6 +182,24 @@ class RandomMLP:
 
     def noise_kernel(self, d: int) -> NoiseKernel:
         return NoiseKernel(self.activation, d, self.sigma_U, self.sigma_W, self.scale)
+
+    def schedule(self, X: torch.Tensor, steps: int) -> contextlib.AbstractContextManager:
+        """How a run of ``steps`` calls from X (batch, N, d) uses the CPU cores. With ``overlap``,
+        ``mode="gaussian"``, the parallel backend and float64 on a CPU with C ≥ 2 torch threads,
+        when the draws are at least a quarter of the work (:meth:`cost`, a normal counted as
+        :data:`NORMAL_FLOPS_CPU` flops), k = round(C · share) threads (1 ≤ k < C) draw each next
+        refill in the background while torch computes on the other C − k
+        (:func:`~stochformer.model.rng.overlapped`; the same numbers). Otherwise no change."""
+        B, N, d = X.shape
+        C = torch.get_num_threads()
+        if not (self.overlap and self.mode == "gaussian" and self.rng == "parallel" and self.precision == "full"
+                and X.dtype == torch.float64 and X.device.type == "cpu" and C >= 2):
+            return contextlib.nullcontext()
+        work = self.cost(N, d, X.device, X.dtype)
+        share = work["normals"] * NORMAL_FLOPS_CPU / (work["normals"] * NORMAL_FLOPS_CPU + work["flops"])
+        if share < 0.25:
+            return contextlib.nullcontext()
+        return overlapped(self._draw, min(C - 1, max(1, round(C * share))), steps * self._n_call(B, N, d, X.dtype, X.device))
 
     def hidden(self, X: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         """Φ = φ(U x/√d + b_U) with fresh U, b_U: X (batch, N, d) → (batch, N, m), row i the
@@ -216,6 +236,11 @@ class RandomMLP:
 
     def _n_hidden(self, B: int, N: int, d: int, dtype: torch.dtype) -> int:
         return B * self.width * (_hidden_rank(N, d, dtype) + (self.sigma_U > 0))
+
+    def _n_call(self, B: int, N: int, d: int, dtype: torch.dtype, device: torch.device) -> int:
+        """Normals of one :meth:`increment` call in ``mode="gaussian"``: hidden, output, b_W."""
+        gram = _output_through_gram(N, d, self.width, device, dtype)
+        return self._n_hidden(B, N, d, dtype) + B * d * ((N if gram else self.width) + (self.sigma_W > 0))
 
     def _hidden_from(self, X: torch.Tensor, z: torch.Tensor, generator: torch.Generator, out: Optional[torch.Tensor] = None) -> torch.Tensor:
         """Φ (batch, N, m) from the first :meth:`_n_hidden` normals of the flat buffer ``z``; the
@@ -256,7 +281,7 @@ class RandomMLP:
         gram = _output_through_gram(N, d, m, X.device, X.dtype)
         n_hid = self._n_hidden(B, N, d, X.dtype)
         n_out = B * (N if gram else m) * d
-        z = self._draw(n_hid + n_out + (B * d if self.sigma_W > 0 else 0), generator, X.dtype, X.device)
+        z = self._draw(self._n_call(B, N, d, X.dtype, X.device), generator, X.dtype, X.device)
         Phi = self._hidden_from(X, z, generator, self._scratch((B, N, m), X))  # (B, N, m)
         Zo = z[n_hid : n_hid + n_out]
         bad = None
@@ -306,6 +331,11 @@ def _cholesky(K: torch.Tensor, inner: int) -> tuple[torch.Tensor, Optional[torch
     C, info = torch.linalg.cholesky_ex(Kd)
     return C, (info > 0 if bool(info.any()) else None)
 
+
+#: one float64 normal drawn, in flops of the discrete model's products and their overheads on
+#: one CPU thread (measured 190 and 580 at the two sizes of benchmarks/bench_transformer.py;
+#: docs/performance.md, "Drawing while computing"): decides :meth:`RandomMLP.schedule`
+NORMAL_FLOPS_CPU = 200.0
 
 #: cost of one normal draw in floating-point operations (measured: ~4 ns per float64 normal with
 #: parallel SFC64 on 2 CPU cores against ~20-80 GFLOP/s for the products; far cheaper on a GPU)

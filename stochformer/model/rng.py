@@ -25,14 +25,22 @@ Drawing Gaussians dominates the cost of the discrete transformer on a CPU (see
   when nothing served from it is alive (no fresh pages), and in float64 on the parallel backend
   draws at once only the whole requests of the current size that fit; the rest of its pieces is
   drawn, in order, only when served (the same numbers; the tail no request reaches is never drawn).
+- :meth:`NormalDraws.pipeline` (float64, parallel backend, CPU): while the current buffer is
+  served, the next refill is drawn in the background on ``threads`` threads, for the generator
+  state the current refill left (its stream seeds drawn from a copy of the generator). A refill
+  takes it when the generator is in that state and the sizes match, and draws afresh otherwise:
+  the numbers are those of the foreground refills, whatever the timing. The run's torch
+  operations then use the other cores (:func:`cpu_split`), so drawing and computing overlap
+  without oversubscribing the cores (docs/performance.md, "Drawing while computing").
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Literal, Optional
+from typing import Iterator, Literal, Optional
 
 import numpy as np
 import torch
@@ -45,6 +53,7 @@ _PARALLEL_MIN = 1 << 14
 #: most normals drawn at once by the CPU noise sources (32 MiB in float64)
 DEFAULT_AHEAD = 1 << 22
 _POOL: Optional[ThreadPoolExecutor] = None
+_BACKGROUND: Optional[ThreadPoolExecutor] = None
 
 
 def _pool() -> ThreadPoolExecutor:
@@ -52,6 +61,30 @@ def _pool() -> ThreadPoolExecutor:
     if _POOL is None:
         _POOL = ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1), thread_name_prefix="stochformer-rng")
     return _POOL
+
+
+def _background() -> ThreadPoolExecutor:
+    global _BACKGROUND
+    if _BACKGROUND is None:
+        _BACKGROUND = ThreadPoolExecutor(max_workers=1, thread_name_prefix="stochformer-rng-ahead")
+    return _BACKGROUND
+
+
+@contextlib.contextmanager
+def overlapped(draws: "NormalDraws", threads: int, budget: Optional[int] = None) -> Iterator[None]:
+    """Within: ``draws`` draws each next refill in the background on ``threads`` threads while
+    torch computes on the other cores (its thread count lowered by ``threads``, at least 1), for
+    a run that will ask for ``budget`` normals; afterwards both as before. ``threads`` 0: no change."""
+    old = torch.get_num_threads()
+    if threads > 0:
+        draws.pipeline(threads, budget)
+        torch.set_num_threads(max(1, old - threads))
+    try:
+        yield
+    finally:
+        if threads > 0:
+            draws.pipeline(0)
+            torch.set_num_threads(old)
 
 
 def resolve_backend(backend: str, device: torch.device | str) -> RngBackend:
@@ -75,23 +108,24 @@ class _Streams:
         self.done = self.edges[:-1]  # piece k is filled on [edges[k], done[k])
         self.filled = 0  # every position below is filled
 
-    def fill(self, upto: int) -> None:
-        """Fill every position below ``upto``, the pieces in parallel when that pays."""
+    def fill(self, upto: int, threads: Optional[int] = None) -> None:
+        """Fill every position below ``upto``, the pieces on up to ``threads`` threads (default
+        torch's) when that pays."""
         if upto <= self.filled:
             return
         jobs = [(k, self.done[k], min(self.edges[k + 1], upto)) for k in range(len(self.gens)) if self.done[k] < min(self.edges[k + 1], upto)]
 
-        def run(job: tuple[int, int, int]) -> None:
-            k, start, stop = job
-            self.gens[k].standard_normal(out=self.out[start:stop])
-            self.done[k] = stop
+        def run(group: list[tuple[int, int, int]]) -> None:
+            for k, start, stop in group:
+                self.gens[k].standard_normal(out=self.out[start:stop])
+                self.done[k] = stop
 
-        if len(jobs) > 1 and torch.get_num_threads() > 1 and sum(stop - start for _, start, stop in jobs) >= _PARALLEL_MIN * len(self.gens):
-            for f in [_pool().submit(run, job) for job in jobs]:
+        threads = min(len(jobs), torch.get_num_threads() if threads is None else threads)
+        if threads > 1 and sum(stop - start for _, start, stop in jobs) >= _PARALLEL_MIN * len(self.gens):
+            for f in [_pool().submit(run, jobs[t::threads]) for t in range(threads)]:
                 f.result()
         else:
-            for job in jobs:
-                run(job)
+            run(jobs)
         self.filled = upto
 
 
@@ -105,6 +139,23 @@ class _Buffer:
     memory: Optional[torch.Tensor] = None  # the storage z lives in, kept across refills and resets
     users: int = -1  # its storage's use count when nothing served from it is alive
     streams: Optional[_Streams] = None  # z's pieces when they are filled on demand (float64 parallel)
+    spare: Optional[torch.Tensor] = None  # the second memory, which the background refill writes into
+    spare_users: int = -1
+    threads: int = 0  # background threads of :meth:`NormalDraws.pipeline` (0: none)
+    budget: Optional[int] = None  # normals the rest of the run will ask for (None: unknown)
+    next: Optional["_Next"] = None  # the refill being drawn in the background
+
+
+@dataclass
+class _Next:
+    """A refill drawn in the background for the generator ``state`` and requests of ``n``."""
+
+    state: torch.Tensor
+    size: int
+    n: int
+    z: torch.Tensor
+    streams: _Streams
+    done: Future
 
 
 def _storage_users(t: torch.Tensor) -> int:
@@ -124,9 +175,22 @@ class NormalDraws:
     _buffer: _Buffer = field(default_factory=_Buffer, repr=False, compare=False)
 
     def reset(self) -> None:
-        """Drop the normals drawn ahead."""
+        """Drop the normals drawn ahead (waiting for a background refill to finish)."""
+        self._drop_next()
         self._buffer.z = self._buffer.generator = self._buffer.state = self._buffer.streams = None
         self._buffer.size = 0
+
+    def pipeline(self, threads: int, budget: Optional[int] = None) -> None:
+        """Draw each next refill in the background on ``threads`` threads (0: stop), for runs
+        that will ask for ``budget`` more normals in all (None: unknown; a background refill
+        draws no more of them than that). Only float64 on the parallel backend on a CPU."""
+        self._drop_next()
+        self._buffer.threads, self._buffer.budget = max(0, threads), budget
+
+    def _drop_next(self) -> None:
+        nxt, self._buffer.next = self._buffer.next, None
+        if nxt is not None:
+            nxt.done.result()  # its memory must not be written to once it is handed back
 
     def __call__(self, n: int, generator: torch.Generator, dtype: torch.dtype, device: torch.device | str) -> torch.Tensor:
         """``n`` normals, shape (n,), in ``dtype`` on ``device`` (a read-only view when served
@@ -143,6 +207,8 @@ class NormalDraws:
             b.z = b.streams = None  # drop the served buffer's own views before asking whether its memory is free
             self._refill(b.size, n, generator, dtype, device)
         b.pos += n
+        if b.budget is not None:
+            b.budget -= n
         if b.streams is not None:
             b.streams.fill(b.pos)
         return b.z[b.pos - n : b.pos]
@@ -154,14 +220,43 @@ class NormalDraws:
         once, and the tail a run never reaches (up to a request's size at every refill, and the
         end of the last buffer) is never drawn."""
         b = self._buffer
-        out = self._free_memory(size, dtype, device)
-        if self.backend == "parallel" and self.precision == "full" and dtype == torch.float64 and torch.device(device).type == "cpu":
+        streamed = self.backend == "parallel" and self.precision == "full" and dtype == torch.float64 and torch.device(device).type == "cpu"
+        nxt, b.next = b.next, None
+        if nxt is not None:
+            nxt.done.result()
+        if streamed and nxt is not None and (nxt.size, nxt.n) == (size, n) and torch.equal(nxt.state, generator.get_state()):
+            self._seeds(generator)  # the seeds the background refill drew from a copy of the generator
+            b.z, b.streams = nxt.z, nxt.streams
+            b.memory, b.users, b.spare, b.spare_users = b.spare, b.spare_users, b.memory, b.users
+        elif streamed:
+            out = self._free_memory(size, dtype, device)
             b.z = out if out is not None else torch.empty(size, dtype=dtype)
             b.streams = _Streams(b.z.numpy(), self._seeds(generator))
             b.streams.fill(size // n * n if n else 0)
         else:
-            b.z = self._draw(size, generator, dtype, device, out)
+            b.z = self._draw(size, generator, dtype, device, self._free_memory(size, dtype, device))
         b.pos, b.generator, b.state = 0, generator, generator.get_state()
+        if streamed and b.threads and n and (b.budget is None or b.budget > size):
+            self._draw_next(min(self.ahead, max(2 * size, 2 * n)), n, generator)
+
+    def _draw_next(self, size: int, n: int, generator: torch.Generator) -> None:
+        """Start drawing, in the background, the refill that follows the current one while the
+        generator stays untouched: its seeds from a copy of the generator; into the spare memory
+        when nothing served from it is alive; only its whole requests of ``n`` that the run's
+        budget still covers (the rest is drawn on demand, in order, like any refill's tail)."""
+        b = self._buffer
+        twin = torch.Generator(device=generator.device)
+        twin.set_state(b.state)
+        if b.spare is None or b.spare.numel() < size or _storage_users(b.spare) != b.spare_users or b.spare_users < 0:
+            b.spare = torch.empty(max(size, self.ahead), dtype=torch.float64)
+            b.spare_users = _storage_users(b.spare)
+        z = b.spare[:size]
+        streams = _Streams(z.numpy(), self._seeds(twin))
+        upto = size // n * n
+        if b.budget is not None:  # less what the current buffer still serves
+            upto = min(upto, max(0, b.budget - (b.z.numel() - b.pos) // n * n))
+        done = _background().submit(streams.fill, upto, b.threads)
+        b.next = _Next(b.state, size, n, z, streams, done)
 
     def _free_memory(self, n: int, dtype: torch.dtype, device: torch.device | str) -> Optional[torch.Tensor]:
         """``n`` entries of memory for a refill: those of the previous refills when nothing served

@@ -12,6 +12,7 @@ any noise source (``ExactField`` is the width m = ∞).
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Literal, Optional
 
@@ -36,6 +37,12 @@ class Transformer:
         """Start of a run: the noise source draws its per-run state."""
         if self.mlp is not None:
             self.mlp.reset(batch, d, generator, dtype, device)
+
+    def schedule(self, X: torch.Tensor, steps: int) -> contextlib.AbstractContextManager:
+        """How a run of ``steps`` layers from X uses the CPU cores: the MLP's
+        (:meth:`~stochformer.model.noise.RandomMLP.schedule`), if it has one."""
+        schedule = getattr(self.mlp, "schedule", None)
+        return contextlib.nullcontext() if schedule is None else schedule(X, steps)
 
     def step(self, X: torch.Tensor, dt: float, rng: Randomness) -> torch.Tensor:
         """One layer; ``rng``: the step's :class:`~stochformer.brownian.Draws` (or a generator)."""
