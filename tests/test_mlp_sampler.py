@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 import pytest
 import torch
 from scipy import stats
@@ -353,3 +355,20 @@ def test_overlap_gives_the_same_numbers_and_restores_threads():
         assert threads == [{2}, {1}]
     finally:
         torch.set_num_threads(old)
+
+
+def test_streams_filled_by_several_threads_hold_the_same_numbers():
+    """A refill's pieces filled partly by the waiting thread (``_Streams.help``, from the last piece
+    back) and partly by the background thread hold the numbers of one thread filling them all."""
+    from stochformer.model.rng import _background, _Streams
+
+    n, seeds = 1 << 18, [11, 12, 13, 14]
+    ref = np.empty(n)
+    _Streams(ref, seeds).fill(n, threads=1)
+    out = np.empty(n)
+    streams = _Streams(out, seeds)
+    streams.help(n // 2)  # pieces 0 and 1, by this thread alone
+    done = _background().submit(streams.fill, n, 1)
+    streams.help(n)  # races the background thread for pieces 3, 2
+    done.result()
+    assert (out == ref).all() and streams.done == streams.edges[1:]

@@ -29,7 +29,8 @@ Drawing Gaussians dominates the cost of the discrete transformer on a CPU (see
   served, the next refill is drawn in the background on ``threads`` threads, for the generator
   state the current refill left (its stream seeds drawn from a copy of the generator). A refill
   takes it when the generator is in that state and the sizes match, and draws afresh otherwise:
-  the numbers are those of the foreground refills, whatever the timing. The run's torch
+  the numbers are those of the foreground refills, whatever the timing; a refill that finds it
+  unfinished draws its last pieces itself rather than wait. The run's torch
   operations then use the other cores (:func:`cpu_split`), so drawing and computing overlap
   without oversubscribing the cores (docs/performance.md, "Drawing while computing").
 """
@@ -38,6 +39,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Iterator, Literal, Optional
@@ -99,34 +101,53 @@ def resolve_backend(backend: str, device: torch.device | str) -> RngBackend:
 class _Streams:
     """``len(seeds)`` contiguous pieces of ``out`` (float64, numpy view), piece k the first normals of
     numpy's ziggurat on SFC64(seeds[k]); :meth:`fill` continues each piece in order, so a piece
-    filled in several goes holds the same numbers as one filled at once."""
+    filled in several goes holds the same numbers as one filled at once. A piece is filled by one
+    thread at a time (its lock), so several threads may fill the same streams."""
 
     def __init__(self, out: np.ndarray, seeds: list[int]) -> None:
         n, s = len(out), len(seeds)
         self.out, self.edges = out, [(n * k) // s for k in range(s + 1)]
         self.gens = [np.random.Generator(np.random.SFC64(seed)) for seed in seeds]
         self.done = self.edges[:-1]  # piece k is filled on [edges[k], done[k])
+        self.locks = [threading.Lock() for _ in seeds]
         self.filled = 0  # every position below is filled
+
+    def _piece(self, k: int, upto: int, wait: bool = True) -> None:
+        """Fill piece k below ``upto``; while another thread fills it, wait (then it is done) or skip."""
+        if self.done[k] >= min(self.edges[k + 1], upto) or not self.locks[k].acquire(blocking=wait):
+            return
+        try:
+            stop = min(self.edges[k + 1], upto)
+            if self.done[k] < stop:
+                self.gens[k].standard_normal(out=self.out[self.done[k] : stop])
+                self.done[k] = stop
+        finally:
+            self.locks[k].release()
 
     def fill(self, upto: int, threads: Optional[int] = None) -> None:
         """Fill every position below ``upto``, the pieces on up to ``threads`` threads (default
         torch's) when that pays."""
         if upto <= self.filled:
             return
-        jobs = [(k, self.done[k], min(self.edges[k + 1], upto)) for k in range(len(self.gens)) if self.done[k] < min(self.edges[k + 1], upto)]
+        todo = [k for k in range(len(self.gens)) if self.done[k] < min(self.edges[k + 1], upto)]
 
-        def run(group: list[tuple[int, int, int]]) -> None:
-            for k, start, stop in group:
-                self.gens[k].standard_normal(out=self.out[start:stop])
-                self.done[k] = stop
+        def run(group: list[int]) -> None:
+            for k in group:
+                self._piece(k, upto)
 
-        threads = min(len(jobs), torch.get_num_threads() if threads is None else threads)
-        if threads > 1 and sum(stop - start for _, start, stop in jobs) >= _PARALLEL_MIN * len(self.gens):
-            for f in [_pool().submit(run, jobs[t::threads]) for t in range(threads)]:
+        threads = min(len(todo), torch.get_num_threads() if threads is None else threads)
+        if threads > 1 and sum(min(self.edges[k + 1], upto) - self.done[k] for k in todo) >= _PARALLEL_MIN * len(self.gens):
+            for f in [_pool().submit(run, todo[t::threads]) for t in range(threads)]:
                 f.result()
         else:
-            run(jobs)
+            run(todo)
         self.filled = upto
+
+    def help(self, upto: int) -> None:
+        """Fill, from the last piece back, the pieces below ``upto`` that no other thread is filling
+        (a thread that would otherwise wait for them)."""
+        for k in reversed(range(len(self.gens))):
+            self._piece(k, upto, wait=False)
 
 
 @dataclass
@@ -153,6 +174,7 @@ class _Next:
     state: torch.Tensor
     size: int
     n: int
+    upto: int
     z: torch.Tensor
     streams: _Streams
     done: Future
@@ -222,9 +244,13 @@ class NormalDraws:
         b = self._buffer
         streamed = self.backend == "parallel" and self.precision == "full" and dtype == torch.float64 and torch.device(device).type == "cpu"
         nxt, b.next = b.next, None
+        take = streamed and nxt is not None and (nxt.size, nxt.n) == (size, n) and torch.equal(nxt.state, generator.get_state())
         if nxt is not None:
+            if take:  # rather than wait for the background thread, draw its last pieces here
+                nxt.streams.help(nxt.upto)
             nxt.done.result()
-        if streamed and nxt is not None and (nxt.size, nxt.n) == (size, n) and torch.equal(nxt.state, generator.get_state()):
+        if take:
+            assert nxt is not None
             self._seeds(generator)  # the seeds the background refill drew from a copy of the generator
             b.z, b.streams = nxt.z, nxt.streams
             b.memory, b.users, b.spare, b.spare_users = b.spare, b.spare_users, b.memory, b.users
@@ -256,7 +282,7 @@ class NormalDraws:
         if b.budget is not None:  # less what the current buffer still serves
             upto = min(upto, max(0, b.budget - (b.z.numel() - b.pos) // n * n))
         done = _background().submit(streams.fill, upto, b.threads)
-        b.next = _Next(b.state, size, n, z, streams, done)
+        b.next = _Next(b.state, size, n, upto, z, streams, done)
 
     def _free_memory(self, n: int, dtype: torch.dtype, device: torch.device | str) -> Optional[torch.Tensor]:
         """``n`` entries of memory for a refill: those of the previous refills when nothing served
