@@ -31,7 +31,7 @@ Drawing Gaussians dominates the cost of the discrete transformer on a CPU (see
   takes it when the generator is in that state and the sizes match, and draws afresh otherwise:
   the numbers are those of the foreground refills, whatever the timing; a refill that finds it
   unfinished draws its last pieces itself rather than wait. The run's torch
-  operations then use the other cores (:func:`cpu_split`), so drawing and computing overlap
+  operations then use the other cores (:func:`overlapped`), so drawing and computing overlap
   without oversubscribing the cores (docs/performance.md, "Drawing while computing").
 """
 
