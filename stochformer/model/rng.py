@@ -75,12 +75,12 @@ def _background() -> ThreadPoolExecutor:
 @contextlib.contextmanager
 def overlapped(draws: "NormalDraws", threads: int, budget: Optional[int] = None) -> Iterator[None]:
     """Within: ``draws`` draws each next refill in the background on ``threads`` threads while
-    torch computes on the other cores (its thread count lowered by ``threads``, at least 1), for
-    a run that will ask for ``budget`` normals; afterwards both as before. ``threads`` 0: no change."""
+    torch computes on the other cores (its thread count lowered by ``threads``, at least 1, while a
+    background refill runs, and all of them between refills), for a run that will ask for
+    ``budget`` normals; afterwards both as before. ``threads`` 0: no change."""
     old = torch.get_num_threads()
     if threads > 0:
-        draws.pipeline(threads, budget)
-        torch.set_num_threads(max(1, old - threads))
+        draws.pipeline(threads, budget, compute_threads=(max(1, old - threads), old))
     try:
         yield
     finally:
@@ -165,6 +165,7 @@ class _Buffer:
     threads: int = 0  # background threads of :meth:`NormalDraws.pipeline` (0: none)
     budget: Optional[int] = None  # normals the rest of the run will ask for (None: unknown)
     next: Optional["_Next"] = None  # the refill being drawn in the background
+    compute_threads: Optional[tuple[int, int]] = None  # torch's threads while it runs, and after
 
 
 @dataclass
@@ -202,12 +203,15 @@ class NormalDraws:
         self._buffer.z = self._buffer.generator = self._buffer.state = self._buffer.streams = None
         self._buffer.size = 0
 
-    def pipeline(self, threads: int, budget: Optional[int] = None) -> None:
+    def pipeline(self, threads: int, budget: Optional[int] = None, compute_threads: Optional[tuple[int, int]] = None) -> None:
         """Draw each next refill in the background on ``threads`` threads (0: stop), for runs
         that will ask for ``budget`` more normals in all (None: unknown; a background refill
-        draws no more of them than that). Only float64 on the parallel backend on a CPU."""
+        draws no more of them than that). Only float64 on the parallel backend on a CPU.
+        ``compute_threads`` (busy, idle): after serving a request, set torch's thread count to
+        ``busy`` while a background refill runs and to ``idle`` once it is done (None: leave it)."""
         self._drop_next()
         self._buffer.threads, self._buffer.budget = max(0, threads), budget
+        self._buffer.compute_threads = compute_threads if threads > 0 else None
 
     def _drop_next(self) -> None:
         nxt, self._buffer.next = self._buffer.next, None
@@ -233,6 +237,10 @@ class NormalDraws:
             b.budget -= n
         if b.streams is not None:
             b.streams.fill(b.pos)
+        if b.compute_threads is not None:  # the cores the background refill leaves to torch
+            want = b.compute_threads[0 if b.next is not None and not b.next.done.done() else 1]
+            if torch.get_num_threads() != want:
+                torch.set_num_threads(want)
         return b.z[b.pos - n : b.pos]
 
     def _refill(self, size: int, n: int, generator: torch.Generator, dtype: torch.dtype, device: torch.device | str) -> None:
