@@ -333,7 +333,8 @@ def _cholesky(K: torch.Tensor, inner: int) -> tuple[torch.Tensor, Optional[torch
 
 
 #: one float64 normal drawn, in flops of the discrete model's products and their overheads on
-#: one CPU thread (measured 190 and 580 at the two sizes of benchmarks/bench_transformer.py;
+#: one CPU thread (the two sizes of benchmarks/bench_transformer.py: 83 and 204 on the 2-core EPYC, 190
+#: and 580 on a Xeon core: one run's computation time over its flops against its draws' over its normals;
 #: docs/performance.md, "Drawing while computing"): decides :meth:`RandomMLP.schedule`
 NORMAL_FLOPS_CPU = 200.0
 

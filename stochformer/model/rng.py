@@ -281,10 +281,8 @@ class NormalDraws:
         b = self._buffer
         twin = torch.Generator(device=generator.device)
         twin.set_state(b.state)
-        if b.spare is None or b.spare.numel() < size or _storage_users(b.spare) != b.spare_users or b.spare_users < 0:
-            b.spare = torch.empty(max(size, self.ahead), dtype=torch.float64)
-            b.spare_users = _storage_users(b.spare)
-        z = b.spare[:size]
+        b.spare, b.spare_users = self._reuse(b.spare, b.spare_users, size, torch.float64, "cpu")
+        z = b.spare[:size] if b.spare_users >= 0 else torch.empty(size, dtype=torch.float64)
         streams = _Streams(z.numpy(), self._seeds(twin))
         upto = size // n * n
         if b.budget is not None:  # less what the current buffer still serves
@@ -297,11 +295,17 @@ class NormalDraws:
         from them is alive any more, so that a refill touches no fresh pages (their first touch,
         page faults, took about 40% of the sampler's time on a CPU); None where torch cannot say."""
         b = self._buffer
-        if b.memory is None or b.memory.numel() < n or b.memory.dtype != dtype or b.memory.device != torch.device(device) \
-                or _storage_users(b.memory) != b.users:
-            b.memory = torch.empty(max(n, self.ahead), dtype=dtype, device=device)  # pages are touched only when used
-            b.users = _storage_users(b.memory)
+        b.memory, b.users = self._reuse(b.memory, b.users, n, dtype, device)
         return b.memory[:n] if b.users >= 0 else None
+
+    def _reuse(self, memory: Optional[torch.Tensor], users: int, n: int, dtype: torch.dtype, device: torch.device | str) -> tuple[torch.Tensor, int]:
+        """``memory`` and its use count when it holds ``n`` entries of ``dtype`` on ``device`` and
+        nothing served from it is alive (its use count is still ``users``); else fresh memory."""
+        if memory is None or memory.numel() < n or memory.dtype != dtype or memory.device != torch.device(device) \
+                or _storage_users(memory) != users:
+            memory = torch.empty(max(n, self.ahead), dtype=dtype, device=device)  # pages are touched only when used
+            users = _storage_users(memory)
+        return memory, users
 
     def _draw(
         self, n: int, generator: torch.Generator, dtype: torch.dtype, device: torch.device | str, out: Optional[torch.Tensor] = None
