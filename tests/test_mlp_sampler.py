@@ -135,7 +135,7 @@ def test_each_sampler_keeps_the_conditional_covariance(rng, precision):
         return torch.cat([U, bU, draw(n - B * n_hid1, generator, dtype, device)])
 
     noise._draw = frozen
-    Phi = noise._hidden_from(x[None], hid1, make_generator(0))[0]  # (N, m)
+    Phi = noise._hidden_from(x[None], noise._split(hid1, x[None], hidden_only=True), make_generator(0))[0]  # (N, m)
     G = noise.increment(x.expand(B, N, d).clone(), dt, make_generator(5))
     expected = dt * s**2 * (Phi @ Phi.T / m + sigma_W**2)
     prod = torch.einsum("bia,bja->bija", G, G)
@@ -336,6 +336,7 @@ def test_overlap_gives_the_same_numbers_and_restores_threads():
     tokens and statistics as ``overlap = false`` bit for bit, and leaves torch's thread count as
     it was."""
     from stochformer.build import initial_tokens, make_model
+    from stochformer.model.rng import cores
     from stochformer.solver import SaveAt, solve
 
     old = torch.get_num_threads()
@@ -348,7 +349,7 @@ def test_overlap_gives_the_same_numbers_and_restores_threads():
             X0 = initial_tokens(cfg.init, cfg.batch, cfg.N, cfg.d, gen, F64, "cpu")
             seen: list[int] = []
             ds = solve(make_model(cfg, F64, "cpu"), X0, cfg.T, cfg.L, SaveAt(every=1), generator=gen,
-                       hook=lambda k, X: seen.append(torch.get_num_threads()))
+                       hook=lambda k, X: seen.append(cores()))  # the lanes' width (torch is on one thread)
             finals.append(ds)
             threads.append(set(seen))
             assert torch.get_num_threads() == 2

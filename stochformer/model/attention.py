@@ -13,6 +13,8 @@ from typing import Optional, Protocol
 import torch
 import torch.nn.functional as F
 
+from . import blas
+
 
 #: Entries of one attention (or Gram) block formed at once: 2²² ≈ 4·10⁶ (32 MiB in float64).
 DEFAULT_BLOCK = 1 << 22
@@ -87,7 +89,7 @@ class SoftmaxAttention:
             out = F.scaled_dot_product_attention(q.unsqueeze(-3), keys.unsqueeze(-3), vals.unsqueeze(-3), scale=1.0)
             return out.squeeze(-3)
         if self.chunk is None or X.shape[-2] <= self.chunk:
-            return torch.softmax(q @ keys.transpose(-1, -2), dim=-1) @ vals
+            return blas.matmul(torch.softmax(blas.matmul(q, keys.transpose(-1, -2)), dim=-1), vals)
         return _chunked(q, keys, vals, self.chunk)
 
 

@@ -24,19 +24,41 @@ import contextlib
 import functools
 import math
 from dataclasses import dataclass, field
-from typing import Literal, Optional, Protocol, Union
+from typing import Callable, Literal, NamedTuple, Optional, Protocol, Union
 
 import numpy as np
 import torch
 
 from ..brownian import Draws, as_draws
 from ..sphere import normalize
+from . import blas
 from .activations import ActivationLike, get_activation
 from .kernel import NoiseKernel
 from .rng import DEFAULT_AHEAD, DrawPrecision, NormalDraws, RngBackend, overlapped
 
 
 Randomness = Union[torch.Generator, Draws]
+
+
+class LayerNormals(NamedTuple):
+    """The normals of one :class:`RandomMLP` call (``mode="gaussian"``) as views per sample:
+    ``hidden`` (batch, m, r), ``bias_U`` (batch, 1, m), ``output`` (batch, N, d) through the root
+    of ΦΦᵀ (``gram``) or (batch, m, d), ``bias_W`` (batch, 1, d); a bias is None when its σ is 0."""
+
+    hidden: torch.Tensor
+    bias_U: Optional[torch.Tensor]
+    output: Optional[torch.Tensor]
+    bias_W: Optional[torch.Tensor]
+    gram: bool = False
+
+    def samples(self, a: int, b: int) -> "LayerNormals":
+        """Those of samples a..b−1."""
+        return LayerNormals(*(t if t is None or isinstance(t, bool) else t[a:b] for t in self))
+
+
+class NeedsDraws(Exception):
+    """Raised by :meth:`RandomMLP.apply` without a generator where numerically singular samples
+    need more normals (their explicit redraw)."""
 
 
 class NoiseSource(Protocol):
@@ -183,15 +205,19 @@ class RandomMLP:
     def noise_kernel(self, d: int) -> NoiseKernel:
         return NoiseKernel(self.activation, d, self.sigma_U, self.sigma_W, self.scale)
 
-    def schedule(self, X: torch.Tensor, steps: int) -> contextlib.AbstractContextManager:
+    def schedule(
+        self, X: torch.Tensor, steps: int, cores: Optional[int] = None, set_compute: Optional[Callable[[int], None]] = None
+    ) -> contextlib.AbstractContextManager:
         """How a run of ``steps`` calls from X (batch, N, d) uses the CPU cores. With ``overlap``,
         ``mode="gaussian"``, the parallel backend and float64 on a CPU with C ≥ 2 torch threads,
         when the draws are at least a quarter of the work (:meth:`cost`, a normal counted as
         :data:`NORMAL_FLOPS_CPU` flops), k = round(C · share) threads (1 ≤ k < C) draw each next
         refill in the background while torch computes on the other C − k
-        (:func:`~stochformer.model.rng.overlapped`; the same numbers). Otherwise no change."""
+        (:func:`~stochformer.model.rng.overlapped`; the same numbers). Otherwise no change.
+        ``cores`` (default torch's thread count) and ``set_compute``: C, and how the computing
+        threads are set (default torch's)."""
         B, N, d = X.shape
-        C = torch.get_num_threads()
+        C = cores or torch.get_num_threads()
         if not (self.overlap and self.mode == "gaussian" and self.rng == "parallel" and self.precision == "full"
                 and X.dtype == torch.float64 and X.device.type == "cpu" and C >= 2):
             return contextlib.nullcontext()
@@ -199,17 +225,18 @@ class RandomMLP:
         share = work["normals"] * NORMAL_FLOPS_CPU / (work["normals"] * NORMAL_FLOPS_CPU + work["flops"])
         if share < 0.25:
             return contextlib.nullcontext()
-        return overlapped(self._draw, min(C - 1, max(1, round(C * share))), steps * self._n_call(B, N, d, X.dtype, X.device))
+        budget = steps * self._n_call(B, N, d, X.dtype, X.device)
+        return overlapped(self._draw, min(C - 1, max(1, round(C * share))), budget, C, set_compute)
 
     def hidden(self, X: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         """Φ = φ(U x/√d + b_U) with fresh U, b_U: X (batch, N, d) → (batch, N, m), row i the
         features of token i."""
         if self.mode == "gaussian":
             z = self._draw(self._n_hidden(*X.shape, X.dtype), generator, X.dtype, X.device)
-            return self._hidden_from(X, z, generator)
+            return self._hidden_from(X, self._split(z, X, hidden_only=True), generator)
         B, N, d = X.shape
         U = draw_weights((B, self.width, d), generator, X, self.law, self.nu)
-        pre = (X @ U.transpose(-1, -2)) / math.sqrt(d)
+        pre = blas.matmul(X, U.transpose(-1, -2)) / math.sqrt(d)
         if self.sigma_U > 0:
             pre = pre + self.sigma_U * _normal((B, 1, self.width), generator, X)
         return self._phi(pre)
@@ -242,26 +269,53 @@ class RandomMLP:
         gram = _output_through_gram(N, d, self.width, device, dtype)
         return self._n_hidden(B, N, d, dtype) + B * d * ((N if gram else self.width) + (self.sigma_W > 0))
 
-    def _hidden_from(self, X: torch.Tensor, z: torch.Tensor, generator: torch.Generator, out: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """Φ (batch, N, m) from the first :meth:`_n_hidden` normals of the flat buffer ``z``; the
-        pre-activations are written into ``out`` (batch, N, m) when given."""
+    def normals(self, X: torch.Tensor, generator: torch.Generator) -> LayerNormals:
+        """The normals of one ``mode="gaussian"`` call at X (batch, N, d), drawn now: they do not
+        depend on the tokens, only on their shape."""
+        return self._split(self._draw(self._n_call(*X.shape, X.dtype, X.device), generator, X.dtype, X.device), X)
+
+    def _split(self, z: torch.Tensor, X: torch.Tensor, hidden_only: bool = False) -> LayerNormals:
+        """The flat buffer z of one call as views per sample (the layout of :meth:`_n_call`)."""
         B, N, d = X.shape
         m, r = self.width, _hidden_rank(N, d, X.dtype)
-        Zt = z[: B * m * r].view(B, m, r).transpose(-1, -2)  # (B, r, m)
+        k = B * m * r
+        hidden, bias_U = z[:k].view(B, m, r), None
+        if self.sigma_U > 0:
+            bias_U, k = z[k : k + B * m].view(B, 1, m), k + B * m
+        if hidden_only:
+            return LayerNormals(hidden, bias_U, None, None)
+        gram = _output_through_gram(N, d, m, X.device, X.dtype)
+        rows = N if gram else m
+        output, k = z[k : k + B * rows * d].view(B, rows, d), k + B * rows * d
+        return LayerNormals(hidden, bias_U, output, z[k : k + B * d].view(B, 1, d) if self.sigma_W > 0 else None, gram)
+
+    def _hidden_from(
+        self, X: torch.Tensor, z: LayerNormals, generator: Optional[torch.Generator], out: Optional[torch.Tensor] = None
+    ) -> torch.Tensor:
+        """Φ (batch, N, m) from the hidden normals of ``z``; the pre-activations are written into
+        ``out`` (batch, N, m) when given. ``generator`` None: raise :class:`NeedsDraws` where
+        more normals are needed."""
+        B, N, d = X.shape
+        Zt = z.hidden.transpose(-1, -2)  # (B, r, m)
         Y = X * (1.0 / math.sqrt(d))
-        if r == d:  # H = Y Uᵀ/√d with U = Z (B, m, d)
-            pre = torch.matmul(Y, Zt, out=out)
+        if z.hidden.shape[-1] == d:  # H = Y Uᵀ/√d with U = Z (B, m, d)
+            pre = blas.matmul(Y, Zt, out=out)
         else:  # H = C Zᵀ with C Cᵀ = Y Yᵀ/d (N × N): m·N normals instead of m·d
-            C, bad = _cholesky(Y @ Y.transpose(-1, -2), d)
-            pre = torch.matmul(C, Zt, out=out)
+            C, bad = _cholesky(blas.matmul(Y, Y.transpose(-1, -2)), d)
+            pre = blas.matmul(C, Zt, out=out)
             if bad is not None:
                 # Y Yᵀ numerically singular (synchronised tokens): draw U for those samples, the
                 # same law; the extra normals are drawn after the buffer, so runs stay reproducible
-                U = self._draw(int(bad.sum()) * m * d, generator, X.dtype, X.device).view(-1, m, d)
-                pre[bad] = Y[bad] @ U.transpose(-1, -2)
-        if self.sigma_U > 0:
-            pre.add_(z[B * m * r : B * m * (r + 1)].view(B, 1, m), alpha=self.sigma_U)
+                U = self._more(int(bad.sum()) * self.width * d, generator, X).view(-1, self.width, d)
+                pre[bad] = blas.matmul(Y[bad], U.transpose(-1, -2))
+        if z.bias_U is not None:
+            pre.add_(z.bias_U, alpha=self.sigma_U)
         return self._phi_fresh(pre)
+
+    def _more(self, n: int, generator: Optional[torch.Generator], like: torch.Tensor) -> torch.Tensor:
+        if generator is None:
+            raise NeedsDraws
+        return self._draw(n, generator, like.dtype, like.device)
 
     def increment(self, X: torch.Tensor, dt: float, rng: Randomness) -> torch.Tensor:
         """With a Brownian path (``rng`` a coupled :class:`Draws`) the conditional Gaussian law is
@@ -276,31 +330,37 @@ class RandomMLP:
             return (self.scale * math.sqrt(dt)) * (S @ xi)
         if self.mode == "weights":
             return self._increment_weights(X, dt, generator)
+        return self.apply(X, dt, self.normals(X, generator), generator)
+
+    def apply(
+        self, X: torch.Tensor, dt: float, z: LayerNormals, generator: Optional[torch.Generator],
+        work: Optional[torch.Tensor] = None,
+    ) -> torch.Tensor:
+        """The increment of ``mode="gaussian"`` at X (batch, N, d) from the normals ``z`` of
+        :meth:`normals` (or a slice of them over the samples). The pre-activations go into
+        ``work`` (batch, N, m) (default: memory kept across layers). ``generator`` draws the
+        redraws of numerically singular samples; None: :class:`NeedsDraws` is raised instead."""
         B, N, d = X.shape
         m = self.width
-        gram = _output_through_gram(N, d, m, X.device, X.dtype)
-        n_hid = self._n_hidden(B, N, d, X.dtype)
-        n_out = B * (N if gram else m) * d
-        z = self._draw(self._n_call(B, N, d, X.dtype, X.device), generator, X.dtype, X.device)
-        Phi = self._hidden_from(X, z, generator, self._scratch((B, N, m), X))  # (B, N, m)
-        Zo = z[n_hid : n_hid + n_out]
+        Phi = self._hidden_from(X, z, generator, self.workspace(X) if work is None else work)  # (B, N, m)
         bad = None
-        if gram:  # given Φ the output rows are N(0, ΦΦᵀ/m): S Z'' with S Sᵀ = ΦΦᵀ
-            S, bad = _cholesky(Phi @ Phi.transpose(-1, -2), m)
-            out = S @ Zo.view(B, N, d)
+        if z.gram:  # given Φ the output rows are N(0, ΦΦᵀ/m): S Z'' with S Sᵀ = ΦΦᵀ
+            S, bad = _cholesky(blas.matmul(Phi, Phi.transpose(-1, -2)), m)
+            out = blas.matmul(S, z.output)
         else:  # Φ Wᵀ/√m with W (d, m) i.i.d. N(0,1), written as Φ Z' with Z' = Wᵀ: (B, m, d)
-            out = Phi @ Zo.view(B, m, d)
+            out = blas.matmul(Phi, z.output)
         if bad is not None:  # ΦΦᵀ numerically singular: Φ Z' for those samples, the same law
-            out[bad] = Phi[bad] @ self._draw(int(bad.sum()) * m * d, generator, X.dtype, X.device).view(-1, m, d)
+            out[bad] = blas.matmul(Phi[bad], self._more(int(bad.sum()) * m * d, generator, X).view(-1, m, d))
         coef = self.scale * math.sqrt(dt)
-        if self.sigma_W > 0:
-            bW = z[n_hid + n_out : n_hid + n_out + B * d].view(B, 1, d)
-            return out.mul_(coef / math.sqrt(m)).add_(bW, alpha=coef * self.sigma_W)
+        if z.bias_W is not None:
+            return out.mul_(coef / math.sqrt(m)).add_(z.bias_W, alpha=coef * self.sigma_W)
         return out.mul_(coef / math.sqrt(m))
 
-    def _scratch(self, shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
-        """Memory for the pre-activations, the same at every layer: a fresh multi-MB tensor per
-        layer may come as fresh pages from the OS each time (page faults; glibc's heuristics)."""
+    def workspace(self, X: torch.Tensor) -> torch.Tensor:
+        """Memory for the pre-activations at X (batch, N, d): (batch, N, m), the same at every
+        layer (a fresh multi-MB tensor per layer may come as fresh pages from the OS each time:
+        page faults; glibc's heuristics)."""
+        shape, like = (*X.shape[:2], self.width), X
         w = self._work
         if w is None or w.shape != shape or w.dtype != like.dtype or w.device != like.device:
             w = self._work = torch.empty(shape, dtype=like.dtype, device=like.device)
@@ -310,7 +370,7 @@ class RandomMLP:
         """√dt · s · G^m(X) with U, W, b_U, b_W drawn explicitly (SPEC §1)."""
         B, N, d = X.shape
         Phi = self.hidden(X, generator)  # (B, N, m)
-        out = Phi @ draw_weights((B, self.width, d), generator, X, self.law, self.nu) / math.sqrt(self.width)
+        out = blas.matmul(Phi, draw_weights((B, self.width, d), generator, X, self.law, self.nu)) / math.sqrt(self.width)
         if self.sigma_W > 0:
             out = out + self.sigma_W * _normal((B, 1, d), generator, X)
         return (self.scale * math.sqrt(dt)) * out
@@ -328,8 +388,7 @@ def _cholesky(K: torch.Tensor, inner: int) -> tuple[torch.Tensor, Optional[torch
     Kd = K.clone()
     diag = Kd.diagonal(dim1=-2, dim2=-1)
     diag.add_(diag.amax(-1, keepdim=True), alpha=inner * torch.finfo(K.dtype).eps)
-    C, info = torch.linalg.cholesky_ex(Kd)
-    return C, (info > 0 if bool(info.any()) else None)
+    return blas.cholesky(Kd)
 
 
 #: one float64 normal drawn, in flops of the discrete model's products and their overheads on

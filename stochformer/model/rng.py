@@ -42,7 +42,7 @@ import os
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Iterator, Literal, Optional
+from typing import Callable, Iterator, Literal, Optional
 
 import numpy as np
 import torch
@@ -56,6 +56,16 @@ _PARALLEL_MIN = 1 << 14
 DEFAULT_AHEAD = 1 << 22
 _POOL: Optional[ThreadPoolExecutor] = None
 _BACKGROUND: Optional[ThreadPoolExecutor] = None
+
+
+#: within :func:`~stochformer.model.lanes.laned`: the lanes' width, which stands for torch's
+#: thread count (held at 1 there) as the number of cores the run may use
+_CORES: Optional[Callable[[], int]] = None
+
+
+def cores() -> int:
+    """The cores a run computes and draws on: torch's thread count, or the lanes' width."""
+    return torch.get_num_threads() if _CORES is None else _CORES()
 
 
 def _pool() -> ThreadPoolExecutor:
@@ -73,20 +83,30 @@ def _background() -> ThreadPoolExecutor:
 
 
 @contextlib.contextmanager
-def overlapped(draws: "NormalDraws", threads: int, budget: Optional[int] = None) -> Iterator[None]:
+def overlapped(
+    draws: "NormalDraws", threads: int, budget: Optional[int] = None, cores: Optional[int] = None,
+    set_compute: Optional[Callable[[int], None]] = None,
+) -> Iterator[None]:
     """Within: ``draws`` draws each next refill in the background on ``threads`` threads while
-    torch computes on the other cores (its thread count lowered by ``threads``, at least 1, while a
-    background refill runs, and all of them between refills), for a run that will ask for
-    ``budget`` normals; afterwards both as before. ``threads`` 0: no change."""
-    old = torch.get_num_threads()
+    the run computes on the other ``cores`` (default torch's thread count): ``set_compute``
+    (default: torch's thread count) is lowered by ``threads``, at least 1, while a background
+    refill runs, and given all ``cores`` between refills; afterwards both as before. ``threads``
+    0: no change."""
+    old = cores or torch.get_num_threads()
+    setter = set_compute or _set_torch_threads
     if threads > 0:
-        draws.pipeline(threads, budget, compute_threads=(max(1, old - threads), old))
+        draws.pipeline(threads, budget, compute_threads=(max(1, old - threads), old), set_compute=setter)
     try:
         yield
     finally:
         if threads > 0:
             draws.pipeline(0)
-            torch.set_num_threads(old)
+            setter(old)
+
+
+def _set_torch_threads(n: int) -> None:
+    if torch.get_num_threads() != n:
+        torch.set_num_threads(n)
 
 
 def resolve_backend(backend: str, device: torch.device | str) -> RngBackend:
@@ -135,7 +155,7 @@ class _Streams:
             for k in group:
                 self._piece(k, upto)
 
-        threads = min(len(todo), torch.get_num_threads() if threads is None else threads)
+        threads = min(len(todo), cores() if threads is None else threads)
         if threads > 1 and sum(min(self.edges[k + 1], upto) - self.done[k] for k in todo) >= _PARALLEL_MIN * len(self.gens):
             for f in [_pool().submit(run, todo[t::threads]) for t in range(threads)]:
                 f.result()
@@ -165,7 +185,8 @@ class _Buffer:
     threads: int = 0  # background threads of :meth:`NormalDraws.pipeline` (0: none)
     budget: Optional[int] = None  # normals the rest of the run will ask for (None: unknown)
     next: Optional["_Next"] = None  # the refill being drawn in the background
-    compute_threads: Optional[tuple[int, int]] = None  # torch's threads while it runs, and after
+    compute_threads: Optional[tuple[int, int]] = None  # the run's threads while it runs, and after
+    set_compute: Callable[[int], None] = _set_torch_threads  # how they are set
 
 
 @dataclass
@@ -203,15 +224,20 @@ class NormalDraws:
         self._buffer.z = self._buffer.generator = self._buffer.state = self._buffer.streams = None
         self._buffer.size = 0
 
-    def pipeline(self, threads: int, budget: Optional[int] = None, compute_threads: Optional[tuple[int, int]] = None) -> None:
+    def pipeline(
+        self, threads: int, budget: Optional[int] = None, compute_threads: Optional[tuple[int, int]] = None,
+        set_compute: Callable[[int], None] = _set_torch_threads,
+    ) -> None:
         """Draw each next refill in the background on ``threads`` threads (0: stop), for runs
         that will ask for ``budget`` more normals in all (None: unknown; a background refill
         draws no more of them than that). Only float64 on the parallel backend on a CPU.
-        ``compute_threads`` (busy, idle): after serving a request, set torch's thread count to
-        ``busy`` while a background refill runs and to ``idle`` once it is done (None: leave it)."""
+        ``compute_threads`` (busy, idle): after serving a request, ``set_compute`` (default torch's
+        thread count) ``busy`` while a background refill runs and ``idle`` once it is done (None:
+        leave it)."""
         self._drop_next()
         self._buffer.threads, self._buffer.budget = max(0, threads), budget
         self._buffer.compute_threads = compute_threads if threads > 0 else None
+        self._buffer.set_compute = set_compute
 
     def _drop_next(self) -> None:
         nxt, self._buffer.next = self._buffer.next, None
@@ -237,10 +263,8 @@ class NormalDraws:
             b.budget -= n
         if b.streams is not None:
             b.streams.fill(b.pos)
-        if b.compute_threads is not None:  # the cores the background refill leaves to torch
-            want = b.compute_threads[0 if b.next is not None and not b.next.done.done() else 1]
-            if torch.get_num_threads() != want:
-                torch.set_num_threads(want)
+        if b.compute_threads is not None:  # the cores the background refill leaves to the run
+            b.set_compute(b.compute_threads[0 if b.next is not None and not b.next.done.done() else 1])
         return b.z[b.pos - n : b.pos]
 
     def _refill(self, size: int, n: int, generator: torch.Generator, dtype: torch.dtype, device: torch.device | str) -> None:
@@ -339,7 +363,7 @@ class NormalDraws:
         def fill(k: int) -> None:
             out[edges[k] : edges[k + 1]].normal_(generator=torch.Generator().manual_seed(seeds[k]))
 
-        if min(self.streams, torch.get_num_threads()) > 1 and n >= _PARALLEL_MIN * self.streams:
+        if min(self.streams, cores()) > 1 and n >= _PARALLEL_MIN * self.streams:
             for f in [_pool().submit(fill, k) for k in range(self.streams)]:
                 f.result()
         else:

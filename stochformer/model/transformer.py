@@ -13,14 +13,17 @@ any noise source (``ExactField`` is the width m = ∞).
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
-from typing import Literal, Optional
+from dataclasses import dataclass, field
+from typing import Callable, Iterator, Literal, Optional
 
 import torch
 
+from ..brownian import as_draws
 from ..sphere import normalize
-from .attention import Attention
-from .noise import NoiseSource, Randomness
+from . import blas
+from .attention import Attention, SoftmaxAttention
+from .lanes import Lanes, laned
+from .noise import NeedsDraws, NoiseSource, RandomMLP, Randomness
 
 
 @dataclass
@@ -32,6 +35,7 @@ class Transformer:
     attention: Optional[Attention] = None
     mlp: Optional[NoiseSource] = None
     order: Literal["post_ln", "parallel"] = "post_ln"
+    _lanes: Optional[Lanes] = field(default=None, init=False, repr=False, compare=False)
 
     def reset(self, batch: int, d: int, generator: torch.Generator, dtype: torch.dtype, device) -> None:
         """Start of a run: the noise source draws its per-run state."""
@@ -39,19 +43,68 @@ class Transformer:
             self.mlp.reset(batch, d, generator, dtype, device)
 
     def schedule(self, X: torch.Tensor, steps: int) -> contextlib.AbstractContextManager:
-        """How a run of ``steps`` layers from X uses the CPU cores: the MLP's
-        (:meth:`~stochformer.model.noise.RandomMLP.schedule`), if it has one."""
+        """How a run of ``steps`` layers from X uses the CPU cores: in lanes where they apply
+        (:meth:`laneable`), and the MLP's schedule (e.g. drawing while computing); the same numbers."""
+        if self.laneable(X):
+            return self._laned(X, steps)
         schedule = getattr(self.mlp, "schedule", None)
         return contextlib.nullcontext() if schedule is None else schedule(X, steps)
 
+    def laneable(self, X: torch.Tensor) -> bool:
+        """Whether a run from X computes its samples in lanes (:mod:`~stochformer.model.lanes`):
+        on a CPU with 2 or more torch threads and 2 or more samples, with the exact Gaussian MLP
+        and dense softmax attention (or none), every product small (:func:`~.blas.small`)."""
+        B, N, d = X.shape
+        mlp, att = self.mlp, self.attention
+        return (
+            X.device.type == "cpu" and X.dtype in (torch.float32, torch.float64) and B >= 2 and torch.get_num_threads() >= 2
+            and isinstance(mlp, RandomMLP) and mlp.mode == "gaussian"
+            and (att is None or (type(att) is SoftmaxAttention and not att.sdpa and (att.chunk is None or att.chunk >= N)))
+            and blas.small((N, max(N, d), mlp.width), (N, d, N))
+        )
+
+    @contextlib.contextmanager
+    def _laned(self, X: torch.Tensor, steps: int) -> Iterator[None]:
+        cores = torch.get_num_threads()
+        with laned(cores) as lanes, self.mlp.schedule(X, steps, cores, lanes.set_width):  # type: ignore[union-attr]
+            self._lanes = lanes
+            try:
+                yield
+            finally:
+                self._lanes = None
+
     def step(self, X: torch.Tensor, dt: float, rng: Randomness) -> torch.Tensor:
         """One layer; ``rng``: the step's :class:`~stochformer.brownian.Draws` (or a generator)."""
+        draws = as_draws(rng)
+        if self._lanes is not None and not draws.coupled:
+            return self._step_in_lanes(X, dt, draws.generator)
+        return self._layer(X, dt, None if self.mlp is None else lambda Y: self.mlp.increment(Y, dt, rng))  # type: ignore[union-attr]
+
+    def _layer(self, X: torch.Tensor, dt: float, increment: Optional[Callable[[torch.Tensor], torch.Tensor]]) -> torch.Tensor:
         if self.order == "parallel":
             update = torch.zeros_like(X)
             if self.attention is not None:
                 update = update + dt * self.attention(X)
-            if self.mlp is not None:
-                update = update + self.mlp.increment(X, dt, rng)
+            if increment is not None:
+                update = update + increment(X)
             return normalize(X + update)
         Y = X if self.attention is None else normalize(X + dt * self.attention(X))
-        return Y if self.mlp is None else normalize(Y + self.mlp.increment(Y, dt, rng))
+        return Y if increment is None else normalize(Y + increment(Y))
+
+    def _step_in_lanes(self, X: torch.Tensor, dt: float, generator: torch.Generator) -> torch.Tensor:
+        """The layer with the MLP's normals drawn first, then each lane's samples through it. A
+        sample that needs more normals (numerically singular Gram matrices) sends the whole layer
+        through the calling thread, which draws them in order: the same numbers either way."""
+        mlp: RandomMLP = self.mlp  # type: ignore[assignment]
+        z = mlp.normals(X, generator)
+        work = mlp.workspace(X)
+        out = torch.empty_like(X)
+
+        def part(a: int, b: int) -> None:
+            out[a:b] = self._layer(X[a:b], dt, lambda Y: mlp.apply(Y, dt, z.samples(a, b), None, work[a:b]))
+
+        try:
+            self._lanes.run(part, X.shape[0])  # type: ignore[union-attr]
+        except NeedsDraws:
+            return self._layer(X, dt, lambda Y: mlp.apply(Y, dt, z, generator, work))
+        return out

@@ -1,0 +1,69 @@
+"""Samples computed in lanes: a run's batch cut into contiguous parts, one thread each.
+
+Within :func:`laned` torch computes on one thread and ``width`` threads each take a part of the
+samples through a whole layer (attention, MLP, projections), so no torch operation waits for its
+own worker threads between the many small operations of a layer (docs/performance.md, "Lanes").
+Every sample is computed by the same single-threaded kernels whatever the part it falls in, so
+the numbers do not depend on the width, which may change between layers (the overlapped draws of
+:func:`~stochformer.model.rng.overlapped` lower it while they use some of the cores).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, Iterator, Optional
+
+import torch
+
+from . import blas, rng
+
+_POOL: Optional[ThreadPoolExecutor] = None
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _POOL
+    if _POOL is None:
+        _POOL = ThreadPoolExecutor(max_workers=max(1, (os.cpu_count() or 1) - 1), thread_name_prefix="stochformer-lane")
+    return _POOL
+
+
+class Lanes:
+    """``width`` threads (the calling thread one of them) computing parts of a batch."""
+
+    def __init__(self, width: int) -> None:
+        self.width = max(1, width)
+
+    def set_width(self, width: int) -> None:
+        self.width = max(1, width)
+
+    def run(self, part: Callable[[int, int], None], batch: int) -> None:
+        """``part(a, b)`` for contiguous a..b−1 covering 0..batch−1, in ``width`` threads at most;
+        returns when all are done, raising the first error any raised."""
+        n = min(self.width, batch)
+        cuts = [batch * i // n for i in range(n + 1)]
+        futures = [_pool().submit(part, cuts[i], cuts[i + 1]) for i in range(1, n)]
+        try:
+            part(0, cuts[1])
+        finally:
+            for f in futures:
+                f.exception()  # wait for every part before raising
+        for f in futures:
+            f.result()
+
+
+@contextlib.contextmanager
+def laned(cores: Optional[int] = None) -> Iterator[Lanes]:
+    """Within: torch on one thread, and :class:`Lanes` of width ``cores`` (default torch's thread
+    count), which the sampler takes for the cores it may draw on (:func:`~.rng.cores`), and
+    numpy's BLAS on one thread; afterwards both as before."""
+    old, lanes = torch.get_num_threads(), Lanes(cores or torch.get_num_threads())
+    torch.set_num_threads(1)
+    rng._CORES = lambda: lanes.width
+    try:
+        with blas.one_thread():
+            yield lanes
+    finally:
+        rng._CORES = None
+        torch.set_num_threads(old)
