@@ -44,6 +44,7 @@ def _numpy_route(*ts: torch.Tensor) -> bool:
 _LOCK = threading.Lock()
 _HELD: list[Any] = []  # the limiter of the outermost :func:`one_thread`, while one is entered
 _DEPTH = 0
+_BLAS: list[Any] = []  # numpy's BLAS libraries (threadpoolctl), found once: finding them takes milliseconds
 
 
 @contextlib.contextmanager
@@ -53,9 +54,14 @@ def one_thread() -> Iterator[None]:
     global _DEPTH
     with _LOCK:
         if _DEPTH == 0:
-            from threadpoolctl import ThreadpoolController
+            if not _BLAS:
+                from threadpoolctl import ThreadpoolController
 
-            _HELD.append(ThreadpoolController().select(user_api="blas").limit(limits=1))
+                _BLAS.append(ThreadpoolController().select(user_api="blas"))
+            libs = _BLAS[0].lib_controllers
+            _HELD.append([(lib, lib.num_threads) for lib in libs])
+            for lib in libs:
+                lib.set_num_threads(1)
         _DEPTH += 1
     try:
         yield
@@ -63,7 +69,8 @@ def one_thread() -> Iterator[None]:
         with _LOCK:
             _DEPTH -= 1
             if _DEPTH == 0:
-                _HELD.pop().restore_original_limits()
+                for lib, threads in _HELD.pop():
+                    lib.set_num_threads(threads)
 
 
 def matmul(a: torch.Tensor, b: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
