@@ -1,7 +1,7 @@
-"""The CPU's small products and Cholesky factorisations through numpy (stochformer.model.blas):
-torch's results to rounding, one BLAS call per matrix (a sample's numbers never depend on its
-batch or on the thread count), numpy's BLAS held to one thread, torch's route where numpy's
-does not apply."""
+"""The CPU's small products and Cholesky factorisations through numpy within ``per_matrix``
+(stochformer.model.blas): torch's results to rounding, one BLAS call per matrix (a sample's
+numbers never depend on its batch or on the thread count), numpy's BLAS held to one thread,
+torch's route outside and where numpy's does not apply."""
 
 from __future__ import annotations
 
@@ -15,6 +15,12 @@ from stochformer.model import blas
 F64 = torch.float64
 
 
+@pytest.fixture
+def per_matrix():
+    with blas.per_matrix():
+        yield
+
+
 def _randn(*shape, seed=0, dtype=F64):
     return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=dtype)
 
@@ -24,7 +30,7 @@ def _randn(*shape, seed=0, dtype=F64):
     [((4, 5, 7), (4, 7, 3), False), ((4, 5, 7), (4, 3, 7), True), ((5, 7), (4, 7, 3), False), ((2, 1, 5, 7), (3, 7, 2), False)],
 )
 @pytest.mark.parametrize("dtype,rtol", [(torch.float64, 1e-13), (torch.float32, 1e-5)])
-def test_matmul_is_torchs_product(a_shape, b_shape, transpose_b, dtype, rtol):
+def test_matmul_is_torchs_product(a_shape, b_shape, transpose_b, dtype, rtol, per_matrix):
     """Batched, transposed views and broadcast batch dims: torch.matmul's values, shape and dtype."""
     a, b = _randn(*a_shape, seed=1, dtype=dtype), _randn(*b_shape, seed=2, dtype=dtype)
     if transpose_b:
@@ -34,14 +40,14 @@ def test_matmul_is_torchs_product(a_shape, b_shape, transpose_b, dtype, rtol):
     torch.testing.assert_close(got, want, rtol=rtol, atol=rtol)
 
 
-def test_matmul_out_is_written_and_returned():
+def test_matmul_out_is_written_and_returned(per_matrix):
     a, b = _randn(3, 4, 6, seed=3), _randn(3, 6, 5, seed=4)
     out = torch.full((3, 4, 5), float("nan"), dtype=F64)
     assert blas.matmul(a, b, out=out) is out
     torch.testing.assert_close(out, a @ b, rtol=1e-13, atol=1e-13)
 
 
-def test_a_samples_product_does_not_depend_on_its_batch_or_the_threads():
+def test_a_samples_product_does_not_depend_on_its_batch_or_the_threads(per_matrix):
     """Sample 2 alone, in the whole batch, in a permuted batch, and with 1 or 2 torch threads:
     the same bits (what keeps a run's numbers independent of how its samples are split)."""
     a, b = _randn(6, 32, 256, seed=5), _randn(6, 256, 32, seed=6)
@@ -59,10 +65,13 @@ def test_a_samples_product_does_not_depend_on_its_batch_or_the_threads():
 
 
 def test_numpys_blas_runs_on_one_thread_and_is_restored(monkeypatch):
-    """Within the call numpy's BLAS has one thread (its own threads would compete with torch's and
-    the sampler's); afterwards its setting is what it was."""
+    """Within ``per_matrix`` numpy's BLAS has one thread (its own threads would compete with the
+    lanes' and the sampler's), also in the lanes, which enter and leave it at once inside the
+    calling thread's entry; afterwards its setting is what it was."""
     def blas_threads():
         return [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
+
+    from stochformer.model.lanes import Lanes
 
     before = blas_threads()
     seen = []
@@ -73,19 +82,27 @@ def test_numpys_blas_runs_on_one_thread_and_is_restored(monkeypatch):
         return real(*args, **kwargs)
 
     monkeypatch.setattr(blas.np, "matmul", spy)
-    blas.matmul(_randn(2, 3, 4), _randn(2, 4, 5))
-    assert seen and all(n == 1 for n in seen[0]) and seen[0]
+
+    def part(a, b):
+        with blas.per_matrix():
+            blas.matmul(_randn(b - a, 30, 40), _randn(b - a, 40, 30))
+
+    with blas.per_matrix():
+        blas.matmul(_randn(2, 3, 4), _randn(2, 4, 5))
+        Lanes(4).run(part, 64)
+    assert len(seen) == 5 and all(n and all(t == 1 for t in n) for n in seen)
     assert blas_threads() == before
-    from stochformer.model.lanes import laned  # a run's lanes: one thread throughout, restored after
-
-    seen.clear()
-    with laned(4) as lanes:
-        lanes.run(lambda a, b: blas.matmul(_randn(b - a, 30, 40), _randn(b - a, 40, 30)), 64)
-    assert len(seen) == 4 and all(n == [1] * len(before) for n in seen)
-    assert blas_threads() == before
 
 
-def test_torchs_route_where_numpy_does_not_apply():
+def test_outside_per_matrix_it_is_torch(monkeypatch):
+    monkeypatch.setattr(blas.np, "matmul", lambda *args, **kwargs: pytest.fail("numpy called"))
+    a, b = _randn(3, 5, 7), _randn(3, 7, 4)
+    assert torch.equal(blas.matmul(a, b), torch.matmul(a, b))
+    K = torch.stack([_gram(5, s) for s in range(3)])
+    assert torch.equal(blas.cholesky(K)[0], torch.linalg.cholesky(K))
+
+
+def test_torchs_route_where_numpy_does_not_apply(per_matrix):
     """Tensors that require grad keep autograd; mixed dtypes raise as torch does (no silent cast)."""
     a = _randn(2, 3, 4).requires_grad_()
     b = _randn(2, 4, 5)
@@ -100,7 +117,7 @@ def _gram(n: int, seed: int) -> torch.Tensor:
     return A.T @ A
 
 
-def test_cholesky_is_torchs_factor():
+def test_cholesky_is_torchs_factor(per_matrix):
     K = torch.stack([_gram(5, s) for s in range(4)])
     C, bad = blas.cholesky(K)
     assert bad is None
@@ -108,7 +125,7 @@ def test_cholesky_is_torchs_factor():
     assert torch.equal(C, C.tril())
 
 
-def test_cholesky_reports_the_failures_and_factors_the_rest_alone():
+def test_cholesky_reports_the_failures_and_factors_the_rest_alone(per_matrix):
     """An indefinite and a zero matrix in a batch: reported (torch's ``info > 0``), the others
     factorised with the bits they have without those companions; all failing: all reported."""
     K = torch.stack([_gram(4, 10), -torch.eye(4, dtype=F64), _gram(4, 11), torch.zeros(4, 4, dtype=F64)])

@@ -1,6 +1,7 @@
 """Samples in lanes (stochformer.model.lanes, Transformer.laneable): the numbers of a run do not
-depend on the lanes' width or on whether lanes are used at all, including the layers whose
-singular Gram matrices send the whole layer back through the calling thread."""
+depend on the lanes' width (1 on one thread), on the overlapped draws or on stepping outside
+``solve``, including the layers whose singular Gram matrices send the whole layer back through
+the calling thread. Small sizes are laned here by lowering LANE_WORK (sizes only decide it)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,13 @@ from stochformer.model.lanes import Lanes
 from stochformer.runtime import make_generator
 from stochformer.solver import SaveAt, solve
 from stochformer.sphere import uniform
+
+
+@pytest.fixture
+def lane_small(monkeypatch):
+    import stochformer.model.transformer as transformer_module
+
+    monkeypatch.setattr(transformer_module, "LANE_WORK", 1.0)
 
 
 def _run(model: Transformer, threads: int, X0: torch.Tensor, spy: list | None = None) -> torch.Tensor:
@@ -30,21 +38,28 @@ def _run(model: Transformer, threads: int, X0: torch.Tensor, spy: list | None = 
 @pytest.mark.parametrize("order", ["post_ln", "parallel"])
 @pytest.mark.parametrize("N,d,m,sigma", [(6, 4, 32, 0.1), (4, 6, 16, 0.0), (5, 3, 4, 0.2)])
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_lanes_keep_the_numbers(order, N, d, m, sigma, dtype):
-    """Widths 3 and 2 (lanes, overlapped draws or not) against one thread (no lanes): the same
-    final tokens and statistics, bit for bit; every route of the sampler (U or the root of YYᵀ,
-    the output through ΦΦᵀ or Φ Z')."""
+def test_lanes_keep_the_numbers(order, N, d, m, sigma, dtype, lane_small):
+    """Widths 3 and 2 (overlapped draws or not) against width 1 (one thread): the same final
+    tokens and statistics, bit for bit; every route of the sampler (U or the root of YYᵀ, the
+    output through ΦΦᵀ or Φ Z'); and the same as stepping the model in a loop outside ``solve``."""
     X0 = uniform(7, N, d, generator=make_generator(3), dtype=dtype)
     runs, used = [], []
     for threads, overlap in [(1, True), (2, True), (2, False), (3, True)]:
         model = Transformer(SoftmaxAttention(), RandomMLP(m, "relu", sigma, sigma, rng="parallel", overlap=overlap), order)
         runs.append(_run(model, threads, X0, used))
-    assert used == [False, True, True, True]
+    assert all(used)
     for X, stats in runs[1:]:
         assert torch.equal(X, runs[0][0]) and torch.equal(stats, runs[0][1])
+    model = Transformer(SoftmaxAttention(), RandomMLP(m, "relu", sigma, sigma, rng="parallel"), order)
+    gen = make_generator(11)
+    model.reset(7, d, gen, dtype, "cpu")
+    X = X0
+    for _ in range(12):
+        X = model.step(X, 2.0 / 12, gen)
+    assert torch.equal(X, runs[0][0])
 
 
-def test_a_layer_that_needs_more_normals_goes_through_the_calling_thread(monkeypatch):
+def test_a_layer_that_needs_more_normals_goes_through_the_calling_thread(monkeypatch, lane_small):
     """Every Cholesky factorisation reports its first sample failed (as singular Gram matrices
     do): in lanes the part of each lane has a failing sample, the lanes ask for more normals,
     and the layer is computed again by the calling thread, which draws them in order: the same
@@ -66,19 +81,17 @@ def test_a_layer_that_needs_more_normals_goes_through_the_calling_thread(monkeyp
     assert any(asked) and not all(asked)
 
 
-def test_what_is_not_laned():
-    """Randomness drawn inside attention, explicit weights, a single sample, a GPU-sized product."""
-    X = uniform(4, 6, 4, generator=make_generator(5))
-    old = torch.get_num_threads()
-    torch.set_num_threads(2)
-    try:
-        assert Transformer(SoftmaxAttention(), RandomMLP(32)).laneable(X)
-        assert not Transformer(ResampledAttention(4), RandomMLP(32)).laneable(X)
-        assert not Transformer(SoftmaxAttention(), RandomMLP(32, mode="weights")).laneable(X)
-        assert not Transformer(SoftmaxAttention(), RandomMLP(32)).laneable(X[:1])
-        assert not Transformer(SoftmaxAttention(), RandomMLP(1 << 20)).laneable(X)
-    finally:
-        torch.set_num_threads(old)
+def test_what_is_laned():
+    """The benchmark's first size is (57 MFLOP a layer), a tenth of its batch is not; nor is
+    randomness drawn inside attention, explicit weights, a single sample, or a product too large
+    for one thread."""
+    X = uniform(64, 32, 16, generator=make_generator(5))
+    assert Transformer(SoftmaxAttention(), RandomMLP(256)).laneable(X)
+    assert not Transformer(SoftmaxAttention(), RandomMLP(256)).laneable(X[:6])
+    assert not Transformer(ResampledAttention(16), RandomMLP(256)).laneable(X)
+    assert not Transformer(SoftmaxAttention(), RandomMLP(256, mode="weights")).laneable(X)
+    assert not Transformer(SoftmaxAttention(), RandomMLP(1 << 16)).laneable(X[:1])
+    assert not Transformer(SoftmaxAttention(), RandomMLP(1 << 16)).laneable(X)
 
 
 def test_lanes_cover_the_batch_once_and_raise_after_all_parts():

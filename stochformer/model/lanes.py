@@ -38,10 +38,10 @@ class Lanes:
     def set_width(self, width: int) -> None:
         self.width = max(1, width)
 
-    def run(self, part: Callable[[int, int], None], batch: int) -> None:
-        """``part(a, b)`` for contiguous a..b−1 covering 0..batch−1, in ``width`` threads at most;
-        returns when all are done, raising the first error any raised."""
-        n = min(self.width, batch)
+    def run(self, part: Callable[[int, int], None], batch: int, most: Optional[int] = None) -> None:
+        """``part(a, b)`` for contiguous a..b−1 covering 0..batch−1, in ``width`` threads at most
+        (and at most ``most``); returns when all are done, raising the first error any raised."""
+        n = max(1, min(self.width, batch, most or batch))
         cuts = [batch * i // n for i in range(n + 1)]
         futures = [_pool().submit(part, cuts[i], cuts[i + 1]) for i in range(1, n)]
         try:
@@ -56,13 +56,13 @@ class Lanes:
 @contextlib.contextmanager
 def laned(cores: Optional[int] = None) -> Iterator[Lanes]:
     """Within: torch on one thread, and :class:`Lanes` of width ``cores`` (default torch's thread
-    count), which the sampler takes for the cores it may draw on (:func:`~.rng.cores`), and
-    numpy's BLAS on one thread; afterwards both as before."""
+    count), which the sampler takes for the cores it may draw on (:func:`~.rng.cores`), and the
+    small products through numpy (:func:`~.blas.per_matrix`); afterwards as before."""
     old, lanes = torch.get_num_threads(), Lanes(cores or torch.get_num_threads())
     torch.set_num_threads(1)
     rng._CORES = lambda: lanes.width
     try:
-        with blas.one_thread():
+        with blas.per_matrix():
             yield lanes
     finally:
         rng._CORES = None

@@ -26,6 +26,12 @@ from .lanes import Lanes, laned
 from .noise import NeedsDraws, NoiseSource, RandomMLP, Randomness
 
 
+#: matrix-product flops of a layer that make one lane's share (a layer of less than two shares is
+#: not laned): the break-even measured on 2 cores lay between 13 and 57 MFLOP per layer
+#: (docs/performance.md, "Lanes")
+LANE_WORK = float(1 << 24)
+
+
 @dataclass
 class Transformer:
     """The layer map X_ℓ → X_{ℓ+1} with step Δt = T/L: :meth:`step` maps X (batch, N, d), unit
@@ -36,6 +42,7 @@ class Transformer:
     mlp: Optional[NoiseSource] = None
     order: Literal["post_ln", "parallel"] = "post_ln"
     _lanes: Optional[Lanes] = field(default=None, init=False, repr=False, compare=False)
+    _laneable_at: Optional[tuple] = field(default=None, init=False, repr=False, compare=False)
 
     def reset(self, batch: int, d: int, generator: torch.Generator, dtype: torch.dtype, device) -> None:
         """Start of a run: the noise source draws its per-run state."""
@@ -43,25 +50,41 @@ class Transformer:
             self.mlp.reset(batch, d, generator, dtype, device)
 
     def schedule(self, X: torch.Tensor, steps: int) -> contextlib.AbstractContextManager:
-        """How a run of ``steps`` layers from X uses the CPU cores: in lanes where they apply
-        (:meth:`laneable`), and the MLP's schedule (e.g. drawing while computing); the same numbers."""
-        if self.laneable(X):
+        """How a run of ``steps`` layers from X uses the CPU cores: lanes on all of torch's threads
+        where they apply (:meth:`laneable`), and the MLP's schedule (e.g. drawing while
+        computing); the same numbers."""
+        if self.laneable(X) and torch.get_num_threads() >= 2:
             return self._laned(X, steps)
         schedule = getattr(self.mlp, "schedule", None)
         return contextlib.nullcontext() if schedule is None else schedule(X, steps)
 
     def laneable(self, X: torch.Tensor) -> bool:
-        """Whether a run from X computes its samples in lanes (:mod:`~stochformer.model.lanes`):
-        on a CPU with 2 or more torch threads and 2 or more samples, with the exact Gaussian MLP
-        and dense softmax attention (or none), every product small (:func:`~.blas.small`)."""
+        """Whether the layer at X computes its samples in lanes (:mod:`~stochformer.model.lanes`,
+        with the per-matrix products of :mod:`~stochformer.model.blas`): on a CPU in float32 or
+        float64, with the exact Gaussian MLP and dense softmax attention (or none), every product
+        small, and a layer's work (:meth:`work`) at least two lanes' worth, :data:`LANE_WORK`
+        each. Sizes only, never threads, decide it: the same numbers on any number of threads."""
+        key = (tuple(X.shape), X.dtype, X.device)
+        if self._laneable_at is None or self._laneable_at[0] != key:
+            B, N, d = X.shape
+            mlp, att = self.mlp, self.attention
+            ok = (
+                X.device.type == "cpu" and X.dtype in (torch.float32, torch.float64) and B >= 2
+                and isinstance(mlp, RandomMLP) and mlp.mode == "gaussian"
+                and (att is None or (type(att) is SoftmaxAttention and not att.sdpa and (att.chunk is None or att.chunk >= N)))
+                and blas.small((N, max(N, d), mlp.width), (N, d, N))
+                and self.work(X) >= 2 * LANE_WORK
+            )
+            self._laneable_at = (key, ok)
+        return self._laneable_at[1]
+
+    def work(self, X: torch.Tensor) -> float:
+        """Matrix-product flops of one layer at X (batch, N, d): the MLP's ``cost`` and attention's
+        two products, over the batch."""
         B, N, d = X.shape
-        mlp, att = self.mlp, self.attention
-        return (
-            X.device.type == "cpu" and X.dtype in (torch.float32, torch.float64) and B >= 2 and torch.get_num_threads() >= 2
-            and isinstance(mlp, RandomMLP) and mlp.mode == "gaussian"
-            and (att is None or (type(att) is SoftmaxAttention and not att.sdpa and (att.chunk is None or att.chunk >= N)))
-            and blas.small((N, max(N, d), mlp.width), (N, d, N))
-        )
+        cost = getattr(self.mlp, "cost", None)
+        mlp = cost(N, d, X.device, X.dtype)["flops"] if cost is not None and getattr(self.mlp, "mode", "") == "gaussian" else 0.0
+        return B * (mlp + (4.0 * N * N * d if self.attention is not None else 0.0))
 
     @contextlib.contextmanager
     def _laned(self, X: torch.Tensor, steps: int) -> Iterator[None]:
@@ -76,7 +99,7 @@ class Transformer:
     def step(self, X: torch.Tensor, dt: float, rng: Randomness) -> torch.Tensor:
         """One layer; ``rng``: the step's :class:`~stochformer.brownian.Draws` (or a generator)."""
         draws = as_draws(rng)
-        if self._lanes is not None and not draws.coupled:
+        if not draws.coupled and self.laneable(X):
             return self._step_in_lanes(X, dt, draws.generator)
         return self._layer(X, dt, None if self.mlp is None else lambda Y: self.mlp.increment(Y, dt, rng))  # type: ignore[union-attr]
 
@@ -92,9 +115,10 @@ class Transformer:
         return Y if increment is None else normalize(Y + increment(Y))
 
     def _step_in_lanes(self, X: torch.Tensor, dt: float, generator: torch.Generator) -> torch.Tensor:
-        """The layer with the MLP's normals drawn first, then each lane's samples through it. A
-        sample that needs more normals (numerically singular Gram matrices) sends the whole layer
-        through the calling thread, which draws them in order: the same numbers either way."""
+        """The layer with the MLP's normals drawn first, then each lane's samples through it (in
+        the calling thread alone outside a laned run), each lane with :data:`LANE_WORK` at least.
+        A sample that needs more normals (numerically singular Gram matrices) sends the whole
+        layer through the calling thread, which draws them in order: the same numbers either way."""
         mlp: RandomMLP = self.mlp  # type: ignore[assignment]
         z = mlp.normals(X, generator)
         work = mlp.workspace(X)
@@ -103,8 +127,9 @@ class Transformer:
         def part(a: int, b: int) -> None:
             out[a:b] = self._layer(X[a:b], dt, lambda Y: mlp.apply(Y, dt, z.samples(a, b), None, work[a:b]))
 
-        try:
-            self._lanes.run(part, X.shape[0])  # type: ignore[union-attr]
-        except NeedsDraws:
-            return self._layer(X, dt, lambda Y: mlp.apply(Y, dt, z, generator, work))
+        with blas.per_matrix():
+            try:
+                (self._lanes or Lanes(1)).run(part, X.shape[0], int(self.work(X) // LANE_WORK))
+            except NeedsDraws:
+                return self._layer(X, dt, lambda Y: mlp.apply(Y, dt, z, generator, work))
         return out
