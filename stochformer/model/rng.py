@@ -84,15 +84,15 @@ def _background() -> ThreadPoolExecutor:
 
 @contextlib.contextmanager
 def overlapped(
-    draws: "NormalDraws", threads: int, budget: Optional[int] = None, cores: Optional[int] = None,
+    draws: "NormalDraws", threads: int, budget: Optional[int] = None, total: Optional[int] = None,
     set_compute: Optional[Callable[[int], None]] = None,
 ) -> Iterator[None]:
     """Within: ``draws`` draws each next refill in the background on ``threads`` threads while
-    the run computes on the other ``cores`` (default torch's thread count): ``set_compute``
+    the run computes on the others of ``total`` (default torch's thread count): ``set_compute``
     (default: torch's thread count) is lowered by ``threads``, at least 1, while a background
     refill runs, and given all ``cores`` between refills; afterwards both as before. ``threads``
     0: no change."""
-    old = cores or torch.get_num_threads()
+    old = total or torch.get_num_threads()
     setter = set_compute or _set_torch_threads
     if threads > 0:
         draws.pipeline(threads, budget, compute_threads=(max(1, old - threads), old), set_compute=setter)

@@ -42,7 +42,7 @@ class Transformer:
     mlp: Optional[NoiseSource] = None
     order: Literal["post_ln", "parallel"] = "post_ln"
     _lanes: Optional[Lanes] = field(default=None, init=False, repr=False, compare=False)
-    _laneable_at: Optional[tuple] = field(default=None, init=False, repr=False, compare=False)
+    _lanes_at: Optional[tuple] = field(default=None, init=False, repr=False, compare=False)
 
     def reset(self, batch: int, d: int, generator: torch.Generator, dtype: torch.dtype, device) -> None:
         """Start of a run: the noise source draws its per-run state."""
@@ -62,29 +62,28 @@ class Transformer:
         """Whether the layer at X computes its samples in lanes (:mod:`~stochformer.model.lanes`,
         with the per-matrix products of :mod:`~stochformer.model.blas`): on a CPU in float32 or
         float64, with the exact Gaussian MLP and dense softmax attention (or none), every product
-        small, and a layer's work (:meth:`work`) at least two lanes' worth, :data:`LANE_WORK`
+        small, and at least two lanes' worth of product flops in the layer, :data:`LANE_WORK`
         each. Sizes only, never threads, decide it: the same numbers on any number of threads."""
+        return self._most_lanes(X) >= 2
+
+    def _most_lanes(self, X: torch.Tensor) -> int:
+        """How many lanes the layer at X may use (its product flops over :data:`LANE_WORK`; 0
+        where it is not laned); kept for the last shape asked."""
         key = (tuple(X.shape), X.dtype, X.device)
-        if self._laneable_at is None or self._laneable_at[0] != key:
+        if self._lanes_at is None or self._lanes_at[0] != key:
             B, N, d = X.shape
             mlp, att = self.mlp, self.attention
-            ok = (
+            most = 0
+            if (
                 X.device.type == "cpu" and X.dtype in (torch.float32, torch.float64) and B >= 2
                 and isinstance(mlp, RandomMLP) and mlp.mode == "gaussian"
                 and (att is None or (type(att) is SoftmaxAttention and not att.sdpa and (att.chunk is None or att.chunk >= N)))
                 and blas.small((N, max(N, d), mlp.width), (N, d, N))
-                and self.work(X) >= 2 * LANE_WORK
-            )
-            self._laneable_at = (key, ok)
-        return self._laneable_at[1]
-
-    def work(self, X: torch.Tensor) -> float:
-        """Matrix-product flops of one layer at X (batch, N, d): the MLP's ``cost`` and attention's
-        two products, over the batch."""
-        B, N, d = X.shape
-        cost = getattr(self.mlp, "cost", None)
-        mlp = cost(N, d, X.device, X.dtype)["flops"] if cost is not None and getattr(self.mlp, "mode", "") == "gaussian" else 0.0
-        return B * (mlp + (4.0 * N * N * d if self.attention is not None else 0.0))
+            ):
+                flops = mlp.cost(N, d, X.device, X.dtype)["flops"] + (4.0 * N * N * d if att is not None else 0.0)
+                most = min(B, int(B * flops // LANE_WORK))
+            self._lanes_at = (key, most)
+        return self._lanes_at[1]
 
     @contextlib.contextmanager
     def _laned(self, X: torch.Tensor, steps: int) -> Iterator[None]:
@@ -129,7 +128,7 @@ class Transformer:
 
         with blas.per_matrix():
             try:
-                (self._lanes or Lanes(1)).run(part, X.shape[0], int(self.work(X) // LANE_WORK))
+                (self._lanes or Lanes(1)).run(part, X.shape[0], self._most_lanes(X))
             except NeedsDraws:
                 return self._layer(X, dt, lambda Y: mlp.apply(Y, dt, z, generator, work))
         return out
