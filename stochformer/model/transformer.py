@@ -114,8 +114,8 @@ class Transformer:
         return Y if increment is None else normalize(Y + increment(Y))
 
     def _step_in_lanes(self, X: torch.Tensor, dt: float, generator: torch.Generator) -> torch.Tensor:
-        """The layer with the MLP's normals drawn first, then each lane's samples through it (in
-        the calling thread alone outside a laned run), each lane with :data:`LANE_WORK` at least.
+        """The layer with the MLP's normals drawn first, then each lane's samples through it, each
+        lane with :data:`LANE_WORK` at least.
         A sample that needs more normals (numerically singular Gram matrices) sends the whole
         layer through the calling thread, which draws them in order: the same numbers either way."""
         mlp: RandomMLP = self.mlp  # type: ignore[assignment]
@@ -126,9 +126,10 @@ class Transformer:
         def part(a: int, b: int) -> None:
             out[a:b] = self._layer(X[a:b], dt, lambda Y: mlp.apply(Y, dt, z.samples(a, b), None, work[a:b]))
 
-        with blas.per_matrix():
+        # outside a laned run (a step taken by hand), lanes on torch's threads for this layer
+        with contextlib.nullcontext(self._lanes) if self._lanes is not None else laned() as lanes, blas.per_matrix():
             try:
-                (self._lanes or Lanes(1)).run(part, X.shape[0], self._most_lanes(X))
+                lanes.run(part, X.shape[0], self._most_lanes(X))
             except NeedsDraws:
                 return self._layer(X, dt, lambda Y: mlp.apply(Y, dt, z, generator, work))
         return out
