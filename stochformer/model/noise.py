@@ -236,7 +236,7 @@ class RandomMLP:
             return self._hidden_from(X, self._split(z, X, hidden_only=True), generator)
         B, N, d = X.shape
         U = draw_weights((B, self.width, d), generator, X, self.law, self.nu)
-        pre = blas.matmul(X, U.transpose(-1, -2)) / math.sqrt(d)
+        pre = (X @ U.transpose(-1, -2)) / math.sqrt(d)
         if self.sigma_U > 0:
             pre = pre + self.sigma_U * _normal((B, 1, self.width), generator, X)
         return self._phi(pre)
@@ -370,7 +370,7 @@ class RandomMLP:
         """√dt · s · G^m(X) with U, W, b_U, b_W drawn explicitly (SPEC §1)."""
         B, N, d = X.shape
         Phi = self.hidden(X, generator)  # (B, N, m)
-        out = blas.matmul(Phi, draw_weights((B, self.width, d), generator, X, self.law, self.nu)) / math.sqrt(self.width)
+        out = Phi @ draw_weights((B, self.width, d), generator, X, self.law, self.nu) / math.sqrt(self.width)
         if self.sigma_W > 0:
             out = out + self.sigma_W * _normal((B, 1, d), generator, X)
         return (self.scale * math.sqrt(dt)) * out

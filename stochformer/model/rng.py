@@ -30,8 +30,8 @@ Drawing Gaussians dominates the cost of the discrete transformer on a CPU (see
   state the current refill left (its stream seeds drawn from a copy of the generator). A refill
   takes it when the generator is in that state and the sizes match, and draws afresh otherwise:
   the numbers are those of the foreground refills, whatever the timing; a refill that finds it
-  unfinished draws its last pieces itself rather than wait. The run's torch
-  operations then use the other cores (:func:`overlapped`), so drawing and computing overlap
+  unfinished draws its last pieces itself rather than wait. The run's computations (torch's
+  threads, or the lanes' width) then use the other cores (:func:`overlapped`), so drawing and computing overlap
   without oversubscribing the cores (docs/performance.md, "Drawing while computing").
 """
 
@@ -90,7 +90,7 @@ def overlapped(
     """Within: ``draws`` draws each next refill in the background on ``threads`` threads while
     the run computes on the others of ``total`` (default torch's thread count): ``set_compute``
     (default: torch's thread count) is lowered by ``threads``, at least 1, while a background
-    refill runs, and given all ``cores`` between refills; afterwards both as before. ``threads``
+    refill runs, and given all ``total`` between refills; afterwards both as before. ``threads``
     0: no change."""
     old = total or torch.get_num_threads()
     setter = set_compute or _set_torch_threads

@@ -126,8 +126,9 @@ class Transformer:
         def part(a: int, b: int) -> None:
             out[a:b] = self._layer(X[a:b], dt, lambda Y: mlp.apply(Y, dt, z.samples(a, b), None, work[a:b]))
 
-        # outside a laned run (a step taken by hand), lanes on torch's threads for this layer
-        with contextlib.nullcontext(self._lanes) if self._lanes is not None else laned() as lanes, blas.per_matrix():
+        # outside a laned run (a step taken by hand), lanes on torch's threads for this layer;
+        # either way the products go through numpy (laned() holds blas.per_matrix)
+        with contextlib.nullcontext(self._lanes) if self._lanes is not None else laned() as lanes:
             try:
                 lanes.run(part, X.shape[0], self._most_lanes(X))
             except NeedsDraws:
