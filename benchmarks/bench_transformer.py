@@ -223,9 +223,10 @@ def matmul_size(device: torch.device, quick: bool) -> int:
     return 512 if quick else (8192 if device.type == "cuda" else 2048)
 
 
-def matmul_rates(device: torch.device, quick: bool) -> dict[str, float]:
+def matmul_rates(device: torch.device, quick: bool, reps: int = 5) -> dict[str, float]:
     """float64 GFLOP/s of one n × n product (n = :func:`matmul_size`: 2048 on a CPU, 8192 on a GPU):
-    torch's, and on a CPU numpy's (its own BLAS) as well; the bound takes the faster."""
+    torch's, and on a CPU numpy's (its own BLAS) as well; the bound takes the faster. Medians of
+    ``reps``."""
     n = matmul_size(device, quick)
     A = torch.randn(n, n, dtype=torch.float64, device=device)
     Bm = torch.randn(n, n, dtype=torch.float64, device=device)
@@ -236,14 +237,15 @@ def matmul_rates(device: torch.device, quick: bool) -> dict[str, float]:
     rates = {}
     for name, product in products.items():
         product()
-        rates[name] = 2 * n**3 / median_time(product, device, 3 if quick else 5) / 1e9
+        rates[name] = 2 * n**3 / median_time(product, device, 3 if quick else reps) / 1e9
     return rates
 
 
-def sampler_rates(device: torch.device, quick: bool) -> dict[str, float]:
-    """float64 standard normals per second (millions) for each candidate sampler on ``device``."""
+def sampler_rates(device: torch.device, quick: bool, reps: int = 5) -> dict[str, float]:
+    """float64 standard normals per second (millions) for each candidate sampler on ``device``,
+    medians of ``reps``."""
     n = 1 << (18 if quick else (26 if device.type == "cuda" else 22))
-    reps = 3 if quick else 5
+    reps = 3 if quick else reps
     gen = make_generator(0, device)
     buf = torch.empty(n, dtype=torch.float64, device=device)
     rates = {"torch normal_ (one generator)": n / median_time(lambda: buf.normal_(generator=gen), device, reps) / 1e6}
@@ -271,11 +273,12 @@ def bmm_rate(cfg: RunConfig, device: torch.device) -> float:
 def layer_work(cfg: RunConfig, device: torch.device) -> dict[str, float]:
     """Normals and matrix-product flops of one run of ``cfg`` with stochformer's exact sampler.
 
-    Per layer and sample: the MLP (``RandomMLP.cost``) plus attention (2 products of 2N²d flops)."""
+    Per layer and sample: the MLP (``RandomMLP.cost``) plus attention: the scores X Xᵀ (β = 1, a
+    symmetric product, N(N+1)d flops) and their product with the values (2N²d)."""
     per = make_noise(cfg).cost(cfg.N, cfg.d, device)
     n_layers = cfg.batch * cfg.L
     normals = per["normals"] * n_layers + cfg.batch * cfg.N * cfg.d  # + the initial tokens
-    flops = (per["flops"] + 4.0 * cfg.N**2 * cfg.d) * n_layers
+    flops = (per["flops"] + cfg.N * (cfg.N + 1) * cfg.d + 2.0 * cfg.N**2 * cfg.d) * n_layers
     return {"normals": normals, "flops": flops}
 
 
@@ -292,10 +295,13 @@ def machine() -> str:
 
 # --------------------------------------------------------------------------------------------
 def measure_size(size: dict, device: torch.device, repeats: int, quick: bool) -> dict:
-    """Every implementation at one size, in alternation; medians, ratios, law checks, work."""
+    """Every implementation at one size, in alternation, and the rates that set the bound after
+    every round (the machine's speed drifts: the fraction of the bound is taken round by round);
+    medians, ratios, law checks, work, fractions."""
     names = [n for n in IMPLEMENTATIONS if device.type == "cpu" or "NumPy" not in n]
     times: dict[str, list[float]] = {n: [] for n in names}
     finals: dict[str, list[float]] = {n: [] for n in names}
+    rates: list[dict] = []
     warm = run_config(size, device.type, 0).with_updates(L=2)
     for n in names:  # warm-up (allocator, lazy imports, thread pools)
         IMPLEMENTATIONS[n](warm, device)
@@ -307,14 +313,25 @@ def measure_size(size: dict, device: torch.device, repeats: int, quick: bool) ->
                 times[n].append(t)
             finals[n] += law_statistic(X)
             time.sleep(0.05)  # let the previous implementation's spinning threads go idle
+        if r > 0 or quick:
+            rates.append({"matmul": matmul_rates(device, quick, 3), "samplers": sampler_rates(device, quick, 3)})
     med = {n: statistics.median(v) for n, v in times.items()}
+    work = layer_work(run_config(size, str(device), 0), device)
+    # the exact float64 bound of each round: no run can beat it at the rates measured right after it
+    bounds = [work["normals"] / (max(q["samplers"].values()) * 1e6) + work["flops"] / (max(q["matmul"].values()) * 1e9)
+              for q in rates]
+    fractions = [b / t for b, t in zip(bounds, times["stochformer"])]
     return {
         "size": size,
         "times_s": times,
         "median_s": med,
         "speedups": {f"{a} / {b}": med[a] / med[b] for a, b in RATIOS if a in med and b in med},
         "law_checks": {n: law_check(finals["torch loop"], finals[n]) for n in names if n != "torch loop"},
-        "work": layer_work(run_config(size, str(device), 0), device),
+        "work": work,
+        "rates": rates,
+        "bounds_s": bounds,
+        "fractions": fractions,
+        "fraction": statistics.median(fractions),
     }
 
 
@@ -348,18 +365,16 @@ def main(argv: list[str] | None = None, default_device: str = "cpu") -> None:
         res = measure_size(size, device, repeats, args.quick)
         results.append(res)
         print(json.dumps({k: res[k] for k in ("size", "median_s", "speedups")}, indent=1))
-    mm_rates = matmul_rates(device, args.quick)
-    mm = max(mm_rates.values())
-    samplers = sampler_rates(device, args.quick)
+    # the rates listed: medians over every round of every size
+    every = [q for res in results for q in res["rates"]]
+    mm_rates = {k: statistics.median(q["matmul"][k] for q in every) for k in every[0]["matmul"]}
+    samplers = {k: statistics.median(q["samplers"][k] for q in every) for k in every[0]["samplers"]}
     best = max(samplers, key=samplers.get)
-    for res in results:  # the exact float64 bound at every size: no run can beat it at these rates
+    for res in results:
         w = res["work"]
         res["normals_s"] = w["normals"] / (samplers[best] * 1e6)
-        res["flops_s"] = w["flops"] / (mm * 1e9)
-        res["bound_s"] = res["normals_s"] + res["flops_s"]
-        res["fraction"] = res["bound_s"] / res["median_s"]["stochformer"]
+        res["flops_s"] = w["flops"] / (max(mm_rates.values()) * 1e9)
         res["bmm_gflops"] = bmm_rate(run_config(res["size"], str(device), 0), device)
-        res["flops_s_at_bmm_rate"] = w["flops"] / (res["bmm_gflops"] * 1e9)
     load_mid = os.getloadavg()
     processes = []
     if device.type == "cpu" and args.process_repeats > 0:
@@ -382,7 +397,7 @@ def main(argv: list[str] | None = None, default_device: str = "cpu") -> None:
         "repeats": repeats,
         "results": results,
         "processes": processes,
-        "matmul_gflops": mm,
+        "matmul_gflops": max(mm_rates.values()),
         "matmul_gflops_by_library": mm_rates,
         "matmul_n": matmul_size(device, args.quick),
         "samplers_M_per_s": samplers,
@@ -470,21 +485,26 @@ def markdown(rep: dict) -> str:
         "",
         "Roofline: the fewest exact float64 normals (stochformer's sampler: `RandomMLP.cost` per layer and sample, "
         "plus the initial tokens) at the fastest sampler measured here, plus the matrix-product flops (that cost, "
-        "plus attention) at the faster of torch's and numpy's float64 matmul rates. Measured here:",
+        "plus attention; 2nkp for a general product, n(n+1)k for a symmetric or triangular one such as ΦΦᵀ, "
+        "n³/3 for a Cholesky factorisation) at the faster of torch's and numpy's float64 matmul rates. The rates are "
+        "measured after every timed round (the machine's speed drifts), and the fraction of the bound is taken round by "
+        "round: the bound at that round's rates over that round's stochformer time. Rates measured here (medians over "
+        f"the {len(rep['results'][0]['rates'])} rounds of each size):",
         "",
         "- float64 matmul (one {n}² product): ".format(n=rep["matmul_n"])
-        + ", ".join(f"{k} {v:.1f}" for k, v in rep["matmul_gflops_by_library"].items()) + f" GFLOP/s (the bound uses {rep['matmul_gflops']:.1f})",
+        + ", ".join(f"{k} {v:.1f}" for k, v in rep["matmul_gflops_by_library"].items()) + " GFLOP/s",
         *[f"- {k}: {v:.0f} M normals/s" + (" (fastest)" if k == rep["fastest_sampler"] else "") for k, v in rep["samplers_M_per_s"].items()],
         "",
-        "| size | normals (M) | GFLOP | normals at the fastest sampler (s) | products at the matmul rate (s) | bound (s) | stochformer (s) | fraction of the bound | ΦΦᵀ rate (GFLOP/s) |",
+        "| size | normals (M) | GFLOP | normals at the fastest sampler (s) | products at the matmul rate (s) | bound (s), rounds | stochformer (s), rounds | fraction of the bound: median (range) | ΦΦᵀ rate (GFLOP/s) |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in rep["results"]:
         w = r["work"]
         lines.append(
             f"| {size_txt(r['size'])} | {w['normals'] / 1e6:.1f} | {w['flops'] / 1e9:.2f} | {r['normals_s']:.3f} | "
-            f"{r['flops_s']:.3f} | {r['bound_s']:.3f} | {r['median_s']['stochformer']:.3f} | **{100 * r['fraction']:.0f}%** | "
-            f"{r['bmm_gflops']:.1f} |"
+            f"{r['flops_s']:.3f} | {min(r['bounds_s']):.3f}–{max(r['bounds_s']):.3f} | "
+            f"{min(r['times_s']['stochformer']):.3f}–{max(r['times_s']['stochformer']):.3f} | "
+            f"**{100 * r['fraction']:.0f}%** ({100 * min(r['fractions']):.0f}–{100 * max(r['fractions']):.0f}%) | {r['bmm_gflops']:.1f} |"
         )
     lines += [
         "",

@@ -358,7 +358,7 @@ def test_shifted_cholesky_per_matrix():
     r = np.random.default_rng(45)
     A = r.standard_normal((2, 2, 6, 3)) * np.array([1.0, 1e6])[None, :, None, None]  # scales 1 and 1e12
     K = np.einsum("xykn,xykm->xynm", A, A)
-    C, bad = _cholesky(torch.from_numpy(K), 6)
+    C, bad = _cholesky(torch.from_numpy(K.copy()), 6)  # it shifts K in place
     assert bad is None
     eps = np.finfo(np.float64).eps
     for x in range(2):
@@ -371,7 +371,7 @@ def test_shifted_cholesky_per_matrix():
     assert bad.tolist() == [True, False]
     J = torch.ones(2, 4, 4, dtype=torch.float64)  # synchronised tokens: rank 1, plain Cholesky fails
     assert bool((torch.linalg.cholesky_ex(J)[1] > 0).all())
-    C, bad = _cholesky(J, 8)
+    C, bad = _cholesky(J.clone(), 8)
     assert bad is None
     close(C @ C.transpose(-1, -2), (J + 8 * np.finfo(np.float64).eps * torch.eye(4, dtype=torch.float64)).numpy())
 
@@ -404,7 +404,7 @@ def test_mlp_hidden_fallback_when_the_gram_root_fails(tokens):
     z = torch.randn(B * m * (N + 1), generator=ref, dtype=torch.float64)
     torch.randn(m * d, generator=ref, dtype=torch.float64)
     assert torch.equal(gen.get_state(), ref.get_state())
-    bU = z[B * m * N:].view(B, m)
+    bU = z.view(B, N + 1, m)[:, N]  # per sample Zᵀ (N, m), then b_U
     close(Phi[0], np.tanh(sU * bU[0].numpy())[None].repeat(N, 0))
     assert torch.isfinite(Phi).all() and Phi.shape == (B, N, m)
     with pytest.raises(ValueError, match=r"^weight_law: 'uniform' needs explicit weights \(mode = 'weights'\)$"):

@@ -137,7 +137,8 @@ def test_gamma_rejection_rounds_at_low_acceptance():
 
 def test_mlp_float32_draws_are_float32_normals(tokens):
     """``precision="float32"`` (torch backend): the hidden layer's normals are torch.randn in float32
-    cast to float64 (U, then b_U), Φ = φ(X Uᵀ/√d + σ_U b_U) to 1e-12; the default draws float64."""
+    cast to float64 (per sample Uᵀ, then b_U), Φ = φ(X Uᵀ/√d + σ_U b_U) to 1e-12; the default draws
+    float64."""
     B, N, d, m, sU = 2, 5, 3, 8, 0.3
     X = tokens(B, N, d, seed=61)
     for precision, dtype in (("float32", torch.float32), ("full", F64)):
@@ -145,9 +146,9 @@ def test_mlp_float32_draws_are_float32_normals(tokens):
         ref = torch.Generator()
         ref.set_state(gen.get_state())
         Phi = RandomMLP(m, "tanh", sU, precision=precision).hidden(X, gen)
-        z = torch.randn(B * m * (d + 1), generator=ref, dtype=dtype).double()
-        U, bU = z[: B * m * d].view(B, m, d), z[B * m * d:].view(B, 1, m)
-        close(Phi, torch.tanh(X @ U.transpose(-1, -2) / math.sqrt(d) + sU * bU))
+        z = torch.randn(B * m * (d + 1), generator=ref, dtype=dtype).double().view(B, d + 1, m)
+        Ut, bU = z[:, :d], z[:, d:]
+        close(Phi, torch.tanh(X @ Ut / math.sqrt(d) + sU * bU))
 
 
 def test_mlp_parallel_sampler_draws_ahead(tokens):

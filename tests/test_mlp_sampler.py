@@ -74,7 +74,7 @@ def test_singular_gram_factorised_within_rounding():
     x[2, 1] = 1.0
     K = (x @ x.T / d).expand(2, N, N)
     assert bool((torch.linalg.cholesky_ex(K).info > 0).all())
-    C, bad = _cholesky(K, d)
+    C, bad = _cholesky(K.clone(), d)  # it shifts K in place
     assert bad is None
     assert float((C @ C.transpose(-1, -2) - K).abs().max()) <= 4 * d * torch.finfo(F64).eps * 0.25
 
@@ -128,11 +128,8 @@ def test_each_sampler_keeps_the_conditional_covariance(rng, precision):
     hid1 = draw(n_hid1, make_generator(3), F64, "cpu")  # one sample's U and b_U
 
     def frozen(n, generator, dtype, device):
-        # layout of the buffer: U (B, m, r), b_U (B, m), then the output normals
-        r = min(N, d)
-        U = hid1[: m * r].repeat(B)
-        bU = hid1[m * r :].repeat(B)
-        return torch.cat([U, bU, draw(n - B * n_hid1, generator, dtype, device)])
+        # layout of the buffer: per sample Uᵀ (r, m) and b_U (m), then the output normals
+        return torch.cat([hid1.repeat(B), draw(n - B * n_hid1, generator, dtype, device)])
 
     noise._draw = frozen
     Phi = noise._hidden_from(x[None], noise._split(hid1, x[None], hidden_only=True), make_generator(0))[0]  # (N, m)

@@ -251,18 +251,18 @@ def u_from_cholesky(X: np.ndarray, Z: np.ndarray) -> np.ndarray:
 
 def gaussian_mode_reference(X: np.ndarray, z: np.ndarray, m: int, sigma_U: float, sigma_W: float, phi, gram: bool):
     """G^m at the tokens from the conditionally Gaussian construction (SPEC §2), given its flat
-    normals z = [hidden (B, m, r) | b_U/σ_U (B, m) | output (B, N or m, d) | b_W/σ_W (B, d)]:
+    normals z = [per sample: hidden (r, m), b_U/σ_U (m) | output (B, N or m, d) | b_W/σ_W (B, d)]:
 
-    - pre-activations H = X Uᵀ/√d with U = the hidden block (d ≤ N), or H = C Zᵀ with C Cᵀ = XXᵀ/d
-      and Z the hidden block (d > N): columns N(0, XXᵀ/d) either way;
+    - pre-activations H = X Uᵀ/√d with Uᵀ = the hidden block (d ≤ N), or H = C Zᵀ with C Cᵀ = XXᵀ/d
+      and Zᵀ the hidden block (d > N): columns N(0, XXᵀ/d) either way;
     - Φ = φ(H + b_U); given Φ the output is Gaussian with token covariance ΦΦᵀ/m: Φ W/√m with
       Wᵀ = the output block (m, d), or (``gram``) S Z''/√m with S the Cholesky factor of ΦΦᵀ."""
     B, N, d = X.shape
     r = min(N, d)
-    hid, z = z[: B * m * r].reshape(B, m, r), z[B * m * r :]
-    bU = np.zeros((B, m))
-    if sigma_U > 0:
-        bU, z = sigma_U * z[: B * m].reshape(B, m), z[B * m :]
+    rows = r + (sigma_U > 0)
+    block, z = z[: B * rows * m].reshape(B, rows, m), z[B * rows * m :]
+    hid = block[:, :r].transpose(0, 2, 1)  # (B, m, r)
+    bU = sigma_U * block[:, r] if sigma_U > 0 else np.zeros((B, m))
     rows = N if gram else m
     out, z = z[: B * rows * d].reshape(B, rows, d), z[B * rows * d :]
     bW = sigma_W * z[:B * d].reshape(B, d) if sigma_W > 0 else np.zeros((B, d))
@@ -304,19 +304,20 @@ def test_mlp_gaussian_mode(N, d, m, gram, activation, sigma_U, sigma_W, scale, t
 @pytest.mark.parametrize("sigma_U,sigma_W", [(0.0, 0.0), (0.3, 0.2)])
 def test_mlp_gaussian_mode_cost(N, d, m, gram, sigma_U, sigma_W, tokens, gen, replay):
     """``cost``: the normals one call draws (the generator ends where that many draws leave it) and
-    the flops of its products (2mnk each) and Cholesky factorisations (n³/3 each)."""
+    the flops of its products (2nkp for a general one, n(n+1)k for a symmetric or triangular one)
+    and Cholesky factorisations (n³/3 each)."""
     noise = RandomMLP(width=m, sigma_U=sigma_U, sigma_W=sigma_W, mode="gaussian")
     cost = noise.cost(N, d)
     g = replay(gen)
     torch.randn(int(cost["normals"]), generator=g, dtype=torch.float64)
     noise.increment(tokens(1, N, d, seed=8), 0.1, gen)
     assert torch.equal(gen.get_state(), g.get_state())
-    r = min(N, d)
-    flops = 2 * m * N * r  # pre-activations: (N × r)(r × m)
     if d > N:
-        flops += 2 * N * N * d + N**3 / 3  # Y Yᵀ and its Cholesky factor
+        flops = N * (N + 1) * d + N**3 / 3 + N * (N + 1) * m  # Y Yᵀ, its Cholesky factor C, C Zᵀ
+    else:
+        flops = 2 * N * d * m  # Y Uᵀ
     if gram:
-        flops += 2 * m * N * N + N**3 / 3 + 2 * N * N * d  # ΦΦᵀ, its factor S, S Z''
+        flops += N * (N + 1) * m + N**3 / 3 + N * (N + 1) * d  # ΦΦᵀ, its factor S, S Z''
     else:
         flops += 2 * m * N * d  # Φ Z'
     assert cost["flops"] == pytest.approx(flops, rel=1e-15)
@@ -336,8 +337,8 @@ def test_mlp_coupling_given_normals(mode, N, d, tokens, gen, replay):
         U, bU, _, _ = weights_mode_draws(g, B, m, d, sigma_U, 0.0)
     else:
         r = min(N, d)
-        z = randn(g, B * m * (r + 1))
-        hid, bU = z[: B * m * r].reshape(B, m, r), sigma_U * z[B * m * r :].reshape(B, m)
+        block = randn(g, B * m * (r + 1)).reshape(B, r + 1, m)  # per sample Uᵀ (or Zᵀ) and b_U
+        hid, bU = block[:, :r].transpose(0, 2, 1), sigma_U * block[:, r]
         Xn = X.numpy()
         U = np.stack([hid[b] if d <= N else u_from_cholesky(Xn[b], hid[b]) for b in range(B)])
     got = noise.increment(X, dt, coupled(gen, xi))

@@ -19,14 +19,9 @@ import torch
 
 from . import blas, rng
 
-_POOL: Optional[ThreadPoolExecutor] = None
-
 
 def _pool() -> ThreadPoolExecutor:
-    global _POOL
-    if _POOL is None:
-        _POOL = ThreadPoolExecutor(max_workers=max(1, (os.cpu_count() or 1) - 1), thread_name_prefix="stochformer-lane")
-    return _POOL
+    return rng.thread_pool("lane", (os.cpu_count() or 1) - 1)
 
 
 class Lanes:

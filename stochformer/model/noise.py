@@ -42,11 +42,11 @@ Randomness = Union[torch.Generator, Draws]
 
 class LayerNormals(NamedTuple):
     """The normals of one :class:`RandomMLP` call (``mode="gaussian"``) as views per sample:
-    ``hidden`` (batch, m, r), ``bias_U`` (batch, 1, m), ``output`` (batch, N, d) through the root
-    of ΦΦᵀ (``gram``) or (batch, m, d), ``bias_W`` (batch, 1, d); a bias is None when its σ is 0."""
+    ``hidden`` (batch, r, m), or (batch, r + 1, m) with b_U's normals as its last row when σ_U > 0;
+    ``output`` (batch, N, d) through the root of ΦΦᵀ (``gram``) or (batch, m, d); ``bias_W``
+    (batch, 1, d), None when σ_W is 0."""
 
     hidden: torch.Tensor
-    bias_U: Optional[torch.Tensor]
     output: Optional[torch.Tensor]
     bias_W: Optional[torch.Tensor]
     gram: bool = False
@@ -249,13 +249,15 @@ class RandomMLP:
 
     def cost(self, N: int, d: int, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float64) -> dict[str, float]:
         """Work of one ``mode="gaussian"`` call per sample at N tokens in dimension d: ``normals``
-        drawn and matrix-product ``flops`` (2mnk per product, n³/3 per Cholesky), for rooflines."""
+        drawn and matrix-product ``flops``, for rooflines: 2nkp per general product, n(n+1)k per
+        symmetric one (Y Yᵀ, ΦΦᵀ) or triangular one (C Z, S Z''), n³/3 per Cholesky."""
         m, r = self.width, _hidden_rank(N, d, dtype)
         normals = m * r + m * (self.sigma_U > 0) + d * (self.sigma_W > 0)
-        flops = 2.0 * m * N * r + (2.0 * N * N * d + N**3 / 3 if r < d else 0.0)
+        sym = N * (N + 1.0)
+        flops = sym * (d + m) + N**3 / 3 if r < d else 2.0 * m * N * d  # Y Yᵀ, its root C, C Z; or Y Uᵀ
         if _output_through_gram(N, d, m, torch.device(device), dtype):
             normals += N * d
-            flops += 2.0 * m * N * N + N**3 / 3 + 2.0 * N * N * d
+            flops += sym * (m + d) + N**3 / 3  # ΦΦᵀ, its root S, S Z''
         else:
             normals += m * d
             flops += 2.0 * m * N * d
@@ -275,41 +277,44 @@ class RandomMLP:
         return self._split(self._draw(self._n_call(*X.shape, X.dtype, X.device), generator, X.dtype, X.device), X)
 
     def _split(self, z: torch.Tensor, X: torch.Tensor, hidden_only: bool = False) -> LayerNormals:
-        """The flat buffer z of one call as views per sample (the layout of :meth:`_n_call`)."""
+        """The flat buffer z of one call as views per sample (the layout of :meth:`_n_call`): per
+        sample Zᵀ (r × m) and b_U's row, then per sample the output normals, then b_W's."""
         B, N, d = X.shape
-        m, r = self.width, _hidden_rank(N, d, X.dtype)
-        k = B * m * r
-        hidden, bias_U = z[:k].view(B, m, r), None
-        if self.sigma_U > 0:
-            bias_U, k = z[k : k + B * m].view(B, 1, m), k + B * m
+        k = self._n_hidden(B, N, d, X.dtype)
+        hidden = z[:k].view(B, -1, self.width)
         if hidden_only:
-            return LayerNormals(hidden, bias_U, None, None)
-        gram = _output_through_gram(N, d, m, X.device, X.dtype)
-        rows = N if gram else m
+            return LayerNormals(hidden, None, None)
+        gram = _output_through_gram(N, d, self.width, X.device, X.dtype)
+        rows = N if gram else self.width
         output, k = z[k : k + B * rows * d].view(B, rows, d), k + B * rows * d
-        return LayerNormals(hidden, bias_U, output, z[k : k + B * d].view(B, 1, d) if self.sigma_W > 0 else None, gram)
+        return LayerNormals(hidden, output, z[k : k + B * d].view(B, 1, d) if self.sigma_W > 0 else None, gram)
 
     def _hidden_from(
         self, X: torch.Tensor, z: LayerNormals, generator: Optional[torch.Generator], out: Optional[torch.Tensor] = None
     ) -> torch.Tensor:
         """Φ (batch, N, m) from the hidden normals of ``z``; the pre-activations are written into
         ``out`` (batch, N, m) when given. ``generator`` None: raise :class:`NeedsDraws` where
-        more normals are needed."""
+        more normals are needed.
+
+        H = A Z + σ_U 1 bᵀ is one product [A, σ_U 1] [Z; bᵀ] with the bias row of ``z.hidden``:
+        A = Y = X/√d (then Z = Uᵀ), or A = C with C Cᵀ = Y Yᵀ (N × N) when r = N < d."""
         B, N, d = X.shape
-        Zt = z.hidden.transpose(-1, -2)  # (B, r, m)
         Y = X * (1.0 / math.sqrt(d))
-        if z.hidden.shape[-1] == d:  # H = Y Uᵀ/√d with U = Z (B, m, d)
-            pre = blas.matmul(Y, Zt, out=out)
-        else:  # H = C Zᵀ with C Cᵀ = Y Yᵀ/d (N × N): m·N normals instead of m·d
-            C, bad = _cholesky(blas.matmul(Y, Y.transpose(-1, -2)), d)
-            pre = blas.matmul(C, Zt, out=out)
-            if bad is not None:
-                # Y Yᵀ numerically singular (synchronised tokens): draw U for those samples, the
-                # same law; the extra normals are drawn after the buffer, so runs stay reproducible
-                U = self._more(int(bad.sum()) * self.width * d, generator, X).view(-1, self.width, d)
-                pre[bad] = blas.matmul(Y[bad], U.transpose(-1, -2))
-        if z.bias_U is not None:
-            pre.add_(z.bias_U, alpha=self.sigma_U)
+        r = z.hidden.shape[-2] - (self.sigma_U > 0)
+        A, bad = Y, None
+        if r < d:  # H = C Z: m·N normals instead of m·d
+            A, bad = _cholesky(blas.matmul(Y, Y.transpose(-1, -2)), d)
+        if self.sigma_U > 0:
+            A = torch.cat([A, A.new_full((B, N, 1), self.sigma_U)], dim=-1)
+        pre = blas.matmul(A, z.hidden, out=out)
+        if bad is not None:
+            # Y Yᵀ numerically singular (synchronised tokens): draw U for those samples, the
+            # same law; the extra normals are drawn after the buffer, so runs stay reproducible
+            Ut = self._more(int(bad.sum()) * self.width * d, generator, X).view(-1, d, self.width)
+            redo = blas.matmul(Y[bad], Ut)
+            if self.sigma_U > 0:
+                redo.add_(z.hidden[bad][:, r:], alpha=self.sigma_U)
+            pre[bad] = redo
         return self._phi_fresh(pre)
 
     def _more(self, n: int, generator: Optional[torch.Generator], like: torch.Tensor) -> torch.Tensor:
@@ -380,15 +385,14 @@ def _cholesky(K: torch.Tensor, inner: int) -> tuple[torch.Tensor, Optional[torch
     """Lower Cholesky factors of the Gram matrices K = AᵀA (..., n, n), A with ``inner`` rows,
     and the mask of those that failed (None if none).
 
-    Every matrix is factorised with δ = ``inner · ε · max_i K_ii`` added to its diagonal: the
-    size of the rounding error of the product AᵀA itself, so the law is unchanged at float
-    precision, while near synchronisation, where K is singular to rounding and its plain
-    factorisation fails, the shifted one succeeds. What still fails is redrawn by the caller
-    another exact way (never an O(n³) eigendecomposition)."""
-    Kd = K.clone()
-    diag = Kd.diagonal(dim1=-2, dim2=-1)
+    Every matrix is factorised with δ = ``inner · ε · max_i K_ii`` added to its diagonal (in
+    place: K is overwritten), the size of the rounding error of the product AᵀA itself, so the
+    law is unchanged at float precision, while near synchronisation, where K is singular to
+    rounding and its plain factorisation fails, the shifted one succeeds. What still fails is
+    redrawn by the caller another exact way (never an O(n³) eigendecomposition)."""
+    diag = K.diagonal(dim1=-2, dim2=-1)
     diag.add_(diag.amax(-1, keepdim=True), alpha=inner * torch.finfo(K.dtype).eps)
-    return blas.cholesky(Kd)
+    return blas.cholesky(K)
 
 
 #: one float64 normal drawn, in flops of the discrete model's products and their overheads on

@@ -38,6 +38,7 @@ Drawing Gaussians dominates the cost of the discrete transformer on a CPU (see
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -54,8 +55,6 @@ DrawPrecision = Literal["full", "float32"]
 _PARALLEL_MIN = 1 << 14
 #: most normals drawn at once by the CPU noise sources (32 MiB in float64)
 DEFAULT_AHEAD = 1 << 22
-_POOL: Optional[ThreadPoolExecutor] = None
-_BACKGROUND: Optional[ThreadPoolExecutor] = None
 
 
 #: within :func:`~stochformer.model.lanes.laned`: the lanes' width, which stands for torch's
@@ -68,18 +67,18 @@ def cores() -> int:
     return torch.get_num_threads() if _CORES is None else _CORES()
 
 
+@functools.cache
+def thread_pool(name: str, workers: int) -> ThreadPoolExecutor:
+    """The process-wide pool of ``workers`` threads named ``stochformer-<name>``, made on first use."""
+    return ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix=f"stochformer-{name}")
+
+
 def _pool() -> ThreadPoolExecutor:
-    global _POOL
-    if _POOL is None:
-        _POOL = ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1), thread_name_prefix="stochformer-rng")
-    return _POOL
+    return thread_pool("rng", os.cpu_count() or 1)
 
 
 def _background() -> ThreadPoolExecutor:
-    global _BACKGROUND
-    if _BACKGROUND is None:
-        _BACKGROUND = ThreadPoolExecutor(max_workers=1, thread_name_prefix="stochformer-rng-ahead")
-    return _BACKGROUND
+    return thread_pool("rng-ahead", 1)
 
 
 @contextlib.contextmanager
