@@ -313,7 +313,7 @@ class RandomMLP:
             Ut = self._more(int(bad.sum()) * self.width * d, generator, X).view(-1, d, self.width)
             redo = blas.matmul(Y[bad], Ut)
             if self.sigma_U > 0:
-                redo.add_(z.hidden[bad][:, r:], alpha=self.sigma_U)
+                redo.add_(z.hidden[bad, r:], alpha=self.sigma_U)
             pre[bad] = redo
         return self._phi_fresh(pre)
 
