@@ -35,7 +35,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from docsection import write_section  # noqa: E402
 
-from stochformer.build import make_noise  # noqa: E402
+from stochformer.build import make_model  # noqa: E402
 from stochformer.config import RunConfig  # noqa: E402
 from stochformer.diagnostics import mean_cosine  # noqa: E402
 from stochformer.experiments.simulate import run_simulate  # noqa: E402
@@ -273,12 +273,12 @@ def bmm_rate(cfg: RunConfig, device: torch.device) -> float:
 def layer_work(cfg: RunConfig, device: torch.device) -> dict[str, float]:
     """Normals and matrix-product flops of one run of ``cfg`` with stochformer's exact sampler.
 
-    Per layer and sample: the MLP (``RandomMLP.cost``) plus attention: the scores X Xᵀ (β = 1, a
-    symmetric product, N(N+1)d flops) and their product with the values (2N²d)."""
-    per = make_noise(cfg).cost(cfg.N, cfg.d, device)
+    Per layer and sample: the MLP (``RandomMLP.cost``) plus attention (``SoftmaxAttention.flops``)."""
+    model = make_model(cfg, device=device)
+    per = model.mlp.cost(cfg.N, cfg.d, device)
     n_layers = cfg.batch * cfg.L
     normals = per["normals"] * n_layers + cfg.batch * cfg.N * cfg.d  # + the initial tokens
-    flops = (per["flops"] + cfg.N * (cfg.N + 1) * cfg.d + 2.0 * cfg.N**2 * cfg.d) * n_layers
+    flops = (per["flops"] + model.attention.flops(cfg.N, cfg.d)) * n_layers
     return {"normals": normals, "flops": flops}
 
 

@@ -82,7 +82,7 @@ def test_a_layer_that_needs_more_normals_goes_through_the_calling_thread(monkeyp
 
 
 def test_what_is_laned():
-    """The benchmark's first size is (57 MFLOP a layer), a tenth of its batch is not; nor is
+    """The benchmark's first size is (39 MFLOP a layer), a tenth of its batch is not; nor is
     randomness drawn inside attention, explicit weights, a single sample, or a product too large
     for one thread."""
     X = uniform(64, 32, 16, generator=make_generator(5))
@@ -92,6 +92,16 @@ def test_what_is_laned():
     assert not Transformer(SoftmaxAttention(), RandomMLP(256, mode="weights")).laneable(X)
     assert not Transformer(SoftmaxAttention(), RandomMLP(1 << 16)).laneable(X[:1])
     assert not Transformer(SoftmaxAttention(), RandomMLP(1 << 16)).laneable(X)
+
+
+def test_attention_flops():
+    """Attention's products per sample: the symmetric scores β X Xᵀ at N(N+1)d and their product
+    with the values at 2N²d; with A and V, the queries X A and values X Vᵀ at 2Nd² each and the
+    scores as a general product."""
+    N, d = 32, 16
+    assert SoftmaxAttention().flops(N, d) == N * (N + 1) * d + 2 * N * N * d
+    eye = torch.eye(d, dtype=torch.float64)
+    assert SoftmaxAttention(A=eye, V=eye).flops(N, d) == 4 * N * d * d + 4 * N * N * d
 
 
 def test_lanes_cover_the_batch_once_and_raise_after_all_parts():

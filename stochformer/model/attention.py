@@ -81,6 +81,13 @@ class SoftmaxAttention:
             A = (as_t(Q) if Q is not None else eye).T @ (as_t(K) if K is not None else eye)
         return cls(beta=beta, gamma=gamma, A=A, V=None if V is None else as_t(V), chunk=chunk, sdpa=sdpa)
 
+    def flops(self, N: int, d: int) -> float:
+        """Matrix-product flops of self-attention on N tokens in dimension d, per sample: the scores
+        (β X Xᵀ, a symmetric product, N(N+1)d; with A the queries X A, 2Nd², and 2N²d) and their
+        product with the values (2N²d, and 2Nd² for X Vᵀ with V)."""
+        scores = N * (N + 1.0) * d if self.A is None else 2.0 * N * d * (d + N)
+        return scores + 2.0 * N * N * d + (0.0 if self.V is None else 2.0 * N * d * d)
+
     def __call__(self, X: torch.Tensor, keys: Optional[torch.Tensor] = None) -> torch.Tensor:
         """Attn_μ(x_i) for queries X: (batch, n, d) against the cloud ``keys`` (default X): (batch, N, d)."""
         keys = X if keys is None else keys

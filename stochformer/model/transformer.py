@@ -27,8 +27,9 @@ from .noise import NeedsDraws, NoiseSource, RandomMLP, Randomness
 
 
 #: matrix-product flops of a layer that make one lane's share (a layer of less than two shares is
-#: not laned): the break-even measured on 2 cores lay between 13 and 57 MFLOP per layer
-#: (docs/performance.md, "Lanes")
+#: not laned): the break-even measured on 2 cores lay between 13 and 57 MFLOP per layer, counted
+#: then at 2nkp for every product (the 57, the benchmark's first size, is 39 as counted now;
+#: docs/performance.md, "Lanes")
 LANE_WORK = float(1 << 24)
 
 
@@ -80,7 +81,7 @@ class Transformer:
                 and (att is None or (type(att) is SoftmaxAttention and not att.sdpa and (att.chunk is None or att.chunk >= N)))
                 and blas.small((N, max(N, d), mlp.width), (N, d, N))
             ):
-                flops = mlp.cost(N, d, X.device, X.dtype)["flops"] + (4.0 * N * N * d if att is not None else 0.0)
+                flops = mlp.cost(N, d, X.device, X.dtype)["flops"] + (0.0 if att is None else att.flops(N, d))
                 most = min(B, int(B * flops // LANE_WORK))
             self._lanes_at = (key, most)
         return self._lanes_at[1]
