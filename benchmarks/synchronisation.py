@@ -132,7 +132,7 @@ def render(results: list[dict], repulsive: list[dict], meta: dict) -> str:
         + f"{meta['L']}" + " (so Δt·dκ(1) = " + f"{meta['T_units'] / meta['L']:.3g}" + "); MLP width m = " + f"{meta['m']}"
         + " (transformer, `mlp_gaussian` noise).",
         "",
-        "Pass criteria (issue): λ̂₁ within 5% or 3 SE of λ₁ − γ; the energy rate of the same sign as λ̄ − 2γ,",
+        "Pass criteria: λ̂₁ within 5% or 3 SE of λ₁ − γ; the energy rate of the same sign as λ̄ − 2γ,",
         "and within 10% where λ̄ − 2γ < 0. z = (measured − predicted)/SE.",
         "",
         "### λ₁ and the near-synchronisation energy rate",

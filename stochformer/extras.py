@@ -27,5 +27,6 @@ def require(module: str, feature: str) -> ModuleType:
     except ImportError as exc:
         raise MissingExtraError(
             f"{feature} needs {dist}, which is not installed: "
-            f"python -m pip install 'stochformer[{extra}]' (or 'stochformer[all]')"
+            f"install the extra stochformer[{extra}] (or stochformer[all]): python -m pip install '.[{extra}]' "
+            "in the source tree"
         ) from exc
