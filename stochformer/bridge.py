@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Optional
+from typing import ClassVar, Optional
 
 import numpy as np
 import torch
@@ -329,6 +329,7 @@ class BlockNetwork:
 
     kind: str
     block: dict
+    on_sphere: ClassVar[bool] = False  # the blocks' outputs are LayerNorm's, of norm √d
 
     def reset(self, batch: int, d: int, generator: torch.Generator, dtype: torch.dtype, device) -> None:
         """Nothing to draw before the first layer."""
@@ -350,6 +351,11 @@ class MatchedModel:
     attention: Optional[Attention] = None
     a1: float = 0.0
 
+    @property
+    def on_sphere(self) -> bool:
+        """Post-norm states are unit tokens; pre-norm ones the residual stream."""
+        return not self.pre
+
     def reset(self, batch: int, d: int, generator: torch.Generator, dtype: torch.dtype, device) -> None:
         """Nothing to draw before the first layer."""
 
@@ -368,6 +374,7 @@ class PreNormField:
 
     field: object
     norm: str
+    on_sphere: ClassVar[bool] = False  # the residual stream
 
     def reset(self, batch: int, d: int, generator: torch.Generator, dtype: torch.dtype, device) -> None:
         """Nothing to draw before the first step."""

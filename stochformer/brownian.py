@@ -23,39 +23,47 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Optional, Union
+from typing import Annotated, Optional, Union
 
 import torch
 
+from .validation import RealTensor, DeviceLike, FloatDtype, NonNegativeInt, PositiveInt, Seed, Shape, check_memory, same_device, validated
 
+
+@validated
 class BrownianPath:
     """i.i.d. N(0, 1) normals of ``shape`` on ``steps`` fine steps, drawn from ``generator`` (or a
     generator seeded with ``seed``); see the module docstring. ``shape``: one shape, or a list of
     shapes (parts drawn in this order at every fine step).
 
-    ``normals``: an explicit path, a tensor (steps, *shape), instead of drawing one."""
+    ``normals``: an explicit path, a tensor (steps, *shape), instead of drawing one (the path then
+    has its dtype and device)."""
 
     def __init__(
         self,
-        shape: Union[tuple[int, ...], list[tuple[int, ...]]],
-        steps: int,
-        seed: Optional[int] = None,
+        shape: Annotated[Union[tuple[int, ...], list[tuple[int, ...]]], Shape(parts=True)],
+        steps: PositiveInt,
+        seed: Optional[Seed] = None,
         generator: Optional[torch.Generator] = None,
-        dtype: torch.dtype = torch.float64,
-        device: Union[str, torch.device] = "cpu",
-        normals: Optional[torch.Tensor] = None,
+        dtype: FloatDtype = torch.float64,
+        device: DeviceLike = "cpu",
+        normals: Optional[RealTensor] = None,
     ):
-        if steps < 1:
-            raise ValueError(f"steps: must be >= 1 (got {steps})")
         self.parts = [tuple(p) for p in shape] if isinstance(shape, list) else [tuple(shape)]
+        check_memory("shape", 4.0 * sum(math.prod(p) for p in self.parts) * torch.empty(0, dtype=dtype).element_size())
         self.shape = self.parts[0] if len(self.parts) == 1 else self.parts
         self.steps, self.dtype, self.device = int(steps), dtype, torch.device(device)
         self._given = normals
-        if normals is not None:
+        if normals is not None:  # the path lives where its normals are
+            self.dtype, self.device = normals.dtype, normals.device
+            if len(self.parts) > 1:
+                raise ValueError(f"normals: a path of several parts ({self.parts}) cannot be given as one tensor")
             if tuple(normals.shape) != (self.steps, *self.shape):
                 raise ValueError(f"normals: expected shape {(self.steps, *self.shape)}, got {tuple(normals.shape)}")
             self._gen = None
         else:
+            if generator is not None and not same_device(generator.device, self.device):
+                raise ValueError(f"generator: is on {generator.device}, the path on {self.device}; give them the same device")
             if generator is None:
                 if seed is None:
                     raise ValueError("BrownianPath: give a seed or a generator")
@@ -71,7 +79,7 @@ class BrownianPath:
     @classmethod
     def from_normals(cls, normals: torch.Tensor) -> "BrownianPath":
         """The path whose fine normals are ``normals``: (steps, *shape)."""
-        return cls(tuple(normals.shape[1:]), normals.shape[0], dtype=normals.dtype, device=normals.device, normals=normals)
+        return cls(tuple(normals.shape[1:]), normals.shape[0], normals=normals)
 
     def _fine(self, s: int) -> list[torch.Tensor]:
         if self._given is not None:
@@ -118,6 +126,7 @@ class BrownianPath:
 _CACHE_ENTRIES = 1 << 22
 
 
+@validated
 @dataclass
 class Draws:
     """The randomness of one step ``k`` of ``n``: ``generator`` for draws outside the Brownian path
@@ -126,9 +135,13 @@ class Draws:
 
     generator: torch.Generator
     path: Optional[BrownianPath] = None
-    k: int = 0
-    n: int = 1
+    k: NonNegativeInt = 0
+    n: PositiveInt = 1
     _part: int = field(default=0, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.k >= self.n:
+            raise ValueError(f"k: must be < n = {self.n} (got {self.k})")
 
     def brownian(self, shape: tuple[int, ...], dtype: torch.dtype, device: Union[str, torch.device]) -> torch.Tensor:
         """N(0, 1) normals of ``shape`` driving the Brownian part of this step: the path's (of the
@@ -148,6 +161,14 @@ class Draws:
     def coupled(self) -> bool:
         """Whether the Brownian normals come from a given path."""
         return self.path is not None
+
+
+def step_draws(generator: torch.Generator, path: Optional[BrownianPath], k: int, n: int) -> Draws:
+    """The :class:`Draws` of step k of n from arguments already checked (:func:`~stochformer.solve`
+    makes one per step: the constructor's checks would cost a few µs each)."""
+    draws = Draws.__new__(Draws)
+    Draws.__init__.__wrapped__(draws, generator, path, k, n)  # type: ignore[misc]
+    return draws
 
 
 def as_draws(rng: Union[torch.Generator, Draws]) -> Draws:

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from .model.activations import ACTIVATIONS
 from .sphere import load_token_array
-from .validation import INT_MAX
+from .validation import INT_MAX, ArgumentTypeError, clip, short
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -30,16 +30,46 @@ class ConfigError(ValueError):
     """An invalid configuration: the message names the field(s) and the valid range."""
 
 
-def _too_big(value: Any) -> bool:
-    if isinstance(value, bool):
-        return False
-    if isinstance(value, int):
-        return abs(value) > INT_MAX
+#: the deepest nesting of lists and tables a value may have (a matrix is 2, a sweep's points 3)
+MAX_DEPTH = 32
+#: an error message shows at most this many bad fields, each in at most this many characters
+MESSAGE_LINES, MESSAGE_LINE = 8, 300
+
+
+def _items(value: Any) -> list:
     if isinstance(value, (list, tuple)):
-        return any(_too_big(v) for v in value)
-    if isinstance(value, dict):
-        return any(_too_big(v) for v in value.values())
+        return list(value)
+    return list(value.values()) if isinstance(value, dict) else []
+
+
+def _depth(value: Any) -> int:
+    """How deeply lists and tables nest in ``value`` (0 for a scalar), without recursion."""
+    deepest, level = 0, [(value, 0)]
+    while level:
+        item, depth = level.pop()
+        inner = _items(item)
+        if inner or isinstance(item, (list, tuple, dict)):
+            deepest = max(deepest, depth + 1)
+            if deepest > MAX_DEPTH:
+                return deepest
+            level.extend((v, depth + 1) for v in inner)
+    return deepest
+
+
+def _too_big(value: Any) -> bool:
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, int) and not isinstance(item, bool) and abs(item) > INT_MAX:
+            return True
+        stack.extend(_items(item))
     return False
+
+
+def check_depth(data: Any, where: str) -> None:
+    """``ConfigError`` naming ``where`` if lists and tables nest more than :data:`MAX_DEPTH` deep."""
+    if _depth(data) > MAX_DEPTH:
+        raise ConfigError(f"{where}: lists and tables nest more than {MAX_DEPTH} levels deep")
 
 
 class _Strict(BaseModel):
@@ -319,7 +349,7 @@ def _format_validation_error(err: ValidationError, model: Optional[type[BaseMode
         loc = tuple(e["loc"])
         names, info = _field_at(model, loc)
         got = e.get("input")
-        got_txt = "" if isinstance(got, dict) else f" (got {got!r})"
+        got_txt = "" if isinstance(got, dict) else f" (got {short(got)})"
         if e["type"] == "extra_forbidden":
             parent, _ = _field_at(model, loc[:-1])
             sub: Any = model
@@ -347,16 +377,38 @@ def _format_validation_error(err: ValidationError, model: Optional[type[BaseMode
             continue
         named = not field or msg.startswith(f"{field}.") or msg.startswith(f"{field}:")
         lines.setdefault(field, msg if named else f"{field}: {msg}{got_txt}{tail}")
-    return "invalid configuration: " + "; ".join(lines.values())
+    shown = [clip(line, MESSAGE_LINE) for line in lines.values()]
+    more = f"; and {len(shown) - MESSAGE_LINES} more" if len(shown) > MESSAGE_LINES else ""
+    return "invalid configuration: " + "; ".join(shown[:MESSAGE_LINES]) + more
+
+
+def _nesting(text: str) -> int:
+    """The deepest nesting of ``[`` and ``{`` in ``text`` outside quoted strings."""
+    depth = deepest = 0
+    quote, escaped = "", False
+    for ch in text:
+        if quote:
+            escaped, quote = (not escaped and ch == "\\" and quote == '"'), ("" if ch == quote and not escaped else quote)
+        elif ch in "\"'":
+            quote = ch
+        elif ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth -= 1
+    return deepest
 
 
 def parse_value(text: str) -> Any:
-    """Parse an override value: JSON/TOML literal (numbers, booleans, arrays), else a string."""
+    """Parse an override value: JSON/TOML literal (numbers, booleans, arrays), else a string;
+    ``ConfigError`` for a value nested more than :data:`MAX_DEPTH` deep."""
     text = text.strip()
+    if _nesting(text) > MAX_DEPTH:
+        raise ConfigError(f"the value nests lists or tables more than {MAX_DEPTH} levels deep")
     for loader in (json.loads, lambda s: tomllib.loads(f"v = {s}")["v"]):
         try:
             return loader(text)
-        except (ValueError, tomllib.TOMLDecodeError):
+        except (ValueError, tomllib.TOMLDecodeError, RecursionError):
             pass
     return text
 
@@ -366,29 +418,38 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
     out = json.loads(json.dumps(data, default=str))
     for item in overrides:
         if "=" not in item:
-            raise ConfigError(f"--set {item!r}: expected FIELD=VALUE (nested fields dotted, e.g. init.kind=pair)")
+            raise ConfigError(f"--set {short(item)}: expected FIELD=VALUE (nested fields dotted, e.g. init.kind=pair)")
         key, value = item.split("=", 1)
         parts = key.strip().split(".")
         if not all(p.strip() for p in parts):
-            raise ConfigError(f"--set {item!r}: empty field name; expected FIELD=VALUE (nested fields dotted, e.g. init.kind=pair)")
+            raise ConfigError(f"--set {short(item)}: empty field name; expected FIELD=VALUE (nested fields dotted, e.g. init.kind=pair)")
         node = out
         for p in parts[:-1]:
             child = node.setdefault(p, {})
             if not isinstance(child, dict):
-                raise ConfigError(f"--set {key}: {p!r} is not a section")
+                raise ConfigError(f"--set {clip(key)}: {short(p)} is not a section")
             node = child
-        node[parts[-1]] = parse_value(value)
+        try:
+            node[parts[-1]] = parse_value(value)
+        except ConfigError as exc:
+            raise ConfigError(f"--set {clip(key)}: {exc}") from None
     return out
 
 
+#: the largest config file read (bytes); a bigger one is refused before it is read
+CONFIG_MAX_BYTES = 4 << 20
+
+
 def load_toml(path: Union[str, Path]) -> dict[str, Any]:
-    """Read a TOML config file, raising :class:`ConfigError` if it is missing or unreadable."""
+    """Read a TOML config file (a regular file of at most :data:`CONFIG_MAX_BYTES`), raising
+    :class:`ConfigError` if it is missing, unreadable, too big, or not a regular file."""
+    from .outputs import InputError, read_input
+
     p = Path(path)
     try:
-        with p.open("rb") as fh:
-            return tomllib.load(fh)
-    except FileNotFoundError:
-        raise ConfigError(f"config: file not found: {p}") from None
+        return tomllib.loads(read_input(p, "config", CONFIG_MAX_BYTES).decode("utf-8"))
+    except InputError as exc:
+        raise ConfigError(str(exc)) from None
     except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"config: cannot read {p} as TOML: {exc}") from None
     except RecursionError:
@@ -397,6 +458,7 @@ def load_toml(path: Union[str, Path]) -> dict[str, Any]:
 
 def validate(model: type[BaseModel], data: dict[str, Any]) -> Any:
     """Validate ``data`` against ``model``, turning pydantic's errors into one :class:`ConfigError`."""
+    check_depth(data, "config")
     try:
         return model.model_validate(data)
     except ValidationError as err:
@@ -410,7 +472,7 @@ def as_config(cfg: Any, model: type[BaseModel] = RunConfig, name: str = "cfg") -
         return cfg
     if isinstance(cfg, dict):
         return validate(model, cfg)
-    raise ValueError(f"{name}: must be a {model.__name__} or a dict of its fields, got {type(cfg).__name__}")
+    raise ArgumentTypeError(f"{name}: must be a {model.__name__} or a dict of its fields, got {type(cfg).__name__}")
 
 
 def build_config(

@@ -1,5 +1,6 @@
-"""What is measured on a token cloud (SPEC §5). Inputs ``X: (batch, N, d)``, unit rows; outputs
-are per-sample tensors ``(batch,)``."""
+"""What is measured on a token cloud (SPEC §5). Inputs ``X: (batch, N, d)`` (or any leading
+axes), unit rows, checked at the call (finite real floating, unit rows; N >= 2 for the statistics
+over pairs); outputs are per-sample tensors ``(batch,)``."""
 
 from __future__ import annotations
 
@@ -9,24 +10,41 @@ from typing import Optional
 import torch
 
 from .model.attention import DEFAULT_BLOCK, query_chunk
+from .validation import Clouds, EnergyBeta, PositiveInt, validated
 
 #: the per-sample statistics of a cloud that :func:`pair_statistics` computes in one pass
 STATISTICS = ("mean_cosine", "energy", "min_cosine")
 
 
-def mean_cosine(X: torch.Tensor) -> torch.Tensor:
+def _pairs(X: torch.Tensor) -> None:
+    if X.shape[-2] < 2:
+        raise ValueError(f"X: statistics over pairs of tokens need N >= 2 (got shape {tuple(X.shape)})")
+
+
+@validated
+def mean_cosine(X: Clouds) -> torch.Tensor:
     """Mean of ⟨x_i, x_j⟩ over pairs i < j. Uses |Σ x_i|² = N + 2 Σ_{i<j} ⟨x_i, x_j⟩ (O(N d))."""
+    _pairs(X)
+    return _mean_cosine(X)
+
+
+def _mean_cosine(X: torch.Tensor) -> torch.Tensor:
     N = X.shape[-2]
     s = torch.linalg.vector_norm(X.sum(-2), dim=-1) ** 2
     return (s - N) / (N * (N - 1))
 
 
-def energy(X: torch.Tensor, beta: float = 1.0, chunk: Optional[int] = None) -> torch.Tensor:
+@validated
+def energy(X: Clouds, beta: EnergyBeta = 1.0, chunk: Optional[PositiveInt] = None) -> torch.Tensor:
     """E_β(μ) = ½ ∫∫ (e^β − e^{β⟨x,y⟩}) μ(dx) μ(dy) for the empirical measure (diagonal included).
 
     Computed as ½ e^β ∫∫ (1 − e^{β(⟨x,y⟩−1)}) with expm1, so values near synchronisation are
     accurate to relative rounding. ``chunk``: rows of the Gram matrix formed at once (memory
     O(chunk · N) instead of O(N²), for many tokens)."""
+    return _energy(X, beta, chunk)
+
+
+def _energy(X: torch.Tensor, beta: float = 1.0, chunk: Optional[int] = None) -> torch.Tensor:
     N = X.shape[-2]
     total = sum(_energy_sum(G, beta) for _, G in _gram_rows(X, chunk or N))
     return -0.5 * math.exp(beta) * total / N**2
@@ -43,22 +61,31 @@ def _energy_sum(G: torch.Tensor, beta: float) -> torch.Tensor:
     return torch.expm1(G.clamp(max=1.0).sub_(1.0).mul_(beta)).sum(dim=(-1, -2))
 
 
-def mean_token(X: torch.Tensor) -> torch.Tensor:
+@validated
+def mean_token(X: Clouds) -> torch.Tensor:
     """The mean token ∫ x μ(dx) (not normalised): (batch, N, d) → (batch, d). Its squared norm is
     ∫∫ ⟨x, y⟩ μ(dx) μ(dy), 1 exactly at synchronisation."""
     return X.mean(dim=-2)
 
 
-def min_cosine(X: torch.Tensor) -> torch.Tensor:
+@validated
+def min_cosine(X: Clouds) -> torch.Tensor:
     """Minimum of ⟨x_i, x_j⟩ over pairs i < j."""
-    return pair_statistics(X)["min_cosine"]
+    return _pair_statistics(X)["min_cosine"]
 
 
-def pair_statistics(X: torch.Tensor, energy_beta: float = 1.0, block: Optional[int] = None) -> dict[str, torch.Tensor]:
+@validated
+def pair_statistics(X: Clouds, energy_beta: EnergyBeta = 1.0, block: Optional[PositiveInt] = None) -> dict[str, torch.Tensor]:
     """The three per-sample statistics of ``summary.json``: mean_cosine, energy, min_cosine.
 
     One pass over the Gram matrix, formed ``block // N`` rows at a time when ``block`` (entries)
     is given, so memory stays O(block + N d) for many tokens; at once otherwise."""
+    return _pair_statistics(X, energy_beta, block)
+
+
+def _pair_statistics(X: torch.Tensor, energy_beta: float = 1.0, block: Optional[int] = None) -> dict[str, torch.Tensor]:
+    """:func:`pair_statistics` of tokens already checked (the solver's records)."""
+    _pairs(X)
     N = X.shape[-2]
     rows = N if block is None else max(1, min(N, block // N))
     energy_sum = torch.zeros(X.shape[:-2], dtype=X.dtype, device=X.device)
@@ -68,18 +95,19 @@ def pair_statistics(X: torch.Tensor, energy_beta: float = 1.0, block: Optional[i
         G.diagonal(offset=s, dim1=-2, dim2=-1).add_(3.0)  # ⟨x_i, x_i⟩ = 1 → 4: out of the minimum
         low = torch.minimum(low, G.amin(dim=(-1, -2)))
     return {
-        "mean_cosine": mean_cosine(X),
+        "mean_cosine": _mean_cosine(X),
         "min_cosine": low,
         "energy": -0.5 * math.exp(energy_beta) * energy_sum / N**2,
     }
 
 
-def cloud_summary(X: torch.Tensor, beta: float = 1.0, block: int = DEFAULT_BLOCK) -> dict[str, torch.Tensor]:
+@validated
+def cloud_summary(X: Clouds, beta: EnergyBeta = 1.0, block: PositiveInt = DEFAULT_BLOCK) -> dict[str, torch.Tensor]:
     """Large-N statistics of token clouds X: (batch, N, d): E_β (blocked, no (N, N) matrix), the
     mean token (batch, d) and its norm |∫x dμ| (batch,)."""
-    m = mean_token(X)
+    m = X.mean(dim=-2)
     return {
-        "energy": energy(X, beta, chunk=query_chunk(X.shape[-2], block)),
+        "energy": _energy(X, beta, chunk=query_chunk(X.shape[-2], block)),
         "mean_token": m,
         "mean_token_norm": torch.linalg.vector_norm(m, dim=-1),
     }

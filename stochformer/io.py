@@ -2,8 +2,10 @@
 results (:class:`ResultStore`) that makes runs resumable.
 
 Nothing is ever left half-written: files are written to a temporary name and moved into place
-with :func:`os.replace`; output folders are assembled under a temporary name and renamed at the
-end (:func:`output_folder`).
+(:func:`stochformer.outputs.writing`, which also lists each file in the manifest of the folder being
+written); output folders are assembled under a temporary name and renamed at the end
+(:func:`output_folder`). Entries of a :class:`ResultStore` are signed with a key kept outside every
+output folder (:func:`cache_key_bytes`), so an entry edited or forged in the folder is never reused.
 """
 
 from __future__ import annotations
@@ -11,17 +13,22 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import hmac
 import json
 import math
 import os
-import shutil
-import tempfile
+import secrets
+import warnings
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
 import numpy as np
 
-from .outputs import check_output_folder, remove_owned, remove_stale_partials, write_marker
+from .outputs import (InputError, OutputError, check_output_folder, discard, make_partial, open_input, read_limited, remove_own,
+                      remove_stale_partials, tracking, write_error, writing)
+
+__all__ = ["InputError", "OutputError", "ResultStore", "atomic_write_bytes", "cache_key_bytes", "config_key", "open_input",
+           "output_folder", "read_json", "source_hash", "to_jsonable", "write_json"]
 
 
 def to_jsonable(obj: Any) -> Any:
@@ -44,52 +51,55 @@ def to_jsonable(obj: Any) -> Any:
     return obj
 
 
-_UMASK = os.umask(0)
-os.umask(_UMASK)
+#: the largest JSON file read back from an output folder (a stored task or section, bytes)
+JSON_MAX_BYTES = 256 << 20
 
 
 def atomic_write_bytes(path: Path | str, data: bytes) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
+    """Write ``data`` to ``path`` atomically (see :func:`stochformer.outputs.writing`)."""
+    with writing(path) as tmp:
+        with open(tmp, "wb") as fh:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
-        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp creates 0600; give the usual permissions
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
 
 
 def write_json(path: Path | str, obj: Any) -> None:
     atomic_write_bytes(path, (json.dumps(to_jsonable(obj), indent=2) + "\n").encode())
 
 
-def read_json(path: Path | str) -> Any:
-    return json.loads(Path(path).read_text())
+def read_json(path: Path | str, option: str = "json", max_bytes: int = JSON_MAX_BYTES) -> Any:
+    """A JSON file read with :func:`~stochformer.outputs.open_input` (a regular file of at most ``max_bytes``)."""
+    with open_input(path, option, max_bytes) as fh:
+        return json.loads(read_limited(fh, option, max_bytes, str(path)))
 
 
 @contextlib.contextmanager
-def output_folder(out: Path | str, force: bool = False) -> Iterator[Path]:
-    """Assemble an output folder under a temporary name; move it to ``out`` only on success.
+def output_folder(out: Path | str, force: bool = False, command: str = "") -> Iterator[Path]:
+    """Assemble an output folder under a temporary name beside ``out``, listing every file in its
+    manifest (made by ``command``); move it to ``out`` only on success.
 
-    The folder is marked as stochformer's own; an existing ``out`` is replaced only if it is
-    stochformer's own (``force``), and temporary folders of interrupted runs are removed."""
-    out = check_output_folder(out, force)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_partials(out)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".partial"))
+    An existing non-empty ``out`` is replaced only with ``force``, and only if it is wholly
+    ``command``'s own unchanged output (:func:`~stochformer.outputs.verify`, checked again at the
+    moment of replacing); an empty ``out`` is replaced. On failure, what was written is removed."""
+    out = check_output_folder(out, force, command=command or None, need=0)  # again, now: what changed during the run
     try:
-        write_marker(tmp)
-        yield tmp
-        remove_owned(out)
-        os.replace(tmp, out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise write_error(out.parent, exc) from None
+    remove_stale_partials(out)
+    manifest = make_partial(out, command)
+    try:
+        with tracking(manifest):
+            yield manifest.folder
+        if out.is_dir() and any(out.iterdir()):
+            remove_own(out, command or None)
+        try:
+            os.replace(manifest.folder, out)
+        except OSError as exc:
+            raise write_error(out, exc) from None
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        discard(manifest)
         raise
 
 
@@ -110,12 +120,74 @@ def config_key(payload: Any) -> str:
     return hashlib.sha256(blob).hexdigest()[:20]
 
 
+#: environment variable: the folder holding the key that signs cache entries (default
+#: ``$XDG_CONFIG_HOME/stochformer``, else ``~/.config/stochformer``)
+KEY_DIR_ENV = "STOCHFORMER_CONFIG_DIR"
+
+
+def key_dir() -> Path:
+    """Where the cache's signing key lives: ``$STOCHFORMER_CONFIG_DIR``, else
+    ``$XDG_CONFIG_HOME/stochformer``, else ``~/.config/stochformer`` (never an output folder)."""
+    if os.environ.get(KEY_DIR_ENV):
+        return Path(os.environ[KEY_DIR_ENV]).expanduser()
+    base = os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config"
+    return Path(base) / "stochformer"
+
+
+_EPHEMERAL = secrets.token_bytes(32)
+
+
+def _read_key(path: Path) -> Optional[bytes]:
+    st = os.lstat(path)
+    if not os.path.isfile(path) or os.path.islink(path) or st.st_mode & 0o077 or st.st_uid != os.getuid():
+        warnings.warn(f"{path}: the cache key must be a file of yours that only you can read (mode 600); "
+                      "cached results are not reused until it is", stacklevel=3)
+        return None
+    with open_input(path, "cache key", 4096) as fh:
+        key = bytes.fromhex(read_limited(fh, "cache key", 4096).decode().strip())
+    return key if len(key) >= 16 else None
+
+
+def cache_key_bytes() -> bytes:
+    """The secret that signs every :class:`ResultStore` entry: ``key_dir()/key``, created (mode
+    0600) on first use. Where it cannot be read or created, a key of this process alone is used
+    (entries are then reused only within the process: a resumed run recomputes them)."""
+    return _key_at(str(key_dir() / "key"))
+
+
+@functools.lru_cache(maxsize=8)
+def _key_at(where: str) -> bytes:
+    path = Path(where)
+    folder = path.parent
+    try:
+        if not os.path.lexists(path):
+            folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+            tmp = folder / f".key.{os.getpid()}.{secrets.token_hex(4)}"
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            try:
+                os.write(fd, (secrets.token_hex(32) + "\n").encode())
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            try:
+                os.link(tmp, path)  # atomic, and never replaces a key another process made first
+            except FileExistsError:
+                pass
+            finally:
+                os.unlink(tmp)
+        return _read_key(path) or _EPHEMERAL
+    except (OSError, ValueError, UnicodeDecodeError):
+        return _EPHEMERAL
+
+
 class ResultStore:
     """A content-addressed store of finished results (the tasks of ``tasks.run_tasks``, the
     sections of the report): a folder of ``<name>-<key>.json`` entries, each written atomically.
 
-    Each entry stores its key and a checksum of its result; an entry whose key or checksum does not
-    match (corrupt, truncated, or from another config/version) is ignored and recomputed.
+    Each entry stores its name, key and an HMAC-SHA256 of all three with the result, under the key
+    of :func:`cache_key_bytes` (kept outside every output folder). An entry whose signature does
+    not match (edited, forged, corrupt, truncated, from another config/version, or signed with
+    another key) is ignored and recomputed.
     """
 
     def __init__(self, folder: Path | str):
@@ -130,13 +202,21 @@ class ResultStore:
 
     @staticmethod
     def _checksum(result: Any) -> str:
+        """A plain hash of a result (what anyone can compute; not what makes an entry trusted)."""
         return hashlib.sha256(json.dumps(result, sort_keys=True).encode()).hexdigest()
+
+    @staticmethod
+    def signature(name: str, key: str, result: Any) -> str:
+        """The HMAC of an entry under :func:`cache_key_bytes`."""
+        blob = json.dumps([name, key, result], sort_keys=True, separators=(",", ":")).encode()
+        return hmac.new(cache_key_bytes(), blob, hashlib.sha256).hexdigest()
 
     def load(self, name: str, key: str) -> Optional[Any]:
         path = self._path(name, key)
         try:
-            entry = json.loads(path.read_text())
-            if entry["key"] == key and entry["name"] == name and entry["checksum"] == self._checksum(entry["result"]):
+            entry = read_json(path, "cache entry")
+            if entry["key"] == key and entry["name"] == name and isinstance(entry["hmac"], str) and \
+                    hmac.compare_digest(entry["hmac"], self.signature(name, key, entry["result"])):
                 return entry["result"]
         except (OSError, ValueError, KeyError, TypeError):
             pass
@@ -144,4 +224,4 @@ class ResultStore:
 
     def store(self, name: str, key: str, result: Any) -> None:
         result = to_jsonable(result)
-        write_json(self._path(name, key), {"name": name, "key": key, "checksum": self._checksum(result), "result": result})
+        write_json(self._path(name, key), {"name": name, "key": key, "hmac": self.signature(name, key, result), "result": result})

@@ -2,9 +2,11 @@
 command before anything is allocated, and refuse a run that cannot fit.
 
 The memory model counts the largest tensors one step holds at once (attention scores and the
-Gram matrix of the statistics, the MLP's hidden features, the exact field's covariance and its
-eigendecomposition, the random features) and what a run keeps (recorded statistics, token
-paths); its coefficients were read off measured peaks (``tests/test_preflight.py`` checks the
+Gram matrix of the statistics, the MLP's hidden features and its N × N Gram matrices, the exact
+field's covariance and its eigendecomposition, the random features, the attention's d × d
+matrices and a resampled attention's per-layer draws) and what a run keeps (recorded statistics,
+token paths); every grid point of a grid command (``phase``, ``sweep``, the report's grids) is
+estimated and the largest counts; its coefficients were read off measured peaks (``tests/test_preflight.py`` checks the
 estimate against the measured peak resident memory, within a factor 2, over a range of sizes).
 Times are rough (a fixed cost per step plus the products at :data:`FLOPS` per second): they only
 refuse runs that are absurdly long (more than ``max_hours``).
@@ -13,12 +15,12 @@ refuse runs that are absurdly long (more than ``max_hours``).
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 from typing import Any, Optional
 
 from .model.attention import DEFAULT_BLOCK
 from .config import ConfigError, RunConfig
+from .validation import available_memory
 
 #: sustained matrix-product rate assumed for the time estimate (a modest CPU core)
 FLOPS = 5e9
@@ -48,21 +50,6 @@ class Estimate:
     time_fields: str
 
 
-def available_memory() -> int:
-    """Memory available to a new allocation (``MemAvailable`` on Linux, else physical memory)."""
-    try:
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):  # pragma: no cover
-        return 1 << 62
-
-
 def _largest(terms: dict[str, float]) -> tuple[float, str]:
     name = max(terms, key=terms.get)
     return terms[name], name
@@ -78,6 +65,10 @@ def _step(cfg: RunConfig, batch: int, N: int) -> tuple[dict[str, float], float]:
     pairs = B * min(N * N, DEFAULT_BLOCK)  # scores / Gram entries formed at once
     terms = {"N or batch": 3.0 * s * pairs}
     flops = 4.0 * B * N * N * d
+    matrices, matrix_flops = _attention_matrices(cfg, B, N)
+    if matrices:
+        terms["d (the attention's d x d matrices) or batch"] = s * matrices
+        flops += matrix_flops
     if cfg.mlp and cfg.noise_scale > 0:
         kind = noise_kind(cfg)
         if kind in ("mlp", "mlp_gaussian"):
@@ -85,8 +76,11 @@ def _step(cfg: RunConfig, batch: int, N: int) -> tuple[dict[str, float], float]:
 
             terms["m or batch"] = 1.5 * s * B * N * m
             # the output's normals: through a root of the N × N Gram, or Φ Z' with Z' (m, d)
-            out = N if kind == "mlp_gaussian" and _gram_output_cheaper(N, d, m, cfg.device) else m
+            gram_out = kind == "mlp_gaussian" and _gram_output_cheaper(N, d, m, cfg.device)
+            out = N if gram_out else m
             terms["d, m or batch"] = 2.0 * s * B * d * out
+            if kind == "mlp_gaussian" and (gram_out or N < d):  # Y Yᵀ or ΦΦᵀ (B, N, N) and its factor
+                terms["N or batch (the MLP's N x N Gram)"] = 3.0 * s * B * N * N
             flops += 4.0 * B * N * m * min(N, d) + 2.0 * B * N * d * out
         elif kind == "exact":
             terms["N or batch (or noise = 'random_features')"] = 8.0 * s * B * N * N
@@ -95,6 +89,24 @@ def _step(cfg: RunConfig, batch: int, N: int) -> tuple[dict[str, float], float]:
             terms["features or batch"] = 2.0 * s * B * (N + d) * M
             flops += 4.0 * B * N * M * d
     return terms, flops
+
+
+def _attention_matrices(cfg: RunConfig, B: int, N: int, d: Optional[int] = None) -> tuple[float, float]:
+    """Entries of the d × d matrices the attention holds (its Q, K, V, A; a variant's identity and
+    products; a resampled attention's per-layer draws; the averaged drift's bank of (Q, K) and its
+    per-draw scores), and their extra flops per step; ``d`` (default cfg.d): the dimension."""
+    if not cfg.attention:
+        return 0.0, 0.0
+    d, kind = d or cfg.d, cfg.attention_kind
+    if kind == "softmax":
+        given = sum(getattr(cfg, name) is not None for name in ("Q", "K", "V"))
+        return (given + (given > 0)) * float(d * d), 2.0 * B * N * d * d * (given > 0)
+    if kind == "resampled":
+        return 8.0 * B * d * d, 2.0 * B * (3 * d * d * d + 2 * N * d * d)
+    if kind == "averaged":
+        M = cfg.attention_draws
+        return 2.0 * M * d * d + 3.0 * B * M * N * (d + N), 4.0 * B * M * N * (d * d + N * d)
+    return 6.0 * d * d, 4.0 * B * N * d * d
 
 
 def simulate_estimate(cfg: RunConfig, batch: Optional[int] = None, N: Optional[int] = None) -> Estimate:
@@ -138,6 +150,7 @@ def estimate(cfg: Any, workers: int = 1) -> Optional[Estimate]:
     if isinstance(cfg, ConvergeConfig):
         run = cfg.model
         mem, seconds = _coupling_cost(run.N, run.d, run.batch, cfg.samples_per_task, cfg.widths, cfg.depths, cfg.refine)
+        mem += 8.0 * _attention_matrices(run, min(cfg.samples_per_task, run.batch), run.N)[0]
         return Estimate(mem * workers, seconds / max(1, workers), "model.N, samples_per_task or widths",
                         "depths, refine or model.batch")
     if isinstance(cfg, JointConfig):
@@ -160,6 +173,7 @@ def estimate(cfg: Any, workers: int = 1) -> Optional[Estimate]:
         rows = min(run.N, max(1, DEFAULT_BLOCK // run.features))
         mem = s * (6.0 * (run.N + sum(cfg.sizes)) * max(cfg.dims) + 3.0 * rows * run.features + run.features * max(cfg.dims))
         mem += s * 3.0 * min(run.N, cfg.exact_ot_max) ** 2 + s * 6.0 * cfg.decor_repeats * max(cfg.decor_sizes) * max(cfg.dims)
+        mem += s * max(_attention_matrices(run, 1, run.N, dim)[0] for dim in cfg.dims)
         heun = 2 if run.integrator == "heun" else 1  # field evaluations per step
         step = STEP_OVERHEAD_S + heun * 2 * 4.0 * (run.N + sum(cfg.sizes)) * run.features * run.d / FLOPS
         if run.noise == "exact":  # one joint cloud of n points: K (κ per entry) and its Cholesky factor per step
@@ -169,14 +183,56 @@ def estimate(cfg: Any, workers: int = 1) -> Optional[Estimate]:
         samples = run.batch + cfg.dims_batch * (len(cfg.dims) - 1)
         return Estimate(mem * workers, run.L * step * samples / max(1, workers), "model.N, model.features or decor_repeats",
                         "model.L, model.N, model.features or model.batch")
-    if isinstance(cfg, (SyncConfig, PhaseConfig)):
-        e = simulate_estimate(cfg.model, batch=max(cfg.model.batch if isinstance(cfg, SyncConfig) else 0, 2 * cfg.pairs))
-        points = len(cfg.x_values) * len(cfg.y_values) if isinstance(cfg, PhaseConfig) else 3
+    if isinstance(cfg, PhaseConfig):
+        batch = 2 * cfg.pairs if cfg.measure == "lyapunov" else cfg.model.batch
+        steps = 1.75 if cfg.measure == "lyapunov" and cfg.extrapolate else 1.0  # L, L/2, L/4
+        per = [simulate_estimate(cfg.point(x, y), batch=batch) for x in cfg.x_values for y in cfg.y_values]
+        top = max(per, key=lambda e: e.bytes)
+        axes = f"{cfg.x_field}, {cfg.y_field}"
+        field = f"the grid values of {axes}, pairs or model.batch" if top.memory_fields.startswith("N or batch") else \
+            f"{top.memory_fields} (the grid values of {axes})"
+        return Estimate(top.bytes * workers, steps * sum(e.seconds for e in per) / max(1, workers), field,
+                        f"model.L, pairs, model.batch or the grid ({axes})")
+    if isinstance(cfg, SyncConfig):
+        e = simulate_estimate(cfg.model, batch=max(cfg.model.batch, 2 * cfg.pairs))
         e.memory_fields = "pairs, model.batch or model.N" if e.memory_fields.startswith("N or batch") else e.memory_fields
-        return Estimate(e.bytes * (workers if isinstance(cfg, PhaseConfig) else 1), e.seconds * points / max(1, workers),
-                        e.memory_fields, "model.L, pairs, model.batch or the grid")
+        return Estimate(e.bytes, e.seconds * 3, e.memory_fields, "model.L, pairs, model.batch or the grid")
+    return _other_estimate(cfg, workers)
+
+
+def _other_estimate(cfg: Any, workers: int) -> Optional[Estimate]:
+    """The estimate of ``simulate``, ``motions``, ``bridge``, the resampled attention and the
+    variants' checks (None for configs it does not know)."""
+    from .experiments.bridge import BridgeConfig
+    from .experiments.motions import MotionsConfig
+    from .experiments.variants import ResampledConfig, VariantsConfig
+
     if isinstance(cfg, RunConfig):
         return simulate_estimate(cfg)
+    if isinstance(cfg, MotionsConfig):  # both dynamics on the pairs, and the scalar reference diffusion
+        runs = [simulate_estimate(cfg.model.with_updates(dynamics=k)) for k in ("sde", "transformer")]
+        ref = 8.0 * 4 * cfg.reference_paths
+        seconds = sum(e.seconds for e in runs) + cfg.reference_paths * cfg.reference_steps * 50 / FLOPS
+        return Estimate(max(e.bytes for e in runs) + ref, seconds, "model.batch, model.m or reference_paths",
+                        "model.L, model.batch, reference_steps or reference_paths")
+    if isinstance(cfg, ResampledConfig):
+        runs = [simulate_estimate(cfg.model.with_updates(attention_kind=k, L=max(cfg.depths))) for k in ("resampled", "averaged")]
+        scale = sum(cfg.depths) / max(cfg.depths)
+        return Estimate(max(e.bytes for e in runs), sum(e.seconds for e in runs) * scale,
+                        "model.d, model.batch, model.N or model.attention_draws", "depths, model.batch or model.N")
+    if isinstance(cfg, BridgeConfig):  # fresh blocks (4 d² + 2 d m weights) per layer; the predictions' N × N roots
+        n = cfg.samples + cfg.pred_samples * (1 + cfg.refine)
+        mem = 8.0 * (6 * cfg.d * cfg.d + 3 * cfg.d * cfg.m + 8 * n * cfg.N * (cfg.d + cfg.m + cfg.N))
+        flops = sum(cfg.depths) * (cfg.samples * (4 * cfg.d * cfg.d + 2 * cfg.d * cfg.m) * (cfg.N + cfg.d)
+                                   + cfg.pred_samples * (1 + cfg.refine) * (10 * cfg.N**3 + 4 * cfg.N * cfg.d * cfg.m))
+        return Estimate(mem, sum(cfg.depths) * n * STEP_OVERHEAD_S + flops / FLOPS, "d, m, N, samples or pred_samples",
+                        "depths, samples, pred_samples, refine, d or m")
+    if isinstance(cfg, VariantsConfig):
+        d, m, M = cfg.law_d, cfg.law_m, cfg.attention_draws
+        mem = 8.0 * (4 * cfg.law_draws * m * d + 2 * M * d * d + 8 * cfg.samples * M * d)
+        flops = cfg.law_draws * 8 * m * d * d + sum(cfg.depths) * cfg.samples * M * 8 * d * d + cfg.flow_steps * 1e4
+        return Estimate(mem, flops / FLOPS + sum(cfg.depths) * STEP_OVERHEAD_S, "law_d, law_m, law_draws or attention_draws",
+                        "law_draws, law_m, depths, samples or attention_draws")
     return None
 
 

@@ -14,14 +14,18 @@ and :func:`load` reads the dataset back, with the provenance in its attributes.
 
 from __future__ import annotations
 
+import errno
+import io
 import json
 import os
 from pathlib import Path
 from typing import Any, ClassVar
 
+import h5netcdf
 import xarray as xr
 
 from .io import write_json
+from .outputs import free_bytes, open_input, write_error, writing
 
 DATASET = "dataset.nc"
 
@@ -47,17 +51,41 @@ def seed_of(config: Any) -> Any:
     return getattr(getattr(config, "model", config), "seed", getattr(config, "seed", None))
 
 
-def write_dataset(ds: xr.Dataset, path: Path | str) -> None:
-    """Write ``ds`` as NetCDF-4 to a temporary name, then move it into place. The engine is
-    xarray's default (netCDF4 when installed, else h5netcdf, a required dependency), the one
-    ``xarray.open_dataset(path)`` picks to read it back."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
+#: a dataset up to this size is encoded in memory before it is written (so a full disk fails in
+#: plain Python, never inside HDF5); a larger one is encoded to a temporary file beside its path
+IN_MEMORY_MAX_BYTES = 256 << 20
+
+
+def _netcdf_bytes(ds: xr.Dataset) -> bytes:
+    """``ds`` encoded as a NetCDF-4 file in memory (h5netcdf on a ``BytesIO``, through xarray's public
+    ``Dataset.dump_to_store``: the same file ``to_netcdf(engine="h5netcdf")`` writes, with any
+    supported xarray release), so that a full disk fails in a plain ``write``, never inside HDF5."""
+    buffer = io.BytesIO()
+    store = xr.backends.H5NetCDFStore(h5netcdf.File(buffer, "w"), mode="w")
     try:
-        ds.to_netcdf(tmp, format="NETCDF4")
-        os.replace(tmp, path)
+        ds.dump_to_store(store)
     finally:
-        tmp.unlink(missing_ok=True)
+        store.close()
+    return buffer.getvalue()
+
+
+def write_dataset(ds: xr.Dataset, path: Path | str) -> None:
+    """Write ``ds`` as NetCDF-4 (h5netcdf, a required dependency; ``xarray.open_dataset(path)`` reads
+    it back) atomically (:func:`stochformer.outputs.writing`), after checking the free space for it.
+    A full disk (found before writing when the free space is less than the dataset) or a read-only
+    folder raises :class:`~stochformer.outputs.WriteError` and leaves no temporary file."""
+    path = Path(path)
+    if free_bytes(path.parent) < 1.1 * ds.nbytes + (1 << 20):  # a full disk found before HDF5 writes a byte
+        raise write_error(path, OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)))
+    with writing(path) as tmp:
+        if ds.nbytes <= IN_MEMORY_MAX_BYTES:
+            data = _netcdf_bytes(ds)
+            with open(tmp, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+        else:
+            ds.to_netcdf(tmp, engine="h5netcdf", format="NETCDF4")
 
 
 class Result:
@@ -107,11 +135,19 @@ class Result:
 
 def load(folder: Path | str) -> xr.Dataset:
     """The dataset of a result folder (or a ``.nc`` file), loaded into memory; its attributes
-    hold the command, config, seed, versions and device (nested ones as JSON strings)."""
+    hold the command, config, seed, versions and device (nested ones as JSON strings). Only a
+    regular file is read (a FIFO or a device is refused at once), and only one that fits in the
+    memory available now."""
+    from .preflight import available_memory
+
     path = Path(folder)
     if path.is_dir():
         path = path / DATASET
-    if not path.exists():
+    if not os.path.lexists(path):
         raise FileNotFoundError(f"load: no {DATASET} in {folder}")
-    with xr.open_dataset(path) as ds:
-        return ds.load()
+    with open_input(path, "load", available_memory()) as fh:
+        try:
+            with xr.open_dataset(fh, engine="h5netcdf") as ds:
+                return ds.load()
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"load: cannot read {path} as a NetCDF-4 dataset ({exc})") from None

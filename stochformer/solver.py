@@ -19,25 +19,28 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import math
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Protocol, Sequence
+from typing import Annotated, Any, Callable, Optional, Protocol, Sequence
 
 import numpy as np
 import torch
 import xarray as xr
 from tqdm.auto import tqdm
 
-from .brownian import BrownianPath, Draws
-from .diagnostics import STATISTICS, pair_statistics
+from .brownian import BrownianPath, Draws, step_draws
+from .diagnostics import STATISTICS, _pair_statistics
 from .model.activations import ACTIVATIONS
 from .runtime import make_generator, provenance
 from .sphere import normalize
-from .validation import check_finite
+from .validation import (
+    INT_MAX, Bool, EnergyBeta, Ints, Names, PositiveFloat, PositiveInt, Seed, States, callable_name, check_finite, check_output,
+    NonFiniteError, check_unit_rows, likely_fields, memory_errors, rows_off_sphere, same_device, validated,
+)
 
 
 class Model(Protocol):
-    """What :func:`solve` steps: X (batch, N, d), unit rows → X' one step ``dt`` later."""
+    """What :func:`solve` steps: X (batch, N, d), unit rows → X' one step ``dt`` later (a model
+    whose state leaves the sphere, e.g. a pre-norm residual stream, sets ``on_sphere = False``)."""
 
     def reset(self, batch: int, d: int, generator: torch.Generator, dtype: torch.dtype, device) -> None: ...
 
@@ -51,6 +54,7 @@ class Model(Protocol):
 Hook = Callable[[int, torch.Tensor], Optional[torch.Tensor]]
 
 
+@validated
 @dataclass(frozen=True)
 class SaveAt:
     """What :func:`solve` keeps.
@@ -62,21 +66,14 @@ class SaveAt:
     ``final``: the final state ``X_final``; ``energy_beta``: β of E_β; ``block``: Gram entries
     formed at once by the statistics (None: all; memory-linear for many tokens)."""
 
-    every: int = 1
-    at: Optional[Sequence[int]] = None
-    stats: Sequence[str] = STATISTICS
-    tokens_every: Optional[int] = None
-    tokens_at: Optional[Sequence[int]] = None
-    final: bool = True
-    energy_beta: float = 1.0
-    block: Optional[int] = None
-
-    def __post_init__(self) -> None:
-        if self.every < 1 or (self.tokens_every is not None and self.tokens_every < 1):
-            raise ValueError("SaveAt: every and tokens_every must be >= 1")
-        bad = sorted(set(self.stats) - set(STATISTICS))
-        if bad:
-            raise ValueError(f"SaveAt.stats: unknown statistics {bad}; valid: {', '.join(STATISTICS)}")
+    every: PositiveInt = 1
+    at: Annotated[Optional[Sequence[int]], Ints()] = None
+    stats: Annotated[Sequence[str], Names(STATISTICS)] = STATISTICS
+    tokens_every: Optional[PositiveInt] = None
+    tokens_at: Annotated[Optional[Sequence[int]], Ints()] = None
+    final: Bool = True
+    energy_beta: EnergyBeta = 1.0
+    block: Optional[PositiveInt] = None
 
     def stat_steps(self, steps: int) -> list[int]:
         return _schedule(self.every, self.at, steps) if self.stats else []
@@ -85,6 +82,15 @@ class SaveAt:
         if self.tokens_every is None and self.tokens_at is None:
             return []
         return _schedule(self.tokens_every or steps, self.tokens_at, steps)
+
+    def keeps(self, steps: int) -> tuple[Callable[[int], bool], Callable[[int], bool]]:
+        """Whether step k's statistics and tokens are kept: the rules of :meth:`stat_steps` and
+        :meth:`token_steps` as tests, without listing every step of a long run."""
+        never: Callable[[int], bool] = lambda k: False  # noqa: E731
+        stats = _keeper(self.every, self.at, steps) if self.stats else never
+        tokens = never if self.tokens_every is None and self.tokens_at is None else \
+            _keeper(self.tokens_every or steps, self.tokens_at, steps)
+        return stats, tokens
 
 
 def _schedule(every: int, at: Optional[Sequence[int]], steps: int) -> list[int]:
@@ -96,17 +102,24 @@ def _schedule(every: int, at: Optional[Sequence[int]], steps: int) -> list[int]:
     return sorted(set(range(0, steps + 1, every)) | {steps})
 
 
+def _keeper(every: int, at: Optional[Sequence[int]], steps: int) -> Callable[[int], bool]:
+    if at is not None:
+        return set(_schedule(every, at, steps)).__contains__  # checks the steps to save lie in 0..steps
+    return lambda k: k % every == 0 or k == steps
+
+
+@validated
 def solve(
     model: Model,
-    X0: torch.Tensor,
-    T: float,
-    steps: int,
+    X0: States,
+    T: PositiveFloat,
+    steps: PositiveInt,
     save: SaveAt = SaveAt(),
-    seed: Optional[int] = None,
+    seed: Optional[Seed] = None,
     generator: Optional[torch.Generator] = None,
     path: Optional[BrownianPath] = None,
     hook: Optional[Hook] = None,
-    progress: bool = False,
+    progress: Bool = False,
     desc: str = "steps",
     context: Any = None,
     what: str = "tokens",
@@ -119,48 +132,87 @@ def solve(
     after every step (e.g. the Lyapunov estimator's renormalisation). A non-finite state stops the
     run with :class:`~stochformer.validation.NonFiniteError` naming the step and the likely fields
     of ``context`` (the config, if any) and ``what`` is stepped. Returns the dataset of the module
-    docstring; the noise source is reset first (per-run state drawn from the generator)."""
-    if not (isinstance(T, (int, float)) and math.isfinite(T) and T > 0):
-        raise ValueError(f"T: must be a finite number > 0 (got {T!r})")
-    if not isinstance(steps, int) or steps < 1:
-        raise ValueError(f"steps: must be an integer >= 1 (got {steps!r})")
-    if X0.dim() != 3:
-        raise ValueError(f"X0: expected tokens of shape (batch, N, d), got {tuple(X0.shape)}")
+    docstring; the noise source is reset first (per-run state drawn from the generator).
+
+    Checked before any work (``ValueError`` or ``TypeError`` naming the argument): X0 a finite
+    float32/float64 tensor (numpy arrays and lists are converted to float64; a tensor that requires
+    grad is detached) with unit rows (unless the model sets ``on_sphere = False``), N >= 2 when
+    statistics are kept; the generator on X0's device; the path's steps a multiple of ``steps``.
+    The model's first step and the hook's first output are checked for shape and finiteness."""
+    if X0.device.type == "meta":
+        raise ValueError("X0: is on the meta device (shapes only, no numbers); give tokens on 'cpu' or 'cuda'")
+    X = check_finite(X0, 0, context, what)
+    cause = model if context is None else context  # what a breakdown is blamed on
+    on_sphere = bool(getattr(model, "on_sphere", True))
+    if on_sphere:
+        check_unit_rows("X0", X0)
+    B, N, d = X0.shape
+    if steps > INT_MAX:
+        raise ValueError(f"steps: must be an integer >= 1 and <= 2**63 - 1 (got {steps})")
+    keep_stats, keep_tokens = save.keeps(steps)
+    stat_steps: list[int] = []  # the steps kept, as they are
+    token_steps: list[int] = []
+    if N < 2 and save.stats and (save.at is None or len(save.at) > 0):
+        raise ValueError(f"X0: the pair statistics {', '.join(save.stats)} need N >= 2 tokens (got N = {N}); "
+                         "pass save=SaveAt(stats=()) to run a single token")
     if generator is None:
         if seed is None:
             raise ValueError("seed: give a seed or a generator (every run is seeded)")
         generator = make_generator(seed, X0.device)
-    B, N, d = X0.shape
+    elif not same_device(generator.device, X0.device):
+        raise ValueError(f"generator: is on {generator.device}, X0 on {X0.device}; give them the same device")
+    if path is not None and path.steps % steps:
+        raise ValueError(f"path: steps = {steps} must divide its {path.steps} fine steps")
     dt = T / steps
-    model.reset(B, d, generator, X0.dtype, X0.device)
-    stat_steps, token_steps = set(save.stat_steps(steps)), set(save.token_steps(steps))
-    records: list[dict[str, torch.Tensor]] = []
-    snapshots: list[torch.Tensor] = []
+    with memory_errors(f"model: a run of {what} of shape {tuple(X0.shape)}", "batch, N or d, or the model's sizes "
+                       "(width, features, attention draws)"):
+        model.reset(B, d, generator, X0.dtype, X0.device)
+        records: list[dict[str, torch.Tensor]] = []
+        snapshots: list[torch.Tensor] = []
 
-    def keep(k: int, X: torch.Tensor) -> None:
-        if k in stat_steps:
-            # in float64 whatever the state's dtype: the statistics of the tokens as they are, not
-            # float32's rounding of 1 − cosine (a float32 token's norm is 1 only to ~1e-7)
-            Xs = X if X.dtype == torch.float64 else normalize(X.to(torch.float64))
-            stats = pair_statistics(Xs, save.energy_beta, save.block)
-            records.append({name: stats[name].detach().cpu() for name in save.stats})
-        if k in token_steps:
-            snapshots.append(X.detach().cpu())
+        def keep(k: int, X: torch.Tensor) -> None:
+            if keep_stats(k):
+                stat_steps.append(k)
+                # in float64 whatever the state's dtype: the statistics of the tokens as they are, not
+                # float32's rounding of 1 − cosine (a float32 token's norm is 1 only to ~1e-7)
+                Xs = X if X.dtype == torch.float64 else normalize(X.to(torch.float64))
+                stats = _pair_statistics(Xs, save.energy_beta, save.block)  # X checked: no second pass
+                records.append({name: stats[name].detach().cpu() for name in save.stats})
+            if keep_tokens(k):
+                token_steps.append(k)
+                snapshots.append(X.detach().cpu())
 
-    X = check_finite(X0, 0, context, what)
-    keep(0, X)
-    # the model's use of the CPU cores for this run (e.g. drawing while computing); same numbers
-    schedule = getattr(model, "schedule", None)
-    with contextlib.nullcontext() if schedule is None or path is not None else schedule(X0, steps):
-        for k in tqdm(range(1, steps + 1), desc=desc, disable=not progress, leave=False, mininterval=0.5):
-            X = check_finite(model.step(X, dt, Draws(generator, path, k - 1, steps)), k, context, what)
-            if hook is not None:
-                new = hook(k, X)
-                X = X if new is None else new
-            keep(k, X)
-    ds = _dataset(X, records, sorted(stat_steps), snapshots, sorted(token_steps), dt, save)
+        keep(0, X)
+        shape = X0.shape
+        # the model's use of the CPU cores for this run (e.g. drawing while computing); same numbers
+        schedule = getattr(model, "schedule", None)
+        with contextlib.nullcontext() if schedule is None or path is not None else schedule(X0, steps):
+            for k in tqdm(range(1, steps + 1), desc=desc, disable=not progress, leave=False, mininterval=0.5):
+                X = model.step(X, dt, step_draws(generator, path, k - 1, steps))
+                if k == 1 or not torch.is_tensor(X) or X.shape != shape:
+                    _first_step(model, X, tuple(shape), on_sphere, cause, what)
+                X = check_finite(X, k, cause, what)
+                if hook is not None:
+                    new = hook(k, X)
+                    if new is not None and (k == 1 or not torch.is_tensor(new) or new.shape != shape):
+                        check_output(f"hook ({callable_name(hook)})", new, tuple(shape), unit=on_sphere)
+                    X = X if new is None else new
+                keep(k, X)
+    ds = _dataset(X, records, stat_steps, snapshots, token_steps, dt, save)
     ds.attrs.update(run_attrs(model, T=T, steps=steps, seed=seed, path=path, device=X0.device))
     return ds
+
+
+def _first_step(model: Any, X: Any, shape: tuple[int, ...], on_sphere: bool, cause: Any, what: str) -> None:
+    """The first step's output: a user model's checked like any user callable; one of
+    stochformer's own that leaves the sphere broke down numerically (a step too large for its
+    parameters): :class:`NonFiniteError` naming the likely cause."""
+    own = _own(type(model))
+    check_output(f"model.step ({callable_name(model)})", X, shape, unit=on_sphere and not own)
+    off = rows_off_sphere(X) if on_sphere and own else None
+    if off is not None:
+        raise NonFiniteError(f"{what} left the sphere at layer 1 (rows of norm {off[0]:.3g} to {off[1]:.3g}): the run was "
+                             f"stopped and nothing was written; likely cause: {likely_fields(cause)}")
 
 
 def _dataset(X, records, stat_steps, snapshots, token_steps, dt, save: SaveAt) -> xr.Dataset:

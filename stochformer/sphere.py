@@ -9,10 +9,18 @@ take either a ``seed`` or a ``generator`` (the run's, so that a run's draws foll
 from __future__ import annotations
 
 import math
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 import torch
+
+from .validation import (
+    Cosine, DeviceLike, FloatDtype, NonNegativeFloat, PositiveInt, Seed, check_int, check_memory, check_tensor, same_device,
+    validated,
+)
+
+#: token dimensions d >= 2 (S^{d−1} has a tangent space)
+_D_MIN = 2
 
 
 def normalize(X: torch.Tensor) -> torch.Tensor:
@@ -32,56 +40,79 @@ def gram(X: torch.Tensor) -> torch.Tensor:
 
 def _gen(seed: Optional[int], generator: Optional[torch.Generator], device) -> torch.Generator:
     if generator is not None:
+        if not same_device(generator.device, device):
+            raise ValueError(f"generator: is on {generator.device}, the tokens on {torch.device(device)}; "
+                             "give them the same device")
         return generator
     if seed is None:
         raise ValueError("seed: give a seed or a generator")
     return torch.Generator(device=device).manual_seed(int(seed))
 
 
+@validated
 def uniform(
-    batch: int, N: int, d: int, seed: Optional[int] = None, generator: Optional[torch.Generator] = None,
-    dtype=torch.float64, device="cpu",
+    batch: PositiveInt, N: PositiveInt, d: PositiveInt, seed: Optional[Seed] = None, generator: Optional[torch.Generator] = None,
+    dtype: FloatDtype = torch.float64, device: DeviceLike = "cpu",
 ) -> torch.Tensor:
     """i.i.d. uniform tokens on S^{d−1}: (batch, N, d)."""
+    check_int("d", d, _D_MIN)
+    check_memory("batch, N, d", 3.0 * batch * N * d * dtype.itemsize)
     return normalize(torch.randn(batch, N, d, generator=_gen(seed, generator, device), dtype=dtype, device=device))
 
 
-def random_rotations(batch: int, d: int, generator: torch.Generator, dtype=torch.float64, device="cpu") -> torch.Tensor:
+@validated
+def random_rotations(batch: PositiveInt, d: PositiveInt, generator: torch.Generator, dtype: FloatDtype = torch.float64,
+                     device: DeviceLike = "cpu") -> torch.Tensor:
     """Haar-distributed orthogonal matrices (batch, d, d) (QR with the sign fix)."""
+    _gen(None, generator, device)
+    check_memory("batch, d", 4.0 * batch * d * d * dtype.itemsize)
     A = torch.randn(batch, d, d, generator=generator, dtype=dtype, device=device)
     Qm, R = torch.linalg.qr(A)
     return Qm * torch.sign(torch.diagonal(R, dim1=-2, dim2=-1)).unsqueeze(-2)
 
 
+@validated
 def cluster(
-    batch: int, N: int, d: int, spread: float = 0.1, center: Optional[Sequence[float]] = None, seed: Optional[int] = None,
-    generator: Optional[torch.Generator] = None, dtype=torch.float64, device="cpu",
+    batch: PositiveInt, N: PositiveInt, d: PositiveInt, spread: NonNegativeFloat = 0.1, center: Optional[Sequence[float]] = None,
+    seed: Optional[Seed] = None, generator: Optional[torch.Generator] = None, dtype: FloatDtype = torch.float64,
+    device: DeviceLike = "cpu",
 ) -> torch.Tensor:
     """Tokens LN(c + spread · g), g standard Gaussian, around the unit vector c of ``center``
-    (default e₁): (batch, N, d)."""
-    kw = dict(dtype=dtype, device=device)
+    (default e₁; d finite numbers, not all 0): (batch, N, d)."""
+    check_int("d", d, _D_MIN)
+    check_memory("batch, N, d", 3.0 * batch * N * d * dtype.itemsize)
+    kw: dict[str, Any] = dict(dtype=dtype, device=device)
     c = torch.zeros(d, **kw)
     if center is None:
         c[0] = 1.0
     else:
-        c = normalize(torch.tensor(center, **kw))
-    noise = spread * torch.randn(batch, N, d, generator=_gen(seed, generator, device), **kw)
-    return normalize(c + noise)
+        given = check_tensor("center", center, ("d",))
+        if given.shape != (d,) or not bool(given.abs().max() > 0):
+            raise ValueError(f"center: must be a non-zero vector of d = {d} finite numbers (got shape {tuple(given.shape)})")
+        c = normalize((given / given.abs().max()).to(**kw))
+    g = torch.randn(batch, N, d, generator=_gen(seed, generator, device), **kw)
+    # LN(c + spread g) = LN(c / spread + g): the larger term scaled to order 1 (no overflow of |·|²)
+    return normalize(c + spread * g) if spread <= 1 else normalize(c / spread + g)
 
 
+@validated
 def pair(
-    batch: int, d: int, cosine: float = 0.5, seed: Optional[int] = None, generator: Optional[torch.Generator] = None,
-    dtype=torch.float64, device="cpu",
+    batch: PositiveInt, d: PositiveInt, cosine: Cosine = 0.5, seed: Optional[Seed] = None,
+    generator: Optional[torch.Generator] = None, dtype: FloatDtype = torch.float64, device: DeviceLike = "cpu",
 ) -> torch.Tensor:
-    """Two tokens at ``cosine``, randomly rotated per sample: (batch, 2, d)."""
-    kw = dict(dtype=dtype, device=device)
+    """Two tokens at ``cosine`` (in [−1, 1]), randomly rotated per sample: (batch, 2, d)."""
+    check_int("d", d, _D_MIN)
+    check_memory("batch, d", 4.0 * batch * d * d * dtype.itemsize)
+    kw: dict[str, Any] = dict(dtype=dtype, device=device)
     P = torch.zeros(2, d, **kw)
     P[0, 0] = 1.0
     P[1, 0], P[1, 1] = cosine, math.sqrt(max(0.0, 1.0 - cosine * cosine))
     return P @ random_rotations(batch, d, _gen(seed, generator, device), **kw).transpose(-1, -2)
 
 
-def load_tokens(path, batch: int, N: int, d: int, dtype=torch.float64, device="cpu") -> torch.Tensor:
+@validated
+def load_tokens(path, batch: PositiveInt, N: PositiveInt, d: PositiveInt, dtype: FloatDtype = torch.float64,
+                device: DeviceLike = "cpu") -> torch.Tensor:
     """Tokens from a .npy file of shape (N, d) (shared by all samples) or (batch, N, d)."""
     arr = load_token_array(path, batch, N, d).astype(np.float64)
     arr = arr / np.abs(arr).max(axis=-1, keepdims=True)  # rows of any magnitude normalise without overflow
@@ -93,21 +124,27 @@ def load_token_array(path, batch: int, N: int, d: int) -> np.ndarray:
     """Read and check a .npy token array ((N, d) or (batch, N, d), finite, no zero row).
 
     Raises ``ValueError`` naming ``init.path``; also used by config validation, before any work."""
+    from .outputs import InputError, open_input
+
+    limit = (1 << 16) + 16 * batch * N * d  # the header and the largest real dtype the config allows
     try:  # the header first: a wrong shape or type is refused before any data is read
-        with open(path, "rb") as fh:
+        with open_input(path, "init.path", limit) as fh:
             version = np.lib.format.read_magic(fh)
             read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
             shape, _, dtype = read(fh)
-    except (OSError, ValueError, EOFError, MemoryError) as exc:
+            if dtype.kind not in "fiu":
+                raise ValueError(f"init.path: array has dtype {dtype}; expected real numbers")
+            if shape not in ((N, d), (batch, N, d)):
+                raise ValueError(f"init.path: array has shape {shape}; expected ({N}, {d}) or ({batch}, {N}, {d})")
+            fh.seek(0)
+            arr = np.load(fh, allow_pickle=False)
+    except (OSError, EOFError, MemoryError) as exc:
         raise ValueError(f"init.path: cannot read {path} as a .npy array: {exc}") from None
-    if dtype.kind not in "fiu":
-        raise ValueError(f"init.path: array has dtype {dtype}; expected real numbers")
-    if shape not in ((N, d), (batch, N, d)):
-        raise ValueError(f"init.path: array has shape {shape}; expected ({N}, {d}) or ({batch}, {N}, {d})")
-    try:
-        arr = np.load(path, allow_pickle=False)
-    except (OSError, ValueError, EOFError, MemoryError) as exc:
-        raise ValueError(f"init.path: cannot read {path} as a .npy array: {exc}") from None
+    except InputError as exc:  # missing, not a regular file, or bigger than the config implies
+        raise ValueError(f"init.path: cannot read {path} as a .npy array: {str(exc).removeprefix('init.path: ')}") from None
+    except ValueError as exc:
+        msg = str(exc)
+        raise ValueError(msg if msg.startswith("init.path") else f"init.path: cannot read {path} as a .npy array: {msg}") from None
     if not np.all(np.isfinite(arr)):
         raise ValueError("init.path: array contains non-finite values")
     if np.any(np.abs(arr).max(axis=-1) == 0):

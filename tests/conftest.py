@@ -7,6 +7,16 @@ import pytest
 import torch
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _cache_key_dir(tmp_path_factory):
+    """The key that signs cache entries lives in a folder of the test session (never the user's
+    config folder); subprocesses inherit it."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("STOCHFORMER_CONFIG_DIR", str(tmp_path_factory.mktemp("config")))
+    yield
+    mp.undo()
+
+
 def _tokens(batch: int, N: int, d: int, seed: int = 0) -> torch.Tensor:
     X = np.random.default_rng(seed).standard_normal((batch, N, d))
     return torch.from_numpy(X / np.linalg.norm(X, axis=-1, keepdims=True))

@@ -1,6 +1,9 @@
-"""The report cache is a convenience, not a source of truth: a forged entry (checksum recomputed)
-cannot make a failing row "hold", inject markup or a non-PNG figure, or break the page; changed
-source code never reuses old entries."""
+"""The report cache is a convenience, not a source of truth: entries are signed with a key kept
+outside the output folder, so a forged entry (its checksum recomputed and its new hash listed in
+the folder's manifest: all that someone who can write the folder can do) is recomputed and cannot
+make a failing row "hold"; markup or a non-PNG figure cannot reach the page; an entry edited
+without updating the manifest makes the rerun refuse, naming it; changed source code never
+reuses old entries."""
 
 from __future__ import annotations
 
@@ -11,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from stochformer.io import ResultStore
+from stochformer.io import ResultStore, key_dir
+from stochformer.outputs import Manifest, OutputError, file_digest
 from stochformer.report import reproduce
 from stochformer.report import registry
 from stochformer.report.render import safe_png
@@ -34,19 +38,29 @@ def fake_section(monkeypatch):
     return "fake"
 
 
-def _forge(out: Path, name: str, change) -> None:
+def _forge(out: Path, name: str, change, relist: bool = True, sign: bool = False) -> Path:
+    """Edit the cached entry of section ``name``: its result changed, its checksum recomputed and
+    (``relist``) its new hash listed in the folder's manifest: what someone who can write the folder
+    can do; ``sign``: also signed with the key (what only someone holding the key can do)."""
     (path,) = (out / "cache").glob(f"{name}-*.json")
     entry = json.loads(path.read_text())
     change(entry["result"])
-    entry["checksum"] = ResultStore._checksum(entry["result"])  # what someone who can write the folder can do
+    entry["checksum"] = ResultStore._checksum(entry["result"])
+    if sign:
+        entry["hmac"] = ResultStore.signature(entry["name"], entry["key"], entry["result"])
     path.write_text(json.dumps(entry))
+    if relist:
+        Manifest.read(out).record(path.relative_to(out).as_posix(), *file_digest(path))
+    return path
 
 
 def _record(out: Path, name: str) -> dict:
     return {r["name"]: r for r in json.loads((out / "results.json").read_text())["sections"]}[name]
 
 
-def test_forged_entry_cannot_change_verdicts_or_inject_markup(tmp_path, fake_section) -> None:
+def test_signed_forgery_cannot_change_verdicts_or_inject_markup(tmp_path, fake_section) -> None:
+    """Even an entry signed with the key (a second line of defence) is shown only after its
+    identity, types, figures and verdicts are derived again."""
     out = tmp_path / "report"
     reproduce("tiny", out, only=[fake_section])
     assert _record(out, fake_section)["comparisons"][0]["verdict"] == FAILS
@@ -60,7 +74,7 @@ def test_forged_entry_cannot_change_verdicts_or_inject_markup(tmp_path, fake_sec
         result["figures"][0]["caption"] = "</figcaption><script>alert(2)</script>"
         result["tables"] = [{"title": "<b>t</b>", "columns": ["<i>c</i>"], "rows": [["<u>v</u>"]]}]
 
-    _forge(out, fake_section, forge)
+    _forge(out, fake_section, forge, sign=True)
     reproduce("tiny", out, only=[fake_section], resume=True)
     rec = _record(out, fake_section)
     assert rec["status"] == "cached" and rec["title"] == "Fake"  # identity from the code, not the cache
@@ -72,10 +86,48 @@ def test_forged_entry_cannot_change_verdicts_or_inject_markup(tmp_path, fake_sec
     assert f"class='holds'>{HOLDS}<" not in page and FAILS in page
 
 
+def test_forged_numbers_cannot_turn_a_failing_row_into_holds(tmp_path, fake_section) -> None:
+    """The numbers edited to equal the prediction (and everything an outsider can recompute
+    recomputed): the entry's signature fails, so --resume recomputes the section."""
+    out = tmp_path / "report"
+    reproduce("tiny", out, only=[fake_section])
+    reproduce("tiny", out, only=[fake_section], resume=True)
+    assert _record(out, fake_section)["status"] == "cached"  # a genuine entry is reused
+
+    def agree(result: dict) -> None:
+        row = result["comparisons"][0]
+        row["measured"], row["ci"] = row["predicted"], [row["predicted"] - 0.01, row["predicted"] + 0.01]
+        result["numbers"]["value"] = row["predicted"]
+
+    _forge(out, fake_section, agree)
+    reproduce("tiny", out, only=[fake_section], resume=True)
+    rec = _record(out, fake_section)
+    assert rec["status"] == "computed" and rec["comparisons"][0]["verdict"] == FAILS
+    assert rec["comparisons"][0]["measured"] == 5.0
+
+
+def test_entry_edited_behind_the_manifest_is_refused(tmp_path, fake_section) -> None:
+    out = tmp_path / "report"
+    reproduce("tiny", out, only=[fake_section])
+    path = _forge(out, fake_section, lambda r: r["numbers"].update(value=1.0), relist=False)
+    before = path.read_bytes()
+    with pytest.raises(OutputError, match=f"{path.name} has changed since stochformer wrote it"):
+        reproduce("tiny", out, only=[fake_section], resume=True)
+    assert path.read_bytes() == before
+
+
+def test_the_key_lives_outside_the_output_folder_and_only_its_owner_reads_it(tmp_path, fake_section) -> None:
+    out = tmp_path / "report"
+    reproduce("tiny", out, only=[fake_section])
+    key = key_dir() / "key"
+    assert key.is_file() and (key.stat().st_mode & 0o777) == 0o600
+    assert tmp_path not in key.resolve().parents and not list(out.rglob("key"))
+
+
 def test_forged_entry_with_wrong_types_is_recomputed(tmp_path, fake_section) -> None:
     out = tmp_path / "report"
     reproduce("tiny", out, only=[fake_section])
-    _forge(out, fake_section, lambda r: r.update(elapsed_s="<1 s>", figures=[{"name": 1}]))
+    _forge(out, fake_section, lambda r: r.update(elapsed_s="<1 s>", figures=[{"name": 1}]), sign=True)
     reproduce("tiny", out, only=[fake_section], resume=True)
     rec = _record(out, fake_section)
     assert rec["status"] == "computed" and "corrupt or foreign" in rec["cache_note"]

@@ -40,7 +40,7 @@ def test_solve_refuses_a_time_that_is_not_finite_and_positive(tokens, T):
     """T must be a finite number > 0: zero, negative, infinite, NaN or a string is refused with
     one message naming T and the valid range, before the model is reset."""
     field_ = RandomFeatureField("relu", features=3)
-    with pytest.raises(ValueError, match=rf"^T: must be a finite number > 0 \(got {re_repr(T)}\)$"):
+    with pytest.raises(ValueError, match=rf"^T: must be a finite number and > 0 \(got {re_repr(T)}\)$"):
         solve(Transformer(None, field_), tokens(1, 2, 3), T, 2, seed=0)
     assert field_._u is None  # nothing drawn
 

@@ -16,7 +16,7 @@ import torch
 import stochformer.diagnostics as diagnostics
 from stochformer.diagnostics import cloud_summary
 from stochformer.distances import w2_exact
-from stochformer.report.verdict import FAILS, HOLDS, UNDETERMINED, Comparison, recompute
+from stochformer.report.verdict import FAILS, HOLDS, UNDETERMINED, Comparison, judge, recompute
 from stochformer.stats import fit_power_law_weighted
 
 from test_contracts import TOL, close, weighted_fit_reference
@@ -66,10 +66,16 @@ def test_cloud_summary_forms_no_gram_block_over_its_budget(tokens, monkeypatch):
 
 
 def _row(quantity, **kw) -> dict:
-    """A stored row as Comparison.to_dict writes it (all fields, the verdict last)."""
+    """A stored row as Comparison.to_dict writes it (its stored fields; the verdict last)."""
     base = {"quantity": quantity, "predicted": None, "measured": None, "ci": None, "rule": "matches", "tol": 0.0,
-            "note": ""}
+            "note": "", "alternative": None, "reach": None, "n": None}
     return base | kw
+
+
+def _stored(rows: list[dict]) -> list[dict]:
+    """The stored fields and the verdict of recomputed rows (the test's numbers are derived from them)."""
+    keys = ("quantity", "predicted", "measured", "ci", "rule", "tol", "note", "alternative", "reach", "n", "verdict")
+    return [{k: r[k] for k in keys} for r in rows]
 
 
 def test_recompute_derives_every_verdict_again():
@@ -78,9 +84,9 @@ def test_recompute_derives_every_verdict_again():
     stored = [_row("far", predicted=1.0, measured=5.0, ci=[4.9, 5.1], verdict=HOLDS),
               _row("near", predicted=1.0, measured=1.02, ci=[0.9, 1.1], verdict=FAILS)]
     out = recompute(stored)
-    assert out == [_row("far", predicted=1.0, measured=5.0, ci=(4.9, 5.1), verdict=FAILS),
-                   _row("near", predicted=1.0, measured=1.02, ci=(0.9, 1.1), verdict=HOLDS)]
-    assert out == [Comparison.from_dict(r).to_dict() for r in stored]
+    assert _stored(out) == [_row("far", predicted=1.0, measured=5.0, ci=(4.9, 5.1), verdict=FAILS),
+                            _row("near", predicted=1.0, measured=1.02, ci=(0.9, 1.1), verdict=HOLDS)]
+    assert out == [r.to_dict() for r in judge([Comparison.from_dict(r) for r in stored])]
 
 
 def test_recompute_turns_each_invalid_row_into_an_undetermined_row_that_says_so():
@@ -94,9 +100,9 @@ def test_recompute_turns_each_invalid_row_into_an_undetermined_row_that_says_so(
               _row("ok", predicted=2.0, measured=2.0, verdict=FAILS),
               {"quantity": "", "predicted": "x"},
               "not a row", 5, None]
-    assert recompute(stored) == [invalid | {"quantity": "bad number"}, invalid | {"quantity": "unknown field"},
-                                 invalid, _row("ok", predicted=2.0, measured=2.0, ci=(2.0, 2.0), verdict=HOLDS),
-                                 invalid, invalid, invalid, invalid]
+    assert _stored(recompute(stored)) == [invalid | {"quantity": "bad number"}, invalid | {"quantity": "unknown field"},
+                                          invalid, _row("ok", predicted=2.0, measured=2.0, ci=(2.0, 2.0), verdict=HOLDS),
+                                          invalid, invalid, invalid, invalid]
 
 
 def test_recompute_of_a_table_that_is_not_a_list_is_empty():

@@ -1,5 +1,5 @@
 """Output folders that cannot destroy or collide: unsafe paths refused, --force only on
-stochformer's own folders, one run per folder at a time, writability checked before any work,
+stochformer's own folders (a valid manifest bound to the folder), one run per folder at a time, writability checked before any work,
 Ctrl-C that keeps what finished and says how to resume."""
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ import pytest
 from click.testing import CliRunner
 
 from stochformer.cli import main
-from stochformer.outputs import MARKER, OutputError, check_output_folder, has_marker, hold, lock_path, remove_owned
+from stochformer.outputs import (MARKER, OutputError, check_output_folder, hold, is_own, lock_path, make_partial, remove_own,
+                                 tracking, writing)
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST = ["--quiet", "--set", "L=3", "--set", "N=4", "--set", "batch=2", "--set", "m=8"]
@@ -65,14 +66,15 @@ def test_force_replaces_only_own_folders(scratch: Path) -> None:
     assert res.exit_code == 2 and "not created by stochformer" in res.output
     assert _tree(scratch / "data") == {"keep.txt": b"mine too"}
     assert CliRunner().invoke(main, ["simulate", *FAST, "--out", "run"]).exit_code == 0
-    assert has_marker(scratch / "run")
+    assert is_own(scratch / "run", "simulate")
     res = CliRunner().invoke(main, ["simulate", *FAST, "--set", "seed=5", "--out", "run", "--force"])
     assert res.exit_code == 0 and '"seed": 5' in (scratch / "run" / "config.json").read_text()
     with pytest.raises(OutputError, match="not created by stochformer"):
-        remove_owned(scratch / "data")
+        remove_own(scratch / "data")
     (scratch / "data" / MARKER).mkdir()  # a folder named like the marker is not the marker
     with pytest.raises(OutputError):
-        remove_owned(scratch / "data")
+        remove_own(scratch / "data")
+    assert _tree(scratch / "data") == {"keep.txt": b"mine too"}
 
 
 @pytest.mark.parametrize("out, text", [
@@ -103,11 +105,13 @@ def test_lock_is_exclusive_and_released(tmp_path: Path) -> None:
 
 
 def test_leftovers_of_interrupted_runs_are_removed(scratch: Path) -> None:
-    ours, foreign = scratch / ".run.abc.partial", scratch / ".run.xyz.partial"
-    ours.mkdir()
-    (ours / MARKER).write_text("{}")
+    manifest = make_partial(scratch / "run", "simulate")  # what a killed run leaves: its partial folder
+    with tracking(manifest), writing(manifest.folder / "config.json") as tmp:
+        tmp.write_text("{}")
+    ours, foreign = manifest.folder, scratch / ".run.xyz.partial"
     foreign.mkdir()
     (foreign / "x").write_text("not ours")
+    (foreign / MARKER).write_text("{}")  # a planted marker grants nothing
     assert CliRunner().invoke(main, ["simulate", *FAST, "--out", "run"]).exit_code == 0
     assert not ours.exists() and (foreign / "x").exists() and not lock_path(scratch / "run").exists()
     store = scratch / "conv.tasks"

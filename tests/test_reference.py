@@ -158,7 +158,7 @@ def test_activations():
     for name, f in formulas.items():
         close(get_activation(name)(torch.from_numpy(x)), f(x))
         assert activation_name(name) == name
-    assert get_activation(math.cos) is math.cos and activation_name(math.cos) == "cos"
+    assert get_activation(math.cos).__wrapped__ is math.cos and activation_name(math.cos) == "cos"
 
     class Odd:
         def __call__(self, v):
@@ -722,7 +722,9 @@ def test_particle_solver_assembly_and_loop(tokens):
         make_particles(cfg.with_updates(dynamics="transformer"), field, N)
 
     class Count:
-        """A model that adds one normal from the generator to every coordinate."""
+        """A model that adds one normal from the generator to every coordinate (off the sphere)."""
+
+        on_sphere = False
 
         def reset(self, batch, d, generator, dtype, device):
             pass

@@ -24,7 +24,8 @@ from stochformer.config import ConfigError, ExperimentConfig, RunConfig
 from stochformer.io import ResultStore
 from stochformer.report import plan, registered, reproduce
 from stochformer.results import seed_of
-from stochformer.report.verdict import FAILS, HOLDS, NOT_MEASURED, UNDETERMINED, Comparison, decide
+from stochformer.report.verdict import (FAILS, HOLDS, INCONCLUSIVE, NOT_MEASURED, UNDETERMINED, VERDICTS, Comparison, decide,
+                                       recompute)
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -92,10 +93,12 @@ def test_tiny_report_is_complete(tiny_report: Path) -> None:
             assert base64.b64decode(data)[:8] == PNG_MAGIC
         assert rec["config"] and rec["provenance"]["stochformer"] and rec["elapsed_s"] > 0
         assert "seed" in json.dumps(rec["seeds"])
+        # every verdict is the one the section's rows give as one family, and is on the page
+        assert [r["verdict"] for r in recompute(rec["comparisons"])] == [r["verdict"] for r in rec["comparisons"]]
         for row in rec["comparisons"]:
-            lo, hi = row["ci"] if row["ci"] else (None, None)
-            assert row["verdict"] == decide(row["rule"], row["predicted"], lo, hi, row["tol"]) or row["verdict"] == UNDETERMINED
-            assert row["verdict"] in body
+            assert row["verdict"] in VERDICTS and row["verdict"] in body
+        if any(r.get("p_adjusted") is not None for r in rec["comparisons"]):
+            assert "Holm" in body
     assert sum(len(r["comparisons"]) for r in results["sections"]) > 0
 
 
@@ -185,8 +188,26 @@ def table_run(cheap_report: Path, tmp_path: Path):
     """A copy of a report of the cheap section only: (out, section name, its cache entry, arguments)."""
     out = tmp_path / "report"
     shutil.copytree(cheap_report, out)
+    _adopt(out)
     (entry,) = (out / "cache").glob(f"{CHEAP}-*.json")
     return out, CHEAP, entry, dict(profile="tiny", out=out, only=[CHEAP])
+
+
+def _adopt(copy: Path) -> None:
+    """Bind the manifest of a copied report folder to the copy (a copy's manifest grants nothing:
+    this makes the test's copy stand for the folder stochformer wrote)."""
+    from stochformer.outputs import MARKER
+
+    header, *rest = (copy / MARKER).read_text().splitlines()
+    st = copy.stat()
+    (copy / MARKER).write_text("\n".join([json.dumps({**json.loads(header), "dev": st.st_dev, "ino": st.st_ino}), *rest]) + "\n")
+
+
+def _relist(out: Path, path: Path) -> None:
+    """List the damaged ``path`` in the folder's manifest, so that the cache's own check is what is tested."""
+    from stochformer.outputs import Manifest, file_digest
+
+    Manifest.read(out).record(path.relative_to(out).as_posix(), *file_digest(path))
 
 
 def _status(out: Path, name: str) -> dict:
@@ -209,12 +230,13 @@ def test_corrupt_or_foreign_cache_entry_is_recomputed(table_run, damage: str) ->
     data = json.loads(entry.read_text())
     if damage == "truncate":
         entry.write_text(entry.read_text()[: len(entry.read_text()) // 2])
-    elif damage == "edit_number":  # valid JSON, but the checksum no longer matches
+    elif damage == "edit_number":  # valid JSON, but the signature no longer matches
         data["result"]["elapsed_s"] = data["result"]["elapsed_s"] + 1.0
         entry.write_text(json.dumps(data))
     else:  # an entry of another section/key copied under this name
         data["name"], data["key"] = "other", "0" * 20
         entry.write_text(json.dumps(data))
+    _relist(out, entry)
     assert ResultStore(out / "cache").load(name, entry.stem.rsplit("-", 1)[1]) is None
     reproduce(**args, resume=True)
     rec = _status(out, name)
@@ -241,13 +263,17 @@ def test_only_keeps_other_sections_from_the_cache(table_run) -> None:
         ("matches", 1.0, 0.9, 1.1, 0.0, HOLDS),
         ("matches", 1.0, 1.2, 1.4, 0.0, FAILS),
         ("matches", 1.0, 1.2, 1.4, 0.25, HOLDS),  # widened by tol
-        ("at_most", -0.3, -0.9, -0.5, 0.0, HOLDS),  # a measured rate below the bound
+        ("at_most", -0.3, -0.9, -0.5, 0.0, INCONCLUSIVE),  # below the bound, but as wide as the gap to −0.15
+        ("at_most", -0.3, -0.9, -0.7, 0.0, HOLDS),  # a measured rate below the bound
         ("at_most", -0.3, -0.2, -0.1, 0.05, FAILS),
-        ("at_least", 1.0, 0.5, 0.96, 0.05, HOLDS),
+        ("at_least", 1.0, 0.5, 0.96, 0.05, FAILS),  # one-sided at 5%: m + 1.645 SE = 0.92 < p − tol
+        ("at_least", 1.0, 0.8, 1.2, 0.05, HOLDS),
         ("below", 0.0, -0.5, -0.1, 0.0, HOLDS),
-        ("below", 0.0, -0.5, 0.1, 0.0, FAILS),
+        ("below", 0.0, -0.5, 0.1, 0.0, INCONCLUSIVE),  # the interval contains p
+        ("below", 0.0, 0.1, 0.5, 0.0, FAILS),
         ("above", 0.25, 0.3, 0.9, 0.0, HOLDS),
-        ("above", 0.25, 0.2, 0.9, 0.0, FAILS),
+        ("above", 0.25, 0.2, 0.9, 0.0, INCONCLUSIVE),
+        ("above", 0.25, 0.0, 0.2, 0.0, FAILS),
     ],
 )
 def test_decide(rule, p, lo, hi, tol, expected) -> None:
@@ -304,7 +330,7 @@ def test_cli_refuses_a_foreign_folder_and_bad_input(tmp_path: Path) -> None:
     foreign.mkdir()
     (foreign / "keep.txt").write_text("x")
     r = runner.invoke(main, ["reproduce", "--profile", "tiny", "--out", str(foreign)])
-    assert r.exit_code == 2 and "not a report folder" in r.output
+    assert r.exit_code == 2 and "not created by stochformer" in r.output and "keep.txt" in r.output
     assert sorted(p.name for p in foreign.iterdir()) == ["keep.txt"]
     r = runner.invoke(main, ["reproduce", "--profile", "tiny", "--out", str(tmp_path / "r"), "--set", "N=1"])
     assert r.exit_code == 2 and "N" in r.output and not (tmp_path / "r").exists()

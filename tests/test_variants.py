@@ -280,7 +280,7 @@ def test_variants_rows_hold_and_fail_on_wrong_numbers():
 
     cfg = VariantsConfig(flow_steps=40, law_d=16, law_m=64, law_draws=8, depths=[2, 8], samples=8, attention_draws=16)
     numbers = run_variants(cfg)
-    rows = {r.quantity.split(":")[0]: r for r in variants_rows(numbers, cfg.beta)}
+    rows = {r.quantity.split(":")[0]: r for r in variants_rows(numbers, cfg.beta, cfg.flow_steps)}
     for key in ("multi-head, H = 1, d_h = d, O = I", "Sinkhorn", "softmax post-LN", "softmax pre-LN"):
         assert rows[key].verdict == HOLDS, rows[key]
     wrong = copy.deepcopy(numbers)
@@ -290,7 +290,7 @@ def test_variants_rows_hold_and_fail_on_wrong_numbers():
     wrong["normalisation"]["pre"]["slope"] = {"value": -1.0, "ci": [-1.01, -0.99]}  # 1/t instead of 1/t²
     wrong["weight_laws"]["laws"]["rademacher"] = [wrong["weight_laws"]["kappa"] * 1.5, 1e-4]
     wrong["resampled"]["rows"][-1].update(diff=0.3, diff_se=0.01)     # not the averaged drift
-    bad = {r.quantity.split(":")[0]: r for r in variants_rows(wrong, cfg.beta)}
+    bad = {r.quantity.split(":")[0]: r for r in variants_rows(wrong, cfg.beta, cfg.flow_steps)}
     for key in ("multi-head, H = 1, d_h = d, O = I", "Sinkhorn", "equiangular tokens (softmax)", "softmax pre-LN",
                 "MLP covariance, rademacher weights, d = 16, cosine 0.50",
                 "per-layer random attention, L = 8"):

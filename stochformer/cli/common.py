@@ -1,5 +1,6 @@
 """Options and plumbing shared by every experiment command: ``--config``, ``--set``, ``--out``,
-``--format``, the size check, the output-folder lock and Ctrl-C.
+``--format``, the size check, the output-folder lock, and Ctrl-C, SIGTERM and SIGHUP (each ends the
+run like Ctrl-C: exit status 128 + the signal's number, one line saying what was kept).
 
 This module and every command module import only click and the standard library at module level:
 ``stochformer --help`` and ``--version`` load neither torch nor matplotlib. Each command imports
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import shlex
+import signal
 import sys
 import time
 from pathlib import Path
@@ -18,8 +20,43 @@ import click
 
 #: the formats of saved figures (``--format``; the same as ``stochformer.plotting.FORMATS``)
 FIGURE_FORMATS = ("png", "pdf", "svg")
-#: exit status of a run stopped by Ctrl-C (128 + SIGINT), as shells report it
+#: exit status of a run stopped by Ctrl-C (128 + SIGINT), as shells report it; SIGTERM gives 143
+#: and SIGHUP 129 (128 + the signal's number)
 EXIT_INTERRUPTED = 130
+#: the signals that stop a run like Ctrl-C
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
+
+
+class Stopped(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised in the main thread like Ctrl-C's ``KeyboardInterrupt``."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _stop(signum: int, frame: Any) -> None:
+    for sig in STOP_SIGNALS:  # a second signal must not cut the clean-up short
+        signal.signal(sig, signal.SIG_IGN)
+    raise Stopped(signum)
+
+
+def stop_on_signals() -> None:
+    """Until the current command ends, SIGTERM and SIGHUP stop it like Ctrl-C (see :func:`fail_cleanly`)."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+    before = {sig: signal.signal(sig, _stop) for sig in STOP_SIGNALS}
+    click.get_current_context().call_on_close(lambda: [signal.signal(sig, h) for sig, h in before.items()])
+
+
+def interrupted_exit(exc: KeyboardInterrupt, what: str) -> None:
+    """One line, ``interrupted[ by SIGNAL]: WHAT``, on stderr, and exit with 128 + the signal's number."""
+    signum = getattr(exc, "signum", signal.SIGINT)
+    by = "" if signum == signal.SIGINT else f" by {signal.Signals(signum).name}"
+    click.echo(f"\ninterrupted{by}: {what}", err=True)
+    sys.exit(128 + signum)
 
 
 def config_options(func: Callable) -> Callable:
@@ -92,15 +129,16 @@ def workers_of(scheduler: Optional[str]) -> int:
     return arg if kind in ("processes", "local-cluster") else 1
 
 
-def size_check(cfg: Any, scheduler: Optional[str] = None) -> None:
-    """The pre-flight estimate of :mod:`stochformer.preflight` with this command's options."""
+def size_check(cfg: Any, scheduler: Optional[str] = None) -> Any:
+    """The pre-flight estimate of :mod:`stochformer.preflight` with this command's options (returned;
+    None when skipped or not estimated)."""
     from ..preflight import check_size, parse_size
 
     max_memory, skip = click.get_current_context().meta.get("stochformer.size", (None, False))
     if skip:
-        return
+        return None
     try:
-        check_size(cfg, parse_size(max_memory) if max_memory is not None else None, workers=workers_of(scheduler))
+        return check_size(cfg, parse_size(max_memory) if max_memory is not None else None, workers=workers_of(scheduler))
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
 
@@ -113,7 +151,9 @@ def check_scheduler(scheduler: Optional[str]) -> None:
 
         try:
             parse_scheduler(scheduler)
-        except (ValueError, MissingExtraError) as exc:
+        except MissingExtraError as exc:  # a valid option whose extra is missing: one line, no usage
+            raise click.ClickException(str(exc)) from None
+        except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="--scheduler") from None
 
 
@@ -129,8 +169,8 @@ def resume_command(resumed: bool) -> str:
 
 
 def hold_output(folder: Path, command: str) -> None:
-    """Lock ``folder`` until the command ends (a second run on it fails at once) and remove the
-    temporary folders of interrupted runs."""
+    """Lock ``folder`` (its resolved path) until the command ends (a second run on it fails at
+    once) and remove the temporary folders of interrupted runs (only stochformer's own, unchanged)."""
     from ..outputs import OutputError, hold, remove_stale_partials
 
     ctx = click.get_current_context()
@@ -139,6 +179,28 @@ def hold_output(folder: Path, command: str) -> None:
     except OutputError as exc:
         raise click.UsageError(str(exc)) from None
     remove_stale_partials(folder)
+
+
+def check_output(folder: Any, command: str, force: bool = False, replace: bool = False, option: str = "--out") -> Path:
+    """:func:`stochformer.outputs.check_output_folder` for ``command``, its error as a usage message."""
+    from ..outputs import OutputError, check_output_folder
+
+    try:
+        return check_output_folder(folder, force, option=option, command=command, replace=replace)
+    except OutputError as exc:
+        raise click.UsageError(str(exc)) from None
+
+
+def disk_check(folder: Path, estimate: Any) -> None:
+    """Refuse, before any work, a location with less free space than the run may write: the
+    pre-flight estimate of its peak memory (everything a run writes is in memory first), at least
+    :data:`~stochformer.outputs.MIN_FREE_BYTES`."""
+    from ..outputs import MIN_FREE_BYTES, OutputError, check_free_space
+
+    try:
+        check_free_space(folder, max(MIN_FREE_BYTES, getattr(estimate, "bytes", 0.0) or 0.0))
+    except OutputError as exc:
+        raise click.UsageError(str(exc)) from None
 
 
 def default_out(command: str, out: Optional[Path | str]) -> Path | str:
@@ -157,50 +219,66 @@ def resolve(
     base: Optional[dict] = None,
 ) -> tuple[Any, Path]:
     """Validate the config (``model``, default :class:`~stochformer.config.RunConfig`), the output
-    folder, the scheduler and the size before any work (errors become one clean message), then
-    hold the output folder for the rest of the command."""
+    folder (:func:`check_output`), the scheduler, the size and the free disk space before any work
+    (errors become one clean message), then hold the output folder for the rest of the command."""
     from ..config import ConfigError, RunConfig, build_config
-    from ..outputs import OutputError, check_output_folder
 
     model = RunConfig if model is None else model
     try:
         cfg = build_config(base, list(overrides), config_file, model=model)
-        folder = check_output_folder(default_out(command, out), force)
-    except (ConfigError, FileExistsError, OutputError) as exc:
+    except (ConfigError, FileExistsError) as exc:
         raise click.UsageError(str(exc)) from None
+    folder = check_output(default_out(command, out), command, force)
+    click.get_current_context().meta["stochformer.command"] = command
     scheduler = click.get_current_context().params.get("scheduler")
     check_scheduler(scheduler)
-    size_check(cfg, scheduler)
+    disk_check(folder, size_check(cfg, scheduler))
     hold_output(folder, command)
     return cfg, folder
 
 
 def fail_cleanly(func: Callable) -> Callable:
     """Turn input errors raised during a run (bad .npy file, missing CUDA, a missing optional
-    dependency, a non-finite state, ...) into one message, and Ctrl-C into exit status 130 with one
-    line saying what was kept and how to resume. (``ConfigError`` is a ``ValueError``;
-    ``MissingExtraError`` an ``ImportError``.)"""
+    dependency, a non-finite state, ...) and failed writes (a full disk, a read-only folder) into
+    one message, and Ctrl-C, SIGTERM and SIGHUP into exit status 128 + the signal's number (130,
+    143, 129) with one line saying what was kept and how to resume. (``ConfigError`` is a
+    ``ValueError``; ``MissingExtraError`` an ``ImportError``.)"""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         from ..extras import MissingExtraError
+        from ..outputs import WRITE_ERRNOS, WriteError, write_error
 
+        stop_on_signals()
+        meta = click.get_current_context().meta
         try:
             return func(*args, **kwargs)
-        except (ValueError, FileExistsError, MissingExtraError) as exc:
-            from ..outputs import MARKER, remove_owned
-
-            store = click.get_current_context().meta.get("stochformer.store")
-            if store is not None and [p.name for p in store.iterdir()] == [MARKER]:
-                remove_owned(store)  # nothing finished: leave no empty task store behind
-            raise click.ClickException(str(exc)) from None
-        except KeyboardInterrupt:
-            kept = click.get_current_context().meta.get("stochformer.kept")
-            what = kept or f"nothing was written; run the same command again to start afresh: {command_line()}"
-            click.echo(f"\ninterrupted: {what}", err=True)
-            sys.exit(EXIT_INTERRUPTED)
+        except (ValueError, FileExistsError, MissingExtraError, OSError) as exc:
+            if isinstance(exc, OSError) and not isinstance(exc, FileExistsError):
+                exc = write_error(exc.filename or "a file", exc) if exc.errno in WRITE_ERRNOS else \
+                    ValueError(f"{exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else ""))
+            _drop_empty_store(meta)
+            kept = meta.get("stochformer.kept") if isinstance(exc, WriteError) else None
+            raise click.ClickException(f"{exc}" + (f"; {kept}" if kept else "")) from None
+        except KeyboardInterrupt as exc:
+            _drop_empty_store(meta)
+            kept = meta.get("stochformer.kept")
+            interrupted_exit(exc, kept or f"nothing was written; run the same command again to start afresh: {command_line()}")
 
     return wrapper
+
+
+def _drop_empty_store(meta: dict) -> None:
+    """Remove the task store of this run if nothing finished (it holds only its manifest)."""
+    from ..outputs import MARKER, OutputError, remove_own
+
+    store = meta.get("stochformer.store")
+    try:
+        if store is not None and store.is_dir() and [p.name for p in store.iterdir()] == [MARKER]:
+            remove_own(store)
+            meta.pop("stochformer.kept", None)
+    except (OSError, OutputError):
+        pass
 
 
 def scheduler_option(func: Callable) -> Callable:
@@ -239,18 +317,26 @@ def save_figures(folder: Path, figures: dict[str, Callable[[], Any]], fmt: str =
 
 
 def task_store(folder: Path) -> Path:
-    """Where finished tasks wait (beside the output folder) until the run completes, so that the
-    same command run again after an interruption continues instead of starting afresh. Created
-    (marked as stochformer's own) here; a foreign folder of that name is refused."""
-    from ..outputs import has_marker, make_owned
+    """Where finished tasks wait (``OUT.tasks`` beside the output folder) until the run completes,
+    so that the same command run again after an interruption continues instead of starting afresh.
+    Checked before any work: a store of this command's own unchanged output is continued, anything
+    else of that name is refused; every task written there is listed in its manifest."""
+    from ..outputs import OutputError, check_names, own_folder, tracking
 
+    ctx = click.get_current_context()
+    command = ctx.meta.get("stochformer.command", ctx.info_name or "")
     store = folder.with_name(folder.name + ".tasks")
-    if store.exists() and not has_marker(store) and (not store.is_dir() or any(store.iterdir())):
-        raise click.UsageError(f"--out: {store} (where finished tasks are kept) exists and was not created by "
-                               "stochformer; move it away or choose another folder")
-    make_owned(store)
-    click.get_current_context().meta["stochformer.store"] = store
-    click.get_current_context().meta["stochformer.kept"] = (
+    try:
+        check_names(store, "--out")
+        if store.is_symlink() or (store.exists() and not store.is_dir()):
+            raise OutputError(f"--out: {store} (where finished tasks are kept) exists and is not a folder stochformer "
+                              "created; move it away or choose another folder")
+        manifest = own_folder(store, command)
+    except OutputError as exc:
+        raise click.UsageError(str(exc)) from None
+    ctx.with_resource(tracking(manifest))
+    ctx.meta["stochformer.store"] = store
+    ctx.meta["stochformer.kept"] = (
         f"finished tasks are kept in {store}; run the same command again to continue: {command_line()}")
     return store
 
@@ -260,13 +346,15 @@ def write_results(
     fmt: str = "png",
 ) -> None:
     """Save ``result`` and the figures (name without suffix → function returning a matplotlib
-    figure, saved as NAME.FMT) into an atomically created ``folder``; then drop the finished run's
-    task store."""
+    figure, saved as NAME.FMT) into an atomically created ``folder`` (every file listed in its
+    manifest); then drop the finished run's task store."""
     from ..io import output_folder
-    from ..outputs import remove_owned
+    from ..outputs import remove_own
 
-    with output_folder(folder, force) as tmp:
+    command = click.get_current_context().meta.get("stochformer.command", "")
+    with output_folder(folder, force, command) as tmp:
         result.save(tmp)
         save_figures(tmp, figures, fmt)
     if store is not None:
-        remove_owned(store)
+        remove_own(store, command)
+    click.get_current_context().meta.pop("stochformer.kept", None)

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import sys
 
 import click
 
 from ..report.profiles import DEFAULT_PROFILE, PROFILES
-from .common import (EXIT_INTERRUPTED, check_scheduler, command_line, experiment_options, hold_output, resume_command,
-                     size_check, use_agg)
+from .common import (check_scheduler, command_line, disk_check, experiment_options, hold_output, interrupted_exit,
+                     resume_command, size_check, stop_on_signals, use_agg)
 
 
 def _listing() -> str:
@@ -38,12 +37,13 @@ def reproduce_cmd(profile, only, resume, scheduler, list_only, config_file, over
     if list_only:
         click.echo(_listing())
         return
+    stop_on_signals()
     out = "report" if out is None else out
     from ..config import ConfigError
-    from ..outputs import OutputError
+    from ..outputs import OutputError, WriteError
     from ..report import reproduce
     from ..report.runner import check_report_folder, plan
-    from ..report.verdict import recompute
+    from ..report.verdict import counts, recompute
 
     check_scheduler(scheduler)
     try:
@@ -51,28 +51,34 @@ def reproduce_cmd(profile, only, resume, scheduler, list_only, config_file, over
         out = check_report_folder(out, force)
     except (ConfigError, OutputError) as exc:
         raise click.UsageError(str(exc)) from None
+    largest = None
     for item in planned:
         if item.selected and item.config is not None:
             try:
-                size_check(item.config, scheduler)
+                estimate = size_check(item.config, scheduler)
             except click.UsageError as exc:
                 raise click.UsageError(f"section {item.section.name}: {exc.message}") from None
+            if estimate is not None and (largest is None or estimate.bytes > largest.bytes):
+                largest = estimate
+    disk_check(out, largest)
     hold_output(out, "reproduce")
     use_agg()
+    kept = f"finished sections are kept in {out / 'cache'}; continue with: {resume_command(resume)}"
     try:
         report = reproduce(profile, out, only=only, resume=resume, overrides=overrides, config_file=config_file,
                            scheduler=scheduler, force=force, progress=not quiet, command=command_line())
+    except WriteError as exc:
+        raise click.ClickException(f"{exc}; {kept}") from None
     except (ConfigError, OutputError) as exc:
         raise click.UsageError(str(exc)) from None
-    except KeyboardInterrupt:
-        click.echo(f"\ninterrupted: finished sections are kept in {out / 'cache'}; continue with: "
-                   f"{resume_command(resume)}", err=True)
-        sys.exit(EXIT_INTERRUPTED)
+    except OSError as exc:
+        raise click.ClickException(f"{exc.strerror or exc}: {exc.filename}; {kept}") from None
+    except KeyboardInterrupt as exc:
+        interrupted_exit(exc, kept)
     bad = [r for r in report["sections"] if r["status"] in ("failed", "unavailable")]
     for r in report["sections"]:
-        verdicts = [c["verdict"] for c in recompute(r.get("comparisons", []))]
-        holds = sum(v == "holds" for v in verdicts)
-        extra = f"{holds}/{len(verdicts)} rows hold" if verdicts else r.get("error", "")
+        rows = recompute(r.get("comparisons", []))
+        extra = ", ".join(f"{n} {v}" for v, n in counts(rows).items() if n) if rows else r.get("error", "")
         click.echo(f"  {r['name']:<12s} {r['status']:<12s} {extra}")
     click.echo(f"report: {out / 'index.html'} ({report['elapsed_s']:.1f} s); numbers: {out / 'results.json'}")
     if bad:

@@ -7,7 +7,8 @@ from typing import Optional
 
 import click
 
-from .common import default_out, fail_cleanly, format_option, hold_output, resume_command, save_figures, size_check, size_options
+from .common import (check_output, default_out, disk_check, fail_cleanly, format_option, hold_output, resume_command, save_figures,
+                     size_check, size_options, stop_on_signals)
 
 
 def _scheduler(scheduler: Optional[str], local_cluster: Optional[int], workers: Optional[int]) -> str:
@@ -27,8 +28,8 @@ def _scheduler(scheduler: Optional[str], local_cluster: Optional[int], workers: 
         parse_scheduler(chosen)
     except ValueError as exc:
         raise click.UsageError(f"--{exc}") from None
-    except MissingExtraError as exc:
-        raise click.UsageError(str(exc)) from None
+    except MissingExtraError as exc:  # a valid option whose extra is missing: one line, no usage
+        raise click.ClickException(str(exc)) from None
     return chosen
 
 
@@ -60,42 +61,49 @@ def sweep_cmd(file, overrides, scheduler, local_cluster, workers, out, resume, f
         raise click.UsageError("--resume and --force: choose one (continue the stored sweep, or replace it)")
     if resume and out is None:
         raise click.UsageError("--resume: give the folder of the sweep to continue with --out DIR")
+    stop_on_signals()
     chosen = _scheduler(scheduler, local_cluster, workers)
     from ..config import ConfigError
     from ..experiments.sweep import load_sweep, plan_sweep, run_sweep
-    from ..outputs import OutputError, check_output_folder, has_marker, make_owned, remove_owned
+    from ..outputs import OutputError, discard, own_folder, remove_own, tracking
     from ..plotting.sweep import plot_sweep
 
     try:  # everything is validated before any work or any folder
         cfg = load_sweep(file, list(overrides))
         plan = plan_sweep(cfg)
-        if resume:
-            folder = check_output_folder(out, force=True)
-            if not has_marker(folder):
-                raise OutputError(f"--resume: {folder} holds no sweep (no stochformer marker); check --out")
-        else:
-            try:
-                folder = check_output_folder(default_out("sweep", out), force)
-            except OutputError as exc:
-                more = "; or pass --resume to continue the sweep stored there" if "not empty" in str(exc) else ""
-                raise OutputError(f"{exc}{more}") from None
-    except (ConfigError, OutputError) as exc:
+    except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
-    size_check(cfg, chosen)
+    if resume:
+        folder = check_output(out, "sweep", replace=True, option="--resume")
+        if not folder.is_dir():
+            raise click.UsageError(f"--resume: {folder} does not exist; check --out (or run without --resume to start)")
+    else:
+        try:
+            folder = check_output(default_out("sweep", out), "sweep", force)
+        except click.UsageError as exc:
+            more = "; or pass --resume to continue the sweep stored there" if "not empty" in exc.message else ""
+            raise click.UsageError(f"{exc.message}{more}") from None
+    click.get_current_context().meta["stochformer.command"] = "sweep"
+    disk_check(folder, size_check(cfg, chosen))
     hold_output(folder, "sweep")
-    if force and not resume:
-        remove_owned(folder)
-    created = not folder.exists()
-    make_owned(folder, "sweep")
+    try:
+        if force:
+            remove_own(folder, "sweep")
+        created = not folder.exists() or not any(folder.iterdir())
+        manifest = own_folder(folder, "sweep")
+    except OutputError as exc:
+        raise click.UsageError(str(exc)) from None
+    click.get_current_context().with_resource(tracking(manifest))
     click.get_current_context().meta["stochformer.kept"] = (
         f"finished tasks are kept in {folder / 'tasks'}; continue with: {resume_command(resume)}")
     n_tasks = len(plan.configs) * len(plan.task_sizes)
     click.echo(f"sweep: {len(plan.configs)} points x {len(plan.task_sizes)} tasks = {n_tasks} tasks on {chosen}")
     try:
         result = run_sweep(cfg, store=folder / "tasks", scheduler=chosen, progress=not quiet)
-    except Exception:
+    except BaseException:
         if created and not any((folder / "tasks").glob("*.json")):  # nothing finished: leave nothing behind
-            remove_owned(folder)
+            discard(manifest)
+            click.get_current_context().meta.pop("stochformer.kept", None)
         raise
     result.save(folder)
     save_figures(folder, {"summary": lambda: plot_sweep(result)}, fmt)

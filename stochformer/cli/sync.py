@@ -21,9 +21,10 @@ def sync_cmd(config_file, overrides, out, force, quiet, fmt: str) -> None:
 
     Writes config.json, sync.json (lambda_1, lambda_1_se, lambda_1_extrap_err, energy_rate,
     energy_rate_se, energy_rate_extrap_err beside lambda_1_pred, lambda_bar_pred,
-    lambda_bar_prime_pred), dataset.nc and sync.png. Rates are per unit time t = layer · T/L; every
+    lambda_bar_prime_pred, epsilon and bound_pred = ε + λ̄'), dataset.nc and sync.png. Rates are per unit time t = layer · T/L; every
     rate is extrapolated to Δt → 0 from L, L/2 and L/4 steps (set extrapolate=false for the plain
-    estimates at L); z = (measured − predicted)/√(SE² + err²)."""
+    estimates at L); z = (measured − predicted)/√(SE² + err²) for the rows that predict a value (none
+    for the uniform start's bound ε + λ̄', an inequality: "—")."""
     from ..experiments.sync import SyncConfig, run_sync
     from ..plotting.sync import plot_sync
 

@@ -32,7 +32,7 @@ from ..runtime import child_seeds, make_generator, provenance
 from ..sphere import normalize
 from ..results import Result
 from ..stats import mean_and_se
-from ..validation import check_finite
+from ..validation import check_finite, validated
 
 
 class BridgeConfig(BaseModel):
@@ -178,6 +178,7 @@ class BridgeResult(Result):
         return xr.Dataset(data, attrs={"block": self.config.block, "kappa1_unit_sphere": self.kappa1})
 
 
+@validated
 def run_bridge(cfg: BridgeConfig, progress: bool = False) -> BridgeResult:
     """Measure the block's networks and the two predictions at every depth (CPU, float64; one
     thread below 1024 token coordinates: the tensors are tiny and threads only add overhead)."""

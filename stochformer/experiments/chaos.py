@@ -58,6 +58,7 @@ from ..solver import SaveAt, solve
 from ..sphere import uniform
 from ..stats import fit_power_law, fit_power_law_weighted, loglog_slope, mean_and_se, tagged_correlation
 from ..tasks import Task, run_tasks
+from ..validation import validated
 
 
 class ChaosConfig(ExperimentConfig):
@@ -347,6 +348,7 @@ def _sphere_law(d: int) -> str:
     return {2: "N^-1", 3: "log(1+N)/N"}.get(d, f"N^-2/{d - 1}")
 
 
+@validated
 def run_chaos(
     cfg: ChaosConfig, progress: bool = False, store: Optional[Path | str] = None, scheduler: Optional[str] = None
 ) -> ChaosResult:

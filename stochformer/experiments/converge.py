@@ -46,6 +46,7 @@ from ..runtime import DTYPES, child_seeds, make_generator, provenance, resolve_d
 from ..solver import SaveAt, solve
 from ..stats import bootstrap, fit_power_law, interval, mean_and_se
 from ..tasks import Task, run_tasks
+from ..validation import validated
 
 #: the two sups of the error
 KINDS = ("layer", "continuous")
@@ -255,6 +256,7 @@ def fit_convergence(depths: list[int], widths: list[float], errors: dict[str, np
     return out
 
 
+@validated
 def run_converge(cfg: ConvergeConfig, progress: bool = False, store: Optional[Path | str] = None,
                  scheduler: Optional[str] = None) -> ConvergeResult:
     """Run every (depth, part of the samples) task (``store`` makes the run resumable), then fit."""

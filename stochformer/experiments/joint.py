@@ -6,10 +6,17 @@ W₂²(μ^N_X, μ^N_X̄) ≤ (1/N) Σ_i |X^i − X̄^i|²,
 
     E sup_t W₂²(μ^{N,L,m}_t, μ_t) ≤ 2 E sup_t (1/N) Σ_i |X^i_{⌊Lt/T⌋} − X̄^i_t|² + 2 E sup_t W₂²(μ^N_t, μ_t),
 
-and the two terms are what Theorem 1.1 (≲ 1/L + 1/m at layer times) and Proposition 1.2 (the sharp
-rate of N points on S^{d−1}: log N/N for d = 3, N^{−2/(d−1)} for d ≥ 4) bound. So the combined error
-decays like the slowest of the three rates: along a path with N, L, m all multiplied by s, at the
-exponent min(1, 1, p_N) in s (**derived**; p_N the local exponent of the sharp rate over the path).
+and the two terms are what Theorem 1.1 (≲ 1/L + 1/m at layer times, for a fixed N) and Proposition
+1.2 (the sharp rate of N points on S^{d−1}: log N/N for d = 3, N^{−2/(d−1)} for d ≥ 4) bound.
+
+Corollary 1.3 states the limit in two forms. (i) The iterated limit lim_N lim_L lim_m, with the bound
+2c_N e^{c_N T²}(log L/L + 1/m) + 2c_T r_d(N): its constant depends on N, so it predicts no rate
+along a path on which N grows with L and m. (ii) For a C^∞ activation the limits commute, with
+E sup_t W₂²(μ^{N,L,m}_t, μ_t) ≤ c_T(log L/L + m^{−1/4} + r_d(N)): along N, L, m ∝ s the error decays at
+least at the slowest exponent of the three, min(p_{log L/L}, 1/4, p_{r_d}) in s (local exponents over
+the path; ``commuting`` of :meth:`JointConfig.predicted_exponent`). What is measured is the sum of
+the two terms above from two independent runs, a bound of the transformer's error, not W₂ of the
+transformer's empirical measure to μ_t itself.
 
 Measured, per point of the path, with the existing experiments' tasks:
 
@@ -19,7 +26,8 @@ Measured, per point of the path, with the existing experiments' tasks:
   random-feature field (``chaos``'s coupling; the finite reference removed by 1/(1 − N/N_ref));
 
 and their sum, the bound of the combined error, with its fitted exponent in s (parametric bootstrap
-of the means and SEs, :func:`stochformer.stats.fit_power_law`).
+of the means and SEs with Student's t draws for the samples behind each mean,
+:func:`stochformer.stats.fit_power_law`).
 """
 
 from __future__ import annotations
@@ -34,11 +42,12 @@ import xarray as xr
 from pydantic import Field, model_validator
 
 from ..config import ExperimentConfig, as_config
-from ..distances import sphere_rate
+from ..distances import rate_function, sphere_rate
 from ..results import Result
 from ..runtime import child_seeds, provenance, resolve_device
 from ..stats import fit_power_law, loglog_slope, mean_and_se
 from ..tasks import Task, run_tasks
+from ..validation import validated
 from . import chaos, converge
 
 
@@ -101,10 +110,15 @@ class JointConfig(ExperimentConfig):
         return np.asarray(self.path_N, float) / self.path_N[0]
 
     def predicted_exponent(self) -> dict:
-        """Each term's local exponent in s along the path and the combined one, their minimum."""
-        N = np.asarray(self.path_N, float)
+        """Local exponents in s along the path: ``N`` of the sharp W₂² rate of N points on the sphere,
+        ``log_L`` of log L/L, ``r_d`` of Proposition 1.2's r_d(N), ``m_quarter`` = 1/4, and
+        ``commuting``: the smooth-φ form of Corollary 1.3, min(log_L, 1/4, r_d)."""
+        N, L = np.asarray(self.path_N, float), np.asarray(self.path_L, float)
         p_N = -loglog_slope(N, sphere_rate(self.model.d, N))[0]
-        return {"L": 1.0, "m": 1.0, "N": float(p_N), "combined": float(min(1.0, p_N))}
+        p_r = -loglog_slope(N, rate_function(self.model.d, N))[0]
+        p_L = -loglog_slope(L, np.log(L) / L)[0]
+        return {"N": float(p_N), "log_L": float(p_L), "m_quarter": 0.25, "r_d": float(p_r),
+                "commuting": float(min(p_L, 0.25, p_r))}
 
 
 @dataclass(repr=False)
@@ -139,6 +153,7 @@ class JointResult(Result):
                                   "m": ("point", self.config.path_m)})
 
 
+@validated
 def run_joint(cfg: JointConfig, progress: bool = False, store: Optional[Path | str] = None,
               scheduler: Optional[str] = None) -> JointResult:
     """The coupled transformer–SDE errors and the W₂² to the reference along the path, as tasks of
@@ -165,8 +180,10 @@ def run_joint(cfg: JointConfig, progress: bool = False, store: Optional[Path | s
     w2 = np.asarray([np.asarray(results[f"w2-{j}"]["w2"]).max(axis=0) / ref for j in range(cfg.w2_batch)]).T
     result = JointResult(cfg, coupled, w2, {}, cfg.predicted_exponent(), provenance(resolve_device(run.device)), 0.0)
     s = cfg.scale
+    samples = {"coupled": run.batch, "w2": cfg.w2_batch, "combined": min(run.batch, cfg.w2_batch)}
     for name, (m, se) in result.means().items():
-        fit = fit_power_law(s, m, cfg.bootstrap, run.seed, se=se)
-        result.fits[name] = {"exponent": fit.exponent, "ci": list(fit.ci), "se": fit.se, "prefactor": fit.prefactor}
+        fit = fit_power_law(s, m, cfg.bootstrap, run.seed, se=se, n=samples[name])
+        result.fits[name] = {"exponent": fit.exponent, "ci": list(fit.ci), "se": fit.se, "prefactor": fit.prefactor,
+                             "n": samples[name]}
     result.elapsed_s = time.perf_counter() - start
     return result

@@ -31,6 +31,7 @@ from ..results import Result
 from ..runtime import DTYPES, child_seeds, make_generator, provenance, resolve_device
 from ..solver import SaveAt, solve
 from ..stats import mean_and_se
+from ..validation import validated
 from .sync import moment_rate
 
 DYNAMICS = ("sde", "transformer")
@@ -97,12 +98,16 @@ def _mean_se(x: np.ndarray) -> tuple[float, float]:
 
 
 def law_of_u(u: np.ndarray, threshold: float) -> dict:
-    """Mean and P(u > threshold) of samples ``u`` with their SEs."""
+    """Mean and P(u > threshold) of samples ``u`` with their SEs, the number of samples ``n`` and
+    of those above the threshold ``tail_count`` (for a binomial interval of the tail)."""
     mean, se = _mean_se(u)
-    tail, tail_se = _mean_se(u > threshold)
-    return {"u_mean": mean, "u_mean_se": se, "tail": tail, "tail_se": tail_se}
+    above = np.asarray(u) > threshold
+    tail, tail_se = _mean_se(above)
+    return {"u_mean": mean, "u_mean_se": se, "tail": tail, "tail_se": tail_se, "n": int(above.size),
+            "tail_count": int(above.sum())}
 
 
+@validated
 def run_motions(cfg: MotionsConfig, progress: bool = False) -> MotionsResult:
     """Measure the one- and two-point motions on the limit SDE and the transformer (module docstring)."""
     cfg = as_config(cfg, MotionsConfig)

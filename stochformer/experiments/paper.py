@@ -41,6 +41,7 @@ from ..model.noise import RandomMLP
 from ..runtime import child_seeds, make_generator, provenance, resolve_device
 from ..stats import mean_and_se
 from ..tasks import Task, run_tasks
+from ..validation import validated
 from .simulate import run_simulate
 from .sync import (energy_levels, extrapolated_moment_rate, measure_lyapunov, near_sync_horizon, near_sync_spread,
                    pair_start, predicted_rates)
@@ -120,6 +121,7 @@ class ClustersResult(_PaperResult):
                           attrs={"tol": self.tol})
 
 
+@validated
 def run_clusters(size: Size = "quick", seed: int = 0, tol: float = 0.05, progress: bool = False, device: str = "cpu",
                  sizes: Optional[dict] = None) -> ClustersResult:
     """SPEC §6 item 1: ReLU and tanh on S³ (d = 4), no attention, no biases, uniform tokens.
@@ -238,6 +240,7 @@ class ScenariosResult(_PaperResult):
         return xr.Dataset(data, coords=coords)
 
 
+@validated
 def run_scenarios(size: Size = "quick", seed: int = 0, progress: bool = False, store: Optional[Path | str] = None,
                   scheduler: Optional[str] = None, device: str = "cpu", sizes: Optional[dict] = None) -> ScenariosResult:
     """SPEC §6 item 2: every activation (and no MLP) × d × σ × γ, uniform tokens, β = 1.
@@ -337,6 +340,7 @@ class TableResult(_PaperResult):
         return "\n".join(lines)
 
 
+@validated
 def run_table(size: Size = "quick", seed: int = 0, progress: bool = False, store: Optional[Path | str] = None,
               scheduler: Optional[str] = None, device: str = "cpu", activations: tuple[str, ...] = TABLE_ACTIVATIONS,
               sizes: Optional[dict] = None) -> TableResult:

@@ -33,6 +33,7 @@ from ..solver import SaveAt, solve
 from ..sphere import gram
 from ..stats import mean_and_se
 from ..tasks import Task, run_tasks
+from ..validation import validated
 from .sync import check_extrapolation, measure_lyapunov, predicted_rates
 
 #: Fields that take the grid values; ``sigma`` sets both bias scales.
@@ -94,7 +95,8 @@ def phase_point(config: dict, measure: str, pairs: int, eps: float, sync_tol: fl
     out: dict[str, Any] = {"lambda_1_pred": pred["lambda_1_pred"], "lambda_bar_pred": pred["lambda_bar_pred"]}
     if measure == "lyapunov":
         lyap = measure_lyapunov(cfg, pairs, eps, seed, extrapolate=extrapolate)
-        out.update(value=lyap["lambda_1"], se=lyap["lambda_1_se"], err=lyap.get("lambda_1_extrap_err", 0.0))
+        out.update(value=lyap["lambda_1"], se=lyap["lambda_1_se"], err=lyap.get("lambda_1_extrap_err", 0.0),
+                   at_L=lyap.get("lambda_1_steps", {}).get(str(cfg.L), lyap["lambda_1"]))
         return out
     device, dtype = resolve_device(cfg.device), DTYPES[cfg.dtype]
     gen = make_generator(seed, device)
@@ -105,7 +107,7 @@ def phase_point(config: dict, measure: str, pairs: int, eps: float, sync_tol: fl
     iu = torch.triu_indices(cfg.N, cfg.N, offset=1, device=G.device)
     synced = (G[:, iu[0], iu[1]].min(dim=-1).values >= 1.0 - sync_tol).double()
     frac, se = mean_and_se(synced)
-    out.update(value=float(frac), se=float(se), err=0.0)
+    out.update(value=float(frac), se=float(se), err=0.0, at_L=float(frac))
     return out
 
 
@@ -113,7 +115,9 @@ def phase_point(config: dict, measure: str, pairs: int, eps: float, sync_tol: fl
 class PhaseResult(Result):
     """``value``/``se``/``err``: (ny, nx) measured grid, its SE and Δt → 0 extrapolation error;
     ``pred_*``: the predictions at the grid points;
-    ``fine_x``, ``fine_y``, ``fine_lambda_1``, ``fine_lambda_bar``: predictions on the fine grid."""
+    ``fine_x``, ``fine_y``, ``fine_lambda_1``, ``fine_lambda_bar``: predictions on the fine grid;
+    ``value_at_L``: the measured value at the model's own L steps (before the Δt → 0 extrapolation:
+    the finite-depth value; None for results stored without it)."""
 
     command: ClassVar[str] = "phase"
     summary_name: ClassVar[str] = "phase.json"
@@ -131,6 +135,7 @@ class PhaseResult(Result):
     fine_lambda_bar: np.ndarray
     provenance: dict
     elapsed_s: float
+    value_at_L: Optional[np.ndarray] = None
 
     def agreement(self) -> dict:
         """For ``lyapunov``: grid points where sign(measured) = sign(predicted λ₁ − γ), and those whose
@@ -149,6 +154,7 @@ class PhaseResult(Result):
             "x_field": c.x_field, "y_field": c.y_field, "measure": c.measure, "x": self.x, "y": self.y,
             "value": self.value, "se": self.se, "err": self.err, "lambda_1_pred": self.pred_lambda_1,
             "lambda_bar_pred": self.pred_lambda_bar, "agreement": self.agreement(),
+            **({} if self.value_at_L is None else {"value_at_L": self.value_at_L}),
         }
 
     def _dataset(self) -> xr.Dataset:
@@ -181,6 +187,7 @@ def _predictions(cfg: PhaseConfig, xs: np.ndarray, ys: np.ndarray) -> tuple[np.n
     return lam1, lbar
 
 
+@validated
 def run_phase(cfg: PhaseConfig, progress: bool = False, store: Optional[Path | str] = None, scheduler: Optional[str] = None) -> PhaseResult:
     """Measure every grid point (through ``run_tasks``; ``store`` makes it resumable) and the
     predicted boundaries. All grid configs are validated before any work."""
@@ -199,13 +206,14 @@ def run_phase(cfg: PhaseConfig, progress: bool = False, store: Optional[Path | s
         for ((i, j), p), s in zip(points.items(), seeds)
     ]
     results = run_tasks(tasks, store=store, scheduler=scheduler, progress=progress, desc="phase")
-    value, se, err = (np.empty((len(ys), len(xs))) for _ in range(3))
+    value, se, err, at_L = (np.empty((len(ys), len(xs))) for _ in range(4))
     lam1, lbar = np.empty_like(value), np.empty_like(value)
     for (i, j) in points:
         r = results[f"phase-{i}-{j}"]
         value[i, j], se[i, j], err[i, j] = r["value"], r["se"], r["err"]
+        at_L[i, j] = r.get("at_L", r["value"])
         lam1[i, j], lbar[i, j] = r["lambda_1_pred"], r["lambda_bar_pred"]
     fx, fy = _fine_axis(cfg, cfg.x_field, cfg.x_values), _fine_axis(cfg, cfg.y_field, cfg.y_values)
     f1, fb = _predictions(cfg, fx, fy)
     return PhaseResult(cfg, xs, ys, value, se, err, lam1, lbar, fx, fy, f1, fb, provenance(resolve_device(cfg.model.device)),
-                       time.perf_counter() - start)
+                       time.perf_counter() - start, at_L)

@@ -5,7 +5,10 @@ At every grid point ``batch`` runs start from i.i.d. uniform tokens and are step
 :func:`stochformer.solve`; measured (mean ± SE over runs):
 
 * the E_β rate over the run, log(E E_β(μ_T) / E E_β(μ_0))/T (delta-method SE), against Theorem 1.4's
-  bound ε + λ̄', with Assumption 2's ε = max(0, −2γ) (**derived**: the noiseless flow with V = γI is
+  bound ε + λ̄' (``bound``), with the largest rate the observable can show, log(E_max/E E_β(μ_0))/T
+  (``reach``, :func:`~stochformer.experiments.sync.energy_max`), and Assumption 2's ε = max(0, −2γ)
+  (:func:`~stochformer.experiments.sync.epsilon`; the energy's β must be the attention's β, which
+  the config enforces) (**derived**: the noiseless flow with V = γI is
   dissipative for γ ≥ 0, ε = 0; for V = −δI the largest rate of growth of E_β, sup dlog E_β/dt,
   is 2δ, reached as the tokens come together — two tokens at cosine u give
   2δ β e^{βu} w(u)(1 − u²)/(e^β − e^{βu}), w = e^{βu}/(e^β + e^{βu}), increasing to 2δ as u → 1);
@@ -41,7 +44,8 @@ from ..runtime import DTYPES, child_seeds, make_generator, provenance, resolve_d
 from ..solver import SaveAt, solve
 from ..stats import mean_and_se
 from ..tasks import Task, run_tasks
-from .sync import check_extrapolation, measure_lyapunov, predicted_rates
+from ..validation import validated
+from .sync import check_extrapolation, energy_max, epsilon_of_gamma, measure_lyapunov, predicted_rates
 
 
 class RepulsionConfig(ExperimentConfig):
@@ -79,6 +83,10 @@ class RepulsionConfig(ExperimentConfig):
             raise ValueError("model.attention_kind: repulsion needs softmax attention with Qᵀ K = βI, V = γI (no Q, K, V)")
         if self.slope_time >= run.T:
             raise ValueError(f"slope_time: must be < model.T = {run.T} (got {self.slope_time})")
+        if not math.isclose(run.beta, run.energy_beta, rel_tol=1e-12, abs_tol=0.0):
+            raise ValueError(f"model.energy_beta: must equal the attention's model.beta = {run.beta:g} (got "
+                             f"{run.energy_beta:g}): Assumption 2's ε = max(0, −2γ) is derived for E_β with the "
+                             "attention's own β, and is not valid for another β")
         if self.apart_cos >= self.sync_cos:
             raise ValueError(f"apart_cos: must be < sync_cos = {self.sync_cos} (got {self.apart_cos})")
         check_extrapolation(run.L, True)
@@ -92,8 +100,25 @@ class RepulsionConfig(ExperimentConfig):
 
 
 def epsilon(gamma: float) -> float:
-    """Assumption 2's ε for V = γI, Qᵀ K = βI (**derived**, module docstring): 0 for γ ≥ 0, −2γ otherwise."""
-    return max(0.0, -2.0 * gamma)
+    """Assumption 2's ε for V = γI, Qᵀ K = βI with β the energy's β (**derived**, module docstring):
+    0 for γ ≥ 0, −2γ otherwise."""
+    return epsilon_of_gamma(gamma)
+
+
+def flow_step_bias(gamma: float, dt: float, dynamics: str, integrator: str = "heun") -> float:
+    """The step bias of the noiseless flow's largest energy growth rate against ε = −2γ (V = γI,
+    γ < 0), at leading order in the separation of a near-synchronised pair: on the transformer the
+    separation is divided by 1 + γΔt at every step (LN(x + Δt·γ·x̄), x̄ ≈ x), so the measured rate is
+    −2 log(1 + γΔt)/Δt (exactly, as the pair comes together); with the SDE's projected Euler step
+    it is multiplied by 1 − γΔt, −2 log(1 − γΔt)/Δt. Returned: the difference from −2γ (O(Δt)); 0
+    for γ ≥ 0 and for the projected Heun step (second order)."""
+    if gamma >= 0:
+        return 0.0
+    if dynamics == "transformer":
+        return -2.0 * math.log1p(gamma * dt) / dt + 2.0 * gamma
+    if integrator == "euler":
+        return -2.0 * math.log1p(-gamma * dt) / dt + 2.0 * gamma
+    return 0.0
 
 
 def uniform_drift(cfg: RunConfig, nodes: int = 64) -> float:
@@ -203,6 +228,7 @@ def key(gamma: float, sigma: float) -> str:
     return f"gamma{gamma:g}/sigma{sigma:g}"
 
 
+@validated
 def run_repulsion(cfg: RepulsionConfig, progress: bool = False, store: Optional[Path | str] = None,
                   scheduler: Optional[str] = None) -> RepulsionResult:
     """Every grid point as a task (``store`` makes it resumable), then the probe's λ̂₁ and the
@@ -228,12 +254,14 @@ def run_repulsion(cfg: RepulsionConfig, progress: bool = False, store: Optional[
                      "lambda_1_pred": pred["lambda_1_pred"], "lambda_bar_pred": pred["lambda_bar_pred"],
                      "lambda_bar_noise": pred["lambda_bar_noise"], "lambda_bar_prime": pred["lambda_bar_prime_pred"],
                      "epsilon": eps, "bound": eps + pred["lambda_bar_prime_pred"],
+                     "reach": math.log(energy_max(run.N, run.energy_beta) / results[k]["energy_mean"][0]) / run.T,
                      "uniform_drift": uniform_drift(p) if p.mlp else 0.0}
     lyap = measure_lyapunov(probe_cfg, cfg.pairs, 1e-4, seeds[-2], progress, extrapolate=True)
     probe = {"gamma": g_probe, "sigma": s_probe, "lambda_1_pred": predicted_rates(probe_cfg)["lambda_1_pred"],
              "lambda_1": lyap["lambda_1"], "lambda_1_se": lyap["lambda_1_se"],
              "lambda_1_extrap_err": lyap["lambda_1_extrap_err"], "epsilon": epsilon(g_probe),
-             "flow": results["probe-flow"]}
+             "flow": results["probe-flow"], "flow_bias": flow_step_bias(g_probe, flow_cfg.dt, flow_cfg.dynamics, flow_cfg.integrator),
+             "flow_dt": flow_cfg.dt, "dynamics": flow_cfg.dynamics}
     if key(g_probe, s_probe) in points:
         probe["final_cosine"] = points[key(g_probe, s_probe)]["final_cosine"]
     times = np.arange(run.L + 1) * run.dt

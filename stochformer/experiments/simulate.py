@@ -21,6 +21,7 @@ from ..results import Result
 from ..runtime import DTYPES, make_generator, provenance, resolve_device
 from ..solver import SaveAt, solve
 from ..stats import mean_and_se
+from ..validation import validated
 
 
 @dataclass(repr=False)
@@ -54,6 +55,7 @@ class SimulationResult(Result):
         return self.summary()
 
 
+@validated
 def run_simulate(cfg: RunConfig, progress: bool = False, activation: Optional[Activation] = None) -> SimulationResult:
     """Run ``cfg.batch`` independent samples of ``cfg.dynamics`` for L layers (or SDE steps).
 

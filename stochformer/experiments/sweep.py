@@ -29,6 +29,7 @@ from ..results import Result
 from ..runtime import child_seeds, provenance
 from ..stats import mean_and_se
 from ..tasks import Task, run_tasks
+from ..validation import validated
 from .simulate import run_simulate
 
 STATISTICS = ("mean_cosine", "energy", "min_cosine")
@@ -294,6 +295,7 @@ class SweepResult(Result):
         return self.data
 
 
+@validated
 def run_sweep(
     cfg: SweepConfig,
     store: Optional[Path | str] = None,

@@ -14,7 +14,12 @@ the noise scale s through κ → s²κ).
 * **First-moment rate of the energy**: E[E_β(μ_t)] ∝ e^{rate·t}. The rate is the least-squares
   slope of log(sample mean of E_β) against t; its SE is the bootstrap SE over samples (resampling
   whole paths). Near synchronisation (a tight cluster) the prediction is λ̄ − 2γ; from uniform
-  tokens Theorem 1.4 bounds the rate by λ̄' (plus Assumption 2's ε).
+  tokens Theorem 1.4 bounds the rate by ε + λ̄', Assumption 2's ε = max(0, −2γ) for attention
+  Qᵀ K = βI, V = γI with β the energy's β (:func:`epsilon`; derived in
+  :mod:`stochformer.experiments.repulsion`). The energy can grow at most to its largest value
+  E_max = ½(1 − 1/N)(e^β − e^{−β/(N−1)}) (:func:`energy_max`), so a bound above the rate that takes
+  E_β from its value at the start of the fit window to E_max (``energy_rate_uniform_reach``) cannot
+  be seen to fail.
 * **Δt → 0** (``extrapolate``, default): both estimators run the same samples at L, L/2 and L/4
   steps on one Brownian path and report the Richardson value (:func:`richardson`) with its
   extrapolation error beside the SE (``*_extrap_err``); the energy rates' SE is that of the same
@@ -43,6 +48,7 @@ from ..solver import Model, SaveAt, solve
 from ..sphere import normalize, tangent, uniform
 from ..results import Result
 from ..stats import mean_and_se
+from ..validation import validated
 
 
 #: Step counts of the Δt → 0 extrapolation, as divisors of L: L, L/2, L/4 on one Brownian path.
@@ -122,10 +128,41 @@ def near_sync_spread(activation, d: int) -> float:
     return KINKED_CHORD / math.sqrt(d)
 
 
+def epsilon_of_gamma(gamma: float) -> float:
+    """Assumption 2's ε for V = γI, Qᵀ K = βI with β the energy's β (**derived**,
+    :mod:`stochformer.experiments.repulsion`): 0 for γ ≥ 0, −2γ otherwise."""
+    return max(0.0, -2.0 * gamma)
+
+
+def epsilon(cfg: RunConfig) -> tuple[Optional[float], str]:
+    """Assumption 2's ε for the attention of ``cfg`` and why: 0 without attention, max(0, −2γ) for
+    softmax (or L²) attention with Qᵀ K = βI, V = γI and β = ``energy_beta`` (the energy's β);
+    None where it is not derived (an explicit Q, K or V, another variant, or β ≠ energy_beta: the
+    energy of the flow is then not E_β and ε = 2δ does not follow)."""
+    if not cfg.attention:
+        return 0.0, "no attention: ε = 0"
+    if cfg.attention_kind not in ("softmax", "l2") or any(getattr(cfg, k) is not None for k in ("Q", "K", "V")):
+        return None, "ε not derived for this attention (explicit Q, K or V, or a variant)"
+    if not math.isclose(cfg.beta, cfg.energy_beta, rel_tol=1e-12, abs_tol=0.0):
+        return None, (f"ε not derived: attention β = {cfg.beta:g} differs from the energy's β = {cfg.energy_beta:g} "
+                      "(ε = 2δ holds for E_β with the attention's own β)")
+    g = cfg.gamma_value
+    return epsilon_of_gamma(g), ("ε = 0 (γ ≥ 0: the flow is dissipative)" if g >= 0 else f"ε = −2γ = {-2 * g:g}")
+
+
+def energy_max(N: int, beta: float) -> float:
+    """The largest E_β of N unit tokens: ½(1 − 1/N)(e^β − e^{−β/(N−1)}) (the diagonal gives e^β/N;
+    by Jensen the mean of e^{β⟨x_i, x_j⟩} over i ≠ j is at least e^{β·mean}, and the mean cosine
+    over i ≠ j is at least −1/(N − 1))."""
+    return 0.5 * (1 - 1 / N) * (math.exp(beta) - math.exp(-beta / (N - 1)))
+
+
 def predicted_rates(cfg: RunConfig, with_bound: bool = True) -> dict[str, Optional[float]]:
     """κ(1), κ'(1), λ₁, λ̄ (``*_noise``: noise only, noise scale included), the attention-shifted predictions
-    ``lambda_1_pred = λ₁ − γ``, ``lambda_bar_pred = λ̄ − 2γ`` and Theorem 1.4's ``λ̄'`` (noise only).
-    Without noise (``mlp = false`` or s = 0) the noise terms are 0."""
+    ``lambda_1_pred = λ₁ − γ``, ``lambda_bar_pred = λ̄ − 2γ``, Theorem 1.4's ``λ̄'`` (noise only),
+    Assumption 2's ``epsilon`` (:func:`epsilon`, with ``epsilon_note``) and the bound
+    ``bound_pred = ε + λ̄'`` (None where ε is not derived). Without noise (``mlp = false`` or s = 0)
+    the noise terms are 0."""
     if cfg.mlp and cfg.noise_scale > 0:
         kern = make_kernel(cfg)
         k, kp = kern.kappa1, kern.kappa1_prime
@@ -134,6 +171,7 @@ def predicted_rates(cfg: RunConfig, with_bound: bool = True) -> dict[str, Option
     else:
         k = kp = lam1 = lbar = lbp = 0.0
     g = attention_gamma(cfg)
+    eps, why = epsilon(cfg)
     return {
         "kappa": k,
         "kappa_prime": kp,
@@ -143,6 +181,9 @@ def predicted_rates(cfg: RunConfig, with_bound: bool = True) -> dict[str, Option
         "lambda_1_pred": None if g is None else lam1 - g,
         "lambda_bar_pred": None if g is None else lbar - 2 * g,
         "lambda_bar_prime_pred": lbp,
+        "epsilon": eps,
+        "epsilon_note": why,
+        "bound_pred": None if eps is None or lbp is None else eps + lbp,
     }
 
 
@@ -273,7 +314,9 @@ class SyncResult(Result):
 
     def table(self) -> list[dict]:
         """Rows (quantity, measured, SE, extrapolation error ``err`` (0 where not extrapolated),
-        predicted, z = (measured − predicted)/√(SE² + err²))."""
+        predicted, ``rule``: "matches" or, for Theorem 1.4's bound ε + λ̄', "at_most"; z =
+        (measured − predicted)/√(SE² + err²) for a "matches" row only (None for the bound: an
+        inequality has no z-score); ``reach``: the largest rate the observable can show, for the bound)."""
         m, p = self.measured, self.predicted
         limit = ", Δt → 0" if self.config.extrapolate else ""
         rows = [
@@ -283,12 +326,18 @@ class SyncResult(Result):
              p["lambda_bar_pred"]),
         ]
         if m.get("energy_rate_uniform") is not None:
-            rows.append((f"energy rate from uniform (bound{limit})", m["energy_rate_uniform"], m["energy_rate_uniform_se"],
-                         m.get("energy_rate_uniform_extrap_err", 0.0), p["lambda_bar_prime_pred"]))
+            rows.append((f"energy rate from uniform (bound ε + λ̄'{limit})", m["energy_rate_uniform"],
+                         m["energy_rate_uniform_se"], m.get("energy_rate_uniform_extrap_err", 0.0), p.get("bound_pred")))
         out = []
         for name, val, se, err, pred in rows:
-            z = None if pred is None or not (se or err) else (val - pred) / math.hypot(se, err)
-            out.append({"quantity": name, "measured": val, "se": se, "err": err, "predicted": pred, "z": z})
+            bound = "bound" in name
+            z = None if bound or pred is None or not (se or err) else (val - pred) / math.hypot(se, err)
+            row = {"quantity": name, "measured": val, "se": se, "err": err, "predicted": pred, "z": z,
+                   "rule": "at_most" if bound else "matches"}
+            if bound:
+                row.update(reach=m.get("energy_rate_uniform_reach"), epsilon=p.get("epsilon"),
+                           lambda_bar_prime=p.get("lambda_bar_prime_pred"), note=p.get("epsilon_note", ""))
+            out.append(row)
         return out
 
     def _dataset(self) -> xr.Dataset:
@@ -411,6 +460,16 @@ def extrapolated_moment_rate(T: float, levels: dict[int, np.ndarray], fit_from: 
             "steps": {str(n): r for n, r in rates.items()}}
 
 
+def growth_reach(t: np.ndarray, energy_mean: np.ndarray, mask: np.ndarray, N: int, beta: float) -> Optional[float]:
+    """The largest rate at which the mean energy can grow over the fit window ``mask`` of times ``t``:
+    from its value at the window's start to :func:`energy_max` over the window's length (None when
+    the window is empty or the energy is not positive there)."""
+    idx = np.nonzero(mask)[0]
+    if len(idx) < 2 or not energy_mean[idx[0]] > 0:
+        return None
+    return float(math.log(energy_max(N, beta) / energy_mean[idx[0]]) / (t[idx[-1]] - t[idx[0]]))
+
+
 def _energy_rate(cfg: RunConfig, init: InitConfig, seed: int, fit_from: float, n_boot: int, extrapolate: bool,
                  progress: bool) -> tuple[dict, np.ndarray]:
     """The energy rate of ``cfg`` from ``init`` (extrapolated to Δt → 0 or at L steps) and the paths at L steps."""
@@ -419,6 +478,7 @@ def _energy_rate(cfg: RunConfig, init: InitConfig, seed: int, fit_from: float, n
     return extrapolated_moment_rate(cfg.T, levels, fit_from, n_boot, seed), levels[cfg.L]
 
 
+@validated
 def run_sync(cfg: SyncConfig, progress: bool = False) -> SyncResult:
     """Measure λ₁ (pairs), the energy rate near synchronisation (cluster of ``near_spread``) and
     from uniform tokens, for ``cfg.model.dynamics``; return them beside the closed forms."""
@@ -451,6 +511,7 @@ def run_sync(cfg: SyncConfig, progress: bool = False) -> SyncResult:
                         energy_rate_uniform_extrap_err=fit_u["err"])
         measured.update({f"energy_rate_uniform_at_{n}_steps": v for n, v in fit_u["steps"].items()})
         uni_curve = tuple(x.numpy() for x in mean_and_se(torch.from_numpy(uni)))
+        measured["energy_rate_uniform_reach"] = growth_reach(times, uni_curve[0], mask, run.N, run.energy_beta)
     near_curve = tuple(x.numpy() for x in mean_and_se(torch.from_numpy(near)))
     device = resolve_device(run.device)
     return SyncResult(

@@ -33,6 +33,7 @@ from ..runtime import DTYPES, child_seeds, make_generator, provenance, resolve_d
 from ..solver import SaveAt, solve
 from ..sphere import normalize
 from ..stats import mean_and_se
+from ..validation import validated
 
 # ----------------------------------------------------------------- deterministic flows
 
@@ -64,6 +65,11 @@ class AttentionFlow:
 
     attention: Callable[[torch.Tensor], torch.Tensor]
     norm: str = "post"
+
+    @property
+    def on_sphere(self) -> bool:
+        """Post-LN states are unit tokens; pre-LN ones the residual stream."""
+        return self.norm == "post"
 
     def reset(self, batch: int, d: int, generator: torch.Generator, dtype: torch.dtype, device) -> None:
         """Nothing to draw."""
@@ -203,6 +209,7 @@ def _run_layers(X0: torch.Tensor, model: Transformer, T: float, L: int, gen: tor
     return solve(model, X0, T, L, SaveAt(stats=("mean_cosine",), final=False), generator=gen)["mean_cosine"].values
 
 
+@validated
 def run_resampled(cfg: ResampledConfig, progress: bool = False) -> ResampledResult:
     """The resampled-attention transformer at every depth and the averaged-drift one at the largest
     (both from the same X₀, each depth's MLP from the same seed)."""
@@ -318,6 +325,7 @@ def _law_checks(cfg: VariantsConfig) -> dict:
                         "kappa": float(NoiseKernel("relu", 2).kappa(1 / math.sqrt(2)))}}
 
 
+@validated
 def run_variants(cfg: VariantsConfig) -> dict:
     """Every check of SPEC §7 that does not need the standard blocks; a dict of numbers (one CPU
     thread: every tensor is tiny)."""

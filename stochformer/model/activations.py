@@ -6,10 +6,13 @@ Every activation is a function ``Tensor -> Tensor`` applied elementwise. Named o
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Callable, Union
 
 import torch
+
+from ..validation import callable_name, check_output
 
 Activation = Callable[[torch.Tensor], torch.Tensor]
 ActivationLike = Union[str, Activation]
@@ -52,9 +55,11 @@ KINKED_ACTIVATIONS = frozenset({"relu", "leaky_relu"})
 
 
 def get_activation(activation: ActivationLike) -> Activation:
-    """Return the elementwise function for a name in :data:`ACTIVATIONS` or a callable."""
+    """Return the elementwise function for a name in :data:`ACTIVATIONS` or a callable; a user's
+    callable comes back checked on its first call (it must return a finite tensor of its input's
+    shape: ``ValueError`` naming it otherwise)."""
     if callable(activation):
-        return activation
+        return activation if any(activation is fn for fn in ACTIVATIONS.values()) else _first_call_checked(activation)
     try:
         return ACTIVATIONS[activation]
     except KeyError:
@@ -63,6 +68,20 @@ def get_activation(activation: ActivationLike) -> Activation:
             f"activation: unknown activation {activation!r}; valid names are {valid} "
             "(or any callable from the Python API)"
         ) from None
+
+
+def _first_call_checked(fn: Activation) -> Activation:
+    checked: list[bool] = []
+
+    @functools.wraps(fn)
+    def phi(x: torch.Tensor) -> torch.Tensor:
+        y = fn(x)
+        if not checked:
+            check_output(f"activation ({callable_name(fn)})", y, tuple(x.shape))
+            checked.append(True)
+        return y
+
+    return phi
 
 
 def activation_name(activation: ActivationLike) -> str:

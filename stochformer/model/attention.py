@@ -13,6 +13,9 @@ from typing import Optional, Protocol
 import torch
 import torch.nn.functional as F
 
+from ..validation import (
+    Bool, DeviceLike, FiniteFloat, FloatDtype, Matrix, PositiveInt, check_int, check_parts, check_tensor, validated,
+)
 from . import blas
 
 
@@ -37,6 +40,7 @@ class Attention(Protocol):
         """Attn_μ(x_i) for queries X: (batch, n, d) against the cloud ``keys`` (default X): (batch, N, d)."""
 
 
+@validated
 @dataclass(frozen=True)
 class SoftmaxAttention:
     """Attention with score matrix ``A = Qᵀ K`` (or ``beta·I``) and value matrix ``V`` (or ``gamma·I``).
@@ -49,12 +53,23 @@ class SoftmaxAttention:
     float64 on CUDA has no such kernel and falls back to the chunked path.
     """
 
-    beta: float = 1.0
-    gamma: float = 1.0
-    A: Optional[torch.Tensor] = None  # (d, d), overrides beta
-    V: Optional[torch.Tensor] = None  # (d, d), overrides gamma
-    chunk: Optional[int] = None
-    sdpa: bool = False
+    beta: FiniteFloat = 1.0
+    gamma: FiniteFloat = 1.0
+    A: Optional[Matrix] = None  # (d, d), overrides beta
+    V: Optional[Matrix] = None  # (d, d), overrides gamma
+    chunk: Optional[PositiveInt] = None
+    sdpa: Bool = False
+
+    def __post_init__(self) -> None:
+        check_parts("SoftmaxAttention", {"A": self.A, "V": self.V})
+        if self.A is not None and self.V is not None and self.A.shape != self.V.shape:
+            raise ValueError(f"V: must be d x d like A (got A {tuple(self.A.shape)}, V {tuple(self.V.shape)})")
+
+    @property
+    def d(self) -> Optional[int]:
+        """The token dimension of its matrices (None for βI, γI: any d)."""
+        M = self.A if self.A is not None else self.V
+        return None if M is None else int(M.shape[-1])
 
     def _queries(self, X: torch.Tensor) -> torch.Tensor:
         # ⟨Q x_i, K x_j⟩ = x_iᵀ (Qᵀ K) x_j: the query of token i is (Qᵀ K)ᵀ x_i = Aᵀ x_i.
@@ -68,18 +83,28 @@ class SoftmaxAttention:
         return X @ self.V.T
 
     @classmethod
+    @validated
     def from_matrices(
-        cls, d: int, beta: float = 1.0, gamma: float = 1.0, Q=None, K=None, V=None, dtype=torch.float64, device="cpu",
-        chunk: Optional[int] = None, sdpa: bool = False,
+        cls, d: PositiveInt, beta: FiniteFloat = 1.0, gamma: FiniteFloat = 1.0, Q=None, K=None, V=None,
+        dtype: FloatDtype = torch.float64, device: DeviceLike = "cpu", chunk: Optional[PositiveInt] = None, sdpa: Bool = False,
     ) -> "SoftmaxAttention":
-        """From query, key and value matrices (nested lists or tensors, d × d; a missing Q or K is
-        the identity): A = Qᵀ K and V; without Q, K the score matrix is βI, without V the value γI."""
-        as_t = lambda M: torch.as_tensor(M, dtype=dtype, device=device)  # noqa: E731
-        eye = torch.eye(d, dtype=dtype, device=device)
-        A = None
-        if Q is not None or K is not None:
-            A = (as_t(Q) if Q is not None else eye).T @ (as_t(K) if K is not None else eye)
-        return cls(beta=beta, gamma=gamma, A=A, V=None if V is None else as_t(V), chunk=chunk, sdpa=sdpa)
+        """From query, key and value matrices (nested lists, arrays or tensors, d × d, finite; a
+        missing Q or K is the identity): A = Qᵀ K and V; without Q, K the score matrix is βI,
+        without V the value γI."""
+        check_int("d", d, 2)
+
+        def as_t(M: object, name: str) -> torch.Tensor:
+            M = check_tensor(name, M, ("d", "d"))
+            if M.shape != (d, d):
+                raise ValueError(f"{name}: must be a d x d matrix with d = {d} (got shape {tuple(M.shape)})")
+            return M.to(dtype=dtype, device=device)
+
+        A = None  # Qᵀ K, with a missing factor the identity (no d × d identity is formed)
+        if Q is not None and K is not None:
+            A = as_t(Q, "Q").T @ as_t(K, "K")
+        elif Q is not None or K is not None:
+            A = as_t(Q, "Q").T.contiguous() if Q is not None else as_t(K, "K")
+        return cls(beta=beta, gamma=gamma, A=A, V=None if V is None else as_t(V, "V"), chunk=chunk, sdpa=sdpa)
 
     def flops(self, N: int, d: int) -> float:
         """Matrix-product flops of self-attention on N tokens in dimension d, per sample: the scores
@@ -110,6 +135,8 @@ def _chunked(q: torch.Tensor, keys: torch.Tensor, vals: torch.Tensor, chunk: int
     (exp, product) instead of the five passes of softmax-then-product. For unit tokens c_i is at
     most β‖QᵀK‖ (SPEC §4). When 2c_i could leave the exponent range the row maximum is used.
     On a CPU each chunk is processed ``CPU_ROWS`` rows at a time."""
+    if chunk < 1:  # every row of ``out`` is written by the loops below only for chunk >= 1
+        raise ValueError(f"chunk: must be an integer >= 1 (got {chunk})")
     if not q.is_cuda:
         chunk = min(chunk, CPU_ROWS)
     c = torch.linalg.vector_norm(q, dim=-1) * torch.linalg.vector_norm(keys, dim=-1).amax(-1, keepdim=True)  # (..., n)

@@ -24,11 +24,27 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Annotated, Optional
 
 import torch
 
 from ..runtime import make_generator
+from ..validation import (
+    DeviceLike, FiniteFloat, FloatDtype, HeadMatrices, Matrices, Matrix, NonNegativeFloat, PositiveFloat, PositiveInt,
+    RealTensor, Seed, TensorCheck, check_int, check_memory, check_parts, validated,
+)
+
+#: output projections (H, d, d_h)
+_Outputs = Annotated[torch.Tensor, TensorCheck(("H", "d", "d_h"))]
+
+
+def _same(owner: str, **tensors: torch.Tensor) -> None:
+    """One dtype and device, and one shape, for the matrices of an attention."""
+    check_parts(owner, dict(tensors))
+    shapes = {tuple(t.shape) for t in tensors.values()}
+    if len(shapes) > 1:
+        raise ValueError(f"{owner}: {', '.join(tensors)} must have one shape (got "
+                         f"{', '.join(f'{k} {tuple(t.shape)}' for k, t in tensors.items())})")
 
 #: the ``attention_kind`` names (``softmax`` is :class:`stochformer.model.attention.SoftmaxAttention`)
 ATTENTION_KINDS = ("softmax", "multihead", "usa", "l2", "sinkhorn", "resampled", "averaged")
@@ -39,6 +55,7 @@ def _bmat(M: torch.Tensor) -> torch.Tensor:
     return M.transpose(-1, -2)
 
 
+@validated
 @dataclass(frozen=True)
 class MultiHeadAttention:
     """H softmax heads with an output projection (SPEC §7).
@@ -46,10 +63,21 @@ class MultiHeadAttention:
     ``Q, K, V``: (H, d_h, d); ``O``: (H, d, d_h). Attn(x_i) = Σ_h O_h Σ_j softmax_j(⟨Q_h x_i,
     K_h x_j⟩) V_h x_j."""
 
-    Q: torch.Tensor
-    K: torch.Tensor
-    V: torch.Tensor
-    O: torch.Tensor  # noqa: E741 (SPEC §7 names the output projection O)
+    Q: HeadMatrices
+    K: HeadMatrices
+    V: HeadMatrices
+    O: _Outputs  # noqa: E741 (SPEC §7 names the output projection O)
+
+    def __post_init__(self) -> None:
+        _same("MultiHeadAttention", Q=self.Q, K=self.K, V=self.V)
+        H, dh, d = self.Q.shape
+        check_parts("MultiHeadAttention", {"Q": self.Q, "O": self.O})
+        if tuple(self.O.shape) != (H, d, dh):
+            raise ValueError(f"O: must have shape (H, d, d_h) = {(H, d, dh)} (got {tuple(self.O.shape)})")
+
+    @property
+    def d(self) -> int:
+        return int(self.Q.shape[-1])
 
     def __call__(self, X: torch.Tensor, keys: Optional[torch.Tensor] = None) -> torch.Tensor:
         keys = X if keys is None else keys
@@ -60,10 +88,12 @@ class MultiHeadAttention:
         return torch.einsum("hde,bhne->bnd", self.O, heads)
 
     @classmethod
-    def split(cls, Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, heads: int) -> "MultiHeadAttention":
+    @validated
+    def split(cls, Q: Matrix, K: Matrix, V: Matrix, heads: PositiveInt) -> "MultiHeadAttention":
         """Heads from d×d matrices: head h takes rows h·d_h … (h+1)·d_h − 1 of Q, K, V (d_h = d/H)
         and O concatenates the heads (O_h = the columns of I for those rows). H = 1 is the single
         head ⟨Q x, K y⟩, V."""
+        _same("MultiHeadAttention.split", Q=Q, K=K, V=V)
         d = Q.shape[-1]
         if d % heads:
             raise ValueError(f"heads: must divide d = {d} (got {heads})")
@@ -73,12 +103,20 @@ class MultiHeadAttention:
         return cls(Q.reshape(heads, dh, d), K.reshape(heads, dh, d), V.reshape(heads, dh, d), O.contiguous())
 
 
+@validated
 @dataclass(frozen=True)
 class UnnormalisedAttention:
     """USA: (1/N) Σ_j e^{⟨Q x_i, K x_j⟩} V x_j with ``A = Qᵀ K`` (d, d) and ``V`` (d, d)."""
 
-    A: torch.Tensor
-    V: torch.Tensor
+    A: Matrix
+    V: Matrix
+
+    def __post_init__(self) -> None:
+        _same("UnnormalisedAttention", A=self.A, V=self.V)
+
+    @property
+    def d(self) -> int:
+        return int(self.A.shape[-1])
 
     def __call__(self, X: torch.Tensor, keys: Optional[torch.Tensor] = None) -> torch.Tensor:
         keys = X if keys is None else keys
@@ -86,14 +124,22 @@ class UnnormalisedAttention:
         return W @ (keys @ _bmat(self.V)) / keys.shape[-2]
 
 
+@validated
 @dataclass(frozen=True)
 class L2Attention:
     """Σ_j softmax_j(−|Q x_i − K x_j|²) V x_j; ``Q, K, V``: (d, d). With Q = K = √(β/2) I and unit
     tokens the weights equal softmax_j(β⟨x_i, x_j⟩) (−(β/2)|x − y|² = β⟨x, y⟩ − β)."""
 
-    Q: torch.Tensor
-    K: torch.Tensor
-    V: torch.Tensor
+    Q: Matrix
+    K: Matrix
+    V: Matrix
+
+    def __post_init__(self) -> None:
+        _same("L2Attention", Q=self.Q, K=self.K, V=self.V)
+
+    @property
+    def d(self) -> int:
+        return int(self.Q.shape[-1])
 
     def __call__(self, X: torch.Tensor, keys: Optional[torch.Tensor] = None) -> torch.Tensor:
         keys = X if keys is None else keys
@@ -102,11 +148,18 @@ class L2Attention:
         return torch.softmax(scores, dim=-1) @ (keys @ _bmat(self.V))
 
 
-def sinkhorn_log(scores: torch.Tensor, iters: int, tol: Optional[float] = None) -> torch.Tensor:
+@validated
+def sinkhorn_log(scores: RealTensor, iters: PositiveInt, tol: Optional[PositiveFloat] = None) -> torch.Tensor:
     """log P for P = diag(a) e^{scores} diag(b) with row sums 1/n and column sums 1/N:
     scores (..., n, N). Alternating row and column normalisations in log space, ``iters`` times
     at most, stopping early once every row sum is within ``tol`` of 1/n (after a column step the
     columns are exact)."""
+    if scores.dim() < 2:
+        raise ValueError(f"scores: expected a tensor of shape (..., n, N), got shape {tuple(scores.shape)}")
+    return _sinkhorn_log(scores, iters, tol)
+
+
+def _sinkhorn_log(scores: torch.Tensor, iters: int, tol: Optional[float] = None) -> torch.Tensor:
     n, N = scores.shape[-2], scores.shape[-1]
     log_r, log_c = -math.log(n), -math.log(N)
     logP = scores
@@ -118,21 +171,29 @@ def sinkhorn_log(scores: torch.Tensor, iters: int, tol: Optional[float] = None) 
     return logP
 
 
+@validated
 @dataclass(frozen=True)
 class SinkhornAttention:
     """Attn(x_i) = Σ_j S_ij V x_j, S = n·P with P of :func:`sinkhorn_log` applied to
     ⟨Q x_i, K x_j⟩ = x_iᵀ A x_j: rows of S sum to 1, columns to n/N (doubly stochastic for n = N).
     ``iters`` normalisation rounds, or fewer once ``tol`` is met."""
 
-    A: torch.Tensor
-    V: torch.Tensor
-    iters: int = 20
-    tol: Optional[float] = None
+    A: Matrix
+    V: Matrix
+    iters: PositiveInt = 20
+    tol: Optional[PositiveFloat] = None
+
+    def __post_init__(self) -> None:
+        _same("SinkhornAttention", A=self.A, V=self.V)
+
+    @property
+    def d(self) -> int:
+        return int(self.A.shape[-1])
 
     def weights(self, X: torch.Tensor, keys: Optional[torch.Tensor] = None) -> torch.Tensor:
         """S: (batch, n, N)."""
         keys = X if keys is None else keys
-        logP = sinkhorn_log((X @ self.A) @ keys.transpose(-1, -2), self.iters, self.tol)
+        logP = _sinkhorn_log((X @ self.A) @ keys.transpose(-1, -2), self.iters, self.tol)
         return logP.exp() * X.shape[-2]
 
     def __call__(self, X: torch.Tensor, keys: Optional[torch.Tensor] = None) -> torch.Tensor:
@@ -146,6 +207,7 @@ def _softmax_average(X: torch.Tensor, keys: torch.Tensor, Q: torch.Tensor, K: to
     return torch.softmax(scores, dim=-1) @ keys
 
 
+@validated
 @dataclass
 class ResampledAttention:
     """Per-layer random attention: every call draws, for each sample of the batch,
@@ -153,12 +215,16 @@ class ResampledAttention:
     generator seeded with ``seed``, and returns Σ_j softmax_j(⟨Q x_i, K x_j⟩) V x_j. One call is
     one layer (the post-LN transformer calls attention once per layer)."""
 
-    d: int
-    beta: float = 1.0
-    gamma: float = 1.0
-    std: float = 1.0
-    seed: int = 0
+    d: PositiveInt
+    beta: NonNegativeFloat = 1.0
+    gamma: FiniteFloat = 1.0
+    std: NonNegativeFloat = 1.0
+    seed: Seed = 0
     _gen: Optional[torch.Generator] = field(default=None, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        check_int("d", self.d, 2)
+        check_memory("d", 8.0 * self.d * self.d)  # its identity and per-sample draws are d x d
 
     def draw(self, batch: int, dtype, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(Q, K, V), each (batch, d, d), from the piece's generator."""
@@ -177,20 +243,30 @@ class ResampledAttention:
         return torch.softmax(scores, dim=-1) @ (keys @ _bmat(V))
 
 
+@validated
 @dataclass(frozen=True)
 class AveragedAttention:
     """The averaged drift of :class:`ResampledAttention`,
     b̄(x_i, μ) = γ E_{Q,K}[Σ_j softmax_j(⟨Q x_i, K x_j⟩) x_j], by the mean over ``Q, K``:
     (M, d, d), a fixed bank of M draws (the same for every sample and step)."""
 
-    Q: torch.Tensor
-    K: torch.Tensor
-    gamma: float = 1.0
+    Q: Matrices
+    K: Matrices
+    gamma: FiniteFloat = 1.0
+
+    def __post_init__(self) -> None:
+        _same("AveragedAttention", Q=self.Q, K=self.K)
+
+    @property
+    def d(self) -> int:
+        return int(self.Q.shape[-1])
 
     @classmethod
-    def from_law(cls, d: int, beta: float, gamma: float, std: float, draws: int, seed: int,
-                 dtype=torch.float64, device="cpu") -> "AveragedAttention":
+    @validated
+    def from_law(cls, d: PositiveInt, beta: NonNegativeFloat, gamma: FiniteFloat, std: NonNegativeFloat, draws: PositiveInt,
+                 seed: Seed, dtype: FloatDtype = torch.float64, device: DeviceLike = "cpu") -> "AveragedAttention":
         """A bank of ``draws`` (Q, K) from the law of :class:`ResampledAttention` (seeded by ``seed``)."""
+        check_memory("draws, d", 4.0 * draws * d * d * dtype.itemsize)
         Q, K, _ = ResampledAttention(d, beta, gamma, std, seed).draw(draws, dtype, device)
         return cls(Q, K, gamma)
 

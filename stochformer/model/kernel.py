@@ -19,13 +19,13 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 from functools import cached_property
-from typing import Any
+from typing import Annotated
 
 import numpy as np
 import torch
 
 from .activations import LEAKY_RELU_SLOPE, ActivationLike, activation_name, get_activation
-from ..validation import INT_MAX, check_float, check_int
+from ..validation import INT_MAX, EnergyBeta, FiniteFloat, Int, NonNegativeFloat, short, validated
 
 _F64 = torch.float64
 
@@ -36,10 +36,14 @@ def _as_tensor(rho) -> torch.Tensor:
 
 def _as_rho(rho) -> torch.Tensor:
     """Cosines as a float64 tensor; ``ValueError`` unless finite and in [−1, 1] (rounding allowed)."""
+    if torch.is_tensor(rho) and (rho.device.type == "meta" or rho.is_complex() or rho.dtype == torch.bool):
+        raise ValueError(f"rho: must be cosines (real numbers in [-1, 1]), got {short(rho)}")
     try:
-        rho = _as_tensor(rho)
+        rho = _as_tensor(np.asarray(rho) if isinstance(rho, (list, tuple)) else rho)
     except (TypeError, ValueError, RuntimeError):
-        raise ValueError(f"rho: must be cosines (numbers in [-1, 1]), got {rho!r}") from None
+        raise ValueError(f"rho: must be cosines (numbers in [-1, 1]), got {short(rho)}") from None
+    if rho.is_complex():
+        raise ValueError(f"rho: must be cosines (real numbers in [-1, 1]), got {short(rho)}")
     if not bool((rho.abs() <= 1.0 + 1e-6).all()):  # False for NaN too
         raise ValueError("rho: must be cosines, finite numbers in [-1, 1]")
     return rho
@@ -52,6 +56,11 @@ def _arccos_parts(r: torch.Tensor, v: float) -> tuple[torch.Tensor, torch.Tensor
     return theta, k
 
 
+#: token dimensions of a kernel
+_Dim = Annotated[int, Int(2, INT_MAX)]
+
+
+@validated
 @dataclass(frozen=True)
 class NoiseKernel:
     """κ(ρ) for activation φ, dimension d, bias scales σ_U, σ_W and noise scale s.
@@ -62,20 +71,15 @@ class NoiseKernel:
     """
 
     activation: ActivationLike = "relu"
-    d: int = 3
-    sigma_U: float = 0.0
-    sigma_W: float = 0.0
-    scale: float = 1.0
-    quad_points: int = 64
+    d: _Dim = 3
+    sigma_U: NonNegativeFloat = 0.0
+    sigma_W: NonNegativeFloat = 0.0
+    scale: NonNegativeFloat = 1.0
+    quad_points: Annotated[int, Int(2, 1000)] = 64
 
     def __post_init__(self) -> None:
         if not callable(self.activation):
             get_activation(self.activation)  # ValueError naming the valid names
-        check_int("d", self.d, 2, INT_MAX)
-        check_float("sigma_U", self.sigma_U, 0.0)
-        check_float("sigma_W", self.sigma_W, 0.0)
-        check_float("scale", self.scale, 0.0)
-        check_int("quad_points", self.quad_points, 2, 1000)
 
     @property
     def name(self) -> str:
@@ -117,10 +121,11 @@ class NoiseKernel:
         sv = math.hypot(1.0 / math.sqrt(self.d), self.sigma_U)  # √v without forming σ_U²
         f1 = f(sv * z)  # (n,) values at V₁ = √v z₁
         ww = w[:, None] * w[None, :]
-        for start in range(0, flat.numel(), 256):
-            r = self._corr(flat[start : start + 256])[:, None, None]
+        rows = max(1, min(256, (1 << 22) // ww.numel()))  # (R, n₁, n₂) blocks of at most 2²² entries
+        for start in range(0, flat.numel(), rows):
+            r = self._corr(flat[start : start + rows])[:, None, None]
             v2 = sv * (r * z[:, None] + torch.sqrt(1 - r**2) * z[None, :])  # (R, n₁, n₂)
-            out[start : start + 256] = ((f1[:, None] * f(v2)) * ww).sum(dim=(-1, -2))
+            out[start : start + rows] = ((f1[:, None] * f(v2)) * ww).sum(dim=(-1, -2))
         return out.reshape(rho.shape)
 
     def _phi_prime(self, x: torch.Tensor) -> torch.Tensor:
@@ -183,6 +188,7 @@ class NoiseKernel:
         return float(self.kappa_prime(1.0))
 
 
+@validated
 @dataclass(frozen=True)
 class Rates:
     """The constants of SPEC §5 for one kernel (and, for the ``*_total`` fields, an attention γ).
@@ -191,35 +197,42 @@ class Rates:
     near-synchronisation attention terms for Qᵀ K = βI, V = γI.
     """
 
-    kappa: float
-    kappa_prime: float
-    lambda_1: float
-    lambda_bar: float
-    lambda_bar_prime: float
-    lambda_1_total: float
-    lambda_bar_total: float
-    beta: float
-    gamma: float
+    kappa: FiniteFloat
+    kappa_prime: FiniteFloat
+    lambda_1: FiniteFloat
+    lambda_bar: FiniteFloat
+    lambda_bar_prime: FiniteFloat
+    lambda_1_total: FiniteFloat
+    lambda_bar_total: FiniteFloat
+    beta: FiniteFloat
+    gamma: FiniteFloat
 
     def to_dict(self) -> dict[str, float]:
         return asdict(self)
 
 
-def lyapunov_exponent(kappa: float, kappa_prime: float, d: int) -> float:
+@validated
+def lyapunov_exponent(kappa: FiniteFloat, kappa_prime: FiniteFloat, d: Annotated[int, Int(2)]) -> float:
     """λ₁ = ((d−3)/2) κ'(1) − ((d−1)/2) κ(1)."""
-    check_int("d", d, 2)
     return 0.5 * (d - 3) * kappa_prime - 0.5 * (d - 1) * kappa
 
 
-def first_moment_rate(kappa: float, kappa_prime: float, d: int) -> float:
+@validated
+def first_moment_rate(kappa: FiniteFloat, kappa_prime: FiniteFloat, d: Annotated[int, Int(2)]) -> float:
     """λ̄ = (d−1) κ'(1) − (d−3) κ(1)."""
-    check_int("d", d, 2)
     return (d - 1) * kappa_prime - (d - 3) * kappa
 
 
-def theorem14_F(kernel: NoiseKernel, u, beta: float) -> torch.Tensor:
+@validated
+def theorem14_F(kernel: NoiseKernel, u, beta: EnergyBeta) -> torch.Tensor:
     """F(u) = β e^{βu} G(u) / (e^β − e^{βu}), G = G₀ + β G₁ (SPEC §5), for u in [−1, 1)."""
-    u = _as_tensor(u)
+    u = _as_rho(u)
+    if not bool((u < 1).all()):
+        raise ValueError("u: must be cosines in [-1, 1) (F has a pole at u = 1)")
+    return _theorem14_F(kernel, u, beta)
+
+
+def _theorem14_F(kernel: NoiseKernel, u: torch.Tensor, beta: float) -> torch.Tensor:
     d, k1, ku = kernel.d, kernel.kappa1, kernel.kappa(u)
     g0 = ku * (d - 2 + u**2) - k1 * (d - 1) * u
     g1 = (1 - u**2) * (k1 - u * ku)
@@ -227,29 +240,20 @@ def theorem14_F(kernel: NoiseKernel, u, beta: float) -> torch.Tensor:
     return beta * torch.exp(beta * (u - 1)) * (g0 + beta * g1) / (-torch.expm1(beta * (u - 1)))
 
 
-def lambda_bar_prime(kernel: NoiseKernel, beta: float, grid: int = 4001) -> float:
+@validated
+def lambda_bar_prime(kernel: NoiseKernel, beta: EnergyBeta, grid: Annotated[int, Int(3)] = 4001) -> float:
     """λ̄' = −inf_{u∈[−1,1)} F(u), on a grid refined towards u = 1, with the limit F(1⁻) = −λ̄."""
-    _check_kernel(kernel)
-    beta = check_float("beta", beta, 0.0, 700.0, low_open=True)
-    grid = check_int("grid", grid, 3)
     s = torch.linspace(0.0, 1.0, grid, dtype=_F64)[:-1]
     u = torch.cat([-1 + 2 * s, 1 - torch.logspace(-1, -7, 200, dtype=_F64)])
-    f_min = float(theorem14_F(kernel, u, beta).min())
+    f_min = float(_theorem14_F(kernel, u, beta).min())
     lam_bar = first_moment_rate(kernel.kappa1, kernel.kappa1_prime, kernel.d)
     return -min(f_min, -lam_bar)
 
 
-def _check_kernel(kernel: Any) -> None:
-    if not isinstance(kernel, NoiseKernel):
-        raise ValueError(f"kernel: must be a NoiseKernel, got {type(kernel).__name__}")
-
-
-def rates(kernel: NoiseKernel, beta: float = 1.0, gamma: float = 0.0) -> Rates:
+@validated
+def rates(kernel: NoiseKernel, beta: EnergyBeta = 1.0, gamma: FiniteFloat = 0.0) -> Rates:
     """κ(1), κ'(1), λ₁, λ̄, λ̄' (energy inverse temperature β, in (0, 700]) and the attention-shifted
     rates (γ finite). ``ValueError`` naming the argument for invalid input or a rate beyond float64."""
-    _check_kernel(kernel)
-    beta = check_float("beta", beta, 0.0, 700.0, low_open=True)
-    gamma = check_float("gamma", gamma)
     k, kp, d = kernel.kappa1, kernel.kappa1_prime, kernel.d
     lam1, lbar = lyapunov_exponent(k, kp, d), first_moment_rate(k, kp, d)
     if not all(math.isfinite(x) for x in (lam1, lbar, lam1 - gamma, lbar - 2 * gamma)):

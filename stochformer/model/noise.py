@@ -24,7 +24,7 @@ import contextlib
 import functools
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Literal, NamedTuple, Optional, Protocol, Union
+from typing import Annotated, Callable, Literal, NamedTuple, Optional, Protocol, Union
 
 import numpy as np
 import torch
@@ -35,6 +35,7 @@ from . import blas
 from .activations import ActivationLike, get_activation
 from .kernel import NoiseKernel
 from .rng import DEFAULT_AHEAD, DrawPrecision, NormalDraws, RngBackend, overlapped
+from ..validation import Bool, Choice, Methods, NonNegativeFloat, PositiveInt, Real, same_device, validated
 
 
 Randomness = Union[torch.Generator, Draws]
@@ -155,6 +156,7 @@ def _gamma(a: float, shape, generator: torch.Generator, like: torch.Tensor) -> t
     return out.view(*shape)
 
 
+@validated
 @dataclass
 class RandomMLP:
     """The random MLP block G^m of SPEC §1, times the noise scale s, times √dt.
@@ -177,17 +179,17 @@ class RandomMLP:
     ``precision="float32"`` is an opt-in that draws them in float32).
     """
 
-    width: int = 256
+    width: PositiveInt = 256
     activation: ActivationLike = "relu"
-    sigma_U: float = 0.0
-    sigma_W: float = 0.0
-    scale: float = 1.0
+    sigma_U: NonNegativeFloat = 0.0
+    sigma_W: NonNegativeFloat = 0.0
+    scale: NonNegativeFloat = 1.0
     mode: Literal["weights", "gaussian"] = "gaussian"
     rng: RngBackend = "torch"
     precision: DrawPrecision = "full"
-    law: str = "gaussian"
-    nu: float = 5.0
-    overlap: bool = True
+    law: Annotated[str, Choice(WEIGHT_LAWS)] = "gaussian"
+    nu: Annotated[float, Real(4.0, 1e6, low_open=True)] = 5.0
+    overlap: Bool = True
 
     def __post_init__(self) -> None:
         if self.law != "gaussian" and self.mode != "weights":
@@ -436,11 +438,13 @@ def _gram_output_cheaper(N: int, d: int, m: int, device: torch.device) -> bool:
     return gram < c * m * d + 2 * m * N * d
 
 
+@validated
 @dataclass
 class ExactField:
-    """The limit field: ΔW = √dt K(X)^{1/2} Ξ, K_ij = κ(⟨x_i, x_j⟩) (SPEC §3). O(N³) per step."""
+    """The limit field: ΔW = √dt K(X)^{1/2} Ξ, K_ij = κ(⟨x_i, x_j⟩) (SPEC §3). O(N³) per step.
+    Tokens must have the kernel's d (checked at :meth:`reset` and every step: one comparison)."""
 
-    kernel: NoiseKernel
+    kernel: Annotated[NoiseKernel, Methods(("kappa",))]  # or any object with kappa(rho) (and d, kappa1)
     sqrt_method: Literal["symmetric", "cholesky"] = "symmetric"
 
     def __post_init__(self) -> None:
@@ -448,9 +452,17 @@ class ExactField:
         # interpolant on [−1, 1] when that agrees to 1e-12 (smooth activations); else computed directly
         closed = isinstance(self.kernel.activation, str) and self.kernel.activation in ("relu", "leaky_relu", "linear", "erf")
         self._cheb = None if closed else _chebyshev_fit(self.kernel)
+        if closed:
+            self.kernel.kappa(1.0)  # κ beyond float64 is refused now (ValueError naming the fields), not at a step
 
-    def reset(self, batch, d, generator, dtype, device) -> None:  # stateless
-        pass
+    @property
+    def d(self) -> Optional[int]:
+        """The token dimension of its kernel (None for a kernel without one)."""
+        return getattr(self.kernel, "d", None)
+
+    def reset(self, batch, d, generator, dtype, device) -> None:  # stateless: only the dimension is checked
+        if self.d is not None:
+            self.noise_kernel(d)
 
     def noise_kernel(self, d: int) -> NoiseKernel:
         if d != self.kernel.d:
@@ -470,6 +482,8 @@ class ExactField:
         """√dt K(X)^{1/2} Ξ with Ξ (batch, N, d) the step's Brownian normals; K and its root in
         float64 whatever X's dtype (in float32 the root could not tell close tokens apart:
         :func:`_gram_roots_resolve`)."""
+        if self.d is not None and X.shape[-1] != self.d:
+            self.noise_kernel(X.shape[-1])
         xi = as_draws(rng).brownian(X.shape, X.dtype, X.device)
         return math.sqrt(dt) * (sqrt_psd(self.covariance(X, torch.float64), self.sqrt_method).to(X.dtype) @ xi)
 
@@ -498,6 +512,7 @@ def _clenshaw(coef: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     return x * b1 - b2 + coef[0]
 
 
+@validated
 @dataclass
 class RandomFeatureField:
     """A Brownian field with M frozen random features per sample:
@@ -514,16 +529,21 @@ class RandomFeatureField:
     """
 
     activation: ActivationLike = "relu"
-    features: int = 1024
-    sigma_U: float = 0.0
-    sigma_W: float = 0.0
-    scale: float = 1.0
-    token_chunk: Optional[int] = None
+    features: PositiveInt = 1024
+    sigma_U: NonNegativeFloat = 0.0
+    sigma_W: NonNegativeFloat = 0.0
+    scale: NonNegativeFloat = 1.0
+    token_chunk: Optional[PositiveInt] = None
     _u: Optional[torch.Tensor] = field(default=None, repr=False)
     _b: Optional[torch.Tensor] = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         self._phi = get_activation(self.activation)
+
+    @property
+    def d(self) -> Optional[int]:
+        """The dimension its features were drawn for (None before the first draw)."""
+        return None if self._u is None else int(self._u.shape[1])
 
     def noise_kernel(self, d: int) -> NoiseKernel:
         return NoiseKernel(self.activation, d, self.sigma_U, self.sigma_W, self.scale)
@@ -535,6 +555,9 @@ class RandomFeatureField:
             self.draw(batch, d, generator, dtype, device)
         elif self._u.shape[1] != d:
             raise ValueError(f"RandomFeatureField: drawn for d = {self._u.shape[1]}, the tokens have d = {d}")
+        elif self._u.dtype != dtype or not same_device(self._u.device, device):
+            raise ValueError(f"RandomFeatureField: drawn in {self._u.dtype} on {self._u.device}, the tokens are {dtype} on "
+                             f"{device}; give them the same dtype and device")
 
     def draw(self, batch, d, generator, dtype, device) -> None:
         """Draw ``batch`` independent fields' features u_k, b_k now."""
@@ -559,6 +582,8 @@ class RandomFeatureField:
         flat = F == 1 and B > 1  # one shared field: treat all B·N tokens as one cloud
         Xf = X.reshape(1, B * N, d) if flat else X
         chunk = self.token_chunk or Xf.shape[1]
+        if chunk < 1:  # every row of ``out`` is written by the loop below only for chunk >= 1
+            raise ValueError(f"token_chunk: must be an integer >= 1 (got {chunk})")
         out = torch.empty_like(Xf)
         for s in range(0, Xf.shape[1], chunk):  # token chunks, memory O(chunk · M)
             out[:, s : s + chunk] = self.features_at(Xf[:, s : s + chunk]) @ Z

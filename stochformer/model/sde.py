@@ -22,11 +22,12 @@ its Brownian normals come from the step's :class:`~stochformer.brownian.Draws`, 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional, Protocol
+from typing import Annotated, Any, Optional, Protocol
 
 import torch
 
 from ..sphere import normalize, tangent
+from ..validation import ArgumentTypeError, Check, Methods, NonNegativeFloat, check_fits, first_output, short, validated
 from .attention import Attention
 from .noise import NoiseSource, Randomness
 
@@ -75,22 +76,45 @@ class StratonovichHeun:
 INTEGRATORS: dict[str, Integrator] = {"euler": EulerMaruyama(), "heun": StratonovichHeun()}
 
 
+@dataclass(frozen=True)
+class IntegratorArg(Check):
+    """An integrator: an object with ``step(sde, X, dt, dW)``, or its name in :data:`INTEGRATORS`."""
+
+    def __call__(self, name: str, value: Any) -> Any:
+        if isinstance(value, str):
+            if value not in INTEGRATORS:
+                raise ValueError(f"{name}: unknown integrator {short(value)}; valid names are {', '.join(INTEGRATORS)} "
+                                 "(or an object with step(sde, X, dt, dW))")
+            return INTEGRATORS[value]
+        if not callable(getattr(value, "step", None)):
+            raise ArgumentTypeError(f"{name}: must be one of {', '.join(INTEGRATORS)} or an object with "
+                                    f"step(sde, X, dt, dW) (got {short(value)})")
+        return value
+
+
+@validated
 @dataclass
 class LimitSDE:
     """Drift and diffusion of SPEC §3 and the integrator that steps them.
 
     ``attention``: any :class:`~stochformer.model.attention.Attention` (None: none); ``noise``: any
     :class:`~stochformer.model.noise.NoiseSource` (None: none); ``kappa1``: κ(1) of the noise
-    (noise scale included), by default ``noise.noise_kernel(d).kappa1`` for the tokens' d."""
+    (noise scale included), by default ``noise.noise_kernel(d).kappa1`` for the tokens' d;
+    ``integrator``: an :class:`Integrator` or its name (``"heun"``, ``"euler"``)."""
 
     attention: Optional[Attention] = None
-    noise: Optional[NoiseSource] = None
-    integrator: Integrator = field(default_factory=StratonovichHeun)
-    kappa1: Optional[float] = None
+    noise: Optional[Annotated[NoiseSource, Methods(("reset", "increment"))]] = None
+    integrator: Annotated[Integrator, IntegratorArg()] = field(default_factory=StratonovichHeun)
+    kappa1: Optional[NonNegativeFloat] = None
     _kappa1: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    _checked: set = field(default_factory=set, init=False, repr=False, compare=False)
 
     def reset(self, batch: int, d: int, generator: torch.Generator, dtype: torch.dtype, device) -> None:
-        """Start of a run: the noise source draws its per-run state."""
+        """Start of a run: the parts are checked against the tokens (d, dtype, device), and the
+        noise source draws its per-run state."""
+        self._checked.clear()
+        check_fits("attention", self.attention, d, dtype, device)
+        check_fits("noise", self.noise, d, dtype, device)
         if self.noise is not None:
             self.noise.reset(batch, d, generator, dtype, device)
 
@@ -98,7 +122,7 @@ class LimitSDE:
         """P_x Attn(μ, x): (batch, N, d)."""
         if self.attention is None:
             return torch.zeros_like(X)
-        return tangent(X, self.attention(X))
+        return tangent(X, first_output(self._checked, "attention", self.attention, self.attention(X), tuple(X.shape)))
 
     def _k1(self, d: int) -> float:
         if self.kappa1 is not None:
@@ -118,7 +142,7 @@ class LimitSDE:
         """The field increment ΔW at X (before projection)."""
         if self.noise is None:
             return torch.zeros_like(X)
-        return self.noise.increment(X, dt, rng)
+        return first_output(self._checked, "noise", self.noise, self.noise.increment(X, dt, rng), tuple(X.shape))
 
     def step(self, X: torch.Tensor, dt: float, rng: Randomness) -> torch.Tensor:
         """One step of ``integrator``; ``rng``: the step's :class:`~stochformer.brownian.Draws`."""

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Literal, Optional
+from typing import Annotated, Callable, Iterator, Literal, Optional
 
 import torch
 
 from ..brownian import as_draws
 from ..sphere import normalize
+from ..validation import Methods, check_fits, first_output, validated
 from . import blas
 from .attention import Attention, SoftmaxAttention
 from .lanes import Lanes, laned
@@ -33,6 +34,7 @@ from .noise import NeedsDraws, NoiseSource, RandomMLP, Randomness
 LANE_WORK = float(1 << 24)
 
 
+@validated
 @dataclass
 class Transformer:
     """The layer map X_ℓ → X_{ℓ+1} with step Δt = T/L: :meth:`step` maps X (batch, N, d), unit
@@ -40,13 +42,18 @@ class Transformer:
     attention); ``mlp``: any :class:`~stochformer.model.noise.NoiseSource` (None: no MLP)."""
 
     attention: Optional[Attention] = None
-    mlp: Optional[NoiseSource] = None
+    mlp: Optional[Annotated[NoiseSource, Methods(("reset", "increment"))]] = None
     order: Literal["post_ln", "parallel"] = "post_ln"
     _lanes: Optional[Lanes] = field(default=None, init=False, repr=False, compare=False)
     _lanes_at: Optional[tuple] = field(default=None, init=False, repr=False, compare=False)
+    _checked: set = field(default_factory=set, init=False, repr=False, compare=False)
 
     def reset(self, batch: int, d: int, generator: torch.Generator, dtype: torch.dtype, device) -> None:
-        """Start of a run: the noise source draws its per-run state."""
+        """Start of a run: the parts are checked against the tokens (d, dtype, device), and the
+        noise source draws its per-run state."""
+        self._checked.clear()
+        check_fits("attention", self.attention, d, dtype, device)
+        check_fits("mlp", self.mlp, d, dtype, device)
         if self.mlp is not None:
             self.mlp.reset(batch, d, generator, dtype, device)
 
@@ -101,17 +108,24 @@ class Transformer:
         draws = as_draws(rng)
         if not draws.coupled and self.laneable(X):
             return self._step_in_lanes(X, dt, draws.generator)
-        return self._layer(X, dt, None if self.mlp is None else lambda Y: self.mlp.increment(Y, dt, rng))  # type: ignore[union-attr]
+        return self._layer(X, dt, None if self.mlp is None else self._increment(dt, rng))
+
+    def _increment(self, dt: float, rng: Randomness) -> Callable[[torch.Tensor], torch.Tensor]:
+        mlp = self.mlp
+        return lambda Y: first_output(self._checked, "mlp", mlp, mlp.increment(Y, dt, rng), tuple(Y.shape))  # type: ignore[union-attr]
+
+    def _attend(self, X: torch.Tensor) -> torch.Tensor:
+        return first_output(self._checked, "attention", self.attention, self.attention(X), tuple(X.shape))  # type: ignore[misc]
 
     def _layer(self, X: torch.Tensor, dt: float, increment: Optional[Callable[[torch.Tensor], torch.Tensor]]) -> torch.Tensor:
         if self.order == "parallel":
             update = torch.zeros_like(X)
             if self.attention is not None:
-                update = update + dt * self.attention(X)
+                update = update + dt * self._attend(X)
             if increment is not None:
                 update = update + increment(X)
             return normalize(X + update)
-        Y = X if self.attention is None else normalize(X + dt * self.attention(X))
+        Y = X if self.attention is None else normalize(X + dt * self._attend(X))
         return Y if increment is None else normalize(Y + increment(Y))
 
     def _step_in_lanes(self, X: torch.Tensor, dt: float, generator: torch.Generator) -> torch.Tensor:

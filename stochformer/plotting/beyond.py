@@ -28,8 +28,8 @@ def plot_joint(result: Any, ax: Optional[Any] = None) -> "Figure":
     for k, (name, (m, se)) in enumerate(result.means().items()):
         log_band(ax, s, m, se, f"C{k}", f"{names[name]}: {exponent_label(result.fits[name]['exponent'], result.fits[name]['ci'])}")
     m0 = result.means()["combined"][0][0]
-    p = result.predicted["combined"]
-    ax.plot(s, m0 * s ** -p, "k:", label=f"predicted slope −{p:.2f} (the slowest rate)")
+    p = result.predicted["commuting"]
+    ax.plot(s, m0 * s ** -p, "k:", label=f"Corollary 1.3 (C^∞ φ): slope at most −{p:.2f} (the slowest rate)")
     ax.set(xscale="log", yscale="log", xlabel="path scale s", ylabel="sup-in-time error (mean ± 2 SE)",
            title=f"d = {c.model.d}, T = {c.model.T:g}: N = {c.path_N[0]}s, L = {c.path_L[0]}s, m = {c.path_m[0]}s")
     integer_ticks(ax, s)

@@ -92,17 +92,20 @@ def finish(fig: "Figure", created: bool, title: str = "") -> "Figure":
 
 def save_figure(fig: "Figure", path: Path | str, dpi: int = 200) -> None:
     """Save to ``path`` (format from its suffix: png, pdf or svg; ``dpi`` applies to PNG) under a
-    temporary name, rename it into place, and close the figure."""
+    temporary name, rename it into place (:func:`stochformer.outputs.writing`), and close the figure."""
     import matplotlib.pyplot as plt
 
     path = Path(path)
     fmt = path.suffix.lstrip(".").lower()
     if fmt not in FORMATS:
         raise ValueError(f"figure format: expected one of {', '.join(FORMATS)} (got {path.name!r})")
-    tmp = path.with_name(f".{path.stem}.tmp{path.suffix}")
-    fig.savefig(tmp, format=fmt, dpi=dpi, bbox_inches="tight")
-    plt.close(fig)
-    tmp.replace(path)
+    from ..outputs import writing
+
+    try:
+        with writing(path) as tmp:
+            fig.savefig(tmp, format=fmt, dpi=dpi, bbox_inches="tight")
+    finally:
+        plt.close(fig)
 
 
 def log_band(ax: "Axes", x: Any, mean: Any, se: Any, color: str, label: Optional[str] = None) -> None:

@@ -17,7 +17,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 def plot_sync(result: Any, axes: Optional[Any] = None) -> "Figure":
     """SyncResult: cumulative log-separation with slope λ₁ − γ (left); E[E_β] near synchronisation and
-    from uniform tokens, semi-log, with the predicted slopes λ̄ − 2γ and the bound λ̄' (right).
+    from uniform tokens, semi-log, with the predicted slopes λ̄ − 2γ and the bound ε + λ̄' (right).
     ``axes``: two axes, or None for a new figure."""
     t = result.times
     m, p = result.measured, result.predicted
@@ -41,8 +41,9 @@ def plot_sync(result: Any, axes: Optional[Any] = None) -> "Figure":
         uni, uni_se = result.energy_uniform
         log_band(a2, t, uni, uni_se, "C2",
                  f"uniform start: rate {m['energy_rate_uniform']:.4g} ± {m['energy_rate_uniform_se']:.2g}")
-        if p["lambda_bar_prime_pred"] is not None:
-            a2.plot(t, mu[0] * np.exp(p["lambda_bar_prime_pred"] * t), "C2:", label=rf"bound $\bar\lambda'$ = {p['lambda_bar_prime_pred']:.4g}")
+        bound = p.get("bound_pred")
+        if bound is not None:
+            a2.plot(t, mu[0] * np.exp(bound * t), "C2:", label=rf"bound $\varepsilon+\bar\lambda'$ = {bound:.4g}")
     a2.set_yscale("log")
     a2.set(xlabel="$t$", ylabel=r"$E[E_\beta(\mu_t)]$", title="energy (mean ± 2 SE)")
     a2.legend(fontsize=8)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from .verdict import Comparison
+from .verdict import Comparison, recompute
 
 
 class SectionUnavailable(RuntimeError):
@@ -62,7 +62,7 @@ class SectionOutput:
     def to_dict(self) -> dict:
         return {
             "numbers": self.numbers,
-            "comparisons": [c.to_dict() for c in self.comparisons],
+            "comparisons": recompute([c.to_dict() for c in self.comparisons]),  # judged as one family
             "figures": [f.to_dict() for f in self.figures],
             "tables": list(self.tables),
             "provenance": self.provenance,

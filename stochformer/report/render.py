@@ -14,7 +14,8 @@ import io
 import json
 from typing import Any, Optional
 
-from .verdict import FAILS, HOLDS, NOT_MEASURED, RULES, UNDETERMINED, recompute
+from .verdict import (ALT_RTOL, FAILS, FAMILY_LEVEL, HOLDS, HYPOTHESES, INCONCLUSIVE, MIN_SAMPLES, NOT_MEASURED, NOT_TESTABLE,
+                      RULES, UNDETERMINED, counts, recompute)
 
 #: the largest figure accepted from the cache, in pixels (a PNG that expands beyond it is refused)
 MAX_FIGURE_PIXELS = 50_000_000
@@ -60,6 +61,8 @@ th { background: #eef1f4; } td.q, th.q { text-align: left; }
 .holds { background: #dff3e2; color: #17612a; font-weight: 600; }
 .fails { background: #fbe3e1; color: #8f1d14; font-weight: 600; }
 .none { background: #f1f1f1; color: #666; }
+.inconclusive { background: #fff4d6; color: #7a5a00; font-weight: 600; }
+.untestable { background: #e8eef6; color: #3b5573; font-weight: 600; }
 .status-failed, .status-unavailable { background: #fbe3e1; border: 1px solid #e7b1ab; padding: 8px 12px; }
 .status-not_run, .status-pending { background: #f4f4f4; border: 1px solid #ddd; padding: 8px 12px; }
 figure { margin: 14px 0; } figure img { max-width: 100%; border: 1px solid #e3e6ea; }
@@ -70,7 +73,11 @@ details { margin: 8px 0; } summary { cursor: pointer; color: #2c5d99; }
 nav a { margin-right: 12px; }
 """
 
-_VERDICT_CLASS = {HOLDS: "holds", FAILS: "fails", NOT_MEASURED: "none", UNDETERMINED: "none"}
+_VERDICT_CLASS = {HOLDS: "holds", FAILS: "fails", INCONCLUSIVE: "inconclusive", NOT_TESTABLE: "untestable",
+                  NOT_MEASURED: "none", UNDETERMINED: "none"}
+#: the verdicts counted in the summary, with their column heads
+_COUNTED = ((HOLDS, "holds", "holds"), (FAILS, "does not hold", "fails"), (INCONCLUSIVE, "inconclusive", "inconclusive"),
+            (NOT_TESTABLE, "not testable", "untestable"))
 
 
 def fmt(x: Any) -> str:
@@ -90,21 +97,46 @@ def _ci(ci: Optional[list]) -> str:
     return f"[{fmt(ci[0])}, {fmt(ci[1])}]"
 
 
+def _p(x: Any) -> str:
+    if not isinstance(x, (int, float)) or isinstance(x, bool):
+        return "—"
+    return f"{x:.2g}" if x >= 1e-3 else "< 0.001"
+
+
+def _errors(r: dict) -> str:
+    """A row's error rates: the family's false-failure rate and the power against the alternative."""
+    if r.get("p_adjusted") is None:
+        return "—"
+    text = f"false failure ≤ {FAMILY_LEVEL:g} (family of {r.get('family', 1)})"
+    if isinstance(r.get("power"), (int, float)):
+        text += f"; power at a ≈ {r['power']:.2f}"
+    return text
+
+
 def comparison_table(rows: list[dict]) -> str:
-    """The predicted-vs-measured table of a section."""
+    """The predicted-vs-measured table of a section (its rows judged as one family)."""
     if not rows:
         return ""
-    head = ("<tr><th class='q'>quantity</th><th>predicted</th><th>measured</th><th>95% CI</th>"
-            "<th>rule</th><th>tol</th><th>verdict</th><th class='q'>note</th></tr>")
+    head = ("<tr><th class='q'>quantity</th><th class='q'>hypothesis</th><th>predicted</th><th>alternative a</th>"
+            "<th>measured</th><th>95% CI</th><th>n</th><th>rule</th><th>tol</th><th>p</th><th>Holm p</th>"
+            "<th class='q'>error rates</th><th>verdict</th><th class='q'>note</th></tr>")
     body = []
-    for r in recompute(rows):
+    judged = recompute(rows)
+    for r in judged:
         cls = _VERDICT_CLASS.get(r["verdict"], "none")
+        reach = f" (reach {fmt(r['reach'])})" if r.get("reach") is not None else ""
         body.append(
-            f"<tr><td class='q'>{escape(r['quantity'])}</td><td>{fmt(r['predicted'])}</td><td>{fmt(r['measured'])}</td>"
-            f"<td>{_ci(r.get('ci'))}</td><td>{escape(r['rule'])}</td><td>{fmt(r['tol'])}</td>"
+            f"<tr><td class='q'>{escape(r['quantity'])}</td><td class='q'>{escape(r.get('hypothesis', ''))}</td>"
+            f"<td>{fmt(r['predicted'])}</td><td>{fmt(r.get('alternative'))}</td><td>{fmt(r['measured'])}</td>"
+            f"<td>{_ci(r.get('ci'))}</td><td>{fmt(r.get('n'))}</td><td>{escape(r['rule'])}{escape(reach)}</td>"
+            f"<td>{fmt(r['tol'])}</td><td>{_p(r.get('p_value'))}</td><td>{_p(r.get('p_adjusted'))}</td>"
+            f"<td class='q'>{escape(_errors(r))}</td>"
             f"<td class='{cls}'>{escape(r['verdict'])}</td><td class='q'>{escape(r.get('note') or '')}</td></tr>"
         )
-    return f"<table>{head}{''.join(body)}</table>"
+    family = max((r["family"] for r in judged if r.get("p_adjusted") is not None), default=0)
+    level = (f"<p class='small'>The {family} tested rows of this section are one family: Holm's adjustment of their "
+             f"p-values keeps the chance of any false “does not hold” at most {FAMILY_LEVEL:g}.</p>") if family else ""
+    return f"<table>{head}{''.join(body)}</table>{level}"
 
 
 def data_table(table: dict) -> str:
@@ -115,11 +147,7 @@ def data_table(table: dict) -> str:
 
 
 def _count(rec: dict) -> dict[str, int]:
-    out = {HOLDS: 0, FAILS: 0}
-    for r in recompute(rec.get("comparisons", [])):
-        if r["verdict"] in out:
-            out[r["verdict"]] += 1
-    return out
+    return counts(recompute(rec.get("comparisons", [])))
 
 
 def summary_table(records: list[dict]) -> str:
@@ -128,13 +156,13 @@ def summary_table(records: list[dict]) -> str:
     for rec in records:
         c = _count(rec)
         took = _seconds(rec.get("elapsed_s"))
+        cells = "".join(f"<td class='{cls}'>{c[v]}</td>" for v, _, cls in _COUNTED)
         rows.append(
             f"<tr><td class='q'><a href='#{escape(rec['name'])}'>{escape(rec['title'])}</a></td>"
-            f"<td class='q'>{escape(rec['spec'])}</td><td class='q'>{escape(rec['status'])}</td><td>{took}</td>"
-            f"<td class='holds'>{c[HOLDS]}</td><td class='fails'>{c[FAILS]}</td></tr>"
+            f"<td class='q'>{escape(rec['spec'])}</td><td class='q'>{escape(rec['status'])}</td><td>{took}</td>{cells}</tr>"
         )
-    head = ("<tr><th class='q'>section</th><th class='q'>SPEC</th><th class='q'>status</th><th>run time</th>"
-            "<th>holds</th><th>does not hold</th></tr>")
+    heads = "".join(f"<th>{h}</th>" for _, h, _ in _COUNTED)
+    head = f"<tr><th class='q'>section</th><th class='q'>SPEC</th><th class='q'>status</th><th>run time</th>{heads}</tr>"
     return f"<table>{head}{''.join(rows)}</table>"
 
 
@@ -194,10 +222,19 @@ def section(rec: dict) -> str:
 HOWTO = (
     "Each section states one claim of the paper, shows the figure that tests it, and a table of "
     "<b>predicted</b> (theory, SPEC) against <b>measured</b> (simulation) values with 95% confidence "
-    "intervals. The <b>verdict</b> of a row follows from its numbers by the row's rule (below) and "
-    "tolerance <i>tol</i>: “does not hold at this size” means the measurement at the sizes of this "
-    "profile does not support the prediction; larger profiles (<code>--profile full</code>) shrink "
-    "both the finite-size bias and the intervals. Every number on this page is in "
+    "intervals. Every row is a test: it states its <b>hypothesis</b> (by its rule, below), its p-value, "
+    "and its error rates. The rows of a section are one family: a row <b>does not hold at this size</b> "
+    f"when its Holm-adjusted p-value is below {FAMILY_LEVEL:g}, so a section whose claims are all true shows a "
+    f"false failure at most {FAMILY_LEVEL:.0%} of the time. A row that is not rejected <b>holds</b> only if the data could "
+    "have told the prediction from its stated <b>alternative</b> a (a wrong model's value, by default "
+    f"p ± max({ALT_RTOL:g}·|p|, 2·tol)): when the interval's half-width exceeds the distance from the tolerance band "
+    "to a (the test's power against a is then below one half), or when the row alone is significant but not in "
+    "its family, the row is <b>inconclusive</b>; a “below”/“above” row is inconclusive when its interval "
+    "contains p. A bound row is <b>not testable at this size</b> when the bound is beyond the reach of the "
+    "observable (e.g. above the largest growth rate the energy can show from uniform tokens in the horizon). "
+    f"An interval is never formed from fewer than {MIN_SAMPLES} samples (the row is inconclusive); means of n samples "
+    "use Student's t, fractions Wilson's score interval, fitted exponents a bootstrap interval. Larger profiles "
+    "(<code>--profile full</code>) shrink both the finite-size bias and the intervals. Every number on this page is in "
     "<code>results.json</code>; the exact config of each section is under its “exact config” fold."
 )
 
@@ -206,7 +243,7 @@ def render_html(report: dict) -> str:
     """The whole page for ``report`` (the dict returned by ``runner.reproduce``)."""
     records = report["sections"]
     prov = report.get("provenance", {})
-    rules = "".join(f"<li><b>{escape(k)}</b>: {escape(v)}</li>" for k, v in RULES.items())
+    rules = "".join(f"<li><b>{escape(k)}</b> (H: {escape(HYPOTHESES[k])}): {escape(v)}</li>" for k, v in RULES.items())
     nav = "".join(f"<a href='#{escape(r['name'])}'>{escape(r['name'])}</a>" for r in records)
     state = "complete" if report.get("complete") else "incomplete (see the status of each section)"
     compute = sum(r["elapsed_s"] for r in records
@@ -229,9 +266,10 @@ def render_html(report: dict) -> str:
         f"<p class='meta'>Command: <code>{escape(report.get('command') or '')}</code></p>",
         f"<nav>{nav}</nav>",
         f"<div class='howto'><p><b>How to read this report.</b> {HOWTO}</p><ul>{rules}</ul>"
-        "<p class='small'>p = predicted, [lo, hi] = 95% CI of the measurement (mean ± 1.96 SE over "
-        "independent samples, or the interval of a fitted slope). A row with no measurement is "
-        "“not measured”; a non-finite measurement is “undetermined”.</p></div>",
+        "<p class='small'>p = predicted, θ = the true value, m = measured, [lo, hi] = 95% CI of the measurement, "
+        "SE = the half of the CI facing p over its quantile (1.96, or Student's t with n − 1 degrees of freedom), "
+        "Φ̄ = the upper tail. A row with no measurement is “not measured”; a non-finite measurement is "
+        "“undetermined”.</p></div>",
         "<h2>Summary</h2>",
         summary_table(records),
         *[section(r) for r in records],

@@ -4,7 +4,8 @@
 The output folder (default ``report/``) holds the page, the JSON and ``cache/``: one entry per
 finished section, ``<section>-<key>.json``, written atomically, where the key hashes the section name,
 its resolved config and the package version (:class:`io.ResultStore`). ``resume=True`` reuses the
-entries whose key and checksum match and recomputes the rest; a corrupt, truncated or foreign
+entries whose key matches and whose signature verifies (an HMAC under a key kept outside the
+folder) and recomputes the rest; a corrupt, truncated, edited or foreign
 entry never matches and is recomputed. Sections made of many independent runs also store each run
 under ``cache/<section>-<key>/`` (``tasks.run_tasks``), so a section killed half-way resumes half-way.
 The page and the JSON are rewritten after every section, so a long run can be watched.
@@ -14,7 +15,6 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 import sys
 import time
 import traceback
@@ -31,13 +31,13 @@ from .. import __version__
 from ..config import ConfigError, ExperimentConfig, RunConfig, build_config, load_toml
 from ..extras import MissingExtraError
 from ..io import ResultStore, atomic_write_bytes, config_key, source_hash, to_jsonable, write_json
-from ..outputs import OutputError, check_writable, has_marker, make_owned, refuse_unsafe, remove_owned
+from ..outputs import WriteError, check_output_folder, own_folder, remove_own, remove_own_files, tracking
 from ..results import DATASET, write_dataset
 from ..runtime import provenance
 from . import sections  # noqa: F401  (registers the sections)
 from .profiles import DERIVED, PROFILES
 from .registry import Section, SectionContext, SectionUnavailable, registered
-from .verdict import recompute
+from .verdict import STORED_NUMBERS, recompute
 
 CACHE_DIR = "cache"
 
@@ -151,16 +151,11 @@ def plan(
 
 
 def check_report_folder(out: Path | str, force: bool = False) -> Path:
-    """``out`` as a Path; refuse an unsafe path, a path that is not a folder, a non-empty folder
-    that stochformer did not create (even with ``force``) and a location where nothing can be written."""
-    out = refuse_unsafe(out)
-    if out.exists() and not out.is_dir():
-        raise OutputError(f"--out: {out} exists and is not a folder")
-    if out.is_dir() and any(out.iterdir()) and not has_marker(out):
-        raise OutputError(f"--out: {out} is not empty and is not a report folder (it was not created by stochformer); "
-                          "choose another folder")
-    check_writable(out)
-    return out
+    """``out`` as a Path, checked before any work (:func:`~stochformer.outputs.check_output_folder`):
+    a new or empty folder, or (with or without ``force``) a report folder that is wholly
+    ``reproduce``'s own unchanged output; anything else (a file stochformer did not write, a file
+    changed since, another command's folder) is refused, naming it."""
+    return check_output_folder(out, force, command="reproduce", replace=True)
 
 
 def nonfinite_paths(obj: Any, path: str = "") -> list[str]:
@@ -231,7 +226,7 @@ def _strip_figures(record: dict) -> dict:
 
 
 #: the numeric columns of a comparison row in the report's dataset (None is NaN there)
-_ROW_NUMBERS = ("predicted", "measured", "tol")
+_ROW_NUMBERS = STORED_NUMBERS
 
 
 def report_dataset(report: dict) -> xr.Dataset:
@@ -252,7 +247,7 @@ def report_dataset(report: dict) -> xr.Dataset:
         "has_ci": ("row", np.array([ci is not None for ci in cis], dtype=bool)),
     }
     for key in _ROW_NUMBERS:
-        data[key] = ("row", np.array([math.nan if c[key] is None else c[key] for _, c in rows], dtype=float))
+        data[key] = ("row", np.array([math.nan if c.get(key) is None else c[key] for _, c in rows], dtype=float))
     for key in ("quantity", "rule", "note", "verdict"):
         data[key] = ("row", np.array([str(c[key]) for _, c in rows], dtype=str))
     header = {k: ([] if k == "sections" else v) for k, v in report.items()}
@@ -266,8 +261,6 @@ def report_json(ds: xr.Dataset) -> dict:
     """``results.json`` from the report's dataset: the header and the section records of its
     attributes, each section's comparison rows from the labelled table (verdicts derived again
     from the rows' numbers)."""
-    from .verdict import Comparison
-
     def number(x: float) -> Optional[float]:
         return None if math.isnan(x) else float(x)
 
@@ -275,13 +268,16 @@ def report_json(ds: xr.Dataset) -> dict:
     for k in range(ds.sizes["row"]):
         row = {key: ds[key].values[k] for key in ds.data_vars if "row" in ds[key].dims}
         ci = (number(row["ci_low"]), number(row["ci_high"])) if row["has_ci"] else None
-        by_section.setdefault(str(row["row_section"]), []).append(Comparison(
-            str(row["quantity"]), number(row["predicted"]), number(row["measured"]), ci, str(row["rule"]),
-            float(row["tol"]), str(row["note"])).to_dict())
+        stored = {key: number(row[key]) for key in _ROW_NUMBERS if key in row}
+        if stored.get("n") is not None:
+            stored["n"] = int(stored["n"])
+        by_section.setdefault(str(row["row_section"]), []).append(
+            {**stored, "quantity": str(row["quantity"]), "ci": ci, "rule": str(row["rule"]), "tol": stored.get("tol") or 0.0,
+             "note": str(row["note"])})
     records = json.loads(ds.attrs["records"])
     for rec in records:
         if "comparisons" in rec:
-            rec["comparisons"] = by_section.get(rec["name"], [])
+            rec["comparisons"] = recompute(by_section.get(rec["name"], []))  # one family per section
     return {**json.loads(ds.attrs["report"]), "sections": records}
 
 
@@ -315,8 +311,14 @@ def reproduce(
     planned = plan(profile, only, overrides, config_file)
     out = check_report_folder(out, force)
     if force:
-        remove_owned(out)
-    make_owned(out, "reproduce")
+        remove_own(out, "reproduce")
+    manifest = own_folder(out, "reproduce")
+    with tracking(manifest):
+        return _reproduce(planned, profile, out, manifest, resume, scheduler, progress, command)
+
+
+def _reproduce(planned: list[Planned], profile: str, out: Path, manifest: Any, resume: bool, scheduler: Optional[str],
+               progress: bool, command: str) -> dict:
     cache = ResultStore(out / CACHE_DIR)
     t0 = time.perf_counter()
     records: list[dict] = []
@@ -356,7 +358,7 @@ def reproduce(
             bar.set_postfix_str(item.section.name)
             workdir = out / CACHE_DIR / f"{item.section.name}-{item.key}"
             if not resume:
-                shutil.rmtree(workdir, ignore_errors=True)
+                remove_own_files(manifest, workdir.relative_to(out).as_posix())
             ctx = SectionContext(progress=progress, workdir=workdir, scheduler=scheduler)
             note = records[i].get("cache_note")
             try:
@@ -364,7 +366,7 @@ def reproduce(
                 rec["status"] = "computed"
             except (SectionUnavailable, MissingExtraError) as exc:
                 rec = {**records[i], "status": "unavailable", "error": str(exc)}
-            except (KeyboardInterrupt, SystemExit):
+            except (KeyboardInterrupt, SystemExit, WriteError):
                 raise
             except Exception as exc:  # a broken experiment fails its own section, not the report
                 rec = {**records[i], "status": "failed", "error": f"{type(exc).__name__}: {exc}",

@@ -17,24 +17,34 @@ from ..plotting import beyond as beyond_plots
 from . import sections as base
 from .profiles import sizes
 from .registry import Section, SectionContext, SectionOutput, figure_png, register
+from ..model.activations import KINKED_ACTIVATIONS
 from .verdict import Comparison
 
 # --------------------------------------------------------------------------- Corollary 1.3
 
 
-def joint_rows(numbers: dict) -> list[Comparison]:
+def joint_rows(numbers: dict, activation: str = "tanh") -> list[Comparison]:
     """The verdict rows of the joint limit from :class:`~stochformer.experiments.joint.JointResult`'s
-    ``to_dict()``: the combined error's exponent in the path's scale against the slowest of the three
-    rates, and the W₂² term's against the sharp rate of N points on the sphere ("matches", SLOPE_TOL)."""
+    ``to_dict()``: Corollary 1.3's commuting form (C^∞ φ only; for a kinked ``activation`` the row says
+    that no rate is predicted): the exponent in s of the measured bound of the error "at_least" the
+    slowest of log L/L, m^{−1/4} and r_d(N), judged against no decay; and the W₂² term's exponent
+    against the sharp rate of N points on the sphere ("matches", SLOPE_TOL). The iterated form has an
+    N-dependent constant and predicts no rate along the path: not judged."""
     f, p = numbers["fits"], numbers["predicted"]
-    return [
-        base._fit_row("exponent in s of the combined error (transformer − SDE + W₂² to the reference)",
-                      p["combined"], f["combined"], "matches", base.SLOPE_TOL,
-                      f"Corollary 1.3: the slowest of log L/L, 1/m (exponent 1) and the sharp W₂² rate "
-                      f"(local exponent {p['N']:.3f}) along N, L, m ∝ s"),
-        base._fit_row("exponent in s of the W₂² term", p["N"], f["w2"], "matches", base.SLOPE_TOL,
-                      "Proposition 1.2 at the sharp rate of N points on S^{d−1}, finite N_ref removed"),
-    ]
+    name = "exponent in s of the error bound 2·(transformer − SDE) + 2·W₂² to the reference"
+    if activation in KINKED_ACTIVATIONS or not isinstance(activation, str):
+        first = Comparison(name, None, note=f"Corollary 1.3's commuting form needs a C^∞ activation (φ = {activation} is "
+                                            "not): no rate predicted along the path")
+    else:
+        first = base._fit_row(
+            name, p["commuting"], f["combined"], "at_least", base.SLOPE_TOL,
+            f"Corollary 1.3, C^∞ φ: E sup W₂² ≤ c_T(log L/L + m^(−1/4) + r_d(N)); along N, L, m ∝ s the slowest local "
+            f"exponent: log L/L {p['log_L']:.3f}, m^(−1/4) 0.25, r_d(N) {p['r_d']:.3f}; a bound of the error (two "
+            "independent runs), not W₂ of the transformer's measure itself; alternative 0 (no decay)", 0.0)
+    return [first,
+            base._fit_row("exponent in s of the W₂² term", p["N"], f["w2"], "matches", base.SLOPE_TOL,
+                          "Proposition 1.2 at the sharp rate of N points on S^{d−1}, finite N_ref removed; alternative "
+                          f"r_d(N)'s {p['r_d']:.3f}", p["r_d"])]
 
 
 def _run_joint(cfg: Any, ctx: SectionContext) -> SectionOutput:
@@ -56,23 +66,29 @@ def _run_joint(cfg: Any, ctx: SectionContext) -> SectionOutput:
     figs = [figure_png(beyond_plots.plot_joint(res), "joint-limit",
                        "The two terms of the bound and their sum against the path's scale s (log–log, ± 2 SE), with "
                        "the fitted exponents and the predicted slope (the slowest rate)")]
-    return SectionOutput(numbers, joint_rows(numbers), figs, res.provenance, {"seed": cfg.model.seed}, notes, tables)
+    notes.append("Corollary 1.3's iterated form (lim_N lim_L lim_m, bound 2c_N e^{c_N T²}(log L/L + 1/m) + 2c_T r_d(N)) has "
+                 "a constant that depends on N and predicts no rate along a path on which N grows: it is not judged here; "
+                 "its inner limits at a fixed N are Theorem 1.1 (the convergence section).")
+    return SectionOutput(numbers, joint_rows(numbers, cfg.model.activation), figs, res.provenance, {"seed": cfg.model.seed},
+                         notes, tables)
 
 
 register(Section(
     name="joint-limit",
     title="Corollary 1.3: the joint limit N, L, m → ∞",
     spec="SPEC §3–§4 (Corollary 1.3, derived rate)",
-    claim="Along a diagonal path where the number of tokens N, the depth L and the width m grow together, the "
-          "transformer's empirical measure approaches the SPDE's μ_t at the slowest of the rates of Theorem 1.1 "
-          "(log L/L + 1/m) and Proposition 1.2 (the sharp W₂² rate of N points).",
+    claim="Corollary 1.3 for a C^∞ activation: the limits N, L, m → ∞ commute and E sup W₂²(μ^{N,L,m}, μ) ≤ "
+          "c_T(log L/L + m^(−1/4) + r_d(N)), so along a path where N, L and m grow together the error decays at least "
+          "at the slowest of these rates (measured: its bound by the transformer–SDE coupling plus the W₂² of N SDE "
+          "particles to a large reference). The iterated form, with an N-dependent constant, predicts no rate on "
+          "such a path.",
     model=JointConfig,
     sizes=sizes(
-        tiny={"path_N": [4, 8, 16], "path_L": [4, 8, 16], "path_m": [4, 8, 16], "batch": 8, "samples_per_task": 8, "refine": 2,
-              "N_ref": 64, "w2_batch": 2, "w2_steps": 4, "w2_records": 1, "features": 32, "bootstrap": 100},
-        quick={"path_N": [8, 16, 32, 64], "path_L": [4, 8, 16, 32], "path_m": [8, 16, 32, 64], "batch": 32,
+        tiny={"activation": "tanh", "path_N": [4, 8, 16], "path_L": [4, 8, 16], "path_m": [4, 8, 16], "batch": 8, "samples_per_task": 8, "refine": 2,
+              "N_ref": 64, "w2_batch": 3, "w2_steps": 4, "w2_records": 1, "features": 32, "bootstrap": 100},
+        quick={"activation": "tanh", "path_N": [8, 16, 32, 64], "path_L": [4, 8, 16, 32], "path_m": [8, 16, 32, 64], "batch": 32,
                "samples_per_task": 32, "N_ref": 512, "w2_batch": 8},
-        full={"path_N": [16, 32, 64, 128], "path_L": [8, 16, 32, 64], "path_m": [16, 32, 64, 128], "batch": 128,
+        full={"activation": "tanh", "path_N": [16, 32, 64, 128], "path_L": [8, 16, 32, 64], "path_m": [16, 32, 64, 128], "batch": 128,
               "samples_per_task": 64, "N_ref": 2048, "w2_batch": 16, "features": 512, "bootstrap": 2000},
     ),
     run=_run_joint,
@@ -89,38 +105,40 @@ DRIFT_RTOL = 0.10
 
 def repulsion_rows(numbers: dict, cfg: RepulsionConfig) -> list[Comparison]:
     """The verdict rows of the repulsion section from :class:`~stochformer.experiments.repulsion.RepulsionResult`'s
-    ``to_dict()``: Theorem 1.4 with ε at every coercive point, ε itself on the noiseless flow, the probe's
-    pair exponent and partial clustering, and the noise's pull at uniform tokens (the cause)."""
+    ``to_dict()``: Theorem 1.4 with ε at every coercive point (with the largest rate the energy can
+    show: a bound beyond it is not testable), ε itself on the noiseless flow (its tolerance includes
+    the step's exact O(Δt) bias), the probe's pair exponent, and the noise's pull at uniform tokens
+    (the cause of the partial clustering). The partial clustering itself is shown in the table and
+    the notes, not judged: the probe was chosen where it had been seen."""
     rows = []
     for pt in numbers["points"].values():
         if pt["lambda_bar_noise"] >= 0:
             continue  # Theorem 1.4 needs coercive noise (λ̄ < 0)
         where = f"γ = {pt['gamma']:g}, σ = {pt['sigma']:g}"
         beats = pt["gamma"] < 0 and pt["bound"] < 0
-        rows.append(Comparison.from_mean_se(
+        rows.append(base.bound_row(
             f"E_β rate from uniform tokens ({where}) vs ε + λ̄'", pt["bound"], pt["energy_rate"], pt["energy_rate_se"],
-            rule="at_most", note=f"Theorem 1.4: ε = {pt['epsilon']:g}, λ̄' = {pt['lambda_bar_prime']:.3g}"
-                                 + ("; strongly coercive noise beats repulsive attention (ε + λ̄' < 0)" if beats else "")))
+            reach=pt.get("reach"), n=cfg.model.batch,
+            note=f"Theorem 1.4: ε = {pt['epsilon']:g}, λ̄' = {pt['lambda_bar_prime']:.3g}"
+                 + ("; strongly coercive noise beats repulsive attention (ε + λ̄' < 0)" if beats else "")))
     pr = numbers["probe"]
     where = f"γ = {pr['gamma']:g}, σ = {pr['sigma']:g}"
     if pr["gamma"] < 0:
+        bias = pr.get("flow_bias", 0.0)
+        tol = FLOW_RTOL * pr["epsilon"] + abs(bias)
         rows.append(Comparison(f"noiseless flow (γ = {pr['gamma']:g}): largest growth rate of E_β vs ε = 2δ",
-                               pr["epsilon"], pr["flow"]["max_rate"], rule="matches", tol=FLOW_RTOL * pr["epsilon"],
+                               pr["epsilon"], pr["flow"]["max_rate"], rule="matches", tol=tol, alternative=pr["epsilon"] / 2,
                                note=f"Assumption 2's ε for V = −δI (derived): sup dlog E_β/dt = 2δ, reached as the tokens "
-                                    f"come together (from a cluster of spread {cfg.flow_spread:g}); tol = {FLOW_RTOL:g}·ε"))
+                                    f"come together (from a cluster of spread {cfg.flow_spread:g}); tol = {FLOW_RTOL:g}·ε + "
+                                    f"|step bias {bias:.3g}| ({pr.get('dynamics', 'sde')}, Δt = {pr.get('flow_dt', 0.0):.3g}: "
+                                    "−2 log(1 + γΔt)/Δt on the transformer); alternative δ"))
     rows.append(base.extrapolated_rate_row(f"probe ({where}): λ̂₁ vs λ₁ − γ (close pairs)", pr["lambda_1_pred"],
                                            pr["lambda_1"], pr["lambda_1_se"], pr["lambda_1_extrap_err"]))
-    probe_pt = numbers["points"].get(repulsion_exp.key(pr["gamma"], pr["sigma"]))
-    if probe_pt is not None:
-        rows.append(Comparison.from_mean_se(
-            f"probe ({where}): final mean cosine from uniform tokens vs 'apart' (< {cfg.apart_cos:g})", cfg.apart_cos,
-            probe_pt["final_cosine"], probe_pt["final_cosine_se"], rule="above",
-            note="partial clustering where the linearised criterion says apart (λ₁ − γ > 0)"))
     noise_pt = numbers["points"].get(repulsion_exp.key(0.0, pr["sigma"]))
     if noise_pt is not None and noise_pt["uniform_drift"]:
         rows.append(base._rate_row(
             f"noise alone (σ = {pr['sigma']:g}): initial rate of the mean cosine vs E[b(u₀)]", noise_pt["uniform_drift"],
-            noise_pt["initial_rate"], noise_pt["initial_rate_se"], DRIFT_RTOL,
+            noise_pt["initial_rate"], noise_pt["initial_rate_se"], DRIFT_RTOL, n=cfg.model.batch,
             note=f"the cause: the noise's pair drift b(u) = κ(u)(d−2+u²) − κ(1)(d−1)u pulls uniform tokens together; "
                  f"tol = {DRIFT_RTOL:g}·|predicted| (fit over t ≤ {cfg.slope_time:g})"))
     return rows
@@ -178,7 +196,7 @@ register(Section(
     name="repulsion",
     title="Theorem 1.4 with attention: repulsion against coercive noise",
     spec="SPEC §5 (Theorem 1.4 with ε, derived), §6.6",
-    claim="From uniform tokens, E E_β(μ_t) decays at least like e^{(ε + λ̄')t} with Assumption 2's ε = 2δ for a "
+    claim="From uniform tokens, E E_β(μ_t) grows at most like e^{(ε + λ̄')t} with Assumption 2's ε = 2δ for a "
           "repulsive V = −δI (0 for attractive attention): strongly coercive noise beats repulsive attention; the "
           "linearised criterion λ₁ − γ < 0 predicts synchronisation except where the noise clusters the tokens partly.",
     model=RepulsionConfig,
@@ -202,8 +220,9 @@ register(Section(
     name="phase-transformer",
     title="Phase diagram over γ and σ on the discrete transformer",
     spec="SPEC §6.6, §1, §5 (derived)",
-    claim="On the deep transformer of finite width itself (not its SDE limit), the measured pair exponent changes "
-          "sign on the predicted boundary λ₁ − γ = 0: noise synchronises tokens against repulsive attention.",
+    claim="On the deep transformer of finite width itself (not its SDE limit), the pair exponent extrapolated to "
+          "Δt → 0 (L → ∞) changes sign on the predicted boundary λ₁ − γ = 0 of the L → ∞ limit: noise synchronises "
+          "tokens against repulsive attention; at the model's own depth L the boundary is shifted (shown, not judged).",
     model=PhaseConfig,
     sizes=sizes(
         tiny={**_PHASE_TRANSFORMER, "x_values": [-1.0, 0.0], "y_values": [0.0, 0.5], "L": 20, "T": 2.0, "pairs": 16,
@@ -220,8 +239,8 @@ register(Section(
     name="phase-dim-transformer",
     title="Phase diagram over d and σ on the discrete transformer",
     spec="SPEC §6.6, §1, §5",
-    claim="On the deep transformer of finite width, with repulsive attention γ = −1/2, the sign of the measured pair "
-          "exponent over (d, σ) follows the predicted boundary λ₁ − γ = 0.",
+    claim="On the deep transformer of finite width, with repulsive attention γ = −1/2, the sign of the pair exponent "
+          "extrapolated to Δt → 0 over (d, σ) follows the L → ∞ boundary λ₁ − γ = 0; the finite-L shift is shown.",
     model=PhaseConfig,
     sizes=sizes(
         tiny={**base._PHASE_DS, "dynamics": "transformer", "x_values": [3, 8], "y_values": [0.0, 0.4], "L": 20,

@@ -23,9 +23,11 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import contextlib
+import gc
 import multiprocessing
 import os
 import socket
+import sys
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -133,16 +135,63 @@ class _DaskRunner(_Runner):
         return iter(as_completed(futures))
 
 
+_TRACKER_QUIET = "ignore:resource_tracker:UserWarning"
+#: seconds between a pool worker's checks that the process that started it is alive
+PARENT_POLL_S = 0.25
+
+
+def _exit_with_parent(parent: int) -> None:
+    """In a pool worker: end this process as soon as ``parent`` (the process that started the
+    pool) is gone, whether it exited, crashed or was killed with SIGKILL: on Linux the kernel sends
+    SIGKILL (``PR_SET_PDEATHSIG``), and everywhere a thread polls the parent's pid."""
+    import sys
+    import threading
+    import time
+
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(Exception):
+            import ctypes
+            import signal
+
+            ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG = 1
+    if os.getppid() != parent:
+        os._exit(1)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_POLL_S)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="stochformer-parent-watch", daemon=True).start()
+
+
+def _stop_workers(pool: cf.ProcessPoolExecutor) -> None:
+    """End the pool at once: running tasks are killed (an interrupted or failed run does not wait
+    for them; their results were never stored), queued ones cancelled."""
+    for process in list((getattr(pool, "_processes", None) or {}).values()):
+        with contextlib.suppress(Exception):
+            process.terminate()
+    pool.shutdown(wait=True, cancel_futures=True)
+    gc.collect()
+
+
 @contextlib.contextmanager
 def _runner(kind: str, arg: Any) -> Iterator[_Runner]:
     if kind == "processes":
+        # The semaphores of a pool whose workers were killed are reclaimed by multiprocessing's
+        # resource tracker at exit, which says so in a warning: noise after a clean one-line stop.
+        # (The tracker takes its -W options from this process when it starts.)
+        if _TRACKER_QUIET not in sys.warnoptions:
+            sys.warnoptions.append(_TRACKER_QUIET)
         # spawn, not fork: forking a process that has started torch's thread pools is unsafe.
-        with cf.ProcessPoolExecutor(max_workers=arg, mp_context=multiprocessing.get_context("spawn")) as pool:
-            try:
-                yield _PoolRunner(pool)
-            except BaseException:
-                pool.shutdown(wait=True, cancel_futures=True)
-                raise
+        pool = cf.ProcessPoolExecutor(max_workers=arg, mp_context=multiprocessing.get_context("spawn"),
+                                      initializer=_exit_with_parent, initargs=(os.getpid(),))
+        try:
+            yield _PoolRunner(pool)
+        except BaseException:
+            _stop_workers(pool)
+            raise
+        pool.shutdown(wait=True)
         return
     from distributed import Client, LocalCluster
 
