@@ -537,8 +537,14 @@ def check_output(who: str, out: Any, shape: tuple[int, ...], unit: bool = False)
 def first_output(seen: set, key: str, part: Any, out: Any, shape: tuple[int, ...]) -> Any:
     """``out``, the output of a model's part ``key`` (its ``attention``, its noise source's
     ``increment``), checked by :func:`check_output` the first time ``key`` is not in ``seen`` (the
-    model clears ``seen`` at the start of every run)."""
+    model clears ``seen`` at the start of every run). One of stochformer's own parts that returns
+    non-finite numbers broke down numerically: :class:`NonFiniteError` naming its large parameters."""
     if key not in seen:
+        own = (getattr(type(part), "__module__", "") or "").startswith("stochformer")
+        if own and torch.is_tensor(out) and tuple(out.shape) == tuple(shape) and not bool(torch.isfinite(out).all()):
+            found = ", ".join(_large_parameters(part, f"{key}.")) or "the step size and the part's scales"
+            raise NonFiniteError(f"non-finite {key} increment on its first call: the run was stopped and nothing was "
+                                 f"written; likely cause: {found}")
         check_output(f"{key} ({callable_name(part)})", out, shape)
         seen.add(key)
     return out
