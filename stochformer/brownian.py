@@ -150,8 +150,7 @@ class Draws:
         if self.path is None:
             return torch.randn(*shape, generator=self.generator, dtype=dtype, device=device)
         parts = self.path.parts
-        if (self._part >= len(parts) or tuple(shape)[1:] != parts[self._part][1:]
-                or parts[self._part][:1] not in ((1,), tuple(shape)[:1])):  # the leading axis broadcasts
+        if self._part >= len(parts) or tuple(shape)[1:] != parts[self._part][1:]:
             raise ValueError(f"BrownianPath: the noise source needs normals of shape {tuple(shape)} (part "
                              f"{self._part}); the path has parts {parts}")
         z = self.path.increment(self.k, self.n)[self._part]
