@@ -26,7 +26,7 @@ from typing import Annotated, Any, Callable, Optional, Sequence, Union
 import numpy as np
 import torch
 
-from .validation import PositiveInt, Seed, Values, check_int, validated
+from .validation import Int, PositiveInt, Seed, Values, check_int, validated
 
 Array = Union[np.ndarray, torch.Tensor]
 #: fewer samples than this give no interval (NaN): a spread from 1 or 2 samples means nothing
@@ -34,6 +34,8 @@ MIN_SAMPLES = 3
 #: measured values: finite numbers (arrays, sequences or tensors; checked at every public function)
 _Values = Annotated[Array, Values()]
 _Positive = Annotated[Sequence[float], Values(ndim=1, positive=True)]
+#: bootstrap resamples: at most 10⁶ (the configs' bound; more only lengthens a fit)
+_Resamples = Annotated[int, Int(1, 10**6)]
 
 
 def _axis(values: Array, axis: int) -> int:
@@ -56,7 +58,7 @@ def mean_and_se(values: Annotated[Array, Values(missing=True)], axis: int = 0) -
 
 
 @validated
-def bootstrap(statistic: Callable[[np.ndarray], Any], samples: _Values, n_boot: PositiveInt, seed: Seed,
+def bootstrap(statistic: Callable[[np.ndarray], Any], samples: _Values, n_boot: _Resamples, seed: Seed,
               axis: int = 0) -> list:
     """``statistic`` of ``n_boot`` resamples of ``samples``: independent samples along ``axis``
     drawn with replacement (everything else resampled jointly). The rows come from ``seed`` and
@@ -110,7 +112,7 @@ def _loglog_slope(x: Sequence[float], y: Sequence[float]) -> tuple[float, float]
 
 @validated
 def fit_power_law(
-    x: _Positive, samples: _Values, n_boot: PositiveInt = 2000, seed: Seed = 0,
+    x: _Positive, samples: _Values, n_boot: _Resamples = 2000, seed: Seed = 0,
     se: Optional[Annotated[np.ndarray, Values(ndim=1)]] = None, n: Optional[PositiveInt] = None,
 ) -> PowerFit:
     """The decay exponent p of y ≈ C x^{−p} with a bootstrap interval — the one power-law fit.
@@ -146,7 +148,7 @@ def fit_power_law(
 @validated
 def fit_power_law_weighted(
     N: _Positive, y: Annotated[np.ndarray, Values(ndim=1)], se: Annotated[np.ndarray, Values(ndim=1, positive=True)],
-    n_boot: PositiveInt = 2000, seed: Seed = 0,
+    n_boot: _Resamples = 2000, seed: Seed = 0,
 ) -> PowerFit:
     """Decay exponent of means ``y`` (n,) with independent standard errors ``se`` (n,) against N:
     weighted least squares of y ≈ C N^{−p} in linear space (weights 1/se²), so every size enters,

@@ -688,7 +688,7 @@ def test_lambda_bar_prime_on_its_grid():
     with pytest.raises(ValueError, match=r"^beta: must be a finite number and > 0 and <= 700 \(got 0\)$"):
         lambda_bar_prime(k, 0)
     lambda_bar_prime(k, 1.0, 3)
-    with pytest.raises(ValueError, match=r"^grid: must be an integer >= 3 \(got 2\)$"):
+    with pytest.raises(ValueError, match=r"^grid: must be an integer >= 3 and <= 10000000 \(got 2\)$"):
         lambda_bar_prime(k, 1.0, 2)
     for f in (rates, lambda_bar_prime):
         with pytest.raises(ValueError, match=r"^kernel: must be a stochformer.NoiseKernel \(got 'relu'\)$"):

@@ -87,7 +87,7 @@ class ChaosConfig(ExperimentConfig):
     decor_sizes: list[int] = Field([4, 8, 16, 32], min_length=2, description="N of the decorrelation runs (>= 3)")
     decor_repeats: int = Field(2048, ge=16, description="initial draws per field for the decorrelation (>= 16)")
     decor_fields: int = Field(4, ge=1, description="fields over which the conditional correlation is averaged (>= 1)")
-    bootstrap: int = Field(2000, ge=100, description="bootstrap resamples for the fitted intervals (>= 100)")
+    bootstrap: int = Field(2000, ge=100, le=1000000, description="bootstrap resamples for the fitted intervals, in [100, 10^6]")
     block: int = Field(DEFAULT_BLOCK, ge=1024, description="attention score entries formed at once (>= 1024)")
     sdpa: bool = Field(True, description="use torch's fused scaled_dot_product_attention (else query chunks)")
     decorrelation: bool = Field(True, description="run the conditional decorrelation (random-feature field)")

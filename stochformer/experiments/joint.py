@@ -73,7 +73,7 @@ class JointConfig(ExperimentConfig):
     w2_batch: int = Field(8, ge=2, description="samples (field + initial tokens) for W2 (>= 2)")
     w2_steps: int = Field(20, ge=1, description="SDE steps of the W2 systems (>= 1)")
     w2_records: int = Field(2, ge=1, description="W2 at t = kT/w2_records, k = 0..w2_records (>= 1)")
-    bootstrap: int = Field(1000, ge=100, description="bootstrap resamples of the fitted exponents (>= 100)")
+    bootstrap: int = Field(1000, ge=100, le=1000000, description="bootstrap resamples of the fitted exponents, in [100, 10^6]")
 
     @model_validator(mode="after")
     def _path(self) -> "JointConfig":

@@ -56,7 +56,7 @@ class MotionsConfig(ExperimentConfig):
     snapshots: int = Field(20, ge=2, description="token snapshots over [0, T] for the one-point time course (>= 2)")
     reference_steps: int = Field(400, ge=10, description="Euler steps of the scalar two-point diffusion (>= 10)")
     reference_paths: int = Field(20000, ge=100, description="paths of the scalar two-point diffusion (>= 100)")
-    bootstrap: int = Field(400, ge=10, description="bootstrap resamples of the one-point rate's SE (>= 10)")
+    bootstrap: int = Field(400, ge=10, le=1000000, description="bootstrap resamples of the one-point rate's SE, in [10, 10^6]")
 
 
 @dataclass(repr=False)

@@ -74,7 +74,7 @@ class SyncConfig(ExperimentConfig):
     near_horizon: Optional[float] = Field(
         None, gt=0.0, description="horizon of the near-synchronisation energy run (> 0); default "
         "min(T, 1/(2(κ(1)+κ'(1)))), where the log-variance of a pair's 1 − cosine reaches 2")
-    bootstrap: int = Field(400, ge=10, description="bootstrap resamples for the energy-rate SE (>= 10)")
+    bootstrap: int = Field(400, ge=10, le=1000000, description="bootstrap resamples for the energy-rate SE, in [10, 10^6]")
     extrapolate: bool = Field(True, description="λ₁ and the energy rates extrapolated to Δt → 0 from L, L/2, L/4 steps "
                               "(L a multiple of 4)")
 

@@ -30,10 +30,12 @@ import torch
 
 from ..runtime import make_generator
 from ..validation import (
-    DeviceLike, FiniteFloat, FloatDtype, HeadMatrices, Matrices, Matrix, NonNegativeFloat, PositiveFloat, PositiveInt,
+    DeviceLike, FiniteFloat, FloatDtype, HeadMatrices, Int, Matrices, Matrix, NonNegativeFloat, PositiveFloat, PositiveInt,
     RealTensor, Seed, TensorCheck, check_int, check_memory, check_parts, validated,
 )
 
+#: Sinkhorn rounds: 1 to 10⁴ (as RunConfig.sinkhorn_iters)
+_Iters = Annotated[int, Int(1, 10000)]
 #: output projections (H, d, d_h)
 _Outputs = Annotated[torch.Tensor, TensorCheck(("H", "d", "d_h"))]
 
@@ -149,7 +151,7 @@ class L2Attention:
 
 
 @validated
-def sinkhorn_log(scores: RealTensor, iters: PositiveInt, tol: Optional[PositiveFloat] = None) -> torch.Tensor:
+def sinkhorn_log(scores: RealTensor, iters: _Iters, tol: Optional[PositiveFloat] = None) -> torch.Tensor:
     """log P for P = diag(a) e^{scores} diag(b) with row sums 1/n and column sums 1/N:
     scores (..., n, N). Alternating row and column normalisations in log space, ``iters`` times
     at most, stopping early once every row sum is within ``tol`` of 1/n (after a column step the
@@ -180,7 +182,7 @@ class SinkhornAttention:
 
     A: Matrix
     V: Matrix
-    iters: PositiveInt = 20
+    iters: _Iters = 20
     tol: Optional[PositiveFloat] = None
 
     def __post_init__(self) -> None:

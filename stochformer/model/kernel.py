@@ -214,13 +214,19 @@ class Rates:
 @validated
 def lyapunov_exponent(kappa: FiniteFloat, kappa_prime: FiniteFloat, d: Annotated[int, Int(2)]) -> float:
     """λ₁ = ((d−3)/2) κ'(1) − ((d−1)/2) κ(1)."""
-    return 0.5 * (d - 3) * kappa_prime - 0.5 * (d - 1) * kappa
+    return _fits("lyapunov_exponent", 0.5 * (d - 3) * kappa_prime - 0.5 * (d - 1) * kappa)
 
 
 @validated
 def first_moment_rate(kappa: FiniteFloat, kappa_prime: FiniteFloat, d: Annotated[int, Int(2)]) -> float:
     """λ̄ = (d−1) κ'(1) − (d−3) κ(1)."""
-    return (d - 1) * kappa_prime - (d - 3) * kappa
+    return _fits("first_moment_rate", (d - 1) * kappa_prime - (d - 3) * kappa)
+
+
+def _fits(name: str, rate: float) -> float:
+    if not math.isfinite(rate):
+        raise ValueError(f"{name}: the rate does not fit in float64; reduce kappa, kappa_prime or d")
+    return rate
 
 
 @validated
@@ -241,7 +247,7 @@ def _theorem14_F(kernel: NoiseKernel, u: torch.Tensor, beta: float) -> torch.Ten
 
 
 @validated
-def lambda_bar_prime(kernel: NoiseKernel, beta: EnergyBeta, grid: Annotated[int, Int(3)] = 4001) -> float:
+def lambda_bar_prime(kernel: NoiseKernel, beta: EnergyBeta, grid: Annotated[int, Int(3, 10**7)] = 4001) -> float:
     """λ̄' = −inf_{u∈[−1,1)} F(u), on a grid refined towards u = 1, with the limit F(1⁻) = −λ̄."""
     s = torch.linspace(0.0, 1.0, grid, dtype=_F64)[:-1]
     u = torch.cat([-1 + 2 * s, 1 - torch.logspace(-1, -7, 200, dtype=_F64)])
@@ -255,7 +261,10 @@ def rates(kernel: NoiseKernel, beta: EnergyBeta = 1.0, gamma: FiniteFloat = 0.0)
     """κ(1), κ'(1), λ₁, λ̄, λ̄' (energy inverse temperature β, in (0, 700]) and the attention-shifted
     rates (γ finite). ``ValueError`` naming the argument for invalid input or a rate beyond float64."""
     k, kp, d = kernel.kappa1, kernel.kappa1_prime, kernel.d
-    lam1, lbar = lyapunov_exponent(k, kp, d), first_moment_rate(k, kp, d)
+    try:
+        lam1, lbar = lyapunov_exponent(k, kp, d), first_moment_rate(k, kp, d)
+    except ValueError:
+        lam1 = lbar = math.inf
     if not all(math.isfinite(x) for x in (lam1, lbar, lam1 - gamma, lbar - 2 * gamma)):
         raise ValueError(f"rates: the rates do not fit in float64 (kappa(1) = {k:.3g}, d = {d}); reduce sigma_U, "
                          "sigma_W, scale, d or gamma")
