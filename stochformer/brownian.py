@@ -145,12 +145,14 @@ class Draws:
 
     def brownian(self, shape: tuple[int, ...], dtype: torch.dtype, device: Union[str, torch.device]) -> torch.Tensor:
         """N(0, 1) normals of ``shape`` driving the Brownian part of this step: the path's (of the
-        path's shape, which may differ from ``shape`` in the leading, broadcast axis), else fresh
-        from the generator."""
+        path's shape, which may differ from ``shape`` in the leading axis where the two broadcast:
+        equal, or either of them 1), else fresh from the generator. ``ValueError`` naming the path
+        otherwise."""
         if self.path is None:
             return torch.randn(*shape, generator=self.generator, dtype=dtype, device=device)
         parts = self.path.parts
-        if self._part >= len(parts) or tuple(shape)[1:] != parts[self._part][1:]:
+        if (self._part >= len(parts) or tuple(shape)[1:] != parts[self._part][1:]
+                or not _broadcasts(parts[self._part][0], shape[0])):
             raise ValueError(f"BrownianPath: the noise source needs normals of shape {tuple(shape)} (part "
                              f"{self._part}); the path has parts {parts}")
         z = self.path.increment(self.k, self.n)[self._part]
@@ -161,6 +163,11 @@ class Draws:
     def coupled(self) -> bool:
         """Whether the Brownian normals come from a given path."""
         return self.path is not None
+
+
+def _broadcasts(a: int, b: int) -> bool:
+    """Whether leading axes of lengths ``a`` and ``b`` broadcast (equal, or one of them 1)."""
+    return a == b or 1 in (a, b)
 
 
 def step_draws(generator: torch.Generator, path: Optional[BrownianPath], k: int, n: int) -> Draws:

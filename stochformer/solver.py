@@ -163,6 +163,9 @@ def solve(
         raise ValueError(f"generator: is on {generator.device}, X0 on {X0.device}; give them the same device")
     if path is not None and path.steps % steps:
         raise ValueError(f"path: steps = {steps} must divide its {path.steps} fine steps")
+    if path is not None and any(part[:1] not in ((1,), (B,)) for part in path.parts):
+        raise ValueError(f"path: BrownianPath parts {path.parts} must lead with 1 (shared by the samples) or "
+                         f"the batch {B} of X0")
     dt = T / steps
     with memory_errors(f"model: a run of {what} of shape {tuple(X0.shape)}", "batch, N or d, or the model's sizes "
                        "(width, features, attention draws)"):

@@ -800,7 +800,7 @@ def test_brownian_path_from_a_seed_replays_and_refuses():
 def test_draws_serve_the_path_parts_in_order():
     """Draws.brownian: fresh normals from the generator without a path (shape, dtype); with one,
     the step's parts in order, converted to the dtype asked for, refusing a part of another shape
-    (except the leading, broadcast axis) or one more part than the path has."""
+    (but for leading axes that broadcast: equal, or one of them 1) or one more part than the path has."""
     g = torch.Generator().manual_seed(12)
     ref = replay(g)
     z = Draws(g).brownian((2, 3), torch.float32, "cpu")
@@ -810,7 +810,9 @@ def test_draws_serve_the_path_parts_in_order():
     assert draws.coupled and not Draws(g).coupled
     a, b = path.increment(1, 2)
     assert torch.equal(draws.brownian((1, 4, 3), torch.float64, "cpu"), a)
-    assert torch.equal(draws.brownian((7, 1, 3), torch.float32, "cpu"), b.float())
+    assert torch.equal(draws.brownian((2, 1, 3), torch.float32, "cpu"), b.float())
+    with pytest.raises(ValueError, match=r"^BrownianPath: the noise source needs normals of shape \(7, 1, 3\) \(part 0\); "):
+        Draws(g, path, 0, 2).brownian((7, 1, 3), torch.float64, "cpu")  # leading axes 7 and 2 do not broadcast
     with pytest.raises(ValueError, match=r"^BrownianPath: the noise source needs normals of shape \(1, 1, 3\) \(part 2\); "
                        r"the path has parts \[\(2, 4, 3\), \(2, 1, 3\)\]$"):
         draws.brownian((1, 1, 3), torch.float64, "cpu")

@@ -1,0 +1,26 @@
+"""A Brownian path given to ``solve`` must fit the noise it drives: its part shape equals the
+requested normals' shape but for a leading axis of 1 (broadcast over samples); anything else is a
+``ValueError`` naming the path, never a broadcasting error from deep inside a step."""
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import stochformer as sf
+
+
+@settings(max_examples=25, deadline=None)
+@given(batch=st.integers(1, 3), lead=st.integers(1, 4), n_off=st.integers(-1, 1), d_off=st.integers(-1, 1))
+def test_path_shape_is_checked_before_it_is_used(batch, lead, n_off, d_off):
+    N, d = 4, 3
+    X0 = sf.sphere.uniform(batch=batch, N=N, d=d, seed=0)
+    model = sf.Transformer(sf.SoftmaxAttention(beta=1.0, gamma=1.0), sf.RandomMLP(width=8))
+    path = sf.BrownianPath((lead, N + n_off, d + d_off), 4, seed=1)
+    fits = lead in (1, batch) and n_off == 0 and d_off == 0
+    if fits:
+        out = sf.solve(model, X0, 1.0, 4, seed=0, path=path)
+        assert torch.isfinite(torch.as_tensor(out.X_final.values)).all()
+    else:
+        with pytest.raises(ValueError, match="BrownianPath"):
+            sf.solve(model, X0, 1.0, 4, seed=0, path=path)
