@@ -163,9 +163,9 @@ def solve(
         raise ValueError(f"generator: is on {generator.device}, X0 on {X0.device}; give them the same device")
     if path is not None and path.steps % steps:
         raise ValueError(f"path: steps = {steps} must divide its {path.steps} fine steps")
-    if path is not None and any(part[:1] not in ((1,), (B,)) for part in path.parts):
-        raise ValueError(f"path: BrownianPath parts {path.parts} must lead with 1 (shared by the samples) or "
-                         f"the batch {B} of X0")
+    if path is not None and any(not part or B % part[0] for part in path.parts):
+        # 1 (shared by the samples), B, or B/k for a model of k stacked parts each driven by the path
+        raise ValueError(f"path: BrownianPath parts {path.parts} must lead with a divisor of the batch {B} of X0")
     dt = T / steps
     with memory_errors(f"model: a run of {what} of shape {tuple(X0.shape)}", "batch, N or d, or the model's sizes "
                        "(width, features, attention draws)"):
@@ -193,12 +193,12 @@ def solve(
             for k in tqdm(range(1, steps + 1), desc=desc, disable=not progress, leave=False, mininterval=0.5):
                 X = model.step(X, dt, step_draws(generator, path, k - 1, steps))
                 if k == 1 or not torch.is_tensor(X) or X.shape != shape:
-                    _first_step(model, X, tuple(shape), on_sphere, cause, what)
+                    _first_step(model, X, X0, on_sphere, cause, what)
                 X = check_finite(X, k, cause, what)
                 if hook is not None:
                     new = hook(k, X)
                     if new is not None and (k == 1 or not torch.is_tensor(new) or new.shape != shape):
-                        check_output(f"hook ({callable_name(hook)})", new, tuple(shape), unit=on_sphere)
+                        check_output(f"hook ({callable_name(hook)})", new, tuple(shape), unit=on_sphere, like=X0)
                     X = X if new is None else new
                 keep(k, X)
     ds = _dataset(X, records, stat_steps, snapshots, token_steps, dt, save)
@@ -206,12 +206,12 @@ def solve(
     return ds
 
 
-def _first_step(model: Any, X: Any, shape: tuple[int, ...], on_sphere: bool, cause: Any, what: str) -> None:
+def _first_step(model: Any, X: Any, X0: torch.Tensor, on_sphere: bool, cause: Any, what: str) -> None:
     """The first step's output: a user model's checked like any user callable; one of
     stochformer's own that leaves the sphere broke down numerically (a step too large for its
     parameters): :class:`NonFiniteError` naming the likely cause."""
     own = _own(type(model))
-    check_output(f"model.step ({callable_name(model)})", X, shape, unit=on_sphere and not own)
+    check_output(f"model.step ({callable_name(model)})", X, tuple(X0.shape), unit=on_sphere and not own, like=X0)
     off = rows_off_sphere(X) if on_sphere and own else None
     if off is not None:
         raise NonFiniteError(f"{what} left the sphere at layer 1 (rows of norm {off[0]:.3g} to {off[1]:.3g}): the run was "

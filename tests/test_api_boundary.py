@@ -16,9 +16,11 @@ no traceback.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
 from collections import Counter
@@ -355,6 +357,35 @@ SPECS = [
 ARGS = [(spec, name) for spec in SPECS for name in spec.args()]
 
 
+#: seconds one call may take: a hostile value must be refused (or computed) quickly, never run on
+#: (e.g. an unbounded repetition count); beyond this the call is recorded as a hang
+CALL_SECONDS = 60.0
+
+
+class _Hang(BaseException):
+    """Raised in the test's thread when a call runs past CALL_SECONDS (not an ``Exception``: the
+    library cannot swallow it)."""
+
+
+@contextlib.contextmanager
+def _time_limit(seconds: float):
+    """Interrupt the block after ``seconds`` (SIGALRM, POSIX main thread; elsewhere no limit)."""
+    if not hasattr(signal, "setitimer"):
+        yield
+        return
+
+    def _raise(signum, frame):
+        raise _Hang
+
+    previous = signal.signal(signal.SIGALRM, _raise)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def outcome(spec: Spec, name: str, value: Any) -> str:
     """Call ``spec`` with ``name`` = ``value``: 'clean error', 'result', or a problem (recorded)."""
     kw = spec.args()
@@ -362,7 +393,12 @@ def outcome(spec: Spec, name: str, value: Any) -> str:
     COVERED.add(spec.name)
     case = f"{spec.name}({name}={value!r:.80})"
     try:
-        result = spec.call(**kw)
+        with _time_limit(CALL_SECONDS):
+            result = spec.call(**kw)
+    except _Hang:
+        PROBLEMS.append(f"hang: {case} ran past {CALL_SECONDS:g} s")
+        OUTCOMES["hang"] += 1
+        return "hang"
     except (ValueError, TypeError) as exc:
         text = str(exc)
         names = (name, *spec.aliases)
@@ -402,6 +438,26 @@ def test_every_public_callable_gives_a_clean_error_or_a_correct_result(item: tup
     before = len(PROBLEMS)
     outcome(spec, name, value)
     assert PROBLEMS[before:] == []
+
+
+def test_a_call_that_runs_on_is_recorded_as_a_hang(monkeypatch) -> None:
+    """Fault injection: a callable that never returns (a loop bounded only by its argument) is
+    stopped after CALL_SECONDS and recorded as a hang, so the property fails instead of hanging."""
+    problems: list[str] = []
+    monkeypatch.setattr(sys.modules[__name__], "PROBLEMS", problems)
+    monkeypatch.setattr(sys.modules[__name__], "OUTCOMES", Counter())
+    monkeypatch.setattr(sys.modules[__name__], "COVERED", set())
+    monkeypatch.setattr(sys.modules[__name__], "CALL_SECONDS", 0.2)
+
+    def spin(rounds: int) -> int:
+        k = 0
+        while k < rounds:
+            k += 1
+        return k
+
+    spec = Spec("spin", spin, lambda: dict(rounds=10), lambda x, kw: None)
+    assert outcome(spec, "rounds", 10) == "result"
+    assert outcome(spec, "rounds", 10**15) == "hang" and problems == ["hang: spin(rounds=1000000000000000) ran past 0.2 s"]
 
 
 def test_every_argument_accepts_its_valid_value_and_numpy_scalars() -> None:

@@ -1,6 +1,7 @@
 """A Brownian path given to ``solve`` must fit the noise it drives: its part shape equals the
 requested normals' shape but for a leading axis of 1 (broadcast over samples); anything else is a
-``ValueError`` naming the path, never a broadcasting error from deep inside a step."""
+``ValueError`` naming the path, never a broadcasting error from deep inside a step. (A leading axis
+that divides the batch is left to the model: a stack of k parts reads it k times.)"""
 
 import pytest
 import torch

@@ -190,7 +190,11 @@ def test_resource_tasks_run_only_on_workers_that_have_them(client):
         assert {pids[f"gpu{k}"] for k in range(4)} == {worker.pid}
     finally:
         worker.terminate()
-        worker.wait(timeout=30)
+        try:
+            worker.wait(timeout=30)
+        except subprocess.TimeoutExpired:  # an older dask worker may linger while closing
+            worker.kill()
+            worker.wait()
     # a sweep on a CUDA device asks for a GPU; a CPU sweep does not
     assert all(t.resources == {"GPU": 1} for t in plan_sweep(small_sweep({"device": "cuda"})).tasks())
     assert all(t.resources is None for t in plan_sweep(small_sweep()).tasks())
