@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import json
 import sys
+import types
 from pathlib import Path
-from typing import Any, ClassVar, Literal, Optional, Union, get_args, get_origin
+from typing import Annotated, Any, ClassVar, Literal, Optional, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from .model.activations import ACTIVATIONS
 from .sphere import load_token_array
@@ -34,6 +36,16 @@ class ConfigError(ValueError):
 MAX_DEPTH = 32
 #: an error message shows at most this many bad fields, each in at most this many characters
 MESSAGE_LINES, MESSAGE_LINE = 8, 300
+#: the most points a grid of one command may have (every point is checked and sized before any work)
+MAX_GRID_POINTS = 100_000
+
+
+def check_grid_size(n_points: int, fields: str) -> None:
+    """``ValueError`` naming ``fields`` (the axes) when a grid has more than :data:`MAX_GRID_POINTS`
+    points: refused before its points are built, checked or sized."""
+    if n_points > MAX_GRID_POINTS:
+        raise ValueError(f"{fields}: {n_points} grid points; a grid has at most {MAX_GRID_POINTS} "
+                         "(split it into several runs)")
 
 
 def _items(value: Any) -> list:
@@ -72,8 +84,47 @@ def check_depth(data: Any, where: str) -> None:
         raise ConfigError(f"{where}: lists and tables nest more than {MAX_DEPTH} levels deep")
 
 
-class _Strict(BaseModel):
+def _scalar_mismatch(value: Any, ann: Any) -> Optional[str]:
+    """The pydantic error type (``bool_type``, ``int_type``, ``float_type``) when ``value`` is of a
+    kind ``ann`` never means, which pydantic's lax mode would convert: a boolean for a number, a
+    number or a string for a boolean, a string for a number (also inside lists); else None."""
+    origin, args = get_origin(ann), get_args(ann)
+    if origin is Annotated:
+        return _scalar_mismatch(value, args[0])
+    if origin in (Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        found = [_scalar_mismatch(value, a) for a in args if a is not type(None)]
+        return None if None in found else found[0]
+    if origin in (list, tuple) and isinstance(value, (list, tuple)):
+        inner = args[0] if args and (origin is list or args[-1] is Ellipsis or len(args) == 1) else None
+        found = [_scalar_mismatch(v, inner) for v in value] if inner is not None else []
+        return next((f for f in found if f is not None), None)
+    if origin is Literal:
+        return None if any(type(value) is type(a) and value == a for a in args) else "literal_error"
+    if ann is bool:
+        return None if isinstance(value, bool) else "bool_type"
+    if ann in (int, float) and isinstance(value, (bool, str)):
+        return f"{ann.__name__}_type"
+    return None
+
+
+class StrictConfig(BaseModel):
+    """The base of every config: unknown fields, NaN and infinities refused; no lax conversion of
+    booleans, numbers and strings into one another; integers within int64."""
+
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False, validate_assignment=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_conversion(cls, value: Any, info: Any) -> Any:
+        """Refuse a boolean where a number is meant, and a number or string where a boolean or a
+        number is meant (pydantic would read ``true`` as 1 and ``"2"`` as 2)."""
+        field = cls.model_fields.get(info.field_name)
+        kind = None if field is None else _scalar_mismatch(value, field.annotation)
+        if kind is not None:
+            raise PydanticCustomError(kind, "wrong type")
+        return value
 
     @field_validator("*", mode="after")
     @classmethod
@@ -83,7 +134,7 @@ class _Strict(BaseModel):
         return value
 
 
-class InitConfig(_Strict):
+class InitConfig(StrictConfig):
     """Initial tokens: ``uniform`` on S^{d−1}, a ``npy`` file of shape (N, d) or (batch, N, d),
     a ``cluster`` around ``center`` (default e₁) with Gaussian ``spread``, or a ``pair`` of tokens at
     ``cosine`` (N = 2), randomly rotated per sample."""
@@ -109,7 +160,7 @@ class InitConfig(_Strict):
 _INIT_USED_BY = {"path": "npy", "center": "cluster", "spread": "cluster", "cosine": "pair"}
 
 
-class RunConfig(_Strict):
+class RunConfig(StrictConfig):
     """One simulation of the deep transformer (SPEC §1) or of its limit SDE (SPEC §3)."""
 
     # model sizes
@@ -248,7 +299,7 @@ class RunConfig(_Strict):
         return build_config(self.model_dump(mode="json"), [f"{k}={json.dumps(v)}" for k, v in updates.items()])
 
 
-class ExperimentConfig(_Strict):
+class ExperimentConfig(StrictConfig):
     """An experiment's config: ``model``, the :class:`RunConfig` of the system it runs (a ``[model]``
     table in TOML, ``--set model.N=…``), beside the experiment's own fields.
 
@@ -326,7 +377,7 @@ def _valid_text(info: Any) -> str:
                 bounds.append(f"{sym} {bound}" if isinstance(bound, int) else f"{sym} {bound:g}")
     kinds = []
     ann = info.annotation
-    for t in (ann,) if get_origin(ann) is Literal else (get_args(ann) or (ann,)):
+    for t in (ann,) if get_origin(ann) in (Literal, list) else (get_args(ann) or (ann,)):
         if get_origin(t) is Literal:
             kinds.append("one of " + ", ".join(repr(a) for a in get_args(t)))
         elif t is bool:
@@ -337,7 +388,8 @@ def _valid_text(info: Any) -> str:
             kinds.append("a finite number")
         elif get_origin(t) is list:
             nested = any(get_origin(a) is list for a in get_args(t))
-            kinds.append("a matrix (list of rows) of finite numbers" if nested else "a list of finite numbers")
+            kinds.append("a matrix (list of rows) of finite numbers" if nested else
+                         "a list of integers" if get_args(t) == (int,) else "a list of finite numbers")
     text = " or ".join(dict.fromkeys(kinds))
     return " ".join(x for x in (text, " and ".join(bounds)) if x)
 

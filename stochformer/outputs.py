@@ -3,7 +3,10 @@
 **The manifest.** Every folder stochformer writes holds :data:`MARKER`, a manifest of the files it
 wrote there: a header bound to the folder (its device and inode, and the command that made it:
 ``simulate``, ``sweep``, ``reproduce``, ...) and one line per file written (relative path, size,
-SHA-256), appended before the file is moved into place. A folder is stochformer's own only if its
+SHA-256), appended before the file is moved into place; every line carries an HMAC-SHA256 under the
+key kept outside every output folder (:func:`stochformer.io.cache_key_bytes`), each entry's after
+the header's, so a line edited, added by hand or copied from another manifest lists nothing. A
+folder is stochformer's own only if its
 manifest is valid *for that folder*: a manifest copied with the folder (``cp -r``: another inode),
 planted, truncated or edited grants nothing. :func:`verify` accepts a folder only if every file in
 it is listed with its current size and hash (a file that changed since, a file the manifest does
@@ -37,8 +40,10 @@ from __future__ import annotations
 import contextlib
 import errno
 import hashlib
+import hmac
 import json
 import os
+import secrets
 import stat
 import tempfile
 import threading
@@ -55,7 +60,7 @@ except ImportError:  # pragma: no cover - Windows
 #: the manifest file of every folder stochformer writes (JSON lines: a header, then one line per file)
 MARKER = ".stochformer"
 #: the manifest's format (older markers, a bare ``.stochformer`` file included, grant nothing)
-MANIFEST_FORMAT = 2
+MANIFEST_FORMAT = 3
 #: the least free space an output location needs before any work (bytes)
 MIN_FREE_BYTES = 16 << 20
 #: characters stochformer adds to an output folder's name for its own files beside it
@@ -171,6 +176,8 @@ class Manifest:
     command: str
     files: dict[str, set[tuple[int, str]]] = field(default_factory=dict)
     temps: set[str] = field(default_factory=set)
+    #: the header's signature, which every entry's signature includes (binds the entries to this manifest)
+    seal: str = ""
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
@@ -185,7 +192,9 @@ class Manifest:
         folder = Path(folder)
         st = os.stat(folder)
         header = {"stochformer": "output manifest", "format": MANIFEST_FORMAT, "command": command, "dev": st.st_dev,
-                  "ino": st.st_ino, "version": __version__, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+                  "ino": st.st_ino, "version": __version__, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                  "nonce": secrets.token_hex(8)}
+        header["mac"] = _mac("", header)
         marker = folder / MARKER
         if os.path.lexists(marker) and (marker.is_symlink() or not marker.is_file()):
             raise OutputError(f"--out: {marker} is not a file stochformer wrote; remove it or choose another folder")
@@ -193,7 +202,7 @@ class Manifest:
             marker.write_text(json.dumps(header) + "\n")
         except OSError as exc:
             raise write_error(folder / MARKER, exc) from None
-        return cls(folder, command)
+        return cls(folder, command, seal=header["mac"])
 
     @classmethod
     def read(cls, folder: Path | str) -> Optional["Manifest"]:
@@ -208,18 +217,18 @@ class Manifest:
             header = json.loads(lines[0])
             ok = (isinstance(header, dict) and header.get("stochformer") == "output manifest"
                   and header.get("format") == MANIFEST_FORMAT and isinstance(header.get("command"), str)
-                  and header.get("dev") == st.st_dev and header.get("ino") == st.st_ino)
+                  and header.get("dev") == st.st_dev and header.get("ino") == st.st_ino and _signed("", header))
         except (OSError, ValueError, IndexError, UnicodeDecodeError):
             return None
         if not ok:
             return None
-        manifest = cls(folder, header["command"])
+        manifest = cls(folder, header["command"], seal=header["mac"])
         for line in lines[1:]:
             try:
                 entry = json.loads(line)
                 rel = entry["path"]
-                if not isinstance(rel, str):
-                    continue
+                if not isinstance(rel, str) or not _signed(manifest.seal, entry):
+                    continue  # an entry stochformer did not write here (edited or copied in) lists nothing
                 if entry.get("temp") is True:
                     manifest.temps.add(rel)
                 elif isinstance(entry.get("size"), int) and isinstance(entry.get("sha256"), str):
@@ -229,7 +238,7 @@ class Manifest:
         return manifest
 
     def _append(self, entry: dict) -> None:
-        line = (json.dumps(entry) + "\n").encode()
+        line = (json.dumps({**entry, "mac": _mac(self.seal, entry)}) + "\n").encode()
         with self._lock:
             try:
                 fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
@@ -249,6 +258,22 @@ class Manifest:
         """List the temporary file ``rel`` (removable whatever its content: a write cut short)."""
         self._append({"path": rel, "temp": True})
         self.temps.add(rel)
+
+
+def _mac(seal: str, record: dict) -> str:
+    """The HMAC-SHA256 of a manifest line (without its ``mac``) after ``seal``, under the key kept
+    outside every output folder (:func:`stochformer.io.cache_key_bytes`): a line edited, added or
+    copied from another manifest does not match."""
+    from .io import cache_key_bytes
+
+    body = json.dumps({k: v for k, v in record.items() if k != "mac"}, sort_keys=True)
+    return hmac.new(cache_key_bytes(), f"{seal}\n{body}".encode(), hashlib.sha256).hexdigest()
+
+
+def _signed(seal: str, record: dict) -> bool:
+    """Whether the manifest line ``record`` carries its valid signature after ``seal``."""
+    mac = record.get("mac")
+    return isinstance(mac, str) and hmac.compare_digest(mac, _mac(seal, record))
 
 
 def _entries(folder: Path) -> Iterator[tuple[str, os.stat_result]]:

@@ -26,6 +26,7 @@ import xarray as xr
 
 from .io import write_json
 from .outputs import free_bytes, open_input, write_error, writing
+from .validation import validated
 
 DATASET = "dataset.nc"
 
@@ -133,6 +134,7 @@ class Result:
         return f"<{type(self).__name__} {self.command}: seed {seed}, {getattr(self, 'elapsed_s', 0.0):.2f} s; .to_dataset(), .to_dict(), .save(folder)>"
 
 
+@validated
 def load(folder: Path | str) -> xr.Dataset:
     """The dataset of a result folder (or a ``.nc`` file), loaded into memory; its attributes
     hold the command, config, seed, versions and device (nested ones as JSON strings). Only a

@@ -111,12 +111,21 @@ def clip(text: str, limit: int = SHOWN) -> str:
 # --------------------------------------------------------------------------- scalar checks
 
 
+def _plain_scalar(value: Any) -> Any:
+    """A 0-d torch tensor (not on the meta device) as the Python number it holds; anything else as
+    it is (a 0-d bool tensor becomes a bool, so it is refused as a number like ``True``)."""
+    if torch.is_tensor(value) and value.ndim == 0 and value.device.type != "meta":
+        return value.item()
+    return value
+
+
 def check_int(name: str, value: Any, low: Optional[int] = 1, high: Optional[int] = None) -> int:
-    """``value`` as an int in [low, high] (Python or numpy integers, not bools), else ``ValueError``
-    naming ``name`` and the range (:class:`ArgumentTypeError` for a non-integer)."""
+    """``value`` as an int in [low, high] (Python or numpy integers or a 0-d tensor of one, not
+    bools), else ``ValueError`` naming ``name`` and the range (:class:`ArgumentTypeError` for a non-integer)."""
     if type(value) is int and (low is None or value >= low) and (high is None or value <= high):
         return value
     valid = "an integer" + (f" >= {low}" if low is not None else "") + (f" and <= {high}" if high is not None else "")
+    value = _plain_scalar(value)
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
         raise ArgumentTypeError(f"{name}: must be {valid} (got {short(value)})")
     if (low is not None and value < low) or (high is not None and value > high):
@@ -126,7 +135,7 @@ def check_int(name: str, value: Any, low: Optional[int] = 1, high: Optional[int]
 
 def check_float(name: str, value: Any, low: Optional[float] = None, high: Optional[float] = None,
                 low_open: bool = False, high_open: bool = False) -> float:
-    """``value`` as a finite float in the range (Python or numpy reals, not bools), else
+    """``value`` as a finite float in the range (Python or numpy reals or a 0-d tensor of one, not bools), else
     ``ValueError`` naming ``name`` and the range (:class:`ArgumentTypeError` for a non-number)."""
     if type(value) is float and math.isfinite(value) and (low is None or (value > low if low_open else value >= low)) \
             and (high is None or (value < high if high_open else value <= high)):
@@ -134,6 +143,7 @@ def check_float(name: str, value: Any, low: Optional[float] = None, high: Option
     bounds = ([f"{'>' if low_open else '>='} {low:g}"] if low is not None else []) + \
         ([f"{'<' if high_open else '<='} {high:g}"] if high is not None else [])
     valid = " and ".join(["a finite number", *bounds])
+    value = _plain_scalar(value)
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
         raise ArgumentTypeError(f"{name}: must be {valid} (got {short(value)})")
     x = float(value)
@@ -516,14 +526,16 @@ def callable_name(fn: Any) -> str:
     return f"{getattr(target, '__module__', '?')}.{getattr(target, '__qualname__', repr(target))}"
 
 
-def check_output(who: str, out: Any, shape: tuple[int, ...], unit: bool = False) -> torch.Tensor:
-    """The output of the user callable ``who`` (e.g. ``"activation foo.phi"``): a tensor of
-    ``shape`` with finite entries (unit rows when ``unit``), else ``ValueError`` naming it. Called
-    on a callable's first call only (the hot loops stay unchecked)."""
+def check_output(who: str, out: Any, shape: tuple[int, ...], unit: bool = False, like: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """The output of the user callable ``who`` (e.g. ``"activation foo.phi"``): a real floating
+    tensor of ``shape`` (of the dtype and device of ``like``, its input, when given) with finite
+    entries (unit rows when ``unit``), else ``ValueError`` naming it. Called on a callable's first
+    call only (the hot loops stay unchecked)."""
     if not torch.is_tensor(out):
         raise ValueError(f"{who}: must return a tensor of shape {tuple(shape)} (got {short(out)})")
     if tuple(out.shape) != tuple(shape):
         raise ValueError(f"{who}: returned shape {tuple(out.shape)}, expected {tuple(shape)} (no broadcasting)")
+    _check_output_kind(who, out, like)
     if not bool(torch.isfinite(out).all()):
         raise ValueError(f"{who}: returned non-finite values (NaN or infinite) on its first call")
     if unit:
@@ -534,9 +546,19 @@ def check_output(who: str, out: Any, shape: tuple[int, ...], unit: bool = False)
     return out
 
 
-def first_output(seen: set, key: str, part: Any, out: Any, shape: tuple[int, ...]) -> Any:
+def _check_output_kind(who: str, out: torch.Tensor, like: Optional[torch.Tensor]) -> None:
+    """``out`` holds real floating numbers (not on the meta device), of the dtype and device of
+    ``like`` when given; else ``ValueError`` naming ``who`` and what it should return."""
+    want = "a real floating tensor" if like is None else \
+        f"a {str(like.dtype).removeprefix('torch.')} tensor on {like.device} (the dtype and device of its input)"
+    wrong_kind = not out.is_floating_point() or out.device.type == "meta"
+    if wrong_kind or like is not None and (out.dtype != like.dtype or out.device != like.device):
+        raise ValueError(f"{who}: must return {want} (got {short(out)})")
+
+
+def first_output(seen: set, key: str, part: Any, out: Any, shape: tuple[int, ...], like: Optional[torch.Tensor] = None) -> Any:
     """``out``, the output of a model's part ``key`` (its ``attention``, its noise source's
-    ``increment``), checked by :func:`check_output` the first time ``key`` is not in ``seen`` (the
+    ``increment``), checked by :func:`check_output` (against ``like``, its input, when given) the first time ``key`` is not in ``seen`` (the
     model clears ``seen`` at the start of every run). One of stochformer's own parts that returns
     non-finite numbers broke down numerically: :class:`NonFiniteError` naming its large parameters."""
     if key not in seen:
@@ -545,7 +567,7 @@ def first_output(seen: set, key: str, part: Any, out: Any, shape: tuple[int, ...
             found = ", ".join(_large_parameters(part, f"{key}.")) or "the step size and the part's scales"
             raise NonFiniteError(f"non-finite {key} increment on its first call: the run was stopped and nothing was "
                                  f"written; likely cause: {found}")
-        check_output(f"{key} ({callable_name(part)})", out, shape)
+        check_output(f"{key} ({callable_name(part)})", out, shape, like=like)
         seen.add(key)
     return out
 

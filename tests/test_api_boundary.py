@@ -176,6 +176,23 @@ def _field_runs(field: Any) -> None:
     _run(sf.LimitSDE(sf.SoftmaxAttention(), field))
 
 
+def _saved_dataset() -> str:
+    """A small dataset file (written once per test process), for ``sf.load``."""
+    import tempfile
+
+    import xarray as xr
+
+    path = Path(tempfile.gettempdir()) / f"sf-boundary-{os.getpid()}" / "dataset.nc"
+    if not path.exists():
+        path.parent.mkdir(exist_ok=True)
+        xr.Dataset({"statistic": ("time", np.arange(3.0))}).to_netcdf(path, engine="h5netcdf")
+    return str(path)
+
+
+def _raise(text: str) -> None:
+    raise AssertionError(text)
+
+
 @dataclass
 class Spec:
     """One public callable: ``call(**kwargs)`` from valid defaults, the check of an accepted result
@@ -353,6 +370,7 @@ SPECS = [
          lambda x, kw: None),
     Spec("tagged_correlation", stats.tagged_correlation, lambda: dict(A=torch.randn(5, 2, dtype=torch.float64),
                                                                       B=torch.randn(5, 2, dtype=torch.float64)), _stat_check),
+    Spec("load", sf.load, lambda: dict(folder=_saved_dataset()), lambda ds, kw: None if "statistic" in ds else _raise("no data")),
 ]
 ARGS = [(spec, name) for spec in SPECS for name in spec.args()]
 
@@ -440,6 +458,18 @@ def test_every_public_callable_gives_a_clean_error_or_a_correct_result(item: tup
     assert PROBLEMS[before:] == []
 
 
+@settings(max_examples=30, deadline=None, database=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(value=st.one_of(st.none(), st.integers(), st.floats(), st.booleans(), st.binary(max_size=8),
+                       st.lists(st.text(max_size=4), max_size=2), st.just(np.float64(1.0))))
+def test_load_names_its_argument_for_anything_but_a_path(value: Any) -> None:
+    """``sf.load`` of anything but a path or a string is one ``ArgumentTypeError`` naming ``folder``
+    (never ``os.fspath``'s message), and a path still loads."""
+    with pytest.raises(ArgumentTypeError, match=r"^folder: must be a pathlib.Path or a str"):
+        sf.load(value)
+    assert "statistic" in sf.load(Path(_saved_dataset()))
+    OUTCOMES["clean error"] += 1
+
+
 def test_a_call_that_runs_on_is_recorded_as_a_hang(monkeypatch) -> None:
     """Fault injection: a callable that never returns (a loop bounded only by its argument) is
     stopped after CALL_SECONDS and recorded as a hang, so the property fails instead of hanging."""
@@ -462,7 +492,8 @@ def test_a_call_that_runs_on_is_recorded_as_a_hang(monkeypatch) -> None:
 
 def test_every_argument_accepts_its_valid_value_and_numpy_scalars() -> None:
     """Each callable works with its valid arguments, and with every int or float argument given as
-    the numpy scalar of the same value (np.int64, np.float64): converted, not refused."""
+    the numpy scalar of the same value (np.int64, np.float64) or as a 0-d torch tensor of it:
+    converted, not refused."""
     for spec in SPECS:
         kw = spec.args()
         assert outcome(spec, next(iter(kw)), kw[next(iter(kw))]) == "result", spec.name
@@ -471,17 +502,23 @@ def test_every_argument_accepts_its_valid_value_and_numpy_scalars() -> None:
                 continue
             as_numpy = np.int64(value) if isinstance(value, int) else np.float64(value)
             assert outcome(spec, name, as_numpy) == "result", (spec.name, name)
+            if isinstance(value, int) and value > 2**63 - 1:
+                continue  # beyond a torch integer
+            assert outcome(spec, name, torch.tensor(value)) == "result", (spec.name, name, "0-d tensor")
 
 
 @settings(max_examples=60, deadline=None, database=None, derandomize=True, suppress_health_check=list(HealthCheck))
-@given(kind=st.sampled_from(["bool", "fraction", "huge", "negative"]), name=st.sampled_from(["steps", "seed"]))
+@given(kind=st.sampled_from(["bool", "fraction", "huge", "negative", "bool tensor", "fraction tensor", "vector tensor"]),
+       name=st.sampled_from(["steps", "seed"]))
 def test_integer_arguments_refuse_bools_fractions_and_out_of_range(kind: str, name: str) -> None:
-    """True for an int and 1.5 for an int are refused (a TypeError that is also a ValueError);
-    seeds beyond [0, 2**64 - 1] and negative steps are refused naming the range."""
-    value = {"bool": True, "fraction": 1.5, "huge": 2**70, "negative": -1}[kind]
+    """True for an int and 1.5 for an int are refused (a TypeError that is also a ValueError), also
+    as 0-d tensors, and a tensor of one entry that is not 0-d; seeds beyond [0, 2**64 - 1] and
+    negative steps are refused naming the range."""
+    value = {"bool": True, "fraction": 1.5, "huge": 2**70, "negative": -1, "bool tensor": torch.tensor(True),
+             "fraction tensor": torch.tensor(1.5), "vector tensor": torch.tensor([2])}[kind]
     with pytest.raises(ValueError, match=rf"^{name}: must be an integer") as exc:
         sf.solve(sf.Transformer(), _tokens(), 1.0, **{"steps": 2, "seed": 0, name: value})
-    assert isinstance(exc.value, TypeError) == (kind in ("bool", "fraction"))
+    assert isinstance(exc.value, TypeError) == (kind not in ("huge", "negative"))
     assert isinstance(exc.value, ArgumentTypeError) or "<=" in str(exc.value) or ">=" in str(exc.value)
     OUTCOMES["clean error"] += 1
 
@@ -555,6 +592,14 @@ BAD_OUTPUTS = {
     "is infinite": lambda Y: Y / 0.0,
     "is a numpy array": lambda Y: Y.detach().numpy(),
     "is a list": lambda Y: Y.tolist(),
+    # the right shape, but not the dtype or device of the input (float64 tokens on the CPU)
+    "is float32": lambda Y: Y.float(),
+    "is float16": lambda Y: Y.half(),
+    "is bfloat16": lambda Y: Y.bfloat16(),
+    "is integer": lambda Y: Y.round().long(),
+    "is bool": lambda Y: Y > 0,
+    "is complex": lambda Y: Y.to(torch.complex128),
+    "is on the meta device": lambda Y: Y.to("meta"),
 }
 
 
@@ -606,12 +651,13 @@ KINDS = {"activation": "activation", "feature activation": "activation", "attent
          "hook": "hook", "noise": "noise", "mlp": "mlp", "step": "model.step"}
 
 
-@settings(max_examples=80, deadline=None, database=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@settings(max_examples=130, deadline=None, database=None, derandomize=True, suppress_health_check=list(HealthCheck))
 @given(kind=st.sampled_from(list(KINDS)), bad=st.sampled_from(list(BAD_OUTPUTS)), N=st.integers(2, 4), d=st.integers(2, 4))
 def test_a_user_callable_of_wrong_shape_or_nan_is_refused_naming_it(kind: str, bad: str, N: int, d: int) -> None:
     """An activation, attention, hook, noise source or step function whose output has the wrong
-    shape (or type) or is not finite is refused on its first call, naming what it is and the
-    callable (never broadcast, never a NaN run)."""
+    shape (or type), another dtype or device than its input (integer, bool, complex, half or
+    float32 numbers for float64 tokens, the meta device) or is not finite is refused on its first
+    call, naming what it is and the callable (never broadcast, never a NaN run, never torch's error)."""
     model, extra = _model_with(kind, BAD_OUTPUTS[bad])
     with pytest.raises(ValueError) as exc:
         sf.solve(model, _tokens(2, N, d), 1.0, 3, seed=0, **extra)

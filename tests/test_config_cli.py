@@ -293,3 +293,88 @@ def test_no_paths_png_without_stride_or_for_d_not_3(tmp_path):
         files = {p.name for p in (tmp_path / name).iterdir()}
         assert "summary.png" in files and "paths.png" not in files
     assert "X" not in load(tmp_path / "a")
+
+
+# --- no lax conversion: a boolean is never a number, a number or a string never a boolean ----------------
+
+
+def _config_models() -> dict[str, type]:
+    from stochformer.experiments.bridge import BridgeConfig
+    from stochformer.experiments.chaos import ChaosConfig
+    from stochformer.experiments.converge import ConvergeConfig
+    from stochformer.experiments.phase import PhaseConfig
+    from stochformer.experiments.sweep import SweepConfig
+    from stochformer.experiments.sync import SyncConfig
+
+    return {"simulate": RunConfig, "sync": SyncConfig, "converge": ConvergeConfig, "chaos": ChaosConfig, "phase": PhaseConfig,
+            "sweep": SweepConfig, "bridge": BridgeConfig}
+
+
+def _scalar_kinds(ann) -> set:
+    """The scalar types (bool, int, float) an annotation holds, at its top or as list entries."""
+    from typing import get_args, get_origin
+
+    if ann in (bool, int, float):
+        return {ann}
+    return set().union(*(_scalar_kinds(a) for a in get_args(ann))) if get_origin(ann) is not None else set()
+
+
+def _typed_fields(model: type, prefix: str = "") -> list[tuple[str, set]]:
+    """Every field of ``model`` (and of its nested configs, by dotted path) holding numbers or booleans."""
+    from pydantic import BaseModel
+
+    out = []
+    for name, info in model.model_fields.items():
+        ann = info.annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            out += _typed_fields(ann, f"{prefix}{name}.")
+        elif kinds := _scalar_kinds(ann):
+            out.append((prefix + name, kinds))
+    return out
+
+
+@st.composite
+def wrong_kind(draw) -> tuple[type, str, str]:
+    """A config, one of its fields and a value of a kind the field never holds, as ``--set`` text:
+    a boolean (also as a list entry) for a number, a number or a quoted word for a boolean, a
+    quoted number for a number."""
+    model = draw(st.sampled_from(list(_config_models().values())))
+    name, kinds = draw(st.sampled_from(_typed_fields(model)))
+    if kinds == {bool}:
+        value = draw(st.sampled_from(["0", "1", "2", "0.0", '"true"', '"false"', '"yes"']))
+    else:
+        number = draw(st.sampled_from(["1", "2", "0.5", "3.0"]))
+        flag = draw(st.sampled_from(["true", "false"]))
+        value = draw(st.sampled_from([flag, f'"{number}"', f"[{number}, {flag}]", f"[{flag}]"]))
+    return model, name, value
+
+
+@settings(max_examples=150, deadline=None, database=None, derandomize=True)
+@given(case=wrong_kind())
+def test_no_field_converts_booleans_numbers_and_strings_into_one_another(case) -> None:
+    """``seed = true`` is not seed 1, ``mlp = 1`` not true, ``T = "2"`` not 2, ``depths = [2, true]``
+    not [2, 1]: for every number or boolean field of every command's config (nested ones by their
+    dotted path), a value of another kind is one error naming the field (pydantic's lax mode would
+    convert it silently)."""
+    model, name, value = case
+    with pytest.raises(ConfigError) as exc:
+        build_config(None, [f"{name}={value}"], model=model)
+    text = str(exc.value)
+    assert len(text.splitlines()) == 1 and text.startswith("invalid configuration: ")
+    head = text.removeprefix("invalid configuration: ").split(":", 1)[0]
+    assert head == name or head.startswith(name + ".") or name.startswith(head + "."), (name, value, text)
+
+
+@settings(max_examples=60, deadline=None, database=None, derandomize=True)
+@given(field=st.sampled_from(["beta", "T", "N", "L", "sigma_U"]), base=st.integers(2, 40),
+       spelling=st.sampled_from(["int and float", "negative zero"]), others=st.lists(st.integers(41, 60), max_size=3, unique=True))
+def test_a_sweep_axis_repeating_a_value_written_differently_is_refused(field: str, base: int, spelling: str,
+                                                                        others: list[int]) -> None:
+    """An axis listing one value twice is refused naming the axis, however it is written: 4 and
+    4.0, 0.0 and -0.0 are one value (two grid points would run the same config twice)."""
+    from stochformer.experiments.sweep import SweepConfig
+
+    a, b = (base, float(base)) if spelling == "int and float" else (0.0, -0.0)
+    values = [a, *others, b]
+    with pytest.raises(ValueError, match=rf"grid\.{field}: repeated values"):
+        SweepConfig(grid={field: values})

@@ -248,6 +248,33 @@ def test_signal_at_a_random_moment_of_simulate(tmp_path: Path, sig: int, seed: i
 
 
 @pytest.mark.slow
+def test_ctrl_c_at_any_moment_from_the_start_ends_cleanly(tmp_path: Path) -> None:
+    """Ctrl-C (SIGINT) at seeded random moments from the process's start: while Python starts, the
+    command line is read, the checks run, the run computes or writes. Each ends with status 130 and
+    one line (or, before stochformer's code runs at all, killed by the signal with nothing created),
+    or finishes; never click's "Aborted!", a traceback, a lock or a partial folder."""
+    rng = random.Random(2)
+    args = ["simulate", "--quiet", "--set", "L=200", "--set", "N=16", "--set", "batch=8", "--set", "m=32"]
+    for k, delay in enumerate(sorted(rng.uniform(0.0, 4.0) for _ in range(8))):
+        out = tmp_path / f"run{k}"
+        proc = subprocess.Popen([*PY, *args, "--out", str(out)], env=_env(), cwd=tmp_path, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        time.sleep(delay)
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=120)
+        assert not lock_path(out).exists() and not _leftovers(tmp_path), (delay, _leftovers(tmp_path))
+        if proc.returncode == 0:
+            assert is_own(out, "simulate"), delay
+            continue
+        assert not out.exists(), (delay, proc.returncode, stderr)
+        if proc.returncode == -signal.SIGINT:  # before the command line was read: Python's own ending
+            continue
+        lines = _lines(stderr)
+        assert proc.returncode == 130 and len(lines) == 1 and lines[0].startswith("interrupted: "), (delay, stderr)
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
 def test_signal_during_a_sweep_keeps_tasks_and_resumes(tmp_path: Path, sig: int) -> None:
     (tmp_path / "s.toml").write_text(SWEEP_FILE.format(L=3000, every=100))

@@ -283,6 +283,50 @@ def test_planted_or_foreign_manifests_grant_nothing(tmp_path_factory, content) -
     assert (folder / "thesis.tex").read_text() == "mine"
 
 
+def _forged_lines(folder: Path, other: Path, rel: str, data: bytes, how: str) -> list[str]:
+    """Manifest lines listing the user's file ``rel`` that stochformer never wrote there: as a file
+    with its true size and hash, or as a temporary name, unsigned, with a made-up signature, with
+    the header's signature, or a signed line of another folder's manifest renamed to ``rel``."""
+    import hashlib
+    import json
+
+    entry = {"path": rel, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    temp = {"path": rel, "temp": True}
+    header = json.loads((folder / MARKER).read_text().splitlines()[0])
+    theirs = [json.loads(line) for line in (other / MARKER).read_text().splitlines()[1:]]
+    lines = {
+        "unsigned": [entry], "unsigned temp": [temp], "made-up mac": [{**entry, "mac": "0" * 64}],
+        "made-up mac temp": [{**temp, "mac": "f" * 64}], "header's mac": [{**entry, "mac": header["mac"]}],
+        "copied from another manifest": [{**line, "path": rel} for line in theirs],
+        "copied temp": [{**line, "path": rel, "temp": True} for line in theirs],
+    }[how]
+    return [json.dumps(line) for line in lines]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(tree=TREES.map(_consistent), mine=st.binary(max_size=64),
+       how=st.sampled_from(["unsigned", "unsigned temp", "made-up mac", "made-up mac temp", "header's mac",
+                            "copied from another manifest", "copied temp"]))
+def test_an_edited_manifest_grants_nothing(tmp_path_factory, tree, mine, how) -> None:
+    """A user's file added to a run folder stays refused (named, nothing removed) whatever line is
+    appended to the folder's manifest to list it: every line is signed with the key kept outside
+    the folder and bound to this manifest's header, so only lines stochformer wrote there count."""
+    base = tmp_path_factory.mktemp("edited")
+    folder, other = base / "run", base / "other"
+    _write_own(folder, tree, "simulate")
+    _write_own(other, {"mine.txt": mine, **tree}, "simulate")
+    (folder / "mine.txt").write_bytes(mine)
+    with (folder / MARKER).open("a") as fh:
+        fh.write("".join(line + "\n" for line in _forged_lines(folder, other, "mine.txt", mine, how)))
+    before = _files(folder)
+    with pytest.raises(OutputError, match="mine.txt"):
+        remove_own(folder, "simulate")
+    assert _files(folder) == before
+    (folder / "mine.txt").unlink()
+    remove_own(folder, "simulate")  # the lines stochformer wrote still grant its own files
+    assert not folder.exists()
+
+
 def test_interrupted_write_leaves_nothing_foreign(tmp_path) -> None:
     """A write cut short leaves no temporary file; a temporary file left by a killed run is listed
     (its folder stays replaceable)."""

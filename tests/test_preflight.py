@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from click.testing import CliRunner
 
 from stochformer.cli import main
@@ -117,3 +119,36 @@ def test_time_limit_and_sizes() -> None:
     for bad in ("", "-1G", "nan", "1X"):
         with pytest.raises(ValueError, match="--max-memory"):
             parse_size(bad)
+
+
+GRIDS = {"phase": ("x_values", "y_values", ["model.L=4", "pairs=2"]), "repulsion": ("gammas", "sigmas", [])}
+
+
+def _grid_model(command: str) -> type:
+    from stochformer.experiments.phase import PhaseConfig
+    from stochformer.experiments.repulsion import RepulsionConfig
+
+    return {"phase": PhaseConfig, "repulsion": RepulsionConfig}[command]
+
+
+@settings(max_examples=25, deadline=None, database=None, derandomize=True)
+@given(command=st.sampled_from(list(GRIDS)), nx=st.integers(1, 3000), data=st.data())
+def test_a_grid_beyond_the_limit_is_refused_before_its_points_are_built(command: str, nx: int, data) -> None:
+    """A two-axis grid (``phase``, ``repulsion``) of more than MAX_GRID_POINTS points is one error
+    naming both axes, at once (its points are never built, checked or sized, which for millions of
+    points would run for minutes); a grid within the limit is accepted."""
+    import time
+
+    from stochformer.config import MAX_GRID_POINTS, ConfigError
+
+    x, y, extra = GRIDS[command]
+    ny = data.draw(st.integers(1, 3 * MAX_GRID_POINTS // nx + 3))
+    sets = [f"{x}={[round(0.1 + i / 4096, 6) for i in range(nx)]}", f"{y}={[round(i / 4096, 6) for i in range(ny)]}", *extra]
+    started = time.perf_counter()
+    if nx * ny > MAX_GRID_POINTS:
+        with pytest.raises(ConfigError, match=rf"{x}, {y}: {nx * ny} grid points; a grid has at most {MAX_GRID_POINTS}"):
+            build_config(None, sets, model=_grid_model(command))
+        assert time.perf_counter() - started < 5.0
+    else:
+        cfg = build_config(None, sets, model=_grid_model(command))
+        assert len(getattr(cfg, x)) * len(getattr(cfg, y)) == nx * ny

@@ -194,13 +194,17 @@ def table_run(cheap_report: Path, tmp_path: Path):
 
 
 def _adopt(copy: Path) -> None:
-    """Bind the manifest of a copied report folder to the copy (a copy's manifest grants nothing:
-    this makes the test's copy stand for the folder stochformer wrote)."""
-    from stochformer.outputs import MARKER
+    """Bind the manifest of a copied report folder to the copy and sign it again, as stochformer
+    signs its own (a copy's manifest grants nothing: this makes the test's copy stand for the
+    folder stochformer wrote)."""
+    from stochformer.outputs import MARKER, _mac
 
-    header, *rest = (copy / MARKER).read_text().splitlines()
+    header, *rest = (json.loads(line) for line in (copy / MARKER).read_text().splitlines())
     st = copy.stat()
-    (copy / MARKER).write_text("\n".join([json.dumps({**json.loads(header), "dev": st.st_dev, "ino": st.st_ino}), *rest]) + "\n")
+    header = {**header, "dev": st.st_dev, "ino": st.st_ino}
+    header["mac"] = _mac("", header)
+    entries = [{**entry, "mac": _mac(header["mac"], entry)} for entry in rest]
+    (copy / MARKER).write_text("".join(json.dumps(line) + "\n" for line in [header, *entries]))
 
 
 def _relist(out: Path, path: Path) -> None:

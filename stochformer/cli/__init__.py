@@ -13,10 +13,23 @@ from .rates import rates_cmd
 from .reproduce import reproduce_cmd
 from .simulate import simulate_cmd
 from .sweep import sweep_cmd
+from .common import interrupted_exit
 from .sync import sync_cmd
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Commands(click.Group):
+    """The group of commands; Ctrl-C while a command line is read or checked (before the command's
+    own handler, which reports what was kept) exits like Ctrl-C during a run: one line, status 130."""
+
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt as exc:
+            interrupted_exit(exc, "nothing was written")
+
+
+
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="stochformer")
 def main() -> None:
     """Deep transformers at random initialisation as interacting particle systems."""

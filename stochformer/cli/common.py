@@ -14,7 +14,7 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, NoReturn, Optional
 
 import click
 
@@ -51,7 +51,7 @@ def stop_on_signals() -> None:
     click.get_current_context().call_on_close(lambda: [signal.signal(sig, h) for sig, h in before.items()])
 
 
-def interrupted_exit(exc: KeyboardInterrupt, what: str) -> None:
+def interrupted_exit(exc: KeyboardInterrupt, what: str) -> NoReturn:
     """One line, ``interrupted[ by SIGNAL]: WHAT``, on stderr, and exit with 128 + the signal's number."""
     signum = getattr(exc, "signum", signal.SIGINT)
     by = "" if signum == signal.SIGINT else f" by {signal.Signals(signum).name}"

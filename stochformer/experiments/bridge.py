@@ -22,8 +22,9 @@ from typing import ClassVar, Literal
 import numpy as np
 import torch
 import xarray as xr
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
+from ..config import StrictConfig
 from ..model.attention import SoftmaxAttention
 from ..bridge import NORMS, PRE_NORM, MatchedKernel, block_law, ln_basis, predict_model, predict_sde, run_network
 from ..model.kernel import NoiseKernel
@@ -35,7 +36,7 @@ from ..stats import mean_and_se
 from ..validation import check_finite, validated
 
 
-class BridgeConfig(BaseModel):
+class BridgeConfig(StrictConfig):
     """One block kind at one or more depths, and the sizes of the predictions."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False, validate_assignment=True)

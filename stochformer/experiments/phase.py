@@ -26,7 +26,7 @@ import xarray as xr
 from pydantic import Field, model_validator
 
 from ..build import initial_tokens, make_model
-from ..config import ConfigError, ExperimentConfig, RunConfig, as_config
+from ..config import ConfigError, ExperimentConfig, RunConfig, as_config, check_grid_size
 from ..results import Result
 from ..runtime import DTYPES, child_seeds, make_generator, provenance, resolve_device
 from ..solver import SaveAt, solve
@@ -71,6 +71,7 @@ class PhaseConfig(ExperimentConfig):
                 raise ValueError(f"{axis}_values: must list at least one value")
         if self.x_field == self.y_field:
             raise ValueError("y_field: must differ from x_field")
+        check_grid_size(len(self.x_values) * len(self.y_values), "x_values, y_values")
         depths = self.x_values if self.x_field == "L" else self.y_values if self.y_field == "L" else [self.model.L]
         for L in depths:
             check_extrapolation(int(L), self.extrapolate and self.measure == "lyapunov")

@@ -37,7 +37,7 @@ import xarray as xr
 from pydantic import Field, model_validator
 
 from ..build import initial_tokens, make_kernel, make_model
-from ..config import ExperimentConfig, InitConfig, RunConfig, as_config, build_config
+from ..config import ExperimentConfig, InitConfig, RunConfig, as_config, build_config, check_grid_size
 from ..motions import two_point_coefficients
 from ..results import Result
 from ..runtime import DTYPES, child_seeds, make_generator, provenance, resolve_device
@@ -75,6 +75,7 @@ class RepulsionConfig(ExperimentConfig):
     @model_validator(mode="after")
     def _grid(self) -> "RepulsionConfig":
         run = self.model
+        check_grid_size(len(self.gammas) * len(self.sigmas), "gammas, sigmas")
         if any(s < 0 for s in self.sigmas):
             raise ValueError(f"sigmas: must be >= 0 (got {self.sigmas})")
         if self.probe[1] < 0:

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from pydantic import Field, field_validator, model_validator
 
-from ..config import ConfigError, ExperimentConfig, RunConfig, as_config, build_config, validate
+from ..config import MAX_GRID_POINTS, ConfigError, ExperimentConfig, RunConfig, as_config, build_config, validate
 from ..io import ResultStore, to_jsonable
 from ..results import Result
 from ..runtime import child_seeds, provenance
@@ -34,7 +34,7 @@ from .simulate import run_simulate
 
 STATISTICS = ("mean_cosine", "energy", "min_cosine")
 #: largest number of grid points and of tasks a sweep plans (planning validates each point)
-MAX_POINTS, MAX_TASKS = 100_000, 1_000_000
+MAX_POINTS, MAX_TASKS = MAX_GRID_POINTS, 1_000_000
 # model fields that a sweep sets itself and that cannot be axes
 NOT_AXES = ("batch", "seed")
 
@@ -52,6 +52,18 @@ def _check_names(names: list[str], where: str) -> None:
             raise ValueError(f"{where}: {name!r} cannot be swept ({hint})")
         if name not in valid:
             raise ValueError(f"{where}: unknown field {name!r}; valid fields are {', '.join(sorted(valid))}")
+
+
+def _same_value(value: Any) -> Any:
+    """``value`` with equal numbers written alike (``1.0`` as ``1``, ``-0.0`` as ``0``), also inside
+    lists and tables, so that values a config reads as equal are found repeated."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, list):
+        return [_same_value(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _same_value(v) for k, v in value.items()}
+    return value
 
 
 class SweepConfig(ExperimentConfig):
@@ -95,7 +107,7 @@ class SweepConfig(ExperimentConfig):
         for name, values in grid.items():
             if not values:
                 raise ValueError(f"grid.{name}: empty axis (give at least one value)")
-            if len({json.dumps(v, sort_keys=True) for v in values}) != len(values):
+            if len({json.dumps(_same_value(v), sort_keys=True) for v in values}) != len(values):
                 raise ValueError(f"grid.{name}: repeated values {values}")
         return grid
 

@@ -21,11 +21,11 @@ from typing import Callable, ClassVar
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 from scipy import stats
 
 from ..build import initial_tokens, make_model, make_noise
-from ..config import ExperimentConfig, as_config
+from ..config import ExperimentConfig, StrictConfig, as_config
 from ..model.attention_variants import AveragedAttention, MultiHeadAttention, ResampledAttention
 from ..model.noise import RandomMLP
 from ..model.transformer import Transformer
@@ -238,7 +238,7 @@ def run_resampled(cfg: ResampledConfig, progress: bool = False) -> ResampledResu
 # ----------------------------------------------------------------- all checks at once (report)
 
 
-class VariantsConfig(BaseModel):
+class VariantsConfig(StrictConfig):
     """Sizes of :func:`run_variants`: the deterministic flows (β, step, horizon), the weight-law
     covariances (d, m, draws) and the per-layer random attention (depths, samples, draws)."""
 

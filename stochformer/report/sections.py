@@ -11,10 +11,10 @@ import math
 from typing import Any, ClassVar, Literal, Optional
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field, field_validator
 
 from ..model.activations import ACTIVATIONS, ODD_ACTIVATIONS
-from ..config import RunConfig, build_config
+from ..config import RunConfig, StrictConfig, build_config
 from ..results import seed_of
 from ..runtime import child_seeds, provenance, resolve_device
 from ..stats import MIN_SAMPLES, loglog_slope, mean_and_se, newcombe_interval
@@ -108,7 +108,7 @@ def extrapolated_rate_row(quantity: str, predicted: Optional[float], measured: f
                            f"+ extrapolation error {err:.2g}); tol = {rtol:g}·|predicted|")
 
 
-class PaperItemConfig(BaseModel):
+class PaperItemConfig(StrictConfig):
     """A paper experiment (SPEC §6 items 1–3, ``experiments.paper``) at one of its built-in sizes,
     ``paper`` (the paper's) or ``quick``, with ``sizes`` overriding entries of that size (e.g.
     ``--set clusters.sizes.N=16``; the keys are those of ``paper.CLUSTER_SIZES`` etc.)."""
