@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import json
 import sys
-import types
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, Optional, Union, get_args, get_origin
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-from pydantic_core import PydanticCustomError
 
 from .model.activations import ACTIVATIONS
 from .sphere import load_token_array
@@ -84,47 +83,26 @@ def check_depth(data: Any, where: str) -> None:
         raise ConfigError(f"{where}: lists and tables nest more than {MAX_DEPTH} levels deep")
 
 
-def _scalar_mismatch(value: Any, ann: Any) -> Optional[str]:
-    """The pydantic error type (``bool_type``, ``int_type``, ``float_type``) when ``value`` is of a
-    kind ``ann`` never means, which pydantic's lax mode would convert: a boolean for a number, a
-    number or a string for a boolean, a string for a number (also inside lists); else None."""
-    origin, args = get_origin(ann), get_args(ann)
-    if origin is Annotated:
-        return _scalar_mismatch(value, args[0])
-    if origin in (Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        found = [_scalar_mismatch(value, a) for a in args if a is not type(None)]
-        return None if None in found else found[0]
-    if origin in (list, tuple) and isinstance(value, (list, tuple)):
-        inner = args[0] if args and (origin is list or args[-1] is Ellipsis or len(args) == 1) else None
-        found = [_scalar_mismatch(v, inner) for v in value] if inner is not None else []
-        return next((f for f in found if f is not None), None)
-    if origin is Literal:
-        return None if any(type(value) is type(a) and value == a for a in args) else "literal_error"
-    if ann is bool:
-        return None if isinstance(value, bool) else "bool_type"
-    if ann in (int, float) and isinstance(value, (bool, str)):
-        return f"{ann.__name__}_type"
-    return None
+def _plain(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, (list, tuple)):
+        return type(value)(_plain(v) for v in value)
+    return value
 
 
 class StrictConfig(BaseModel):
-    """The base of every config: unknown fields, NaN and infinities refused; no lax conversion of
-    booleans, numbers and strings into one another; integers within int64."""
+    """The base of every config: unknown fields, NaN and infinities refused; pydantic's strict mode,
+    so booleans, numbers and strings are never converted into one another (an integer is still
+    accepted where a float is meant); integers within int64."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, validate_assignment=True)
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, validate_assignment=True, strict=True)
 
     @field_validator("*", mode="before")
     @classmethod
-    def _no_conversion(cls, value: Any, info: Any) -> Any:
-        """Refuse a boolean where a number is meant, and a number or string where a boolean or a
-        number is meant (pydantic would read ``true`` as 1 and ``"2"`` as 2)."""
-        field = cls.model_fields.get(info.field_name)
-        kind = None if field is None else _scalar_mismatch(value, field.annotation)
-        if kind is not None:
-            raise PydanticCustomError(kind, "wrong type")
-        return value
+    def _numpy_scalars(cls, value: Any) -> Any:
+        """numpy scalars (``np.int64(3)``, also inside lists) as the Python numbers they hold."""
+        return _plain(value)
 
     @field_validator("*", mode="after")
     @classmethod
@@ -140,7 +118,7 @@ class InitConfig(StrictConfig):
     ``cosine`` (N = 2), randomly rotated per sample."""
 
     kind: Literal["uniform", "npy", "cluster", "pair"] = "uniform"
-    path: Optional[Path] = None
+    path: Optional[Annotated[Path, Field(strict=False)]] = None
     center: Optional[list[float]] = None
     spread: float = Field(0.1, ge=0.0)
     cosine: float = Field(0.5, ge=-1.0, le=1.0)

@@ -198,7 +198,7 @@ def solve(
                 if hook is not None:
                     new = hook(k, X)
                     if new is not None and (k == 1 or not torch.is_tensor(new) or new.shape != shape):
-                        check_output(f"hook ({callable_name(hook)})", new, tuple(shape), unit=on_sphere, like=X0)
+                        check_output(f"hook ({callable_name(hook)})", new, X0, unit=on_sphere)
                     X = X if new is None else new
                 keep(k, X)
     ds = _dataset(X, records, stat_steps, snapshots, token_steps, dt, save)
@@ -211,7 +211,7 @@ def _first_step(model: Any, X: Any, X0: torch.Tensor, on_sphere: bool, cause: An
     stochformer's own that leaves the sphere broke down numerically (a step too large for its
     parameters): :class:`NonFiniteError` naming the likely cause."""
     own = _own(type(model))
-    check_output(f"model.step ({callable_name(model)})", X, tuple(X0.shape), unit=on_sphere and not own, like=X0)
+    check_output(f"model.step ({callable_name(model)})", X, X0, unit=on_sphere and not own)
     off = rows_off_sphere(X) if on_sphere and own else None
     if off is not None:
         raise NonFiniteError(f"{what} left the sphere at layer 1 (rows of norm {off[0]:.3g} to {off[1]:.3g}): the run was "

@@ -526,11 +526,12 @@ def callable_name(fn: Any) -> str:
     return f"{getattr(target, '__module__', '?')}.{getattr(target, '__qualname__', repr(target))}"
 
 
-def check_output(who: str, out: Any, shape: tuple[int, ...], unit: bool = False, like: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """The output of the user callable ``who`` (e.g. ``"activation foo.phi"``): a real floating
-    tensor of ``shape`` (of the dtype and device of ``like``, its input, when given) with finite
-    entries (unit rows when ``unit``), else ``ValueError`` naming it. Called on a callable's first
-    call only (the hot loops stay unchecked)."""
+def check_output(who: str, out: Any, like: torch.Tensor, unit: bool = False) -> torch.Tensor:
+    """The output of the user callable ``who`` (e.g. ``"activation foo.phi"``) on the input
+    ``like``: a tensor of its shape, dtype and device with finite entries (unit rows when
+    ``unit``), else ``ValueError`` naming it. Called on a callable's first call only (the hot loops
+    stay unchecked)."""
+    shape = tuple(like.shape)
     if not torch.is_tensor(out):
         raise ValueError(f"{who}: must return a tensor of shape {tuple(shape)} (got {short(out)})")
     if tuple(out.shape) != tuple(shape):
@@ -546,28 +547,26 @@ def check_output(who: str, out: Any, shape: tuple[int, ...], unit: bool = False,
     return out
 
 
-def _check_output_kind(who: str, out: torch.Tensor, like: Optional[torch.Tensor]) -> None:
-    """``out`` holds real floating numbers (not on the meta device), of the dtype and device of
-    ``like`` when given; else ``ValueError`` naming ``who`` and what it should return."""
-    want = "a real floating tensor" if like is None else \
-        f"a {str(like.dtype).removeprefix('torch.')} tensor on {like.device} (the dtype and device of its input)"
-    wrong_kind = not out.is_floating_point() or out.device.type == "meta"
-    if wrong_kind or like is not None and (out.dtype != like.dtype or out.device != like.device):
-        raise ValueError(f"{who}: must return {want} (got {short(out)})")
+def _check_output_kind(who: str, out: torch.Tensor, like: torch.Tensor) -> None:
+    """``out`` holds real floating numbers of the dtype and device of ``like`` (not on the meta
+    device); else ``ValueError`` naming ``who`` and what it should return."""
+    if not out.is_floating_point() or out.device.type == "meta" or out.dtype != like.dtype or out.device != like.device:
+        raise ValueError(f"{who}: must return a {str(like.dtype).removeprefix('torch.')} tensor on {like.device} "
+                         f"(the dtype and device of its input) (got {short(out)})")
 
 
-def first_output(seen: set, key: str, part: Any, out: Any, shape: tuple[int, ...], like: Optional[torch.Tensor] = None) -> Any:
+def first_output(seen: set, key: str, part: Any, out: Any, like: torch.Tensor) -> Any:
     """``out``, the output of a model's part ``key`` (its ``attention``, its noise source's
-    ``increment``), checked by :func:`check_output` (against ``like``, its input, when given) the first time ``key`` is not in ``seen`` (the
+    ``increment``), checked by :func:`check_output` against ``like``, its input, the first time ``key`` is not in ``seen`` (the
     model clears ``seen`` at the start of every run). One of stochformer's own parts that returns
     non-finite numbers broke down numerically: :class:`NonFiniteError` naming its large parameters."""
     if key not in seen:
         own = (getattr(type(part), "__module__", "") or "").startswith("stochformer")
-        if own and torch.is_tensor(out) and tuple(out.shape) == tuple(shape) and not bool(torch.isfinite(out).all()):
+        if own and torch.is_tensor(out) and out.shape == like.shape and not bool(torch.isfinite(out).all()):
             found = ", ".join(_large_parameters(part, f"{key}.")) or "the step size and the part's scales"
             raise NonFiniteError(f"non-finite {key} increment on its first call: the run was stopped and nothing was "
                                  f"written; likely cause: {found}")
-        check_output(f"{key} ({callable_name(part)})", out, shape, like=like)
+        check_output(f"{key} ({callable_name(part)})", out, like)
         seen.add(key)
     return out
 

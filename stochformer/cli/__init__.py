@@ -12,8 +12,8 @@ from .phase import phase_cmd
 from .rates import rates_cmd
 from .reproduce import reproduce_cmd
 from .simulate import simulate_cmd
-from .sweep import sweep_cmd
 from .common import interrupted_exit
+from .sweep import sweep_cmd
 from .sync import sync_cmd
 
 
@@ -26,7 +26,6 @@ class _Commands(click.Group):
             return super().invoke(ctx)
         except KeyboardInterrupt as exc:
             interrupted_exit(exc, "nothing was written")
-
 
 
 @click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})

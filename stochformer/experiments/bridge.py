@@ -22,7 +22,7 @@ from typing import ClassVar, Literal
 import numpy as np
 import torch
 import xarray as xr
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from ..config import StrictConfig
 from ..model.attention import SoftmaxAttention
@@ -39,7 +39,6 @@ from ..validation import check_finite, validated
 class BridgeConfig(StrictConfig):
     """One block kind at one or more depths, and the sizes of the predictions."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, validate_assignment=True)
 
     block: Literal["paper", "encoder_post", "encoder_pre", "gpt2", "llama"] = "encoder_post"
     N: int = Field(8, ge=2, description="tokens (>= 2)")

@@ -21,7 +21,7 @@ from typing import Callable, ClassVar
 
 import numpy as np
 import torch
-from pydantic import ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 from scipy import stats
 
 from ..build import initial_tokens, make_model, make_noise
@@ -242,7 +242,6 @@ class VariantsConfig(StrictConfig):
     """Sizes of :func:`run_variants`: the deterministic flows (β, step, horizon), the weight-law
     covariances (d, m, draws) and the per-layer random attention (depths, samples, draws)."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     beta: float = Field(1.0, gt=0.0, le=10.0, description="inverse temperature of the flows, in (0, 10]")
     flow_steps: int = Field(200, ge=20, description="Heun steps of the equiangular check over t in [0, 2] (>= 20)")

@@ -261,13 +261,14 @@ def rates(kernel: NoiseKernel, beta: EnergyBeta = 1.0, gamma: FiniteFloat = 0.0)
     """κ(1), κ'(1), λ₁, λ̄, λ̄' (energy inverse temperature β, in (0, 700]) and the attention-shifted
     rates (γ finite). ``ValueError`` naming the argument for invalid input or a rate beyond float64."""
     k, kp, d = kernel.kappa1, kernel.kappa1_prime, kernel.d
+    too_big = ValueError(f"rates: the rates do not fit in float64 (kappa(1) = {k:.3g}, d = {d}); reduce sigma_U, "
+                         "sigma_W, scale, d or gamma")
     try:
         lam1, lbar = lyapunov_exponent(k, kp, d), first_moment_rate(k, kp, d)
     except ValueError:
-        lam1 = lbar = math.inf
-    if not all(math.isfinite(x) for x in (lam1, lbar, lam1 - gamma, lbar - 2 * gamma)):
-        raise ValueError(f"rates: the rates do not fit in float64 (kappa(1) = {k:.3g}, d = {d}); reduce sigma_U, "
-                         "sigma_W, scale, d or gamma")
+        raise too_big from None
+    if not (math.isfinite(lam1 - gamma) and math.isfinite(lbar - 2 * gamma)):
+        raise too_big
     return Rates(
         kappa=k,
         kappa_prime=kp,

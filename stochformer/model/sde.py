@@ -122,7 +122,7 @@ class LimitSDE:
         """P_x Attn(μ, x): (batch, N, d)."""
         if self.attention is None:
             return torch.zeros_like(X)
-        return tangent(X, first_output(self._checked, "attention", self.attention, self.attention(X), tuple(X.shape), X))
+        return tangent(X, first_output(self._checked, "attention", self.attention, self.attention(X), X))
 
     def _k1(self, d: int) -> float:
         if self.kappa1 is not None:
@@ -142,7 +142,7 @@ class LimitSDE:
         """The field increment ΔW at X (before projection)."""
         if self.noise is None:
             return torch.zeros_like(X)
-        return first_output(self._checked, "noise", self.noise, self.noise.increment(X, dt, rng), tuple(X.shape), X)
+        return first_output(self._checked, "noise", self.noise, self.noise.increment(X, dt, rng), X)
 
     def step(self, X: torch.Tensor, dt: float, rng: Randomness) -> torch.Tensor:
         """One step of ``integrator``; ``rng``: the step's :class:`~stochformer.brownian.Draws`."""

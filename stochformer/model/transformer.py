@@ -112,10 +112,10 @@ class Transformer:
 
     def _increment(self, dt: float, rng: Randomness) -> Callable[[torch.Tensor], torch.Tensor]:
         mlp = self.mlp
-        return lambda Y: first_output(self._checked, "mlp", mlp, mlp.increment(Y, dt, rng), tuple(Y.shape), Y)  # type: ignore[union-attr]
+        return lambda Y: first_output(self._checked, "mlp", mlp, mlp.increment(Y, dt, rng), Y)  # type: ignore[union-attr]
 
     def _attend(self, X: torch.Tensor) -> torch.Tensor:
-        return first_output(self._checked, "attention", self.attention, self.attention(X), tuple(X.shape), X)  # type: ignore[misc]
+        return first_output(self._checked, "attention", self.attention, self.attention(X), X)  # type: ignore[misc]
 
     def _layer(self, X: torch.Tensor, dt: float, increment: Optional[Callable[[torch.Tensor], torch.Tensor]]) -> torch.Tensor:
         if self.order == "parallel":

@@ -11,7 +11,7 @@ import math
 from typing import Any, ClassVar, Literal, Optional
 
 import numpy as np
-from pydantic import ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
 from ..model.activations import ACTIVATIONS, ODD_ACTIVATIONS
 from ..config import RunConfig, StrictConfig, build_config
@@ -113,7 +113,6 @@ class PaperItemConfig(StrictConfig):
     ``paper`` (the paper's) or ``quick``, with ``sizes`` overriding entries of that size (e.g.
     ``--set clusters.sizes.N=16``; the keys are those of ``paper.CLUSTER_SIZES`` etc.)."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     size: Literal["quick", "paper"] = "quick"
     sizes: dict[str, Any] = Field(default_factory=dict)
