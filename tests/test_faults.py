@@ -5,6 +5,7 @@
   every write position of a run (fault injection). One line naming the file, no traceback, no
   temporary file or partial folder, no lock; finished tasks kept; the rerun (or ``--resume``) completes.
 - A read-only file system: refused before any work; turned read-only mid-run: one line.
+- Ctrl-C or SIGTERM inside a finaliser (a garbage collection) is raised again, never lost.
 - SIGTERM and SIGHUP at seeded random moments of a real ``simulate`` and ``sweep``: exit status
   128 + the signal's number, one line saying what was kept and the command to continue, no stale
   lock, and that command then completes.
@@ -272,6 +273,43 @@ def test_ctrl_c_at_any_moment_from_the_start_ends_cleanly(tmp_path: Path) -> Non
             continue
         lines = _lines(stderr)
         assert proc.returncode == 130 and len(lines) == 1 and lines[0].startswith("interrupted: "), (delay, stderr)
+
+
+#: A child that runs the command line with a signal raised inside the K-th garbage collection once
+#: stochformer handles that signal (fault injection: a signal that lands in a finaliser, where Python would drop
+#: the KeyboardInterrupt it raises, print "Exception ignored" and run on).
+IN_A_FINALISER = """
+import gc, signal, sys
+from stochformer.cli import main
+sig, k = int(sys.argv[1]), int(sys.argv[2])
+def fire(phase, info, seen=[0]):
+    seen[0] += phase == "start" and callable(signal.getsignal(sig))
+    if seen[0] == k and phase == "start":
+        signal.raise_signal(sig)
+        for _ in range(10):  # bytecode in the callback, where the handler runs
+            pass
+gc.callbacks.append(fire)
+main(sys.argv[3:], prog_name="stochformer")
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_inside_a_finaliser_is_not_lost(tmp_path: Path, sig: int) -> None:
+    """A Ctrl-C or SIGTERM that arrives while a garbage collection (a finaliser) runs, at seeded
+    random collections of a real ``simulate``, still ends it: status 128 + the signal's number, one
+    line, no "Exception ignored", nothing written; never a run that goes on as if not interrupted."""
+    rng = random.Random(int(sig))
+    args = ["simulate", "--quiet", "--set", "L=20000", "--set", "N=8", "--set", "batch=2", "--set", "m=8"]
+    for k in sorted(rng.sample(range(1, 60), 3)):
+        out = tmp_path / f"run{k}"
+        res = subprocess.run([sys.executable, "-c", IN_A_FINALISER, str(int(sig)), str(k), *args, "--out", str(out)],
+                             env=_env(), cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        lines = _lines(res.stderr)
+        assert res.returncode == 128 + sig, (k, res.returncode, res.stderr[-2000:])
+        assert len(lines) == 1 and lines[0].startswith("interrupted"), (k, res.stderr)
+        assert not out.exists() and not lock_path(out).exists() and not _leftovers(tmp_path), k
 
 
 @pytest.mark.slow

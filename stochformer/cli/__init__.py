@@ -12,18 +12,20 @@ from .phase import phase_cmd
 from .rates import rates_cmd
 from .reproduce import reproduce_cmd
 from .simulate import simulate_cmd
-from .common import interrupted_exit
+from .common import interrupted_exit, interrupts_never_lost
 from .sweep import sweep_cmd
 from .sync import sync_cmd
 
 
 class _Commands(click.Group):
     """The group of commands; Ctrl-C while a command line is read or checked (before the command's
-    own handler, which reports what was kept) exits like Ctrl-C during a run: one line, status 130."""
+    own handler, which reports what was kept) exits like Ctrl-C during a run: one line, status 130;
+    a Ctrl-C that lands in a finaliser is raised again rather than lost."""
 
     def invoke(self, ctx: click.Context) -> object:
         try:
-            return super().invoke(ctx)
+            with interrupts_never_lost():
+                return super().invoke(ctx)
         except KeyboardInterrupt as exc:
             interrupted_exit(exc, "nothing was written")
 

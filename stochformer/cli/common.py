@@ -8,13 +8,14 @@ what it runs when it runs."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import shlex
 import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, NoReturn, Optional
+from typing import Any, Callable, Iterator, NoReturn, Optional
 
 import click
 
@@ -49,6 +50,38 @@ def stop_on_signals() -> None:
         return
     before = {sig: signal.signal(sig, _stop) for sig in STOP_SIGNALS}
     click.get_current_context().call_on_close(lambda: [signal.signal(sig, h) for sig, h in before.items()])
+
+
+def _deliver_again(unraisable: Any, previous: Callable[[Any], None]) -> None:
+    """``sys.unraisablehook``: a Ctrl-C (or a :class:`Stopped`) that Python had to drop, because it
+    arrived while a finaliser or a weakref callback ran, is delivered again as the same signal.
+
+    The signal is raised from another thread a moment after this hook returns: raised here, its
+    handler would run inside the hook, where Python drops an exception for good. Landing in another
+    finaliser, it comes back here and is delivered again."""
+    import _thread
+    import threading
+
+    exc = unraisable.exc_value
+    if not isinstance(exc, KeyboardInterrupt):
+        previous(unraisable)
+        return
+    signum = getattr(exc, "signum", signal.SIGINT)
+    if signum != signal.SIGINT:
+        signal.signal(signum, _stop)  # _stop ignored further stop signals
+    threading.Timer(0.05, _thread.interrupt_main, args=(signum,)).start()
+
+
+@contextlib.contextmanager
+def interrupts_never_lost() -> Iterator[None]:
+    """While the block runs, a Ctrl-C, SIGTERM or SIGHUP that lands in a finaliser is not lost (Python
+    would print "Exception ignored" and run on): it is raised again in the main thread."""
+    previous = sys.unraisablehook
+    sys.unraisablehook = functools.partial(_deliver_again, previous=previous)
+    try:
+        yield
+    finally:
+        sys.unraisablehook = previous
 
 
 def interrupted_exit(exc: KeyboardInterrupt, what: str) -> NoReturn:
