@@ -366,7 +366,7 @@ SPECS = [
     Spec("fit_power_law", stats.fit_power_law, lambda: dict(x=[1.0, 2.0, 4.0], samples=np.array([[1.0, 0.5, 0.25], [1.1, 0.6, 0.2]]),
                                                             n_boot=20, seed=0, se=None), lambda x, kw: None),
     Spec("fit_power_law_weighted", stats.fit_power_law_weighted, lambda: dict(N=[1.0, 2.0, 4.0], y=np.array([1.0, 0.5, 0.25]),
-                                                                              se=np.array([0.1, 0.1, 0.1]), n_boot=10, seed=0),
+                                                                              se=np.array([0.1, 0.1, 0.1])),
          lambda x, kw: None),
     Spec("tagged_correlation", stats.tagged_correlation, lambda: dict(A=torch.randn(5, 2, dtype=torch.float64),
                                                                       B=torch.randn(5, 2, dtype=torch.float64)), _stat_check),

@@ -15,7 +15,7 @@ from stochformer.config import build_config
 from stochformer.experiments.bridge import BridgeConfig, compare, run_bridge
 from stochformer.experiments.simulate import run_simulate
 from stochformer.model.kernel import NoiseKernel
-from stochformer.report.verdict import FAILS, HOLDS
+from stochformer.report.verdict import FAILS, HOLDS, INCONCLUSIVE
 from stochformer.runtime import cpu_threads_for, make_generator
 from stochformer.sphere import normalize
 
@@ -142,3 +142,22 @@ def test_bridge_result_is_a_result_that_load_reads_back(tmp_path):
             np.testing.assert_array_equal(ds[f"{name}_L{L}"].values, c)
     assert json.loads((tmp_path / "bridge.json").read_text())["block"] == BridgeConfig().block
     assert json.loads((tmp_path / "config.json").read_text())["command"] == "bridge"
+
+
+def test_compare_takes_welch_degrees_of_freedom_from_small_samples():
+    """With sample counts, the interval's quantile is Student's t with ⌊ν⌋ degrees of freedom, ν
+    Welch–Satterthwaite's (here 4 block networks against 8 predicted samples): wider than 1.96 SE;
+    a prediction 12 SE away still fails; one 1 SE away is inconclusive (4 networks cannot tell it
+    from the alternative)."""
+    from scipy.stats import t
+
+    from stochformer.experiments.bridge import welch_samples
+
+    a, b = 0.1**2, 0.05**2
+    nu = (a + b) ** 2 / (a**2 / 3 + b**2 / 7)
+    assert welch_samples(0.1, 4, 0.05, 8) == int(nu) + 1
+    row = compare("q", (0.3, 0.1, 4), (0.3, 0.05, 8), tol=0.0)
+    half = (row.ci[1] - row.ci[0]) / 2
+    assert half == pytest.approx(t.ppf(0.975, int(nu)) * math.hypot(0.1, 0.05), rel=1e-12) and row.n == int(nu) + 1
+    assert compare("q", (0.3, 0.1, 4), (0.3 + 12 * 0.112, 0.05, 8), tol=0.0).verdict == FAILS
+    assert compare("q", (0.3, 0.1, 4), (0.3 + 0.112, 0.05, 8), tol=0.0).verdict == INCONCLUSIVE  # too wide to tell

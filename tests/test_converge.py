@@ -110,3 +110,21 @@ def test_fit_recovers_known_exponents():
     assert lo - 0.05 < 1.0 < hi + 0.05
     a = fits["additive_layer"]
     assert abs(a["a"]["value"] / 0.05 - 1) < 0.1 and abs(a["b"]["value"] / 0.8 - 1) < 0.1
+
+
+def test_additive_law_residual_has_an_interval_that_tells_a_cross_term():
+    """The largest relative residual of a/L + b/m comes with a Student's t interval over the
+    samples: on errors of the additive law it lies below the row's 0.25; on errors with a cross
+    term (err = 1/L + 1/m + 20/√(L·m), limits that do not commute at these sizes) it lies above."""
+    from stochformer.report.sections import ADDITIVE_RESIDUAL
+
+    rng = np.random.default_rng(1)
+    depths, widths = [8, 16, 32, 64], [16.0, 64.0, 256.0, math.inf]
+    L = np.asarray(depths, float)[:, None, None]
+    m = np.asarray(widths)[None, :, None]
+    for clean, holds in ((0.05 / L + 0.8 / m, True), (1 / L + 1 / m + 20 / np.sqrt(L * m), False)):
+        errors = {k: clean * rng.lognormal(0, 0.3, size=(4, 4, 16)) for k in cv.KINDS}
+        res = cv.fit_convergence(depths, widths, errors, 300, 0)["additive_layer"]["residual"]
+        lo, hi = res["ci"]
+        assert res["n"] == 16 and lo <= res["value"] <= hi
+        assert (hi < ADDITIVE_RESIDUAL) if holds else (lo > ADDITIVE_RESIDUAL), res

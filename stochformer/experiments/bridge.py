@@ -9,7 +9,7 @@ networks. Beside it, each with its own samples: the idealised model at the same 
 matched Gaussian MLP ("model") and the limit SDE of the matched kernel ("sde"). A verdict row per
 prediction and depth on the change of the mean cosine from the input to the last layer (per-sample
 differences, so the spread of the initial tokens cancels): measured against predicted with the SE
-of both, rule "matches" with the stated allowance ``tol``.
+of both, Student's t with Welch's degrees of freedom, rule "matches" with the stated allowance ``tol``.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import ClassVar, Literal
+from typing import ClassVar, Literal, Optional
 
 import numpy as np
 import torch
@@ -28,7 +28,7 @@ from ..config import StrictConfig
 from ..model.attention import SoftmaxAttention
 from ..bridge import NORMS, PRE_NORM, MatchedKernel, block_law, ln_basis, predict_model, predict_sde, run_network
 from ..model.kernel import NoiseKernel
-from ..report.verdict import Comparison, Z95
+from ..report.verdict import Comparison, quantile
 from ..runtime import child_seeds, make_generator, provenance
 from ..sphere import normalize
 from ..results import Result
@@ -102,13 +102,26 @@ def _embed(cfg: BridgeConfig, U: torch.Tensor) -> tuple[torch.Tensor, float]:
     return r * (U @ ln_basis(cfg.d).T if norm == "ln" else U), r
 
 
-def compare(quantity: str, measured: tuple[float, float], predicted: tuple[float, float], tol: float,
-            note: str = "") -> Comparison:
-    """Rule ``matches`` on (mean, SE) pairs: the measured mean with a 95% interval from the SE of
-    the difference √(SE_m² + SE_p²) must reach the predicted mean within ``tol``."""
-    (m, se_m), (p, se_p) = measured, predicted
-    h = Z95 * math.hypot(se_m, se_p)
-    return Comparison(quantity, p, m, (m - h, m + h), rule="matches", tol=tol, note=note)
+def welch_samples(se_m: float, n_m: int, se_p: float, n_p: int) -> Optional[int]:
+    """The Welch–Satterthwaite degrees of freedom ν of the difference of two independent means (SEs
+    ``se_m``, ``se_p`` of ``n_m``, ``n_p`` samples), as the sample count ⌊ν⌋ + 1 of a row's Student's
+    t (rounded down: the wider interval); None where both SEs are 0."""
+    a, b = se_m**2, se_p**2
+    if a + b == 0:
+        return None
+    nu = (a + b) ** 2 / (a**2 / (n_m - 1) + b**2 / (n_p - 1))
+    return int(math.floor(nu)) + 1
+
+
+def compare(quantity: str, measured: tuple, predicted: tuple, tol: float, note: str = "") -> Comparison:
+    """Rule ``matches`` on (mean, SE) or (mean, SE, samples) triples: the measured mean with a 95%
+    interval from the SE of the difference √(SE_m² + SE_p²) must reach the predicted mean within
+    ``tol``; the interval's quantile is Student's t with Welch's degrees of freedom when both
+    sample counts are given (:func:`welch_samples`), else 1.96."""
+    (m, se_m, *n_m), (p, se_p, *n_p) = measured, predicted
+    n = welch_samples(se_m, n_m[0], se_p, n_p[0]) if n_m and n_p else None
+    h = quantile(n) * math.hypot(se_m, se_p)
+    return Comparison(quantity, p, m, (m - h, m + h), rule="matches", tol=tol, note=note, n=n)
 
 
 def _checked(curve: torch.Tensor, cfg: BridgeConfig, what: str) -> np.ndarray:
@@ -142,12 +155,12 @@ class BridgeResult(Result):
         """Mean cosine by depth, mean and SE over samples: (L + 1,) each."""
         return mean_and_se(self.curves[name][L])
 
-    def change(self, name: str, L: int) -> tuple[float, float]:
-        """The change of the mean cosine from the input to the last layer, mean and SE (per-sample
-        differences: the spread of the initial tokens cancels)."""
+    def change(self, name: str, L: int) -> tuple[float, float, int]:
+        """The change of the mean cosine from the input to the last layer, mean, SE and the number of
+        samples (per-sample differences: the spread of the initial tokens cancels)."""
         c = self.curves[name][L]
         m, se = mean_and_se(c[:, -1] - c[:, 0])
-        return float(m), float(se)
+        return float(m), float(se), int(c.shape[0])
 
     def comparisons(self) -> list[Comparison]:
         """At each depth: the measured change of the mean cosine against each prediction's."""

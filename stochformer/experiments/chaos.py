@@ -335,7 +335,7 @@ def _fits(cfg: ChaosConfig, coupling: dict, decor: Optional[dict], seed: int) ->
         return fits
     rho, se = np.asarray(decor["rho"]), np.asarray(decor["se"])
     # every size enters, weighted by its SE (dropping unresolved sizes would bias the exponent low)
-    fits["decorrelation"] = {**fit_power_law_weighted(cfg.decor_sizes, rho, se, cfg.bootstrap, seed).to_dict(),
+    fits["decorrelation"] = {**fit_power_law_weighted(cfg.decor_sizes, rho, se).to_dict(),
                              "sizes_used": list(cfg.decor_sizes)}
     return fits
 

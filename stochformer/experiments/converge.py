@@ -44,7 +44,7 @@ from ..model.transformer import Transformer
 from ..results import Result
 from ..runtime import DTYPES, child_seeds, make_generator, provenance, resolve_device
 from ..solver import SaveAt, solve
-from ..stats import bootstrap, fit_power_law, interval, mean_and_se
+from ..stats import bootstrap, fit_power_law, mean_and_se, resampled_se, t_interval
 from ..tasks import Task, run_tasks
 from ..validation import validated
 
@@ -149,9 +149,11 @@ def _fit_additive(L: np.ndarray, m: np.ndarray, y: np.ndarray, log_L: bool) -> n
     return np.linalg.lstsq(A * (1.0 / y)[:, None], np.ones(len(L)), rcond=None)[0]
 
 
-def _interval(point: float, boots: list) -> dict:
-    se, ci = interval(boots)
-    return {"value": float(point), "se": se, "ci": list(ci)}
+def _interval(point: float, boots: list, samples: int) -> dict:
+    """``point`` ± Student's t (``samples`` − 1 degrees of freedom) times the SE from the bootstrap
+    values ``boots`` (:func:`stochformer.stats.resampled_se`)."""
+    se = resampled_se(boots, samples)
+    return {"value": float(point), "se": se, "ci": list(t_interval(float(point), se, samples)), "n": samples}
 
 
 @dataclass(repr=False)
@@ -223,12 +225,11 @@ def fit_convergence(depths: list[int], widths: list[float], errors: dict[str, np
     finite = [j for j, m in enumerate(widths) if math.isfinite(m)]
     m_fin = np.asarray([widths[j] for j in finite])
     S = errors["layer"].shape[-1]
-    means = {k: v.mean(-1) for k, v in errors.items()}  # (nL, nM)
 
     def power(x: np.ndarray, samples: np.ndarray) -> dict:
         """stats.fit_power_law over the samples (S, n), resampled with the same rows as every fit."""
         fit = fit_power_law(x, samples, n_boot, seed)
-        return {"value": fit.exponent, "se": fit.se, "ci": list(fit.ci)}
+        return {"value": fit.exponent, "se": fit.se, "ci": list(fit.ci), "n": fit.n}
 
     out: dict[str, Any] = {}
     out["exponent_L"] = power(L, errors["layer"][:, -1].T)
@@ -239,19 +240,23 @@ def fit_convergence(depths: list[int], widths: list[float], errors: dict[str, np
     out["exponent_m"] = {"L": int(L[top]), **power(m_fin, errors["layer"][top, finite].T)}
     out["exponent_m_continuous"] = {"L": int(L[top]), **power(m_fin, errors["continuous"][top, finite].T)}
     Lg, Mg = np.meshgrid(L, np.asarray(widths, dtype=float), indexing="ij")
+    Lf, Mf = Lg.reshape(-1), Mg.reshape(-1)
     for kind, log_L in (("layer", False), ("continuous", True)):
-        def additive(e: np.ndarray, log_L: bool = log_L) -> np.ndarray:
-            """(a, b) fitted to the sample means of per-sample errors e: (nL·nM, S)."""
-            return _fit_additive(Lg.reshape(-1), Mg.reshape(-1), e.mean(-1), log_L)
+        gL = (np.log(Lf) if log_L else 1.0) / Lf
+
+        def additive(e: np.ndarray, log_L: bool = log_L, gL: np.ndarray = gL) -> np.ndarray:
+            """(a, b, largest relative residual) of the fit to the sample means of per-sample errors e: (nL·nM, S)."""
+            y = e.mean(-1)
+            a, b = _fit_additive(Lf, Mf, y, log_L)
+            model = a * gL + b * np.where(np.isinf(Mf), 0.0, 1.0 / Mf)
+            return np.array([a, b, np.max(np.abs(model / y - 1.0))])
 
         per_sample = errors[kind].reshape(-1, S)
-        ab, abb = additive(per_sample), np.array(bootstrap(additive, per_sample, n_boot, seed, axis=-1)).T
-        gL = (np.log(Lg) if log_L else 1.0) / Lg
-        model = ab[0] * gL + ab[1] * np.where(np.isinf(Mg), 0.0, 1.0 / Mg)
+        est, boots = additive(per_sample), np.array(bootstrap(additive, per_sample, n_boot, seed, axis=-1)).T
         out[f"additive_{kind}"] = {
             "form": "a*log(L)/L + b/m" if log_L else "a/L + b/m",
-            "a": _interval(ab[0], abb[0]), "b": _interval(ab[1], abb[1]),
-            "max_rel_residual": float(np.max(np.abs(model / means[kind] - 1.0))),
+            "a": _interval(est[0], boots[0], S), "b": _interval(est[1], boots[1], S),
+            "max_rel_residual": float(est[2]), "residual": _interval(est[2], boots[2], S),
         }
     return out
 

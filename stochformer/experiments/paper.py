@@ -302,7 +302,8 @@ def table_point(activation: str, d: int, sigma: float, sizes: dict, seed: int, d
     near = cfg.with_updates(T=T_near, batch=sizes["energy_pairs"], seed=s[2])
     spread = near_sync_spread(activation, d)
     fit = extrapolated_moment_rate(T_near, energy_levels(near, InitConfig(kind="cluster", spread=spread), s[2]), seed=s[2])
-    row.update(lambda_bar=fit["rate"], lambda_bar_se=fit["se"], lambda_bar_extrap_err=fit["err"], near_spread=spread)
+    row.update(lambda_bar=fit["rate"], lambda_bar_se=fit["se"], lambda_bar_extrap_err=fit["err"], lambda_bar_n=fit["paths"],
+               near_spread=spread)
     return row
 
 

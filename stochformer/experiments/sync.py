@@ -47,7 +47,7 @@ from ..runtime import DTYPES, child_seeds, make_generator, provenance, resolve_d
 from ..solver import Model, SaveAt, solve
 from ..sphere import normalize, tangent, uniform
 from ..results import Result
-from ..stats import mean_and_se
+from ..stats import mean_and_se, resampled_se
 from ..validation import validated
 
 
@@ -249,9 +249,10 @@ def moment_rate(
     t: np.ndarray, values: np.ndarray, mask: Optional[np.ndarray] = None, n_boot: int = 400, seed: int = 0
 ) -> tuple[float, float]:
     """First-moment rate of positive paths ``values: (n, n_times)`` at times ``t``: the slope of
-    log(sample mean) against t (on ``mask``), and its bootstrap SE over samples."""
+    log(sample mean) against t (on ``mask``), and its bootstrap SE over the n samples
+    (:func:`stochformer.stats.resampled_se`)."""
     rate, boot = moment_rate_bootstrap(t, values, mask, n_boot, seed)
-    return rate, float(boot.std(ddof=1))
+    return rate, resampled_se(boot, values.shape[0])
 
 
 def moment_rate_bootstrap(
@@ -314,25 +315,27 @@ class SyncResult(Result):
 
     def table(self) -> list[dict]:
         """Rows (quantity, measured, SE, extrapolation error ``err`` (0 where not extrapolated),
-        predicted, ``rule``: "matches" or, for Theorem 1.4's bound ε + λ̄', "at_most"; z =
+        predicted, ``n`` (the paths behind an energy rate's SE, for Student's t; None for λ₁, a mean
+        over many pairs), ``rule``: "matches" or, for Theorem 1.4's bound ε + λ̄', "at_most"; z =
         (measured − predicted)/√(SE² + err²) for a "matches" row only (None for the bound: an
         inequality has no z-score); ``reach``: the largest rate the observable can show, for the bound)."""
         m, p = self.measured, self.predicted
         limit = ", Δt → 0" if self.config.extrapolate else ""
         rows = [
             (f"lambda_1 (pair log-distance{limit})", m["lambda_1"], m["lambda_1_se"], m["lambda_1_extrap_err"],
-             p["lambda_1_pred"]),
+             p["lambda_1_pred"], None),
             (f"energy rate near sync{limit}", m["energy_rate"], m["energy_rate_se"], m.get("energy_rate_extrap_err", 0.0),
-             p["lambda_bar_pred"]),
+             p["lambda_bar_pred"], m.get("energy_rate_n")),
         ]
         if m.get("energy_rate_uniform") is not None:
             rows.append((f"energy rate from uniform (bound ε + λ̄'{limit})", m["energy_rate_uniform"],
-                         m["energy_rate_uniform_se"], m.get("energy_rate_uniform_extrap_err", 0.0), p.get("bound_pred")))
+                         m["energy_rate_uniform_se"], m.get("energy_rate_uniform_extrap_err", 0.0), p.get("bound_pred"),
+                         m.get("energy_rate_uniform_n")))
         out = []
-        for name, val, se, err, pred in rows:
+        for name, val, se, err, pred, n in rows:
             bound = "bound" in name
             z = None if bound or pred is None or not (se or err) else (val - pred) / math.hypot(se, err)
-            row = {"quantity": name, "measured": val, "se": se, "err": err, "predicted": pred, "z": z,
+            row = {"quantity": name, "measured": val, "se": se, "err": err, "predicted": pred, "z": z, "n": n,
                    "rule": "at_most" if bound else "matches"}
             if bound:
                 row.update(reach=m.get("energy_rate_uniform_reach"), epsilon=p.get("epsilon"),
@@ -447,17 +450,19 @@ def extrapolated_moment_rate(T: float, levels: dict[int, np.ndarray], fit_from: 
     {n: (batch, n+1)}`` at n steps of [0, T]. With one level: ``rate``, ``se`` and ``err = 0``. With
     n = L, L/2, L/4 (:func:`energy_levels`): ``rate`` the :func:`richardson` value, ``err`` its
     extrapolation error, ``se`` the SD of the same combination of the jointly resampled bootstrap
-    slopes, and ``steps``: {n: rate at n steps}."""
+    slopes, and ``steps``: {n: rate at n steps}. ``paths``: the number S of paths; ``se`` is
+    :func:`stochformer.stats.resampled_se` of S samples (for Student's t with S − 1 degrees of freedom)."""
     rates, boots = {}, {}
     for n, values in levels.items():
         t = np.arange(n + 1) * (T / n)
         rates[n], boots[n] = moment_rate_bootstrap(t, values, t >= fit_from * T - 1e-12 * T, n_boot, seed)
+    paths = next(iter(levels.values())).shape[0]
     if len(levels) == 1:
         (n,) = levels
-        return {"rate": rates[n], "se": float(boots[n].std(ddof=1)), "err": 0.0, "steps": {}}
+        return {"rate": rates[n], "se": resampled_se(boots[n], paths), "err": 0.0, "steps": {}, "paths": paths}
     rate, err = richardson(rates)
-    return {"rate": rate, "se": float(richardson(boots)[0].std(ddof=1)), "err": err,
-            "steps": {str(n): r for n, r in rates.items()}}
+    return {"rate": rate, "se": resampled_se(richardson(boots)[0], paths), "err": err,
+            "steps": {str(n): r for n, r in rates.items()}, "paths": paths}
 
 
 def growth_reach(t: np.ndarray, energy_mean: np.ndarray, mask: np.ndarray, N: int, beta: float) -> Optional[float]:
@@ -499,7 +504,8 @@ def run_sync(cfg: SyncConfig, progress: bool = False) -> SyncResult:
                              cfg.extrapolate, progress)
     measured = {"lambda_1": lyap["lambda_1"], "lambda_1_se": lyap["lambda_1_se"],
                 "lambda_1_extrap_err": lyap.get("lambda_1_extrap_err", 0.0), "energy_rate": fit["rate"],
-                "energy_rate_se": fit["se"], "energy_rate_extrap_err": fit["err"], "near_spread": spread}
+                "energy_rate_se": fit["se"], "energy_rate_extrap_err": fit["err"], "energy_rate_n": fit["paths"],
+                "near_spread": spread}
     measured.update({f"lambda_1_at_{n}_steps": v for n, v in lyap.get("lambda_1_steps", {}).items()})
     measured.update({f"energy_rate_at_{n}_steps": v for n, v in fit["steps"].items()})
     uni_curve = mask = None
@@ -508,7 +514,7 @@ def run_sync(cfg: SyncConfig, progress: bool = False) -> SyncResult:
                                   cfg.extrapolate, progress)
         mask = times >= cfg.fit_from * run.T - 1e-12 * run.T
         measured.update(energy_rate_uniform=fit_u["rate"], energy_rate_uniform_se=fit_u["se"],
-                        energy_rate_uniform_extrap_err=fit_u["err"])
+                        energy_rate_uniform_extrap_err=fit_u["err"], energy_rate_uniform_n=fit_u["paths"])
         measured.update({f"energy_rate_uniform_at_{n}_steps": v for n, v in fit_u["steps"].items()})
         uni_curve = tuple(x.numpy() for x in mean_and_se(torch.from_numpy(uni)))
         measured["energy_rate_uniform_reach"] = growth_reach(times, uni_curve[0], mask, run.N, run.energy_beta)

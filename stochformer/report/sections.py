@@ -97,14 +97,16 @@ EXTRAPOLATED_RTOL = 0.03
 
 
 def extrapolated_rate_row(quantity: str, predicted: Optional[float], measured: float, se: float,
-                          err: float, rule: str = "matches", rtol: float = EXTRAPOLATED_RTOL, note: str = "") -> Comparison:
-    """A rate extrapolated to Δt → 0 (``sync.richardson``): interval measured ± (1.96 SE + err), err the
-    extrapolation error, ``rule`` ("matches", or "at_most" for a bound) with tol ``rtol``·|p|; at the
-    boundary p = 0 the interval alone decides."""
-    half = Z95 * se + err
+                          err: float, rule: str = "matches", rtol: float = EXTRAPOLATED_RTOL, note: str = "",
+                          n: Optional[int] = None) -> Comparison:
+    """A rate extrapolated to Δt → 0 (``sync.richardson``): interval measured ± (q·SE + err), err the
+    extrapolation error, q = 1.96 or Student's t for an SE of ``n`` samples, ``rule`` ("matches", or
+    "at_most" for a bound) with tol ``rtol``·|p|; at the boundary p = 0 the interval alone decides."""
+    q = quantile(n)
+    half = q * se + err
     tol = rtol * abs(predicted) if predicted is not None else 0.0
-    return Comparison(quantity, predicted, measured, (measured - half, measured + half), rule=rule, tol=tol,
-                      note=(note + "; " if note else "") + f"Δt → 0 (Richardson over L, L/2, L/4 steps); CI = ± (1.96 SE "
+    return Comparison(quantity, predicted, measured, (measured - half, measured + half), rule=rule, tol=tol, n=n,
+                      note=(note + "; " if note else "") + f"Δt → 0 (Richardson over L, L/2, L/4 steps); CI = ± ({q:.3g} SE "
                            f"+ extrapolation error {err:.2g}); tol = {rtol:g}·|predicted|")
 
 
@@ -386,7 +388,7 @@ def _run_table(cfg: TableSectionConfig, ctx: SectionContext) -> SectionOutput:
         for q, sym, rtol in _TABLE_QUANTITIES:
             if f"{q}_extrap_err" in r:
                 comps.append(extrapolated_rate_row(f"{sym} ({where}, Δt → 0)", r[f"{q}_pred"], r[q], r[f"{q}_se"],
-                                                   r[f"{q}_extrap_err"], rtol=rtol))
+                                                   r[f"{q}_extrap_err"], rtol=rtol, n=r.get(f"{q}_n")))
             else:
                 comps.append(_rate_row(f"{sym} ({where})", r[f"{q}_pred"], r[q], r[f"{q}_se"], rtol))
     figs = [figure_png(plots.plot_table(res), "table", "Measured (transformer) against computed λ₁ and λ̄, ± 2 SE; dashed: y = x")]
@@ -421,13 +423,13 @@ def _loglog_exponent(x, y) -> float:
 
 def _fit_row(quantity: str, predicted: Optional[float], fit: dict, rule: str, tol: float, note: str,
              alternative: Optional[float] = None) -> Comparison:
-    """A row from a fitted exponent {value|exponent, ci} (a bootstrap interval; a fit from fewer than
-    3 samples, ``fit["n"]``, has none and is inconclusive)."""
+    """A row from a fitted exponent {value|exponent, ci, n} (a bootstrap interval, Student's t over
+    its ``n`` samples where stated; a fit from fewer than 3 samples has none and is inconclusive)."""
     value = fit.get("value", fit.get("exponent"))
     ci = fit.get("ci") or [None, None]
     few = fit.get("n") is not None and fit["n"] < MIN_SAMPLES
     return Comparison(quantity, predicted, value, None if few else tuple(ci), rule=rule, tol=tol, note=note,
-                      alternative=alternative, n=fit["n"] if few else None)
+                      alternative=alternative, n=fit.get("n"))
 
 
 #: Allowance on fitted exponents (finite ranges of L, m, N bend log–log slopes).
@@ -449,9 +451,9 @@ def _run_converge(cfg: Any, ctx: SectionContext) -> SectionOutput:
                  SLOPE_TOL, f"≲ log L/L: its own log–log slope over these depths is {logL_over_L:.3f}"),
         _fit_row(f"error exponent in m (layer times, L = {f['exponent_m']['L']})", 1.0, f["exponent_m"], "at_least",
                  SLOPE_TOL, "Theorem 1.1: error ≲ 1/m; alternative 1/2 (an error ≲ 1/√m)", 0.5),
-        Comparison("max relative residual of a/L + b/m over the (L, m) grid", 0.0,
-                   f["additive_layer"]["max_rel_residual"], rule="at_most", tol=ADDITIVE_RESIDUAL,
-                   note="the limits commute: an additive law without cross term fits the whole grid"),
+        _fit_row("max relative residual of a/L + b/m over the (L, m) grid", 0.0, f["additive_layer"]["residual"],
+                 "at_most", ADDITIVE_RESIDUAL, "the limits commute: an additive law without cross term fits the whole "
+                                               "grid (interval: bootstrap over samples, Student's t)"),
     ]
     figs = [figure_png(plots.plot_convergence(res), "convergence",
                        "Pathwise error against L and m (log–log, fitted slopes beside 1/L, log L/L and 1/m) and the "
@@ -604,11 +606,11 @@ def sync_rows(table: list[dict], extrapolated: bool) -> list[Comparison]:
                 parts.append(f"λ̄' = {r['lambda_bar_prime']:.4g}")
             parts.append(r.get("note") or "")
             rows.append(bound_row(name, r["predicted"], r["measured"], r["se"], r.get("err", 0.0), r.get("reach"),
-                                  note="; ".join(x for x in parts if x)))
+                                  n=r.get("n"), note="; ".join(x for x in parts if x)))
         elif extrapolated:
-            rows.append(extrapolated_rate_row(name, r["predicted"], r["measured"], r["se"], r["err"]))
+            rows.append(extrapolated_rate_row(name, r["predicted"], r["measured"], r["se"], r["err"], n=r.get("n")))
         else:
-            rows.append(_rate_row(name, r["predicted"], r["measured"], r["se"]))
+            rows.append(_rate_row(name, r["predicted"], r["measured"], r["se"], n=r.get("n")))
     return rows
 
 
@@ -654,7 +656,7 @@ def motion_rows(measured: dict, reference: dict, predicted: dict) -> list[Compar
     for dyn, m in measured.items():
         n = m.get("n")
         rows.append(Comparison.from_mean_se(f"{dyn}: decay rate of E⟨x₀, X_t⟩", predicted["one_point_rate"],
-                                            m["one_point_rate"], m["one_point_rate_se"], rule="matches",
+                                            m["one_point_rate"], m["one_point_rate_se"], n=n, rule="matches",
                                             alternative=2 * predicted["one_point_rate"],
                                             note="one point: Brownian motion on S^{d−1} with generator (κ(1)/2)Δ; "
                                                  "slope of log of the mean against t, bootstrap SE over pairs; "
@@ -701,7 +703,9 @@ register(Section(
           "du = [κ(u)(d − 2 + u²) − κ(1)(d − 1)u] dt + √(2(1 − u²)(κ(1) − uκ(u))) dB, on the SDE and the transformer.",
     model=MotionsConfig,
     sizes=sizes(
-        tiny={"batch": 64, "L": 20, "reference_steps": 50, "reference_paths": 2000, "bootstrap": 50},
+        # L = 100 and 400 reference steps: at L = 20 and 50 the step biases of both were a sizeable part
+        # of the SE of 64 pairs (docs/reproduce.md, "Measured false-failure rates")
+        tiny={"batch": 64, "L": 100, "reference_steps": 400, "reference_paths": 2000, "bootstrap": 400},
         quick={"batch": 2000, "L": 100, "reference_steps": 400, "reference_paths": 20000},
         full={"batch": 8192, "L": 200, "m": 256, "reference_steps": 1000, "reference_paths": 100000},
         gpu={"batch": 65536, "L": 400, "m": 256, "reference_steps": 2000, "reference_paths": 400000},

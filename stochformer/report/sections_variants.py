@@ -66,7 +66,7 @@ def variants_rows(numbers: dict, beta: float, flow_steps: int = FLOW_ODE_STEPS) 
         note=f"tol = {AVERAGED_TOL:g} (Monte Carlo bank of the averaged drift)"))
     ex = r["sq_error_exponent"]
     rows.append(Comparison("per-layer random attention: decay exponent in L of the squared path difference", 0.0,
-                           ex["exponent"], tuple(ex["ci"]), rule="above",
+                           ex["exponent"], tuple(ex["ci"]), rule="above", n=ex.get("n"),
                            note="the fluctuation's variance is O(T²/L): exponent 1 asymptotically; above 0 = converges"))
     return rows
 
