@@ -318,9 +318,11 @@ def _law_checks(cfg: VariantsConfig) -> dict:
     for law, s in zip(WEIGHT_LAWS, child_seeds(cfg.seed, len(WEIGHT_LAWS))):
         laws[law] = mlp_covariance(x, y, law, "relu", cfg.law_m, cfg.law_draws, 0.3, 0.3, seed=s)
     e1, e12 = torch.tensor([1.0, 0.0], dtype=torch.float64), torch.tensor([1.0, 1.0], dtype=torch.float64) / math.sqrt(2)
-    small = mlp_covariance(e1, e12, "rademacher", "relu", 1024, 64, seed=cfg.seed + 1, conditional=True)
+    small_draws = 64
+    small = mlp_covariance(e1, e12, "rademacher", "relu", 1024, small_draws, seed=cfg.seed + 1, conditional=True)
     return {"d": d, "cosine": float(x @ y), "kappa": kappa, "laws": {k: list(v) for k, v in laws.items()},
-            "small_d": {"measured": list(small), "exact": 1 / (4 * math.sqrt(2)),
+            "draws": cfg.law_draws,
+            "small_d": {"measured": list(small), "draws": small_draws, "exact": 1 / (4 * math.sqrt(2)),
                         "kappa": float(NoiseKernel("relu", 2).kappa(1 / math.sqrt(2)))}}
 
 

@@ -52,11 +52,12 @@ def variants_rows(numbers: dict, beta: float, flow_steps: int = FLOW_ODE_STEPS) 
     w = numbers["weight_laws"]
     for law, (mean, se) in w["laws"].items():
         rows.append(Comparison.from_mean_se(f"MLP covariance, {law} weights, d = {w['d']}, cosine {w['cosine']:.2f}",
-                                            w["kappa"], mean, se, rule="matches", note="predicted: κ (ReLU, σ_U = σ_W = 0.3)"))
+                                            w["kappa"], mean, se, n=w.get("draws"), rule="matches",
+                                            note="predicted: κ (ReLU, σ_U = σ_W = 0.3)"))
     sm = w["small_d"]
     rows.append(Comparison.from_mean_se(
         "MLP covariance, Rademacher inner weights, d = 2, x = e₁, y = (e₁+e₂)/√2", sm["exact"], *sm["measured"],
-        rule="matches", alternative=sm["kappa"],
+        n=sm.get("draws"), rule="matches", alternative=sm["kappa"],
         note=f"predicted: the exact Rademacher value 1/(4√2); the alternative is the Gaussian κ, {sm['kappa']:.4f}"))
     r = numbers["resampled"]
     last = r["rows"][-1]
