@@ -69,7 +69,9 @@ def _deliver_again(unraisable: Any, previous: Callable[[Any], None]) -> None:
     signum = getattr(exc, "signum", signal.SIGINT)
     if signum != signal.SIGINT:
         signal.signal(signum, _stop)  # _stop ignored further stop signals
-    threading.Timer(0.05, _thread.interrupt_main, args=(signum,)).start()
+    again = threading.Timer(0.05, _thread.interrupt_main, args=(signum,))
+    again.daemon = True  # an interrupt dropped while the interpreter exits stays dropped: the command has ended
+    again.start()
 
 
 @contextlib.contextmanager
