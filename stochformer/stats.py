@@ -134,7 +134,7 @@ def fit_power_law(
     rows with replacement (keeping the correlation between the x values). Its SE, times √(S/(S − 1))
     (the resampling SE of S samples is the plug-in one), gives the interval p ± t·SE, t the 97.5%
     quantile of Student's t with S − 1 degrees of freedom: at S = 3 a percentile interval covers the
-    exponent about 73% of the time, this one about 94% (``tests/test_statistics.py``). With ``se``
+    exponent 72% of the time, this one 94% (``tests/test_statistics.py``). With ``se``
     (n,), ``samples`` are instead n independent positive means with these standard errors and the
     bootstrap is parametric (y + se·ξ, ξ standard normal, or Student's t with n − 1 degrees of
     freedom when each mean is of ``n`` samples), with its percentile interval. Resamples with a
@@ -206,11 +206,17 @@ def fit_power_law_weighted(
     _, rss = _profile_rss(x, y, w, grid)
     k = int(np.argmin(rss))
     step = grid[1] - grid[0]
-    best = minimize_scalar(lambda q: float(_profile_rss(x, y, w, np.array([q]))[1][0]), method="bounded",
+
+    def rss_at(q: float) -> float:
+        return float(_profile_rss(x, y, w, np.array([q]))[1][0])
+
+    best = minimize_scalar(rss_at, method="bounded",
                            bounds=(max(grid[0], grid[k] - step), min(grid[-1], grid[k] + step)), options={"xatol": 1e-12})
     p_hat = float(best.x) if best.fun <= rss[k] else float(grid[k])
     C, rss_min = (float(v[0]) for v in _profile_rss(x, y, w, np.array([p_hat])))
-    excess = lambda q: float(_profile_rss(x, y, w, np.array([q]))[1][0]) - rss_min - CHI2_1_95  # noqa: E731
+    def excess(q: float) -> float:
+        return rss_at(q) - rss_min - CHI2_1_95
+
     inside = np.nonzero(rss - rss_min <= CHI2_1_95)[0]
     lo = hi = p_hat
     if len(inside):  # the hull's ends, each refined between its grid point and the next one outside
