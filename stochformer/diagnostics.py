@@ -71,7 +71,7 @@ def mean_token(X: Clouds) -> torch.Tensor:
 @validated
 def min_cosine(X: Clouds) -> torch.Tensor:
     """Minimum of ⟨x_i, x_j⟩ over pairs i < j."""
-    return _pair_statistics(X)["min_cosine"]
+    return unchecked_pair_statistics(X)["min_cosine"]
 
 
 @validated
@@ -80,11 +80,12 @@ def pair_statistics(X: Clouds, energy_beta: EnergyBeta = 1.0, block: Optional[Po
 
     One pass over the Gram matrix, formed ``block // N`` rows at a time when ``block`` (entries)
     is given, so memory stays O(block + N d) for many tokens; at once otherwise."""
-    return _pair_statistics(X, energy_beta, block)
+    return unchecked_pair_statistics(X, energy_beta, block)
 
 
-def _pair_statistics(X: torch.Tensor, energy_beta: float = 1.0, block: Optional[int] = None) -> dict[str, torch.Tensor]:
-    """:func:`pair_statistics` of tokens already checked (the solver's records)."""
+def unchecked_pair_statistics(X: torch.Tensor, energy_beta: float = 1.0, block: Optional[int] = None) -> dict[str, torch.Tensor]:
+    """The per-sample statistics of :func:`pair_statistics` (mean_cosine, energy, min_cosine) of
+    tokens already checked, without checking them again (the solver's records)."""
     _pairs(X)
     N = X.shape[-2]
     rows = N if block is None else max(1, min(N, block // N))

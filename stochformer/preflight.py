@@ -72,11 +72,11 @@ def _step(cfg: RunConfig, batch: int, N: int) -> tuple[dict[str, float], float]:
     if cfg.mlp and cfg.noise_scale > 0:
         kind = noise_kind(cfg)
         if kind in ("mlp", "mlp_gaussian"):
-            from .model.noise import _gram_output_cheaper
+            from .model.noise import gram_output_cheaper
 
             terms["m or batch"] = 1.5 * s * B * N * m
             # the output's normals: through a root of the N × N Gram, or Φ Z' with Z' (m, d)
-            gram_out = kind == "mlp_gaussian" and _gram_output_cheaper(N, d, m, cfg.device)
+            gram_out = kind == "mlp_gaussian" and gram_output_cheaper(N, d, m, cfg.device)
             out = N if gram_out else m
             terms["d, m or batch"] = 2.0 * s * B * d * out
             if kind == "mlp_gaussian" and (gram_out or N < d):  # Y Yᵀ or ΦΦᵀ (B, N, N) and its factor
@@ -153,14 +153,12 @@ def estimate(cfg: Any, workers: int = 1) -> Optional[Estimate]:
         mem += 8.0 * _attention_matrices(run, min(cfg.samples_per_task, run.batch), run.N)[0]
         return Estimate(mem * workers, seconds / max(1, workers), "model.N, samples_per_task or widths",
                         "depths, refine or model.batch")
-    if isinstance(cfg, JointConfig):
-        costs = [_coupling_cost(N, cfg.model.d, cfg.model.batch, cfg.samples_per_task, [m], [L], cfg.refine)
-                 for N, L, m in zip(cfg.path_N, cfg.path_L, cfg.path_m)]
-        w2 = estimate(cfg.chaos_config())
-        assert w2 is not None
-        mem = max(max(c[0] for c in costs), w2.bytes)
-        return Estimate(mem * workers, (sum(c[1] for c in costs) + w2.seconds) / max(1, workers),
-                        "path_N, samples_per_task, N_ref or features", "path_N, path_L, batch, N_ref or w2_batch")
+    if isinstance(cfg, JointConfig):  # per sample and fine step: K over the joint cloud and its Cholesky factor
+        n = cfg.cloud_points
+        step = STEP_OVERHEAD_S + (n**3 / 3 + KERNEL_ENTRY_FLOPS * n * n) / FLOPS
+        seconds = cfg.model.batch * cfg.refine * max(cfg.path_L) * step
+        return Estimate(8.0 * (3 * n * n + 6 * n * cfg.model.d) * workers, seconds / max(1, workers), "N_ref, path_N or model.d",
+                        "model.batch, refine, path_L or N_ref")
     if isinstance(cfg, RepulsionConfig):
         points = [simulate_estimate(cfg.point(g, s)) for g in cfg.gammas for s in cfg.sigmas]
         probe = simulate_estimate(cfg.point(*cfg.probe), batch=cfg.pairs, N=2)

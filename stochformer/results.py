@@ -140,7 +140,7 @@ def load(folder: Path | str) -> xr.Dataset:
     hold the command, config, seed, versions and device (nested ones as JSON strings). Only a
     regular file is read (a FIFO or a device is refused at once), and only one that fits in the
     memory available now."""
-    from .preflight import available_memory
+    from .validation import available_memory
 
     path = Path(folder)
     if path.is_dir():

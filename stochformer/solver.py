@@ -28,7 +28,7 @@ import xarray as xr
 from tqdm.auto import tqdm
 
 from .brownian import BrownianPath, Draws, step_draws
-from .diagnostics import STATISTICS, _pair_statistics
+from .diagnostics import STATISTICS, unchecked_pair_statistics
 from .model.activations import ACTIVATIONS
 from .runtime import make_generator, provenance
 from .sphere import normalize
@@ -179,7 +179,7 @@ def solve(
                 # in float64 whatever the state's dtype: the statistics of the tokens as they are, not
                 # float32's rounding of 1 − cosine (a float32 token's norm is 1 only to ~1e-7)
                 Xs = X if X.dtype == torch.float64 else normalize(X.to(torch.float64))
-                stats = _pair_statistics(Xs, save.energy_beta, save.block)  # X checked: no second pass
+                stats = unchecked_pair_statistics(Xs, save.energy_beta, save.block)  # X checked: no second pass
                 records.append({name: stats[name].detach().cpu() for name in save.stats})
             if keep_tokens(k):
                 token_steps.append(k)

@@ -709,7 +709,7 @@ HUGE = {
     "converge": ["widths=[2,{}]", "depths=[1,{}]", "model.N={}", "model.batch={}"],
     "chaos": ["model.N={}", "model.features={}", "dims=[3,{}]", "decor_repeats={}"],
     "motions": ["reference_paths={}", "model.batch={}", "model.m={}", "model.L={}"],
-    "joint": ["model.d={}", "N_ref={}", "path_N=[16,32,{}]", "w2_batch={}"],
+    "joint": ["model.d={}", "N_ref={}", "path_N=[16,32,{}]", "model.batch={}", "iterated_N={}"],
     "repulsion": ["model.N={}", "model.batch={}", "pairs={}"],
     "bridge": ["d={e}", "m={}", "depths=[1,{}]", "samples={}"],
     "resampled": ["model.d={s}", "model.batch={}", "depths=[2,{}]"],

@@ -17,7 +17,7 @@ from stochformer.config import RunConfig, build_config
 from stochformer.diagnostics import energy
 from stochformer.experiments.sync import SyncConfig, energy_max, epsilon, predicted_rates, run_sync
 from stochformer.report.sections import sync_rows
-from stochformer.report.verdict import FAILS, HOLDS, NOT_TESTABLE
+from stochformer.verdict import FAILS, HOLDS, NOT_TESTABLE
 from stochformer.sphere import uniform
 
 #: ReLU d = 12, σ_U = 0.4, σ_W = 0.1, repulsive γ = −0.5 (ε = 1): λ̄' = −0.347

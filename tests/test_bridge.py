@@ -15,7 +15,7 @@ from stochformer.config import build_config
 from stochformer.experiments.bridge import BridgeConfig, compare, run_bridge
 from stochformer.experiments.simulate import run_simulate
 from stochformer.model.kernel import NoiseKernel
-from stochformer.report.verdict import FAILS, HOLDS, INCONCLUSIVE
+from stochformer.verdict import FAILS, HOLDS, INCONCLUSIVE
 from stochformer.runtime import cpu_threads_for, make_generator
 from stochformer.sphere import normalize
 

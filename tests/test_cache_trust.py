@@ -20,7 +20,7 @@ from stochformer.report import reproduce
 from stochformer.report import registry
 from stochformer.report.render import safe_png
 from stochformer.report.registry import Section, SectionOutput, figure_png
-from stochformer.report.verdict import FAILS, HOLDS, Comparison, recompute
+from stochformer.verdict import FAILS, HOLDS, Comparison, recompute
 
 
 @pytest.fixture
@@ -167,7 +167,7 @@ def test_recompute_turns_invalid_rows_into_undetermined() -> None:
 def test_keys_include_the_source_hash(monkeypatch) -> None:
     """Changed code (same version) gives other cache and task keys, so old results are not reused."""
     import stochformer.report.runner as runner
-    import stochformer.tasks.serial as tasks
+    import stochformer.tasks.base as tasks
     from stochformer.report.runner import plan
     from stochformer.tasks import Task
 

@@ -35,7 +35,7 @@ from stochformer.model.noise import (
     RandomMLP,
     _cholesky,
     _gamma,
-    _gram_output_cheaper,
+    gram_output_cheaper,
     _gram_roots_resolve,
     _hidden_rank,
     draw_weights,
@@ -345,8 +345,8 @@ def test_gram_output_cost_model():
                 for m in (1, 2, 4, 8, 16, 64, 256, 1024):
                     gram = c * N * d + 2 * m * N * N + N**3 / 3 + 2 * N * N * d
                     expect = m > N and gram < c * m * d + 2 * m * N * d
-                    assert _gram_output_cheaper(N, d, m, torch.device(device)) == expect, (device, N, d, m)
-    assert _gram_output_cheaper(4, 4, 5, torch.device("cpu")) and not _gram_output_cheaper(4, 4, 4, torch.device("cpu"))
+                    assert gram_output_cheaper(N, d, m, torch.device(device)) == expect, (device, N, d, m)
+    assert gram_output_cheaper(4, 4, 5, torch.device("cpu")) and not gram_output_cheaper(4, 4, 4, torch.device("cpu"))
     assert _gram_roots_resolve(torch.float64) and not _gram_roots_resolve(torch.float32)
     assert (_hidden_rank(3, 5, torch.float64), _hidden_rank(3, 5, torch.float32), _hidden_rank(5, 3, torch.float64)) == (3, 5, 3)
 
@@ -416,7 +416,7 @@ def test_mlp_output_fallback_when_phi_phi_t_is_singular():
     (here zero clouds, Φ = relu(0) = 0) draw Φ Z' from m·d normals each after the buffer instead,
     so their increment is the bias s √dt σ_W b_W alone."""
     B, N, d, m, dt, sW = 3, 2, 4, 8, 0.1, 0.2
-    assert _gram_output_cheaper(N, d, m, torch.device("cpu"))
+    assert gram_output_cheaper(N, d, m, torch.device("cpu"))
     X = torch.zeros(B, N, d, dtype=torch.float64)
     X[2] = torch.eye(d, dtype=torch.float64)[:N]
     gen = torch.Generator().manual_seed(8)

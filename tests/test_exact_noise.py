@@ -12,10 +12,13 @@ import math
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from stochformer.brownian import BrownianPath, Draws
 from stochformer.model.kernel import NoiseKernel, first_moment_rate, lambda_bar_prime, theorem14_F
-from stochformer.model.noise import ExactField, RandomFeatureField, RandomMLP, _gamma, _gram_output_cheaper, sqrt_psd
+from stochformer.model.noise import (ExactField, RandomFeatureField, RandomMLP, _clenshaw, _gamma, gram_output_cheaper,
+                                     sqrt_psd, whiten)
 from stochformer.sphere import normalize
 
 F64 = torch.float64
@@ -97,7 +100,7 @@ def test_gram_output_route_not_taken_at_equal_cost():
     for m, cheaper in ((59, False), (60, False), (61, True)):
         gram, direct = c * N * d + 2 * m * N * N + N**3 / 3 + 2 * N * N * d, c * m * d + 2 * m * N * d
         assert (gram < direct) == cheaper and (m != 60 or gram == direct == 22320.0)
-        assert _gram_output_cheaper(N, d, m, torch.device("cpu")) == cheaper
+        assert gram_output_cheaper(N, d, m, torch.device("cpu")) == cheaper
 
 
 # ----------------------------------------------------------------- the Gamma sampler
@@ -222,3 +225,59 @@ def test_random_feature_field_kernel_is_its_own():
     """The random-feature field's κ is NoiseKernel(activation, d, σ_U, σ_W, s) of its own fields."""
     field = RandomFeatureField("tanh", features=7, sigma_U=0.3, sigma_W=0.2, scale=1.5)
     assert field.noise_kernel(5) == NoiseKernel("tanh", 5, 0.3, 0.2, 1.5)
+
+
+# ----------------------------------------------------------------- whiten: the normals behind a field value
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(1, 12), d=st.integers(1, 4), copies=st.integers(0, 3), seed=st.integers(0, 2**31 - 1))
+def test_whiten_gives_normals_that_the_symmetric_root_maps_back(n, d, copies, seed):
+    """For K = κ at n tokens, ``copies`` of them repeated (rank ≤ n), K^{1/2} whiten(K, K^{1/2}Ξ) =
+    K^{1/2}Ξ up to the part of the null space (eigenvalues below WHITEN_RTOL · max: at most
+    √(10⁻¹²)·|Ξ| ≈ 10⁻⁵ per entry)."""
+    g = torch.Generator().manual_seed(seed)
+    X = normalize(torch.randn(1, n, 3, generator=g, dtype=F64))
+    X = torch.cat([X, X[:, : min(copies, n)]], dim=1)
+    K = ExactField(NoiseKernel("tanh", 3, 0.5, 0.2)).covariance(X, F64)[0]
+    xi = torch.randn(K.shape[0], d, generator=g, dtype=F64)
+    S = sqrt_psd(K)
+    close(S @ whiten(K, S @ xi, g), S @ xi, 1e-5)
+
+
+def test_whiten_recovers_the_normals_of_a_well_conditioned_kernel():
+    """Orthogonal tokens (K = κ(0) off the diagonal, κ(1) on it: eigenvalues far apart from 0):
+    whiten(K, K^{1/2}Ξ) = Ξ to 1e-12."""
+    g = torch.Generator().manual_seed(3)
+    K = ExactField(NoiseKernel("relu", 4, 0.0, 0.3)).covariance(torch.eye(4, dtype=F64)[None], F64)[0]
+    xi = torch.randn(4, 2, generator=g, dtype=F64)
+    close(whiten(K, sqrt_psd(K) @ xi, g), xi)
+
+
+def test_whiten_gives_exactly_standard_normals_on_a_singular_kernel():
+    """Three points, two of them equal (K of rank 2): over 20 000 draws of G = K^{1/2}Ξ, the whitened
+    vectors' covariance is the identity, each entry within 5 SE (SE of a sample covariance entry
+    ≈ 1/√n, 2/√n on the diagonal: 0.007 and 0.014)."""
+    g = torch.Generator().manual_seed(11)
+    X = normalize(torch.tensor([[[1.0, 0.2, 0.0], [0.1, 1.0, 0.3], [1.0, 0.2, 0.0]]], dtype=F64))
+    K = ExactField(NoiseKernel("relu", 3, 0.0, 0.0)).covariance(X, F64)[0]
+    n = 20_000
+    G = sqrt_psd(K) @ torch.randn(3, n, generator=g, dtype=F64)
+    out = whiten(K, G, g)
+    cov = (out @ out.T / n).numpy()
+    se = np.full((3, 3), 1 / math.sqrt(n)) + np.eye(3) / math.sqrt(n)
+    assert np.all(np.abs(cov - np.eye(3)) < 5 * se), cov
+
+
+@settings(max_examples=25, deadline=None)
+@given(size=st.integers(1, 3 * (1 << 15) + 7), seed=st.integers(0, 2**31 - 1))
+def test_clenshaw_in_chunks_equals_the_whole_recurrence_bit_for_bit(size, seed):
+    """The chunked Clenshaw sum is the elementwise recurrence b ← 2x·b − b' + c_k on any number of
+    entries (chunk boundaries included): bit for bit against the one-buffer form."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.rand(size, generator=g, dtype=F64) * 2 - 1
+    coef = torch.randn(20, generator=g, dtype=F64)
+    b1, b2 = torch.zeros_like(x), torch.zeros_like(x)
+    for c in coef[1:].flip(0):
+        b1, b2 = 2 * x * b1 - b2 + c, b1
+    assert torch.equal(_clenshaw(coef, x), x * b1 - b2 + coef[0])

@@ -16,7 +16,7 @@ import torch
 import stochformer.diagnostics as diagnostics
 from stochformer.diagnostics import cloud_summary
 from stochformer.distances import w2_exact
-from stochformer.report.verdict import FAILS, HOLDS, UNDETERMINED, Comparison, judge, recompute
+from stochformer.verdict import FAILS, HOLDS, UNDETERMINED, Comparison, judge, recompute
 from stochformer.stats import fit_power_law_weighted
 
 from test_contracts import TOL, close

@@ -14,7 +14,7 @@ from scipy import stats
 from stochformer.config import RunConfig
 from stochformer.experiments.simulate import run_simulate
 from stochformer.model.kernel import NoiseKernel
-from stochformer.model.noise import RandomMLP, _cholesky, _gram_output_cheaper
+from stochformer.model.noise import RandomMLP, _cholesky, gram_output_cheaper
 from stochformer.model.rng import NormalDraws, resolve_backend
 from stochformer.runtime import make_generator
 
@@ -59,10 +59,10 @@ def test_each_sampler_has_kernel_kappa(rng, precision, N, d, m):
 
 def test_routes_chosen_as_documented():
     """The output goes through the N × N Gram root only when m > N and it is cheaper on a CPU."""
-    assert not _gram_output_cheaper(3, 5, 2, torch.device("cpu"))  # m ≤ N
-    assert _gram_output_cheaper(3, 3, 8, torch.device("cpu"))
-    assert _gram_output_cheaper(64, 64, 1024, torch.device("cpu"))
-    assert not _gram_output_cheaper(32, 16, 256, torch.device("cuda"))  # normals are cheap there
+    assert not gram_output_cheaper(3, 5, 2, torch.device("cpu"))  # m ≤ N
+    assert gram_output_cheaper(3, 3, 8, torch.device("cpu"))
+    assert gram_output_cheaper(64, 64, 1024, torch.device("cpu"))
+    assert not gram_output_cheaper(32, 16, 256, torch.device("cuda"))  # normals are cheap there
 
 
 def test_singular_gram_factorised_within_rounding():

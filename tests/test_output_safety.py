@@ -52,7 +52,7 @@ def fake_section():
     from stochformer.config import RunConfig
     from stochformer.report import registry
     from stochformer.report.registry import Section, SectionOutput
-    from stochformer.report.verdict import Comparison
+    from stochformer.verdict import Comparison
     from stochformer.tasks import Task, run_tasks
 
     def run(cfg, ctx):

@@ -34,7 +34,7 @@ from stochformer.model.noise import (
     ExactField,
     RandomFeatureField,
     RandomMLP,
-    _gram_output_cheaper,
+    gram_output_cheaper,
     sqrt_psd,
 )
 from stochformer.model.sde import EulerMaruyama, LimitSDE, StratonovichHeun
@@ -288,7 +288,7 @@ def test_mlp_gaussian_mode(N, d, m, gram, activation, sigma_U, sigma_W, scale, t
     """mode="gaussian", given the same normals: the documented construction, G^m(x) = the MLP with
     those U, b_U (or the Cholesky route to the same pre-activations when d > N) and the output
     drawn given Φ."""
-    assert _gram_output_cheaper(N, d, m, torch.device("cpu")) == gram  # the route this case covers
+    assert gram_output_cheaper(N, d, m, torch.device("cpu")) == gram  # the route this case covers
     B, dt = 2, 0.3
     X = tokens(B, N, d, seed=5)
     noise = RandomMLP(width=m, activation=activation, sigma_U=sigma_U, sigma_W=sigma_W, scale=scale, mode="gaussian")

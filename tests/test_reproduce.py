@@ -24,7 +24,7 @@ from stochformer.config import ConfigError, ExperimentConfig, RunConfig
 from stochformer.io import ResultStore
 from stochformer.report import plan, registered, reproduce
 from stochformer.results import seed_of
-from stochformer.report.verdict import (FAILS, HOLDS, INCONCLUSIVE, NOT_MEASURED, UNDETERMINED, VERDICTS, Comparison, decide,
+from stochformer.verdict import (FAILS, HOLDS, INCONCLUSIVE, NOT_MEASURED, UNDETERMINED, VERDICTS, Comparison, decide,
                                        recompute)
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

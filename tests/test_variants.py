@@ -276,7 +276,7 @@ def test_variants_rows_hold_and_fail_on_wrong_numbers():
 
     from stochformer.experiments.variants import VariantsConfig, run_variants
     from stochformer.report.sections_variants import variants_rows
-    from stochformer.report.verdict import FAILS, HOLDS
+    from stochformer.verdict import FAILS, HOLDS
 
     cfg = VariantsConfig(flow_steps=40, law_d=16, law_m=64, law_draws=8, depths=[2, 8], samples=8, attention_draws=16)
     numbers = run_variants(cfg)

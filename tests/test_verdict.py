@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from scipy.stats import norm, t as student
 
 from stochformer.report.sections import SLOPE_TOL, _fit_row, _rate_row, coupling_row, scenario_row, w2_row
-from stochformer.report.verdict import (
+from stochformer.verdict import (
     FAILS, FAMILY_LEVEL, HOLDS, INCONCLUSIVE, NOT_MEASURED, NOT_TESTABLE, RULES, UNDETERMINED, Z95, Comparison, decide,
     holm, judge, recompute,
 )

@@ -43,7 +43,7 @@ def reproduce_cmd(profile, only, resume, scheduler, list_only, config_file, over
     from ..outputs import OutputError, WriteError
     from ..report import reproduce
     from ..report.runner import check_report_folder, plan
-    from ..report.verdict import counts, recompute
+    from ..verdict import counts, recompute
 
     check_scheduler(scheduler)
     try:

@@ -28,7 +28,7 @@ from ..config import StrictConfig
 from ..model.attention import SoftmaxAttention
 from ..bridge import NORMS, PRE_NORM, MatchedKernel, block_law, ln_basis, predict_model, predict_sde, run_network
 from ..model.kernel import NoiseKernel
-from ..report.verdict import Comparison, quantile
+from ..verdict import Comparison, quantile
 from ..runtime import child_seeds, make_generator, provenance
 from ..sphere import normalize
 from ..results import Result

@@ -1,78 +1,94 @@
-"""``joint``: Corollary 1.3, the joint limit N, L, m → ∞ along a diagonal path (SPEC §3–§4).
+"""``joint``: Corollary 1.3, the joint limit N, L, m → ∞, measured on the quantity it bounds (SPEC §3–§4).
 
-Along a path (N_k, L_k, m_k), k = 0, 1, …, the transformer's empirical measure μ^{N,L,m} approaches
-the conditional law μ_t of the SPDE. By the triangle inequality for W₂ and the coupling bound
-W₂²(μ^N_X, μ^N_X̄) ≤ (1/N) Σ_i |X^i − X̄^i|²,
+Corollary 1.3 bounds E sup_t W₂²(μ^{N,L,m}_t, μ_t), μ^{N,L,m}_t the empirical measure of the
+transformer's N tokens at layer ⌊Lt/T⌋ and μ_t the SPDE's solution, in two forms:
 
-    E sup_t W₂²(μ^{N,L,m}_t, μ_t) ≤ 2 E sup_t (1/N) Σ_i |X^i_{⌊Lt/T⌋} − X̄^i_t|² + 2 E sup_t W₂²(μ^N_t, μ_t),
+(i) the iterated limit lim_N lim_L lim_m = 0, with the bound 2c_N e^{c_N T²}(log L/L + 1/m) + 2c_T r_d(N)
+    (any φ; its constant depends on N);
+(ii) for a C^∞ activation, the three limits commute with the bound c_T(log L/L + m^{−1/4} + r_d(N)).
 
-and the two terms are what Theorem 1.1 (≲ 1/L + 1/m at layer times, for a fixed N) and Proposition
-1.2 (the sharp rate of N points on S^{d−1}: log N/N for d = 3, N^{−2/(d−1)} for d ≥ 4) bound.
+**The coupling (the field coupling).** One exact field W drives everything of a sample: the
+reference, N_ref SDE particles standing for μ_t, and the systems compared with it. On the fine grid
+of ``refine · max(path_L)`` steps the field's increment is drawn jointly at every point of every
+system (:class:`~stochformer.model.grouped.JointField`: one Gaussian vector with covariance
+K_ij = κ(⟨x_i, x_j⟩) over the whole cloud). A transformer layer ℓ of step Δ = T/L holds its MLP's
+input Y_ℓ (:meth:`~stochformer.model.transformer.Transformer.mlp_input`) fixed over its window of
+fine steps, so the sum G of the field's increments at Y_ℓ over the window is W(t_{ℓ+1}, Y_ℓ) −
+W(t_ℓ, Y_ℓ) ~ N(0, Δ K(Y_ℓ)); its normals Ξ = (Δ K(Y_ℓ))^{−1/2} G (:func:`~stochformer.model.noise.whiten`)
+drive the MLP's exact conditional law √Δ s K_m(Y_ℓ)^{1/2} Ξ (SPEC §3, "Measuring it"). So each
+transformer is driven by the same field as the reference, at its own tokens, and each has its law.
+Every system starts from the first N of the reference's i.i.d. uniform initial tokens (as in
+``chaos``); W₂² to the reference is divided by 1 − N/N_ref, the finite reference removed.
 
-Corollary 1.3 states the limit in two forms. (i) The iterated limit lim_N lim_L lim_m, with the bound
-2c_N e^{c_N T²}(log L/L + 1/m) + 2c_T r_d(N): its constant depends on N, so it predicts no rate
-along a path on which N grows with L and m. (ii) For a C^∞ activation the limits commute, with
-E sup_t W₂²(μ^{N,L,m}_t, μ_t) ≤ c_T(log L/L + m^{−1/4} + r_d(N)): along N, L, m ∝ s the error decays at
-least at the slowest exponent of the three, min(p_{log L/L}, 1/4, p_{r_d}) in s (local exponents over
-the path; ``commuting`` of :meth:`JointConfig.predicted_exponent`). What is measured is the sum of
-the two terms above from two independent runs, a bound of the transformer's error, not W₂ of the
-transformer's empirical measure to μ_t itself.
+Measured per sample, sup over the layer times t = jT/L_0 of the shallowest depth (layer times of
+every depth on the path; W₂² exact, POT):
 
-Measured, per point of the path, with the existing experiments' tasks:
+* ``diagonal``: W₂²(μ^{N_k,L_k,m_k}_t, μ_t) of the transformer at each point of the diagonal path
+  N, L, m ∝ s (form (ii): decays in s at least at the slowest local exponent of log L/L, m^{−1/4}
+  and r_d(N));
+* ``inner``: at the fixed N = ``iterated_N``, |W₂²(μ^{N,L_k,m_k}_t, μ_t) − W₂²(μ^N_{SDE,t}, μ_t)|, the
+  transformer against its own L, m → ∞ limit, the N-particle SDE from the same tokens (form (i)'s
+  inner limits: |a² − b²| ≤ W₂(a, b)(2b + W₂(a, b)) and W₂²(a, b) ≤ the coupling's (1/N)Σ|X − X̄|² ≲
+  1/L + 1/m at layer times, so it decays in s at least at exponent ½);
+* ``sde``: W₂²(μ^{N_k}_{SDE,t}, μ_t) of N_k SDE particles (form (i)'s outer limit, Proposition 1.2:
+  the sharp rate of N points on S^{d−1}, below r_d(N)).
 
-* ``coupled``: the pathwise sup over layer times of the transformer (depth L_k, width m_k, N_k
-  tokens) against the SDE on one Brownian path (``converge``'s coupling, ``refine`` SDE steps per layer);
-* ``w2``: sup over the recorded times of W₂²(μ^{N_k}, μ^{N_ref}) of SDE particles driven by one
-  random-feature field (``chaos``'s coupling; the finite reference removed by 1/(1 − N/N_ref));
-
-and their sum, the bound of the combined error, with its fitted exponent in s (parametric bootstrap
-of the means and SEs with Student's t draws for the samples behind each mean,
-:func:`stochformer.stats.fit_power_law`).
+The fitted exponents in s resample the samples jointly across the path (every point of a sample
+sees one field), Student's t intervals (:func:`stochformer.stats.fit_power_law`).
 """
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Optional
 
 import numpy as np
+import torch
 import xarray as xr
 from pydantic import Field, model_validator
 
+from ..brownian import BrownianPath, Draws
+from ..build import initial_tokens, make_grouped_particles, make_model
 from ..config import ExperimentConfig, as_config
-from ..distances import rate_function, sphere_rate
+from ..distances import rate_function, sphere_rate, w2_exact
+from ..model.noise import whiten
 from ..results import Result
-from ..runtime import child_seeds, provenance, resolve_device
-from ..stats import fit_power_law, loglog_slope, mean_and_se
+from ..runtime import DTYPES, child_seeds, make_generator, provenance, resolve_device
+from ..stats import fit_power_law, loglog_slope
 from ..tasks import Task, run_tasks
 from ..validation import validated
-from . import chaos, converge
+
+#: the measured families, each (samples, points): see the module docstring
+MEASURED = ("diagonal", "inner", "sde")
 
 
 class JointConfig(ExperimentConfig):
-    """``model``: the system (d, T, activation, attention …; ``model.batch`` samples of the
-    transformer–SDE coupling per point, ``model.features`` the width of the W₂ systems' random-feature
-    field); the diagonal path ``path_N`` × ``path_L`` × ``path_m`` (equal lengths, every entry the first
-    times one scale s) and the W₂ reference."""
+    """``model``: the system (d, T, activation, attention …; ``model.batch`` samples, each one field,
+    one set of initial tokens and one draw of every transformer's weights); the diagonal path
+    ``path_N`` × ``path_L`` × ``path_m`` (equal lengths, every entry the first times one scale s),
+    the fixed N of the iterated form's inner limits, and the reference."""
 
     command: ClassVar[str] = "joint"
     needs_noise: ClassVar[bool] = True
-    model_defaults: ClassVar[dict] = {"d": 3, "T": 1.0, "batch": 64, "features": 256}
+    model_defaults: ClassVar[dict] = {"d": 3, "T": 1.0, "batch": 32}
     model_min: ClassVar[dict] = {"d": (3, "the sharp W2 rate of N points is for S^{d-1} with d >= 3"),
-                                 "batch": (4, "samples of the transformer-SDE coupling per point")}
-    model_unused: ClassVar[dict] = {"N": "path_N", "L": "path_L", "m": "path_m"}
+                                 "batch": (4, "samples (a field, initial tokens and weights each)")}
+    model_unused: ClassVar[dict] = {"N": "path_N", "L": "path_L", "m": "path_m",
+                                    "dynamics": "the transformers and the SDE systems both run",
+                                    "noise": "the field is the exact K^{1/2}Ξ, drawn jointly at every system's points",
+                                    "features": "the field is the exact one"}
 
     path_N: list[int] = Field(default_factory=lambda: [16, 32, 64, 128], min_length=3, description="tokens N_k")
     path_L: list[int] = Field(default_factory=lambda: [8, 16, 32, 64], min_length=3, description="depths L_k")
     path_m: list[int] = Field(default_factory=lambda: [16, 32, 64, 128], min_length=3, description="widths m_k")
-    samples_per_task: int = Field(64, ge=1, description="coupling samples per task (>= 1)")
-    refine: int = Field(4, ge=1, le=256, description="SDE steps per layer of the coupling, in [1, 256]")
-    N_ref: int = Field(1024, ge=16, description="tokens of the reference system for W2 (> max path_N)")
-    w2_batch: int = Field(8, ge=2, description="samples (field + initial tokens) for W2 (>= 2)")
-    w2_steps: int = Field(20, ge=1, description="SDE steps of the W2 systems (>= 1)")
-    w2_records: int = Field(2, ge=1, description="W2 at t = kT/w2_records, k = 0..w2_records (>= 1)")
+    iterated_N: Optional[int] = Field(None, ge=2, description="tokens of the iterated form's inner limits, the "
+                                                              "(L, m) of the path at this N (default: path_N[1])")
+    samples_per_task: int = Field(8, ge=1, description="samples per task (>= 1)")
+    refine: int = Field(4, ge=1, le=256, description="SDE steps per layer of the deepest transformer, in [1, 256]")
+    N_ref: int = Field(1024, ge=16, description="tokens of the reference system standing for mu_t (> max path_N)")
     bootstrap: int = Field(1000, ge=100, le=1000000, description="bootstrap resamples of the fitted exponents, in [100, 10^6]")
 
     @model_validator(mode="after")
@@ -88,21 +104,32 @@ class JointConfig(ExperimentConfig):
         if not (np.allclose(scales[0], scales[1]) and np.allclose(scales[0], scales[2])):
             raise ValueError("path_N, path_L, path_m: must grow by the same factors (a diagonal path: N_k/N_0 = "
                              f"L_k/L_0 = m_k/m_0; got N {self.path_N}, L {self.path_L}, m {self.path_m})")
-        if self.N_ref <= max(self.path_N):
-            raise ValueError(f"N_ref: must exceed the largest path_N = {max(self.path_N)} (got {self.N_ref})")
+        L = self.path_L
+        if any(L[-1] % x or x % L[0] for x in L):
+            raise ValueError(f"path_L: every depth must divide the largest and be a multiple of the smallest (got {L}), "
+                             "so that one fine grid serves every depth and the shallowest one's layer times are "
+                             "layer times of all")
+        if self.N_ref <= max(self.path_N + [self.inner_N]):
+            raise ValueError(f"N_ref: must exceed the largest path_N and iterated_N, {max(self.path_N + [self.inner_N])} "
+                             f"(got {self.N_ref})")
         run = self.model
         if run.init.kind != "uniform" or any(getattr(run, k) is not None for k in ("Q", "K", "V")):
             raise ValueError("model.init.kind, model.Q, model.K, model.V: the joint limit needs uniform i.i.d. tokens "
                              "and beta/gamma attention")
         return self
 
-    def chaos_config(self) -> "chaos.ChaosConfig":
-        """The config of the W₂² systems: ``chaos``'s coupling with the path's N as its sizes."""
-        skip = ("dynamics", "noise", "integrator", "batch", "N", "L")
-        model = {**{k: v for k, v in self.model.model_dump(mode="json").items() if k not in skip}, "N": self.N_ref,
-                 "L": self.w2_steps, "batch": self.w2_batch}
-        return chaos.ChaosConfig.model_validate({"model": model, "sizes": self.path_N, "dims": [self.model.d],
-                                                 "w2_records": self.w2_records, "bootstrap": 100})
+    @property
+    def inner_N(self) -> int:
+        """The N of the inner limits: ``iterated_N``, by default ``path_N[1]``."""
+        return self.path_N[1] if self.iterated_N is None else self.iterated_N
+
+    @property
+    def cloud_points(self) -> int:
+        """Points of the joint cloud at every fine step: the SDE systems (each N of the path, the inner
+        N if it is not one, the reference) and the transformers (the path, and the path's (L, m) at
+        the inner N)."""
+        sde = sum(self.path_N) + (0 if self.inner_N in self.path_N else self.inner_N) + self.N_ref
+        return sde + sum(self.path_N) + len(self.path_N) * self.inner_N
 
     @property
     def scale(self) -> np.ndarray:
@@ -111,79 +138,144 @@ class JointConfig(ExperimentConfig):
 
     def predicted_exponent(self) -> dict:
         """Local exponents in s along the path: ``N`` of the sharp W₂² rate of N points on the sphere,
-        ``log_L`` of log L/L, ``r_d`` of Proposition 1.2's r_d(N), ``m_quarter`` = 1/4, and
-        ``commuting``: the smooth-φ form of Corollary 1.3, min(log_L, 1/4, r_d)."""
+        ``log_L`` of log L/L, ``r_d`` of Proposition 1.2's r_d(N), ``m_quarter`` = 1/4;
+        ``commuting``: form (ii), min(log_L, 1/4, r_d); ``inner``: form (i)'s inner limits at layer
+        times, ½ · min(1 (of 1/L), 1 (of 1/m)) = ½."""
         N, L = np.asarray(self.path_N, float), np.asarray(self.path_L, float)
         p_N = -loglog_slope(N, sphere_rate(self.model.d, N))[0]
         p_r = -loglog_slope(N, rate_function(self.model.d, N))[0]
         p_L = -loglog_slope(L, np.log(L) / L)[0]
         return {"N": float(p_N), "log_L": float(p_L), "m_quarter": 0.25, "r_d": float(p_r),
-                "commuting": float(min(p_L, 0.25, p_r))}
+                "commuting": float(min(p_L, 0.25, p_r)), "inner": 0.5}
 
 
 @dataclass(repr=False)
 class JointResult(Result):
-    """Per point of the path: ``coupled`` (batch,) per point and ``w2`` (w2_batch,) per point, as
-    (n_points, samples) arrays; ``fits``: exponents in s with intervals; ``predicted``: the rates."""
+    """``measured``: {``diagonal``, ``inner``, ``sde``: (samples, points)} sup-in-time values (module
+    docstring); ``fits``: their exponents in s with intervals; ``predicted``: the rates."""
 
     command: ClassVar[str] = "joint"
     summary_name: ClassVar[str] = "joint.json"
     config: JointConfig
-    coupled: np.ndarray
-    w2: np.ndarray
+    measured: dict
     fits: dict
     predicted: dict
     provenance: dict
     elapsed_s: float
 
     def means(self) -> dict:
-        """Mean and SE per point of each term and of their sum (the two terms are independent runs)."""
-        (cm, cs), (wm, ws) = mean_and_se(self.coupled, axis=1), mean_and_se(self.w2, axis=1)
-        return {"coupled": (cm, cs), "w2": (wm, ws), "combined": (cm + wm, np.hypot(cs, ws))}
+        """Mean and SE over the samples of each measured family at every point of the path."""
+        n = self.config.model.batch
+        return {k: (v.mean(0), v.std(0, ddof=1) / math.sqrt(n)) for k, v in self.measured.items()}
 
     def to_dict(self) -> dict:
         c = self.config
         means = {k: {"mean": m, "se": s} for k, (m, s) in self.means().items()}
-        return {"path_N": c.path_N, "path_L": c.path_L, "path_m": c.path_m, "scale": c.scale, **means,
-                "fits": self.fits, "predicted": self.predicted, "elapsed_s": self.elapsed_s}
+        return {"path_N": c.path_N, "path_L": c.path_L, "path_m": c.path_m, "iterated_N": c.inner_N, "scale": c.scale,
+                "samples": c.model.batch, **means, "fits": self.fits, "predicted": self.predicted,
+                "elapsed_s": self.elapsed_s}
 
     def _dataset(self) -> xr.Dataset:
-        return xr.Dataset({"coupled": (("point", "sample"), self.coupled), "w2": (("point", "w2_sample"), self.w2)},
+        return xr.Dataset({k: (("sample", "point"), v) for k, v in self.measured.items()},
                           coords={"N": ("point", self.config.path_N), "L": ("point", self.config.path_L),
                                   "m": ("point", self.config.path_m)})
+
+
+def _w2(A: torch.Tensor, B: torch.Tensor) -> float:
+    """W₂²(μ_A, μ_B)/(1 − n_A/n_B): A (n_A, d) against the reference B (n_B, d)."""
+    return w2_exact(A.double().cpu().numpy(), B.double().cpu().numpy()).value / (1 - A.shape[0] / B.shape[0])
+
+
+def coupled_sample(cfg: JointConfig, seed: int) -> dict[str, list[float]]:
+    """One sample of the field coupling (module docstring): {``diagonal``, ``inner``, ``sde``: one
+    sup-in-time value per point of the path}. ``seed`` fixes the initial tokens, the field and the
+    transformers' weights."""
+    run = cfg.model
+    device, dtype = resolve_device(run.device), DTYPES[run.dtype]
+    g_init, g_field, g_w = (make_generator(s, device) for s in child_seeds(seed, 3))
+    X0 = initial_tokens(run.init, 1, cfg.N_ref, run.d, g_init, dtype, device)
+    path = list(zip(cfg.path_N, cfg.path_L, cfg.path_m))
+    N_in = cfg.inner_N
+    # the SDE systems: one per N of the path (and the inner N if it is not one), then the reference
+    sizes = list(cfg.path_N) + ([] if N_in in cfg.path_N else [N_in]) + [cfg.N_ref]
+    sde = make_grouped_particles(run.model_copy(update={"dynamics": "sde"}), sizes, dtype, device)
+    inner_sde = sizes.index(N_in)
+    # the transformers: the diagonal path, then the (L, m) of the path at the inner N
+    runs = [(N, L, m) for N, L, m in path] + [(N_in, L, m) for _, L, m in path]
+    models = [make_model(run.model_copy(update={"dynamics": "transformer", "N": N, "m": m, "L": L}), dtype, device)
+              for N, L, m in runs]
+    for model in models:
+        model.reset(1, run.d, g_w, dtype, device)
+    sde.reset(1, run.d, g_field, dtype, device)
+    field = sde.noise.field  # type: ignore[union-attr]
+    fine = cfg.refine * max(cfg.path_L)
+    dt = run.T / fine
+    every = [fine // L for _, L, _ in runs]  # fine steps per layer
+    X = [X0[:, :N].clone() for N, _, _ in runs]
+    Y = [model.mlp_input(x, run.T / L) for model, x, (_, L, _) in zip(models, X, runs)]
+    G = [torch.zeros_like(y) for y in Y]
+    S = torch.cat([X0[:, :n] for n in sizes[:-1]] + [X0], dim=1)
+    n_S = S.shape[1]
+    K = len(path)
+    sup = {k: np.zeros(K) for k in MEASURED}
+
+    def record() -> None:
+        systems = S[0].split(sizes)
+        ref = systems[-1]
+        w_sde = [_w2(x, ref) for x in systems[:-1]]
+        w_T = [_w2(x[0], ref) for x in X]
+        for k in range(K):
+            sup["diagonal"][k] = max(sup["diagonal"][k], w_T[k])
+            sup["inner"][k] = max(sup["inner"][k], abs(w_T[K + k] - w_sde[inner_sde]))
+            sup["sde"][k] = max(sup["sde"][k], w_sde[k])
+
+    record_every = fine // cfg.path_L[0]
+    record()
+    for s in range(fine):
+        # the SDE systems first: a Cholesky factor's leading block is that of K over them alone, so
+        # their field (and the reference) is the same whatever the transformers do
+        dW = sde.noise.increment(torch.cat([S] + Y, dim=1), dt, Draws(g_field))  # type: ignore[union-attr]
+        parts = dW[:, n_S:].split([N for N, _, _ in runs], dim=1)
+        S = sde.integrator.step(sde, S, dt, dW[:, :n_S])
+        for j, (model, (_, L, _)) in enumerate(zip(models, runs)):
+            G[j] = G[j] + parts[j]
+            if (s + 1) % every[j]:
+                continue
+            Delta = run.T / L
+            xi = whiten(field.covariance(Y[j], torch.float64)[0], G[j][0] / math.sqrt(Delta), g_w).to(dtype)
+            draws = Draws(g_w, BrownianPath.from_normals(xi[None, None]), 0, 1)
+            X[j] = model.layer(X[j], Delta, lambda y, m=model, dr=draws, h=Delta: m.mlp.increment(y, h, dr))
+            Y[j], G[j] = model.mlp_input(X[j], Delta), torch.zeros_like(G[j])
+        if (s + 1) % record_every == 0:
+            record()
+    return {k: v.tolist() for k, v in sup.items()}
+
+
+def _samples_task(config: dict, seeds: list[int]) -> dict[str, list[list[float]]]:
+    """One task: the samples of ``seeds`` (module level, JSON-able)."""
+    cfg = JointConfig.model_validate(config)
+    with torch.no_grad():
+        rows = [coupled_sample(cfg, seed) for seed in seeds]
+    return {k: [r[k] for r in rows] for k in MEASURED}
 
 
 @validated
 def run_joint(cfg: JointConfig, progress: bool = False, store: Optional[Path | str] = None,
               scheduler: Optional[str] = None) -> JointResult:
-    """The coupled transformer–SDE errors and the W₂² to the reference along the path, as tasks of
-    ``converge`` and ``chaos`` (``store`` makes the run resumable), then the fits."""
+    """The field coupling's sup-in-time W₂² along the path, ``samples_per_task`` samples a task
+    (``store`` makes the run resumable), then the fits."""
     cfg = as_config(cfg, JointConfig)
     start = time.perf_counter()
     run = cfg.model
-    base = run.model_dump(mode="json")
-    chaos_cfg = cfg.chaos_config()
-    n_parts = -(-run.batch // cfg.samples_per_task)
-    sizes = [min(cfg.samples_per_task, run.batch - c * cfg.samples_per_task) for c in range(n_parts)]
-    s_coupled, s_w2 = child_seeds(run.seed, 2)
-    tasks = [Task(f"coupled-{k}-{c}", converge._grid_task,
-                  dict(config={**base, "N": N}, depths=[L], widths=[m], refine=cfg.refine, depth=L, seed=sd, n=sizes[c]))
-             for k, (N, L, m) in enumerate(zip(cfg.path_N, cfg.path_L, cfg.path_m))
-             for c, sd in enumerate(child_seeds(s_coupled + k, n_parts))]
-    tasks += [Task(f"w2-{j}", chaos.coupling_task, dict(config=chaos_cfg.model_dump(mode="json"), d=run.d, seed=sd,
-                                                        with_w2=True, keep_cloud=False))
-              for j, sd in enumerate(child_seeds(s_w2, cfg.w2_batch))]
+    seeds = child_seeds(run.seed, run.batch)
+    parts = [seeds[a:a + cfg.samples_per_task] for a in range(0, run.batch, cfg.samples_per_task)]
+    config = cfg.model_dump(mode="json")
+    tasks = [Task(f"samples-{c}", _samples_task, dict(config=config, seeds=part)) for c, part in enumerate(parts)]
     results = run_tasks(tasks, store=store, scheduler=scheduler, progress=progress, desc="joint")
-    coupled = np.asarray([np.concatenate([np.asarray(results[f"coupled-{k}-{c}"]["layer"][0]) for c in range(n_parts)])
-                          for k in range(len(cfg.path_N))])
-    ref = 1 - np.asarray(cfg.path_N, float) / cfg.N_ref  # the finite reference removed (as in chaos)
-    w2 = np.asarray([np.asarray(results[f"w2-{j}"]["w2"]).max(axis=0) / ref for j in range(cfg.w2_batch)]).T
-    result = JointResult(cfg, coupled, w2, {}, cfg.predicted_exponent(), provenance(resolve_device(run.device)), 0.0)
-    s = cfg.scale
-    samples = {"coupled": run.batch, "w2": cfg.w2_batch, "combined": min(run.batch, cfg.w2_batch)}
-    for name, (m, se) in result.means().items():
-        fit = fit_power_law(s, m, cfg.bootstrap, run.seed, se=se, n=samples[name])
-        result.fits[name] = {"exponent": fit.exponent, "ci": list(fit.ci), "se": fit.se, "prefactor": fit.prefactor,
-                             "n": samples[name]}
-    result.elapsed_s = time.perf_counter() - start
-    return result
+    measured = {k: np.concatenate([np.asarray(results[t.key][k], float) for t in tasks]) for k in MEASURED}
+    fits = {}
+    for name, values in measured.items():
+        fit = fit_power_law(cfg.scale, values, cfg.bootstrap, run.seed)
+        fits[name] = {"exponent": fit.exponent, "ci": list(fit.ci), "se": fit.se, "prefactor": fit.prefactor, "n": fit.n}
+    return JointResult(cfg, measured, fits, cfg.predicted_exponent(), provenance(resolve_device(run.device)),
+                       time.perf_counter() - start)

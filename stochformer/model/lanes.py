@@ -55,10 +55,10 @@ def laned(cores: Optional[int] = None) -> Iterator[Lanes]:
     small products through numpy (:func:`~.blas.per_matrix`); afterwards as before."""
     old, lanes = torch.get_num_threads(), Lanes(cores or torch.get_num_threads())
     torch.set_num_threads(1)
-    rng._CORES = lambda: lanes.width
+    rng.CORES = lambda: lanes.width
     try:
         with blas.per_matrix():
             yield lanes
     finally:
-        rng._CORES = None
+        rng.CORES = None
         torch.set_num_threads(old)

@@ -94,6 +94,24 @@ def sqrt_psd(K: torch.Tensor, method: Literal["symmetric", "cholesky"] = "symmet
     return (evecs * evals.clamp_min(0).sqrt().unsqueeze(-2)) @ evecs.transpose(-1, -2)
 
 
+#: eigenvalues of K below this fraction of the largest are its null space for :func:`whiten` (their
+#: part of G is at most 10⁻⁶ of its scale; above it, rounding changes an eigenvalue by < 10⁻³)
+WHITEN_RTOL = 1e-12
+
+
+def whiten(K: torch.Tensor, G: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """The standard normals Ξ behind a Gaussian G ~ N(0, K) (per column): Ξ = K^{−1/2} G on the range
+    of K (the symmetric root of :func:`sqrt_psd`, so K^{1/2} Ξ = G there) and fresh N(0, 1) normals
+    from ``generator`` on its null space (eigenvalues below :data:`WHITEN_RTOL` · max), so that Ξ is
+    exactly standard normal whatever the rank. K (n, n), G (n, d) → (n, d), float64."""
+    evals, evecs = _eigh(K.to(torch.float64))
+    keep = evals > WHITEN_RTOL * evals.abs().max()
+    coef = evecs.transpose(-1, -2) @ G.to(torch.float64)
+    coef[keep] /= evals[keep].sqrt().unsqueeze(-1)
+    coef[~keep] = torch.randn(int((~keep).sum()), G.shape[-1], generator=generator, dtype=torch.float64, device=G.device)
+    return evecs @ coef
+
+
 def _eigh(K: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``torch.linalg.eigh``; where cuSOLVER's batched solver fails (an internal error on a batch of
     65536 2 × 2 matrices, torch 2.11 / CUDA 13, H200: docs/benchmarks.md), on the CPU instead."""
@@ -171,7 +189,7 @@ class RandomMLP:
     - b_U (m normals, if σ_U > 0); Φ = φ(H + b_U), one row of m features per token;
     - the output given Φ is exactly Gaussian with token covariance ΦΦᵀ/m (SPEC §2): either
       Φ Z'/√m with Z' (m × d) (m·d normals) or S Z''/√m with S Sᵀ = ΦΦᵀ (N·d normals),
-      whichever :func:`_gram_output_cheaper` says costs less on this device;
+      whichever :func:`gram_output_cheaper` says costs less on this device;
     - b_W (d normals, if σ_W > 0).
 
     ``rng`` and ``precision`` choose how the normals of ``mode="gaussian"`` are drawn
@@ -425,10 +443,10 @@ def _hidden_rank(N: int, d: int, dtype: torch.dtype) -> int:
 
 def _output_through_gram(N: int, d: int, m: int, device: torch.device, dtype: torch.dtype) -> bool:
     """Whether the output is drawn through the root of ΦΦᵀ (float64 only, and when cheaper)."""
-    return _gram_roots_resolve(dtype) and _gram_output_cheaper(N, d, m, device)
+    return _gram_roots_resolve(dtype) and gram_output_cheaper(N, d, m, device)
 
 
-def _gram_output_cheaper(N: int, d: int, m: int, device: torch.device) -> bool:
+def gram_output_cheaper(N: int, d: int, m: int, device: torch.device) -> bool:
     """Whether drawing the MLP output through a root of the N × N Gram ΦΦᵀ (N·d normals,
     2mN² + N³/3 + 2N²d flops) costs less than through Φ Z' (m·d normals, 2mNd flops)."""
     if m <= N:
@@ -503,13 +521,25 @@ def _chebyshev_fit(kernel: NoiseKernel, tol: float = 1e-12) -> Optional[torch.Te
     return None
 
 
+#: entries of x evaluated at once by :func:`_clenshaw`: its buffers stay in a core's cache (a whole
+#: 816 × 816 K at once was 4× slower on 2 cores)
+CLENSHAW_CHUNK = 1 << 15
+
+
 def _clenshaw(coef: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """Σ_k c_k T_k(x) elementwise by Clenshaw's recurrence."""
-    b1 = torch.zeros_like(x)
-    b2 = torch.zeros_like(x)
-    for c in coef[1:].flip(0):
-        b1, b2 = 2 * x * b1 - b2 + c, b1
-    return x * b1 - b2 + coef[0]
+    """Σ_k c_k T_k(x) elementwise by Clenshaw's recurrence, :data:`CLENSHAW_CHUNK` entries at a time."""
+    flat = x.reshape(-1)
+    out = torch.empty_like(flat)
+    c = coef[1:].flip(0).tolist()
+    for a in range(0, flat.numel(), CLENSHAW_CHUNK):
+        part = flat[a:a + CLENSHAW_CHUNK]
+        x2 = 2 * part
+        b1, b2, new = torch.zeros_like(part), torch.zeros_like(part), torch.empty_like(part)
+        for ck in c:  # b1 ← 2x·b1 − b2 + c_k, in three buffers (the same roundings)
+            torch.mul(x2, b1, out=new).sub_(b2).add_(ck)
+            b1, b2, new = new, b1, b2
+        out[a:a + CLENSHAW_CHUNK] = part * b1 - b2 + float(coef[0])
+    return out.view(x.shape)
 
 
 @validated

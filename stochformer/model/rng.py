@@ -57,14 +57,15 @@ _PARALLEL_MIN = 1 << 14
 DEFAULT_AHEAD = 1 << 22
 
 
-#: within :func:`~stochformer.model.lanes.laned`: the lanes' width, which stands for torch's
-#: thread count (held at 1 there) as the number of cores the run may use
-_CORES: Optional[Callable[[], int]] = None
+#: within :func:`~stochformer.model.lanes.laned` (which sets it, and clears it on leaving): the
+#: lanes' width, which stands for torch's thread count (held at 1 there) as the number of cores
+#: the run may use (:func:`cores`); None outside
+CORES: Optional[Callable[[], int]] = None
 
 
 def cores() -> int:
     """The cores a run computes and draws on: torch's thread count, or the lanes' width."""
-    return torch.get_num_threads() if _CORES is None else _CORES()
+    return torch.get_num_threads() if CORES is None else CORES()
 
 
 @functools.cache

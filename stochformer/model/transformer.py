@@ -108,7 +108,7 @@ class Transformer:
         draws = as_draws(rng)
         if not draws.coupled and self.laneable(X):
             return self._step_in_lanes(X, dt, draws.generator)
-        return self._layer(X, dt, None if self.mlp is None else self._increment(dt, rng))
+        return self.layer(X, dt, None if self.mlp is None else self._increment(dt, rng))
 
     def _increment(self, dt: float, rng: Randomness) -> Callable[[torch.Tensor], torch.Tensor]:
         mlp = self.mlp
@@ -117,7 +117,16 @@ class Transformer:
     def _attend(self, X: torch.Tensor) -> torch.Tensor:
         return first_output(self._checked, "attention", self.attention, self.attention(X), X)  # type: ignore[misc]
 
-    def _layer(self, X: torch.Tensor, dt: float, increment: Optional[Callable[[torch.Tensor], torch.Tensor]]) -> torch.Tensor:
+    def mlp_input(self, X: torch.Tensor, dt: float) -> torch.Tensor:
+        """Where the layer's MLP acts, (batch, N, d): Y = LN(X + Δt · Attn_X(X)) post-LN, X itself
+        in the parallel order."""
+        if self.order == "parallel" or self.attention is None:
+            return X
+        return normalize(X + dt * self._attend(X))
+
+    def layer(self, X: torch.Tensor, dt: float, increment: Optional[Callable[[torch.Tensor], torch.Tensor]]) -> torch.Tensor:
+        """The layer map with a given MLP increment: ``increment(Y)`` (batch, N, d) is the term
+        √Δt · s · G^m(Y) at the MLP's input Y (:meth:`mlp_input`); None: no MLP."""
         if self.order == "parallel":
             update = torch.zeros_like(X)
             if self.attention is not None:
@@ -125,7 +134,7 @@ class Transformer:
             if increment is not None:
                 update = update + increment(X)
             return normalize(X + update)
-        Y = X if self.attention is None else normalize(X + dt * self._attend(X))
+        Y = self.mlp_input(X, dt)
         return Y if increment is None else normalize(Y + increment(Y))
 
     def _step_in_lanes(self, X: torch.Tensor, dt: float, generator: torch.Generator) -> torch.Tensor:
@@ -139,7 +148,7 @@ class Transformer:
         out = torch.empty_like(X)
 
         def part(a: int, b: int) -> None:
-            out[a:b] = self._layer(X[a:b], dt, lambda Y: mlp.apply(Y, dt, z.samples(a, b), None, work[a:b]))
+            out[a:b] = self.layer(X[a:b], dt, lambda Y: mlp.apply(Y, dt, z.samples(a, b), None, work[a:b]))
 
         # outside a laned run (a step taken by hand), lanes on torch's threads for this layer;
         # either way the products go through numpy (laned() holds blas.per_matrix)
@@ -147,5 +156,5 @@ class Transformer:
             try:
                 lanes.run(part, X.shape[0], self._most_lanes(X))
             except NeedsDraws:
-                return self._layer(X, dt, lambda Y: mlp.apply(Y, dt, z, generator, work))
+                return self.layer(X, dt, lambda Y: mlp.apply(Y, dt, z, generator, work))
         return out

@@ -54,7 +54,7 @@ def plot_sync(result: Any, axes: Optional[Any] = None) -> "Figure":
     return finish(fig, created, title)
 
 
-def _edges(c: np.ndarray) -> np.ndarray:
+def edges(c: np.ndarray) -> np.ndarray:
     """Cell edges around sorted centres c (one cell of width 1 around a single centre)."""
     c = np.asarray(c, float)
     if len(c) == 1:
@@ -87,7 +87,7 @@ def plot_phase(result: Any, ax: Optional["Axes"] = None) -> "Figure":
     else:
         kw = dict(cmap="viridis", vmin=0.0, vmax=1.0)
         label = f"fraction synchronised at T (min cos ≥ 1 − {c.sync_tol:g})"
-    mesh = ax.pcolormesh(_edges(x), _edges(y), v, shading="flat", **kw)
+    mesh = ax.pcolormesh(edges(x), edges(y), v, shading="flat", **kw)
     fig.colorbar(mesh, ax=ax, label=label)
     if len(result.fine_x) > 1 and len(result.fine_y) > 1:
         for field, style, name in ((result.fine_lambda_1, "-", r"$\lambda_1-\gamma=0$"), (result.fine_lambda_bar, "--", r"$\bar\lambda-2\gamma=0$")):

@@ -11,9 +11,9 @@ import importlib
 from typing import Any
 
 _WHERE = {
-    "PROFILES": "profiles", "plan": "runner", "reproduce": "runner", "Section": "registry", "SectionContext": "registry",
-    "SectionOutput": "registry", "SectionUnavailable": "registry", "registered": "runner", "RULES": "verdict",
-    "Comparison": "verdict", "decide": "verdict",
+    "PROFILES": ".profiles", "plan": ".runner", "reproduce": ".runner", "Section": ".registry",
+    "SectionContext": ".registry", "SectionOutput": ".registry", "SectionUnavailable": ".registry",
+    "registered": ".runner", "RULES": "..verdict", "Comparison": "..verdict", "decide": "..verdict",
 }
 
 __all__ = ["PROFILES", "RULES", "Comparison", "Section", "SectionContext", "SectionOutput", "SectionUnavailable",
@@ -22,7 +22,7 @@ __all__ = ["PROFILES", "RULES", "Comparison", "Section", "SectionContext", "Sect
 
 def __getattr__(name: str) -> Any:
     if name in _WHERE:
-        return getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
+        return getattr(importlib.import_module(_WHERE[name], __name__), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

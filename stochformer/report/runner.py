@@ -37,7 +37,7 @@ from ..runtime import provenance
 from . import sections  # noqa: F401  (registers the sections)
 from .profiles import DERIVED, PROFILES
 from .registry import Section, SectionContext, SectionUnavailable, registered
-from .verdict import STORED_NUMBERS, recompute
+from ..verdict import STORED_NUMBERS, recompute
 
 CACHE_DIR = "cache"
 

@@ -1,7 +1,7 @@
 """The sections of the report, one per claim of SPEC §6, in the order of the page.
 
 Each section calls an experiment module's public ``run_xxx`` and its plotting functions, turns the
-result into predicted-vs-measured rows (:class:`~stochformer.report.verdict.Comparison`) and
+result into predicted-vs-measured rows (:class:`~stochformer.verdict.Comparison`) and
 embedded figures, and declares its sizes for every profile.
 """
 
@@ -29,7 +29,7 @@ from ..plotting import chaos as chaos_plots
 from ..plotting import converge as converge_plots
 from ..plotting import sync as sync_plots
 from .registry import Section, SectionContext, SectionOutput, figure_png, register
-from .verdict import Z95, Comparison, quantile
+from ..verdict import Z95, Comparison, quantile
 
 # --------------------------------------------------------------------------- helpers
 
@@ -63,7 +63,7 @@ def _fraction_row(quantity: str, predicted: float, samples, **kw) -> Comparison:
 
 def bound_alternative(bound: Optional[float]) -> Optional[float]:
     """The alternative a bound row is judged against: no decay (rate 0) for a decay bound (< 0),
-    else the default (:func:`~stochformer.report.verdict.default_alternative`)."""
+    else the default (:func:`~stochformer.verdict.default_alternative`)."""
     return 0.0 if bound is not None and bound < 0 else None
 
 

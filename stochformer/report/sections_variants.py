@@ -14,7 +14,7 @@ from ..experiments.bridge import BridgeConfig
 from ..experiments.variants import VariantsConfig
 from ..plotting import variants as variants_plots
 from .registry import Section, SectionContext, SectionOutput, figure_png, register
-from .verdict import Comparison
+from ..verdict import Comparison
 
 #: allowance on the fitted decay slopes of the deterministic flows (first order in Δt)
 FLOW_SLOPE_RTOL = 0.05

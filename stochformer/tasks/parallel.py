@@ -36,8 +36,7 @@ from typing import Any, Callable, Optional
 from tqdm.auto import tqdm
 
 from ..extras import require
-from ..io import ResultStore
-from .serial import Task, run_tasks
+from .base import Task, open_store, run_in_process
 
 SCHEDULER_FORMS = "'serial', 'processes', 'processes:N', 'local-cluster:N' or a Dask scheduler address (tcp://HOST:PORT)"
 
@@ -273,9 +272,9 @@ def run_tasks_parallel(
         dup = sorted(k for k, n in Counter(keys).items() if n > 1)
         raise ValueError(f"tasks: duplicate keys {dup[:5]} (each task needs its own key)")
     if kind == "serial":
-        return run_tasks(tasks, store=store, scheduler=None, progress=progress, desc=desc)
+        return run_in_process(tasks, store=store, progress=progress, desc=desc)
 
-    cache = ResultStore(store) if store is not None else None
+    cache = open_store(store)
     results: dict[str, Any] = {}
     todo: list[Task] = []
     for task in tasks:

@@ -335,7 +335,7 @@ class Comparison:
     def from_fraction(cls, quantity: str, predicted: Optional[float], successes: int, trials: int, **kw) -> "Comparison":
         """A row from a count of ``successes`` in ``trials`` independent trials: the fraction with its
         Wilson score interval (:func:`stochformer.stats.wilson_interval`)."""
-        from ..stats import wilson_interval
+        from .stats import wilson_interval
 
         if trials < MIN_SAMPLES:
             return cls(quantity, predicted, successes / trials, None, n=trials, **kw)

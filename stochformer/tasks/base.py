@@ -1,0 +1,63 @@
+"""What the serial and the parallel runner share: the :class:`Task` type, the store of finished
+results it is keyed in, and running tasks one after another in this process against that store.
+
+A :class:`Task` is a picklable call ``fn(**kwargs)`` with a stable ``key``; its result must be
+JSON-able. A store (a folder, a :class:`~stochformer.io.ResultStore`) holds each finished result
+under its ``key`` and :attr:`Task.cache_key`, so an interrupted run resumes without redoing
+finished tasks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Optional
+
+from tqdm.auto import tqdm
+
+from ..io import ResultStore, config_key, source_hash
+
+
+@dataclass(frozen=True)
+class Task:
+    """``fn(**kwargs)``; ``key`` names it in the store; ``resources`` e.g. ``{"GPU": 1}`` for Dask."""
+
+    key: str
+    fn: Callable[..., Any]
+    kwargs: dict = field(default_factory=dict)
+    resources: Optional[dict] = None
+
+    @property
+    def cache_key(self) -> str:
+        """Hash of the function's qualified name and its arguments (plus the package version and
+        a hash of its source, so changed code never reuses stored results)."""
+        from .. import __version__
+
+        name = f"{self.fn.__module__}.{self.fn.__qualname__}"
+        return config_key({"fn": name, "kwargs": self.kwargs, "version": __version__, "source": source_hash()})
+
+
+def open_store(store: Optional[Path | str]) -> Optional[ResultStore]:
+    """The :class:`~stochformer.io.ResultStore` in the folder ``store``, or None without one."""
+    return ResultStore(store) if store is not None else None
+
+
+def run_in_process(
+    tasks: Iterable[Task],
+    store: Optional[Path | str] = None,
+    progress: bool = False,
+    desc: str = "tasks",
+) -> dict[str, Any]:
+    """Run ``tasks`` one after another in this process; with ``store`` (a folder) each result is
+    saved atomically as its task finishes, and a task already stored with a matching key is not run
+    again. Returns ``{task.key: result}``."""
+    cache = open_store(store)
+    results: dict[str, Any] = {}
+    for task in tqdm(list(tasks), desc=desc, disable=not progress, leave=False):
+        hit = cache.load(task.key, task.cache_key) if cache else None
+        if hit is None:
+            hit = task.fn(**task.kwargs)
+            if cache:
+                cache.store(task.key, task.cache_key, hit)
+        results[task.key] = hit
+    return results
