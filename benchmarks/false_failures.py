@@ -34,7 +34,8 @@ from pathlib import Path
 
 import torch
 
-from stochformer.report import registry, sections, sections_beyond, sections_variants
+from stochformer.report import registry
+from stochformer.report.sections import beyond, paper, phase, variants
 from stochformer.report.registry import Figure, SectionContext
 from stochformer.report.runner import plan
 from stochformer.verdict import FAILS, FAMILY_LEVEL, INCONCLUSIVE, LEVEL, NOT_TESTABLE, Comparison, recompute
@@ -49,7 +50,7 @@ def _no_figure(fig, name: str, caption: str, dpi: int = 100) -> Figure:
 
 
 def _without_figures() -> None:
-    for module in (registry, sections, sections_beyond, sections_variants):
+    for module in (registry, paper, phase, variants, beyond):
         module.figure_png = _no_figure
 
 

@@ -33,7 +33,7 @@ from .model.activations import ACTIVATIONS
 from .runtime import make_generator, provenance
 from .sphere import normalize
 from .validation import (
-    INT_MAX, Bool, EnergyBeta, Ints, Names, PositiveFloat, PositiveInt, Seed, States, callable_name, check_finite, check_output,
+    INT_MAX, Bool, EnergyBeta, Ints, Names, PositiveFloat, PositiveInt, Seed, States, callable_name, callable_record, check_finite, part_name, check_output,
     NonFiniteError, check_unit_rows, likely_fields, memory_errors, rows_off_sphere, same_device, validated,
 )
 
@@ -241,9 +241,9 @@ def _dataset(X, records, stat_steps, snapshots, token_steps, dt, save: SaveAt) -
 
 def describe(obj: Any) -> Any:
     """A JSON-able description of a model part: its class and fields; tensors by shape;
-    callables by ``module.name``. Parts not defined by stochformer are listed by :func:`custom_parts`."""
+    callables by ``module.name`` and their parameters (:func:`~stochformer.validation.callable_record`). Parts not defined by stochformer are listed by :func:`custom_parts`."""
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        out = {"type": _qualname(type(obj))}
+        out = {"type": part_name(type(obj))}
         for f in dataclasses.fields(obj):
             if f.name.startswith("_") or not f.repr:
                 continue
@@ -256,8 +256,8 @@ def describe(obj: Any) -> Any:
     if isinstance(obj, (list, tuple)):
         return [describe(v) for v in obj]
     if callable(obj):
-        return {"callable": _qualname(obj)}
-    return {"type": _qualname(type(obj)), "repr": repr(obj)[:200]}
+        return callable_record(obj)
+    return {"type": part_name(type(obj)), "repr": repr(obj)[:200]}
 
 
 def custom_parts(obj: Any, where: str = "model") -> list[str]:
@@ -265,16 +265,16 @@ def custom_parts(obj: Any, where: str = "model") -> list[str]:
     out: list[str] = []
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         if not _own(type(obj)):
-            out.append(f"{where}: {_qualname(type(obj))}")
+            out.append(f"{where}: {part_name(type(obj))}")
         for f in dataclasses.fields(obj):
             if not f.name.startswith("_") and f.repr:
                 out += custom_parts(getattr(obj, f.name), f"{where}.{f.name}")
     elif callable(obj) and not torch.is_tensor(obj) and not isinstance(obj, type):
         if not any(obj is fn for fn in ACTIVATIONS.values()) and not _own(obj):
-            out.append(f"{where}: {_qualname(obj)}")
+            out.append(f"{where}: {part_name(obj)}")
     elif obj is not None and not isinstance(obj, (bool, int, float, str, list, tuple)) and not torch.is_tensor(obj):
         if not _own(type(obj)):
-            out.append(f"{where}: {_qualname(type(obj))}")
+            out.append(f"{where}: {part_name(type(obj))}")
     return out
 
 
@@ -282,9 +282,6 @@ def _own(obj: Any) -> bool:
     return (getattr(obj, "__module__", "") or "").startswith("stochformer")
 
 
-def _qualname(obj: Any) -> str:
-    module = getattr(obj, "__module__", None) or type(obj).__module__
-    return f"{module}.{getattr(obj, '__qualname__', getattr(obj, '__name__', repr(obj)))}"
 
 
 def run_attrs(model: Any, **extra: Any) -> dict[str, Any]:

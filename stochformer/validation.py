@@ -526,6 +526,58 @@ def callable_name(fn: Any) -> str:
     return f"{getattr(target, '__module__', '?')}.{getattr(target, '__qualname__', repr(target))}"
 
 
+def part_name(obj: Any) -> str:
+    """``module.name`` of a model part: the object's module (else its type's) and its ``__qualname__``,
+    else its ``__name__``, else its repr, unless that repr is the default one with a memory address
+    (``<… object at 0x…>``): then its type's ``__qualname__``."""
+    module = getattr(obj, "__module__", None) or type(obj).__module__
+    name = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None)
+    if name is None:
+        text = repr(obj)
+        name = type(obj).__qualname__ if " at 0x" in text else text
+    return f"{module}.{name}"
+
+
+def callable_record(fn: Any) -> dict[str, Any]:
+    """What a run records of a callable part: ``callable``, its :func:`part_name`, and ``parameters``:
+    a ``functools.partial``'s arguments, a function's defaults, an instance's public attributes
+    (numbers, strings, lists of them; a tensor by shape and dtype; any other value as
+    ``"unrecorded: <type>"``), or ``"unrecorded"`` where they cannot be read (the values a closure
+    captured, an instance without ``__dict__``); no ``parameters`` key where there are none. Never a
+    memory address."""
+    record = _callable_record(fn)
+    if record.get("parameters") == {}:
+        del record["parameters"]
+    return record
+
+
+def _callable_record(fn: Any) -> dict[str, Any]:
+    if isinstance(fn, functools.partial):
+        return {"callable": part_name(fn.func),
+                "parameters": {"args": [_recorded(a) for a in fn.args],
+                               "keywords": {k: _recorded(v) for k, v in fn.keywords.items()}}}
+    if isinstance(fn, types.FunctionType):
+        if fn.__closure__:
+            return {"callable": part_name(fn), "parameters": "unrecorded (values captured by a closure)"}
+        defaults = {k: _recorded(p.default) for k, p in inspect.signature(fn).parameters.items()
+                    if p.default is not inspect.Parameter.empty}
+        return {"callable": part_name(fn), "parameters": defaults}
+    if isinstance(fn, (types.BuiltinFunctionType, types.MethodType, type)) or not hasattr(fn, "__dict__"):
+        return {"callable": part_name(fn), "parameters": {} if hasattr(fn, "__qualname__") else "unrecorded"}
+    return {"callable": part_name(fn),
+            "parameters": {k: _recorded(v) for k, v in vars(fn).items() if not k.startswith("_")}}
+
+
+def _recorded(value: Any) -> Any:
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_recorded(v) for v in value]
+    if torch.is_tensor(value):
+        return {"tensor": list(value.shape), "dtype": str(value.dtype).removeprefix("torch.")}
+    return f"unrecorded: {callable_name(type(value))}"
+
+
 def check_output(who: str, out: Any, like: torch.Tensor, unit: bool = False) -> torch.Tensor:
     """The output of the user callable ``who`` (e.g. ``"activation foo.phi"``) on the input
     ``like``: a tensor of its shape, dtype and device with finite entries (unit rows when

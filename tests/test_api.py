@@ -14,6 +14,8 @@ matplotlib.use("Agg")
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
 import xarray as xr  # noqa: E402
 
 import stochformer as sf  # noqa: E402
@@ -84,6 +86,37 @@ def test_custom_noise_source_plugs_in_and_is_recorded():
         out = sf.solve(model, X0, 1.0, 10, seed=0)
         assert np.all(out["mean_cosine"].values[:, -1] > out["mean_cosine"].values[:, 0])  # pushed to one side
         assert any("Constant" in part for part in json.loads(out.attrs["custom_parts"]))
+
+
+class _PGELU:
+    """A parametrised activation of a user's own (a callable class, not a dataclass)."""
+
+    def __init__(self, alpha: float, label: str, scale: torch.Tensor):
+        self.alpha, self.label, self.scale, self._calls = alpha, label, scale, 0
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.sigmoid(self.alpha * x)
+
+
+@settings(max_examples=15, deadline=None)
+@given(alpha=st.floats(0.1, 5.0), label=st.text("abcxyz_", min_size=1, max_size=6), n=st.integers(1, 4),
+       closure=st.booleans())
+def test_a_custom_activation_is_recorded_with_its_parameters_never_its_address(alpha, label, n, closure):
+    """A run's ``model`` attribute records a callable activation's class and public attributes (a
+    tensor by shape), a closure as "unrecorded", and never a memory address (``0x…``)."""
+    phi = _PGELU(alpha, label, torch.ones(n))
+    if closure:
+        phi = (lambda a: lambda x: x * torch.sigmoid(a * x))(alpha)  # noqa: E731
+    out = sf.solve(sf.Transformer(None, sf.RandomMLP(width=4, activation=phi)), sf.sphere.uniform(1, 3, 3, seed=0),
+                   1.0, 2, seed=0)
+    record = json.loads(out.attrs["model"])["mlp"]["activation"]
+    assert "0x" not in out.attrs["model"]
+    if closure:
+        assert record["parameters"].startswith("unrecorded")
+    else:
+        assert record == {"callable": f"{__name__}._PGELU",
+                          "parameters": {"alpha": alpha, "label": label, "scale": {"tensor": [n], "dtype": "float32"}}}
+        assert sf.NoiseKernel(phi, 3).name == f"_PGELU(alpha={alpha}, label={label}, scale={{'tensor': [{n}], 'dtype': 'float32'}})"
 
 
 def test_bad_arguments_are_refused_before_any_work():

@@ -17,7 +17,7 @@ from stochformer.experiments.repulsion import (RepulsionConfig, RepulsionResult,
 from stochformer.motions import two_point_coefficients
 from stochformer.build import make_kernel
 from stochformer.report.runner import plan
-from stochformer.report.sections_beyond import joint_rows, repulsion_rows
+from stochformer.report.sections.beyond import joint_rows, repulsion_rows
 from stochformer.verdict import FAILS, HOLDS, INCONCLUSIVE, NOT_MEASURED, NOT_TESTABLE
 from stochformer.sphere import uniform
 

@@ -16,7 +16,7 @@ from stochformer.cli import main
 from stochformer.config import RunConfig, build_config
 from stochformer.diagnostics import energy
 from stochformer.experiments.sync import SyncConfig, energy_max, epsilon, predicted_rates, run_sync
-from stochformer.report.sections import sync_rows
+from stochformer.report.sections.paper import sync_rows
 from stochformer.verdict import FAILS, HOLDS, NOT_TESTABLE
 from stochformer.sphere import uniform
 

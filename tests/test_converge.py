@@ -52,6 +52,15 @@ def test_errors_are_ordered_and_reproducible():
     assert a.errors["layer"].shape == (3, 3, 12)
 
 
+def test_the_mlp_is_the_configs_own_at_every_width():
+    """Every field of the model's MLP reaches the coupled widths: float32 draws of the inner weights
+    (``model.draw_precision``) change the finite-width errors and leave m = ∞ (no weights) unchanged."""
+    full, single = cv.run_converge(_cfg()), cv.run_converge(_cfg(["model.draw_precision=float32"]))
+    for kind in cv.KINDS:
+        assert not np.array_equal(full.errors[kind][:, :-1], single.errors[kind][:, :-1])
+        assert np.array_equal(full.errors[kind][:, -1], single.errors[kind][:, -1])
+
+
 def test_coupling_keeps_the_paths_together():
     """The coupling drives both systems with the same Brownian path: at T the m = ∞ transformer
     (L = 8) is far closer to the SDE than two independently driven copies from the same X₀ would be
@@ -116,7 +125,7 @@ def test_additive_law_residual_has_an_interval_that_tells_a_cross_term():
     """The largest relative residual of a/L + b/m comes with a Student's t interval over the
     samples: on errors of the additive law it lies below the row's 0.25; on errors with a cross
     term (err = 1/L + 1/m + 20/√(L·m), limits that do not commute at these sizes) it lies above."""
-    from stochformer.report.sections import ADDITIVE_RESIDUAL
+    from stochformer.report.sections.paper import ADDITIVE_RESIDUAL
 
     rng = np.random.default_rng(1)
     depths, widths = [8, 16, 32, 64], [16.0, 64.0, 256.0, math.inf]

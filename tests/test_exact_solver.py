@@ -21,7 +21,8 @@ from stochformer.config import RunConfig
 from stochformer.model.noise import RandomFeatureField, RandomMLP
 from stochformer.model.sde import LimitSDE
 from stochformer.model.transformer import Transformer
-from stochformer.solver import SaveAt, _qualname, custom_parts, describe, run_attrs, solve
+from stochformer.solver import SaveAt, custom_parts, describe, run_attrs, solve
+from stochformer.validation import part_name
 from stochformer.sphere import normalize
 from stochformer.validation import NonFiniteError, likely_fields
 
@@ -162,7 +163,8 @@ class Mixed:
 def test_describe_fallbacks_for_parts_without_names():
     """describe: a dataclass by its public repr fields in order (private and repr=False fields
     skipped, whatever their place); a callable by module.qualified name, where the module is the
-    object's or else its type's and the name its __qualname__, else its __name__, else its repr;
+    object's or else its type's and the name its __qualname__, else its __name__, else its repr
+    (its type's name where that repr is the default one, with an address), with its parameters;
     any other object by its type and its repr cut to 200 characters."""
     here = __name__
     grid_repr = repr(np.arange(60.0))
@@ -178,9 +180,10 @@ def test_describe_fallbacks_for_parts_without_names():
     assert describe(torch.Tensor.relu) == {"callable": "builtins.TensorBase.relu"}
     # a numpy ufunc from frompyfunc: no __module__ (its type's: numpy), no __qualname__, a __name__
     assert describe(np.frompyfunc(halve, 1, 1)) == {"callable": "numpy.halve (vectorized)"}
-    # a torch module instance: its class's module, no __qualname__ or __name__: its repr
-    assert describe(torch.nn.Tanh()) == {"callable": "torch.nn.modules.activation.Tanh()"}
-    assert _qualname(halve) == f"{here}.halve" and _qualname(Gain) == f"{here}.Gain"
+    # a torch module instance: its class's module, no __qualname__ or __name__: its repr (not the
+    # default one), and its public attributes as parameters
+    assert describe(torch.nn.Tanh()) == {"callable": "torch.nn.modules.activation.Tanh()", "parameters": {"training": True}}
+    assert part_name(halve) == f"{here}.halve" and part_name(Gain) == f"{here}.Gain"
 
     def local(x):
         return x

@@ -19,20 +19,6 @@ from pathlib import Path
 PACKAGE = "stochformer"
 ROOT = Path(__file__).resolve().parents[1] / PACKAGE
 
-SECTIONS = "stochformer.report.sections"
-SECTIONS_BEYOND = "stochformer.report.sections_beyond"
-
-#: The one known exception, removed by the report/sections redesign: report/sections.py imports
-#: report/sections_beyond.py (at its end, so that the sections register in page order) while
-#: sections_beyond.py imports sections.py for its helpers, private ones included (``_fit_row``,
-#: ``_run_phase``, ``_PHASE_GS``, ...). A cycle through either edge of this pair, and a private
-#: name of sections.py used in sections_beyond.py, are allowed; anything else fails. Once the
-#: redesign removes the cycle (or the private uses), the tests below say so: delete this constant.
-REPORT_SECTIONS_EXCEPTION = {
-    "cycle_edges": frozenset({(SECTIONS, SECTIONS_BEYOND), (SECTIONS_BEYOND, SECTIONS)}),
-    "private_from": frozenset({(SECTIONS_BEYOND, SECTIONS)}),  # (importer, module whose private names it uses)
-}
-
 #: Cycles that were already in the package when this test was written, outside the files of the
 #: step that added it; each is one lazy import (inside a function) from a lower module up to a
 #: higher one. They are to be removed (then deleted here; the test fails while a listed edge no
@@ -244,10 +230,10 @@ def test_the_scan_reads_the_package() -> None:
 
 
 def test_no_import_cycle() -> None:
-    """No cycle among the modules, but for the known exceptions' edges; and every excepted edge
-    still closes a cycle (once it does not, delete it from its constant)."""
+    """No cycle among the modules, but for the pre-existing edges; and every excepted edge still
+    closes a cycle (once it does not, delete it from its constant)."""
     edges = _edges()
-    excepted = REPORT_SECTIONS_EXCEPTION["cycle_edges"] | PRE_EXISTING_CYCLE_EDGES
+    excepted = PRE_EXISTING_CYCLE_EDGES
     graph = _graph(edges - excepted)
     cycles = [_a_cycle(graph, c) for c in _components(graph)]
     assert not cycles, "import cycles (break each by moving what both sides need into a module below them):\n" + \
@@ -260,14 +246,10 @@ def test_no_import_cycle() -> None:
 
 def test_no_private_names_from_other_modules() -> None:
     """No module imports or uses a name with one leading underscore of another module of the
-    package (make it public there, with a docstring), but for the known exception."""
+    package (make it public there, with a docstring)."""
     _, private = _package()
-    allowed = REPORT_SECTIONS_EXCEPTION["private_from"]
-    bad = [str(u) for u in private if (u.module, u.target) not in allowed]
+    bad = [str(u) for u in private]
     assert not bad, "private names used outside their module:\n" + "\n".join(sorted(bad))
-    used = {(u.module, u.target) for u in private}
-    stale = sorted(allowed - used)
-    assert not stale, f"no private names are used along {stale} any more: remove it from REPORT_SECTIONS_EXCEPTION"
 
 
 def _inside(module: str, package: str) -> bool:

@@ -57,7 +57,7 @@ def test_run_motions_measures_both_dynamics_and_its_rows_hold():
     # holds (the same law as above), and the configuration refuses attention.
     from stochformer.config import ConfigError, validate
     from stochformer.experiments.motions import MotionsConfig, run_motions
-    from stochformer.report.sections import motion_rows
+    from stochformer.report.sections.paper import motion_rows
 
     cfg = validate(MotionsConfig, {"model": {"batch": 1000, "L": 50, "seed": 3}, "reference_steps": 200,
                                    "reference_paths": 10000, "bootstrap": 100})

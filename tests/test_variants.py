@@ -7,6 +7,8 @@ import math
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy.integrate import solve_ivp
 
 from stochformer.build import make_model, make_variant
@@ -134,6 +136,30 @@ def test_resampled_draws_and_averaged_drift():
     torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
     avg = AveragedAttention(Q[:1], K[:1], gamma=2.0)
     torch.testing.assert_close(avg(X), 2.0 * Attention(A=Q[0].T @ K[0])(X), rtol=0, atol=1e-12)
+
+
+@settings(max_examples=12, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), attn_seed=st.integers(0, 2**31 - 1), sde=st.booleans(), L=st.integers(1, 6))
+def test_a_model_with_resampled_attention_reused_for_a_run_gives_that_runs_numbers(seed, attn_seed, sde, L):
+    """The same seed on the same model object gives the same numbers, run after run, and those of a
+    fresh model: the resampled attention's draws start again at every run (its ``reset``); the
+    transformer and the SDE, with their MLP noise."""
+    from stochformer.model.noise import ExactField, RandomMLP
+    from stochformer.model.sde import LimitSDE
+    from stochformer.model.transformer import Transformer
+    from stochformer.solver import SaveAt, solve
+
+    def model():
+        attn = ResampledAttention(3, beta=1.0, gamma=0.5, std=1.0, seed=attn_seed)
+        if sde:
+            return LimitSDE(attn, ExactField(NoiseKernel("relu", 3, 0.0, 0.0)))
+        return Transformer(attn, RandomMLP(width=8, sigma_W=0.1))
+
+    X0 = normalize(torch.randn(2, 4, 3, generator=torch.Generator().manual_seed(seed), dtype=F64))
+    reused = model()
+    runs = [solve(m, X0, 1.0, L, SaveAt(stats=(), final=True), seed=seed)["X_final"].values for m in (reused, reused, model())]
+    np.testing.assert_array_equal(runs[0], runs[1])
+    np.testing.assert_array_equal(runs[0], runs[2])
 
 
 @pytest.mark.parametrize("kind", ["multihead", "usa", "l2", "sinkhorn", "averaged"])
@@ -275,7 +301,7 @@ def test_variants_rows_hold_and_fail_on_wrong_numbers():
     import copy
 
     from stochformer.experiments.variants import VariantsConfig, run_variants
-    from stochformer.report.sections_variants import variants_rows
+    from stochformer.report.sections.variants import variants_rows
     from stochformer.verdict import FAILS, HOLDS
 
     cfg = VariantsConfig(flow_steps=40, law_d=16, law_m=64, law_draws=8, depths=[2, 8], samples=8, attention_draws=16)

@@ -14,7 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.stats import norm, t as student
 
-from stochformer.report.sections import SLOPE_TOL, _fit_row, _rate_row, coupling_row, scenario_row, w2_row
+from stochformer.report.sections.paper import coupling_row, scenario_row, w2_row
+from stochformer.report.sections.rows import SLOPE_TOL, fit_row, rate_row
 from stochformer.verdict import (
     FAILS, FAMILY_LEVEL, HOLDS, INCONCLUSIVE, NOT_MEASURED, NOT_TESTABLE, RULES, UNDETERMINED, Z95, Comparison, decide,
     holm, judge, recompute,
@@ -235,16 +236,16 @@ def test_coupling_row_fails_on_a_wrong_prediction():
 
 
 def test_rate_and_fit_rows_fail_on_a_wrong_prediction():
-    assert _rate_row("λ₁", -1.0, -0.97, 0.02).verdict == HOLDS
-    assert _rate_row("λ₁", -1.3, -0.97, 0.02).verdict == FAILS
+    assert rate_row("λ₁", -1.0, -0.97, 0.02).verdict == HOLDS
+    assert rate_row("λ₁", -1.3, -0.97, 0.02).verdict == FAILS
     # measured decorrelation exponent of the quick report with the old fit: 0.53 [0.28, 0.87]
     fit = {"exponent": 0.53, "ci": [0.28, 0.87]}
-    assert _fit_row("ρ exponent", 1.0, fit, "at_least", SLOPE_TOL, "").verdict == FAILS
+    assert fit_row("ρ exponent", 1.0, fit, "at_least", SLOPE_TOL, "").verdict == FAILS
     # against 1/2 the interval holds it and tells it from no decorrelation (exponent 0), not from 1/4
-    assert _fit_row("ρ exponent", 0.5, fit, "at_least", SLOPE_TOL, "", alternative=0.0).verdict == HOLDS
-    assert _fit_row("ρ exponent", 0.5, fit, "at_least", SLOPE_TOL, "", alternative=0.25).verdict == INCONCLUSIVE
+    assert fit_row("ρ exponent", 0.5, fit, "at_least", SLOPE_TOL, "", alternative=0.0).verdict == HOLDS
+    assert fit_row("ρ exponent", 0.5, fit, "at_least", SLOPE_TOL, "", alternative=0.25).verdict == INCONCLUSIVE
     # a fit from fewer than 3 samples has no interval
-    assert _fit_row("ρ exponent", 0.5, {**fit, "n": 2}, "at_least", SLOPE_TOL, "").verdict == INCONCLUSIVE
+    assert fit_row("ρ exponent", 0.5, {**fit, "n": 2}, "at_least", SLOPE_TOL, "").verdict == INCONCLUSIVE
 
 
 def _energy(rate: float, T: float = 5.0, n: int = 61, e0: float = 0.5, rel_se: float = 0.02):
@@ -315,7 +316,7 @@ def test_cluster_count_row_tests_the_attractor_itself():
     from types import SimpleNamespace
 
     from stochformer.clusters import count_clusters
-    from stochformer.report.sections import cluster_count_row
+    from stochformer.report.sections.paper import cluster_count_row
 
     # two antipodal clusters: two clusters on the sphere, one point of projective space
     e = np.eye(4)
@@ -332,7 +333,7 @@ def test_cluster_count_row_tests_the_attractor_itself():
 
 
 def test_sync_rows_judge_extrapolated_energy_rates_with_their_error_and_fail_on_a_wrong_prediction():
-    from stochformer.report.sections import sync_rows
+    from stochformer.report.sections.paper import sync_rows
 
     # the tanh case of docs/synchronisation.md, extrapolated to Δt → 0 (rates measured there)
     table = [
@@ -357,7 +358,7 @@ def test_sync_rows_judge_extrapolated_energy_rates_with_their_error_and_fail_on_
 
 
 def test_attractor_row_tests_the_cluster_count_at_the_predicted_horizon():
-    from stochformer.report.sections import attractor_row
+    from stochformer.report.sections.paper import attractor_row
 
     course = {"up_to_sign": True, "horizon": 117.2, "lambda_1": -0.1706, "long_times": [0.0, 60.0, 120.0],
               "long_counts": [[30, 2, 1], [28, 1, 1], [29, 3, 1], [27, 1, 1]]}
@@ -376,7 +377,7 @@ def test_attractor_row_tests_the_cluster_count_at_the_predicted_horizon():
 
 
 def test_motion_rows_fail_on_a_wrong_law():
-    from stochformer.report.sections import motion_rows
+    from stochformer.report.sections.paper import motion_rows
 
     # measured in docs/synchronisation.md (ReLU d = 4, σ = 0.5, κ(1) = 0.5, T = 1, 2000 pairs from u0 = 0.5)
     measured = {"sde": {"one_point_rate": -0.755, "one_point_rate_se": 0.017, "one_point_T": 0.4707,
@@ -425,7 +426,7 @@ def test_fraction_intervals_cover_at_their_level(n, p, seed):
 
 
 def test_motion_tail_rows_use_newcombes_interval_when_the_counts_are_stored():
-    from stochformer.report.sections import motion_rows
+    from stochformer.report.sections.paper import motion_rows
     from stochformer.stats import newcombe_interval
 
     measured = {"sde": {"one_point_rate": -0.755, "one_point_rate_se": 0.017, "one_point_T": 0.4707,
@@ -447,7 +448,7 @@ def test_phase_rows_name_the_limit_they_judge_and_the_table_shows_the_finite_dep
     from types import SimpleNamespace
 
     from stochformer.experiments.phase import PhaseConfig
-    from stochformer.report.sections import phase_rows, phase_shift_table
+    from stochformer.report.sections.phase import phase_rows, phase_shift_table
 
     cfg = PhaseConfig.model_validate({"model": {"dynamics": "transformer", "d": 12, "L": 48, "T": 5.0},
                                       "x_field": "gamma", "y_field": "sigma", "x_values": [-0.5], "y_values": [0.4]})

@@ -35,10 +35,9 @@ import xarray as xr
 from pydantic import Field, model_validator
 
 from ..brownian import BrownianPath, Draws
-from ..build import initial_tokens, make_attention, make_kernel
+from ..build import initial_tokens, make_attention, make_kernel, make_noise
 from ..config import ExperimentConfig, RunConfig, as_config
-from ..model.noise import ExactField, RandomMLP
-from ..model.rng import resolve_backend
+from ..model.noise import ExactField
 from ..model.sde import INTEGRATORS, LimitSDE
 from ..model.transformer import Transformer
 from ..results import Result
@@ -116,11 +115,10 @@ def _coupled_errors(cfg: RunConfig, depths: list[int], widths: list[int], refine
     r = refine
     # one Brownian path on the finest grid of every depth: the transformer reads it per layer, the SDE per step
     path = BrownianPath(tuple(X0.shape), refine * max(depths), generator=g_noise, dtype=dtype, device=device)
-    common = dict(activation=cfg.activation, sigma_U=cfg.sigma_U, sigma_W=cfg.sigma_W, scale=cfg.noise_scale)
-    rng = resolve_backend(cfg.rng, cfg.device)
-    # non-Gaussian weights (SPEC §7): inner weights U from the law, the output coupled through K_m^{1/2}Ξ
-    laws = dict(mode="gaussian") if cfg.weight_law == "gaussian" else dict(mode="weights", law=cfg.weight_law, nu=cfg.student_nu)
-    mlps = [RandomMLP(width=m, rng=rng, **laws, **common) for m in widths] + [ExactField(kernel)]
+    # the config's MLP at each width (non-Gaussian weights, SPEC §7: inner weights U from the law; the
+    # output is coupled through K_m^{1/2}Ξ whatever the law)
+    mlps = [make_noise(cfg.model_copy(update={"m": m, "dynamics": "transformer", "noise": "auto"})) for m in widths]
+    mlps.append(ExactField(kernel))
     layers = _Lockstep([Transformer(attention, mlp, cfg.order) for mlp in mlps])
     keep = SaveAt(stats=(), tokens_every=1, final=False)
     ds = solve(layers, X0.repeat(len(mlps), 1, 1), cfg.T, depth, keep, generator=g_w, path=path, context=cfg)

@@ -201,7 +201,7 @@ def coupled_sample(cfg: JointConfig, seed: int) -> dict[str, list[float]]:
     sde = make_grouped_particles(run.model_copy(update={"dynamics": "sde"}), sizes, dtype, device)
     inner_sde = sizes.index(N_in)
     # the transformers: the diagonal path, then the (L, m) of the path at the inner N
-    runs = [(N, L, m) for N, L, m in path] + [(N_in, L, m) for _, L, m in path]
+    runs = path + [(N_in, L, m) for _, L, m in path]
     models = [make_model(run.model_copy(update={"dynamics": "transformer", "N": N, "m": m, "L": L}), dtype, device)
               for N, L, m in runs]
     for model in models:

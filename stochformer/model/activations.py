@@ -12,7 +12,7 @@ from typing import Callable, Union
 
 import torch
 
-from ..validation import callable_name, check_output
+from ..validation import callable_name, callable_record, check_output
 
 Activation = Callable[[torch.Tensor], torch.Tensor]
 ActivationLike = Union[str, Activation]
@@ -85,7 +85,20 @@ def _first_call_checked(fn: Activation) -> Activation:
 
 
 def activation_name(activation: ActivationLike) -> str:
-    """A printable name: the registry name, or the callable's ``__name__``."""
+    """A printable name: the registry name, the callable's ``__name__``, a partial's ``f(k=v, …)``,
+    an instance's own repr, or where that repr is the default one ``Class(name=value, …)`` with its
+    recorded parameters (:func:`~stochformer.validation.callable_record`; never a memory address)."""
     if isinstance(activation, str):
         return activation
-    return getattr(activation, "__name__", repr(activation))
+    if hasattr(activation, "__name__"):
+        return activation.__name__
+    params = callable_record(activation).get("parameters", {})
+    if isinstance(activation, functools.partial):
+        name = getattr(activation.func, "__name__", type(activation.func).__name__)
+        params = {**{f"arg{i}": a for i, a in enumerate(params["args"])}, **params["keywords"]}
+    elif " at 0x" not in repr(activation):
+        return repr(activation)  # the instance's own description
+    else:
+        name = type(activation).__name__
+    inside = ", ".join(f"{k}={v}" for k, v in params.items()) if isinstance(params, dict) else params
+    return f"{name}({inside})"

@@ -34,10 +34,20 @@ def query_chunk(N: int, block: int = DEFAULT_BLOCK) -> int:
 
 class Attention(Protocol):
     """What the models call: the drift field of the cloud at the queries (any callable with this
-    signature plugs in, SPEC §1)."""
+    signature plugs in, SPEC §1). An attention with state across calls (random draws) also defines
+    ``reset(batch, d, generator, dtype, device)``, which the models call at the start of every run
+    (:func:`start_run`), so that a model object reused for a run gives that run's numbers."""
 
     def __call__(self, X: torch.Tensor, keys: Optional[torch.Tensor] = None) -> torch.Tensor:
         """Attn_μ(x_i) for queries X: (batch, n, d) against the cloud ``keys`` (default X): (batch, N, d)."""
+
+
+def start_run(attention: Optional[Attention], batch: int, d: int, generator: torch.Generator, dtype: torch.dtype,
+              device) -> None:
+    """The start of a run for ``attention``: its ``reset`` if it has one (a stateless attention has none)."""
+    reset = getattr(attention, "reset", None)
+    if reset is not None:
+        reset(batch, d, generator, dtype, device)
 
 
 @validated

@@ -228,6 +228,11 @@ class ResampledAttention:
         check_int("d", self.d, 2)
         check_memory("d", 8.0 * self.d * self.d)  # its identity and per-sample draws are d x d
 
+    def reset(self, batch, d, generator, dtype, device) -> None:
+        """The start of a run: the draws start again from ``seed`` (a model object reused for a run
+        gives that run's numbers; the run's generator is not used)."""
+        self._gen = make_generator(self.seed, device)
+
     def draw(self, batch: int, dtype, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(Q, K, V), each (batch, d, d), from the piece's generator."""
         if self._gen is None:

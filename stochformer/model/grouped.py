@@ -25,7 +25,7 @@ from typing import Optional, Sequence
 import torch
 
 from ..brownian import as_draws
-from .attention import Attention
+from .attention import Attention, start_run
 from .kernel import NoiseKernel
 from .noise import ExactField, Randomness, sqrt_psd
 
@@ -49,6 +49,9 @@ class GroupedAttention:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "sizes", _check_sizes(self.sizes))
+
+    def reset(self, batch, d, generator, dtype, device) -> None:
+        start_run(self.attention, batch, d, generator, dtype, device)
 
     def __call__(self, X: torch.Tensor, keys: Optional[torch.Tensor] = None) -> torch.Tensor:
         if keys is not None:

@@ -28,7 +28,7 @@ import torch
 
 from ..sphere import normalize, tangent
 from ..validation import ArgumentTypeError, Check, Methods, NonNegativeFloat, check_fits, first_output, short, validated
-from .attention import Attention
+from .attention import Attention, start_run
 from .noise import NoiseSource, Randomness
 
 
@@ -114,6 +114,7 @@ class LimitSDE:
         noise source draws its per-run state."""
         self._checked.clear()
         check_fits("attention", self.attention, d, dtype, device)
+        start_run(self.attention, batch, d, generator, dtype, device)
         check_fits("noise", self.noise, d, dtype, device)
         if self.noise is not None:
             self.noise.reset(batch, d, generator, dtype, device)

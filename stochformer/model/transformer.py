@@ -22,7 +22,7 @@ from ..brownian import as_draws
 from ..sphere import normalize
 from ..validation import Methods, check_fits, first_output, validated
 from . import blas
-from .attention import Attention, SoftmaxAttention
+from .attention import Attention, SoftmaxAttention, start_run
 from .lanes import Lanes, laned
 from .noise import NeedsDraws, NoiseSource, RandomMLP, Randomness
 
@@ -53,6 +53,7 @@ class Transformer:
         noise source draws its per-run state."""
         self._checked.clear()
         check_fits("attention", self.attention, d, dtype, device)
+        start_run(self.attention, batch, d, generator, dtype, device)
         check_fits("mlp", self.mlp, d, dtype, device)
         if self.mlp is not None:
             self.mlp.reset(batch, d, generator, dtype, device)

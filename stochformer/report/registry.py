@@ -113,7 +113,7 @@ def register(section: Section) -> Section:
 
 def registered() -> list[Section]:
     """Every registered section, in the order of the report (SPEC §6; ``report.sections`` registers
-    them when the package is imported)."""
+    them when the package is imported, its modules in the order of the page)."""
     return list(_REGISTRY.values())
 
 

@@ -1,14 +1,13 @@
-"""Independent tasks with stored results: :mod:`.base` holds the :class:`Task` type and the store,
-:mod:`.serial` runs tasks in this process, :mod:`.parallel` on a process pool or a Dask cluster,
-behind one call, :func:`run_tasks`."""
+"""Independent tasks with stored results: :mod:`.base` holds the :class:`Task` type, the store and
+the run in this process, :mod:`.parallel` the runs on a process pool or a Dask cluster, behind one
+call, :func:`run_tasks`."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
-from .base import Task
-from .serial import run_tasks_serial
+from .base import Task, run_in_process
 
 __all__ = ["Task", "run_tasks"]
 
@@ -22,10 +21,10 @@ def run_tasks(
 ) -> dict[str, Any]:
     """Run ``tasks``; with ``store`` (a folder) results are saved atomically as each task finishes,
     and tasks already stored with a matching key are not run again. Returns ``{task.key: result}``.
-    ``scheduler``: None or ``"serial"`` runs them in this process (:mod:`.serial`); any other form
+    ``scheduler``: None or ``"serial"`` runs them in this process (:func:`.base.run_in_process`); any other form
     (a process pool, a Dask cluster: :func:`.parallel.parse_scheduler`) through :mod:`.parallel`."""
     if scheduler not in (None, "serial"):
         from .parallel import run_tasks_parallel  # process pools and Dask, same contract
 
         return run_tasks_parallel(list(tasks), store=store, scheduler=scheduler, progress=progress, desc=desc)
-    return run_tasks_serial(tasks, store=store, progress=progress, desc=desc)
+    return run_in_process(tasks, store=store, progress=progress, desc=desc)

@@ -1,8 +1,10 @@
-"""The sections of the report, one per claim of SPEC §6, in the order of the page.
+"""The report's sections of SPEC §6.1–§6.6 and the motions of SPEC §3–§4, in the order of the page:
+``clusters``, ``scenarios``, ``table``, ``convergence``, ``chaos``, ``chaos-exact``, ``sync`` and
+``motions`` (the phase diagrams are in :mod:`.phase`).
 
 Each section calls an experiment module's public ``run_xxx`` and its plotting functions, turns the
-result into predicted-vs-measured rows (:class:`~stochformer.verdict.Comparison`) and
-embedded figures, and declares its sizes for every profile.
+result into predicted-vs-measured rows (:class:`~stochformer.verdict.Comparison`, the shared row
+builders of :mod:`.rows`) and embedded figures, and declares its sizes for every profile.
 """
 
 from __future__ import annotations
@@ -13,41 +15,30 @@ from typing import Any, ClassVar, Literal, Optional
 import numpy as np
 from pydantic import Field, field_validator
 
-from ..model.activations import ACTIVATIONS, ODD_ACTIVATIONS
-from ..config import RunConfig, StrictConfig, build_config
-from ..results import seed_of
-from ..runtime import child_seeds, provenance, resolve_device
-from ..stats import MIN_SAMPLES, loglog_slope, mean_and_se, newcombe_interval
-from .profiles import sizes
-from ..experiments import chaos, converge, motions, paper, phase, sync
-from ..experiments.chaos import ChaosConfig
-from ..experiments.converge import ConvergeConfig
-from ..experiments.motions import MotionsConfig
-from ..experiments.phase import PhaseConfig
-from ..experiments.sync import SyncConfig, attention_gamma, energy_max, predicted_rates
-from ..plotting import chaos as chaos_plots
-from ..plotting import converge as converge_plots
-from ..plotting import sync as sync_plots
-from .registry import Section, SectionContext, SectionOutput, figure_png, register
-from ..verdict import Z95, Comparison, quantile
+from ...model.activations import ACTIVATIONS, ODD_ACTIVATIONS
+from ...config import RunConfig, StrictConfig, build_config
+from ...results import seed_of
+from ...runtime import child_seeds, provenance, resolve_device
+from ...stats import loglog_slope, newcombe_interval
+from ..profiles import sizes
+from ...experiments import chaos, converge, motions, paper, sync
+from ...experiments.chaos import ChaosConfig
+from ...experiments.converge import ConvergeConfig
+from ...experiments.motions import MotionsConfig
+from ...experiments.sync import SyncConfig, energy_max, predicted_rates
+from ...plotting import chaos as chaos_plots
+from ...plotting import converge as converge_plots
+from ...plotting import sync as sync_plots
+from ..registry import Section, SectionContext, SectionOutput, figure_png, register
+from ...verdict import Z95, Comparison, quantile
+from .rows import (EXTRAPOLATED_RTOL, KERNEL_RTOL, RATE_RTOL, SLOPE_TOL, bound_row, extrapolated_rate_row, fit_row,
+                   rate_row)
 
 # --------------------------------------------------------------------------- helpers
-
-#: Finite-size allowances of the "matches" rows, as fractions of |predicted|: first-order time
-#: discretisation (Δt = T/L) and finite horizons bias the measured rates; kernel moments are
-#: unbiased Monte Carlo means (only the finite difference h of κ' biases them).
-RATE_RTOL = 0.10
-KERNEL_RTOL = 0.02
 
 
 def _prov(cfg: Any) -> dict:
     return provenance(resolve_device(getattr(cfg, "device", "cpu")))
-
-
-def _mean_se(values) -> tuple[float, float]:
-    """Sample mean and its standard error of independent samples (any shape, flattened)."""
-    mean, se = mean_and_se(np.asarray(values, dtype=float).ravel())
-    return float(mean), float(se)
 
 
 def _fraction_row(quantity: str, predicted: float, samples, **kw) -> Comparison:
@@ -59,55 +50,6 @@ def _fraction_row(quantity: str, predicted: float, samples, **kw) -> Comparison:
         row = Comparison(row.quantity, row.predicted, row.measured, (max(0.0, row.ci[0]), min(1.0, row.ci[1])),
                          row.rule, row.tol, row.note, row.alternative, row.reach, row.n)
     return row
-
-
-def bound_alternative(bound: Optional[float]) -> Optional[float]:
-    """The alternative a bound row is judged against: no decay (rate 0) for a decay bound (< 0),
-    else the default (:func:`~stochformer.verdict.default_alternative`)."""
-    return 0.0 if bound is not None and bound < 0 else None
-
-
-def bound_row(quantity: str, bound: Optional[float], measured: float, se: float, err: float = 0.0,
-              reach: Optional[float] = None, n: Optional[int] = None, note: str = "") -> Comparison:
-    """Theorem 1.4's bound ``bound`` = ε + λ̄' on an energy rate: "at_most" with no tolerance,
-    interval measured ± (q·SE + err) (err an extrapolation error, q = 1.96 or Student's t for ``n``
-    samples), judged against no decay (:func:`bound_alternative`); ``reach`` is the largest rate the
-    observable can show (a bound at or above it is not testable at this size)."""
-    if n is not None and n < MIN_SAMPLES:
-        return Comparison(quantity, bound, measured, None, rule="at_most", reach=reach, n=n, note=note,
-                          alternative=bound_alternative(bound))
-    half = quantile(n) * se + err
-    text = f"reach {reach:.3g}: the largest rate E_β can show here" if reach is not None else ""
-    return Comparison(quantity, bound, measured, (measured - half, measured + half), rule="at_most", n=n, reach=reach,
-                      alternative=bound_alternative(bound), note="; ".join(x for x in (note, text) if x))
-
-
-def _rate_row(quantity: str, predicted: Optional[float], measured: float, se: float, rtol: float = RATE_RTOL,
-              note: str = "", n: Optional[int] = None, alternative: Optional[float] = None) -> Comparison:
-    """A rate against its closed form, "matches" with tol ``rtol``·|p|, from a mean and SE (of ``n``
-    samples: Student's t)."""
-    tol = rtol * abs(predicted) if predicted is not None else 0.0
-    return Comparison.from_mean_se(quantity, predicted, measured, se, n=n, rule="matches", tol=tol, alternative=alternative,
-                                   note=note or f"tol = {rtol:g}·|predicted| (finite-size allowance)")
-
-
-#: Allowance of a rate extrapolated to Δt → 0, as a fraction of |predicted|: what the extrapolation
-#: leaves (finite width m of the transformer, Δt³ terms); the extrapolation error is in the interval.
-EXTRAPOLATED_RTOL = 0.03
-
-
-def extrapolated_rate_row(quantity: str, predicted: Optional[float], measured: float, se: float,
-                          err: float, rule: str = "matches", rtol: float = EXTRAPOLATED_RTOL, note: str = "",
-                          n: Optional[int] = None) -> Comparison:
-    """A rate extrapolated to Δt → 0 (``sync.richardson``): interval measured ± (q·SE + err), err the
-    extrapolation error, q = 1.96 or Student's t for an SE of ``n`` samples, ``rule`` ("matches", or
-    "at_most" for a bound) with tol ``rtol``·|p|; at the boundary p = 0 the interval alone decides."""
-    q = quantile(n)
-    half = q * se + err
-    tol = rtol * abs(predicted) if predicted is not None else 0.0
-    return Comparison(quantity, predicted, measured, (measured - half, measured + half), rule=rule, tol=tol, n=n,
-                      note=(note + "; " if note else "") + f"Δt → 0 (Richardson over L, L/2, L/4 steps); CI = ± ({q:.3g} SE "
-                           f"+ extrapolation error {err:.2g}); tol = {rtol:g}·|predicted|")
 
 
 class PaperItemConfig(StrictConfig):
@@ -390,7 +332,7 @@ def _run_table(cfg: TableSectionConfig, ctx: SectionContext) -> SectionOutput:
                 comps.append(extrapolated_rate_row(f"{sym} ({where}, Δt → 0)", r[f"{q}_pred"], r[q], r[f"{q}_se"],
                                                    r[f"{q}_extrap_err"], rtol=rtol, n=r.get(f"{q}_n")))
             else:
-                comps.append(_rate_row(f"{sym} ({where})", r[f"{q}_pred"], r[q], r[f"{q}_se"], rtol))
+                comps.append(rate_row(f"{sym} ({where})", r[f"{q}_pred"], r[q], r[f"{q}_se"], rtol))
     figs = [figure_png(plots.plot_table(res), "table", "Measured (transformer) against computed λ₁ and λ̄, ± 2 SE; dashed: y = x")]
     notes = [f"sizes: {res.sizes}. κ(1) = E|G(x)|²/d and κ'(1) from |G(x) − G(y)|² at |x − y| = 10⁻³ over MLP draws; "
              "λ₁ by the pair estimator, λ̄ as the energy rate of a near-synchronised pair (cluster spread 1e-3 for a "
@@ -421,19 +363,6 @@ def _loglog_exponent(x, y) -> float:
     return -loglog_slope(x, y)[0]
 
 
-def _fit_row(quantity: str, predicted: Optional[float], fit: dict, rule: str, tol: float, note: str,
-             alternative: Optional[float] = None) -> Comparison:
-    """A row from a fitted exponent {value|exponent, ci, n} (a bootstrap interval, Student's t over
-    its ``n`` samples where stated; a fit from fewer than 3 samples has none and is inconclusive)."""
-    value = fit.get("value", fit.get("exponent"))
-    ci = fit.get("ci") or [None, None]
-    few = fit.get("n") is not None and fit["n"] < MIN_SAMPLES
-    return Comparison(quantity, predicted, value, None if few else tuple(ci), rule=rule, tol=tol, note=note,
-                      alternative=alternative, n=fit.get("n"))
-
-
-#: Allowance on fitted exponents (finite ranges of L, m, N bend log–log slopes).
-SLOPE_TOL = 0.1
 #: "The limits commute": the additive law a/L + b/m (no cross term) fits the whole grid to this
 #: largest relative residual.
 ADDITIVE_RESIDUAL = 0.25
@@ -445,15 +374,15 @@ def _run_converge(cfg: Any, ctx: SectionContext) -> SectionOutput:
     f, L = res.fits, np.asarray(res.depths, float)
     logL_over_L = _loglog_exponent(L, np.log(L) / L)
     rows = [
-        _fit_row("error exponent in L (layer times, m = ∞)", 1.0, f["exponent_L"], "at_least", SLOPE_TOL,
-                 "Theorem 1.1: error ≲ 1/L at layer times; alternative 1/2 (an error ≲ 1/√L)", 0.5),
-        _fit_row("error exponent in L (continuous time, m = ∞)", logL_over_L, f["exponent_L_continuous"], "at_least",
-                 SLOPE_TOL, f"≲ log L/L: its own log–log slope over these depths is {logL_over_L:.3f}"),
-        _fit_row(f"error exponent in m (layer times, L = {f['exponent_m']['L']})", 1.0, f["exponent_m"], "at_least",
-                 SLOPE_TOL, "Theorem 1.1: error ≲ 1/m; alternative 1/2 (an error ≲ 1/√m)", 0.5),
-        _fit_row("max relative residual of a/L + b/m over the (L, m) grid", 0.0, f["additive_layer"]["residual"],
-                 "at_most", ADDITIVE_RESIDUAL, "the limits commute: an additive law without cross term fits the whole "
-                                               "grid (interval: bootstrap over samples, Student's t)"),
+        fit_row("error exponent in L (layer times, m = ∞)", 1.0, f["exponent_L"], "at_least", SLOPE_TOL,
+                "Theorem 1.1: error ≲ 1/L at layer times; alternative 1/2 (an error ≲ 1/√L)", 0.5),
+        fit_row("error exponent in L (continuous time, m = ∞)", logL_over_L, f["exponent_L_continuous"], "at_least",
+                SLOPE_TOL, f"≲ log L/L: its own log–log slope over these depths is {logL_over_L:.3f}"),
+        fit_row(f"error exponent in m (layer times, L = {f['exponent_m']['L']})", 1.0, f["exponent_m"], "at_least",
+                SLOPE_TOL, "Theorem 1.1: error ≲ 1/m; alternative 1/2 (an error ≲ 1/√m)", 0.5),
+        fit_row("max relative residual of a/L + b/m over the (L, m) grid", 0.0, f["additive_layer"]["residual"],
+                "at_most", ADDITIVE_RESIDUAL, "the limits commute: an additive law without cross term fits the whole "
+                                              "grid (interval: bootstrap over samples, Student's t)"),
     ]
     figs = [figure_png(plots.plot_convergence(res), "convergence",
                        "Pathwise error against L and m (log–log, fitted slopes beside 1/L, log L/L and 1/m) and the "
@@ -490,10 +419,10 @@ def w2_row(d: int, fit: dict, sharp: dict, bound: dict) -> Comparison:
     S^{d−1} (``sharp``: local exponent of log N/N for d = 3, N^{−2/(d−1)} for d ≥ 4 over the sizes),
     two-sided ("matches", tol SLOPE_TOL). Proposition 1.2's r_d(N) (``bound``) is only an upper
     bound for any measure on R^d and is slower; it is quoted in the note."""
-    return _fit_row(f"W₂² decay exponent in N (d = {d}, finite N_ref removed)", sharp["exponent"], fit, "matches",
-                    SLOPE_TOL, f"sharp rate on S^{d - 1}: {sharp['law']}, of W₂²/(1 − N/N_ref); Proposition 1.2's bound "
-                               f"r_d(N) = {bound['law']} (local exponent {bound['exponent']:.3f}) is slower: the alternative",
-                    bound["exponent"])
+    return fit_row(f"W₂² decay exponent in N (d = {d}, finite N_ref removed)", sharp["exponent"], fit, "matches",
+                   SLOPE_TOL, f"sharp rate on S^{d - 1}: {sharp['law']}, of W₂²/(1 − N/N_ref); Proposition 1.2's bound "
+                              f"r_d(N) = {bound['law']} (local exponent {bound['exponent']:.3f}) is slower: the alternative",
+                   bound["exponent"])
 
 
 def coupling_row(d: int, fit: dict, noise: str, predicted: float = 1.0) -> Comparison:
@@ -501,9 +430,9 @@ def coupling_row(d: int, fit: dict, noise: str, predicted: float = 1.0) -> Compa
     systems driven by one field (``noise``: "random_features" or "exact") against ``predicted`` (1:
     the N-system's drift differs by a fluctuation of variance ∝ 1/N − 1/N_ref), two-sided."""
     field = "exact field" if noise == "exact" else "random-feature field"
-    return _fit_row(f"coupled error exponent in N (d = {d}, {field}, finite N_ref removed)", predicted, fit, "matches",
-                    SLOPE_TOL, "synchronous coupling: ≈ C (1/N − 1/N_ref); alternative 1/2 (Proposition 1.2's r_3(N))",
-                    0.5 * predicted)
+    return fit_row(f"coupled error exponent in N (d = {d}, {field}, finite N_ref removed)", predicted, fit, "matches",
+                   SLOPE_TOL, "synchronous coupling: ≈ C (1/N − 1/N_ref); alternative 1/2 (Proposition 1.2's r_3(N))",
+                   0.5 * predicted)
 
 
 def chaos_rows(cfg: Any, f: dict) -> list[Comparison]:
@@ -513,9 +442,9 @@ def chaos_rows(cfg: Any, f: dict) -> list[Comparison]:
             if str(d) in f["w2"]]
     rows.append(coupling_row(cfg.model.d, f["coupling_corrected"][str(cfg.model.d)], cfg.model.noise))
     if "decorrelation" in f:
-        rows.append(_fit_row("conditional correlation exponent in N", 1.0, f["decorrelation"], "at_least", SLOPE_TOL,
-                             "tokens become independent given the noise: correlation O(1/N) (every size in the fit, "
-                             "weighted by its SE); alternative 1/2 (O(1/√N))", 0.5))
+        rows.append(fit_row("conditional correlation exponent in N", 1.0, f["decorrelation"], "at_least", SLOPE_TOL,
+                            "tokens become independent given the noise: correlation O(1/N) (every size in the fit, "
+                            "weighted by its SE); alternative 1/2 (O(1/√N))", 0.5))
     return rows
 
 
@@ -610,7 +539,7 @@ def sync_rows(table: list[dict], extrapolated: bool) -> list[Comparison]:
         elif extrapolated:
             rows.append(extrapolated_rate_row(name, r["predicted"], r["measured"], r["se"], r["err"], n=r.get("n")))
         else:
-            rows.append(_rate_row(name, r["predicted"], r["measured"], r["se"], n=r.get("n")))
+            rows.append(rate_row(name, r["predicted"], r["measured"], r["se"], n=r.get("n")))
     return rows
 
 
@@ -712,114 +641,3 @@ register(Section(
     ),
     run=_run_motions,
 ))
-
-
-# --------------------------------------------------------------------------- §6.6 phase diagrams
-
-
-def phase_rows(cfg: Any, res: Any) -> list[Comparison]:
-    """The rows of a phase diagram: λ̂₁ at every grid point against λ₁ − γ. Extrapolated to Δt → 0
-    they test the boundary of the L → ∞ limit (the SDE's), so each is named so; the value at the
-    model's own L is in :func:`phase_shift_table`."""
-    rows = []
-    limit = " (Δt → 0: the L → ∞ boundary)" if cfg.extrapolate else ""
-    for i, y in enumerate(res.y):
-        for j, x in enumerate(res.x):
-            p, name = float(res.pred_lambda_1[i, j]), f"λ̂₁{limit} at {cfg.x_field} = {x:g}, {cfg.y_field} = {y:g} vs λ₁ − γ"
-            if cfg.extrapolate:
-                rows.append(extrapolated_rate_row(name, p, float(res.value[i, j]), float(res.se[i, j]),
-                                                  float(res.err[i, j])))
-            else:
-                rows.append(_rate_row(name, p, float(res.value[i, j]), float(res.se[i, j]), n=cfg.pairs))
-    return rows
-
-
-def phase_shift_table(cfg: Any, res: Any) -> Optional[dict]:
-    """The finite-depth shift of every grid point: λ̂₁ at the model's L steps beside its Δt → 0 value
-    and the L → ∞ prediction, with the attention's exact finite-Δt exponent −log(1 + γΔt)/Δt (the
-    transformer's post-LN step; the noise's own O(Δt) term has no closed form) and whether the
-    sign at L steps is that of the L → ∞ prediction; None when not extrapolated."""
-    at_L = getattr(res, "value_at_L", None)
-    if not cfg.extrapolate or at_L is None:
-        return None
-    rows = []
-    for i, y in enumerate(res.y):
-        for j, x in enumerate(res.x):
-            point = cfg.point(x, y)
-            g, dt = attention_gamma(point) or 0.0, point.dt
-            discrete = -math.log1p(g * dt) / dt if point.dynamics == "transformer" and g * dt > -1 else -g
-            p, v, vL = float(res.pred_lambda_1[i, j]), float(res.value[i, j]), float(at_L[i, j])
-            rows.append([x, y, p, v, vL, vL - v, discrete + g, "yes" if np.sign(vL) == np.sign(p) else "no"])
-    return {"title": f"Finite depth: λ̂₁ at L = {cfg.model.L} steps beside Δt → 0 and the L → ∞ prediction",
-            "columns": [cfg.x_field, cfg.y_field, "λ₁ − γ (L → ∞)", "λ̂₁ (Δt → 0)", f"λ̂₁ (L = {cfg.model.L})",
-                        "shift at L", "attention's shift −log(1+γΔt)/Δt + γ", "sign at L as predicted"],
-            "rows": rows}
-
-
-def _run_phase(cfg: Any, ctx: SectionContext) -> SectionOutput:
-    plots = sync_plots
-    res = phase.run_phase(cfg, progress=ctx.progress, store=ctx.workdir, scheduler=ctx.scheduler)
-    rows = phase_rows(cfg, res)
-    agree = res.agreement()
-    notes = [f"grid points where the measured exponent has the predicted sign: {agree.get('same_sign', agree.get('same_side'))} "
-             f"of {agree['points']}"]
-    tables = []
-    shift = phase_shift_table(cfg, res)
-    if shift is not None:
-        tables.append(shift)
-        flips = sum(r[-1] == "no" for r in shift["rows"])
-        notes.append(f"The rows judge λ̂₁ extrapolated to Δt → 0, i.e. the boundary of the L → ∞ limit, not of the "
-                     f"{cfg.model.dynamics} at its own depth L = {cfg.model.L}: at that depth the sign of λ̂₁ differs from "
-                     f"the L → ∞ prediction at {flips} of {len(shift['rows'])} grid points (table: the finite-L shift).")
-    figs = [figure_png(plots.plot_phase(res), f"phase-{cfg.x_field}-{cfg.y_field}",
-                       f"Measured pair exponent over ({cfg.x_field}, {cfg.y_field}) with the predicted boundaries "
-                       "λ₁ − γ = 0 (solid) and λ̄ − 2γ = 0 (dashed)")]
-    return SectionOutput(res.to_dict(), rows, figs, res.provenance, {"seed": cfg.model.seed, "rule": "runtime.child_seeds(seed, points)"},
-                         notes, tables)
-
-
-_PHASE_COMMON = {"activation": "relu", "measure": "lyapunov", "dynamics": "sde"}
-_PHASE_GS = {**_PHASE_COMMON, "d": 8, "x_field": "gamma", "y_field": "sigma"}
-_PHASE_DS = {**_PHASE_COMMON, "gamma": -0.5, "x_field": "d", "y_field": "sigma"}
-
-register(Section(
-    name="phase-gamma",
-    title="Phase diagram over attention γ and noise σ",
-    spec="SPEC §6.6, §5 (derived)",
-    claim="Noise synchronises tokens even against repulsive attention (γ < 0) exactly where λ₁ − γ < 0: "
-          "the measured pair exponent changes sign on the predicted boundary.",
-    model=PhaseConfig,
-    sizes=sizes(
-        tiny={**_PHASE_GS, "x_values": [-1.0, 0.0], "y_values": [0.0, 0.5], "L": 20, "T": 2.0, "pairs": 16},
-        quick={**_PHASE_GS, "x_values": [-2.0, -1.5, -1.0, -0.5, 0.0], "y_values": [0.0, 0.25, 0.5, 0.75],
-               "L": 100, "T": 4.0, "pairs": 128},
-        full={**_PHASE_GS, "x_values": [-3.0, -2.5, -2.0, -1.5, -1.0, -0.5, 0.0, 0.5],
-              "y_values": [0.0, 0.125, 0.25, 0.375, 0.5, 0.625, 0.75], "L": 400, "T": 8.0, "pairs": 1024},
-        gpu={"pairs": 8192},
-    ),
-    run=_run_phase,
-))
-
-register(Section(
-    name="phase-dim",
-    title="Phase diagram over dimension d and noise σ",
-    spec="SPEC §6.6, §5",
-    claim="Over (d, σ) with repulsive attention γ = −1/2, the sign of the measured pair exponent follows the "
-          "predicted boundary λ₁ − γ = 0.",
-    model=PhaseConfig,
-    sizes=sizes(
-        tiny={**_PHASE_DS, "x_values": [3, 8], "y_values": [0.0, 0.4], "L": 20, "T": 2.0, "pairs": 16},
-        quick={**_PHASE_DS, "x_values": [3, 4, 6, 8, 12, 16], "y_values": [0.0, 0.2, 0.4, 0.6],
-               "L": 100, "T": 4.0, "pairs": 128},
-        full={**_PHASE_DS, "x_values": [3, 4, 5, 6, 8, 12, 16, 32, 64], "y_values": [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6],
-              "L": 400, "T": 8.0, "pairs": 1024},
-        gpu={"pairs": 8192},
-    ),
-    run=_run_phase,
-))
-
-
-# --------------------------------------------------------------------------- §7 (own module)
-
-from . import sections_variants  # noqa: E402,F401  (registers "variants" and "bridge")
-from . import sections_beyond  # noqa: E402,F401  (registers "joint-limit", "repulsion" and the transformer's phase diagrams)

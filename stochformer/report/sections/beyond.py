@@ -2,23 +2,24 @@
 limit N, L, m → ∞ along a diagonal path, ``joint-limit``), Theorem 1.4 with attention from uniform
 tokens and the linearised criterion's map (``repulsion``), and the phase diagrams on the discrete
 transformer over (γ, σ) and (d, σ) (``phase-transformer``, ``phase-dim-transformer``). Registered
-after the sections of SPEC §6 (imported at the end of :mod:`.sections`)."""
+after the sections of SPEC §6 and §7 (the order of :mod:`stochformer.report.sections`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from ..experiments import joint as joint_exp
-from ..experiments import repulsion as repulsion_exp
-from ..experiments.joint import JointConfig
-from ..experiments.phase import PhaseConfig
-from ..experiments.repulsion import RepulsionConfig
-from ..plotting import beyond as beyond_plots
-from . import sections as base
-from .profiles import sizes
-from .registry import Section, SectionContext, SectionOutput, figure_png, register
-from ..model.activations import KINKED_ACTIVATIONS
-from ..verdict import Comparison
+from ...experiments import joint as joint_exp
+from ...experiments import repulsion as repulsion_exp
+from ...experiments.joint import JointConfig
+from ...experiments.phase import PhaseConfig
+from ...experiments.repulsion import RepulsionConfig
+from ...plotting import beyond as beyond_plots
+from ..profiles import sizes
+from ..registry import Section, SectionContext, SectionOutput, figure_png, register
+from ...model.activations import KINKED_ACTIVATIONS
+from ...verdict import Comparison
+from .phase import PHASE_DS, PHASE_GS, run_phase
+from .rows import SLOPE_TOL, bound_row, extrapolated_rate_row, fit_row, rate_row
 
 # --------------------------------------------------------------------------- Corollary 1.3
 
@@ -40,20 +41,20 @@ def joint_rows(numbers: dict, activation: str = "tanh") -> list[Comparison]:
         commuting = Comparison(name, None, note=f"Corollary 1.3's commuting form needs a C^∞ activation (φ = {activation} "
                                                 "is not): no rate predicted along the diagonal path")
     else:
-        commuting = base._fit_row(
-            name, p["commuting"], f["diagonal"], "at_least", base.SLOPE_TOL,
+        commuting = fit_row(
+            name, p["commuting"], f["diagonal"], "at_least", SLOPE_TOL,
             f"Corollary 1.3 (ii), C^∞ φ: ≤ c_T(log L/L + m^(−1/4) + r_d(N)); the slowest local exponent: log L/L "
             f"{p['log_L']:.3f}, m^(−1/4) 0.25, r_d(N) {p['r_d']:.3f}; alternative 0 (no decay)", 0.0)
     return [
         commuting,
-        base._fit_row(
+        fit_row(
             f"exponent in s of E sup |W₂²(μ^(N,L,m), μ) − W₂²(μ^N_SDE, μ)| at N = {numbers['iterated_N']}, L, m ∝ s",
-            p["inner"], f["inner"], "at_least", base.SLOPE_TOL,
+            p["inner"], f["inner"], "at_least", SLOPE_TOL,
             "Corollary 1.3 (i), the inner limits L, m → ∞ at a fixed N (any φ; the constant c_N e^{c_N T²} is fixed "
             "with N): |a² − b²| ≤ W₂(a, b)(2b + W₂(a, b)) with W₂²(a, b) ≲ 1/L + 1/m at layer times, so at least ½; "
             "alternative 0 (no decay)", 0.0),
-        base._fit_row(
-            "exponent in N of E sup W₂²(μ^N_SDE, μ)", p["r_d"], f["sde"], "at_least", base.SLOPE_TOL,
+        fit_row(
+            "exponent in N of E sup W₂²(μ^N_SDE, μ)", p["r_d"], f["sde"], "at_least", SLOPE_TOL,
             f"Corollary 1.3 (i), the outer limit: ≤ 2c_T r_d(N), r_d's exponent {p['r_d']:.3f} (the sharp rate of N "
             f"points on the sphere is {p['N']:.3f}); alternative 0 (no decay)", 0.0),
     ]
@@ -128,7 +129,7 @@ def repulsion_rows(numbers: dict, cfg: RepulsionConfig) -> list[Comparison]:
             continue  # Theorem 1.4 needs coercive noise (λ̄ < 0)
         where = f"γ = {pt['gamma']:g}, σ = {pt['sigma']:g}"
         beats = pt["gamma"] < 0 and pt["bound"] < 0
-        rows.append(base.bound_row(
+        rows.append(bound_row(
             f"E_β rate from uniform tokens ({where}) vs ε + λ̄'", pt["bound"], pt["energy_rate"], pt["energy_rate_se"],
             reach=pt.get("reach"), n=cfg.model.batch,
             note=f"Theorem 1.4: ε = {pt['epsilon']:g}, λ̄' = {pt['lambda_bar_prime']:.3g}"
@@ -144,11 +145,11 @@ def repulsion_rows(numbers: dict, cfg: RepulsionConfig) -> list[Comparison]:
                                     f"come together (from a cluster of spread {cfg.flow_spread:g}); tol = {FLOW_RTOL:g}·ε + "
                                     f"|step bias {bias:.3g}| ({pr.get('dynamics', 'sde')}, Δt = {pr.get('flow_dt', 0.0):.3g}: "
                                     "−2 log(1 + γΔt)/Δt on the transformer); alternative δ"))
-    rows.append(base.extrapolated_rate_row(f"probe ({where}): λ̂₁ vs λ₁ − γ (close pairs)", pr["lambda_1_pred"],
-                                           pr["lambda_1"], pr["lambda_1_se"], pr["lambda_1_extrap_err"]))
+    rows.append(extrapolated_rate_row(f"probe ({where}): λ̂₁ vs λ₁ − γ (close pairs)", pr["lambda_1_pred"],
+                                      pr["lambda_1"], pr["lambda_1_se"], pr["lambda_1_extrap_err"]))
     noise_pt = numbers["points"].get(repulsion_exp.key(0.0, pr["sigma"]))
     if noise_pt is not None and noise_pt["uniform_drift"]:
-        rows.append(base._rate_row(
+        rows.append(rate_row(
             f"noise alone (σ = {pr['sigma']:g}): initial rate of the mean cosine vs E[b(u₀)]", noise_pt["uniform_drift"],
             noise_pt["initial_rate"], noise_pt["initial_rate_se"], DRIFT_RTOL, n=cfg.model.batch,
             note=f"the cause: the noise's pair drift b(u) = κ(u)(d−2+u²) − κ(1)(d−1)u pulls uniform tokens together; "
@@ -226,7 +227,7 @@ register(Section(
 
 # --------------------------------------------------------------------------- phase diagram, discrete transformer
 
-_PHASE_TRANSFORMER = {**base._PHASE_GS, "dynamics": "transformer"}
+_PHASE_TRANSFORMER = {**PHASE_GS, "dynamics": "transformer"}
 
 register(Section(
     name="phase-transformer",
@@ -244,7 +245,7 @@ register(Section(
         full={**_PHASE_TRANSFORMER, "x_values": [-3.0, -2.0, -1.5, -1.0, -0.5, 0.0, 0.5],
               "y_values": [0.0, 0.125, 0.25, 0.375, 0.5, 0.75], "L": 200, "T": 8.0, "pairs": 512, "m": 256},
     ),
-    run=base._run_phase,
+    run=run_phase,
 ))
 
 register(Section(
@@ -255,12 +256,12 @@ register(Section(
           "extrapolated to Δt → 0 over (d, σ) follows the L → ∞ boundary λ₁ − γ = 0; the finite-L shift is shown.",
     model=PhaseConfig,
     sizes=sizes(
-        tiny={**base._PHASE_DS, "dynamics": "transformer", "x_values": [3, 8], "y_values": [0.0, 0.4], "L": 20,
+        tiny={**PHASE_DS, "dynamics": "transformer", "x_values": [3, 8], "y_values": [0.0, 0.4], "L": 20,
               "T": 2.0, "pairs": 16, "m": 64},
-        quick={**base._PHASE_DS, "dynamics": "transformer", "x_values": [3, 6, 12], "y_values": [0.0, 0.3, 0.6],
+        quick={**PHASE_DS, "dynamics": "transformer", "x_values": [3, 6, 12], "y_values": [0.0, 0.3, 0.6],
                "L": 100, "T": 4.0, "pairs": 64, "m": 256},
-        full={**base._PHASE_DS, "dynamics": "transformer", "x_values": [3, 4, 6, 8, 16, 32],
+        full={**PHASE_DS, "dynamics": "transformer", "x_values": [3, 4, 6, 8, 16, 32],
               "y_values": [0.0, 0.2, 0.4, 0.6], "L": 200, "T": 8.0, "pairs": 512, "m": 256},
     ),
-    run=base._run_phase,
+    run=run_phase,
 ))

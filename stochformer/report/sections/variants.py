@@ -1,20 +1,20 @@
 """Report sections beyond the paper's model (SPEC §7): the attention variants, weight laws and
 per-layer random attention (``variants``), and standard blocks at initialisation (``bridge``).
-Registered after the sections of SPEC §6 (imported at the end of :mod:`.sections`)."""
+Registered after the sections of SPEC §6 (the order of :mod:`stochformer.report.sections`)."""
 
 from __future__ import annotations
 
 import math
 from typing import Any
 
-from .profiles import sizes
-from ..experiments import bridge as bridge_exp
-from ..experiments import variants as variants_exp
-from ..experiments.bridge import BridgeConfig
-from ..experiments.variants import VariantsConfig
-from ..plotting import variants as variants_plots
-from .registry import Section, SectionContext, SectionOutput, figure_png, register
-from ..verdict import Comparison
+from ..profiles import sizes
+from ...experiments import bridge as bridge_exp
+from ...experiments import variants as variants_exp
+from ...experiments.bridge import BridgeConfig
+from ...experiments.variants import VariantsConfig
+from ...plotting import variants as variants_plots
+from ..registry import Section, SectionContext, SectionOutput, figure_png, register
+from ...verdict import Comparison
 
 #: allowance on the fitted decay slopes of the deterministic flows (first order in Δt)
 FLOW_SLOPE_RTOL = 0.05
@@ -74,7 +74,7 @@ def variants_rows(numbers: dict, beta: float, flow_steps: int = FLOW_ODE_STEPS) 
 
 def _run_variants(cfg: Any, ctx: SectionContext) -> SectionOutput:
     exp, plots = variants_exp, variants_plots
-    from ..runtime import provenance
+    from ...runtime import provenance
 
     numbers = exp.run_variants(cfg)
     figs = [figure_png(plots.plot_variants(numbers), "variants",

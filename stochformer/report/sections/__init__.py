@@ -1,0 +1,21 @@
+"""The sections of the report, one per claim, each registering itself
+(:func:`~stochformer.report.registry.register`) when its module is imported.
+
+The order of the report is declared here, and only here: the modules below are imported in the
+order of the page, and each registers its sections in its own order.
+
+- :mod:`.paper`: SPEC §6.1–§6.6 and §3–§4 (``clusters``, ``scenarios``, ``table``, ``convergence``,
+  ``chaos``, ``chaos-exact``, ``sync``, ``motions``);
+- :mod:`.phase`: SPEC §6.6's phase diagrams on the SDE (``phase-gamma``, ``phase-dim``);
+- :mod:`.variants`: SPEC §7 (``variants``, ``bridge``);
+- :mod:`.beyond`: the paper's claims its figures do not show (``joint-limit``, ``repulsion``,
+  ``phase-transformer``, ``phase-dim-transformer``).
+
+:mod:`.rows` holds the row builders and tolerances the sections share; it registers nothing.
+"""
+
+from __future__ import annotations
+
+from . import paper, phase, variants, beyond  # noqa: F401  (in the order of the report: they register themselves)
+
+__all__ = ["beyond", "paper", "phase", "variants"]
