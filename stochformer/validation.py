@@ -563,7 +563,8 @@ def _callable_record(fn: Any) -> dict[str, Any]:
                     if p.default is not inspect.Parameter.empty}
         return {"callable": part_name(fn), "parameters": defaults}
     if isinstance(fn, (types.BuiltinFunctionType, types.MethodType, type)) or not hasattr(fn, "__dict__"):
-        return {"callable": part_name(fn), "parameters": {} if hasattr(fn, "__qualname__") else "unrecorded"}
+        named = hasattr(fn, "__qualname__") or hasattr(fn, "__name__")  # a builtin, a ufunc: nothing to record
+        return {"callable": part_name(fn), "parameters": {} if named else "unrecorded"}
     return {"callable": part_name(fn),
             "parameters": {k: _recorded(v) for k, v in vars(fn).items() if not k.startswith("_")}}
 
