@@ -6,7 +6,7 @@ n × n matrix, its Cholesky factor), attention within each system (Euler, d = 3,
     python benchmarks/bench_joint_field.py --sizes 4096,32,64,128,256 --reps 3
 
 Prints, per cloud, the median over ``reps`` of: κ on the matrix, the Cholesky factor, and the whole
-step (:func:`stochformer.build.make_grouped_particles`; wall and CPU time, all threads), timed in
+step (:func:`stochformer.config.build.make_grouped_particles`; wall and CPU time, all threads), timed in
 alternation in one process, and the extrapolated time of the section (samples × steps × step).
 """
 
@@ -18,10 +18,10 @@ import time
 
 import torch
 
-from stochformer.brownian import Draws
-from stochformer.build import make_grouped_particles
+from stochformer.core.brownian import Draws
+from stochformer.config.build import make_grouped_particles
 from stochformer.config import RunConfig
-from stochformer.sphere import uniform
+from stochformer.core.sphere import uniform
 
 #: (N_ref and sizes, samples, steps) of the chaos-exact section's quick and full profiles
 CASES = {"quick": ([512, 16, 32, 64, 128], 16, 10), "full": ([4096, 32, 64, 128, 256], 8, 16)}

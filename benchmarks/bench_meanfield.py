@@ -89,8 +89,8 @@ def _timed(fn) -> float:
 def single(N: int, d: int, path: str, steps: int) -> dict:
     """One (N, path) measurement in this process."""
     from stochformer.config import RunConfig
-    from stochformer.build import make_field, make_particles
-    from stochformer.sphere import uniform
+    from stochformer.config.build import make_field, make_particles
+    from stochformer.core.sphere import uniform
 
     cfg = RunConfig(N=N, d=d, dynamics="sde", noise="random_features", features=FEATURES, integrator="euler", T=1.0, L=10)
     g = torch.Generator().manual_seed(0)

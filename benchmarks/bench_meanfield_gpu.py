@@ -55,8 +55,8 @@ def ceilings(dev: torch.device, n: int = 8192) -> dict:
 
 def run_one(N: int, d: int, dtype: torch.dtype, sdpa: bool, steps: int) -> dict:
     from stochformer.config import RunConfig
-    from stochformer.build import make_field, make_particles
-    from stochformer.sphere import uniform
+    from stochformer.config.build import make_field, make_particles
+    from stochformer.core.sphere import uniform
 
     dev = torch.device("cuda")
     cfg = RunConfig(N=N, d=d, dynamics="sde", noise="random_features", features=FEATURES, integrator="euler",

@@ -26,13 +26,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from stochformer.brownian import BrownianPath
+from stochformer.core.brownian import BrownianPath
 from stochformer.model.attention import SoftmaxAttention
 from stochformer.model.kernel import NoiseKernel
 from stochformer.model.noise import ExactField, RandomFeatureField
 from stochformer.model.sde import INTEGRATORS, LimitSDE, StratonovichHeun
-from stochformer.solver import SaveAt, solve
-from stochformer.sphere import uniform
+from stochformer.integrate import SaveAt, solve
+from stochformer.core.sphere import uniform
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from docsection import publish  # noqa: E402

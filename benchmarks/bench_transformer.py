@@ -35,13 +35,13 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from docsection import write_section  # noqa: E402
 
-from stochformer.build import make_model  # noqa: E402
+from stochformer.config.build import make_model  # noqa: E402
 from stochformer.config import RunConfig  # noqa: E402
-from stochformer.diagnostics import mean_cosine  # noqa: E402
+from stochformer.measure.diagnostics import mean_cosine  # noqa: E402
 from stochformer.experiments.simulate import run_simulate  # noqa: E402
 from stochformer.model.rng import NormalDraws  # noqa: E402
-from stochformer.runtime import make_generator  # noqa: E402
-from stochformer.sphere import uniform  # noqa: E402
+from stochformer.core.runtime import make_generator  # noqa: E402
+from stochformer.core.sphere import uniform  # noqa: E402
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
 SECTION = "## Transformer simulator"  # the CPU numbers; a GPU run writes its own files
@@ -275,7 +275,7 @@ def layer_work(cfg: RunConfig, device: torch.device) -> dict[str, float]:
 
     Per layer and sample: the MLP (``RandomMLP.cost``) plus attention (``SoftmaxAttention.flops``)."""
     model = make_model(cfg, device=device)
-    per = model.mlp.cost(cfg.N, cfg.d, device)
+    per = model.noise.cost(cfg.N, cfg.d, device)
     n_layers = cfg.batch * cfg.L
     normals = per["normals"] * n_layers + cfg.batch * cfg.N * cfg.d  # + the initial tokens
     flops = (per["flops"] + model.attention.flops(cfg.N, cfg.d)) * n_layers

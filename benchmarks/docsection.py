@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from stochformer.io import atomic_write_bytes
+from stochformer.io.store import atomic_write_bytes
 
 
 def write_section(doc: Path, section: str, text: str, title: str = "# Benchmarks") -> None:

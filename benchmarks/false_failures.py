@@ -7,7 +7,7 @@
 
 Each section of the ``tiny`` profile is run again and again with seeds 1, 2, … (``seed=k``: every
 random draw of the section changes, nothing else), and each replicate's rows are judged as the page
-judges them, as one family (:func:`stochformer.verdict.recompute`, Holm over the rows'
+judges them, as one family (:func:`stochformer.measure.verdict.recompute`, Holm over the rows'
 p-values at the family-wise level ``FAMILY_LEVEL``). Per section: the replicates run, the fraction
 of replicates in which some row "does not hold" with its Clopper–Pearson 95% interval, the same
 fraction had each row been judged alone at 5% (no family), and the share of rows that were
@@ -38,8 +38,8 @@ from stochformer.report import registry
 from stochformer.report.sections import beyond, paper, phase, variants
 from stochformer.report.registry import Figure, SectionContext
 from stochformer.report.runner import plan
-from stochformer.verdict import FAILS, FAMILY_LEVEL, INCONCLUSIVE, LEVEL, NOT_TESTABLE, Comparison, recompute
-from stochformer.stats import clopper_pearson_interval
+from stochformer.measure.verdict import FAILS, FAMILY_LEVEL, INCONCLUSIVE, LEVEL, NOT_TESTABLE, Comparison, recompute
+from stochformer.measure.stats import clopper_pearson_interval
 
 
 def _no_figure(fig, name: str, caption: str, dpi: int = 100) -> Figure:

@@ -42,14 +42,14 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from docsection import publish  # noqa: E402
 
-from stochformer.build import make_model  # noqa: E402
+from stochformer.config.build import make_model  # noqa: E402
 from stochformer.config import InitConfig, RunConfig  # noqa: E402
 from stochformer.experiments.converge import ConvergeConfig, run_converge  # noqa: E402
 from stochformer.experiments.sync import energy_paths, measure_lyapunov, moment_rate, near_sync_horizon, predicted_rates  # noqa: E402
 from stochformer.model.kernel import NoiseKernel  # noqa: E402
-from stochformer.runtime import DTYPES, make_generator  # noqa: E402
-from stochformer.solver import SaveAt, solve  # noqa: E402
-from stochformer.sphere import uniform  # noqa: E402
+from stochformer.core.runtime import DTYPES, make_generator  # noqa: E402
+from stochformer.integrate import SaveAt, solve  # noqa: E402
+from stochformer.core.sphere import uniform  # noqa: E402
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
 SECTION = "## Precision: float32 against float64"

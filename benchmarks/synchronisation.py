@@ -31,7 +31,7 @@ import torch
 from stochformer.config import InitConfig, build_config
 from stochformer.experiments.phase import phase_point
 from stochformer.experiments.sync import energy_paths, measure_lyapunov, moment_rate, near_sync_horizon, predicted_rates
-from stochformer.runtime import child_seeds, device_description
+from stochformer.core.runtime import child_seeds, device_description
 from stochformer.tasks import Task, run_tasks
 
 ROOT = Path(__file__).resolve().parents[1]

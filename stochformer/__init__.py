@@ -6,7 +6,7 @@ The library, in one example (``docs/api.md``)::
     import stochformer as sf
 
     model = sf.Transformer(attention=sf.SoftmaxAttention(beta=1.0, gamma=1.0),
-                           mlp=sf.RandomMLP(width=256, activation=torch.tanh, sigma_U=0.1))
+                           noise=sf.RandomMLP(width=256, activation=torch.tanh, sigma_U=0.1))
     X0 = sf.sphere.uniform(batch=16, N=64, d=4, seed=0)
     out = sf.solve(model, X0, T=5.0, steps=150, save=sf.SaveAt(every=5), seed=0)
     out.mean_cosine.mean("sample").plot()
@@ -35,8 +35,8 @@ if os.environ.get("STOCHFORMER_OMP") != "keep" and "torch" not in sys.modules:
 #: the public names and the modules they live in, imported on first use (``import stochformer``
 #: and the command line's ``--help`` stay free of torch)
 _WHERE = {
-    "sphere": None, "BrownianPath": "brownian", "Draws": "brownian", "load": "results", "Model": "solver",
-    "SaveAt": "solver", "solve": "solver",
+    "sphere": None, "BrownianPath": "core.brownian", "Draws": "core.brownian", "load": "io.results",
+    "Model": "integrate", "SaveAt": "integrate", "solve": "integrate",
     **{name: "model" for name in ("ACTIVATIONS", "Attention", "EulerMaruyama", "ExactField", "LimitSDE", "NoiseKernel",
                                    "NoiseSource", "RandomFeatureField", "RandomMLP", "SoftmaxAttention",
                                    "StratonovichHeun", "Transformer", "rates")},
@@ -48,8 +48,8 @@ __all__ = sorted(_WHERE)
 def __getattr__(name: str) -> Any:
     if name not in _WHERE:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    if _WHERE[name] is None:
-        return importlib.import_module(f"{__name__}.{name}")
+    if _WHERE[name] is None:  # a module of the ground layer
+        return importlib.import_module(f"{__name__}.core.{name}")
     return getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
 
 

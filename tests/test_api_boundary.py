@@ -36,11 +36,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import stochformer as sf
-from stochformer import diagnostics, sphere, stats
-from stochformer.brownian import Draws
+from stochformer.core import sphere
+from stochformer.measure import diagnostics, stats
+from stochformer.core.brownian import Draws
 from stochformer.model import attention_variants as av
 from stochformer.model.kernel import first_moment_rate, lambda_bar_prime, lyapunov_exponent, theorem14_F
-from stochformer.validation import ArgumentTypeError
+from stochformer.core.validation import ArgumentTypeError
 
 ROOT = Path(__file__).resolve().parents[1]
 #: address space this module's process may add: a hostile size then fails to allocate (a clean
@@ -350,7 +351,7 @@ SPECS = [
     Spec("theorem14_F", theorem14_F, lambda: dict(kernel=sf.NoiseKernel("relu", 3), u=0.5, beta=1.0), _stat_check, ("rho",)),
     Spec("LimitSDE", sf.LimitSDE, lambda: dict(attention=sf.SoftmaxAttention(), noise=sf.ExactField(sf.NoiseKernel("relu", 3)),
                                               integrator="heun", kappa1=None), _sde_check, ("ExactField",)),
-    Spec("Transformer", sf.Transformer, lambda: dict(attention=sf.SoftmaxAttention(), mlp=sf.RandomMLP(width=8),
+    Spec("Transformer", sf.Transformer, lambda: dict(attention=sf.SoftmaxAttention(), noise=sf.RandomMLP(width=8),
                                                     order="post_ln"), _model_check),
     Spec("mean_cosine", diagnostics.mean_cosine, lambda: dict(X=_tokens()), _cloud_check, ("X",)),
     Spec("energy", diagnostics.energy, lambda: dict(X=_tokens(), beta=1.0, chunk=None), _cloud_check),
@@ -735,7 +736,7 @@ def test_the_preflight_refuses_huge_sizes_of_every_command(item: tuple) -> None:
     """A huge size (or a grid holding one) in any command's config is refused with one SizeError
     naming what to reduce (or a ConfigError for a value outside its range), by the estimate alone."""
     from stochformer.config import ConfigError
-    from stochformer.preflight import SizeError, check_size
+    from stochformer.experiments.preflight import SizeError, check_size
 
     command, overrides = item
     try:

@@ -14,12 +14,12 @@ from stochformer.config import ConfigError, build_config
 from stochformer.experiments.joint import JointConfig, run_joint
 from stochformer.experiments.repulsion import (RepulsionConfig, RepulsionResult, epsilon, flow_growth, key,
                                                uniform_drift)
-from stochformer.motions import two_point_coefficients
-from stochformer.build import make_kernel
+from stochformer.model.two_point import two_point_coefficients
+from stochformer.config.build import make_kernel
 from stochformer.report.runner import plan
 from stochformer.report.sections.beyond import joint_rows, repulsion_rows
-from stochformer.verdict import FAILS, HOLDS, INCONCLUSIVE, NOT_MEASURED, NOT_TESTABLE
-from stochformer.sphere import uniform
+from stochformer.measure.verdict import FAILS, HOLDS, INCONCLUSIVE, NOT_MEASURED, NOT_TESTABLE
+from stochformer.core.sphere import uniform
 
 # --------------------------------------------------------------------------- Corollary 1.3
 
@@ -275,7 +275,7 @@ def test_new_sections_are_planned_in_every_profile(profile):
 
 
 def test_preflight_estimates_the_new_experiments():
-    from stochformer.preflight import estimate
+    from stochformer.experiments.preflight import estimate
 
     small, big = JointConfig(), JointConfig(path_N=[32, 64, 128, 256], path_L=[16, 32, 64, 128])
     assert 0 < estimate(small).seconds < estimate(big).seconds

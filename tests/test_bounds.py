@@ -14,11 +14,11 @@ from hypothesis import strategies as st
 
 from stochformer.cli import main
 from stochformer.config import RunConfig, build_config
-from stochformer.diagnostics import energy
+from stochformer.measure.diagnostics import energy
 from stochformer.experiments.sync import SyncConfig, energy_max, epsilon, predicted_rates, run_sync
 from stochformer.report.sections.paper import sync_rows
-from stochformer.verdict import FAILS, HOLDS, NOT_TESTABLE
-from stochformer.sphere import uniform
+from stochformer.measure.verdict import FAILS, HOLDS, NOT_TESTABLE
+from stochformer.core.sphere import uniform
 
 #: ReLU d = 12, σ_U = 0.4, σ_W = 0.1, repulsive γ = −0.5 (ε = 1): λ̄' = −0.347
 REPULSIVE = {"activation": "relu", "d": 12, "sigma_U": 0.4, "sigma_W": 0.1, "gamma": -0.5, "attention": True}

@@ -10,14 +10,15 @@ import pytest
 import torch
 from torch import nn
 
-from stochformer.bridge import MatchedKernel, MLPLaw, block_law, encoder_block, make_block, run_network
+from stochformer.experiments.bridge import run_network
+from stochformer.model.blocks import MatchedKernel, MLPLaw, block_law, encoder_block, make_block
 from stochformer.config import build_config
 from stochformer.experiments.bridge import BridgeConfig, compare, run_bridge
 from stochformer.experiments.simulate import run_simulate
 from stochformer.model.kernel import NoiseKernel
-from stochformer.verdict import FAILS, HOLDS, INCONCLUSIVE
-from stochformer.runtime import cpu_threads_for, make_generator
-from stochformer.sphere import normalize
+from stochformer.measure.verdict import FAILS, HOLDS, INCONCLUSIVE
+from stochformer.core.runtime import cpu_threads_for, make_generator
+from stochformer.core.sphere import normalize
 
 F64 = torch.float64
 
@@ -116,7 +117,7 @@ def test_bridge_runs_every_block_and_validates():
 
 def test_a_non_finite_curve_stops_the_bridge_naming_its_layer():
     from stochformer.experiments.bridge import BridgeConfig, _checked
-    from stochformer.validation import NonFiniteError
+    from stochformer.core.validation import NonFiniteError
 
     curve = torch.zeros(3, 6, dtype=torch.float64)
     assert _checked(curve, BridgeConfig(), "x").shape == (3, 6)

@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from stochformer.io import ResultStore, key_dir
-from stochformer.outputs import Manifest, OutputError, file_digest
+from stochformer.io.store import ResultStore, key_dir
+from stochformer.io.outputs import Manifest, OutputError, file_digest
 from stochformer.report import reproduce
 from stochformer.report import registry
 from stochformer.report.render import safe_png
 from stochformer.report.registry import Section, SectionOutput, figure_png
-from stochformer.verdict import FAILS, HOLDS, Comparison, recompute
+from stochformer.measure.verdict import FAILS, HOLDS, Comparison, recompute
 
 
 @pytest.fixture

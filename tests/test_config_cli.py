@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 import stochformer.experiments.simulate as experiments_simulate
 from stochformer.cli import main
 from stochformer.config import ConfigError, RunConfig, build_config, tomllib
-from stochformer.results import load
+from stochformer.io.results import load
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "simulate.toml"
 FAST = ["--quiet", "--set", "L=4", "--set", "N=4", "--set", "batch=3", "--set", "m=8"]

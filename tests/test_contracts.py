@@ -13,13 +13,13 @@ import numpy as np
 import pytest
 import torch
 
-from stochformer.build import initial_tokens
+from stochformer.config.build import initial_tokens
 from stochformer.config import InitConfig, RunConfig
-from stochformer.diagnostics import energy, mean_cosine, pair_statistics
-from stochformer.brownian import BrownianPath, Draws, as_draws
-from stochformer.distances import w2_exact, w2_sliced
+from stochformer.measure.diagnostics import energy, mean_cosine, pair_statistics
+from stochformer.core.brownian import BrownianPath, Draws, as_draws
+from stochformer.measure.distances import w2_exact, w2_sliced
 from stochformer.model.attention import SoftmaxAttention, query_chunk
-from stochformer.extras import MissingExtraError
+from stochformer.core.extras import MissingExtraError
 from stochformer.model.kernel import (
     NoiseKernel,
     first_moment_rate,
@@ -43,10 +43,11 @@ from stochformer.model.noise import (
 )
 from stochformer.model.sde import LimitSDE
 from stochformer.model.transformer import Transformer
-from stochformer.solver import SaveAt, custom_parts, describe, solve
-from stochformer.sphere import cluster, load_token_array, load_tokens, normalize, pair, uniform
-from stochformer.stats import fit_power_law_weighted, mean_and_se
-from stochformer.validation import NonFiniteError
+from stochformer.integrate import SaveAt, custom_parts, describe, solve
+from stochformer.core.sphere import cluster, normalize, pair, uniform
+from stochformer.io.tokens import load_token_array, load_tokens
+from stochformer.measure.stats import fit_power_law_weighted, mean_and_se
+from stochformer.core.validation import NonFiniteError
 
 TOL = 1e-12
 
@@ -447,7 +448,7 @@ def test_limit_sde_reset_and_ito_correction():
     assert field._u.dtype == torch.float32 and torch.equal(field._u, u) and torch.equal(field._b, b)
     layer = Transformer(None, RandomFeatureField("relu", features=5, sigma_U=0.3))
     layer.reset(2, 3, replay(ref), torch.float32, "cpu")
-    assert layer.mlp._u.dtype == torch.float32 and torch.equal(layer.mlp._u, torch.randn(2, 3, 5, generator=replay(ref), dtype=torch.float32))
+    assert layer.noise._u.dtype == torch.float32 and torch.equal(layer.noise._u, torch.randn(2, 3, 5, generator=replay(ref), dtype=torch.float32))
     mlp = RandomMLP(4, "tanh", 0.2, 0.1, 1.5)
     sde = LimitSDE(None, mlp)
     for d in (3, 4, 3):
@@ -545,7 +546,7 @@ def test_solve_records_what_save_asks_and_describes_the_run(tokens):
         "attention": {"type": "stochformer.model.attention.SoftmaxAttention", "beta": 1.0, "gamma": 1.0,
                       "A": {"tensor": [3, 3], "dtype": "float64"}, "V": {"tensor": [3, 3], "dtype": "float64"},
                       "chunk": None, "sdpa": False}}
-    assert describe([normalize, "x", 2]) == [{"callable": "stochformer.sphere.normalize"}, "x", 2]
+    assert describe([normalize, "x", 2]) == [{"callable": "stochformer.core.sphere.normalize"}, "x", 2]
     assert describe(RandomMLP(4))["activation"] == "relu" and "_phi" not in describe(RandomMLP(4))
     # float32 states: statistics of the state renormalised in float64
     X32 = X0.float()
@@ -646,7 +647,7 @@ def test_run_attributes_and_custom_parts(tokens):
                                                       "activation": {"callable": f"{here}.gelu_tanh"}}
     assert custom_parts(Transformer(SoftmaxAttention(), RandomMLP(4, "tanh"))) == []
     assert custom_parts(RandomMLP(4, torch.relu)) == []  # a named activation passed as the function
-    assert custom_parts(Transformer(None, RandomMLP(4, gelu_tanh)), "m") == [f"m.mlp.activation: {here}.gelu_tanh"]
+    assert custom_parts(Transformer(None, RandomMLP(4, gelu_tanh)), "m") == [f"m.noise.activation: {here}.gelu_tanh"]
     assert custom_parts(Damped(), "x") == [f"x: {here}.Damped", f"x.activation: {here}.gelu_tanh"]
     assert custom_parts(object(), "o") == ["o: builtins.object"]
 

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 import stochformer as sf
 from stochformer.cli import main
-from stochformer.results import load
+from stochformer.io.results import load
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 CUDA = "cuda"
@@ -79,7 +79,7 @@ def test_cli_simulate_on_cuda_records_the_device(tmp_path):
 
 def test_a_non_finite_state_on_cuda_is_named_as_on_the_cpu():
     """The device's finiteness check is read only every 64 steps, yet names the same first bad layer."""
-    from stochformer.validation import NonFiniteError
+    from stochformer.core.validation import NonFiniteError
 
     poison = lambda k, X: X * math.nan if k == 3 else None  # noqa: E731
     messages = []

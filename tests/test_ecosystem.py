@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 from stochformer.cli import main
 from stochformer.cli.common import FIGURE_FORMATS
-from stochformer.extras import MissingExtraError, require
+from stochformer.core.extras import MissingExtraError, require
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -89,7 +89,7 @@ def test_core_runs_without_the_extras():
         run_simulate(RunConfig(N=4, d=3, L=3, batch=2, m=8))
         rates(NoiseKernel("tanh", 4, 0.1, 0.1))
         import numpy as np
-        from stochformer.distances import w2_exact
+        from stochformer.measure.distances import w2_exact
         try:
             w2_exact(np.zeros((2, 3)), np.ones((2, 3)))
         except ImportError as exc:
@@ -217,7 +217,7 @@ def test_labels_are_mathtext():
 
 
 def test_provenance_records_every_scientific_dependency():
-    from stochformer.runtime import provenance
+    from stochformer.core.runtime import provenance
 
     prov = provenance("cpu")
     for name in ("torch", "numpy", "scipy", "xarray", "pydantic", "matplotlib", "h5netcdf", "dask", "pot"):
@@ -231,7 +231,7 @@ def test_provenance_records_every_scientific_dependency():
 def test_netcdf_opens_with_the_default_engine(tmp_path):
     import xarray as xr
 
-    from stochformer.results import write_dataset as write_netcdf
+    from stochformer.io.results import write_dataset as write_netcdf
 
     ds = xr.Dataset({"x": (("a", "layer"), np.arange(6.0).reshape(2, 3))}, coords={"a": [0.5, 1.0]},
                     attrs={"seed": 3, "sweep_config": json.dumps({"N": 4})})

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 import torch
 
-from stochformer.brownian import BrownianPath, Draws
+from stochformer.core.brownian import BrownianPath, Draws
 from stochformer.model.attention import SoftmaxAttention
 from stochformer.model.noise import WEIGHT_LAWS, RandomFeatureField, RandomMLP, draw_weights, sqrt_psd
-from stochformer.stats import bootstrap, fit_power_law, fit_power_law_weighted, interval, loglog_slope
+from stochformer.measure.stats import bootstrap, fit_power_law, fit_power_law_weighted, interval, loglog_slope
 
 
 def _attention(X: np.ndarray, beta: float, gamma: float) -> np.ndarray:

@@ -15,11 +15,11 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stochformer.brownian import BrownianPath, Draws
+from stochformer.core.brownian import BrownianPath, Draws
 from stochformer.model.kernel import NoiseKernel, first_moment_rate, lambda_bar_prime, theorem14_F
 from stochformer.model.noise import (ExactField, RandomFeatureField, RandomMLP, _clenshaw, _gamma, gram_output_cheaper,
                                      sqrt_psd, whiten)
-from stochformer.sphere import normalize
+from stochformer.core.sphere import normalize
 
 F64 = torch.float64
 

@@ -16,15 +16,15 @@ import numpy as np
 import pytest
 import torch
 
-from stochformer.brownian import BrownianPath, Draws
+from stochformer.core.brownian import BrownianPath, Draws
 from stochformer.config import RunConfig
 from stochformer.model.noise import RandomFeatureField, RandomMLP
 from stochformer.model.sde import LimitSDE
 from stochformer.model.transformer import Transformer
-from stochformer.solver import SaveAt, custom_parts, describe, run_attrs, solve
-from stochformer.validation import part_name
-from stochformer.sphere import normalize
-from stochformer.validation import NonFiniteError, likely_fields
+from stochformer.integrate import SaveAt, custom_parts, describe, run_attrs, solve
+from stochformer.core.validation import part_name
+from stochformer.core.sphere import normalize
+from stochformer.core.validation import NonFiniteError, likely_fields
 
 TOL = 1e-12
 
@@ -172,9 +172,9 @@ def test_describe_fallbacks_for_parts_without_names():
     assert describe(Mixed()) == {
         "type": f"{here}.Mixed",
         "gain": {"callable": f"{here}.Gain(2.0)"},
-        "project": {"callable": "stochformer.sphere.normalize"},
+        "project": {"callable": "stochformer.core.sphere.normalize"},
         "grid": {"type": "numpy.ndarray", "repr": grid_repr[:200]},
-        "path": {"type": "stochformer.brownian.BrownianPath", "repr": "BrownianPath(shape=(2,), steps=1)"},
+        "path": {"type": "stochformer.core.brownian.BrownianPath", "repr": "BrownianPath(shape=(2,), steps=1)"},
     }
     # a method descriptor has no __module__ (its type's: builtins) and __qualname__ ≠ __name__
     assert describe(torch.Tensor.relu) == {"callable": "builtins.TensorBase.relu"}

@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 import torch
 
-import stochformer.diagnostics as diagnostics
-from stochformer.diagnostics import cloud_summary
-from stochformer.distances import w2_exact
-from stochformer.verdict import FAILS, HOLDS, UNDETERMINED, Comparison, judge, recompute
-from stochformer.stats import fit_power_law_weighted
+import stochformer.measure.diagnostics as diagnostics
+from stochformer.measure.diagnostics import cloud_summary
+from stochformer.measure.distances import w2_exact
+from stochformer.measure.verdict import FAILS, HOLDS, UNDETERMINED, Comparison, judge, recompute
+from stochformer.measure.stats import fit_power_law_weighted
 
 from test_contracts import TOL, close
 

@@ -31,7 +31,7 @@ import pytest
 from click.testing import CliRunner
 
 from stochformer.cli import main
-from stochformer.outputs import is_own, lock_path
+from stochformer.io.outputs import is_own, lock_path
 
 ROOT = Path(__file__).resolve().parents[1]
 PY = [sys.executable, "-m", "stochformer"]
@@ -157,8 +157,8 @@ def test_read_only_file_system(tmp_path: Path) -> None:
 
 
 def _count_writes(monkeypatch) -> list[int]:
-    """Count the files written through ``stochformer.outputs.writing`` (the one way files are written)."""
-    import stochformer.outputs as outputs
+    """Count the files written through ``stochformer.io.outputs.writing`` (the one way files are written)."""
+    import stochformer.io.outputs as outputs
 
     calls: list[int] = []
     original = outputs.file_digest
@@ -173,7 +173,7 @@ def _count_writes(monkeypatch) -> list[int]:
 
 def _fail_write(monkeypatch, at: int, code: int = errno.ENOSPC) -> None:
     """Make the ``at``-th file written through ``writing`` fail as a full disk would (after its data went to the temporary file)."""
-    import stochformer.outputs as outputs
+    import stochformer.io.outputs as outputs
 
     original, seen = outputs.file_digest, []
 
@@ -427,7 +427,7 @@ def test_special_or_huge_input_files_are_refused_at_once(tmp_path: Path, monkeyp
 
 
 def test_token_file_larger_than_the_config_implies_is_refused(tmp_path: Path) -> None:
-    from stochformer.sphere import load_token_array
+    from stochformer.io.tokens import load_token_array
 
     path = tmp_path / "x.npy"
     np.save(path, np.ones((4, 3)))

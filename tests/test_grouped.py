@@ -12,8 +12,8 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from stochformer.brownian import Draws
-from stochformer.build import make_grouped_particles
+from stochformer.core.brownian import Draws
+from stochformer.config.build import make_grouped_particles
 from stochformer.cli import main
 from stochformer.config import ConfigError, RunConfig, build_config
 from stochformer.experiments.chaos import ChaosConfig, run_chaos
@@ -22,8 +22,8 @@ from stochformer.model.grouped import GroupedAttention, JointField
 from stochformer.model.kernel import NoiseKernel
 from stochformer.model.noise import ExactField
 from stochformer.model.sde import INTEGRATORS, LimitSDE
-from stochformer.solver import SaveAt, solve
-from stochformer.sphere import uniform
+from stochformer.integrate import SaveAt, solve
+from stochformer.core.sphere import uniform
 
 D = 3
 KERNEL = NoiseKernel("relu", D, 0.0, 0.0, 1.0)

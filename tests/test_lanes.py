@@ -11,9 +11,9 @@ import torch
 from stochformer.model import RandomMLP, SoftmaxAttention, Transformer
 from stochformer.model.attention_variants import ResampledAttention
 from stochformer.model.lanes import Lanes
-from stochformer.runtime import make_generator
-from stochformer.solver import SaveAt, solve
-from stochformer.sphere import uniform
+from stochformer.core.runtime import make_generator
+from stochformer.integrate import SaveAt, solve
+from stochformer.core.sphere import uniform
 
 
 @pytest.fixture

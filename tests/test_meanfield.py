@@ -7,14 +7,14 @@ import numpy as np
 import pytest
 import torch
 
-from stochformer.build import make_field, make_particles
+from stochformer.config.build import make_field, make_particles
 from stochformer.config import RunConfig
-from stochformer.diagnostics import cloud_summary, energy, mean_cosine, mean_token
-from stochformer.distances import rate_function, sphere_rate, w2_exact, w2_sliced
+from stochformer.measure.diagnostics import cloud_summary, energy, mean_cosine, mean_token
+from stochformer.measure.distances import rate_function, sphere_rate, w2_exact, w2_sliced
 from stochformer.model.attention import SoftmaxAttention, query_chunk
-from stochformer.solver import SaveAt, solve
-from stochformer.sphere import uniform
-from stochformer.stats import fit_power_law, tagged_correlation
+from stochformer.integrate import SaveAt, solve
+from stochformer.core.sphere import uniform
+from stochformer.measure.stats import fit_power_law, tagged_correlation
 
 
 def _cloud(batch, N, d, seed=0):

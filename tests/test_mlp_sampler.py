@@ -16,7 +16,7 @@ from stochformer.experiments.simulate import run_simulate
 from stochformer.model.kernel import NoiseKernel
 from stochformer.model.noise import RandomMLP, _cholesky, gram_output_cheaper
 from stochformer.model.rng import NormalDraws, resolve_backend
-from stochformer.runtime import make_generator
+from stochformer.core.runtime import make_generator
 
 F64 = torch.float64
 SAMPLERS = [("parallel", "full"), ("parallel", "float32"), ("torch", "float32")]
@@ -332,9 +332,9 @@ def test_overlap_gives_the_same_numbers_and_restores_threads():
     1 thread while the other draws (the draws are over a quarter of the work), gives the same
     tokens and statistics as ``overlap = false`` bit for bit, and leaves torch's thread count as
     it was."""
-    from stochformer.build import initial_tokens, make_model
+    from stochformer.config.build import initial_tokens, make_model
     from stochformer.model.rng import cores
-    from stochformer.solver import SaveAt, solve
+    from stochformer.integrate import SaveAt, solve
 
     old = torch.get_num_threads()
     torch.set_num_threads(2)

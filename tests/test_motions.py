@@ -1,4 +1,4 @@
-"""The one- and two-point motions of the noise alone (stochformer.motions) against the transformer
+"""The one- and two-point motions of the noise alone (stochformer.model.two_point) against the transformer
 and the limit SDE: ReLU, d = 4, σ_U = σ_W = 0.5 (κ(1) = 0.5), no attention, T = 1, L = 100."""
 
 import math
@@ -6,11 +6,11 @@ import math
 import pytest
 import torch
 
-from stochformer.build import initial_tokens, make_kernel, make_model
+from stochformer.config.build import initial_tokens, make_kernel, make_model
 from stochformer.config import InitConfig, build_config
-from stochformer.motions import one_point_mean, simulate_two_point, two_point_coefficients
-from stochformer.runtime import make_generator
-from stochformer.solver import SaveAt, solve
+from stochformer.model.two_point import one_point_mean, simulate_two_point, two_point_coefficients
+from stochformer.core.runtime import make_generator
+from stochformer.integrate import SaveAt, solve
 
 BASE = {"d": 4, "activation": "relu", "sigma_U": 0.5, "sigma_W": 0.5, "attention": False, "T": 1.0, "L": 100, "m": 64}
 

@@ -11,7 +11,7 @@ plant an empty ``.stochformer`` in a folder of theirs. After every step:
 - each command succeeded exactly when its folder was new, empty, or wholly that command's own
   unchanged output with the flag that allows reusing it; a refusal names the offending file (or
   the command that owns the folder);
-- a folder a command wrote is accepted by :func:`stochformer.outputs.verify` for that command
+- a folder a command wrote is accepted by :func:`stochformer.io.outputs.verify` for that command
   only, and no lock file is left behind.
 
 The output-layer functions the commands share are also tested directly, by property.
@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from stochformer.cli import main
-from stochformer.outputs import (MARKER, Manifest, OutputError, check_output_folder, hold, is_own, lock_path, make_partial,
+from stochformer.io.outputs import (MARKER, Manifest, OutputError, check_output_folder, hold, is_own, lock_path, make_partial,
                                  own_folder, remove_own, tracking, verify, writing)
 
 SIMULATE = ["simulate", "--quiet", "--set", "L=2", "--set", "N=3", "--set", "batch=2", "--set", "m=4", "--set", "d=4"]
@@ -52,7 +52,7 @@ def fake_section():
     from stochformer.config import RunConfig
     from stochformer.report import registry
     from stochformer.report.registry import Section, SectionOutput
-    from stochformer.verdict import Comparison
+    from stochformer.measure.verdict import Comparison
     from stochformer.tasks import Task, run_tasks
 
     def run(cfg, ctx):
@@ -377,7 +377,7 @@ def test_lock_is_on_the_resolved_path(tmp_path) -> None:
 
 def test_stale_partials_of_others_stay(tmp_path) -> None:
     """Only partial folders that are wholly stochformer's own are cleaned up."""
-    from stochformer.outputs import remove_stale_partials
+    from stochformer.io.outputs import remove_stale_partials
 
     out = tmp_path / "run"
     ours = make_partial(out, "simulate")

@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from stochformer.cli import main
-from stochformer.outputs import (MARKER, OutputError, check_output_folder, hold, is_own, lock_path, make_partial, remove_own,
+from stochformer.io.outputs import (MARKER, OutputError, check_output_folder, hold, is_own, lock_path, make_partial, remove_own,
                                  tracking, writing)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -170,7 +170,7 @@ def test_ctrl_c_keeps_finished_tasks_and_says_how_to_resume(scratch: Path, monke
     """Ctrl-C after the first stored task (in-process; the real signal is tested above): exit 130
     and one line naming what was kept and the command; the same command (or --resume) completes
     and leaves nothing else behind."""
-    from stochformer.io import ResultStore
+    from stochformer.io.store import ResultStore
 
     (scratch / "s.toml").write_text("samples = 8\nsamples_per_task = 2\n[model]\nL = 3\nN = 4\nm = 8\n")
     original, stored = ResultStore.store, []

@@ -9,13 +9,13 @@ import pytest
 import torch
 
 import stochformer.model.noise as noise_module
-from stochformer.build import make_model
+from stochformer.config.build import make_model
 from stochformer.config import RunConfig
 from stochformer.experiments.sync import measure_lyapunov, predicted_rates
 from stochformer.model.kernel import NoiseKernel
-from stochformer.runtime import make_generator
-from stochformer.solver import SaveAt, solve
-from stochformer.sphere import uniform
+from stochformer.core.runtime import make_generator
+from stochformer.integrate import SaveAt, solve
+from stochformer.core.sphere import uniform
 
 PRECISIONS = [{"dtype": "float32"}, {"draw_precision": "float32"}]
 #: d = 5, σ_U = σ_W = 0.1, ReLU, no attention: λ₁ = −0.13 (SPEC §5, Proposition 1.5)

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 from stochformer.cli import main
 from stochformer.config import build_config
-from stochformer.preflight import SizeError, check_size, estimate, parse_size
+from stochformer.experiments.preflight import SizeError, check_size, estimate, parse_size
 
 ROOT = Path(__file__).resolve().parents[1]
 

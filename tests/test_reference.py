@@ -17,11 +17,11 @@ import numpy as np
 import pytest
 import torch
 
-from stochformer.brownian import BrownianPath, Draws
-from stochformer.build import initial_tokens, make_attention, make_field, make_particles
+from stochformer.core.brownian import BrownianPath, Draws
+from stochformer.config.build import initial_tokens, make_attention, make_field, make_particles
 from stochformer.model.activations import ACTIVATIONS, activation_name, get_activation
 from stochformer.config import InitConfig, RunConfig
-from stochformer.diagnostics import (
+from stochformer.measure.diagnostics import (
     energy,
     mean_cosine,
     mean_token,
@@ -39,9 +39,9 @@ from stochformer.model.noise import (
 )
 from stochformer.model.sde import EulerMaruyama, LimitSDE, StratonovichHeun
 from stochformer.model.transformer import Transformer
-from stochformer.solver import SaveAt, solve
-from stochformer.sphere import gram, normalize, random_rotations, tangent, uniform
-from stochformer.stats import mean_and_se
+from stochformer.integrate import SaveAt, solve
+from stochformer.core.sphere import gram, normalize, random_rotations, tangent, uniform
+from stochformer.measure.stats import mean_and_se
 
 TOL = 1e-12
 
@@ -416,7 +416,7 @@ class MLPBeforeAttention(Transformer):
 
     def step(self, X, dt, rng):
         Y = normalize(X + dt * self.attention(X))
-        return normalize(Y + self.mlp.increment(X, dt, rng))
+        return normalize(Y + self.noise.increment(X, dt, rng))
 
 
 def test_reference_tells_the_mlp_before_attention_mutant_apart(tokens, gen):

@@ -21,10 +21,10 @@ from click.testing import CliRunner
 
 from stochformer.cli import main
 from stochformer.config import ConfigError, ExperimentConfig, RunConfig
-from stochformer.io import ResultStore
+from stochformer.io.store import ResultStore
 from stochformer.report import plan, registered, reproduce
-from stochformer.results import seed_of
-from stochformer.verdict import (FAILS, HOLDS, INCONCLUSIVE, NOT_MEASURED, UNDETERMINED, VERDICTS, Comparison, decide,
+from stochformer.io.results import seed_of
+from stochformer.measure.verdict import (FAILS, HOLDS, INCONCLUSIVE, NOT_MEASURED, UNDETERMINED, VERDICTS, Comparison, decide,
                                        recompute)
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -198,7 +198,7 @@ def _adopt(copy: Path) -> None:
     """Bind the manifest of a copied report folder to the copy and sign it again, as stochformer
     signs its own (a copy's manifest grants nothing: this makes the test's copy stand for the
     folder stochformer wrote)."""
-    from stochformer.outputs import MARKER, _mac
+    from stochformer.io.outputs import MARKER, _mac
 
     header, *rest = (json.loads(line) for line in (copy / MARKER).read_text().splitlines())
     st = copy.stat()
@@ -210,7 +210,7 @@ def _adopt(copy: Path) -> None:
 
 def _relist(out: Path, path: Path) -> None:
     """List the damaged ``path`` in the folder's manifest, so that the cache's own check is what is tested."""
-    from stochformer.outputs import Manifest, file_digest
+    from stochformer.io.outputs import Manifest, file_digest
 
     Manifest.read(out).record(path.relative_to(out).as_posix(), *file_digest(path))
 

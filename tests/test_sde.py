@@ -9,16 +9,16 @@ import numpy as np
 import pytest
 import torch
 
-from stochformer.brownian import BrownianPath, Draws
-from stochformer.build import make_model
+from stochformer.core.brownian import BrownianPath, Draws
+from stochformer.config.build import make_model
 from stochformer.model.attention import SoftmaxAttention
 from stochformer.config import RunConfig, build_config
 from stochformer.experiments.simulate import run_simulate
 from stochformer.model.kernel import NoiseKernel
 from stochformer.model.noise import ExactField, RandomFeatureField, RandomMLP, sqrt_psd
 from stochformer.model.sde import INTEGRATORS, LimitSDE, StratonovichHeun
-from stochformer.solver import SaveAt, solve
-from stochformer.sphere import normalize, uniform
+from stochformer.integrate import SaveAt, solve
+from stochformer.core.sphere import normalize, uniform
 
 F64 = torch.float64
 
@@ -194,7 +194,7 @@ def test_brownian_path_read_in_lockstep_draws_each_fine_step_once(monkeypatch):
     """Several models stepped together read each step in turn; past the in-memory cache (forced here)
     every fine normal is still drawn once, not replayed from the start for every second reader
     (which made the convergence experiment quadratic in L), and every reader gets the same normals."""
-    from stochformer import brownian
+    from stochformer.core import brownian
 
     monkeypatch.setattr(brownian, "_CACHE_ENTRIES", 0)
     path = BrownianPath((3, 2), 64, seed=1)

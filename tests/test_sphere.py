@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from stochformer.sphere import load_token_array, load_tokens
+from stochformer.io.tokens import load_token_array, load_tokens
 
 
 def test_load_tokens_shared_or_per_sample_and_normalised(tmp_path):

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from stochformer.distances import rate_function, sphere_rate, w2_exact, w2_sliced, w2_squared
-from stochformer.stats import PowerFit, fit_power_law, fit_power_law_weighted, tagged_correlation
+from stochformer.measure.distances import rate_function, sphere_rate, w2_exact, w2_sliced, w2_squared
+from stochformer.measure.stats import PowerFit, fit_power_law, fit_power_law_weighted, tagged_correlation
 
 N = np.array([8, 16, 32, 64])
 
@@ -162,7 +162,7 @@ def test_bootstrap_resamples_whole_samples_along_an_axis_from_the_seed():
     """stats.bootstrap draws each resample's samples with replacement from ``seed`` alone (so fits
     given one seed resample the same samples), jointly for every other coordinate, along any axis;
     interval gives the SE and the 95% percentile interval of the resampled values."""
-    from stochformer.stats import bootstrap, interval
+    from stochformer.measure.stats import bootstrap, interval
 
     x = np.random.default_rng(0).standard_normal((6, 3))
     rows = np.random.default_rng(9).integers(0, 6, size=(4, 6))

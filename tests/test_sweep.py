@@ -23,8 +23,8 @@ from stochformer.cli import main
 from stochformer.config import ConfigError, RunConfig
 from stochformer.experiments.simulate import run_simulate
 from stochformer.experiments.sweep import SweepConfig, load_sweep, plan_sweep, run_sweep
-from stochformer.io import ResultStore
-from stochformer.runtime import child_seeds
+from stochformer.io.store import ResultStore
+from stochformer.core.runtime import child_seeds
 from stochformer.tasks.parallel import parse_scheduler, run_tasks_parallel
 from stochformer.tasks import Task, run_tasks
 

@@ -15,13 +15,13 @@ import torch
 from click.testing import CliRunner
 
 from stochformer.cli import main
-from stochformer.clusters import antipodal_pairs, count_clusters, summarise_clusters
+from stochformer.measure.clusters import antipodal_pairs, count_clusters, summarise_clusters
 from stochformer.config import ConfigError, InitConfig, RunConfig, build_config
 from stochformer.experiments.sync import (
     SyncConfig, energy_levels, energy_paths, extrapolated_moment_rate, measure_lyapunov, moment_rate, near_sync_horizon,
     near_sync_spread, predicted_rates, richardson, run_sync,
 )
-from stochformer.sphere import normalize
+from stochformer.core.sphere import normalize
 
 
 def _cfg(*overrides: str, model=RunConfig):

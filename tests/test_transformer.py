@@ -12,13 +12,13 @@ from scipy import stats
 from scipy.integrate import solve_ivp
 
 from stochformer.model.activations import ACTIVATIONS
-from stochformer.build import initial_tokens, make_attention, make_model
+from stochformer.config.build import initial_tokens, make_attention, make_model
 from stochformer.model.attention import SoftmaxAttention
 from stochformer.config import InitConfig, build_config
 from stochformer.experiments.simulate import run_simulate
 from stochformer.model.kernel import NoiseKernel
 from stochformer.model.noise import RandomMLP
-from stochformer.runtime import make_generator
+from stochformer.core.runtime import make_generator
 
 
 def small(**fields) -> object:
@@ -138,8 +138,8 @@ def test_switches_no_attention_no_mlp():
     np.testing.assert_array_equal(static["X_final"].values, static["X"].values[:, 0])
     mlp_only = make_model(base.with_updates(attention=False))
     att_only = make_model(base.with_updates(mlp=False))
-    assert mlp_only.attention is None and mlp_only.mlp is not None
-    assert att_only.mlp is None and att_only.attention is not None
+    assert mlp_only.attention is None and mlp_only.noise is not None
+    assert att_only.noise is None and att_only.attention is not None
 
 
 # --- the MLP at finite width has covariance κ ---------------------------------------------------------
@@ -241,7 +241,7 @@ def test_simulate_accepts_any_callable_activation(tmp_path):
     sampler, same quadrature), another φ does not, and the callable's name is recorded."""
     from stochformer.config import RunConfig
     from stochformer.experiments.simulate import run_simulate
-    from stochformer.io import read_json
+    from stochformer.io.store import read_json
 
     phi = lambda x: torch.tanh(x)  # noqa: E731
     for dynamics in ("transformer", "sde"):
@@ -260,9 +260,9 @@ def test_blocked_statistics_equal_dense_and_simulate_many_tokens():
     run with dense pieces."""
     from stochformer.model.attention import DEFAULT_BLOCK
     from stochformer.config import RunConfig
-    from stochformer.diagnostics import pair_statistics
-    from stochformer.solver import SaveAt, solve
-    from stochformer.sphere import uniform
+    from stochformer.measure.diagnostics import pair_statistics
+    from stochformer.integrate import SaveAt, solve
+    from stochformer.core.sphere import uniform
 
     X = uniform(3, 37, 4, generator=make_generator(0))
     dense = pair_statistics(X, 2.0)
@@ -286,7 +286,7 @@ def test_blocked_statistics_equal_dense_and_simulate_many_tokens():
 def test_check_finite_catches_every_non_finite_entry_and_only_those(bad):
     """One NaN or infinity anywhere (also +inf and −inf together, whose sum is NaN) stops a run
     naming the layer; finite entries whose sum overflows do not."""
-    from stochformer.validation import NonFiniteError, check_finite
+    from stochformer.core.validation import NonFiniteError, check_finite
 
     X = torch.zeros(2, 3, 4, dtype=torch.float64)
     if bad == "both":

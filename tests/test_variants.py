@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.integrate import solve_ivp
 
-from stochformer.build import make_model, make_variant
+from stochformer.config.build import make_model, make_variant
 from stochformer.config import ConfigError, build_config
 from stochformer.experiments.simulate import run_simulate as simulate
 from stochformer.model.attention import SoftmaxAttention as Attention
@@ -24,8 +24,8 @@ from stochformer.experiments.variants import (
 )
 from stochformer.model.kernel import NoiseKernel
 from stochformer.model.noise import draw_weights
-from stochformer.runtime import cpu_threads_for, make_generator
-from stochformer.sphere import normalize
+from stochformer.core.runtime import cpu_threads_for, make_generator
+from stochformer.core.sphere import normalize
 
 F64 = torch.float64
 
@@ -147,7 +147,7 @@ def test_a_model_with_resampled_attention_reused_for_a_run_gives_that_runs_numbe
     from stochformer.model.noise import ExactField, RandomMLP
     from stochformer.model.sde import LimitSDE
     from stochformer.model.transformer import Transformer
-    from stochformer.solver import SaveAt, solve
+    from stochformer.integrate import SaveAt, solve
 
     def model():
         attn = ResampledAttention(3, beta=1.0, gamma=0.5, std=1.0, seed=attn_seed)
@@ -171,7 +171,7 @@ def test_every_variant_runs_in_transformer_and_sde(kind):
         assert np.all(np.isfinite(res.data["X_final"].values))
         assert np.abs(np.linalg.norm(res.data["X_final"].values, axis=-1) - 1).max() < 1e-12
     # the many-token particle solver takes the variant too
-    from stochformer.build import make_field, make_particles
+    from stochformer.config.build import make_field, make_particles
 
     stepper = make_particles(cfg, make_field(cfg, 1, make_generator(0)), cfg.N)
     assert type(stepper.attention) is type(make_variant(cfg))
@@ -302,7 +302,7 @@ def test_variants_rows_hold_and_fail_on_wrong_numbers():
 
     from stochformer.experiments.variants import VariantsConfig, run_variants
     from stochformer.report.sections.variants import variants_rows
-    from stochformer.verdict import FAILS, HOLDS
+    from stochformer.measure.verdict import FAILS, HOLDS
 
     cfg = VariantsConfig(flow_steps=40, law_d=16, law_m=64, law_draws=8, depths=[2, 8], samples=8, attention_draws=16)
     numbers = run_variants(cfg)

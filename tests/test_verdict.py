@@ -16,7 +16,7 @@ from scipy.stats import norm, t as student
 
 from stochformer.report.sections.paper import coupling_row, scenario_row, w2_row
 from stochformer.report.sections.rows import SLOPE_TOL, fit_row, rate_row
-from stochformer.verdict import (
+from stochformer.measure.verdict import (
     FAILS, FAMILY_LEVEL, HOLDS, INCONCLUSIVE, NOT_MEASURED, NOT_TESTABLE, RULES, UNDETERMINED, Z95, Comparison, decide,
     holm, judge, recompute,
 )
@@ -315,7 +315,7 @@ def test_scenario_row_without_a_rate_tests_the_decrease_and_skips_unclear_cases(
 def test_cluster_count_row_tests_the_attractor_itself():
     from types import SimpleNamespace
 
-    from stochformer.clusters import count_clusters
+    from stochformer.measure.clusters import count_clusters
     from stochformer.report.sections.paper import cluster_count_row
 
     # two antipodal clusters: two clusters on the sphere, one point of projective space
@@ -398,7 +398,7 @@ def test_motion_rows_fail_on_a_wrong_law():
 def test_fraction_rows_use_wilsons_interval_inside_zero_one():
     """A fraction of independent trials: Wilson's interval, inside [0, 1] also at 0 successes (a
     normal interval from 0 of 20 would be [0, 0]); fewer than 3 trials give none."""
-    from stochformer.stats import clopper_pearson_interval, wilson_interval
+    from stochformer.measure.stats import clopper_pearson_interval, wilson_interval
 
     row = Comparison.from_fraction("tail", 0.1, 0, 20, alternative=0.5)
     lo, hi = wilson_interval(0, 20)
@@ -415,7 +415,7 @@ def test_fraction_intervals_cover_at_their_level(n, p, seed):
     """Coverage of the 95% fraction intervals over 4000 seeded binomial draws: Clopper–Pearson at
     least 95% at every n >= 3; Wilson's dips below near 0 and 1 at small n (its known minimum, about
     0.84 at n = 3), and stays above 0.91 from n = 30 (a normal interval covers far less there)."""
-    from stochformer.stats import clopper_pearson_interval, wilson_interval
+    from stochformer.measure.stats import clopper_pearson_interval, wilson_interval
 
     ks = np.random.default_rng(seed).binomial(n, p, 4000)
     table = {k: (wilson_interval(int(k), n), clopper_pearson_interval(int(k), n)) for k in set(ks.tolist())}
@@ -427,7 +427,7 @@ def test_fraction_intervals_cover_at_their_level(n, p, seed):
 
 def test_motion_tail_rows_use_newcombes_interval_when_the_counts_are_stored():
     from stochformer.report.sections.paper import motion_rows
-    from stochformer.stats import newcombe_interval
+    from stochformer.measure.stats import newcombe_interval
 
     measured = {"sde": {"one_point_rate": -0.755, "one_point_rate_se": 0.017, "one_point_T": 0.4707,
                         "one_point_T_se": 0.0078, "u_mean": 0.7147, "u_mean_se": 0.0080, "tail": 0.411, "tail_se": 0.011,

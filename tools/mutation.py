@@ -199,13 +199,13 @@ def mutant_diff(workdir: Path, name: str) -> str:
 
 
 def module_of(mutant: str) -> str:
-    """``stochformer.sphere.x_tangent__mutmut_3``, ``stochformer.attention.xǁAttentionǁ__call____mutmut_1``
+    """``stochformer.core.sphere.x_tangent__mutmut_3``, ``stochformer.attention.xǁAttentionǁ__call____mutmut_1``
     → the module name."""
     return mutant.rsplit(".", 1)[0]
 
 
 def function_of(mutant: str) -> str:
-    """``stochformer.sphere.x_tangent__mutmut_3`` → ``stochformer.sphere.x_tangent``: the mutated
+    """``stochformer.core.sphere.x_tangent__mutmut_3`` → ``stochformer.core.sphere.x_tangent``: the mutated
     function (mutmut's mangled name), without the mutant's number."""
     return mutant.rsplit("__mutmut_", 1)[0]
 

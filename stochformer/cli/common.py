@@ -154,7 +154,7 @@ def size_options(func: Callable) -> Callable:
 
 def workers_of(scheduler: Optional[str]) -> int:
     """How many tasks of ``scheduler`` run at once on this machine (for the size check)."""
-    from ..extras import MissingExtraError
+    from ..core.extras import MissingExtraError
     from ..tasks.parallel import parse_scheduler
 
     try:
@@ -165,9 +165,9 @@ def workers_of(scheduler: Optional[str]) -> int:
 
 
 def size_check(cfg: Any, scheduler: Optional[str] = None) -> Any:
-    """The pre-flight estimate of :mod:`stochformer.preflight` with this command's options (returned;
+    """The pre-flight estimate of :mod:`stochformer.experiments.preflight` with this command's options (returned;
     None when skipped or not estimated)."""
-    from ..preflight import check_size, parse_size
+    from ..experiments.preflight import check_size, parse_size
 
     max_memory, skip = click.get_current_context().meta.get("stochformer.size", (None, False))
     if skip:
@@ -181,7 +181,7 @@ def size_check(cfg: Any, scheduler: Optional[str] = None) -> Any:
 def check_scheduler(scheduler: Optional[str]) -> None:
     """A usage error naming ``--scheduler`` unless it is one of the valid forms (and its extra is installed)."""
     if scheduler is not None:
-        from ..extras import MissingExtraError
+        from ..core.extras import MissingExtraError
         from ..tasks.parallel import parse_scheduler
 
         try:
@@ -206,7 +206,7 @@ def resume_command(resumed: bool) -> str:
 def hold_output(folder: Path, command: str) -> None:
     """Lock ``folder`` (its resolved path) until the command ends (a second run on it fails at
     once) and remove the temporary folders of interrupted runs (only stochformer's own, unchanged)."""
-    from ..outputs import OutputError, hold, remove_stale_partials
+    from ..io.outputs import OutputError, hold, remove_stale_partials
 
     ctx = click.get_current_context()
     try:
@@ -217,8 +217,8 @@ def hold_output(folder: Path, command: str) -> None:
 
 
 def check_output(folder: Any, command: str, force: bool = False, replace: bool = False, option: str = "--out") -> Path:
-    """:func:`stochformer.outputs.check_output_folder` for ``command``, its error as a usage message."""
-    from ..outputs import OutputError, check_output_folder
+    """:func:`stochformer.io.outputs.check_output_folder` for ``command``, its error as a usage message."""
+    from ..io.outputs import OutputError, check_output_folder
 
     try:
         return check_output_folder(folder, force, option=option, command=command, replace=replace)
@@ -229,8 +229,8 @@ def check_output(folder: Any, command: str, force: bool = False, replace: bool =
 def disk_check(folder: Path, estimate: Any) -> None:
     """Refuse, before any work, a location with less free space than the run may write: the
     pre-flight estimate of its peak memory (everything a run writes is in memory first), at least
-    :data:`~stochformer.outputs.MIN_FREE_BYTES`."""
-    from ..outputs import MIN_FREE_BYTES, OutputError, check_free_space
+    :data:`~stochformer.io.outputs.MIN_FREE_BYTES`."""
+    from ..io.outputs import MIN_FREE_BYTES, OutputError, check_free_space
 
     try:
         check_free_space(folder, max(MIN_FREE_BYTES, getattr(estimate, "bytes", 0.0) or 0.0))
@@ -239,7 +239,7 @@ def disk_check(folder: Path, estimate: Any) -> None:
 
 
 def default_out(command: str, out: Optional[Path | str]) -> Path | str:
-    """``out`` as given (checked later by :func:`~stochformer.outputs.check_output_folder`), or
+    """``out`` as given (checked later by :func:`~stochformer.io.outputs.check_output_folder`), or
     ``runs/<command>-<timestamp>``."""
     return out if out is not None else Path("runs") / f"{command}-{time.strftime('%Y%m%d-%H%M%S')}"
 
@@ -281,8 +281,8 @@ def fail_cleanly(func: Callable) -> Callable:
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from ..extras import MissingExtraError
-        from ..outputs import WRITE_ERRNOS, WriteError, write_error
+        from ..core.extras import MissingExtraError
+        from ..io.outputs import WRITE_ERRNOS, WriteError, write_error
 
         stop_on_signals()
         meta = click.get_current_context().meta
@@ -305,7 +305,7 @@ def fail_cleanly(func: Callable) -> Callable:
 
 def _drop_empty_store(meta: dict) -> None:
     """Remove the task store of this run if nothing finished (it holds only its manifest)."""
-    from ..outputs import MARKER, OutputError, remove_own
+    from ..io.outputs import MARKER, OutputError, remove_own
 
     store = meta.get("stochformer.store")
     try:
@@ -356,7 +356,7 @@ def task_store(folder: Path) -> Path:
     so that the same command run again after an interruption continues instead of starting afresh.
     Checked before any work: a store of this command's own unchanged output is continued, anything
     else of that name is refused; every task written there is listed in its manifest."""
-    from ..outputs import OutputError, check_names, own_folder, tracking
+    from ..io.outputs import OutputError, check_names, own_folder, tracking
 
     ctx = click.get_current_context()
     command = ctx.meta.get("stochformer.command", ctx.info_name or "")
@@ -383,8 +383,8 @@ def write_results(
     """Save ``result`` and the figures (name without suffix → function returning a matplotlib
     figure, saved as NAME.FMT) into an atomically created ``folder`` (every file listed in its
     manifest); then drop the finished run's task store."""
-    from ..io import output_folder
-    from ..outputs import remove_own
+    from ..io.store import output_folder
+    from ..io.outputs import remove_own
 
     command = click.get_current_context().meta.get("stochformer.command", "")
     with output_folder(folder, force, command) as tmp:

@@ -17,7 +17,7 @@ def rates_cmd(config_file, overrides, as_json) -> None:
     """Print the noise kernel at 1 and the synchronisation rates of a configuration (fields
     activation, d, sigma_U, sigma_W, noise_scale; energy_beta is the β of Theorem 1.4's bound λ̄';
     gamma the attention V = γI, default 0 here, which adds −γ to λ₁ and −2γ to λ̄)."""
-    from ..build import make_kernel
+    from ..config.build import make_kernel
     from ..model.kernel import rates
 
     cfg = resolve_config(config_file, overrides, base={"gamma": 0.0})

@@ -6,8 +6,18 @@ from __future__ import annotations
 import click
 
 from ..report.profiles import DEFAULT_PROFILE, PROFILES
-from .common import (check_scheduler, command_line, disk_check, experiment_options, hold_output, interrupted_exit,
-                     resume_command, size_check, stop_on_signals, use_agg)
+from .common import (
+    check_scheduler,
+    command_line,
+    disk_check,
+    experiment_options,
+    hold_output,
+    interrupted_exit,
+    resume_command,
+    size_check,
+    stop_on_signals,
+    use_agg,
+)
 
 
 def _listing() -> str:
@@ -40,10 +50,10 @@ def reproduce_cmd(profile, only, resume, scheduler, list_only, config_file, over
     stop_on_signals()
     out = "report" if out is None else out
     from ..config import ConfigError
-    from ..outputs import OutputError, WriteError
+    from ..io.outputs import OutputError, WriteError
     from ..report import reproduce
     from ..report.runner import check_report_folder, plan
-    from ..verdict import counts, recompute
+    from ..measure.verdict import counts, recompute
 
     check_scheduler(scheduler)
     try:

@@ -7,12 +7,23 @@ from typing import Optional
 
 import click
 
-from .common import (check_output, default_out, disk_check, fail_cleanly, format_option, hold_output, resume_command, save_figures,
-                     size_check, size_options, stop_on_signals)
+from .common import (
+    check_output,
+    default_out,
+    disk_check,
+    fail_cleanly,
+    format_option,
+    hold_output,
+    resume_command,
+    save_figures,
+    size_check,
+    size_options,
+    stop_on_signals,
+)
 
 
 def _scheduler(scheduler: Optional[str], local_cluster: Optional[int], workers: Optional[int]) -> str:
-    from ..extras import MissingExtraError
+    from ..core.extras import MissingExtraError
     from ..tasks.parallel import parse_scheduler
 
     given = [name for name, v in (("--scheduler", scheduler), ("--local-cluster", local_cluster), ("--workers", workers)) if v]
@@ -65,7 +76,7 @@ def sweep_cmd(file, overrides, scheduler, local_cluster, workers, out, resume, f
     chosen = _scheduler(scheduler, local_cluster, workers)
     from ..config import ConfigError
     from ..experiments.sweep import load_sweep, plan_sweep, run_sweep
-    from ..outputs import OutputError, discard, own_folder, remove_own, tracking
+    from ..io.outputs import OutputError, discard, own_folder, remove_own, tracking
     from ..plotting.sweep import plot_sweep
 
     try:  # everything is validated before any work or any folder

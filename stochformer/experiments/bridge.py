@@ -1,6 +1,6 @@
 """``bridge``: standard transformer blocks at random initialisation against the paper's model and
 its limit SDE for the matched kernel (SPEC §7; the blocks and the matching in
-:mod:`stochformer.bridge`).
+:mod:`stochformer.model.blocks`).
 
 For each depth L: ``samples`` independent networks of L fresh blocks (residual branches scaled by
 α₁ = T/L, α₂ = √(T/L), or GPT-2's own initialisation) from the same law of initial tokens; the
@@ -26,14 +26,74 @@ from pydantic import Field, model_validator
 
 from ..config import StrictConfig
 from ..model.attention import SoftmaxAttention
-from ..bridge import NORMS, PRE_NORM, MatchedKernel, block_law, ln_basis, predict_model, predict_sde, run_network
+from ..integrate import SaveAt, solve
+from ..model.attention import Attention
+from ..model.blocks import (
+    NORMS,
+    PRE_NORM,
+    BlockNetwork,
+    MatchedKernel,
+    MatchedModel,
+    MLPLaw,
+    PreNormField,
+    block_law,
+    cosine_stats,
+    ln_basis,
+)
+from ..model.noise import ExactField
+from ..model.sde import LimitSDE, StratonovichHeun
 from ..model.kernel import NoiseKernel
-from ..verdict import Comparison, quantile
-from ..runtime import child_seeds, make_generator, provenance
-from ..sphere import normalize
-from ..results import Result
-from ..stats import mean_and_se
-from ..validation import check_finite, validated
+from ..measure.verdict import Comparison, quantile
+from ..core.runtime import child_seeds, make_generator, provenance
+from ..core.sphere import normalize
+from ..io.results import Result
+from ..measure.stats import mean_and_se
+from ..core.validation import check_finite, validated
+
+
+def cosine_curve(model, X0: torch.Tensor, T: float, steps: int, every: int, generator: torch.Generator,
+                 what: str) -> torch.Tensor:
+    """``model`` stepped by :func:`~stochformer.solve` from X0 (batch, N, d): the mean pairwise
+    cosine of the normalised tokens (:func:`cosine_stats`) at step 0 and every ``every`` steps,
+    (batch, steps/every + 1)."""
+    out = [cosine_stats(X0)[0]]
+
+    def record(k: int, X: torch.Tensor) -> None:
+        if k % every == 0:
+            out.append(cosine_stats(X)[0])
+
+    solve(model, X0, T, steps, SaveAt(stats=(), final=False), generator=generator, hook=record, what=what)
+    return torch.stack(out, -1)
+
+
+def run_network(kind: str, X0: torch.Tensor, L: int, seed: int, **block) -> torch.Tensor:
+    """One network of L fresh blocks (weights from a torch generator seeded with ``seed``) applied
+    to X0 (1, N, d): mean cosine by depth, (L + 1,)."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        with torch.no_grad():
+            return cosine_curve(BlockNetwork(kind, block), X0, float(L), L, 1, make_generator(seed), f"{kind} block")[0]
+
+
+def predict_model(pre: bool, norm: str, law: MLPLaw, X0: torch.Tensor, r: float, L: int, a2: float,
+                  generator: torch.Generator, attention: Optional[Attention] = None, a1: float = 0.0) -> torch.Tensor:
+    """The idealised model with the matched Gaussian MLP at depth L: mean cosine by depth (batch, L + 1).
+
+    Post-norm: unit tokens X0 (batch, N, k) on the sphere of the norm's space (k = d − 1 for
+    LayerNorm), u ← LN(u + a1 Attn u), u ← LN(u + a2 G(r u)/r), r the norm's radius. Pre-norm: the
+    residual stream x = X0 (batch, N, d), x ← x + a2 G(norm x)."""
+    return cosine_curve(MatchedModel(pre, norm, law, r, a2, attention, a1), X0, float(L), L, 1, generator, "model")
+
+
+def predict_sde(pre: bool, norm: str, kernel: MatchedKernel, X0: torch.Tensor, horizon: float, L: int, refine: int,
+                generator: torch.Generator, attention: Optional[Attention] = None) -> torch.Tensor:
+    """The limit SDE of the matched kernel on ``refine``·L steps of [0, horizon]: mean cosine at
+    the L + 1 layer times (batch, L + 1). Post-norm: the SDE of SPEC §3 on the unit sphere of X0's
+    space (projected Heun, ``kernel`` on the unit sphere); pre-norm: dx = W(dt, norm x) in R^d
+    (Euler, the field's covariance κ at the cosines of the normalised tokens), no projection."""
+    field = ExactField(kernel)
+    model = PreNormField(field, norm) if pre else LimitSDE(attention, field, StratonovichHeun(), kernel.kappa1)
+    return cosine_curve(model, X0, horizon, refine * L, refine, generator, "SDE")
 
 
 class BridgeConfig(StrictConfig):
@@ -195,7 +255,7 @@ class BridgeResult(Result):
 def run_bridge(cfg: BridgeConfig, progress: bool = False) -> BridgeResult:
     """Measure the block's networks and the two predictions at every depth (CPU, float64; one
     thread below 1024 token coordinates: the tensors are tiny and threads only add overhead)."""
-    from ..runtime import cpu_threads_for
+    from ..core.runtime import cpu_threads_for
 
     with cpu_threads_for(cfg.N * cfg.d):
         return _run_bridge(cfg, progress)

@@ -26,7 +26,7 @@ tokens (``N``) and the systems of N < N_ref tokens (``sizes``) are driven by the
    N beside r_d(N) for each d in ``dims``.
 3. **Conditional decorrelation.** One field held fixed, ``decor_repeats`` independent uniform
    initial clouds of N tokens; the correlation of tokens 1 and 2 at time T over the repeats
-   (:func:`~stochformer.stats.tagged_correlation`), averaged over ``decor_fields`` fields,
+   (:func:`~stochformer.measure.stats.tagged_correlation`), averaged over ``decor_fields`` fields,
    against N (expected O(1/N)).
 
 The reference's empirical measure is summarised by E_β and the mean token over time, and for
@@ -45,20 +45,20 @@ import torch
 import xarray as xr
 from pydantic import Field, model_validator
 
-from ..brownian import BrownianPath
-from ..build import make_field, make_grouped_particles, make_particles
+from ..core.brownian import BrownianPath
+from ..config.build import make_field, make_grouped_particles, make_particles
 from ..config import ExperimentConfig, RunConfig, as_config, validate
-from ..diagnostics import cloud_summary
-from ..extras import require
-from ..distances import rate_function, sphere_rate, w2_sliced, w2_squared
+from ..measure.diagnostics import cloud_summary
+from ..core.extras import require
+from ..measure.distances import rate_function, sphere_rate, w2_sliced, w2_squared
 from ..model.attention import DEFAULT_BLOCK
-from ..results import Result
-from ..runtime import DTYPES, child_seeds, cpu_threads_for, make_generator, provenance, resolve_device
-from ..solver import SaveAt, solve
-from ..sphere import uniform
-from ..stats import fit_power_law, fit_power_law_weighted, loglog_slope, mean_and_se, tagged_correlation
+from ..io.results import Result
+from ..core.runtime import DTYPES, child_seeds, cpu_threads_for, make_generator, provenance, resolve_device
+from ..integrate import SaveAt, solve
+from ..core.sphere import uniform
+from ..measure.stats import fit_power_law, fit_power_law_weighted, loglog_slope, mean_and_se, tagged_correlation
 from ..tasks import Task, run_tasks
-from ..validation import validated
+from ..core.validation import validated
 
 
 class ChaosConfig(ExperimentConfig):
@@ -176,7 +176,7 @@ def coupled_systems(cfg: ChaosConfig, run_cfg: RunConfig, X0: torch.Tensor, step
     """The reference (X0: (1, N_ref, d)) and the systems of the first n tokens for n in ``sizes``,
     driven by one field (``run_cfg.noise``: random features drawn from ``s_field``, one Brownian path
     from ``s_noise``; or the exact field, all systems concatenated and stepped once by
-    :func:`~stochformer.build.make_grouped_particles`, normals from ``s_noise``). Per system, its
+    :func:`~stochformer.config.build.make_grouped_particles`, normals from ``s_noise``). Per system, its
     states at ``steps``: a list of (1, n, d)."""
     dtype, device = X0.dtype, X0.device
     save = SaveAt(stats=(), tokens_at=steps, final=False)

@@ -34,18 +34,18 @@ import torch
 import xarray as xr
 from pydantic import Field, model_validator
 
-from ..brownian import BrownianPath, Draws
-from ..build import initial_tokens, make_attention, make_kernel, make_noise
+from ..core.brownian import BrownianPath, Draws
+from ..config.build import initial_tokens, make_attention, make_kernel, make_noise
 from ..config import ExperimentConfig, RunConfig, as_config
 from ..model.noise import ExactField
 from ..model.sde import INTEGRATORS, LimitSDE
 from ..model.transformer import Transformer
-from ..results import Result
-from ..runtime import DTYPES, child_seeds, make_generator, provenance, resolve_device
-from ..solver import SaveAt, solve
-from ..stats import bootstrap, fit_power_law, mean_and_se, resampled_se, t_interval
+from ..io.results import Result
+from ..core.runtime import DTYPES, child_seeds, make_generator, provenance, resolve_device
+from ..integrate import SaveAt, solve
+from ..measure.stats import bootstrap, fit_power_law, mean_and_se, resampled_se, t_interval
 from ..tasks import Task, run_tasks
-from ..validation import validated
+from ..core.validation import validated
 
 #: the two sups of the error
 KINDS = ("layer", "continuous")
@@ -149,7 +149,7 @@ def _fit_additive(L: np.ndarray, m: np.ndarray, y: np.ndarray, log_L: bool) -> n
 
 def _interval(point: float, boots: list, samples: int) -> dict:
     """``point`` ± Student's t (``samples`` − 1 degrees of freedom) times the SE from the bootstrap
-    values ``boots`` (:func:`stochformer.stats.resampled_se`)."""
+    values ``boots`` (:func:`stochformer.measure.stats.resampled_se`)."""
     se = resampled_se(boots, samples)
     return {"value": float(point), "se": se, "ci": list(t_interval(float(point), se, samples)), "n": samples}
 
@@ -210,8 +210,8 @@ class ConvergeResult(Result):
 
 
 def fit_convergence(depths: list[int], widths: list[float], errors: dict[str, np.ndarray], n_boot: int, seed: int) -> dict:
-    """Exponents (:func:`stochformer.stats.fit_power_law`) and additive fits with bootstrap
-    intervals (:func:`stochformer.stats.bootstrap`; samples resampled jointly: every fit draws the
+    """Exponents (:func:`stochformer.measure.stats.fit_power_law`) and additive fits with bootstrap
+    intervals (:func:`stochformer.measure.stats.bootstrap`; samples resampled jointly: every fit draws the
     same samples from ``seed``).
 
     - ``exponent_L``: layer-time error against L at m = ∞; ``exponent_L_large_m``: at the largest

@@ -34,7 +34,7 @@ every depth on the path; W₂² exact, POT):
   the sharp rate of N points on S^{d−1}, below r_d(N)).
 
 The fitted exponents in s resample the samples jointly across the path (every point of a sample
-sees one field), Student's t intervals (:func:`stochformer.stats.fit_power_law`).
+sees one field), Student's t intervals (:func:`stochformer.measure.stats.fit_power_law`).
 """
 
 from __future__ import annotations
@@ -50,16 +50,16 @@ import torch
 import xarray as xr
 from pydantic import Field, model_validator
 
-from ..brownian import BrownianPath, Draws
-from ..build import initial_tokens, make_grouped_particles, make_model
+from ..core.brownian import BrownianPath, Draws
+from ..config.build import initial_tokens, make_grouped_particles, make_model
 from ..config import ExperimentConfig, as_config
-from ..distances import rate_function, sphere_rate, w2_exact
+from ..measure.distances import rate_function, sphere_rate, w2_exact
 from ..model.noise import whiten
-from ..results import Result
-from ..runtime import DTYPES, child_seeds, make_generator, provenance, resolve_device
-from ..stats import fit_power_law, loglog_slope
+from ..io.results import Result
+from ..core.runtime import DTYPES, child_seeds, make_generator, provenance, resolve_device
+from ..measure.stats import fit_power_law, loglog_slope
 from ..tasks import Task, run_tasks
-from ..validation import validated
+from ..core.validation import validated
 
 #: the measured families, each (samples, points): see the module docstring
 MEASURED = ("diagonal", "inner", "sde")
@@ -244,7 +244,7 @@ def coupled_sample(cfg: JointConfig, seed: int) -> dict[str, list[float]]:
             Delta = run.T / L
             xi = whiten(field.covariance(Y[j], torch.float64)[0], G[j][0] / math.sqrt(Delta), g_w).to(dtype)
             draws = Draws(g_w, BrownianPath.from_normals(xi[None, None]), 0, 1)
-            X[j] = model.layer(X[j], Delta, lambda y, m=model, dr=draws, h=Delta: m.mlp.increment(y, h, dr))
+            X[j] = model.layer(X[j], Delta, lambda y, m=model, dr=draws, h=Delta: m.noise.increment(y, h, dr))
             Y[j], G[j] = model.mlp_input(X[j], Delta), torch.zeros_like(G[j])
         if (s + 1) % record_every == 0:
             record()

@@ -1,5 +1,5 @@
 """``motions``: the one- and two-point motions of the noise alone (SPEC §3–§4, no attention), measured
-on the limit SDE and on the transformer beside :mod:`stochformer.motions`.
+on the limit SDE and on the transformer beside :mod:`stochformer.model.two_point`.
 
 Pairs of tokens at cosine ``u0`` are stepped by :func:`stochformer.solve` (L steps of [0, T], token
 snapshots every ``L // snapshots`` steps) for each dynamics. Measured:
@@ -9,7 +9,7 @@ snapshots every ``L // snapshots`` steps) for each dynamics. Measured:
   bootstrap SE over pairs); predicted −κ(1)(d−1)/2 (and E c_T = e^{−κ(1)(d−1)T/2});
 * **two points**: u_T = ⟨X¹_T, X²_T⟩, its mean and the tail probability P(u_T > ``threshold``)
   with SEs, beside the same of the scalar diffusion of u integrated finely
-  (:func:`stochformer.motions.simulate_two_point`, ``reference_steps`` × ``reference_paths``).
+  (:func:`stochformer.model.two_point.simulate_two_point`, ``reference_steps`` × ``reference_paths``).
 """
 
 from __future__ import annotations
@@ -23,15 +23,15 @@ import torch
 import xarray as xr
 from pydantic import Field
 
-from ..build import initial_tokens, make_kernel, make_model
+from ..config.build import initial_tokens, make_kernel, make_model
 from ..config import ExperimentConfig, InitConfig, as_config
-from ..io import to_jsonable
-from ..motions import one_point_mean, simulate_two_point
-from ..results import Result
-from ..runtime import DTYPES, child_seeds, make_generator, provenance, resolve_device
-from ..solver import SaveAt, solve
-from ..stats import mean_and_se
-from ..validation import validated
+from ..io.store import to_jsonable
+from ..model.two_point import one_point_mean, simulate_two_point
+from ..io.results import Result
+from ..core.runtime import DTYPES, child_seeds, make_generator, provenance, resolve_device
+from ..integrate import SaveAt, solve
+from ..measure.stats import mean_and_se
+from ..core.validation import validated
 from .sync import moment_rate
 
 DYNAMICS = ("sde", "transformer")

@@ -31,20 +31,27 @@ import numpy as np
 import torch
 import xarray as xr
 
-from ..clusters import ClusterSummary, count_clusters, summarise_clusters
+from ..measure.clusters import ClusterSummary, count_clusters, summarise_clusters
 from ..config import InitConfig, RunConfig, build_config
-from ..diagnostics import STATISTICS
-from ..io import to_jsonable
-from ..results import Result
+from ..measure.diagnostics import STATISTICS
+from ..io.store import to_jsonable
+from ..io.results import Result
 from ..model.activations import ODD_ACTIVATIONS
 from ..model.noise import RandomMLP
-from ..runtime import child_seeds, make_generator, provenance, resolve_device
-from ..stats import mean_and_se
+from ..core.runtime import child_seeds, make_generator, provenance, resolve_device
+from ..measure.stats import mean_and_se
 from ..tasks import Task, run_tasks
-from ..validation import validated
+from ..core.validation import validated
 from .simulate import run_simulate
-from .sync import (energy_levels, extrapolated_moment_rate, measure_lyapunov, near_sync_horizon, near_sync_spread,
-                   pair_start, predicted_rates)
+from .sync import (
+    energy_levels,
+    extrapolated_moment_rate,
+    measure_lyapunov,
+    near_sync_horizon,
+    near_sync_spread,
+    pair_start,
+    predicted_rates,
+)
 
 Size = Literal["quick", "paper"]
 

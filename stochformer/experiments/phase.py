@@ -25,15 +25,15 @@ import torch
 import xarray as xr
 from pydantic import Field, model_validator
 
-from ..build import initial_tokens, make_model
+from ..config.build import initial_tokens, make_model
 from ..config import ConfigError, ExperimentConfig, RunConfig, as_config, check_grid_size
-from ..results import Result
-from ..runtime import DTYPES, child_seeds, make_generator, provenance, resolve_device
-from ..solver import SaveAt, solve
-from ..sphere import gram
-from ..stats import mean_and_se
+from ..io.results import Result
+from ..core.runtime import DTYPES, child_seeds, make_generator, provenance, resolve_device
+from ..integrate import SaveAt, solve
+from ..core.sphere import gram
+from ..measure.stats import mean_and_se
 from ..tasks import Task, run_tasks
-from ..validation import validated
+from ..core.validation import validated
 from .sync import check_extrapolation, measure_lyapunov, predicted_rates
 
 #: Fields that take the grid values; ``sigma`` sets both bias scales.

@@ -16,7 +16,7 @@ At every grid point ``batch`` runs start from i.i.d. uniform tokens and are step
   beside the linearised criterion λ₁ − γ < 0 (the stability of full synchronisation);
 * the initial rate of the mean cosine, d E⟨x_i, x_j⟩/dt at t = 0 (per-run least-squares slope over
   t ≤ ``slope_time``): with the noise alone it is E[b(u₀)] over the uniform law of u₀, b the pair
-  drift of :func:`stochformer.motions.two_point_coefficients` (SPEC §3).
+  drift of :func:`stochformer.model.two_point.two_point_coefficients` (SPEC §3).
 
 At the point ``probe`` (by default ReLU d = 64, σ = 0.1, γ = −1: λ₁ − γ > 0 yet partial clustering)
 the pair exponent λ̂₁ (:func:`~stochformer.experiments.sync.measure_lyapunov`, Δt → 0) is measured
@@ -36,15 +36,15 @@ import numpy as np
 import xarray as xr
 from pydantic import Field, model_validator
 
-from ..build import initial_tokens, make_kernel, make_model
+from ..config.build import initial_tokens, make_kernel, make_model
 from ..config import ExperimentConfig, InitConfig, RunConfig, as_config, build_config, check_grid_size
-from ..motions import two_point_coefficients
-from ..results import Result
-from ..runtime import DTYPES, child_seeds, make_generator, provenance, resolve_device
-from ..solver import SaveAt, solve
-from ..stats import mean_and_se
+from ..model.two_point import two_point_coefficients
+from ..io.results import Result
+from ..core.runtime import DTYPES, child_seeds, make_generator, provenance, resolve_device
+from ..integrate import SaveAt, solve
+from ..measure.stats import mean_and_se
 from ..tasks import Task, run_tasks
-from ..validation import validated
+from ..core.validation import validated
 from .sync import check_extrapolation, energy_max, epsilon_of_gamma, measure_lyapunov, predicted_rates
 
 

@@ -12,16 +12,16 @@ import numpy as np
 import torch
 import xarray as xr
 
-from ..build import initial_tokens, make_attention, make_model
+from ..config.build import initial_tokens, make_attention, make_model
 from ..config import RunConfig, as_config
-from ..diagnostics import STATISTICS
+from ..measure.diagnostics import STATISTICS
 from ..model.activations import Activation, activation_name
 from ..model.attention import DEFAULT_BLOCK, query_chunk
-from ..results import Result
-from ..runtime import DTYPES, make_generator, provenance, resolve_device
-from ..solver import SaveAt, solve
-from ..stats import mean_and_se
-from ..validation import validated
+from ..io.results import Result
+from ..core.runtime import DTYPES, make_generator, provenance, resolve_device
+from ..integrate import SaveAt, solve
+from ..measure.stats import mean_and_se
+from ..core.validation import validated
 
 
 @dataclass(repr=False)

@@ -24,12 +24,12 @@ import torch
 from pydantic import Field, field_validator, model_validator
 
 from ..config import MAX_GRID_POINTS, ConfigError, ExperimentConfig, RunConfig, as_config, build_config, validate
-from ..io import ResultStore, to_jsonable
-from ..results import Result
-from ..runtime import child_seeds, provenance
-from ..stats import mean_and_se
+from ..io.store import ResultStore, to_jsonable
+from ..io.results import Result
+from ..core.runtime import child_seeds, provenance
+from ..measure.stats import mean_and_se
 from ..tasks import Task, run_tasks
-from ..validation import validated
+from ..core.validation import validated
 from .simulate import run_simulate
 
 STATISTICS = ("mean_cosine", "energy", "min_cosine")

@@ -1,7 +1,7 @@
 """``sync``: measured synchronisation rates beside the closed forms of SPEC §5.
 
 Two estimators, for the deep transformer and for the limit SDE alike (any stepper of
-:func:`stochformer.build.make_model`, stepped by :func:`stochformer.solve`); layers ℓ are mapped to times t = ℓ Δt, Δt = T/L, so every
+:func:`stochformer.config.build.make_model`, stepped by :func:`stochformer.solve`); layers ℓ are mapped to times t = ℓ Δt, Δt = T/L, so every
 rate is per unit time t and comparable with λ₁, λ̄, λ̄' of :mod:`stochformer.model.kernel` (which carry
 the noise scale s through κ → s²κ).
 
@@ -38,17 +38,17 @@ import torch
 import xarray as xr
 from pydantic import Field, model_validator
 
-from ..brownian import BrownianPath
-from ..build import initial_tokens, make_kernel, make_model, make_noise
+from ..core.brownian import BrownianPath
+from ..config.build import initial_tokens, make_kernel, make_model, make_noise
 from ..config import ExperimentConfig, InitConfig, RunConfig, as_config
 from ..model.activations import KINKED_ACTIVATIONS
 from ..model.kernel import first_moment_rate, lambda_bar_prime, lyapunov_exponent
-from ..runtime import DTYPES, child_seeds, make_generator, provenance, resolve_device
-from ..solver import Model, SaveAt, solve
-from ..sphere import normalize, tangent, uniform
-from ..results import Result
-from ..stats import mean_and_se, resampled_se
-from ..validation import validated
+from ..core.runtime import DTYPES, child_seeds, make_generator, provenance, resolve_device
+from ..integrate import Model, SaveAt, solve
+from ..core.sphere import normalize, tangent, uniform
+from ..io.results import Result
+from ..measure.stats import mean_and_se, resampled_se
+from ..core.validation import validated
 
 
 #: Step counts of the Δt → 0 extrapolation, as divisors of L: L, L/2, L/4 on one Brownian path.
@@ -250,7 +250,7 @@ def moment_rate(
 ) -> tuple[float, float]:
     """First-moment rate of positive paths ``values: (n, n_times)`` at times ``t``: the slope of
     log(sample mean) against t (on ``mask``), and its bootstrap SE over the n samples
-    (:func:`stochformer.stats.resampled_se`)."""
+    (:func:`stochformer.measure.stats.resampled_se`)."""
     rate, boot = moment_rate_bootstrap(t, values, mask, n_boot, seed)
     return rate, resampled_se(boot, values.shape[0])
 
@@ -451,7 +451,7 @@ def extrapolated_moment_rate(T: float, levels: dict[int, np.ndarray], fit_from: 
     n = L, L/2, L/4 (:func:`energy_levels`): ``rate`` the :func:`richardson` value, ``err`` its
     extrapolation error, ``se`` the SD of the same combination of the jointly resampled bootstrap
     slopes, and ``steps``: {n: rate at n steps}. ``paths``: the number S of paths; ``se`` is
-    :func:`stochformer.stats.resampled_se` of S samples (for Student's t with S − 1 degrees of freedom)."""
+    :func:`stochformer.measure.stats.resampled_se` of S samples (for Student's t with S − 1 degrees of freedom)."""
     rates, boots = {}, {}
     for n, values in levels.items():
         t = np.arange(n + 1) * (T / n)

@@ -24,16 +24,16 @@ import torch
 from pydantic import Field, field_validator, model_validator
 from scipy import stats
 
-from ..build import initial_tokens, make_model, make_noise
+from ..config.build import initial_tokens, make_model, make_noise
 from ..config import ExperimentConfig, StrictConfig, as_config
 from ..model.attention_variants import AveragedAttention, MultiHeadAttention, ResampledAttention
 from ..model.noise import RandomMLP
 from ..model.transformer import Transformer
-from ..runtime import DTYPES, child_seeds, make_generator, provenance, resolve_device
-from ..solver import SaveAt, solve
-from ..sphere import normalize
-from ..stats import mean_and_se
-from ..validation import validated
+from ..core.runtime import DTYPES, child_seeds, make_generator, provenance, resolve_device
+from ..integrate import SaveAt, solve
+from ..core.sphere import normalize
+from ..measure.stats import mean_and_se
+from ..core.validation import validated
 
 # ----------------------------------------------------------------- deterministic flows
 
@@ -330,7 +330,7 @@ def _law_checks(cfg: VariantsConfig) -> dict:
 def run_variants(cfg: VariantsConfig) -> dict:
     """Every check of SPEC §7 that does not need the standard blocks; a dict of numbers (one CPU
     thread: every tensor is tiny)."""
-    from ..runtime import cpu_threads_for
+    from ..core.runtime import cpu_threads_for
 
     with cpu_threads_for(0):
         return _run_variants(cfg)
@@ -339,7 +339,7 @@ def run_variants(cfg: VariantsConfig) -> dict:
 def _run_variants(cfg: VariantsConfig) -> dict:
     from ..model.attention import SoftmaxAttention
     from ..model.attention_variants import SinkhornAttention
-    from ..stats import fit_power_law
+    from ..measure.stats import fit_power_law
 
     start = time.perf_counter()
     g = make_generator(cfg.seed)

@@ -12,7 +12,7 @@ from typing import Callable, Union
 
 import torch
 
-from ..validation import callable_name, callable_record, check_output
+from ..core.validation import callable_name, callable_record, check_output
 
 Activation = Callable[[torch.Tensor], torch.Tensor]
 ActivationLike = Union[str, Activation]
@@ -87,7 +87,7 @@ def _first_call_checked(fn: Activation) -> Activation:
 def activation_name(activation: ActivationLike) -> str:
     """A printable name: the registry name, the callable's ``__name__``, a partial's ``f(k=v, …)``,
     an instance's own repr, or where that repr is the default one ``Class(name=value, …)`` with its
-    recorded parameters (:func:`~stochformer.validation.callable_record`; never a memory address)."""
+    recorded parameters (:func:`~stochformer.core.validation.callable_record`; never a memory address)."""
     if isinstance(activation, str):
         return activation
     if hasattr(activation, "__name__"):

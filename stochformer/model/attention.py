@@ -13,8 +13,17 @@ from typing import Optional, Protocol
 import torch
 import torch.nn.functional as F
 
-from ..validation import (
-    Bool, DeviceLike, FiniteFloat, FloatDtype, Matrix, PositiveInt, check_int, check_parts, check_tensor, validated,
+from ..core.validation import (
+    Bool,
+    DeviceLike,
+    FiniteFloat,
+    FloatDtype,
+    Matrix,
+    PositiveInt,
+    check_int,
+    check_parts,
+    check_tensor,
+    validated,
 )
 from . import blas
 

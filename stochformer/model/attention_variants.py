@@ -28,10 +28,25 @@ from typing import Annotated, Optional
 
 import torch
 
-from ..runtime import make_generator
-from ..validation import (
-    DeviceLike, FiniteFloat, FloatDtype, HeadMatrices, Int, Matrices, Matrix, NonNegativeFloat, PositiveFloat, PositiveInt,
-    RealTensor, Seed, TensorCheck, check_int, check_memory, check_parts, validated,
+from ..core.runtime import make_generator
+from ..core.validation import (
+    DeviceLike,
+    FiniteFloat,
+    FloatDtype,
+    HeadMatrices,
+    Int,
+    Matrices,
+    Matrix,
+    NonNegativeFloat,
+    PositiveFloat,
+    PositiveInt,
+    RealTensor,
+    Seed,
+    TensorCheck,
+    check_int,
+    check_memory,
+    check_parts,
+    validated,
 )
 
 #: Sinkhorn rounds: 1 to 10⁴ (as RunConfig.sinkhorn_iters)

@@ -24,7 +24,7 @@ from typing import Optional, Sequence
 
 import torch
 
-from ..brownian import as_draws
+from ..core.brownian import as_draws
 from .attention import Attention, start_run
 from .kernel import NoiseKernel
 from .noise import ExactField, Randomness, sqrt_psd

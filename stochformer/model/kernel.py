@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from .activations import LEAKY_RELU_SLOPE, ActivationLike, activation_name, get_activation
-from ..validation import INT_MAX, EnergyBeta, FiniteFloat, Int, NonNegativeFloat, short, validated
+from ..core.validation import INT_MAX, EnergyBeta, FiniteFloat, Int, NonNegativeFloat, short, validated
 
 _F64 = torch.float64
 

@@ -1,7 +1,7 @@
 """Noise sources: what drives the tokens (SPEC §1–3).
 
 A noise source turns tokens ``X: (batch, N, d)`` (unit rows), a step ``dt`` and the step's
-randomness (a :class:`~stochformer.brownian.Draws`, or a bare ``torch.Generator``) into the
+randomness (a :class:`~stochformer.core.brownian.Draws`, or a bare ``torch.Generator``) into the
 field's increment at the tokens, ``ΔW: (batch, N, d)``, *before* tangent projection. All sources
 have the same token covariance per unit time, κ(⟨x_i, x_j⟩) I_d, exactly or in the limit:
 
@@ -14,7 +14,7 @@ have the same token covariance per unit time, κ(⟨x_i, x_j⟩) I_d, exactly or
 
 Sources with state (random features) are set up by :meth:`reset` at the start of a run. The
 Brownian part of an increment is drawn with ``Draws.brownian``: from a shared
-:class:`~stochformer.brownian.BrownianPath` when the run has one (couplings), else from the
+:class:`~stochformer.core.brownian.BrownianPath` when the run has one (couplings), else from the
 generator; everything else (weights, features) from ``Draws.generator``.
 """
 
@@ -29,13 +29,13 @@ from typing import Annotated, Callable, Literal, NamedTuple, Optional, Protocol,
 import numpy as np
 import torch
 
-from ..brownian import Draws, as_draws
-from ..sphere import normalize
+from ..core.brownian import Draws, as_draws
+from ..core.sphere import normalize
 from . import blas
 from .activations import ActivationLike, get_activation
 from .kernel import NoiseKernel
 from .rng import DEFAULT_AHEAD, DrawPrecision, NormalDraws, RngBackend, overlapped
-from ..validation import Bool, Choice, Methods, NonNegativeFloat, PositiveInt, Real, same_device, validated
+from ..core.validation import Bool, Choice, Methods, NonNegativeFloat, PositiveInt, Real, same_device, validated
 
 
 Randomness = Union[torch.Generator, Draws]
@@ -624,5 +624,5 @@ class RandomFeatureField:
 
     def path_shape(self, F: int, d: int) -> list[tuple[int, int, int]]:
         """Shapes of the Brownian normals of one step for F fields in dimension d, B^k then B⁰ (for
-        a :class:`~stochformer.brownian.BrownianPath` shared by several systems)."""
+        a :class:`~stochformer.core.brownian.BrownianPath` shared by several systems)."""
         return [(F, self.features, d)] + ([(F, 1, d)] if self.sigma_W > 0 else [])

@@ -5,8 +5,8 @@ Itô form, for every token i::
     dX^i = [ P_{X^i} Attn(μ_t, X^i) − κ(1) (d−1)/2 · X^i ] dt + P_{X^i} W(dt, X^i)
 
 The field W is any noise source of :mod:`stochformer.model.noise` (exact, random features, MLP);
-its Brownian normals come from the step's :class:`~stochformer.brownian.Draws`, so that a shared
-:class:`~stochformer.brownian.BrownianPath` couples the SDE with other systems.
+its Brownian normals come from the step's :class:`~stochformer.core.brownian.Draws`, so that a shared
+:class:`~stochformer.core.brownian.BrownianPath` couples the SDE with other systems.
 :meth:`LimitSDE.step` maps X (batch, N, d), unit rows, to the state one step ``dt`` later with its
 ``integrator``, a small object with ``step(sde, X, dt, dW)``:
 
@@ -26,8 +26,8 @@ from typing import Annotated, Any, Optional, Protocol
 
 import torch
 
-from ..sphere import normalize, tangent
-from ..validation import ArgumentTypeError, Check, Methods, NonNegativeFloat, check_fits, first_output, short, validated
+from ..core.sphere import normalize, tangent
+from ..core.validation import ArgumentTypeError, Check, Methods, NonNegativeFloat, check_fits, first_output, short, validated
 from .attention import Attention, start_run
 from .noise import NoiseSource, Randomness
 
@@ -146,5 +146,5 @@ class LimitSDE:
         return first_output(self._checked, "noise", self.noise, self.noise.increment(X, dt, rng), X)
 
     def step(self, X: torch.Tensor, dt: float, rng: Randomness) -> torch.Tensor:
-        """One step of ``integrator``; ``rng``: the step's :class:`~stochformer.brownian.Draws`."""
+        """One step of ``integrator``; ``rng``: the step's :class:`~stochformer.core.brownian.Draws`."""
         return self.integrator.step(self, X, dt, self.increment(X, dt, rng))

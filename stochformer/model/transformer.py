@@ -18,9 +18,9 @@ from typing import Annotated, Callable, Iterator, Literal, Optional
 
 import torch
 
-from ..brownian import as_draws
-from ..sphere import normalize
-from ..validation import Methods, check_fits, first_output, validated
+from ..core.brownian import as_draws
+from ..core.sphere import normalize
+from ..core.validation import Methods, check_fits, first_output, validated
 from . import blas
 from .attention import Attention, SoftmaxAttention, start_run
 from .lanes import Lanes, laned
@@ -39,10 +39,10 @@ LANE_WORK = float(1 << 24)
 class Transformer:
     """The layer map X_ℓ → X_{ℓ+1} with step Δt = T/L: :meth:`step` maps X (batch, N, d), unit
     rows, to X'. ``attention``: any :class:`~stochformer.model.attention.Attention` (None: no
-    attention); ``mlp``: any :class:`~stochformer.model.noise.NoiseSource` (None: no MLP)."""
+    attention); ``noise``: any :class:`~stochformer.model.noise.NoiseSource` (None: no MLP)."""
 
     attention: Optional[Attention] = None
-    mlp: Optional[Annotated[NoiseSource, Methods(("reset", "increment"))]] = None
+    noise: Optional[Annotated[NoiseSource, Methods(("reset", "increment"))]] = None
     order: Literal["post_ln", "parallel"] = "post_ln"
     _lanes: Optional[Lanes] = field(default=None, init=False, repr=False, compare=False)
     _lanes_at: Optional[tuple] = field(default=None, init=False, repr=False, compare=False)
@@ -54,9 +54,9 @@ class Transformer:
         self._checked.clear()
         check_fits("attention", self.attention, d, dtype, device)
         start_run(self.attention, batch, d, generator, dtype, device)
-        check_fits("mlp", self.mlp, d, dtype, device)
-        if self.mlp is not None:
-            self.mlp.reset(batch, d, generator, dtype, device)
+        check_fits("noise", self.noise, d, dtype, device)
+        if self.noise is not None:
+            self.noise.reset(batch, d, generator, dtype, device)
 
     def schedule(self, X: torch.Tensor, steps: int) -> contextlib.AbstractContextManager:
         """How a run of ``steps`` layers from X uses the CPU cores: lanes on all of torch's threads
@@ -64,7 +64,7 @@ class Transformer:
         computing); the same numbers."""
         if self.laneable(X) and torch.get_num_threads() >= 2:
             return self._laned(X, steps)
-        schedule = getattr(self.mlp, "schedule", None)
+        schedule = getattr(self.noise, "schedule", None)
         return contextlib.nullcontext() if schedule is None else schedule(X, steps)
 
     def laneable(self, X: torch.Tensor) -> bool:
@@ -81,7 +81,7 @@ class Transformer:
         key = (tuple(X.shape), X.dtype, X.device)
         if self._lanes_at is None or self._lanes_at[0] != key:
             B, N, d = X.shape
-            mlp, att = self.mlp, self.attention
+            mlp, att = self.noise, self.attention
             most = 0
             if (
                 X.device.type == "cpu" and X.dtype in (torch.float32, torch.float64) and B >= 2
@@ -97,7 +97,7 @@ class Transformer:
     @contextlib.contextmanager
     def _laned(self, X: torch.Tensor, steps: int) -> Iterator[None]:
         cores = torch.get_num_threads()
-        with laned(cores) as lanes, self.mlp.schedule(X, steps, cores, lanes.set_width):  # type: ignore[union-attr]
+        with laned(cores) as lanes, self.noise.schedule(X, steps, cores, lanes.set_width):  # type: ignore[union-attr]
             self._lanes = lanes
             try:
                 yield
@@ -105,14 +105,14 @@ class Transformer:
                 self._lanes = None
 
     def step(self, X: torch.Tensor, dt: float, rng: Randomness) -> torch.Tensor:
-        """One layer; ``rng``: the step's :class:`~stochformer.brownian.Draws` (or a generator)."""
+        """One layer; ``rng``: the step's :class:`~stochformer.core.brownian.Draws` (or a generator)."""
         draws = as_draws(rng)
         if not draws.coupled and self.laneable(X):
             return self._step_in_lanes(X, dt, draws.generator)
-        return self.layer(X, dt, None if self.mlp is None else self._increment(dt, rng))
+        return self.layer(X, dt, None if self.noise is None else self._increment(dt, rng))
 
     def _increment(self, dt: float, rng: Randomness) -> Callable[[torch.Tensor], torch.Tensor]:
-        mlp = self.mlp
+        mlp = self.noise
         return lambda Y: first_output(self._checked, "mlp", mlp, mlp.increment(Y, dt, rng), Y)  # type: ignore[union-attr]
 
     def _attend(self, X: torch.Tensor) -> torch.Tensor:
@@ -143,7 +143,7 @@ class Transformer:
         lane with :data:`LANE_WORK` at least.
         A sample that needs more normals (numerically singular Gram matrices) sends the whole
         layer through the calling thread, which draws them in order: the same numbers either way."""
-        mlp: RandomMLP = self.mlp  # type: ignore[assignment]
+        mlp: RandomMLP = self.noise  # type: ignore[assignment]
         z = mlp.normals(X, generator)
         work = mlp.workspace(X)
         out = torch.empty_like(X)

@@ -92,14 +92,14 @@ def finish(fig: "Figure", created: bool, title: str = "") -> "Figure":
 
 def save_figure(fig: "Figure", path: Path | str, dpi: int = 200) -> None:
     """Save to ``path`` (format from its suffix: png, pdf or svg; ``dpi`` applies to PNG) under a
-    temporary name, rename it into place (:func:`stochformer.outputs.writing`), and close the figure."""
+    temporary name, rename it into place (:func:`stochformer.io.outputs.writing`), and close the figure."""
     import matplotlib.pyplot as plt
 
     path = Path(path)
     fmt = path.suffix.lstrip(".").lower()
     if fmt not in FORMATS:
         raise ValueError(f"figure format: expected one of {', '.join(FORMATS)} (got {path.name!r})")
-    from ..outputs import writing
+    from ..io.outputs import writing
 
     try:
         with writing(path) as tmp:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from ..verdict import Comparison, recompute
+from ..measure.verdict import Comparison, recompute
 
 
 class SectionUnavailable(RuntimeError):

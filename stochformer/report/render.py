@@ -14,8 +14,21 @@ import io
 import json
 from typing import Any, Optional
 
-from ..verdict import (ALT_RTOL, FAILS, FAMILY_LEVEL, HOLDS, HYPOTHESES, INCONCLUSIVE, MIN_SAMPLES, NOT_MEASURED, NOT_TESTABLE,
-                      RULES, UNDETERMINED, counts, recompute)
+from ..measure.verdict import (
+    ALT_RTOL,
+    FAILS,
+    FAMILY_LEVEL,
+    HOLDS,
+    HYPOTHESES,
+    INCONCLUSIVE,
+    MIN_SAMPLES,
+    NOT_MEASURED,
+    NOT_TESTABLE,
+    RULES,
+    UNDETERMINED,
+    counts,
+    recompute,
+)
 
 #: the largest figure accepted from the cache, in pixels (a PNG that expands beyond it is refused)
 MAX_FIGURE_PIXELS = 50_000_000

@@ -29,15 +29,15 @@ from tqdm.auto import tqdm
 
 from .. import __version__
 from ..config import ConfigError, ExperimentConfig, RunConfig, build_config, load_toml
-from ..extras import MissingExtraError
-from ..io import ResultStore, atomic_write_bytes, config_key, source_hash, to_jsonable, write_json
-from ..outputs import WriteError, check_output_folder, own_folder, remove_own, remove_own_files, tracking
-from ..results import DATASET, write_dataset
-from ..runtime import provenance
+from ..core.extras import MissingExtraError
+from ..io.store import ResultStore, atomic_write_bytes, config_key, source_hash, to_jsonable, write_json
+from ..io.outputs import WriteError, check_output_folder, own_folder, remove_own, remove_own_files, tracking
+from ..io.results import DATASET, write_dataset
+from ..core.runtime import provenance
 from . import sections  # noqa: F401  (registers the sections)
 from .profiles import DERIVED, PROFILES
 from .registry import Section, SectionContext, SectionUnavailable, registered
-from ..verdict import STORED_NUMBERS, recompute
+from ..measure.verdict import STORED_NUMBERS, recompute
 
 CACHE_DIR = "cache"
 
@@ -151,7 +151,7 @@ def plan(
 
 
 def check_report_folder(out: Path | str, force: bool = False) -> Path:
-    """``out`` as a Path, checked before any work (:func:`~stochformer.outputs.check_output_folder`):
+    """``out`` as a Path, checked before any work (:func:`~stochformer.io.outputs.check_output_folder`):
     a new or empty folder, or (with or without ``force``) a report folder that is wholly
     ``reproduce``'s own unchanged output; anything else (a file stochformer did not write, a file
     changed since, another command's folder) is refused, naming it."""
@@ -307,7 +307,7 @@ def reproduce(
 
     Sections not selected by ``only`` are shown from the cache when they were computed before with
     the same config, version and source. ``force`` replaces an existing report folder. Raises
-    :class:`ConfigError` / :class:`~stochformer.outputs.OutputError` before any work."""
+    :class:`ConfigError` / :class:`~stochformer.io.outputs.OutputError` before any work."""
     planned = plan(profile, only, overrides, config_file)
     out = check_report_folder(out, force)
     if force:

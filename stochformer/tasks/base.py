@@ -2,7 +2,7 @@
 results it is keyed in, and running tasks one after another in this process against that store.
 
 A :class:`Task` is a picklable call ``fn(**kwargs)`` with a stable ``key``; its result must be
-JSON-able. A store (a folder, a :class:`~stochformer.io.ResultStore`) holds each finished result
+JSON-able. A store (a folder, a :class:`~stochformer.io.store.ResultStore`) holds each finished result
 under its ``key`` and :attr:`Task.cache_key`, so an interrupted run resumes without redoing
 finished tasks.
 """
@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterable, Optional
 
 from tqdm.auto import tqdm
 
-from ..io import ResultStore, config_key, source_hash
+from ..io.store import ResultStore, config_key, source_hash
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,7 @@ class Task:
 
 
 def open_store(store: Optional[Path | str]) -> Optional[ResultStore]:
-    """The :class:`~stochformer.io.ResultStore` in the folder ``store``, or None without one."""
+    """The :class:`~stochformer.io.store.ResultStore` in the folder ``store``, or None without one."""
     return ResultStore(store) if store is not None else None
 
 

@@ -35,7 +35,7 @@ from typing import Any, Callable, Optional
 
 from tqdm.auto import tqdm
 
-from ..extras import require
+from ..core.extras import require
 from .base import Task, open_store, run_in_process
 
 SCHEDULER_FORMS = "'serial', 'processes', 'processes:N', 'local-cluster:N' or a Dask scheduler address (tcp://HOST:PORT)"
@@ -59,7 +59,7 @@ def _count(text: str, what: str) -> int:
 def parse_scheduler(scheduler: Any) -> tuple[str, Any]:
     """``(kind, argument)``: ``("serial", None)``, ``("processes", N)``, ``("local-cluster", N)``,
     ``("address", ADDRESS)`` or ``("client", CLIENT)``; ``ValueError`` naming the valid forms, and
-    :class:`~stochformer.extras.MissingExtraError` for a Dask form without Dask installed."""
+    :class:`~stochformer.core.extras.MissingExtraError` for a Dask form without Dask installed."""
     if scheduler is None or scheduler == "serial":
         return "serial", None
     if not isinstance(scheduler, str):

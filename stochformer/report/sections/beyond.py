@@ -17,7 +17,7 @@ from ...plotting import beyond as beyond_plots
 from ..profiles import sizes
 from ..registry import Section, SectionContext, SectionOutput, figure_png, register
 from ...model.activations import KINKED_ACTIVATIONS
-from ...verdict import Comparison
+from ...measure.verdict import Comparison
 from .phase import PHASE_DS, PHASE_GS, run_phase
 from .rows import SLOPE_TOL, bound_row, extrapolated_rate_row, fit_row, rate_row
 

@@ -3,7 +3,7 @@
 ``motions`` (the phase diagrams are in :mod:`.phase`).
 
 Each section calls an experiment module's public ``run_xxx`` and its plotting functions, turns the
-result into predicted-vs-measured rows (:class:`~stochformer.verdict.Comparison`, the shared row
+result into predicted-vs-measured rows (:class:`~stochformer.measure.verdict.Comparison`, the shared row
 builders of :mod:`.rows`) and embedded figures, and declares its sizes for every profile.
 """
 
@@ -17,9 +17,9 @@ from pydantic import Field, field_validator
 
 from ...model.activations import ACTIVATIONS, ODD_ACTIVATIONS
 from ...config import RunConfig, StrictConfig, build_config
-from ...results import seed_of
-from ...runtime import child_seeds, provenance, resolve_device
-from ...stats import loglog_slope, newcombe_interval
+from ...io.results import seed_of
+from ...core.runtime import child_seeds, provenance, resolve_device
+from ...measure.stats import loglog_slope, newcombe_interval
 from ..profiles import sizes
 from ...experiments import chaos, converge, motions, paper, sync
 from ...experiments.chaos import ChaosConfig
@@ -30,9 +30,17 @@ from ...plotting import chaos as chaos_plots
 from ...plotting import converge as converge_plots
 from ...plotting import sync as sync_plots
 from ..registry import Section, SectionContext, SectionOutput, figure_png, register
-from ...verdict import Z95, Comparison, quantile
-from .rows import (EXTRAPOLATED_RTOL, KERNEL_RTOL, RATE_RTOL, SLOPE_TOL, bound_row, extrapolated_rate_row, fit_row,
-                   rate_row)
+from ...measure.verdict import Z95, Comparison, quantile
+from .rows import (
+    EXTRAPOLATED_RTOL,
+    KERNEL_RTOL,
+    RATE_RTOL,
+    SLOPE_TOL,
+    bound_row,
+    extrapolated_rate_row,
+    fit_row,
+    rate_row,
+)
 
 # --------------------------------------------------------------------------- helpers
 

@@ -16,7 +16,7 @@ from ...experiments.phase import PhaseConfig
 from ...experiments.sync import attention_gamma
 from ...plotting import sync as sync_plots
 from ..registry import Section, SectionContext, SectionOutput, figure_png, register
-from ...verdict import Comparison
+from ...measure.verdict import Comparison
 from .rows import extrapolated_rate_row, rate_row
 
 # --------------------------------------------------------------------------- §6.6 phase diagrams

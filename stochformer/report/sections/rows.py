@@ -1,6 +1,6 @@
 """The row builders and tolerances shared between the report's sections: each turns a measured
 number (a mean and its SE, a fitted exponent, an extrapolated rate) and its prediction into one
-predicted-vs-measured row (:class:`~stochformer.verdict.Comparison`) under a stated rule.
+predicted-vs-measured row (:class:`~stochformer.measure.verdict.Comparison`) under a stated rule.
 
 Used by the sections of :mod:`.paper`, :mod:`.phase` and :mod:`.beyond`; the rows particular to
 one section stay in its module.
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ...stats import MIN_SAMPLES
-from ...verdict import Comparison, quantile
+from ...measure.stats import MIN_SAMPLES
+from ...measure.verdict import Comparison, quantile
 
 #: Finite-size allowances of the "matches" rows, as fractions of |predicted|: first-order time
 #: discretisation (Δt = T/L) and finite horizons bias the measured rates; kernel moments are
@@ -22,7 +22,7 @@ KERNEL_RTOL = 0.02
 
 def bound_alternative(bound: Optional[float]) -> Optional[float]:
     """The alternative a bound row is judged against: no decay (rate 0) for a decay bound (< 0),
-    else the default (:func:`~stochformer.verdict.default_alternative`)."""
+    else the default (:func:`~stochformer.measure.verdict.default_alternative`)."""
     return 0.0 if bound is not None and bound < 0 else None
 
 

@@ -14,7 +14,7 @@ from ...experiments.bridge import BridgeConfig
 from ...experiments.variants import VariantsConfig
 from ...plotting import variants as variants_plots
 from ..registry import Section, SectionContext, SectionOutput, figure_png, register
-from ...verdict import Comparison
+from ...measure.verdict import Comparison
 
 #: allowance on the fitted decay slopes of the deterministic flows (first order in Δt)
 FLOW_SLOPE_RTOL = 0.05
@@ -74,7 +74,7 @@ def variants_rows(numbers: dict, beta: float, flow_steps: int = FLOW_ODE_STEPS) 
 
 def _run_variants(cfg: Any, ctx: SectionContext) -> SectionOutput:
     exp, plots = variants_exp, variants_plots
-    from ...runtime import provenance
+    from ...core.runtime import provenance
 
     numbers = exp.run_variants(cfg)
     figs = [figure_png(plots.plot_variants(numbers), "variants",

@@ -410,7 +410,7 @@ def check_unit_rows(name: str, X: torch.Tensor) -> torch.Tensor:
     off = rows_off_sphere(X)
     if off is not None:
         raise ValueError(f"{name}: rows must have unit norm (tokens on the sphere; got norms from {off[0]:.3g} to "
-                         f"{off[1]:.3g}); normalise them with stochformer.sphere.normalize")
+                         f"{off[1]:.3g}); normalise them with stochformer.core.sphere.normalize")
     return X
 
 
@@ -665,7 +665,7 @@ def _isinstance_check(tp: type) -> _Checker:
 
 def _config_check(tp: type) -> _Checker:
     def check(name: str, value: Any) -> Any:
-        from .config import as_config
+        from ..config import as_config
 
         return as_config(value, tp, name)
 

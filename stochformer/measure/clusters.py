@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from scipy.sparse.csgraph import connected_components
 
-from .sphere import gram, normalize
+from ..core.sphere import gram, normalize
 
 
 def _batched(X) -> torch.Tensor:

@@ -334,7 +334,7 @@ class Comparison:
     @classmethod
     def from_fraction(cls, quantity: str, predicted: Optional[float], successes: int, trials: int, **kw) -> "Comparison":
         """A row from a count of ``successes`` in ``trials`` independent trials: the fraction with its
-        Wilson score interval (:func:`stochformer.stats.wilson_interval`)."""
+        Wilson score interval (:func:`stochformer.measure.stats.wilson_interval`)."""
         from .stats import wilson_interval
 
         if trials < MIN_SAMPLES:

@@ -25,7 +25,7 @@ from typing import Annotated, Any, Callable, Optional, Sequence, Union
 import numpy as np
 import torch
 
-from .validation import Int, PositiveInt, Seed, Values, check_int, validated
+from ..core.validation import Int, PositiveInt, Seed, Values, check_int, validated
 
 Array = Union[np.ndarray, torch.Tensor]
 #: fewer samples than this give no interval (NaN): a spread from 1 or 2 samples means nothing

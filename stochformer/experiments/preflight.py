@@ -18,9 +18,9 @@ import math
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from .model.attention import DEFAULT_BLOCK
-from .config import ConfigError, RunConfig
-from .validation import available_memory
+from ..model.attention import DEFAULT_BLOCK
+from ..config import ConfigError, RunConfig
+from ..core.validation import available_memory
 
 #: sustained matrix-product rate assumed for the time estimate (a modest CPU core)
 FLOPS = 5e9
@@ -58,7 +58,7 @@ def _largest(terms: dict[str, float]) -> tuple[float, str]:
 def _step(cfg: RunConfig, batch: int, N: int) -> tuple[dict[str, float], float]:
     """Working memory terms (bytes) of one step of ``cfg`` with ``batch`` samples of N tokens, and
     its matrix-product flops."""
-    from .build import noise_kind
+    from ..config.build import noise_kind
 
     s = 4 if cfg.dtype == "float32" else 8
     B, d, m, M = batch, cfg.d, cfg.m, cfg.features
@@ -72,7 +72,7 @@ def _step(cfg: RunConfig, batch: int, N: int) -> tuple[dict[str, float], float]:
     if cfg.mlp and cfg.noise_scale > 0:
         kind = noise_kind(cfg)
         if kind in ("mlp", "mlp_gaussian"):
-            from .model.noise import gram_output_cheaper
+            from ..model.noise import gram_output_cheaper
 
             terms["m or batch"] = 1.5 * s * B * N * m
             # the output's normals: through a root of the N × N Gram, or Φ Z' with Z' (m, d)
@@ -130,13 +130,13 @@ def simulate_estimate(cfg: RunConfig, batch: Optional[int] = None, N: Optional[i
 def estimate(cfg: Any, workers: int = 1) -> Optional[Estimate]:
     """The estimate for any command's config (None for configs it does not know). ``workers``:
     tasks that run at once on this machine (a local process pool)."""
-    from .experiments.chaos import ChaosConfig
-    from .experiments.converge import ConvergeConfig
-    from .experiments.joint import JointConfig
-    from .experiments.phase import PhaseConfig
-    from .experiments.repulsion import RepulsionConfig
-    from .experiments.sweep import SweepConfig, plan_sweep
-    from .experiments.sync import SyncConfig
+    from .chaos import ChaosConfig
+    from .converge import ConvergeConfig
+    from .joint import JointConfig
+    from .phase import PhaseConfig
+    from .repulsion import RepulsionConfig
+    from .sweep import SweepConfig, plan_sweep
+    from .sync import SyncConfig
 
     if isinstance(cfg, SweepConfig):
         plan = plan_sweep(cfg)
@@ -201,9 +201,9 @@ def estimate(cfg: Any, workers: int = 1) -> Optional[Estimate]:
 def _other_estimate(cfg: Any, workers: int) -> Optional[Estimate]:
     """The estimate of ``simulate``, ``motions``, ``bridge``, the resampled attention and the
     variants' checks (None for configs it does not know)."""
-    from .experiments.bridge import BridgeConfig
-    from .experiments.motions import MotionsConfig
-    from .experiments.variants import ResampledConfig, VariantsConfig
+    from .bridge import BridgeConfig
+    from .motions import MotionsConfig
+    from .variants import ResampledConfig, VariantsConfig
 
     if isinstance(cfg, RunConfig):
         return simulate_estimate(cfg)

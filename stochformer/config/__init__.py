@@ -15,9 +15,9 @@ from typing import Annotated, Any, ClassVar, Literal, Optional, Union, get_args,
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from .model.activations import ACTIVATIONS
-from .sphere import load_token_array
-from .validation import INT_MAX, ArgumentTypeError, clip, short
+from ..model.activations import ACTIVATIONS
+from ..io.tokens import load_token_array
+from ..core.validation import INT_MAX, ArgumentTypeError, clip, short
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -473,7 +473,7 @@ CONFIG_MAX_BYTES = 4 << 20
 def load_toml(path: Union[str, Path]) -> dict[str, Any]:
     """Read a TOML config file (a regular file of at most :data:`CONFIG_MAX_BYTES`), raising
     :class:`ConfigError` if it is missing, unreadable, too big, or not a regular file."""
-    from .outputs import InputError, read_input
+    from ..io.outputs import InputError, read_input
 
     p = Path(path)
     try:

@@ -12,7 +12,7 @@ from typing import Optional
 
 import numpy as np
 
-from .extras import require
+from ..core.extras import require
 
 
 @dataclass(frozen=True)

@@ -24,9 +24,9 @@ from typing import Any, ClassVar
 import h5netcdf
 import xarray as xr
 
-from .io import write_json
+from .store import write_json
 from .outputs import free_bytes, open_input, write_error, writing
-from .validation import validated
+from ..core.validation import validated
 
 DATASET = "dataset.nc"
 
@@ -72,9 +72,9 @@ def _netcdf_bytes(ds: xr.Dataset) -> bytes:
 
 def write_dataset(ds: xr.Dataset, path: Path | str) -> None:
     """Write ``ds`` as NetCDF-4 (h5netcdf, a required dependency; ``xarray.open_dataset(path)`` reads
-    it back) atomically (:func:`stochformer.outputs.writing`), after checking the free space for it.
+    it back) atomically (:func:`stochformer.io.outputs.writing`), after checking the free space for it.
     A full disk (found before writing when the free space is less than the dataset) or a read-only
-    folder raises :class:`~stochformer.outputs.WriteError` and leaves no temporary file."""
+    folder raises :class:`~stochformer.io.outputs.WriteError` and leaves no temporary file."""
     path = Path(path)
     if free_bytes(path.parent) < 1.1 * ds.nbytes + (1 << 20):  # a full disk found before HDF5 writes a byte
         raise write_error(path, OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)))
@@ -140,7 +140,7 @@ def load(folder: Path | str) -> xr.Dataset:
     hold the command, config, seed, versions and device (nested ones as JSON strings). Only a
     regular file is read (a FIFO or a device is refused at once), and only one that fits in the
     memory available now."""
-    from .validation import available_memory
+    from ..core.validation import available_memory
 
     path = Path(folder)
     if path.is_dir():

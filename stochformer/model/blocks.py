@@ -35,12 +35,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .brownian import as_draws
-from .model.activations import get_activation
-from .model.attention import Attention, SoftmaxAttention
-from .runtime import make_generator
-from .solver import SaveAt, solve
-from .sphere import normalize
+from ..core.brownian import as_draws
+from .activations import get_activation
+from .attention import Attention, SoftmaxAttention
+from ..core.sphere import normalize
 
 #: the block kinds of ``stochformer bridge``
 BLOCKS = ("paper", "encoder_post", "encoder_pre", "gpt2", "llama")
@@ -307,21 +305,6 @@ def cosine_stats(X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return c.mean(-1), c.amin(-1)
 
 
-def cosine_curve(model, X0: torch.Tensor, T: float, steps: int, every: int, generator: torch.Generator,
-                 what: str) -> torch.Tensor:
-    """``model`` stepped by :func:`~stochformer.solve` from X0 (batch, N, d): the mean pairwise
-    cosine of the normalised tokens (:func:`cosine_stats`) at step 0 and every ``every`` steps,
-    (batch, steps/every + 1)."""
-    out = [cosine_stats(X0)[0]]
-
-    def record(k: int, X: torch.Tensor) -> None:
-        if k % every == 0:
-            out.append(cosine_stats(X)[0])
-
-    solve(model, X0, T, steps, SaveAt(stats=(), final=False), generator=generator, hook=record, what=what)
-    return torch.stack(out, -1)
-
-
 @dataclass
 class BlockNetwork:
     """A network of fresh standard blocks, one drawn per step from torch's global generator (layer
@@ -381,36 +364,3 @@ class PreNormField:
 
     def step(self, X: torch.Tensor, dt: float, rng) -> torch.Tensor:
         return X + self.field.increment(normalize(apply_norm(X, self.norm)), dt, rng)
-
-
-def run_network(kind: str, X0: torch.Tensor, L: int, seed: int, **block) -> torch.Tensor:
-    """One network of L fresh blocks (weights from a torch generator seeded with ``seed``) applied
-    to X0 (1, N, d): mean cosine by depth, (L + 1,)."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        with torch.no_grad():
-            return cosine_curve(BlockNetwork(kind, block), X0, float(L), L, 1, make_generator(seed), f"{kind} block")[0]
-
-
-def predict_model(pre: bool, norm: str, law: MLPLaw, X0: torch.Tensor, r: float, L: int, a2: float,
-                  generator: torch.Generator, attention: Optional[Attention] = None, a1: float = 0.0) -> torch.Tensor:
-    """The idealised model with the matched Gaussian MLP at depth L: mean cosine by depth (batch, L + 1).
-
-    Post-norm: unit tokens X0 (batch, N, k) on the sphere of the norm's space (k = d − 1 for
-    LayerNorm), u ← LN(u + a1 Attn u), u ← LN(u + a2 G(r u)/r), r the norm's radius. Pre-norm: the
-    residual stream x = X0 (batch, N, d), x ← x + a2 G(norm x)."""
-    return cosine_curve(MatchedModel(pre, norm, law, r, a2, attention, a1), X0, float(L), L, 1, generator, "model")
-
-
-def predict_sde(pre: bool, norm: str, kernel: MatchedKernel, X0: torch.Tensor, horizon: float, L: int, refine: int,
-                generator: torch.Generator, attention: Optional[Attention] = None) -> torch.Tensor:
-    """The limit SDE of the matched kernel on ``refine``·L steps of [0, horizon]: mean cosine at
-    the L + 1 layer times (batch, L + 1). Post-norm: the SDE of SPEC §3 on the unit sphere of X0's
-    space (projected Heun, ``kernel`` on the unit sphere); pre-norm: dx = W(dt, norm x) in R^d
-    (Euler, the field's covariance κ at the cosines of the normalised tokens), no projection."""
-    from .model.noise import ExactField
-    from .model.sde import LimitSDE, StratonovichHeun
-
-    field = ExactField(kernel)
-    model = PreNormField(field, norm) if pre else LimitSDE(attention, field, StratonovichHeun(), kernel.kappa1)
-    return cosine_curve(model, X0, horizon, refine * L, refine, generator, "SDE")

@@ -9,8 +9,8 @@ from typing import Optional
 
 import torch
 
-from .model.attention import DEFAULT_BLOCK, query_chunk
-from .validation import Clouds, EnergyBeta, PositiveInt, validated
+from ..model.attention import DEFAULT_BLOCK, query_chunk
+from ..core.validation import Clouds, EnergyBeta, PositiveInt, validated
 
 #: the per-sample statistics of a cloud that :func:`pair_statistics` computes in one pass
 STATISTICS = ("mean_cosine", "energy", "min_cosine")

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .model.kernel import NoiseKernel
+from .kernel import NoiseKernel
 
 
 def one_point_mean(kappa1: float, d: int, t) -> np.ndarray:

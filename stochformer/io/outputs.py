@@ -4,7 +4,7 @@
 wrote there: a header bound to the folder (its device and inode, and the command that made it:
 ``simulate``, ``sweep``, ``reproduce``, ...) and one line per file written (relative path, size,
 SHA-256), appended before the file is moved into place; every line carries an HMAC-SHA256 under the
-key kept outside every output folder (:func:`stochformer.io.cache_key_bytes`), each entry's after
+key kept outside every output folder (:func:`stochformer.io.store.cache_key_bytes`), each entry's after
 the header's, so a line edited, added by hand or copied from another manifest lists nothing. A
 folder is stochformer's own only if its
 manifest is valid *for that folder*: a manifest copied with the folder (``cp -r``: another inode),
@@ -187,7 +187,7 @@ class Manifest:
     @classmethod
     def start(cls, folder: Path | str, command: str) -> "Manifest":
         """A new manifest for the existing folder ``folder`` (replacing any marker in it)."""
-        from . import __version__
+        from .. import __version__
 
         folder = Path(folder)
         st = os.stat(folder)
@@ -262,9 +262,9 @@ class Manifest:
 
 def _mac(seal: str, record: dict) -> str:
     """The HMAC-SHA256 of a manifest line (without its ``mac``) after ``seal``, under the key kept
-    outside every output folder (:func:`stochformer.io.cache_key_bytes`): a line edited, added or
+    outside every output folder (:func:`stochformer.io.store.cache_key_bytes`): a line edited, added or
     copied from another manifest does not match."""
-    from .io import cache_key_bytes
+    from .store import cache_key_bytes
 
     body = json.dumps({k: v for k, v in record.items() if k != "mac"}, sort_keys=True)
     return hmac.new(cache_key_bytes(), f"{seal}\n{body}".encode(), hashlib.sha256).hexdigest()

@@ -9,11 +9,12 @@ from typing import Optional, Union
 
 import torch
 
-from . import sphere
-from .config import InitConfig, RunConfig
-from .model.activations import ActivationLike
-from .model.attention import DEFAULT_BLOCK, Attention, SoftmaxAttention, query_chunk
-from .model.attention_variants import (
+from ..core import sphere
+from ..io.tokens import load_tokens
+from . import InitConfig, RunConfig
+from ..model.activations import ActivationLike
+from ..model.attention import DEFAULT_BLOCK, Attention, SoftmaxAttention, query_chunk
+from ..model.attention_variants import (
     ATTENTION_KINDS,
     AveragedAttention,
     L2Attention,
@@ -22,15 +23,14 @@ from .model.attention_variants import (
     SinkhornAttention,
     UnnormalisedAttention,
 )
-from .model.grouped import GroupedAttention, JointField
-from .model.kernel import NoiseKernel
-from .model.noise import ExactField, NoiseSource, RandomFeatureField, RandomMLP
-from .model.rng import resolve_backend
-from .model.sde import INTEGRATORS, LimitSDE
-from .model.transformer import Transformer
-from .runtime import child_seeds
+from ..model.grouped import GroupedAttention, JointField
+from ..model.kernel import NoiseKernel
+from ..model.noise import ExactField, NoiseSource, RandomFeatureField, RandomMLP
+from ..model.rng import resolve_backend
+from ..model.sde import INTEGRATORS, LimitSDE
+from ..model.transformer import Transformer
+from ..core.runtime import child_seeds
 
-Model = Union[Transformer, LimitSDE]
 
 
 def initial_tokens(
@@ -44,7 +44,7 @@ def initial_tokens(
         return sphere.cluster(batch, N, d, init.spread, init.center, **kw)
     if init.kind == "pair":
         return sphere.pair(batch, d, init.cosine, **kw)
-    return sphere.load_tokens(init.path, batch, N, d, dtype=dtype, device=device)
+    return load_tokens(init.path, batch, N, d, dtype=dtype, device=device)
 
 
 def make_kernel(cfg: RunConfig, activation: Optional[ActivationLike] = None) -> NoiseKernel:
@@ -135,7 +135,7 @@ def make_model(
     attention: Optional[Attention] = None,
     noise: Optional[NoiseSource] = None,
     activation: Optional[ActivationLike] = None,
-) -> Model:
+) -> Union[Transformer, LimitSDE]:
     """The model of ``cfg``: a :class:`Transformer` or a :class:`LimitSDE` with its integrator.
 
     ``attention`` / ``noise``: prebuilt pieces (a chunked attention, a field shared between

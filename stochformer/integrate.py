@@ -5,7 +5,7 @@ The model is anything with ``step(X, dt, draws) -> X'`` and ``reset(batch, d, ge
 device)``: the discrete :class:`~stochformer.model.Transformer` (SPEC §1), the
 :class:`~stochformer.model.LimitSDE` (SPEC §3) and, with a random-feature field and chunked
 attention, the mean-field particle system (SPEC §4). The randomness of step k is a
-:class:`~stochformer.brownian.Draws`: the run's generator, and the Brownian normals of that step
+:class:`~stochformer.core.brownian.Draws`: the run's generator, and the Brownian normals of that step
 from ``path`` when one is given (a coupling), else from the generator.
 
 What is kept is a value, :class:`SaveAt`; the dataset has dims ``sample``, ``time`` (statistics),
@@ -27,14 +27,33 @@ import torch
 import xarray as xr
 from tqdm.auto import tqdm
 
-from .brownian import BrownianPath, Draws, step_draws
-from .diagnostics import STATISTICS, unchecked_pair_statistics
+from .core.brownian import BrownianPath, Draws, step_draws
+from .measure.diagnostics import STATISTICS, unchecked_pair_statistics
 from .model.activations import ACTIVATIONS
-from .runtime import make_generator, provenance
-from .sphere import normalize
-from .validation import (
-    INT_MAX, Bool, EnergyBeta, Ints, Names, PositiveFloat, PositiveInt, Seed, States, callable_name, callable_record, check_finite, part_name, check_output,
-    NonFiniteError, check_unit_rows, likely_fields, memory_errors, rows_off_sphere, same_device, validated,
+from .core.runtime import make_generator, provenance
+from .core.sphere import normalize
+from .core.validation import (
+    INT_MAX,
+    Bool,
+    EnergyBeta,
+    Ints,
+    Names,
+    PositiveFloat,
+    PositiveInt,
+    Seed,
+    States,
+    callable_name,
+    callable_record,
+    check_finite,
+    part_name,
+    check_output,
+    NonFiniteError,
+    check_unit_rows,
+    likely_fields,
+    memory_errors,
+    rows_off_sphere,
+    same_device,
+    validated,
 )
 
 
@@ -59,7 +78,7 @@ Hook = Callable[[int, torch.Tensor], Optional[torch.Tensor]]
 class SaveAt:
     """What :func:`solve` keeps.
 
-    ``stats``: per-sample statistics (names of :data:`~stochformer.diagnostics.STATISTICS`, computed in
+    ``stats``: per-sample statistics (names of :data:`~stochformer.measure.diagnostics.STATISTICS`, computed in
     float64 whatever the state's dtype) every
     ``every`` steps, or at the steps ``at`` (0 and the last step are always included with
     ``every``); ``tokens_every`` / ``tokens_at``: the token states on the same rule (None: none);
@@ -127,10 +146,10 @@ def solve(
     """Step ``model`` ``steps`` times with Δt = T/steps from X0: (batch, N, d), unit rows.
 
     ``seed`` or ``generator``: the run's random numbers (weights, features, and the Brownian
-    normals unless ``path`` is given); ``path``: a :class:`~stochformer.brownian.BrownianPath` whose
+    normals unless ``path`` is given); ``path``: a :class:`~stochformer.core.brownian.BrownianPath` whose
     fine steps are a multiple of ``steps``, shared with other runs for a coupling; ``hook``: called
     after every step (e.g. the Lyapunov estimator's renormalisation). A non-finite state stops the
-    run with :class:`~stochformer.validation.NonFiniteError` naming the step and the likely fields
+    run with :class:`~stochformer.core.validation.NonFiniteError` naming the step and the likely fields
     of ``context`` (the config, if any) and ``what`` is stepped. Returns the dataset of the module
     docstring; the noise source is reset first (per-run state drawn from the generator).
 
@@ -241,7 +260,7 @@ def _dataset(X, records, stat_steps, snapshots, token_steps, dt, save: SaveAt) -
 
 def describe(obj: Any) -> Any:
     """A JSON-able description of a model part: its class and fields; tensors by shape;
-    callables by ``module.name`` and their parameters (:func:`~stochformer.validation.callable_record`). Parts not defined by stochformer are listed by :func:`custom_parts`."""
+    callables by ``module.name`` and their parameters (:func:`~stochformer.core.validation.callable_record`). Parts not defined by stochformer are listed by :func:`custom_parts`."""
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         out = {"type": part_name(type(obj))}
         for f in dataclasses.fields(obj):

@@ -2,7 +2,7 @@
 results (:class:`ResultStore`) that makes runs resumable.
 
 Nothing is ever left half-written: files are written to a temporary name and moved into place
-(:func:`stochformer.outputs.writing`, which also lists each file in the manifest of the folder being
+(:func:`stochformer.io.outputs.writing`, which also lists each file in the manifest of the folder being
 written); output folders are assembled under a temporary name and renamed at the end
 (:func:`output_folder`). Entries of a :class:`ResultStore` are signed with a key kept outside every
 output folder (:func:`cache_key_bytes`), so an entry edited or forged in the folder is never reused.
@@ -24,8 +24,20 @@ from typing import Any, Iterator, Optional
 
 import numpy as np
 
-from .outputs import (InputError, OutputError, check_output_folder, discard, make_partial, open_input, read_limited, remove_own,
-                      remove_stale_partials, tracking, write_error, writing)
+from .outputs import (
+    InputError,
+    OutputError,
+    check_output_folder,
+    discard,
+    make_partial,
+    open_input,
+    read_limited,
+    remove_own,
+    remove_stale_partials,
+    tracking,
+    write_error,
+    writing,
+)
 
 __all__ = ["InputError", "OutputError", "ResultStore", "atomic_write_bytes", "cache_key_bytes", "config_key", "open_input",
            "output_folder", "read_json", "source_hash", "to_jsonable", "write_json"]
@@ -56,7 +68,7 @@ JSON_MAX_BYTES = 256 << 20
 
 
 def atomic_write_bytes(path: Path | str, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically (see :func:`stochformer.outputs.writing`)."""
+    """Write ``data`` to ``path`` atomically (see :func:`stochformer.io.outputs.writing`)."""
     with writing(path) as tmp:
         with open(tmp, "wb") as fh:
             fh.write(data)
@@ -69,7 +81,7 @@ def write_json(path: Path | str, obj: Any) -> None:
 
 
 def read_json(path: Path | str, option: str = "json", max_bytes: int = JSON_MAX_BYTES) -> Any:
-    """A JSON file read with :func:`~stochformer.outputs.open_input` (a regular file of at most ``max_bytes``)."""
+    """A JSON file read with :func:`~stochformer.io.outputs.open_input` (a regular file of at most ``max_bytes``)."""
     with open_input(path, option, max_bytes) as fh:
         return json.loads(read_limited(fh, option, max_bytes, str(path)))
 
@@ -80,7 +92,7 @@ def output_folder(out: Path | str, force: bool = False, command: str = "") -> It
     manifest (made by ``command``); move it to ``out`` only on success.
 
     An existing non-empty ``out`` is replaced only with ``force``, and only if it is wholly
-    ``command``'s own unchanged output (:func:`~stochformer.outputs.verify`, checked again at the
+    ``command``'s own unchanged output (:func:`~stochformer.io.outputs.verify`, checked again at the
     moment of replacing); an empty ``out`` is replaced. On failure, what was written is removed."""
     out = check_output_folder(out, force, command=command or None, need=0)  # again, now: what changed during the run
     try:

@@ -1,0 +1,1 @@
+"""Files: the atomic, manifest-listed writes and output-folder safety (``outputs``), the content-addressed store of finished tasks (``store``), and the saved result of every experiment (``results``)."""
