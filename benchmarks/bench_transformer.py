@@ -135,7 +135,6 @@ IMPLEMENTATIONS = {
     "torch loop": lambda cfg, dev: run_torch(cfg, dev),
     "NumPy loop": lambda cfg, dev: run_numpy(cfg),
     "stochformer": lambda cfg, dev: run_ours(cfg),
-    "stochformer, overlap off": lambda cfg, dev: run_ours(cfg.with_updates(overlap=False)),
     "stochformer, float32 draws": lambda cfg, dev: run_ours(cfg.with_updates(draw_precision="float32")),
     "torch loop, float32": lambda cfg, dev: run_torch(cfg, dev, torch.float32),
     "stochformer, float32": lambda cfg, dev: run_ours(cfg.with_updates(dtype="float32")),
@@ -144,7 +143,6 @@ IMPLEMENTATIONS = {
 RATIOS = [
     ("torch loop", "stochformer"),
     ("NumPy loop", "stochformer"),
-    ("stochformer, overlap off", "stochformer"),
     ("torch loop, float32", "stochformer, float32"),
     ("stochformer", "stochformer, float32 draws"),
     ("stochformer", "stochformer, float32"),
@@ -449,8 +447,7 @@ def markdown(rep: dict) -> str:
         "Yardsticks (the functions `torch_loop` and `numpy_loop` of the script, fifteen lines each): a loop over layers, "
         "batched over samples, with fresh `torch.randn` (numpy: `default_rng().standard_normal`) weights per layer and an "
         "explicit softmax. stochformer: `run_simulate(cfg)` (tokens drawn, statistics at the first and last layer; "
-        "defaults: exact draws, `rng = auto`, `overlap = true`). overlap off: `overlap = false` (the same numbers, drawn "
-        "and computed in turn on all cores). float32 draws: `draw_precision = \"float32\"` (float64 state); "
+        "defaults: exact draws, `rng = auto`). float32 draws: `draw_precision = \"float32\"` (float64 state); "
         "float32: `dtype = \"float32\"` end to end. "
         f"Times are medians of {rep['repeats']} runs (seeds 1001…), in seconds.",
         "",

@@ -16,7 +16,6 @@ seed, the model (every part, custom ones marked), the path, versions and device.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 from dataclasses import dataclass
@@ -63,10 +62,7 @@ class Model(Protocol):
 
     def reset(self, batch: int, d: int, generator: torch.Generator, dtype: torch.dtype, device) -> None: ...
 
-    def step(self, X: torch.Tensor, dt: float, rng: Draws) -> torch.Tensor: ...
-
-    # optional: ``schedule(X0, steps)``, a context manager within which the steps of a run
-    # without a Brownian path are taken (how it uses the CPU cores; it must not change the numbers)
+    def step(self, X: torch.Tensor, dt: float, draws: Draws) -> torch.Tensor: ...
 
 
 #: ``hook(k, X)`` after step k (1..steps): returns the state to continue from (or None: X itself)
@@ -206,20 +202,17 @@ def solve(
 
         keep(0, X)
         shape = X0.shape
-        # the model's use of the CPU cores for this run (e.g. drawing while computing); same numbers
-        schedule = getattr(model, "schedule", None)
-        with contextlib.nullcontext() if schedule is None or path is not None else schedule(X0, steps):
-            for k in tqdm(range(1, steps + 1), desc=desc, disable=not progress, leave=False, mininterval=0.5):
-                X = model.step(X, dt, step_draws(generator, path, k - 1, steps))
-                if k == 1 or not torch.is_tensor(X) or X.shape != shape:
-                    _first_step(model, X, X0, on_sphere, cause, what)
-                X = check_finite(X, k, cause, what)
-                if hook is not None:
-                    new = hook(k, X)
-                    if new is not None and (k == 1 or not torch.is_tensor(new) or new.shape != shape):
-                        check_output(f"hook ({callable_name(hook)})", new, X0, unit=on_sphere)
-                    X = X if new is None else new
-                keep(k, X)
+        for k in tqdm(range(1, steps + 1), desc=desc, disable=not progress, leave=False, mininterval=0.5):
+            X = model.step(X, dt, step_draws(generator, path, k - 1, steps))
+            if k == 1 or not torch.is_tensor(X) or X.shape != shape:
+                _first_step(model, X, X0, on_sphere, cause, what)
+            X = check_finite(X, k, cause, what)
+            if hook is not None:
+                new = hook(k, X)
+                if new is not None and (k == 1 or not torch.is_tensor(new) or new.shape != shape):
+                    check_output(f"hook ({callable_name(hook)})", new, X0, unit=on_sphere)
+                X = X if new is None else new
+            keep(k, X)
     ds = _dataset(X, records, stat_steps, snapshots, token_steps, dt, save)
     ds.attrs.update(run_attrs(model, T=T, steps=steps, seed=seed, path=path, device=X0.device))
     return ds

@@ -109,7 +109,7 @@ def test_a_custom_activation_is_recorded_with_its_parameters_never_its_address(a
         phi = (lambda a: lambda x: x * torch.sigmoid(a * x))(alpha)  # noqa: E731
     out = sf.solve(sf.Transformer(None, sf.RandomMLP(width=4, activation=phi)), sf.sphere.uniform(1, 3, 3, seed=0),
                    1.0, 2, seed=0)
-    record = json.loads(out.attrs["model"])["mlp"]["activation"]
+    record = json.loads(out.attrs["model"])["noise"]["activation"]
     assert "0x" not in out.attrs["model"]
     if closure:
         assert record["parameters"].startswith("unrecorded")

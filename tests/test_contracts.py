@@ -542,7 +542,7 @@ def test_solve_records_what_save_asks_and_describes_the_run(tokens):
     assert (ds.attrs["T"], ds.attrs["steps"], ds.attrs["seed"]) == (T, L, "5")
     assert ds.attrs["path"] == "none (normals from the generator)" and json.loads(ds.attrs["custom_parts"]) == []
     assert json.loads(ds.attrs["model"]) == {
-        "type": "stochformer.model.transformer.Transformer", "mlp": None, "order": "post_ln",
+        "type": "stochformer.model.transformer.Transformer", "noise": None, "order": "post_ln",
         "attention": {"type": "stochformer.model.attention.SoftmaxAttention", "beta": 1.0, "gamma": 1.0,
                       "A": {"tensor": [3, 3], "dtype": "float64"}, "V": {"tensor": [3, 3], "dtype": "float64"},
                       "chunk": None, "sdpa": False}}

@@ -224,7 +224,6 @@ def test_provenance_records_every_scientific_dependency():
         assert name in prov
     for name in ("scipy", "xarray", "pydantic", "matplotlib"):
         assert isinstance(prov[name], str) and prov[name][0].isdigit()
-    assert prov["numpy_blas"] != "unknown" and any(ch.isdigit() for ch in prov["numpy_blas"])  # fixes laned bits
     json.dumps(prov)
 
 

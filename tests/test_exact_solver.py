@@ -209,7 +209,7 @@ def test_run_attrs_without_a_path():
     assert attrs["path"] == "none (normals from the generator)"
     assert (attrs["T"], attrs["steps"], attrs["seed"]) == (1.5, 3, "none") and attrs["device"].startswith("cpu")
     assert json.loads(attrs["model"]) == {"type": "stochformer.model.transformer.Transformer", "attention": None,
-                                          "mlp": None, "order": "post_ln"}
+                                          "noise": None, "order": "post_ln"}
 
 
 def test_dataset_dimensions_and_coordinates(tokens):

@@ -287,87 +287,23 @@ def test_gram_roots_only_in_float64():
     assert noise.cost(64, 64, cpu, torch.float32)["normals"] == 1024 * 64 * 2 + 1024 + 64
 
 
-def test_background_refills_are_the_same_numbers():
-    """NormalDraws.pipeline(1): each next refill is drawn in the background and taken when the
-    generator is in the state it was drawn for; the numbers equal those of foreground refills
-    through doubling refills, a request of another size, a touched generator and reset()."""
-    k = 1 << 15
-    plain, piped = NormalDraws("parallel", ahead=k), NormalDraws("parallel", ahead=k)
-    piped.pipeline(1)
-    gens = make_generator(6), make_generator(6)
-    taken = 0
-    for step, n in enumerate([3000] * 12 + [5000] * 6 + [3000] * 4):
-        if step == 15:  # touched: the background refill drawn for the old state is dropped
-            for g in gens:
-                torch.randn(3, generator=g)
-        if step == 19:
-            plain.reset(), piped.reset()
-        nxt = piped._buffer.next
-        a, b = plain(n, gens[0], F64, "cpu"), piped(n, gens[1], F64, "cpu")
-        assert torch.equal(a, b), step
-        taken += nxt is not None and piped._buffer.z is nxt.z
-    assert taken >= 3  # refills of 6000, 12000, 24000 and the following were drawn in the background
-    assert torch.equal(gens[0].get_state(), gens[1].get_state())
-
-
-def test_background_refill_draws_within_the_budget():
-    """With a budget of normals for the run, a background refill draws now only the whole
-    requests the rest of the run will ask for: serving exactly the budget leaves no drawn,
-    unserved numbers beyond one request."""
-    ahead, n = NormalDraws("parallel", ahead=1 << 14), 1000
-    ahead.pipeline(1, budget=20 * n)
-    gen = make_generator(7)
-    for _ in range(20):
-        ahead(n, gen, F64, "cpu")
-    nxt = ahead._buffer.next
-    if nxt is not None:
-        nxt.done.result()
-        assert sum(done - start for done, start in zip(nxt.streams.done, nxt.streams.edges)) == 0
-    b = ahead._buffer
-    assert sum(done - start for done, start in zip(b.streams.done, b.streams.edges)) - b.pos <= n
-
-
-def test_overlap_gives_the_same_numbers_and_restores_threads():
-    """``overlap`` (the default) on 2 torch threads at batch 8, N 8, d 4, m 32: the run computes on
-    1 thread while the other draws (the draws are over a quarter of the work), gives the same
-    tokens and statistics as ``overlap = false`` bit for bit, and leaves torch's thread count as
-    it was."""
-    from stochformer.config.build import initial_tokens, make_model
-    from stochformer.model.rng import cores
-    from stochformer.integrate import SaveAt, solve
-
-    old = torch.get_num_threads()
-    torch.set_num_threads(2)
-    try:
-        finals, threads = [], []
-        for overlap in (False, True):
-            cfg = RunConfig(N=8, d=4, m=32, L=30, batch=8, seed=3, overlap=overlap)
-            gen = make_generator(cfg.seed)
-            X0 = initial_tokens(cfg.init, cfg.batch, cfg.N, cfg.d, gen, F64, "cpu")
-            seen: list[int] = []
-            ds = solve(make_model(cfg, F64, "cpu"), X0, cfg.T, cfg.L, SaveAt(every=1), generator=gen,
-                       hook=lambda k, X: seen.append(cores()))  # the lanes' width (torch is on one thread)
-            finals.append(ds)
-            threads.append(set(seen))
-            assert torch.get_num_threads() == 2
-        assert all((finals[0][v].values == finals[1][v].values).all() for v in finals[0].data_vars)
-        assert threads[0] == {2} and 1 in threads[1]
-    finally:
-        torch.set_num_threads(old)
-
-
-def test_streams_filled_by_several_threads_hold_the_same_numbers():
-    """A refill's pieces filled partly by the waiting thread (``_Streams.help``, from the last piece
-    back) and partly by the background thread hold the numbers of one thread filling them all."""
-    from stochformer.model.rng import _background, _Streams
+def test_streams_filled_in_goes_or_on_threads_hold_the_same_numbers():
+    """A refill's pieces filled in several goes (the parts of a buffer served in turn) and on one
+    or several threads hold the numbers of one thread filling them all at once."""
+    from stochformer.model.rng import _Streams
 
     n, seeds = 1 << 18, [11, 12, 13, 14]
-    ref = np.empty(n)
-    _Streams(ref, seeds).fill(n, threads=1)
-    out = np.empty(n)
-    streams = _Streams(out, seeds)
-    streams.help(n // 2)  # pieces 0 and 1, by this thread alone
-    done = _background().submit(streams.fill, n, 1)
-    streams.help(n)  # races the background thread for pieces 3, 2
-    done.result()
-    assert (out == ref).all() and streams.done == streams.edges[1:]
+    old = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        ref = np.empty(n)
+        _Streams(ref, seeds).fill(n)
+        torch.set_num_threads(2)
+        out = np.empty(n)
+        streams = _Streams(out, seeds)
+        for upto in (1000, n // 3, n // 3, n - 7, n):
+            streams.fill(upto)
+            assert streams.filled == upto and (out[:upto] == ref[:upto]).all()
+    finally:
+        torch.set_num_threads(old)
+    assert streams.done == streams.edges[1:]

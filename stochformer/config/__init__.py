@@ -212,12 +212,6 @@ class RunConfig(StrictConfig):
         description="opt-in: 'float32' draws the MLP's normals in float32 and casts them to dtype "
         "(faster; each draw rounded to float32); 'full' (default) draws them in dtype",
     )
-    overlap: bool = Field(
-        True,
-        description="CPU, rng 'parallel', float64: draw the next normals in the background on some cores "
-        "while the others compute, where the draws are a large part of the work (the same numbers); "
-        "false: draw and compute in turn on all cores",
-    )
     device: str = "cpu"
     energy_beta: float = Field(1.0, gt=0.0, le=700.0, description="β of the diagnostic E_β, 0 < β <= 700 (e^β finite)")
     record_every: int = Field(1, ge=1, description="record statistics every k layers (>= 1)")

@@ -122,7 +122,7 @@ def make_noise(cfg: RunConfig, activation: Optional[ActivationLike] = None, toke
         rng = resolve_backend(cfg.rng, cfg.device)
         mode = "weights" if kind == "mlp" else "gaussian"
         return RandomMLP(width=cfg.m, mode=mode, rng=rng, precision=cfg.draw_precision, law=cfg.weight_law,
-                         nu=cfg.student_nu, overlap=cfg.overlap, **common)
+                         nu=cfg.student_nu, **common)
     if kind == "random_features":
         return RandomFeatureField(features=cfg.features, token_chunk=token_chunk, **common)
     return ExactField(make_kernel(cfg, activation))

@@ -62,22 +62,10 @@ def _versions() -> dict:
         "stochformer": __version__,
         "torch": torch.__version__,
         "numpy": np.__version__,
-        "numpy_blas": _numpy_blas(),
         **{name.lower(): _version(name) for name in SCIENTIFIC_PACKAGES},
         "python": sys.version.split()[0],
         "platform": platform.platform(),
     }
-
-
-def _numpy_blas() -> str:
-    """numpy's BLAS library, version and kernels, e.g. ``openblas 0.3.31 (Haswell)``: the small
-    products of laned layers go through it (:mod:`stochformer.model.blas`), so it fixes their
-    last bits."""
-    from threadpoolctl import threadpool_info
-
-    libs = [f"{i.get('internal_api')} {i.get('version')} ({i.get('architecture') or i.get('threading_layer')})"
-            for i in threadpool_info() if i.get("user_api") == "blas" and "numpy" in i.get("filepath", "")]
-    return "; ".join(libs) or "unknown"
 
 
 def child_seeds(seed: int, n: int) -> list[int]:

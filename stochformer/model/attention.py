@@ -25,7 +25,6 @@ from ..core.validation import (
     check_tensor,
     validated,
 )
-from . import blas
 
 
 #: Entries of one attention (or Gram) block formed at once: 2²² ≈ 4·10⁶ (32 MiB in float64).
@@ -140,7 +139,7 @@ class SoftmaxAttention:
             out = F.scaled_dot_product_attention(q.unsqueeze(-3), keys.unsqueeze(-3), vals.unsqueeze(-3), scale=1.0)
             return out.squeeze(-3)
         if self.chunk is None or X.shape[-2] <= self.chunk:
-            return blas.matmul(torch.softmax(blas.matmul(q, keys.transpose(-1, -2)), dim=-1), vals)
+            return torch.softmax(q @ keys.transpose(-1, -2), dim=-1) @ vals
         return _chunked(q, keys, vals, self.chunk)
 
 

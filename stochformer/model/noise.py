@@ -20,22 +20,20 @@ generator; everything else (weights, features) from ``Draws.generator``.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import math
 from dataclasses import dataclass, field
-from typing import Annotated, Callable, Literal, NamedTuple, Optional, Protocol, Union
+from typing import Annotated, Literal, NamedTuple, Optional, Protocol, Union
 
 import numpy as np
 import torch
 
 from ..core.brownian import Draws, as_draws
 from ..core.sphere import normalize
-from . import blas
 from .activations import ActivationLike, get_activation
 from .kernel import NoiseKernel
-from .rng import DEFAULT_AHEAD, DrawPrecision, NormalDraws, RngBackend, overlapped
-from ..core.validation import Bool, Choice, Methods, NonNegativeFloat, PositiveInt, Real, same_device, validated
+from .rng import DEFAULT_AHEAD, DrawPrecision, NormalDraws, RngBackend
+from ..core.validation import Choice, Methods, NonNegativeFloat, PositiveInt, Real, same_device, validated
 
 
 Randomness = Union[torch.Generator, Draws]
@@ -207,7 +205,6 @@ class RandomMLP:
     precision: DrawPrecision = "full"
     law: Annotated[str, Choice(WEIGHT_LAWS)] = "gaussian"
     nu: Annotated[float, Real(4.0, 1e6, low_open=True)] = 5.0
-    overlap: Bool = True
 
     def __post_init__(self) -> None:
         if self.law != "gaussian" and self.mode != "weights":
@@ -224,29 +221,6 @@ class RandomMLP:
 
     def noise_kernel(self, d: int) -> NoiseKernel:
         return NoiseKernel(self.activation, d, self.sigma_U, self.sigma_W, self.scale)
-
-    def schedule(
-        self, X: torch.Tensor, steps: int, cores: Optional[int] = None, set_compute: Optional[Callable[[int], None]] = None
-    ) -> contextlib.AbstractContextManager:
-        """How a run of ``steps`` calls from X (batch, N, d) uses the CPU cores. With ``overlap``,
-        ``mode="gaussian"``, the parallel backend and float64 on a CPU with C ≥ 2 torch threads,
-        when the draws are at least a quarter of the work (:meth:`cost`, a normal counted as
-        :data:`NORMAL_FLOPS_CPU` flops), k = round(C · share) threads (1 ≤ k < C) draw each next
-        refill in the background while torch computes on the other C − k
-        (:func:`~stochformer.model.rng.overlapped`; the same numbers). Otherwise no change.
-        ``cores`` (default torch's thread count) and ``set_compute``: C, and how the computing
-        threads are set (default torch's)."""
-        B, N, d = X.shape
-        C = cores or torch.get_num_threads()
-        if not (self.overlap and self.mode == "gaussian" and self.rng == "parallel" and self.precision == "full"
-                and X.dtype == torch.float64 and X.device.type == "cpu" and C >= 2):
-            return contextlib.nullcontext()
-        work = self.cost(N, d, X.device, X.dtype)
-        share = work["normals"] * NORMAL_FLOPS_CPU / (work["normals"] * NORMAL_FLOPS_CPU + work["flops"])
-        if share < 0.25:
-            return contextlib.nullcontext()
-        budget = steps * self._n_call(B, N, d, X.dtype, X.device)
-        return overlapped(self._draw, min(C - 1, max(1, round(C * share))), budget, C, set_compute)
 
     def hidden(self, X: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         """Φ = φ(U x/√d + b_U) with fresh U, b_U: X (batch, N, d) → (batch, N, m), row i the
@@ -323,15 +297,15 @@ class RandomMLP:
         r = z.hidden.shape[-2] - (self.sigma_U > 0)
         A, bad = Y, None
         if r < d:  # H = C Z: m·N normals instead of m·d
-            A, bad = _cholesky(blas.matmul(Y, Y.transpose(-1, -2)), d)
+            A, bad = _cholesky(torch.matmul(Y, Y.transpose(-1, -2)), d)
         if self.sigma_U > 0:
             A = torch.cat([A, A.new_full((B, N, 1), self.sigma_U)], dim=-1)
-        pre = blas.matmul(A, z.hidden, out=out)
+        pre = torch.matmul(A, z.hidden, out=out)
         if bad is not None:
             # Y Yᵀ numerically singular (synchronised tokens): draw U for those samples, the
             # same law; the extra normals are drawn after the buffer, so runs stay reproducible
             Ut = self._more(int(bad.sum()) * self.width * d, generator, X).view(-1, d, self.width)
-            redo = blas.matmul(Y[bad], Ut)
+            redo = torch.matmul(Y[bad], Ut)
             if self.sigma_U > 0:
                 redo.add_(z.hidden[bad, r:], alpha=self.sigma_U)
             pre[bad] = redo
@@ -370,12 +344,12 @@ class RandomMLP:
         Phi = self._hidden_from(X, z, generator, self.workspace(X) if work is None else work)  # (B, N, m)
         bad = None
         if z.gram:  # given Φ the output rows are N(0, ΦΦᵀ/m): S Z'' with S Sᵀ = ΦΦᵀ
-            S, bad = _cholesky(blas.matmul(Phi, Phi.transpose(-1, -2)), m)
-            out = blas.matmul(S, z.output)
+            S, bad = _cholesky(torch.matmul(Phi, Phi.transpose(-1, -2)), m)
+            out = torch.matmul(S, z.output)
         else:  # Φ Wᵀ/√m with W (d, m) i.i.d. N(0,1), written as Φ Z' with Z' = Wᵀ: (B, m, d)
-            out = blas.matmul(Phi, z.output)
+            out = torch.matmul(Phi, z.output)
         if bad is not None:  # ΦΦᵀ numerically singular: Φ Z' for those samples, the same law
-            out[bad] = blas.matmul(Phi[bad], self._more(int(bad.sum()) * m * d, generator, X).view(-1, m, d))
+            out[bad] = torch.matmul(Phi[bad], self._more(int(bad.sum()) * m * d, generator, X).view(-1, m, d))
         coef = self.scale * math.sqrt(dt)
         if z.bias_W is not None:
             return out.mul_(coef / math.sqrt(m)).add_(z.bias_W, alpha=coef * self.sigma_W)
@@ -412,14 +386,9 @@ def _cholesky(K: torch.Tensor, inner: int) -> tuple[torch.Tensor, Optional[torch
     redrawn by the caller another exact way (never an O(n³) eigendecomposition)."""
     diag = K.diagonal(dim1=-2, dim2=-1)
     diag.add_(diag.amax(-1, keepdim=True), alpha=inner * torch.finfo(K.dtype).eps)
-    return blas.cholesky(K)
+    C, info = torch.linalg.cholesky_ex(K)
+    return C, (info > 0 if bool(info.any()) else None)
 
-
-#: one float64 normal drawn, in flops of the discrete model's products and their overheads on
-#: one CPU thread (the two sizes of benchmarks/bench_transformer.py: 83 and 204 on the 2-core EPYC, 190
-#: and 580 on a Xeon core: one run's computation time over its flops against its draws' over its normals;
-#: docs/performance.md, "Drawing while computing"): decides :meth:`RandomMLP.schedule`
-NORMAL_FLOPS_CPU = 200.0
 
 #: cost of one normal draw in floating-point operations (measured: ~4 ns per float64 normal with
 #: parallel SFC64 on 2 CPU cores against ~20-80 GFLOP/s for the products; far cheaper on a GPU)

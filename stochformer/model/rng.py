@@ -25,25 +25,15 @@ Drawing Gaussians dominates the cost of the discrete transformer on a CPU (see
   when nothing served from it is alive (no fresh pages), and in float64 on the parallel backend
   draws at once only the whole requests of the current size that fit; the rest of its pieces is
   drawn, in order, only when served (the same numbers; the tail no request reaches is never drawn).
-- :meth:`NormalDraws.pipeline` (float64, parallel backend, CPU): while the current buffer is
-  served, the next refill is drawn in the background on ``threads`` threads, for the generator
-  state the current refill left (its stream seeds drawn from a copy of the generator). A refill
-  takes it when the generator is in that state and the sizes match, and draws afresh otherwise:
-  the numbers are those of the foreground refills, whatever the timing; a refill that finds it
-  unfinished draws its last pieces itself rather than wait. The run's computations (torch's
-  threads, or the lanes' width) then use the other cores (:func:`overlapped`), so drawing and computing overlap
-  without oversubscribing the cores (docs/performance.md, "Drawing while computing").
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
-import threading
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Literal, Optional
+from typing import Literal, Optional
 
 import numpy as np
 import torch
@@ -57,56 +47,10 @@ _PARALLEL_MIN = 1 << 14
 DEFAULT_AHEAD = 1 << 22
 
 
-#: within :func:`~stochformer.model.lanes.laned` (which sets it, and clears it on leaving): the
-#: lanes' width, which stands for torch's thread count (held at 1 there) as the number of cores
-#: the run may use (:func:`cores`); None outside
-CORES: Optional[Callable[[], int]] = None
-
-
-def cores() -> int:
-    """The cores a run computes and draws on: torch's thread count, or the lanes' width."""
-    return torch.get_num_threads() if CORES is None else CORES()
-
-
 @functools.cache
-def thread_pool(name: str, workers: int) -> ThreadPoolExecutor:
-    """The process-wide pool of ``workers`` threads named ``stochformer-<name>``, made on first use."""
-    return ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix=f"stochformer-{name}")
-
-
 def _pool() -> ThreadPoolExecutor:
-    return thread_pool("rng", os.cpu_count() or 1)
-
-
-def _background() -> ThreadPoolExecutor:
-    return thread_pool("rng-ahead", 1)
-
-
-@contextlib.contextmanager
-def overlapped(
-    draws: "NormalDraws", threads: int, budget: Optional[int] = None, total: Optional[int] = None,
-    set_compute: Optional[Callable[[int], None]] = None,
-) -> Iterator[None]:
-    """Within: ``draws`` draws each next refill in the background on ``threads`` threads while
-    the run computes on the others of ``total`` (default torch's thread count): ``set_compute``
-    (default: torch's thread count) is lowered by ``threads``, at least 1, while a background
-    refill runs, and given all ``total`` between refills; afterwards both as before. ``threads``
-    0: no change."""
-    old = total or torch.get_num_threads()
-    setter = set_compute or _set_torch_threads
-    if threads > 0:
-        draws.pipeline(threads, budget, compute_threads=(max(1, old - threads), old), set_compute=setter)
-    try:
-        yield
-    finally:
-        if threads > 0:
-            draws.pipeline(0)
-            setter(old)
-
-
-def _set_torch_threads(n: int) -> None:
-    if torch.get_num_threads() != n:
-        torch.set_num_threads(n)
+    """The process-wide pool of the parallel streams' threads, one per core, made on first use."""
+    return ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="stochformer-rng")
 
 
 def resolve_backend(backend: str, device: torch.device | str) -> RngBackend:
@@ -121,32 +65,26 @@ def resolve_backend(backend: str, device: torch.device | str) -> RngBackend:
 class _Streams:
     """``len(seeds)`` contiguous pieces of ``out`` (float64, numpy view), piece k the first normals of
     numpy's ziggurat on SFC64(seeds[k]); :meth:`fill` continues each piece in order, so a piece
-    filled in several goes holds the same numbers as one filled at once. A piece is filled by one
-    thread at a time (its lock), so several threads may fill the same streams."""
+    filled in several goes holds the same numbers as one filled at once; each piece is filled by
+    one thread."""
 
     def __init__(self, out: np.ndarray, seeds: list[int]) -> None:
         n, s = len(out), len(seeds)
         self.out, self.edges = out, [(n * k) // s for k in range(s + 1)]
         self.gens = [np.random.Generator(np.random.SFC64(seed)) for seed in seeds]
         self.done = self.edges[:-1]  # piece k is filled on [edges[k], done[k])
-        self.locks = [threading.Lock() for _ in seeds]
         self.filled = 0  # every position below is filled
 
-    def _piece(self, k: int, upto: int, wait: bool = True) -> None:
-        """Fill piece k below ``upto``; while another thread fills it, wait (then it is done) or skip."""
-        if self.done[k] >= min(self.edges[k + 1], upto) or not self.locks[k].acquire(blocking=wait):
-            return
-        try:
-            stop = min(self.edges[k + 1], upto)
-            if self.done[k] < stop:
-                self.gens[k].standard_normal(out=self.out[self.done[k] : stop])
-                self.done[k] = stop
-        finally:
-            self.locks[k].release()
+    def _piece(self, k: int, upto: int) -> None:
+        """Fill piece k below ``upto``."""
+        stop = min(self.edges[k + 1], upto)
+        if self.done[k] < stop:
+            self.gens[k].standard_normal(out=self.out[self.done[k] : stop])
+            self.done[k] = stop
 
-    def fill(self, upto: int, threads: Optional[int] = None) -> None:
-        """Fill every position below ``upto``, the pieces on up to ``threads`` threads (default
-        torch's) when that pays."""
+    def fill(self, upto: int) -> None:
+        """Fill every position below ``upto``, the pieces on up to torch's thread count of threads
+        when that pays."""
         if upto <= self.filled:
             return
         todo = [k for k in range(len(self.gens)) if self.done[k] < min(self.edges[k + 1], upto)]
@@ -155,19 +93,13 @@ class _Streams:
             for k in group:
                 self._piece(k, upto)
 
-        threads = min(len(todo), cores() if threads is None else threads)
+        threads = min(len(todo), torch.get_num_threads())
         if threads > 1 and sum(min(self.edges[k + 1], upto) - self.done[k] for k in todo) >= _PARALLEL_MIN * len(self.gens):
             for f in [_pool().submit(run, todo[t::threads]) for t in range(threads)]:
                 f.result()
         else:
             run(todo)
         self.filled = upto
-
-    def help(self, upto: int) -> None:
-        """Fill, from the last piece back, the pieces below ``upto`` that no other thread is filling
-        (a thread that would otherwise wait for them)."""
-        for k in reversed(range(len(self.gens))):
-            self._piece(k, upto, wait=False)
 
 
 @dataclass
@@ -180,26 +112,6 @@ class _Buffer:
     memory: Optional[torch.Tensor] = None  # the storage z lives in, kept across refills and resets
     users: int = -1  # its storage's use count when nothing served from it is alive
     streams: Optional[_Streams] = None  # z's pieces when they are filled on demand (float64 parallel)
-    spare: Optional[torch.Tensor] = None  # the second memory, which the background refill writes into
-    spare_users: int = -1
-    threads: int = 0  # background threads of :meth:`NormalDraws.pipeline` (0: none)
-    budget: Optional[int] = None  # normals the rest of the run will ask for (None: unknown)
-    next: Optional["_Next"] = None  # the refill being drawn in the background
-    compute_threads: Optional[tuple[int, int]] = None  # the run's threads while it runs, and after
-    set_compute: Callable[[int], None] = _set_torch_threads  # how they are set
-
-
-@dataclass
-class _Next:
-    """A refill drawn in the background for the generator ``state`` and requests of ``n``."""
-
-    state: torch.Tensor
-    size: int
-    n: int
-    upto: int
-    z: torch.Tensor
-    streams: _Streams
-    done: Future
 
 
 def _storage_users(t: torch.Tensor) -> int:
@@ -219,30 +131,9 @@ class NormalDraws:
     _buffer: _Buffer = field(default_factory=_Buffer, repr=False, compare=False)
 
     def reset(self) -> None:
-        """Drop the normals drawn ahead (waiting for a background refill to finish)."""
-        self._drop_next()
+        """Drop the normals drawn ahead."""
         self._buffer.z = self._buffer.generator = self._buffer.state = self._buffer.streams = None
         self._buffer.size = 0
-
-    def pipeline(
-        self, threads: int, budget: Optional[int] = None, compute_threads: Optional[tuple[int, int]] = None,
-        set_compute: Callable[[int], None] = _set_torch_threads,
-    ) -> None:
-        """Draw each next refill in the background on ``threads`` threads (0: stop), for runs
-        that will ask for ``budget`` more normals in all (None: unknown; a background refill
-        draws no more of them than that). Only float64 on the parallel backend on a CPU.
-        ``compute_threads`` (busy, idle): after serving a request, ``set_compute`` (default torch's
-        thread count) ``busy`` while a background refill runs and ``idle`` once it is done (None:
-        leave it)."""
-        self._drop_next()
-        self._buffer.threads, self._buffer.budget = max(0, threads), budget
-        self._buffer.compute_threads = compute_threads if threads > 0 else None
-        self._buffer.set_compute = set_compute
-
-    def _drop_next(self) -> None:
-        nxt, self._buffer.next = self._buffer.next, None
-        if nxt is not None:
-            nxt.done.result()  # its memory must not be written to once it is handed back
 
     def __call__(self, n: int, generator: torch.Generator, dtype: torch.dtype, device: torch.device | str) -> torch.Tensor:
         """``n`` normals, shape (n,), in ``dtype`` on ``device`` (a read-only view when served
@@ -259,12 +150,8 @@ class NormalDraws:
             b.z = b.streams = None  # drop the served buffer's own views before asking whether its memory is free
             self._refill(b.size, n, generator, dtype, device)
         b.pos += n
-        if b.budget is not None:
-            b.budget -= n
         if b.streams is not None:
             b.streams.fill(b.pos)
-        if b.compute_threads is not None:  # the cores the background refill leaves to the run
-            b.set_compute(b.compute_threads[0 if b.next is not None and not b.next.done.done() else 1])
         return b.z[b.pos - n : b.pos]
 
     def _refill(self, size: int, n: int, generator: torch.Generator, dtype: torch.dtype, device: torch.device | str) -> None:
@@ -275,18 +162,7 @@ class NormalDraws:
         end of the last buffer) is never drawn."""
         b = self._buffer
         streamed = self.backend == "parallel" and self.precision == "full" and dtype == torch.float64 and torch.device(device).type == "cpu"
-        nxt, b.next = b.next, None
-        take = streamed and nxt is not None and (nxt.size, nxt.n) == (size, n) and torch.equal(nxt.state, generator.get_state())
-        if nxt is not None:
-            if take:  # rather than wait for the background thread, draw its last pieces here
-                nxt.streams.help(nxt.upto)
-            nxt.done.result()
-        if take:
-            assert nxt is not None
-            self._seeds(generator)  # the seeds the background refill drew from a copy of the generator
-            b.z, b.streams = nxt.z, nxt.streams
-            b.memory, b.users, b.spare, b.spare_users = b.spare, b.spare_users, b.memory, b.users
-        elif streamed:
+        if streamed:
             out = self._free_memory(size, dtype, device)
             b.z = out if out is not None else torch.empty(size, dtype=dtype)
             b.streams = _Streams(b.z.numpy(), self._seeds(generator))
@@ -294,25 +170,6 @@ class NormalDraws:
         else:
             b.z = self._draw(size, generator, dtype, device, self._free_memory(size, dtype, device))
         b.pos, b.generator, b.state = 0, generator, generator.get_state()
-        if streamed and b.threads and n and (b.budget is None or b.budget > size):
-            self._draw_next(min(self.ahead, max(2 * size, 2 * n)), n, generator)
-
-    def _draw_next(self, size: int, n: int, generator: torch.Generator) -> None:
-        """Start drawing, in the background, the refill that follows the current one while the
-        generator stays untouched: its seeds from a copy of the generator; into the spare memory
-        when nothing served from it is alive; only its whole requests of ``n`` that the run's
-        budget still covers (the rest is drawn on demand, in order, like any refill's tail)."""
-        b = self._buffer
-        twin = torch.Generator(device=generator.device)
-        twin.set_state(b.state)
-        b.spare, b.spare_users = self._reuse(b.spare, b.spare_users, size, torch.float64, "cpu")
-        z = b.spare[:size] if b.spare_users >= 0 else torch.empty(size, dtype=torch.float64)
-        streams = _Streams(z.numpy(), self._seeds(twin))
-        upto = size // n * n
-        if b.budget is not None:  # less what the current buffer still serves
-            upto = min(upto, max(0, b.budget - (b.z.numel() - b.pos) // n * n))
-        done = _background().submit(streams.fill, upto, b.threads)
-        b.next = _Next(b.state, size, n, upto, z, streams, done)
 
     def _free_memory(self, n: int, dtype: torch.dtype, device: torch.device | str) -> Optional[torch.Tensor]:
         """``n`` entries of memory for a refill: those of the previous refills when nothing served
@@ -363,7 +220,7 @@ class NormalDraws:
         def fill(k: int) -> None:
             out[edges[k] : edges[k + 1]].normal_(generator=torch.Generator().manual_seed(seeds[k]))
 
-        if min(self.streams, cores()) > 1 and n >= _PARALLEL_MIN * self.streams:
+        if min(self.streams, torch.get_num_threads()) > 1 and n >= _PARALLEL_MIN * self.streams:
             for f in [_pool().submit(fill, k) for k in range(self.streams)]:
                 f.result()
         else:
