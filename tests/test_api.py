@@ -75,7 +75,7 @@ def test_custom_noise_source_plugs_in_and_is_recorded():
         def reset(self, batch, d, generator, dtype, device):
             pass
 
-        def increment(self, X, dt, rng):
+        def increment(self, X, dt, draws):
             return math.sqrt(dt) * torch.ones_like(X)
 
         def noise_kernel(self, d):

@@ -627,7 +627,7 @@ def _model_with(kind: str, bad: Callable) -> tuple[Any, dict]:
         def reset(self, batch, d, generator, dtype, device):
             pass
 
-        def increment(self, X, dt, rng):
+        def increment(self, X, dt, draws):
             return bad(math.sqrt(dt) * torch.ones_like(X))
 
         def noise_kernel(self, d):
@@ -637,7 +637,7 @@ def _model_with(kind: str, bad: Callable) -> tuple[Any, dict]:
         def reset(self, batch, d, generator, dtype, device):
             pass
 
-        def step(self, X, dt, rng):
+        def step(self, X, dt, draws):
             return bad(X.flip(-2))
 
     UserNoise.__qualname__, UserStep.__qualname__ = f"user_{kind}", f"user_{kind}"

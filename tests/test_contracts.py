@@ -566,8 +566,8 @@ def test_solve_refuses_bad_input_and_stops_on_a_non_finite_state(tokens):
         def reset(self, batch, d, generator, dtype, device):
             pass
 
-        def step(self, X, dt, rng):
-            return X / 0.0 if rng.k == 1 else X
+        def step(self, X, dt, draws):
+            return X / 0.0 if draws.k == 1 else X
 
     with pytest.raises(NonFiniteError, match=r"^non-finite particles at layer 2: the run was stopped and nothing was "
                        r"written; likely cause: the step size and the scales of the attention and the noise$"):
@@ -625,7 +625,7 @@ class Damped:
     def reset(self, batch, d, generator, dtype, device):
         pass
 
-    def increment(self, X, dt, rng):
+    def increment(self, X, dt, draws):
         return self.scale * X
 
 
@@ -861,7 +861,7 @@ def test_get_activation_names_and_callables():
     f = lambda x: x * 2  # noqa: E731
     assert get_activation(f).__wrapped__ is f and get_activation("relu") is torch.relu and activation_name(f) == "<lambda>"
     with pytest.raises(ValueError, match="^activation: unknown activation 'nope'; valid names are erf, gelu, leaky_relu, "
-                       r"linear, relu, sigmoid, silu, sin, tanh \(or any callable from the Python API\)$"):
+                       r"linear, relu, sigmoid, silu, sin, tanh \(or an import string 'package.module:function', or any callable from the Python API\)$"):
         get_activation("nope")
 
 

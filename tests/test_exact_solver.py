@@ -96,8 +96,8 @@ class Blowup:
     def reset(self, batch, d, generator, dtype, device):
         pass
 
-    def step(self, X, dt, rng):
-        return X / 0.0 if rng.k == 1 else X
+    def step(self, X, dt, draws):
+        return X / 0.0 if draws.k == 1 else X
 
 
 def test_non_finite_state_names_what_is_stepped_and_the_likely_fields(tokens):

@@ -171,7 +171,7 @@ def test_activations():
     valid = ", ".join(sorted(ACTIVATIONS))
     with pytest.raises(ValueError) as exc:
         get_activation("swish")
-    assert str(exc.value) == f"activation: unknown activation 'swish'; valid names are {valid} (or any callable from the Python API)"
+    assert str(exc.value) == f"activation: unknown activation 'swish'; valid names are {valid} (or an import string 'package.module:function', or any callable from the Python API)"
 
 
 # ----------------------------------------------------------------- attention
@@ -414,9 +414,9 @@ class MLPBeforeAttention(Transformer):
     """A wrong post-LN layer that passes the statistical tests: the MLP acts on the pre-attention
     token, X' = LN(Y + √Δt s G^m(X)) (the difference vanishes only as Δt → 0)."""
 
-    def step(self, X, dt, rng):
+    def step(self, X, dt, draws):
         Y = normalize(X + dt * self.attention(X))
-        return normalize(Y + self.noise.increment(X, dt, rng))
+        return normalize(Y + self.noise.increment(X, dt, draws))
 
 
 def test_reference_tells_the_mlp_before_attention_mutant_apart(tokens, gen):
@@ -729,8 +729,8 @@ def test_particle_solver_assembly_and_loop(tokens):
         def reset(self, batch, d, generator, dtype, device):
             pass
 
-        def step(self, X, dt, rng):
-            return X + torch.randn(X.shape, generator=rng.generator, dtype=X.dtype)
+        def step(self, X, dt, draws):
+            return X + torch.randn(X.shape, generator=draws.generator, dtype=X.dtype)
 
     X0 = tokens(2, N, d)
     ds = solve(Count(), X0, 0.3, 3, SaveAt(stats=(), tokens_at=[3, 0, 1]), seed=5)

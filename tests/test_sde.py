@@ -213,9 +213,9 @@ def test_heun_does_not_reroot_the_field():
     calls = []
 
     class Counting(ExactField):
-        def increment(self, X, dt, rng):
+        def increment(self, X, dt, draws):
             calls.append(1)
-            return super().increment(X, dt, rng)
+            return super().increment(X, dt, draws)
 
     k = NoiseKernel("relu", 3)
     sde = LimitSDE(SoftmaxAttention(), Counting(k), StratonovichHeun())

@@ -15,7 +15,7 @@ from typing import Annotated, Any, ClassVar, Literal, Optional, Union, get_args,
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from ..model.activations import ACTIVATIONS
+from ..model.activations import ACTIVATIONS, get_activation
 from ..io.tokens import load_token_array
 from ..core.validation import INT_MAX, ArgumentTypeError, clip, short
 
@@ -148,7 +148,7 @@ class RunConfig(StrictConfig):
     T: float = Field(5.0, gt=0.0, description="time horizon, > 0; step Δt = T/L")
     m: int = Field(256, ge=1, description="MLP width (>= 1)")
     # MLP
-    activation: str = "relu"
+    activation: str = Field("relu", description="φ: a name (relu, tanh, …) or an import string 'package.module:function'")
     sigma_U: float = Field(0.0, ge=0.0, description="std of the inner bias b_U")
     sigma_W: float = Field(0.0, ge=0.0, description="std of the outer bias b_W")
     noise_scale: float = Field(1.0, ge=0.0, description="overall scale s of the MLP (κ → s²κ)")
@@ -221,8 +221,11 @@ class RunConfig(StrictConfig):
     @field_validator("activation")
     @classmethod
     def _activation(cls, v: str) -> str:
-        if v not in ACTIVATIONS:
-            raise ValueError(f"unknown activation {v!r}; valid names are {', '.join(sorted(ACTIVATIONS))}")
+        if ":" in v:  # a user's φ, 'package.module:function': imported now, so a bad one fails before any work
+            get_activation(v)
+        elif v not in ACTIVATIONS:
+            raise ValueError(f"unknown activation {clip(v)!r}; valid names are {', '.join(sorted(ACTIVATIONS))}, "
+                             "or an import string 'package.module:function'")
         return v
 
     @field_validator("device")

@@ -98,9 +98,9 @@ class _Lockstep:
         for model in self.models:
             model.reset(batch // len(self.models), d, generator, dtype, device)
 
-    def step(self, X: torch.Tensor, dt: float, rng: Draws) -> torch.Tensor:
+    def step(self, X: torch.Tensor, dt: float, draws: Draws) -> torch.Tensor:
         parts = X.chunk(len(self.models))
-        return torch.cat([m.step(x, dt, Draws(rng.generator, rng.path, rng.k, rng.n)) for m, x in zip(self.models, parts)])
+        return torch.cat([m.step(x, dt, Draws(draws.generator, draws.path, draws.k, draws.n)) for m, x in zip(self.models, parts)])
 
 
 def _coupled_errors(cfg: RunConfig, depths: list[int], widths: list[int], refine: int, depth: int,

@@ -74,7 +74,7 @@ class AttentionFlow:
     def reset(self, batch: int, d: int, generator: torch.Generator, dtype: torch.dtype, device) -> None:
         """Nothing to draw."""
 
-    def step(self, X: torch.Tensor, dt: float, rng: object) -> torch.Tensor:
+    def step(self, X: torch.Tensor, dt: float, draws: object) -> torch.Tensor:
         return normalize(X + dt * self.attention(X)) if self.norm == "post" else X + dt * self.attention(normalize(X))
 
 

@@ -12,7 +12,7 @@ from typing import Callable, Union
 
 import torch
 
-from ..core.validation import callable_name, callable_record, check_output
+from ..core.validation import callable_name, callable_record, check_output, import_object
 
 Activation = Callable[[torch.Tensor], torch.Tensor]
 ActivationLike = Union[str, Activation]
@@ -60,13 +60,18 @@ def get_activation(activation: ActivationLike) -> Activation:
     shape: ``ValueError`` naming it otherwise)."""
     if callable(activation):
         return activation if any(activation is fn for fn in ACTIVATIONS.values()) else _first_call_checked(activation)
+    if isinstance(activation, str) and ":" in activation:
+        fn = import_object(activation, "activation")
+        if not callable(fn):
+            raise ValueError(f"activation: {activation!r} names a {type(fn).__name__}, not a callable")
+        return _first_call_checked(fn)
     try:
         return ACTIVATIONS[activation]
     except KeyError:
         valid = ", ".join(sorted(ACTIVATIONS))
         raise ValueError(
             f"activation: unknown activation {activation!r}; valid names are {valid} "
-            "(or any callable from the Python API)"
+            "(or an import string 'package.module:function', or any callable from the Python API)"
         ) from None
 
 

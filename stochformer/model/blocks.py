@@ -317,7 +317,7 @@ class BlockNetwork:
     def reset(self, batch: int, d: int, generator: torch.Generator, dtype: torch.dtype, device) -> None:
         """Nothing to draw before the first layer."""
 
-    def step(self, X: torch.Tensor, dt: float, rng: object) -> torch.Tensor:
+    def step(self, X: torch.Tensor, dt: float, draws: object) -> torch.Tensor:
         return make_block(self.kind, **self.block)(X)
 
 
@@ -342,8 +342,8 @@ class MatchedModel:
     def reset(self, batch: int, d: int, generator: torch.Generator, dtype: torch.dtype, device) -> None:
         """Nothing to draw before the first layer."""
 
-    def step(self, X: torch.Tensor, dt: float, rng) -> torch.Tensor:
-        generator = as_draws(rng).generator
+    def step(self, X: torch.Tensor, dt: float, draws) -> torch.Tensor:
+        generator = as_draws(draws).generator
         if self.pre:
             return X + self.a2 * self.law.sample(apply_norm(X, self.norm), generator)
         if self.attention is not None:
@@ -362,5 +362,5 @@ class PreNormField:
     def reset(self, batch: int, d: int, generator: torch.Generator, dtype: torch.dtype, device) -> None:
         """Nothing to draw before the first step."""
 
-    def step(self, X: torch.Tensor, dt: float, rng) -> torch.Tensor:
-        return X + self.field.increment(normalize(apply_norm(X, self.norm)), dt, rng)
+    def step(self, X: torch.Tensor, dt: float, draws) -> torch.Tensor:
+        return X + self.field.increment(normalize(apply_norm(X, self.norm)), dt, draws)

@@ -98,10 +98,10 @@ class JointField:
         rank[order] = torch.arange(len(order), device=X.device)
         return keep, rank[inverse]
 
-    def increment(self, X: torch.Tensor, dt: float, rng: Randomness) -> torch.Tensor:
+    def increment(self, X: torch.Tensor, dt: float, draws: Randomness) -> torch.Tensor:
         """ΔW at every point of X (batch, n, d) → (batch, n, d); one matrix K per sample, over its
         distinct points, in float64 whatever X's dtype."""
-        xi = as_draws(rng).brownian(X.shape, X.dtype, X.device)
+        xi = as_draws(draws).brownian(X.shape, X.dtype, X.device)
         out = torch.empty_like(X)
         for b in range(X.shape[0]):  # samples (each its own matrix)
             keep, where = self.distinct(X[b])

@@ -66,9 +66,9 @@ class NoiseSource(Protocol):
     def reset(self, batch: int, d: int, generator: torch.Generator, dtype: torch.dtype, device) -> None:
         """Draw any state that lives for a whole run (one per sample)."""
 
-    def increment(self, X: torch.Tensor, dt: float, rng: Randomness) -> torch.Tensor:
+    def increment(self, X: torch.Tensor, dt: float, draws: Randomness) -> torch.Tensor:
         """ΔW at the tokens: X (batch, N, d) → (batch, N, d); its Brownian normals from
-        ``as_draws(rng).brownian(...)``."""
+        ``as_draws(draws).brownian(...)``."""
 
     def noise_kernel(self, d: int) -> NoiseKernel:
         """κ of the field in dimension d (its κ(1) gives the Itô correction of the limit SDE)."""
@@ -316,12 +316,12 @@ class RandomMLP:
             raise NeedsDraws
         return self._draw(n, generator, like.dtype, like.device)
 
-    def increment(self, X: torch.Tensor, dt: float, rng: Randomness) -> torch.Tensor:
-        """With a Brownian path (``rng`` a coupled :class:`Draws`) the conditional Gaussian law is
+    def increment(self, X: torch.Tensor, dt: float, draws: Randomness) -> torch.Tensor:
+        """With a Brownian path (``draws`` a coupled :class:`Draws`) the conditional Gaussian law is
         driven by the path's normals Ξ (batch, N, d) through the symmetric root,
         √dt s K_m^{1/2} Ξ with K_m = ΦΦᵀ/m + σ_W² (the coupling of SPEC §3). K_m and its root are
         computed in float64 whatever X's dtype (:func:`_gram_roots_resolve`)."""
-        draws = as_draws(rng)
+        draws = as_draws(draws)
         generator = draws.generator
         if draws.coupled:
             xi = draws.brownian(X.shape, X.dtype, X.device)
@@ -465,13 +465,13 @@ class ExactField:
         K = self.kernel.kappa(G) if self._cheb is None else _clenshaw(self._cheb.to(G.device), G)
         return K.to(dtype or X.dtype)
 
-    def increment(self, X: torch.Tensor, dt: float, rng: Randomness) -> torch.Tensor:
+    def increment(self, X: torch.Tensor, dt: float, draws: Randomness) -> torch.Tensor:
         """√dt K(X)^{1/2} Ξ with Ξ (batch, N, d) the step's Brownian normals; K and its root in
         float64 whatever X's dtype (in float32 the root could not tell close tokens apart:
         :func:`_gram_roots_resolve`)."""
         if self.d is not None and X.shape[-1] != self.d:
             self.noise_kernel(X.shape[-1])
-        xi = as_draws(rng).brownian(X.shape, X.dtype, X.device)
+        xi = as_draws(draws).brownian(X.shape, X.dtype, X.device)
         return math.sqrt(dt) * (sqrt_psd(self.covariance(X, torch.float64), self.sqrt_method).to(X.dtype) @ xi)
 
 
@@ -569,14 +569,14 @@ class RandomFeatureField:
             raise RuntimeError("RandomFeatureField.draw(...) (or reset) must be called before use")
         return self._phi(X @ self._u / math.sqrt(X.shape[-1]) + self._b)
 
-    def increment(self, X: torch.Tensor, dt: float, rng: Randomness) -> torch.Tensor:
+    def increment(self, X: torch.Tensor, dt: float, draws: Randomness) -> torch.Tensor:
         """The Brownian normals of a step are (F, M, d), and (F, 1, d) for B⁰ with σ_W > 0: they
         do not depend on N, so one path drives systems of any size."""
         B, N, d = X.shape
         F = self._u.shape[0] if self._u is not None else B
         if F not in (B, 1):
             raise ValueError(f"RandomFeatureField: tokens have batch {B} but the field has {F} samples (need equal, or 1)")
-        draws = as_draws(rng)
+        draws = as_draws(draws)
         Z = draws.brownian((F, self.features, d), X.dtype, X.device)
         flat = F == 1 and B > 1  # one shared field: treat all B·N tokens as one cloud
         Xf = X.reshape(1, B * N, d) if flat else X

@@ -139,12 +139,12 @@ class LimitSDE:
         d = X.shape[-1]
         return -0.5 * self._k1(d) * (d - 1) * X
 
-    def increment(self, X: torch.Tensor, dt: float, rng: Randomness) -> torch.Tensor:
+    def increment(self, X: torch.Tensor, dt: float, draws: Randomness) -> torch.Tensor:
         """The field increment ΔW at X (before projection)."""
         if self.noise is None:
             return torch.zeros_like(X)
-        return first_output(self._checked, "noise", self.noise, self.noise.increment(X, dt, rng), X)
+        return first_output(self._checked, "noise", self.noise, self.noise.increment(X, dt, draws), X)
 
-    def step(self, X: torch.Tensor, dt: float, rng: Randomness) -> torch.Tensor:
-        """One step of ``integrator``; ``rng``: the step's :class:`~stochformer.core.brownian.Draws`."""
-        return self.integrator.step(self, X, dt, self.increment(X, dt, rng))
+    def step(self, X: torch.Tensor, dt: float, draws: Randomness) -> torch.Tensor:
+        """One step of ``integrator``; ``draws``: the step's :class:`~stochformer.core.brownian.Draws`."""
+        return self.integrator.step(self, X, dt, self.increment(X, dt, draws))
