@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass
-from typing import Annotated, Any, Callable, Optional, Protocol, Sequence
+from typing import Annotated, Any, Callable, Mapping, Optional, Protocol, Sequence
 
 import numpy as np
 import torch
@@ -52,6 +52,7 @@ from .core.validation import (
     memory_errors,
     rows_off_sphere,
     same_device,
+    short,
     validated,
 )
 
@@ -67,6 +68,10 @@ class Model(Protocol):
 
 #: ``hook(k, X)`` after step k (1..steps): returns the state to continue from (or None: X itself)
 Hook = Callable[[int, torch.Tensor], Optional[torch.Tensor]]
+#: ``fn(X)`` of :class:`SaveAt`: observables of the state X (batch, N, d), each a tensor (batch, …)
+Observables = Callable[[torch.Tensor], Mapping[str, torch.Tensor]]
+#: names a variable of ``fn`` may not take: the dataset's own variables and coordinates
+RESERVED = frozenset({"X", "X_final", "sample", "time", "step", "snapshot", "snapshot_time", "snapshot_step", "token", "dim"})
 
 
 @validated
@@ -79,7 +84,13 @@ class SaveAt:
     ``every`` steps, or at the steps ``at`` (0 and the last step are always included with
     ``every``); ``tokens_every`` / ``tokens_at``: the token states on the same rule (None: none);
     ``final``: the final state ``X_final``; ``energy_beta``: β of E_β; ``block``: Gram entries
-    formed at once by the statistics (None: all; memory-linear for many tokens)."""
+    formed at once by the statistics (None: all; memory-linear for many tokens).
+
+    ``fn``: observables of one's own, recorded at the same steps as ``stats``: ``fn(X)`` with X the
+    state (batch, N, d) returns ``{name: tensor}``, each tensor (batch, …); it becomes the variable
+    ``name`` with dims (sample, time, ``name_0``, …) in float64. Names are identifiers other than
+    the statistics' and the dataset's own (``X``, ``X_final``, coordinates); the same names and
+    shapes at every step. ``fn`` only reads the state; a ``hook`` of :func:`solve` changes it."""
 
     every: PositiveInt = 1
     at: Annotated[Optional[Sequence[int]], Ints()] = None
@@ -89,9 +100,14 @@ class SaveAt:
     final: Bool = True
     energy_beta: EnergyBeta = 1.0
     block: Optional[PositiveInt] = None
+    fn: Optional[Observables] = None
 
     def stat_steps(self, steps: int) -> list[int]:
-        return _schedule(self.every, self.at, steps) if self.stats else []
+        return _schedule(self.every, self.at, steps) if self.records() else []
+
+    def records(self) -> bool:
+        """Whether anything is recorded at the statistics' steps (statistics or ``fn``)."""
+        return bool(self.stats) or self.fn is not None
 
     def token_steps(self, steps: int) -> list[int]:
         if self.tokens_every is None and self.tokens_at is None:
@@ -102,7 +118,7 @@ class SaveAt:
         """Whether step k's statistics and tokens are kept: the rules of :meth:`stat_steps` and
         :meth:`token_steps` as tests, without listing every step of a long run."""
         never: Callable[[int], bool] = lambda k: False  # noqa: E731
-        stats = _keeper(self.every, self.at, steps) if self.stats else never
+        stats = _keeper(self.every, self.at, steps) if self.records() else never
         tokens = never if self.tokens_every is None and self.tokens_at is None else \
             _keeper(self.tokens_every or steps, self.tokens_at, steps)
         return stats, tokens
@@ -191,11 +207,16 @@ def solve(
         def keep(k: int, X: torch.Tensor) -> None:
             if keep_stats(k):
                 stat_steps.append(k)
-                # in float64 whatever the state's dtype: the statistics of the tokens as they are, not
-                # float32's rounding of 1 − cosine (a float32 token's norm is 1 only to ~1e-7)
-                Xs = X if X.dtype == torch.float64 else normalize(X.to(torch.float64))
-                stats = unchecked_pair_statistics(Xs, save.energy_beta, save.block)  # X checked: no second pass
-                records.append({name: stats[name].detach().cpu() for name in save.stats})
+                record: dict[str, torch.Tensor] = {}
+                if save.stats:
+                    # in float64 whatever the state's dtype: the statistics of the tokens as they are, not
+                    # float32's rounding of 1 − cosine (a float32 token's norm is 1 only to ~1e-7)
+                    Xs = X if X.dtype == torch.float64 else normalize(X.to(torch.float64))
+                    stats = unchecked_pair_statistics(Xs, save.energy_beta, save.block)  # X checked: no second pass
+                    record = {name: stats[name].detach().cpu() for name in save.stats}
+                if save.fn is not None:
+                    record.update(_observables(save, X, records[0] if records else None))
+                records.append(record)
             if keep_tokens(k):
                 token_steps.append(k)
                 snapshots.append(X.detach().cpu())
@@ -230,13 +251,41 @@ def _first_step(model: Any, X: Any, X0: torch.Tensor, on_sphere: bool, cause: An
                              f"stopped and nothing was written; likely cause: {likely_fields(cause)}")
 
 
+def _observables(save: SaveAt, X: torch.Tensor, first: Optional[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """``save.fn(X)``, checked: a mapping of identifiers (not reserved, not a statistic's) to
+    tensors with the batch as leading dim, the same names and shapes as at the first record."""
+    where = f"SaveAt.fn ({callable_name(save.fn)})"
+    out = save.fn(X)  # type: ignore[misc]
+    if not isinstance(out, Mapping) or not out:
+        raise ValueError(f"{where}: must return a non-empty mapping of names to tensors (got {short(out)})")
+    got = {}
+    for name, value in out.items():
+        if not (isinstance(name, str) and name.isidentifier()) or name in RESERVED or name in save.stats:
+            raise ValueError(f"{where}: {short(name)} is not a free variable name (an identifier other than "
+                             f"{', '.join(sorted(RESERVED | set(save.stats)))})")
+        if not torch.is_tensor(value) or value.dim() < 1 or value.shape[0] != X.shape[0]:
+            raise ValueError(f"{where}: {name!r} must be a tensor with the batch {X.shape[0]} as its leading dim "
+                             f"(got {short(value)})")
+        got[name] = value.detach().cpu()
+    dims = {f"{name}_{i}" for name, value in got.items() for i in range(value.dim() - 1)}
+    if dims & set(got):
+        raise ValueError(f"{where}: {sorted(dims & set(got))} name both a variable and a dim of another (NAME_i)")
+    if first is not None:
+        want = {n: v.shape for n, v in first.items() if n not in save.stats}
+        if {n: v.shape for n, v in got.items()} != want:
+            raise ValueError(f"{where}: returned {sorted(got)} with shapes {[tuple(v.shape) for v in got.values()]}, "
+                             f"not the names and shapes of its first call")
+    return got
+
+
 def _dataset(X, records, stat_steps, snapshots, token_steps, dt, save: SaveAt) -> xr.Dataset:
     B, N, d = X.shape
     variables: dict[str, Any] = {}
     coords: dict[str, Any] = {"sample": np.arange(B)}
     if records:
-        for name in save.stats:
-            variables[name] = (("sample", "time"), torch.stack([r[name] for r in records], dim=-1).double().numpy())
+        for name in records[0]:
+            value = torch.stack([r[name] for r in records], dim=1).double().numpy()  # (sample, time, …)
+            variables[name] = (("sample", "time", *(f"{name}_{i}" for i in range(value.ndim - 2))), value)
         coords["time"] = ("time", np.asarray(stat_steps) * dt)
         coords["step"] = ("time", np.asarray(stat_steps))
     if snapshots:

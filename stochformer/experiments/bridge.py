@@ -56,14 +56,8 @@ def cosine_curve(model, X0: torch.Tensor, T: float, steps: int, every: int, gene
     """``model`` stepped by :func:`~stochformer.solve` from X0 (batch, N, d): the mean pairwise
     cosine of the normalised tokens (:func:`cosine_stats`) at step 0 and every ``every`` steps,
     (batch, steps/every + 1)."""
-    out = [cosine_stats(X0)[0]]
-
-    def record(k: int, X: torch.Tensor) -> None:
-        if k % every == 0:
-            out.append(cosine_stats(X)[0])
-
-    solve(model, X0, T, steps, SaveAt(stats=(), final=False), generator=generator, hook=record, what=what)
-    return torch.stack(out, -1)
+    save = SaveAt(at=list(range(0, steps + 1, every)), stats=(), final=False, fn=lambda X: {"cosine": cosine_stats(X)[0]})
+    return torch.from_numpy(solve(model, X0, T, steps, save, generator=generator, what=what)["cosine"].values)
 
 
 def run_network(kind: str, X0: torch.Tensor, L: int, seed: int, **block) -> torch.Tensor:

@@ -86,22 +86,17 @@ def attention_flow(X0: torch.Tensor, attention, dt: float, steps: int, norm: str
     included)."""
     if norm not in ("post", "pre"):
         raise ValueError(f"norm: 'post' or 'pre' (got {norm!r})")
-    times, means, spreads = [], [], []
     n = X0.shape[-2]
     iu = torch.triu_indices(n, n, 1)
 
-    def record(s: int, X: torch.Tensor) -> None:
-        if s % every == 0:
-            Z = normalize(X)
-            c = (Z @ Z.transpose(-1, -2))[..., iu[0], iu[1]]
-            times.append(s * dt)
-            means.append(c.mean(-1))
-            spreads.append(c.amax(-1) - c.amin(-1))
+    def cosines(X: torch.Tensor) -> dict[str, torch.Tensor]:
+        Z = normalize(X)
+        c = (Z @ Z.transpose(-1, -2))[..., iu[0], iu[1]]
+        return {"mean": c.mean(-1), "spread": c.amax(-1) - c.amin(-1)}
 
-    record(0, X0)
-    solve(AttentionFlow(attention, norm), X0, steps * dt, steps, SaveAt(stats=(), final=False), seed=0, hook=record,
-          what="attention flow")
-    return np.asarray(times), torch.stack(means, -1).numpy(), torch.stack(spreads, -1).numpy()
+    save = SaveAt(at=list(range(0, steps + 1, every)), stats=(), final=False, fn=cosines)
+    ds = solve(AttentionFlow(attention, norm), X0, steps * dt, steps, save, seed=0, what="attention flow")
+    return ds["step"].values * dt, ds["mean"].values, ds["spread"].values
 
 
 @dataclass(frozen=True)

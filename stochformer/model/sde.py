@@ -22,7 +22,7 @@ its Brownian normals come from the step's :class:`~stochformer.core.brownian.Dra
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Optional, Protocol
+from typing import Annotated, Any, ClassVar, Optional, Protocol
 
 import torch
 
@@ -33,7 +33,10 @@ from .noise import NoiseSource, Randomness
 
 
 class Integrator(Protocol):
-    """How one step of the SDE is taken from the field increment ΔW (batch, N, d)."""
+    """How one step of the SDE is taken from the field increment ΔW (batch, N, d); ``strong_order``:
+    the order of its pathwise error in Δt for this SDE (what ``converge`` and the tests measure)."""
+
+    strong_order: float
 
     def step(self, sde: "LimitSDE", X: torch.Tensor, dt: float, dW: torch.Tensor) -> torch.Tensor: ...
 
@@ -44,6 +47,8 @@ class EulerMaruyama:
 
     The projection LN only removes the O(dt) fluctuation of the norm; the Itô correction keeps
     the mean norm at 1 to first order (strong order ½)."""
+
+    strong_order: ClassVar[float] = 0.5
 
     def step(self, sde: "LimitSDE", X: torch.Tensor, dt: float, dW: torch.Tensor) -> torch.Tensor:
         drift = sde.attention_drift(X) + sde.ito_correction(X)
@@ -63,7 +68,11 @@ class StratonovichHeun:
     while the field's own Stratonovich correction is radial and removed by P (SPEC §3). Re-rooting
     K at X̃ with the same normals would not be: the symmetric root rotates its frame with X, which
     adds a spurious drift (measured: its fine-step limit differs from Euler's by ~6× the
-    discretisation error). The final LN only removes an O(dt^{3/2}) radial residue."""
+    discretisation error). The final LN only removes an O(dt^{3/2}) radial residue. Strong order
+    ½, as Euler's: the field's noise does not commute, and a scheme that uses only its increments
+    cannot do better (docs/convergence.md); its error constant is smaller."""
+
+    strong_order: ClassVar[float] = 0.5
 
     def step(self, sde: "LimitSDE", X: torch.Tensor, dt: float, dW: torch.Tensor) -> torch.Tensor:
         a = sde.attention_drift(X)
