@@ -2,9 +2,32 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:
+    import tomli as tomllib
+
+#: the mutation tool's first pass (tools/mutation.toml, ``fast_tests``): the pathwise and exact
+#: tests, marked ``fast`` here so that ``pytest -m fast`` is the same loop (about half a minute)
+FAST_TESTS = tuple(tomllib.loads((Path(__file__).resolve().parents[1] / "tools" / "mutation.toml").read_text(encoding="utf-8"))
+                   ["mutation"]["fast_tests"])
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark ``fast`` every test the mutation tool's first pass runs (a listed file, or a listed
+    test with all its parameters)."""
+    root = Path(config.rootpath)
+    for item in items:
+        node = Path(item.path).resolve().relative_to(root).as_posix() + "::" + item.name.split("[")[0]
+        if any(node == entry or node.startswith(entry + "::") for entry in FAST_TESTS):
+            item.add_marker(pytest.mark.fast)
 
 
 @pytest.fixture(autouse=True, scope="session")
