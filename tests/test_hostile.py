@@ -32,6 +32,7 @@ from stochformer.config import RunConfig, build_config
 from stochformer.experiments.chaos import ChaosConfig
 from stochformer.experiments.converge import ConvergeConfig
 from stochformer.experiments.phase import PhaseConfig
+from stochformer.experiments.spectrum import SpectrumConfig
 from stochformer.experiments.sync import SyncConfig
 from stochformer.model.kernel import NoiseKernel, first_moment_rate, lambda_bar_prime, lyapunov_exponent, rates
 
@@ -244,6 +245,7 @@ COMMANDS = {  # a cheap valid invocation of every experiment command, before --o
     "phase": ["phase", "--quiet", "--set", "model.L=3", "--set", "pairs=2"],
     "converge": ["converge", "--quiet"],
     "chaos": ["chaos", "--quiet"],
+    "spectrum": ["spectrum", "--quiet", "--set", "model.L=8", "--set", "model.batch=4", "--set", "bootstrap=10"],
     "sweep": ["sweep", "--config", SWEEP_OK, "--quiet", "--scheduler", "serial"],
     "reproduce": ["reproduce", "--quiet", "--profile", "tiny"],
 }
@@ -460,7 +462,7 @@ def _field_cases(model: type, prefix: str = "") -> list[tuple[str, st.SearchStra
 
 
 HYPO_COMMANDS = {"simulate": RunConfig, "sync": SyncConfig, "converge": ConvergeConfig, "chaos": ChaosConfig,
-                 "phase": PhaseConfig}
+                 "phase": PhaseConfig, "spectrum": SpectrumConfig}
 
 
 @st.composite

@@ -12,6 +12,7 @@ from .phase import phase_cmd
 from .rates import rates_cmd
 from .reproduce import reproduce_cmd
 from .simulate import simulate_cmd
+from .spectrum import spectrum_cmd
 from .common import interrupted_exit, interrupts_never_lost
 from .sweep import sweep_cmd
 from .sync import sync_cmd
@@ -36,5 +37,6 @@ def main() -> None:
     """Deep transformers at random initialisation as interacting particle systems."""
 
 
-for _command in (simulate_cmd, rates_cmd, reproduce_cmd, sweep_cmd, sync_cmd, phase_cmd, converge_cmd, chaos_cmd, bridge_cmd):
+for _command in (simulate_cmd, rates_cmd, reproduce_cmd, sweep_cmd, sync_cmd, phase_cmd, converge_cmd, chaos_cmd, bridge_cmd,
+                 spectrum_cmd):
     main.add_command(_command)

@@ -1,12 +1,20 @@
-"""``stochformer rates``: κ(1), κ'(1), λ₁, λ̄, λ̄' (SPEC §2, §5) of a run configuration."""
+"""``stochformer rates``: κ(1), κ'(1), λ₁, λ̄, λ̄' (SPEC §2, §5) of a run configuration, and the
+Lyapunov spectrum and finite-time law of one token's tangent flow (SPEC §8)."""
 
 from __future__ import annotations
 
 import json
+import math
 
 import click
 
 from .common import config_options, fail_cleanly, resolve_config
+
+
+def _spectrum_text(values: list[float]) -> str:
+    """The spectrum on one line: every exponent up to 8 of them, else the first three and the last."""
+    shown = [f"{v:.6g}" for v in values]
+    return ", ".join(shown) if len(shown) <= 8 else ", ".join(shown[:3]) + f", …, {shown[-1]}"
 
 
 @click.command("rates")
@@ -16,14 +24,26 @@ from .common import config_options, fail_cleanly, resolve_config
 def rates_cmd(config_file, overrides, as_json) -> None:
     """Print the noise kernel at 1 and the synchronisation rates of a configuration (fields
     activation, d, sigma_U, sigma_W, noise_scale; energy_beta is the β of Theorem 1.4's bound λ̄';
-    gamma the attention V = γI, default 0 here, which adds −γ to λ₁ and −2γ to λ̄)."""
+    gamma the attention V = γI, default 0 here, which adds −γ to λ₁ and −2γ to λ̄), and the noise's
+    Lyapunov spectrum λ_i = ((d−1−2i)/2)κ' − ((d−1)/2)κ, i = 1..d−1 (``lyapunov_spectrum``), with
+    the finite-time law of log|v_t|: variance rate κ + κ', g(2) = λ̄, stability index p* = −2λ₁/(κ + κ')
+    (null without noise)."""
     from ..config.build import make_kernel
-    from ..model.kernel import rates
+    from ..model.kernel import lyapunov_spectrum, moment_exponent, rates, stability_index
 
     cfg = resolve_config(config_file, overrides, base={"gamma": 0.0})
     r = rates(make_kernel(cfg), beta=cfg.energy_beta, gamma=cfg.gamma_value)
+    spectrum = lyapunov_spectrum(r.kappa, r.kappa_prime, cfg.d)
+    p_star = stability_index(r.kappa, r.kappa_prime, cfg.d)
+    extra = {
+        "lyapunov_spectrum": spectrum,
+        "lyapunov_sum": math.fsum(spectrum),
+        "log_norm_variance_rate": r.kappa + r.kappa_prime,
+        "moment_exponent_2": moment_exponent(2.0, r.kappa, r.kappa_prime, cfg.d),
+        "stability_index": None if math.isnan(p_star) else p_star,
+    }
     if as_json:
-        click.echo(json.dumps(r.to_dict()))
+        click.echo(json.dumps({**r.to_dict(), **extra}))
         return
     click.echo(f"activation={cfg.activation} d={cfg.d} sigma_U={cfg.sigma_U} sigma_W={cfg.sigma_W} noise_scale={cfg.noise_scale}")
     rows = [
@@ -31,6 +51,11 @@ def rates_cmd(config_file, overrides, as_json) -> None:
         ("lambda_1  (Lyapunov exponent)", r.lambda_1), ("lambda_bar (first-moment rate)", r.lambda_bar),
         (f"lambda_bar' (Theorem 1.4 bound, beta={cfg.energy_beta})", r.lambda_bar_prime),
         (f"lambda_1 - gamma (gamma={r.gamma})", r.lambda_1_total), ("lambda_bar - 2 gamma", r.lambda_bar_total),
+        ("sum of the Lyapunov spectrum", extra["lyapunov_sum"]),
+        ("kappa + kappa' (variance rate of log|v|)", extra["log_norm_variance_rate"]),
+        ("g(2) (mean-square growth of |v|)", extra["moment_exponent_2"]),
+        ("p* = -2 lambda_1/(kappa + kappa')", p_star),
     ]
     for name, value in rows:
         click.echo(f"  {name:<44s} {value: .8g}")
+    click.echo(f"  {'Lyapunov spectrum (spacing kappa_prime)':<44s} {_spectrum_text(spectrum)}")

@@ -199,14 +199,17 @@ def estimate(cfg: Any, workers: int = 1) -> Optional[Estimate]:
 
 
 def _other_estimate(cfg: Any, workers: int) -> Optional[Estimate]:
-    """The estimate of ``simulate``, ``motions``, ``bridge``, the resampled attention and the
+    """The estimate of ``simulate``, ``motions``, ``spectrum``, ``bridge``, the resampled attention and the
     variants' checks (None for configs it does not know)."""
     from .bridge import BridgeConfig
     from .motions import MotionsConfig
+    from .spectrum import SpectrumConfig
     from .variants import ResampledConfig, VariantsConfig
 
     if isinstance(cfg, RunConfig):
         return simulate_estimate(cfg)
+    if isinstance(cfg, SpectrumConfig):
+        return spectrum_estimate(cfg)
     if isinstance(cfg, MotionsConfig):  # both dynamics on the pairs, and the scalar reference diffusion
         runs = [simulate_estimate(cfg.model.with_updates(dynamics=k)) for k in ("sde", "transformer")]
         ref = 8.0 * 4 * cfg.reference_paths
@@ -232,6 +235,28 @@ def _other_estimate(cfg: Any, workers: int) -> Optional[Estimate]:
         return Estimate(mem, flops / FLOPS + sum(cfg.depths) * STEP_OVERHEAD_S, "law_d, law_m, law_draws or attention_draws",
                         "law_draws, law_m, depths, samples or attention_draws")
     return None
+
+
+#: flops-equivalent of one token's tangent step per sample: per d² (the frame's elementwise work and
+#: its renormalisation) and, for the transformer, per d·m (the jet's features and Gram); read off
+#: runs on 2 cores (d = 4 and 16: 0.1 s per SDE step of 1000 samples at d = 16, docs/spectrum.md)
+SPECTRUM_FLOPS_D2, SPECTRUM_FLOPS_DM = 2000.0, 40.0
+
+
+def spectrum_estimate(cfg: Any) -> Estimate:
+    """Peak memory and time of :func:`~stochformer.experiments.spectrum.run_spectrum`: every level
+    (steps L, L/2, L/4; widths m, m/2, m/4) keeps the top vector's log-growth at every step, and
+    one step holds the frame, the jet and (transformer) the hidden units of the widest width."""
+    run = cfg.model
+    B, d, m = run.batch, run.d, run.m
+    tr = run.dynamics == "transformer"
+    levels = (3 if cfg.extrapolate else 1) * (3 if cfg.width_levels else 1)
+    steps = run.L * (1.75 if cfg.extrapolate else 1.0) * (3 if cfg.width_levels else 1)
+    kept = 8.0 * B * levels * (run.L + 2 + d)
+    work = 8.0 * B * (12.0 * d * d + (4.0 * d * m if tr else 0.0))
+    per_step = STEP_OVERHEAD_S * 40 + B * (SPECTRUM_FLOPS_D2 * d * d + (SPECTRUM_FLOPS_DM * d * m if tr else 0.0)) / FLOPS
+    return Estimate(kept + work, steps * per_step, "model.batch, model.L, model.d or model.m",
+                    "model.L, model.batch, model.d or model.m")
 
 
 def _coupling_cost(N: int, d: int, batch: int, per_task: int, widths: list[int], depths: list[int],

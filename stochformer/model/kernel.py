@@ -11,7 +11,9 @@ everything else (and any callable) goes through tensor-product Gauss–Hermite q
 from autograd.
 
 SPEC §5: λ₁ = ((d−3)/2) κ' − ((d−1)/2) κ, λ̄ = (d−1) κ' − (d−3) κ, and Theorem 1.4's
-λ̄' = −inf_{u∈[−1,1)} F(u).
+λ̄' = −inf_{u∈[−1,1)} F(u). SPEC §8 (derived, docs/spectrum.md): the whole Lyapunov spectrum of one
+token's tangent flow λ_i = ((d−1−2i)/2) κ' − ((d−1)/2) κ, the moment exponent g(p) = pλ₁ + p²(κ+κ')/2
+of a tangent vector (g(2) = λ̄) and its stability index p* = −2λ₁/(κ+κ').
 """
 
 from __future__ import annotations
@@ -221,6 +223,38 @@ def lyapunov_exponent(kappa: FiniteFloat, kappa_prime: FiniteFloat, d: Annotated
 def first_moment_rate(kappa: FiniteFloat, kappa_prime: FiniteFloat, d: Annotated[int, Int(2)]) -> float:
     """λ̄ = (d−1) κ'(1) − (d−3) κ(1)."""
     return _fits("first_moment_rate", (d - 1) * kappa_prime - (d - 3) * kappa)
+
+
+@validated
+def lyapunov_spectrum(kappa: FiniteFloat, kappa_prime: FiniteFloat, d: Annotated[int, Int(2)]) -> list[float]:
+    """The d − 1 Lyapunov exponents of one token's tangent flow under the noise alone (SPEC §8,
+    derived in docs/spectrum.md), in decreasing order when κ'(1) > 0:
+
+        λ_i = ((d − 1 − 2i)/2) κ'(1) − ((d − 1)/2) κ(1),   i = 1, …, d − 1.
+
+    Equally spaced by κ'(1); λ_1 is :func:`lyapunov_exponent`; the sum rule
+    Σ λ_i = −(d−1) κ'(1)/2 − (d−1)² κ(1)/2 is the rate of log-volume of a (d−1)-frame."""
+    half = 0.5 * (d - 1)
+    return [_fits("lyapunov_spectrum", 0.5 * (d - 1 - 2 * i) * kappa_prime - half * kappa) for i in range(1, d)]
+
+
+@validated
+def moment_exponent(p: FiniteFloat, kappa: FiniteFloat, kappa_prime: FiniteFloat, d: Annotated[int, Int(2)]) -> float:
+    """g(p) = p λ₁ + p² (κ(1) + κ'(1))/2: E|v_t|^p = |v_0|^p e^{g(p) t} for a tangent vector v of one
+    token (SPEC §8: log|v_t| is a Brownian motion with drift λ₁ and variance rate κ + κ'). g(2) is
+    :func:`first_moment_rate` λ̄, the mean-square growth rate of the input–output Jacobian."""
+    return _fits("moment_exponent", p * lyapunov_exponent(kappa, kappa_prime, d) + 0.5 * p * p * (kappa + kappa_prime))
+
+
+@validated
+def stability_index(kappa: FiniteFloat, kappa_prime: FiniteFloat, d: Annotated[int, Int(2)]) -> float:
+    """p* = −2λ₁/(κ(1) + κ'(1)), the root p ≠ 0 of g(p) (:func:`moment_exponent`): for λ₁ < 0 the
+    moments E|v_t|^p decay for 0 < p < p* and grow for p > p* (SPEC §8). NaN without noise
+    (κ + κ' = 0: g ≡ 0)."""
+    spread = kappa + kappa_prime
+    if spread == 0:
+        return math.nan
+    return _fits("stability_index", -2.0 * lyapunov_exponent(kappa, kappa_prime, d) / spread)
 
 
 def _fits(name: str, rate: float) -> float:
