@@ -152,3 +152,31 @@ def test_a_grid_beyond_the_limit_is_refused_before_its_points_are_built(command:
     else:
         cfg = build_config(None, sets, model=_grid_model(command))
         assert len(getattr(cfg, x)) * len(getattr(cfg, y)) == nx * ny
+
+
+def test_every_experiment_config_estimates_itself() -> None:
+    """Each experiment's config (every ``ExperimentConfig`` and config class of ``experiments/``)
+    carries its own ``estimate(workers)``, positive and finite at its defaults, which the size
+    check uses; doubling the workers never lowers the memory estimate."""
+    import inspect
+    import math
+    import pkgutil
+
+    import stochformer.experiments as experiments
+    from stochformer.config import StrictConfig
+    from stochformer.experiments.preflight import Estimate
+
+    found = []
+    for info in pkgutil.iter_modules(experiments.__path__):
+        module = __import__(f"stochformer.experiments.{info.name}", fromlist=["_"])
+        for name, cls in inspect.getmembers(module, inspect.isclass):
+            if cls.__module__ == module.__name__ and issubclass(cls, StrictConfig) and name.endswith("Config") \
+                    and "model" in cls.model_fields or name in ("SweepConfig", "BridgeConfig", "VariantsConfig"):
+                found.append(cls)
+    assert len(found) >= 12, [c.__name__ for c in found]
+    for cls in found:
+        cfg = cls()
+        one, two = estimate(cfg), estimate(cfg, workers=2)
+        assert isinstance(one, Estimate) and isinstance(two, Estimate), cls.__name__
+        assert math.isfinite(one.bytes) and one.bytes > 0 and math.isfinite(one.seconds) and one.seconds > 0, cls.__name__
+        assert two.bytes >= one.bytes, cls.__name__

@@ -49,6 +49,7 @@ from ..core.sphere import normalize
 from ..io.results import Result
 from ..measure.stats import mean_and_se
 from ..core.validation import check_finite, validated
+from .preflight import FLOPS, STEP_OVERHEAD_S, Estimate
 
 
 def cosine_curve(model, X0: torch.Tensor, T: float, steps: int, every: int, generator: torch.Generator,
@@ -135,6 +136,16 @@ class BridgeConfig(StrictConfig):
     def scalings(self, L: int) -> tuple[float, float]:
         """(α₁, α₂) at depth L."""
         return (1.0, 1.0) if self.gpt2_init else (self.T / L, math.sqrt(self.T / L))
+
+    def estimate(self, workers: int = 1) -> Estimate:
+        """Peak memory and rough time of the run (:mod:`~stochformer.experiments.preflight`): fresh blocks (4
+        d² + 2 d m weights) per layer; the predictions' N × N roots."""
+        n = self.samples + self.pred_samples * (1 + self.refine)
+        mem = 8.0 * (6 * self.d * self.d + 3 * self.d * self.m + 8 * n * self.N * (self.d + self.m + self.N))
+        flops = sum(self.depths) * (self.samples * (4 * self.d * self.d + 2 * self.d * self.m) * (self.N + self.d)
+                                   + self.pred_samples * (1 + self.refine) * (10 * self.N**3 + 4 * self.N * self.d * self.m))
+        return Estimate(mem, sum(self.depths) * n * STEP_OVERHEAD_S + flops / FLOPS, "d, m, N, samples or pred_samples",
+                        "depths, samples, pred_samples, refine, d or m")
 
 
 def _initial(cfg: BridgeConfig, n: int, generator: torch.Generator) -> torch.Tensor:

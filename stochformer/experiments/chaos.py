@@ -59,6 +59,7 @@ from ..core.sphere import uniform
 from ..measure.stats import fit_power_law, fit_power_law_weighted, loglog_slope, mean_and_se, tagged_correlation
 from ..tasks import Task, run_tasks
 from ..core.validation import validated
+from .preflight import FLOPS, KERNEL_ENTRY_FLOPS, STEP_OVERHEAD_S, Estimate, attention_matrices
 
 
 class ChaosConfig(ExperimentConfig):
@@ -112,6 +113,26 @@ class ChaosConfig(ExperimentConfig):
 
     def samples_for(self, d: int) -> int:
         return self.model.batch if d == self.model.d else self.dims_batch
+
+    def estimate(self, workers: int = 1) -> Estimate:
+        """Peak memory and rough time of the run (:mod:`~stochformer.experiments.preflight`): the reference and
+        the N-systems under one field (random features, or the exact field's joint K), the exact OT plans
+        and the decorrelation's repeats."""
+        run = self.model
+        s = 8
+        rows = min(run.N, max(1, DEFAULT_BLOCK // run.features))
+        mem = s * (6.0 * (run.N + sum(self.sizes)) * max(self.dims) + 3.0 * rows * run.features + run.features * max(self.dims))
+        mem += s * 3.0 * min(run.N, self.exact_ot_max) ** 2 + s * 6.0 * self.decor_repeats * max(self.decor_sizes) * max(self.dims)
+        mem += s * max(attention_matrices(run, 1, run.N, dim)[0] for dim in self.dims)
+        heun = 2 if run.integrator == "heun" else 1  # field evaluations per step
+        step = STEP_OVERHEAD_S + heun * 2 * 4.0 * (run.N + sum(self.sizes)) * run.features * run.d / FLOPS
+        if run.noise == "exact":  # one joint cloud of n points: K (κ per entry) and its Cholesky factor per step
+            n = run.N + sum(self.sizes)
+            mem += s * 3.0 * n * n
+            step = STEP_OVERHEAD_S + (n**3 / 3 + KERNEL_ENTRY_FLOPS * n * n) / FLOPS
+        samples = run.batch + self.dims_batch * (len(self.dims) - 1)
+        return Estimate(mem * workers, run.L * step * samples / max(1, workers), "model.N, model.features or decor_repeats",
+                        "model.L, model.N, model.features or model.batch")
 
 
 def _steps(L: int, k: int) -> list[int]:

@@ -46,6 +46,7 @@ from ..integrate import SaveAt, solve
 from ..measure.stats import bootstrap, fit_power_law, mean_and_se, resampled_se, t_interval
 from ..tasks import Task, run_tasks
 from ..core.validation import validated
+from .preflight import Estimate, attention_matrices, coupling_cost
 
 #: the two sups of the error
 KINDS = ("layer", "continuous")
@@ -83,6 +84,16 @@ class ConvergeConfig(ExperimentConfig):
             raise ValueError(f"depths: each depth must divide the largest, {top} (got {self.depths}), so that one "
                              "Brownian path serves every depth")
         return self
+
+    def estimate(self, workers: int = 1) -> Estimate:
+        """Peak memory and rough time of the run (:mod:`~stochformer.experiments.preflight`): the
+        transformer–SDE coupling of every width and depth (:func:`coupling_cost`) and the attention's
+        matrices."""
+        run = self.model
+        mem, seconds = coupling_cost(run.N, run.d, run.batch, self.samples_per_task, self.widths, self.depths, self.refine)
+        mem += 8.0 * attention_matrices(run, min(self.samples_per_task, run.batch), run.N)[0]
+        return Estimate(mem * workers, seconds / max(1, workers), "model.N, samples_per_task or widths",
+                        "depths, refine or model.batch")
 
 
 @dataclass

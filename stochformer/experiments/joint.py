@@ -60,6 +60,7 @@ from ..core.runtime import DTYPES, child_seeds, make_generator, provenance, reso
 from ..measure.stats import fit_power_law, loglog_slope
 from ..tasks import Task, run_tasks
 from ..core.validation import validated
+from .preflight import FLOPS, KERNEL_ENTRY_FLOPS, STEP_OVERHEAD_S, Estimate
 
 #: the measured families, each (samples, points): see the module docstring
 MEASURED = ("diagonal", "inner", "sde")
@@ -147,6 +148,15 @@ class JointConfig(ExperimentConfig):
         p_L = -loglog_slope(L, np.log(L) / L)[0]
         return {"N": float(p_N), "log_L": float(p_L), "m_quarter": 0.25, "r_d": float(p_r),
                 "commuting": float(min(p_L, 0.25, p_r)), "inner": 0.5}
+
+    def estimate(self, workers: int = 1) -> Estimate:
+        """Peak memory and rough time of the run (:mod:`~stochformer.experiments.preflight`): per sample and
+        fine step: K over the joint cloud and its Cholesky factor."""
+        n = self.cloud_points
+        step = STEP_OVERHEAD_S + (n**3 / 3 + KERNEL_ENTRY_FLOPS * n * n) / FLOPS
+        seconds = self.model.batch * self.refine * max(self.path_L) * step
+        return Estimate(8.0 * (3 * n * n + 6 * n * self.model.d) * workers, seconds / max(1, workers), "N_ref, path_N or model.d",
+                        "model.batch, refine, path_L or N_ref")
 
 
 @dataclass(repr=False)

@@ -33,6 +33,7 @@ from ..integrate import SaveAt, solve
 from ..measure.stats import mean_and_se
 from ..core.validation import validated
 from .sync import moment_rate
+from .preflight import FLOPS, Estimate, simulate_estimate
 
 DYNAMICS = ("sde", "transformer")
 
@@ -57,6 +58,15 @@ class MotionsConfig(ExperimentConfig):
     reference_steps: int = Field(400, ge=10, description="Euler steps of the scalar two-point diffusion (>= 10)")
     reference_paths: int = Field(20000, ge=100, description="paths of the scalar two-point diffusion (>= 100)")
     bootstrap: int = Field(400, ge=10, le=1000000, description="bootstrap resamples of the one-point rate's SE, in [10, 10^6]")
+
+    def estimate(self, workers: int = 1) -> Estimate:
+        """Peak memory and rough time of the run (:mod:`~stochformer.experiments.preflight`): both dynamics on
+        the pairs, and the scalar reference diffusion."""
+        runs = [simulate_estimate(self.model.with_updates(dynamics=k)) for k in ("sde", "transformer")]
+        ref = 8.0 * 4 * self.reference_paths
+        seconds = sum(e.seconds for e in runs) + self.reference_paths * self.reference_steps * 50 / FLOPS
+        return Estimate(max(e.bytes for e in runs) + ref, seconds, "model.batch, model.m or reference_paths",
+                        "model.L, model.batch, reference_steps or reference_paths")
 
 
 @dataclass(repr=False)

@@ -35,6 +35,7 @@ from ..measure.stats import mean_and_se
 from ..tasks import Task, run_tasks
 from ..core.validation import validated
 from .sync import check_extrapolation, measure_lyapunov, predicted_rates
+from .preflight import Estimate, simulate_estimate
 
 #: Fields that take the grid values; ``sigma`` sets both bias scales.
 PSEUDO_FIELDS = {"sigma": ("sigma_U", "sigma_W")}
@@ -85,6 +86,19 @@ class PhaseConfig(ExperimentConfig):
                 is_int = RunConfig.model_fields[field].annotation is int
                 updates[field] = int(value) if is_int and float(value).is_integer() else value
         return self.model.with_updates(**updates)
+
+    def estimate(self, workers: int = 1) -> Estimate:
+        """Peak memory and rough time of the run (:mod:`~stochformer.experiments.preflight`): every grid
+        point's simulate estimate (pairs for the exponent, L, L/2, L/4 steps when extrapolated)."""
+        batch = 2 * self.pairs if self.measure == "lyapunov" else self.model.batch
+        steps = 1.75 if self.measure == "lyapunov" and self.extrapolate else 1.0  # L, L/2, L/4
+        per = [simulate_estimate(self.point(x, y), batch=batch) for x in self.x_values for y in self.y_values]
+        top = max(per, key=lambda e: e.bytes)
+        axes = f"{self.x_field}, {self.y_field}"
+        field = f"the grid values of {axes}, pairs or model.batch" if top.memory_fields.startswith("N or batch") else \
+            f"{top.memory_fields} (the grid values of {axes})"
+        return Estimate(top.bytes * workers, steps * sum(e.seconds for e in per) / max(1, workers), field,
+                        f"model.L, pairs, model.batch or the grid ({axes})")
 
 
 def phase_point(config: dict, measure: str, pairs: int, eps: float, sync_tol: float, up_to_sign: bool, seed: int,

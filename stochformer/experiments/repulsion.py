@@ -46,6 +46,7 @@ from ..measure.stats import mean_and_se
 from ..tasks import Task, run_tasks
 from ..core.validation import validated
 from .sync import check_extrapolation, energy_max, epsilon_of_gamma, measure_lyapunov, predicted_rates
+from .preflight import Estimate, simulate_estimate
 
 
 class RepulsionConfig(ExperimentConfig):
@@ -98,6 +99,15 @@ class RepulsionConfig(ExperimentConfig):
         base = self.model.model_dump(mode="json")
         base.update({"gamma": gamma, "sigma_U": sigma, "sigma_W": sigma, "attention": gamma != 0.0, **updates})
         return build_config(base)
+
+    def estimate(self, workers: int = 1) -> Estimate:
+        """Peak memory and rough time of the run (:mod:`~stochformer.experiments.preflight`): every (γ, σ)
+        point's simulate estimate, and the probe's L, L/2, L/4 steps."""
+        points = [simulate_estimate(self.point(g, s)) for g in self.gammas for s in self.sigmas]
+        probe = simulate_estimate(self.point(*self.probe), batch=self.pairs, N=2)
+        seconds = sum(e.seconds for e in points) + 1.75 * probe.seconds  # the probe's L, L/2, L/4 steps
+        return Estimate(max(e.bytes for e in points + [probe]) * workers, seconds / max(1, workers),
+                        "N, batch or pairs", "L, batch, pairs or the grid")
 
 
 def epsilon(gamma: float) -> float:

@@ -57,6 +57,12 @@ from ..core.sphere import uniform
 from ..measure.stats import bootstrap, mean_and_se, resampled_se
 from ..core.validation import validated
 from .sync import EXTRAPOLATION_LEVELS, check_extrapolation, coupling_path, moment_rate_bootstrap, near_sync_horizon, richardson
+from .preflight import FLOPS, STEP_OVERHEAD_S, Estimate
+
+#: flops-equivalent of one token's tangent step per sample: per d² (the frame's elementwise work and
+#: its renormalisation) and, for the transformer, per d·m (the jet's features and Gram); read off
+#: runs on 2 cores (d = 4 and 16: 0.1 s per SDE step of 1000 samples at d = 16, docs/spectrum.md)
+SPECTRUM_FLOPS_D2, SPECTRUM_FLOPS_DM = 2000.0, 40.0
 
 #: how the tangent map of a step is computed (``TangentFlow.jacobian``)
 Jacobian = Literal["closed_form", "autodiff"]
@@ -119,6 +125,21 @@ class SpectrumConfig(ExperimentConfig):
     def width_levels(self) -> bool:
         """Whether the transformer is run at widths m, m/2, m/4."""
         return self.model.dynamics == "transformer" and self.extrapolate_width is not False
+
+    def estimate(self, workers: int = 1) -> Estimate:
+        """Peak memory and rough time of :func:`run_spectrum` (:mod:`~stochformer.experiments.preflight`):
+        every level (steps L, L/2, L/4; widths m, m/2, m/4) keeps the top vector's log-growth at every
+        step, and one step holds the frame, the jet and (transformer) the hidden units of the widest width."""
+        run = self.model
+        B, d, m = run.batch, run.d, run.m
+        tr = run.dynamics == "transformer"
+        levels = (3 if self.extrapolate else 1) * (3 if self.width_levels else 1)
+        steps = run.L * (1.75 if self.extrapolate else 1.0) * (3 if self.width_levels else 1)
+        kept = 8.0 * B * levels * (run.L + 2 + d)
+        work = 8.0 * B * (12.0 * d * d + (4.0 * d * m if tr else 0.0))
+        per_step = STEP_OVERHEAD_S * 40 + B * (SPECTRUM_FLOPS_D2 * d * d + (SPECTRUM_FLOPS_DM * d * m if tr else 0.0)) / FLOPS
+        return Estimate(kept + work, steps * per_step, "model.batch, model.L, model.d or model.m",
+                        "model.L, model.batch, model.d or model.m")
 
 
 # --------------------------------------------------------------------------- the model and the run

@@ -31,6 +31,7 @@ from ..measure.stats import mean_and_se
 from ..tasks import Task, run_tasks
 from ..core.validation import validated
 from .simulate import run_simulate
+from .preflight import Estimate, simulate_estimate
 
 STATISTICS = ("mean_cosine", "energy", "min_cosine")
 #: largest number of grid points and of tasks a sweep plans (planning validates each point)
@@ -132,6 +133,18 @@ class SweepConfig(ExperimentConfig):
         if overlap:
             raise ValueError(f"grid and points both set {overlap}; give each field in one of them")
         return self
+
+    def estimate(self, workers: int = 1) -> Estimate:
+        """Peak memory and rough time of the run (:mod:`~stochformer.experiments.preflight`): every point's
+        simulate estimate at its task's batch, the largest task on each worker, and the merged dataset."""
+        plan = plan_sweep(self)
+        per = [simulate_estimate(c, batch=plan.task_sizes[0]) for c in plan.configs]
+        n_layers = max(c.L // c.record_every + 2 for c in plan.configs)
+        dataset = 3 * 150.0 * len(plan.configs) * self.samples * n_layers
+        task_mem = max(e.bytes for e in per)
+        seconds = sum(e.seconds for e in per) * len(plan.task_sizes) / max(1, workers)
+        field = "samples, grid size or model.L" if dataset > task_mem * workers else max(per, key=lambda e: e.bytes).memory_fields
+        return Estimate(task_mem * workers + dataset, seconds, field, "samples, grid size, model.L or model.N")
 
 def load_sweep(path: Path | str, overrides: Optional[list[str]] = None) -> SweepConfig:
     """Read and validate a sweep file (TOML); ``overrides`` as ``--set FIELD=VALUE``."""

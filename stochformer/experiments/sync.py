@@ -49,6 +49,7 @@ from ..core.sphere import normalize, tangent, uniform
 from ..io.results import Result
 from ..measure.stats import mean_and_se, resampled_se
 from ..core.validation import validated
+from .preflight import Estimate, simulate_estimate
 
 
 #: Step counts of the Δt → 0 extrapolation, as divisors of L: L, L/2, L/4 on one Brownian path.
@@ -82,6 +83,13 @@ class SyncConfig(ExperimentConfig):
     def _levels(self) -> "SyncConfig":
         check_extrapolation(self.model.L, self.extrapolate)
         return self
+
+    def estimate(self, workers: int = 1) -> Estimate:
+        """Peak memory and rough time of the run (:mod:`~stochformer.experiments.preflight`): the pairs and the
+        energy runs at the model's size, three runs (L, L/2, L/4)."""
+        e = simulate_estimate(self.model, batch=max(self.model.batch, 2 * self.pairs))
+        e.memory_fields = "pairs, model.batch or model.N" if e.memory_fields.startswith("N or batch") else e.memory_fields
+        return Estimate(e.bytes, e.seconds * 3, e.memory_fields, "model.L, pairs, model.batch or the grid")
 
 
 def check_extrapolation(L: int, extrapolate: bool) -> None:

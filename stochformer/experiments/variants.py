@@ -34,6 +34,7 @@ from ..integrate import SaveAt, solve
 from ..core.sphere import normalize
 from ..measure.stats import mean_and_se
 from ..core.validation import validated
+from .preflight import FLOPS, STEP_OVERHEAD_S, Estimate, simulate_estimate
 
 # ----------------------------------------------------------------- deterministic flows
 
@@ -166,6 +167,14 @@ class ResampledConfig(ExperimentConfig):
             raise ValueError(f"depths: need at least 2 distinct integers >= 1 (got {self.depths})")
         return self
 
+    def estimate(self, workers: int = 1) -> Estimate:
+        """Peak memory and rough time of the run (:mod:`~stochformer.experiments.preflight`): the resampled and
+        the averaged attention at the deepest depth, scaled by the depths."""
+        runs = [simulate_estimate(self.model.with_updates(attention_kind=k, L=max(self.depths))) for k in ("resampled", "averaged")]
+        scale = sum(self.depths) / max(self.depths)
+        return Estimate(max(e.bytes for e in runs), sum(e.seconds for e in runs) * scale,
+                        "model.d, model.batch, model.N or model.attention_draws", "depths, model.batch or model.N")
+
 
 @dataclass
 class ResampledResult:
@@ -254,6 +263,15 @@ class VariantsConfig(StrictConfig):
         if len(v) < 2 or min(v) < 1 or len(set(v)) != len(v) or any(max(v) % L for L in v):
             raise ValueError(f"need at least 2 distinct depths >= 1, each dividing the largest (got {v})")
         return v
+
+    def estimate(self, workers: int = 1) -> Estimate:
+        """Peak memory and rough time of the run (:mod:`~stochformer.experiments.preflight`): the weight laws'
+        draws, the per-layer random attention and the noiseless flows."""
+        d, m, M = self.law_d, self.law_m, self.attention_draws
+        mem = 8.0 * (4 * self.law_draws * m * d + 2 * M * d * d + 8 * self.samples * M * d)
+        flops = self.law_draws * 8 * m * d * d + sum(self.depths) * self.samples * M * 8 * d * d + self.flow_steps * 1e4
+        return Estimate(mem, flops / FLOPS + sum(self.depths) * STEP_OVERHEAD_S, "law_d, law_m, law_draws or attention_draws",
+                        "law_draws, law_m, depths, samples or attention_draws")
 
 
 def _equiangular_check(kind: str, beta: float, steps: int, n: int = 4, d: int = 5, rho0: float = 0.1, T: float = 2.0) -> dict:
