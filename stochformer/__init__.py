@@ -18,19 +18,40 @@ The same :func:`solve` runs the limit SDE (:class:`LimitSDE`) and the mean-field
 
 __version__ = "0.1.0"
 
-import importlib
-import os
-import sys
-from typing import Any
+import importlib as _importlib
+import os as _os
+import sys as _sys
+from typing import TYPE_CHECKING as _TYPE_CHECKING
+
+if _TYPE_CHECKING:  # what the names below resolve to, for type checkers and IDEs (imported lazily at run time)
+    from .core import sphere
+    from .core.brownian import BrownianPath, Draws
+    from .integrate import Model, SaveAt, solve
+    from .io.results import load
+    from .model import (
+        ACTIVATIONS,
+        Attention,
+        EulerMaruyama,
+        ExactField,
+        LimitSDE,
+        NoiseKernel,
+        NoiseSource,
+        RandomFeatureField,
+        RandomMLP,
+        SoftmaxAttention,
+        StratonovichHeun,
+        Transformer,
+        rates,
+    )
 
 #: OpenMP settings applied when stochformer is imported before torch (always, through the CLI),
 #: unless the variable is already set or STOCHFORMER_OMP=keep: torch's threads then sleep as soon
 #: as a parallel region ends instead of spinning, so on a machine whose cores are busy with other
 #: work a run slows by about its share instead of many-fold (docs/performance.md, "A shared machine")
 OMP_DEFAULTS = {"OMP_WAIT_POLICY": "PASSIVE"}
-if os.environ.get("STOCHFORMER_OMP") != "keep" and "torch" not in sys.modules:
+if _os.environ.get("STOCHFORMER_OMP") != "keep" and "torch" not in _sys.modules:
     for _key, _value in OMP_DEFAULTS.items():
-        os.environ.setdefault(_key, _value)
+        _os.environ.setdefault(_key, _value)
 
 #: the public names and the modules they live in, imported on first use (``import stochformer``
 #: and the command line's ``--help`` stay free of torch)
@@ -45,13 +66,14 @@ _WHERE = {
 __all__ = sorted(_WHERE)
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     if name not in _WHERE:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     if _WHERE[name] is None:  # a module of the ground layer
-        return importlib.import_module(f"{__name__}.core.{name}")
-    return getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
+        return _importlib.import_module(f"{__name__}.core.{name}")
+    return getattr(_importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+    """The public names: the lazily imported API, the version and the OpenMP defaults (no helpers)."""
+    return sorted({"__version__", "OMP_DEFAULTS", *__all__} | {n for n in globals() if not n.startswith("_")})

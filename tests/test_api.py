@@ -144,3 +144,14 @@ def test_results_save_and_load(tmp_path):
     assert json.loads(back.attrs["config"])["seed"] == 9 and back.attrs["command"] == "simulate"
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     np.testing.assert_allclose(summary["mean_cosine"], back["mean_cosine_mean"].values)
+
+
+def test_dir_lists_the_api_and_no_helpers():
+    """``dir(stochformer)`` is the public API (every name of ``__all__`` resolves), the version and
+    the OpenMP defaults: none of the package's own helpers (``importlib``, ``os``, ``sys``, ``Any``)."""
+    names = dir(sf)
+    assert set(sf.__all__) <= set(names) and "__version__" in names
+    assert not {"importlib", "os", "sys", "Any"} & set(names)
+    assert all(not n.startswith("_") or n == "__version__" for n in names), names
+    for name in sf.__all__:
+        assert getattr(sf, name) is not None
