@@ -24,7 +24,7 @@ from typing import Annotated, Any, Callable, Mapping, Optional, Protocol, Sequen
 import numpy as np
 import torch
 import xarray as xr
-from tqdm.auto import tqdm
+from .core.progress import tqdm
 
 from .core.brownian import BrownianPath, Draws, step_draws
 from .measure.diagnostics import STATISTICS, unchecked_pair_statistics

@@ -20,5 +20,8 @@ def test_tutorial_notebook_executes(tmp_path, monkeypatch):
     NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
     outputs = [o for cell in nb.cells if cell.cell_type == "code" for o in cell.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
+    warned = [o.text for o in outputs if o.output_type == "stream" and o.name == "stderr" and "Warning" in o.text]
+    assert not warned, warned  # e.g. tqdm's "IProgress not found" in a notebook without ipywidgets
+    assert any("sf.solve(" in cell.source for cell in nb.cells if cell.cell_type == "code")  # the entry point is shown
     images = [o for o in outputs if o.output_type == "display_data" and "image/png" in o.get("data", {})]
     assert len(images) >= 6  # every section shows its figure inline: no backend was switched

@@ -267,7 +267,7 @@ def run_bridge(cfg: BridgeConfig, progress: bool = False) -> BridgeResult:
 
 
 def _run_bridge(cfg: BridgeConfig, progress: bool) -> BridgeResult:
-    from tqdm.auto import tqdm
+    from ..core.progress import tqdm
 
     start = time.perf_counter()
     norm, pre = NORMS[cfg.block], cfg.block in PRE_NORM

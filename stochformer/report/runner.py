@@ -25,7 +25,7 @@ from typing import Any, Iterable, Optional
 import numpy as np
 import torch
 import xarray as xr
-from tqdm.auto import tqdm
+from ..core.progress import tqdm
 
 from .. import __version__
 from ..config import ConfigError, ExperimentConfig, RunConfig, build_config, load_toml

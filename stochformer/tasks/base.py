@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 
-from tqdm.auto import tqdm
+from ..core.progress import tqdm
 
 from ..io.store import ResultStore, config_key, source_hash
 

@@ -33,7 +33,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from tqdm.auto import tqdm
+from ..core.progress import tqdm
 
 from ..core.extras import require
 from .base import Task, open_store, run_in_process
