@@ -251,6 +251,22 @@ def _first_step(model: Any, X: Any, X0: torch.Tensor, on_sphere: bool, cause: An
                              f"stopped and nothing was written; likely cause: {likely_fields(cause)}")
 
 
+#: what the dataset's own variables and coordinates are (``long_name`` and ``units``, CF style:
+#: xarray's ``.plot()`` labels its axes with them); cosines and energies are dimensionless ("1")
+DESCRIPTIONS: dict[str, dict[str, str]] = {
+    "mean_cosine": {"long_name": "mean pairwise cosine ⟨x_i, x_j⟩", "units": "1"},
+    "min_cosine": {"long_name": "least pairwise cosine", "units": "1"},
+    "energy": {"long_name": "interaction energy E_β", "units": "1"},
+    "X": {"long_name": "token states", "units": "1"},
+    "X_final": {"long_name": "final token states", "units": "1"},
+    "time": {"long_name": "time t = k T/steps", "units": "units of T"},
+    "step": {"long_name": "step (layer) k", "units": "1"},
+    "snapshot_time": {"long_name": "time t of the token states", "units": "units of T"},
+    "snapshot_step": {"long_name": "step (layer) of the token states", "units": "1"},
+    "sample": {"long_name": "independent sample", "units": "1"},
+}
+
+
 def _observables(save: SaveAt, X: torch.Tensor, first: Optional[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
     """``save.fn(X)``, checked: a mapping of identifiers (not reserved, not a statistic's) to
     tensors with the batch as leading dim, the same names and shapes as at the first record."""
@@ -294,7 +310,13 @@ def _dataset(X, records, stat_steps, snapshots, token_steps, dt, save: SaveAt) -
         coords["snapshot_step"] = ("snapshot", np.asarray(token_steps))
     if save.final:
         variables["X_final"] = (("sample", "token", "dim"), X.detach().cpu().double().numpy())
-    return xr.Dataset(variables, coords=coords)
+    ds = xr.Dataset(variables, coords=coords)
+    for name, attrs in DESCRIPTIONS.items():
+        if name in ds.variables:
+            ds[name].attrs.update(attrs)
+    if "energy" in ds:
+        ds["energy"].attrs["long_name"] = f"interaction energy E_β (β = {save.energy_beta:g})"
+    return ds
 
 
 # --------------------------------------------------------------------------- metadata

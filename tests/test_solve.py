@@ -84,3 +84,17 @@ def test_a_variable_may_not_take_another_variables_dim_name():
 def test_fn_must_be_callable():
     with pytest.raises(TypeError, match="fn: must be a callable"):
         SaveAt(fn=3)
+
+
+def test_the_dataset_describes_itself():
+    """Every variable and coordinate of ``solve``'s own has a ``long_name`` and ``units`` (so
+    xarray's plots label their axes), the energy its β; a round trip through NetCDF keeps them."""
+    import xarray as xr
+
+    X0 = sf.sphere.uniform(2, 4, 3, seed=0)
+    ds = solve(_model(), X0, 1.0, 4, SaveAt(tokens_every=2, energy_beta=2.5), seed=0)
+    own = [n for n in ds.variables if n not in ("token", "dim")]
+    assert own and all({"long_name", "units"} <= set(ds[n].attrs) for n in own), {n: ds[n].attrs for n in own}
+    assert "β = 2.5" in ds["energy"].attrs["long_name"]
+    back = xr.Dataset.from_dict(ds.to_dict())
+    assert back["time"].attrs == ds["time"].attrs
