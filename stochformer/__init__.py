@@ -16,7 +16,7 @@ The same :func:`solve` runs the limit SDE (:class:`LimitSDE`) and the mean-field
 ``docs/architecture.md`` for how the modules fit together.
 """
 
-__version__ = "0.1.0"
+from .core.version import __version__
 
 import importlib as _importlib
 import os as _os

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import click
 
-from .. import __version__
+from ..core.version import __version__
 from .bridge import bridge_cmd
 from .chaos import chaos_cmd
 from .converge import converge_cmd
+from .pair import pair_cmd
 from .phase import phase_cmd
 from .rates import rates_cmd
 from .reproduce import reproduce_cmd
@@ -37,6 +38,6 @@ def main() -> None:
     """Deep transformers at random initialisation as interacting particle systems."""
 
 
-for _command in (simulate_cmd, rates_cmd, reproduce_cmd, sweep_cmd, sync_cmd, phase_cmd, converge_cmd, chaos_cmd, bridge_cmd,
-                 spectrum_cmd):
+for _command in (simulate_cmd, rates_cmd, pair_cmd, reproduce_cmd, sweep_cmd, sync_cmd, phase_cmd, converge_cmd, chaos_cmd,
+                 bridge_cmd, spectrum_cmd):
     main.add_command(_command)

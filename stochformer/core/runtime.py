@@ -12,7 +12,7 @@ from typing import Iterator
 import numpy as np
 import torch
 
-from .. import __version__
+from .version import __version__
 
 DTYPES = {"float64": torch.float64, "float32": torch.float32}
 

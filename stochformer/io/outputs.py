@@ -187,7 +187,7 @@ class Manifest:
     @classmethod
     def start(cls, folder: Path | str, command: str) -> "Manifest":
         """A new manifest for the existing folder ``folder`` (replacing any marker in it)."""
-        from .. import __version__
+        from ..core.version import __version__
 
         folder = Path(folder)
         st = os.stat(folder)

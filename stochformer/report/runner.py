@@ -27,7 +27,7 @@ import torch
 import xarray as xr
 from ..core.progress import tqdm
 
-from .. import __version__
+from ..core.version import __version__
 from ..config import ConfigError, ExperimentConfig, RunConfig, build_config, load_toml
 from ..core.extras import MissingExtraError
 from ..io.store import ResultStore, atomic_write_bytes, config_key, source_hash, to_jsonable, write_json

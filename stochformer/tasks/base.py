@@ -31,7 +31,7 @@ class Task:
     def cache_key(self) -> str:
         """Hash of the function's qualified name and its arguments (plus the package version and
         a hash of its source, so changed code never reuses stored results)."""
-        from .. import __version__
+        from ..core.version import __version__
 
         name = f"{self.fn.__module__}.{self.fn.__qualname__}"
         return config_key({"fn": name, "kwargs": self.kwargs, "version": __version__, "source": source_hash()})
