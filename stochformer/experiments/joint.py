@@ -191,9 +191,9 @@ class JointResult(Result):
                                   "m": ("point", self.config.path_m)})
 
 
-def _w2(A: torch.Tensor, B: torch.Tensor) -> float:
-    """W₂²(μ_A, μ_B)/(1 − n_A/n_B): A (n_A, d) against the reference B (n_B, d)."""
-    return w2_exact(A.double().cpu().numpy(), B.double().cpu().numpy()).value / (1 - A.shape[0] / B.shape[0])
+def _w2(A: torch.Tensor, B: np.ndarray) -> float:
+    """W₂²(μ_A, μ_B)/(1 − n_A/n_B): A (n_A, d) against the reference B (n_B, d), float64 numpy."""
+    return w2_exact(A.double().cpu().numpy(), B).value / (1 - A.shape[0] / B.shape[0])
 
 
 def coupled_sample(cfg: JointConfig, seed: int) -> dict[str, list[float]]:
@@ -231,7 +231,7 @@ def coupled_sample(cfg: JointConfig, seed: int) -> dict[str, list[float]]:
 
     def record() -> None:
         systems = S[0].split(sizes)
-        ref = systems[-1]
+        ref = systems[-1].double().cpu().numpy()  # once per record, for every system
         w_sde = [_w2(x, ref) for x in systems[:-1]]
         w_T = [_w2(x[0], ref) for x in X]
         for k in range(K):
