@@ -86,7 +86,7 @@ def _timed(fn) -> float:
     return time.perf_counter() - t
 
 
-def single(N: int, d: int, path: str, steps: int) -> dict:
+def single(N: int, d: int, path: str, steps: int, gemm: int = 2048) -> dict:
     """One (N, path) measurement in this process."""
     from stochformer.config import RunConfig
     from stochformer.config.build import make_field, make_particles
@@ -112,9 +112,9 @@ def single(N: int, d: int, path: str, steps: int) -> dict:
     times = times[1:]
     peak = rss.peak - base
     step_s = sorted(times)[len(times) // 2]
-    attn_s = _timed(lambda: stepper.sde.attention(X))
+    attn_s = _timed(lambda: stepper.attention(X))
     rate_shape = _rate(CHUNK, d, N)
-    rate_square = _rate(2048, 2048, 2048)
+    rate_square = _rate(gemm, gemm, gemm)
     flops = 4.0 * N * N * d
     model = flops / (rate_square * 1e9)
     # N² exponentials at the best rate measured: a cache-sized block of cosines (exp's arguments
@@ -138,11 +138,15 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--paths", nargs="+", default=["chunked", "sdpa"], choices=["chunked", "sdpa"])
     ap.add_argument("--no-write", action="store_true")
+    ap.add_argument("--quick", action="store_true", help="N = 1000, one step, the chunked path, a 256³ GEMM rate, print only: a smoke test")
+    ap.add_argument("--gemm", type=int, default=2048, help="side of the square GEMM whose rate is the model's (default 2048)")
     ap.add_argument("--single", nargs=2, metavar=("N", "PATH"), help=argparse.SUPPRESS)
     ap.add_argument("--rows", type=Path, help="re-tabulate rows printed by an earlier run (one dict per line)")
     args = ap.parse_args()
+    if args.quick:
+        args.sizes, args.steps, args.paths, args.no_write, args.gemm = [1000], 1, ["chunked"], True, 256
     if args.single:
-        print(json.dumps(single(int(args.single[0]), args.d, args.single[1], args.steps)))
+        print(json.dumps(single(int(args.single[0]), args.d, args.single[1], args.steps, args.gemm)))
         return
 
     load0 = os.getloadavg()[0]
@@ -151,7 +155,7 @@ def main() -> None:
         rows = [ast.literal_eval(line) for line in args.rows.read_text().splitlines() if line.startswith("{")]
     for path in [] if args.rows else args.paths:
         for N in args.sizes:
-            cmd = [sys.executable, __file__, "--single", str(N), path, "--d", str(args.d), "--steps", str(args.steps)]
+            cmd = [sys.executable, __file__, "--single", str(N), path, "--d", str(args.d), "--steps", str(args.steps), "--gemm", str(args.gemm)]
             timing, memory = (
                 json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout.strip().splitlines()[-1])
                 for env in (dict(os.environ), {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"})
@@ -171,7 +175,7 @@ def main() -> None:
         "`torch.nn.functional.scaled_dot_product_attention(scale=1)` (CPU flash kernel). Peak memory: the "
         "largest rise of the process's RSS (sampled every ms) from before the first step, in a second process "
         "whose allocator returns freed blocks at once (see the script's docstring). Model time: 4 N² d FLOPs divided by the float64 matmul rate measured "
-        f"in the same process on the attention's shape ({CHUNK} × {args.d}) · ({args.d} × N), and on a square 2048³ GEMM. "
+        f"in the same process on the attention's shape ({CHUNK} × {args.d}) · ({args.d} × N), and on a square {args.gemm}³ GEMM. "
         "Floor: the GEMM model time plus the N² float64 exponentials of the softmax (`torch.exp` at its best rate, on a cache-sized block, timed in the same process).", "",
         "| path | N | time/step (s) | attention (s) | peak memory (MB) | peak ratio vs N/2 | "
         "rate, attention shape (GFLOP/s) | time / model (attention shape) | rate, GEMM (GFLOP/s) | time / model (GEMM) | "

@@ -142,19 +142,22 @@ def main() -> None:
     ap.add_argument("--no-write", action="store_true", help="print only")
     ap.add_argument("--max-N", type=int, default=512)
     ap.add_argument("--repeats", type=int, default=15)
+    ap.add_argument("--quick", action="store_true", help="small sizes, one repeat, print only: a smoke test")
     args = ap.parse_args()
+    if args.quick:
+        args.max_N, args.repeats, args.no_write = 16, 1, True
     torch.set_num_threads(1)  # small ops: one thread is faster and far steadier on a busy machine
     load0 = os.getloadavg()[0]
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     kernel = NoiseKernel("relu", D)
-    acc = kernel_error_constant(kernel)
+    acc = kernel_error_constant(kernel, (16, 64), 32, 8) if args.quick else kernel_error_constant(kernel)
     widths = {eps: int(math.ceil((acc["c"] / eps) ** 2)) for eps in TOLERANCES}
     widths_all = sorted(set(widths.values()) | {1024})
     Ns = [n for n in (8, 16, 32, 64, 128, 256, 512, 1024, 2048) if n <= args.max_N]
     t_exact = [step_time(ExactField(kernel), N, args.repeats) for N in Ns]
     t_rf = {M: [step_time(RandomFeatureField("relu", features=M), N, args.repeats) for N in Ns] for M in widths_all}
     cross = {M: (crossover(Ns, t_exact, t_rf[M]), crossover(Ns, t_exact, t_rf[M], FACTOR)) for M in widths_all}
-    orders = strong_orders()
+    orders = strong_orders(B=8, n_fine=64, levels=(8, 16, 32), n_boot=50) if args.quick else strong_orders()
     load1 = os.getloadavg()[0]
 
     lines = [

@@ -152,7 +152,8 @@ RATIOS = [
 def law_statistic(X: torch.Tensor) -> list[float]:
     """log(1 − mean pairwise cosine) of the final tokens, per sample: the log-distance to
     synchronisation (its drift is the rate of SPEC §5), sensitive even when cosines are near 1."""
-    c = mean_cosine(X.to(torch.float64)).cpu()
+    X = X.to(torch.float64)  # float32 rows, cast, are unit only to float32 rounding: renormalise
+    c = mean_cosine(X / X.norm(dim=-1, keepdim=True)).cpu()
     return torch.log((1.0 - c).clamp_min(1e-300)).tolist()
 
 

@@ -57,9 +57,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--threads", type=int, default=None, help="OMP_NUM_THREADS of the runs (default: unset)")
     parser.add_argument("--work", type=Path, default=Path("/tmp/bench_versions"))
+    parser.add_argument("--quick", action="store_true", help="one tiny size, one round: a smoke test")
     args = parser.parse_args()
+    sizes = SIZES
+    if args.quick:
+        sizes, args.rounds = [dict(batch=2, N=4, d=4, m=16, L=3)], 1
     args.work.mkdir(parents=True, exist_ok=True)
-    for size in SIZES:
+    for size in sizes:
         times: dict[str, list[float]] = {"old": [], "new": []}
         agree = True
         for r in range(args.rounds):

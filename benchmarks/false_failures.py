@@ -106,7 +106,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
     parser.add_argument("--set", dest="overrides", action="append", default=[],
                         help="SECTION.FIELD=VALUE on top of the tiny sizes (repeatable)")
+    parser.add_argument("--quick", action="store_true", help="the first section, one replicate: a smoke test")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.replicates, args.budget = 1, 30.0
+        args.sections = args.sections or [plan("tiny")[0].section.name]
     if args.replicates < 1 or args.budget <= 0:
         parser.error("--replicates must be >= 1 and --budget > 0")
     torch.set_num_threads(args.threads)

@@ -79,7 +79,7 @@ def test_large_N_uses_chunked_blocks(monkeypatch):
     softmax_shapes, feature_shapes = [], []
     real_softmax, real_features = torch.softmax, fld.features_at
     monkeypatch.setattr(torch, "softmax", lambda x, dim: softmax_shapes.append(tuple(x.shape)) or real_softmax(x, dim=dim))
-    monkeypatch.setattr(fld, "features_at", lambda X: feature_shapes.append(tuple(X.shape)) or real_features(X))
+    monkeypatch.setattr(fld, "features_at", lambda X, out=None: feature_shapes.append(tuple(X.shape)) or real_features(X, out))
     X = _cloud(1, N, 3)
     model.step(X, cfg.dt, torch.Generator().manual_seed(1))
     # one step = one or more attention evaluations (integrator-dependent), each N/chunk blocks

@@ -538,6 +538,9 @@ class RandomFeatureField:
 
     def __post_init__(self) -> None:
         self._phi = get_activation(self.activation)
+        self._phi_in_place = self.activation == "relu"
+        self._u_scaled: Optional[tuple] = None  # (u, b, their versions, [u/√d; b]): made again once u or b changes
+        self._work: Optional[torch.Tensor] = None  # the features of a token chunk, kept across steps
 
     @property
     def d(self) -> Optional[int]:
@@ -563,15 +566,40 @@ class RandomFeatureField:
         self._u = torch.randn(batch, d, self.features, generator=generator, dtype=dtype, device=device)
         self._b = self.sigma_U * torch.randn(batch, 1, self.features, generator=generator, dtype=dtype, device=device)
 
-    def features_at(self, X: torch.Tensor) -> torch.Tensor:
-        """φ(u_k·x/√d + b_k): X (batch, n, d) → (batch, n, M)."""
+    def features_at(self, X: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """φ(u_k·x/√d + b_k): X (batch, n, d) → (batch, n, M), written into ``out`` when given
+        (one product u_k·x/√d + b_k, then φ in place for ReLU)."""
         if self._u is None:
             raise RuntimeError("RandomFeatureField.draw(...) (or reset) must be called before use")
-        return self._phi(X @ self._u / math.sqrt(X.shape[-1]) + self._b)
+        if torch.is_grad_enabled() and (X.requires_grad or self._u.requires_grad or self._b.requires_grad):
+            return self._phi(torch.baddbmm(self._b, X, self._u / math.sqrt(X.shape[-1])))  # no out=, no in place
+        A = torch.cat([X, X.new_ones(*X.shape[:-1], 1)], dim=-1)  # [x, 1] · [u/√d; b] = u·x/√d + b
+        pre = torch.matmul(A, self._weights(), out=out)
+        return torch.relu_(pre) if self._phi_in_place else self._phi(pre)
+
+    def _weights(self) -> torch.Tensor:
+        """[u/√d; b] (F, d + 1, M), kept while u and b are: the bias and the 1/√d come with the
+        one product, no further pass over (batch, n, M) per step."""
+        u, b, kept = self._u, self._b, self._u_scaled
+        if kept is None or kept[0] is not u or kept[1] is not b or kept[2] != (u._version, b._version):
+            kept = self._u_scaled = (u, b, (u._version, b._version), torch.cat([u / math.sqrt(u.shape[1]), b], dim=1))
+        return kept[3]
+
+    def _workspace(self, batch: int, n: int, like: torch.Tensor) -> torch.Tensor:
+        """Memory for the features of a token chunk, (batch, n, M), kept across steps (a fresh
+        multi-MB tensor per step comes as fresh pages from the OS each time: page faults); it
+        grows to the largest chunk asked for, a smaller one (the last chunk) uses its start."""
+        size = batch * n * self.features
+        w = self._work
+        if w is None or w.numel() < size or w.dtype != like.dtype or w.device != like.device:
+            w = self._work = torch.empty(size, dtype=like.dtype, device=like.device)
+        return w[:size].view(batch, n, self.features)
 
     def increment(self, X: torch.Tensor, dt: float, draws: Randomness) -> torch.Tensor:
         """The Brownian normals of a step are (F, M, d), and (F, 1, d) for B⁰ with σ_W > 0: they
-        do not depend on N, so one path drives systems of any size."""
+        do not depend on N, so one path drives systems of any size. Per token chunk: one product
+        for the pre-activations into a buffer kept across steps, φ in place, one product with the
+        normals; the scales act on the (B, N, d) result only."""
         B, N, d = X.shape
         F = self._u.shape[0] if self._u is not None else B
         if F not in (B, 1):
@@ -580,16 +608,25 @@ class RandomFeatureField:
         Z = draws.brownian((F, self.features, d), X.dtype, X.device)
         flat = F == 1 and B > 1  # one shared field: treat all B·N tokens as one cloud
         Xf = X.reshape(1, B * N, d) if flat else X
-        chunk = self.token_chunk or Xf.shape[1]
+        n = Xf.shape[1]
+        chunk = self.token_chunk or n
         if chunk < 1:  # every row of ``out`` is written by the loop below only for chunk >= 1
             raise ValueError(f"token_chunk: must be an integer >= 1 (got {chunk})")
         out = torch.empty_like(Xf)
-        for s in range(0, Xf.shape[1], chunk):  # token chunks, memory O(chunk · M)
-            out[:, s : s + chunk] = self.features_at(Xf[:, s : s + chunk]) @ Z
-        out = out.reshape(B, N, d) / math.sqrt(self.features)
+        for s in range(0, n, chunk):  # token chunks, memory O(chunk · M)
+            Xs = Xf[:, s : s + chunk]
+            phi = self.features_at(Xs, self._workspace(Xs.shape[0], Xs.shape[1], Xs))
+            Zs = Z.expand(phi.shape[0], -1, -1)
+            if chunk >= n:
+                out = torch.bmm(phi, Zs) if phi.requires_grad else torch.bmm(phi, Zs, out=out)
+            else:
+                out[:, s : s + chunk] = torch.bmm(phi, Zs)
+        out = out.view(B, N, d)
+        coef = self.scale * math.sqrt(dt)
+        out.mul_(coef / math.sqrt(self.features))
         if self.sigma_W > 0:
-            out = out + self.sigma_W * draws.brownian((F, 1, d), X.dtype, X.device)
-        return (self.scale * math.sqrt(dt)) * out
+            out.add_(draws.brownian((F, 1, d), X.dtype, X.device), alpha=coef * self.sigma_W)
+        return out
 
     def path_shape(self, F: int, d: int) -> list[tuple[int, int, int]]:
         """Shapes of the Brownian normals of one step for F fields in dimension d, B^k then B⁰ (for
