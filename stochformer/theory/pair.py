@@ -371,30 +371,24 @@ class PairDiffusion:
 
         0 where only the diagonal attracts, 1 where only the antipode does, NaN where neither
         does (z is recurrent and converges to neither end). Array of z0's shape."""
-        z0 = check_cosines("z0", z0)
-        top, bottom = self.diagonal.attracting, self.antipode.attracting
-        if not (top or bottom):
-            out = np.full(z0.shape, np.nan)
-        elif not bottom:
-            out = np.zeros(z0.shape)
-        elif not top:
-            out = np.ones(z0.shape)
-        else:
-            out = _expit(self.log_scale_above(z0) - self.log_scale_below(z0))
-        return float(out) if out.ndim == 0 else out
+        return self._end_probability(z0, antipode=True)
 
     def p_diagonal(self, z0: ArrayLike) -> Union[float, np.ndarray]:
         """P(z_t → 1 | z_0 = z0) = 1 − :meth:`p_antipodal` (computed from the other side)."""
+        return self._end_probability(z0, antipode=False)
+
+    def _end_probability(self, z0: ArrayLike, antipode: bool) -> Union[float, np.ndarray]:
+        """P(z_t → −1) (``antipode``) or P(z_t → 1) from z0: 0 or 1 where only one end attracts,
+        NaN where neither does, else the scale function's ratio, from the side that is accurate."""
         z0 = check_cosines("z0", z0)
         top, bottom = self.diagonal.attracting, self.antipode.attracting
         if not (top or bottom):
             out = np.full(z0.shape, np.nan)
-        elif not bottom:
-            out = np.ones(z0.shape)
-        elif not top:
-            out = np.zeros(z0.shape)
+        elif not (bottom and top):
+            out = np.full(z0.shape, float(bottom == antipode))
         else:
-            out = _expit(self.log_scale_below(z0) - self.log_scale_above(z0))
+            above, below = self.log_scale_above(z0), self.log_scale_below(z0)
+            out = _expit(above - below if antipode else below - above)
         return float(out) if out.ndim == 0 else out
 
     def hit_probability(self, z0: ArrayLike, lower: float, upper: float) -> Union[float, np.ndarray]:
