@@ -76,4 +76,4 @@ def __getattr__(name: str) -> object:
 
 def __dir__() -> list[str]:
     """The public names: the lazily imported API, the version and the OpenMP defaults (no helpers)."""
-    return sorted({"__version__", "OMP_DEFAULTS", *__all__} | {n for n in globals() if not n.startswith("_")})
+    return sorted({"__version__", *__all__} | {n for n in globals() if not n.startswith("_")})

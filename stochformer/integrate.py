@@ -270,26 +270,28 @@ DESCRIPTIONS: dict[str, dict[str, str]] = {
 def _observables(save: SaveAt, X: torch.Tensor, first: Optional[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
     """``save.fn(X)``, checked: a mapping of identifiers (not reserved, not a statistic's) to
     tensors with the batch as leading dim, the same names and shapes as at the first record."""
-    where = f"SaveAt.fn ({callable_name(save.fn)})"
+    def where() -> str:  # named only when something is wrong: no formatting per record
+        return f"SaveAt.fn ({callable_name(save.fn)})"
+
     out = save.fn(X)  # type: ignore[misc]
     if not isinstance(out, Mapping) or not out:
-        raise ValueError(f"{where}: must return a non-empty mapping of names to tensors (got {short(out)})")
+        raise ValueError(f"{where()}: must return a non-empty mapping of names to tensors (got {short(out)})")
     got = {}
     for name, value in out.items():
         if not (isinstance(name, str) and name.isidentifier()) or name in RESERVED or name in save.stats:
-            raise ValueError(f"{where}: {short(name)} is not a free variable name (an identifier other than "
+            raise ValueError(f"{where()}: {short(name)} is not a free variable name (an identifier other than "
                              f"{', '.join(sorted(RESERVED | set(save.stats)))})")
         if not torch.is_tensor(value) or value.dim() < 1 or value.shape[0] != X.shape[0]:
-            raise ValueError(f"{where}: {name!r} must be a tensor with the batch {X.shape[0]} as its leading dim "
+            raise ValueError(f"{where()}: {name!r} must be a tensor with the batch {X.shape[0]} as its leading dim "
                              f"(got {short(value)})")
         got[name] = value.detach().cpu()
     dims = {f"{name}_{i}" for name, value in got.items() for i in range(value.dim() - 1)}
     if dims & set(got):
-        raise ValueError(f"{where}: {sorted(dims & set(got))} name both a variable and a dim of another (NAME_i)")
+        raise ValueError(f"{where()}: {sorted(dims & set(got))} name both a variable and a dim of another (NAME_i)")
     if first is not None:
         want = {n: v.shape for n, v in first.items() if n not in save.stats}
         if {n: v.shape for n, v in got.items()} != want:
-            raise ValueError(f"{where}: returned {sorted(got)} with shapes {[tuple(v.shape) for v in got.values()]}, "
+            raise ValueError(f"{where()}: returned {sorted(got)} with shapes {[tuple(v.shape) for v in got.values()]}, "
                              f"not the names and shapes of its first call")
     return got
 

@@ -36,8 +36,6 @@ PRE_EXISTING_CYCLE_EDGES = frozenset({
 LAYERS = ("core", "io", "model", "measure", "integrate", "config", "tasks", "theory", "experiments", "plotting",
           "report", "cli")
 
-#: imports up the layers that the cycle constants above already name (each lazy, inside a function)
-UPWARD_EXCEPTIONS = frozenset({("stochformer.core.validation", "stochformer.config")})
 
 
 @dataclass(frozen=True)
@@ -270,7 +268,10 @@ def test_every_module_is_in_a_layer() -> None:
 
 
 def test_layers() -> None:
-    """No import up the layers (but the listed lazy ones); and every listed exception is still made."""
+    """No import up the layers but those of the cycle constants above that go up (each lazy,
+    inside a function); and every such exception is still made."""
+    UPWARD_EXCEPTIONS = {e for e in PRE_EXISTING_CYCLE_EDGES if None not in (_layer(e[0]), _layer(e[1]))
+                         and _layer(e[1]) > _layer(e[0])}
     imports, _ = _package()
     up = {(u.module, u.target): u for u in imports
           if None not in (_layer(u.module), _layer(u.target)) and _layer(u.target) > _layer(u.module)}

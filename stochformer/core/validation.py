@@ -525,18 +525,15 @@ def import_object(spec: str, field: str) -> Any:
     dotted, ``"module:Class.method"``), as a config file or ``--set`` gives a user's own part.
     Importing runs the module's code, as any Python import does: use only configurations you trust.
     ``ValueError`` naming ``field`` if the string is malformed or nothing can be imported."""
-    import importlib
+    import pkgutil
 
     module, sep, attr = spec.partition(":")
     if not (sep and module and attr) or not all(p.isidentifier() for p in module.split(".") + attr.split(".")):
         raise ValueError(f"{field}: {clip(spec)!r} is not an import string 'package.module:attribute'")
     try:
-        obj: Any = importlib.import_module(module)
-        for part in attr.split("."):
-            obj = getattr(obj, part)
+        return pkgutil.resolve_name(spec)
     except (ImportError, AttributeError) as exc:
         raise ValueError(f"{field}: cannot import {clip(spec)!r}: {clip(str(exc))}") from None
-    return obj
 
 
 def callable_name(fn: Any) -> str:
