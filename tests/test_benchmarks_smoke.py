@@ -33,6 +33,7 @@ def _cases(tmp: Path) -> dict[str, list[str]]:
         "bench_meanfield": ["bench_meanfield.py", "--quick"],
         "bench_meanfield_gpu": ["bench_meanfield_gpu.py", str(tmp / "meanfield_gpu"), "--quick"],
         "bench_scaling": ["bench_scaling.py", "--out", str(tmp), "--quick", "--repeats", "1"],
+        "bench_random_batch": ["bench_random_batch.py", "--quick", "--no-write"],
         "bench_sde": ["bench_sde.py", "--quick"],
         "bench_shared": ["bench_shared.py", "--quick", "--rounds", "1", "--no-write"],
         "bench_startup": ["bench_startup.py", "--repeats", "1", "--no-write"],

@@ -174,6 +174,11 @@ class RunConfig(StrictConfig):
     attention_std: float = Field(1.0, ge=0.0, description="std σ of the random parts σZ/√d of Q, K, V ('resampled', 'averaged')")
     attention_draws: int = Field(256, ge=1, description="Monte Carlo draws of (Q, K) of the 'averaged' drift (>= 1)")
     attention_seed: int = Field(0, ge=0, le=2**64 - 1, description="seed of the 'averaged' drift's draws")
+    attention_batch: Optional[int] = Field(
+        None, ge=2,
+        description="random-batch softmax attention (Jin-Li-Liu): each token attends to its p - 1 batch-mates of a "
+        "random partition redrawn every step (>= 2; None: exact attention over all tokens)",
+    )
     # law of the explicit MLP weights U, W (SPEC §7); biases stay Gaussian
     weight_law: Literal["gaussian", "rademacher", "uniform", "student_t"] = Field(
         "gaussian",
@@ -242,6 +247,9 @@ class RunConfig(StrictConfig):
             if mat is not None:
                 if len(mat) != self.d or any(len(row) != self.d for row in mat):
                     raise ValueError(f"{name}: must be a d x d matrix with d = {self.d}")
+        if self.attention_batch is not None and (self.attention_kind != "softmax" or not self.attention):
+            raise ValueError("attention_batch: random batches apply to softmax attention (attention_kind = 'softmax', "
+                             f"attention = true; got attention_kind = {self.attention_kind!r}, attention = {self.attention})")
         if self.attention_kind == "multihead" and self.d % self.heads:
             raise ValueError(f"heads: must divide d = {self.d} (got {self.heads})")
         if self.attention_kind == "resampled" and self.dynamics != "transformer":

@@ -13,7 +13,7 @@ from ..core import sphere
 from ..io.tokens import load_tokens
 from . import InitConfig, RunConfig
 from ..model.activations import ActivationLike
-from ..model.attention import DEFAULT_BLOCK, Attention, SoftmaxAttention, query_chunk
+from ..model.attention import DEFAULT_BLOCK, Attention, RandomBatchAttention, SoftmaxAttention, query_chunk
 from ..model.attention_variants import (
     ATTENTION_KINDS,
     AveragedAttention,
@@ -29,7 +29,7 @@ from ..model.noise import ExactField, NoiseSource, RandomFeatureField, RandomMLP
 from ..model.rng import resolve_backend
 from ..model.sde import INTEGRATORS, LimitSDE
 from ..model.transformer import Transformer
-from ..core.runtime import child_seeds
+from ..core.runtime import child_seeds, named_seed
 
 
 
@@ -61,7 +61,10 @@ def make_attention(
         return None
     if cfg.attention_kind != "softmax":
         return make_variant(cfg, dtype, device)
-    return SoftmaxAttention.from_matrices(cfg.d, cfg.beta, cfg.gamma_value, cfg.Q, cfg.K, cfg.V, dtype, device, chunk, sdpa)
+    exact = SoftmaxAttention.from_matrices(cfg.d, cfg.beta, cfg.gamma_value, cfg.Q, cfg.K, cfg.V, dtype, device, chunk, sdpa)
+    if cfg.attention_batch is None:
+        return exact
+    return RandomBatchAttention(exact, cfg.attention_batch, named_seed(cfg.seed, "attention_batch"))
 
 
 def _matrix(cfg: RunConfig, name: str, default: torch.Tensor) -> torch.Tensor:

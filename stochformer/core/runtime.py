@@ -6,6 +6,7 @@ import contextlib
 import functools
 import platform
 import sys
+import zlib
 from importlib import metadata
 from typing import Iterator
 
@@ -73,6 +74,13 @@ def child_seeds(seed: int, n: int) -> list[int]:
 
     Use these for sub-runs and parts of the samples so that results do not depend on how work is split."""
     return [int(s.generate_state(1, dtype=np.uint64)[0] >> np.uint64(1)) for s in np.random.SeedSequence(seed).spawn(n)]
+
+
+def named_seed(seed: int, name: str) -> int:
+    """A deterministic seed for the part ``name`` of a run with ``seed``, independent of every
+    :func:`child_seeds` stream of that seed (SeedSequence entropy [seed, crc32(name)])."""
+    entropy = [int(seed), zlib.crc32(name.encode())]
+    return int(np.random.SeedSequence(entropy).generate_state(1, dtype=np.uint64)[0] >> np.uint64(1))
 
 
 @contextlib.contextmanager

@@ -66,9 +66,11 @@ def _step(cfg: RunConfig, batch: int, N: int) -> tuple[dict[str, float], float]:
 
     s = 4 if cfg.dtype == "float32" else 8
     B, d, m, M = batch, cfg.d, cfg.m, cfg.features
-    pairs = B * min(N * N, DEFAULT_BLOCK)  # scores / Gram entries formed at once
+    # scores / Gram entries formed at once; random batches attend within p (SPEC §4)
+    reach = N if cfg.attention_batch is None else min(N, 2 * cfg.attention_batch)
+    pairs = B * min(N * reach, DEFAULT_BLOCK)
     terms = {"N or batch": 3.0 * s * pairs}
-    flops = 4.0 * B * N * N * d
+    flops = 4.0 * B * N * reach * d
     matrices, matrix_flops = attention_matrices(cfg, B, N)
     if matrices:
         terms["d (the attention's d x d matrices) or batch"] = s * matrices

@@ -7,19 +7,22 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Optional, Protocol
+from dataclasses import dataclass, field
+from typing import Annotated, Optional, Protocol
 
 import torch
 import torch.nn.functional as F
 
+from ..core.runtime import make_generator
 from ..core.validation import (
     Bool,
     DeviceLike,
     FiniteFloat,
     FloatDtype,
+    Int,
     Matrix,
     PositiveInt,
+    Seed,
     check_int,
     check_parts,
     check_tensor,
@@ -176,3 +179,81 @@ def _chunked(q: torch.Tensor, keys: torch.Tensor, vals: torch.Tensor, chunk: int
         nd = v1T @ S.transpose(-1, -2)  # (..., e + 1, rows)
         out[..., s : s + rows, :] = (nd[..., :-1, :] / nd[..., -1:, :]).transpose(-1, -2)
     return out
+
+
+@validated
+@dataclass
+class RandomBatchAttention:
+    """Random-batch attention (Jin, Li, Liu, J. Comput. Phys. 400, 2020) for the many-token solver
+    (SPEC §4): at every call the N tokens of each sample are split, by a uniform random
+    permutation, into batches of ``p`` (the last batch takes the remainder: p to 2p − 1 tokens),
+    and token i attends only to its batch-mates, self excluded:
+
+        Attn(x_i) ≈ Σ_{j ∈ B(i), j ≠ i} softmax_j(⟨Q x_i, K x_j⟩) V x_j.
+
+    Numerator and denominator are unbiased for the sums over j ≠ i, so the error against the exact
+    attention is a bias O(1/p) (from their ratio and the self term, which exact attention includes
+    with weight O(1/N)) and a fluctuation of variance O(1/p) that is redrawn at every step and
+    averages out over steps (Jin–Li–Liu: the strong error of the dynamics is O(√(Δt/p))). Cost
+    O(N p d) and memory O(N d) per sample instead of O(N² d): at N ≥ 10⁵ tokens the exact step is
+    out of reach on a CPU and this one is not (docs/benchmarks.md, "Random-batch attention").
+
+    ``exact``: the attention whose scores and values are used (β, γ or A, V of
+    :class:`SoftmaxAttention`; its ``chunk`` and ``sdpa`` do not apply). ``p``: tokens per batch
+    (≥ 2). The permutations come from the piece's own generator, seeded with ``seed`` and started
+    again at every run (:meth:`reset`), so the run's noise draws are the same as with the exact
+    attention: the two can be compared path by path. Only self-attention (``keys=None``)."""
+
+    exact: SoftmaxAttention
+    p: Annotated[int, Int(2)]
+    seed: Seed = 0
+    _gen: Optional[torch.Generator] = field(default=None, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.exact, SoftmaxAttention):
+            raise TypeError(f"exact: must be a SoftmaxAttention (got {type(self.exact).__name__})")
+
+    @property
+    def d(self) -> Optional[int]:
+        return self.exact.d
+
+    def reset(self, batch, d, generator, dtype, device) -> None:
+        """The start of a run: the permutations start again from ``seed``."""
+        self._gen = make_generator(self.seed, device)
+
+    def flops(self, N: int, d: int) -> float:
+        """Matrix-product flops per sample: 4 N p d for the scores and their product with the values
+        (plus the d × d products of A and V, as in :meth:`SoftmaxAttention.flops`)."""
+        extra = (0.0 if self.exact.A is None else 2.0 * N * d * d) + (0.0 if self.exact.V is None else 2.0 * N * d * d)
+        return 4.0 * N * min(self.p, N) * d + extra
+
+    def __call__(self, X: torch.Tensor, keys: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """The random-batch estimate of Attn_μ(x_i) for the tokens X: (batch, N, d) → (batch, N, e)."""
+        if keys is not None and keys is not X:
+            raise ValueError("RandomBatchAttention: the batches are drawn among the tokens themselves (keys must be None)")
+        B, N, d = X.shape
+        if N < 2:
+            raise ValueError(f"RandomBatchAttention: needs N >= 2 tokens, each attending to others (got N = {N})")
+        if self._gen is None or self._gen.device != X.device:
+            self._gen = make_generator(self.seed, X.device)
+        perm = torch.stack([torch.randperm(N, generator=self._gen, device=X.device) for _ in range(B)])
+        rows = (perm + N * torch.arange(B, device=X.device).unsqueeze(-1)).flatten()  # into (B·N, ·)
+        Xp = X.reshape(B * N, d).index_select(0, rows).view(B, N, d)
+        q, vals = self.exact._queries(Xp), self.exact._values(Xp)
+        e = vals.shape[-1]
+        n_full = max(N // self.p - 1, 0)  # batches of exactly p; the last batch has the rest
+        head = n_full * self.p
+        out = torch.empty(B, N, e, dtype=vals.dtype, device=X.device)
+        if n_full:
+            out[:, :head] = _within(q[:, :head].reshape(B, n_full, self.p, d), Xp[:, :head].reshape(B, n_full, self.p, d),
+                                    vals[:, :head].reshape(B, n_full, self.p, e)).reshape(B, head, e)
+        out[:, head:] = _within(q[:, head:].unsqueeze(1), Xp[:, head:].unsqueeze(1), vals[:, head:].unsqueeze(1)).squeeze(1)
+        return torch.empty_like(out).view(B * N, e).index_copy_(0, rows, out.view(B * N, e)).view(B, N, e)
+
+
+def _within(q: torch.Tensor, keys: torch.Tensor, vals: torch.Tensor) -> torch.Tensor:
+    """Σ_{j ≠ i} softmax_j(⟨q_i, k_j⟩) v_j within each batch: q, keys (..., p, d), vals (..., p, e);
+    PyTorch's fused attention with the diagonal masked (scale 1, no 1/√d)."""
+    p = q.shape[-2]
+    others = ~torch.eye(p, dtype=torch.bool, device=q.device)
+    return F.scaled_dot_product_attention(q, keys, vals, attn_mask=others, scale=1.0)
