@@ -27,9 +27,11 @@ def rates_cmd(config_file, overrides, as_json) -> None:
     gamma the attention V = γI, default 0 here, which adds −γ to λ₁ and −2γ to λ̄), and the noise's
     Lyapunov spectrum λ_i = ((d−1−2i)/2)κ' − ((d−1)/2)κ, i = 1..d−1 (``lyapunov_spectrum``), with
     the finite-time law of log|v_t|: variance rate κ + κ', g(2) = λ̄, stability index p* = −2λ₁/(κ + κ')
-    (null without noise)."""
+    (null without noise). ``gain`` g is the std of the inner weights U (variance g²); g_c is the
+    critical gain where λ₁ changes sign, searched on (0, 100] (``critical_gain``; null where λ₁
+    keeps its sign there; it does not depend on the config's own gain)."""
     from ..config.build import make_kernel
-    from ..model.kernel import lyapunov_spectrum, moment_exponent, rates, stability_index
+    from ..model.kernel import G_MAX, critical_gain, lyapunov_spectrum, moment_exponent, rates, stability_index
 
     cfg = resolve_config(config_file, overrides, base={"gamma": 0.0})
     r = rates(make_kernel(cfg), beta=cfg.energy_beta, gamma=cfg.gamma_value)
@@ -41,11 +43,13 @@ def rates_cmd(config_file, overrides, as_json) -> None:
         "log_norm_variance_rate": r.kappa + r.kappa_prime,
         "moment_exponent_2": moment_exponent(2.0, r.kappa, r.kappa_prime, cfg.d),
         "stability_index": None if math.isnan(p_star) else p_star,
+        "g_c": critical_gain(make_kernel(cfg)),
     }
     if as_json:
         click.echo(json.dumps({**r.to_dict(), **extra}))
         return
-    click.echo(f"activation={cfg.activation} d={cfg.d} sigma_U={cfg.sigma_U} sigma_W={cfg.sigma_W} noise_scale={cfg.noise_scale}")
+    click.echo(f"activation={cfg.activation} d={cfg.d} sigma_U={cfg.sigma_U} sigma_W={cfg.sigma_W} noise_scale={cfg.noise_scale} "
+               f"gain={cfg.gain}")
     rows = [
         ("kappa(1)", r.kappa), ("kappa'(1)", r.kappa_prime),
         ("lambda_1  (Lyapunov exponent)", r.lambda_1), ("lambda_bar (first-moment rate)", r.lambda_bar),
@@ -59,3 +63,6 @@ def rates_cmd(config_file, overrides, as_json) -> None:
     for name, value in rows:
         click.echo(f"  {name:<44s} {value: .8g}")
     click.echo(f"  {'Lyapunov spectrum (spacing kappa_prime)':<44s} {_spectrum_text(spectrum)}")
+    g_c = extra["g_c"]
+    click.echo(f"  {'g_c (lambda_1 = 0 as the gain grows)':<44s} " + (f"{g_c: .8g}" if g_c is not None else
+                                                                     f"none on (0, {G_MAX:g}]"))

@@ -1,6 +1,6 @@
 """Validated run configuration (pydantic), TOML loading and ``FIELD=VALUE`` overrides.
 
-Field names follow SPEC §1 (``N, d, L, T, m, sigma_U, sigma_W, beta, gamma, Q, K, V``). Every
+Field names follow SPEC §1 (``N, d, L, T, m, sigma_U, sigma_W, beta, gamma, Q, K, V``; ``gain`` g of SPEC §8). Every
 invalid input raises :class:`ConfigError`, one message naming each bad field and its valid range,
 before any work starts.
 """
@@ -151,6 +151,8 @@ class RunConfig(StrictConfig):
     activation: str = Field("relu", description="φ: a name (relu, tanh, …) or an import string 'package.module:function'")
     sigma_U: float = Field(0.0, ge=0.0, description="std of the inner bias b_U")
     sigma_W: float = Field(0.0, ge=0.0, description="std of the outer bias b_W")
+    gain: float = Field(1.0, ge=0.0, description="g: std of the inner weights U, which have variance g² (>= 0, finite; "
+                        "SPEC §8, the order-to-chaos transition)")
     noise_scale: float = Field(1.0, ge=0.0, description="overall scale s of the MLP (κ → s²κ)")
     mlp: bool = True
     # attention: Qᵀ K = βI and V = γI unless explicit matrices are given

@@ -48,8 +48,8 @@ def initial_tokens(
 
 
 def make_kernel(cfg: RunConfig, activation: Optional[ActivationLike] = None) -> NoiseKernel:
-    """κ for the config's activation (or the callable ``activation``), d, σ_U, σ_W and noise scale."""
-    return NoiseKernel(activation or cfg.activation, cfg.d, cfg.sigma_U, cfg.sigma_W, cfg.noise_scale)
+    """κ for the config's activation (or the callable ``activation``), d, σ_U, σ_W, noise scale and gain."""
+    return NoiseKernel(activation or cfg.activation, cfg.d, cfg.sigma_U, cfg.sigma_W, cfg.noise_scale, gain=cfg.gain)
 
 
 def make_attention(
@@ -120,7 +120,8 @@ def make_noise(cfg: RunConfig, activation: Optional[ActivationLike] = None, toke
     if not cfg.mlp or cfg.noise_scale == 0:
         return None
     kind = noise_kind(cfg)
-    common = dict(activation=activation or cfg.activation, sigma_U=cfg.sigma_U, sigma_W=cfg.sigma_W, scale=cfg.noise_scale)
+    common = dict(activation=activation or cfg.activation, sigma_U=cfg.sigma_U, sigma_W=cfg.sigma_W, scale=cfg.noise_scale,
+                  gain=cfg.gain)
     if kind in ("mlp", "mlp_gaussian"):
         rng = resolve_backend(cfg.rng, cfg.device)
         mode = "weights" if kind == "mlp" else "gaussian"
@@ -156,11 +157,11 @@ def make_field(
     token_chunk: Optional[int] = 4096,
 ) -> RandomFeatureField:
     """``fields`` independent random-feature fields of width ``cfg.features`` (activation, σ_U,
-    σ_W, noise scale from ``cfg``), their features drawn now from ``generator``: a field to share
+    σ_W, noise scale, gain from ``cfg``), their features drawn now from ``generator``: a field to share
     between systems of any N (SPEC §4)."""
     field = RandomFeatureField(
         activation=cfg.activation, features=cfg.features, sigma_U=cfg.sigma_U, sigma_W=cfg.sigma_W,
-        scale=cfg.noise_scale, token_chunk=token_chunk,
+        scale=cfg.noise_scale, token_chunk=token_chunk, gain=cfg.gain,
     )
     field.draw(fields, cfg.d, generator, dtype, device)
     return field

@@ -844,14 +844,14 @@ def likely_fields(cfg: Any) -> str:
             top = max(abs(x) for row in mat for x in row)
             if top > 1e3:
                 found.append(f"{name} (entries up to {top:.3g})")
-    for name in ("beta", "gamma_value", "sigma_U", "sigma_W", "noise_scale"):
+    for name in ("beta", "gamma_value", "sigma_U", "sigma_W", "noise_scale", "gain"):
         value = getattr(cfg, name, None)
         if isinstance(value, (int, float)) and abs(value) > 1e3:
             found.append(f"{name.removesuffix('_value')} = {value:.3g}")
     dt = getattr(cfg, "T", 0.0) / max(1, getattr(cfg, "L", 1))
     if dt > 1:
         found.append(f"the step T/L = {dt:.3g} (raise L or lower T)")
-    return ", ".join(found) or "the step T/L and the scales of beta, gamma, Q, K, V, sigma_U, sigma_W, noise_scale"
+    return ", ".join(found) or "the step T/L and the scales of beta, gamma, Q, K, V, sigma_U, sigma_W, noise_scale, gain"
 
 
 def check_finite(X: torch.Tensor, layer: int, cfg: Any = None, what: str = "tokens") -> torch.Tensor:

@@ -159,7 +159,7 @@ def spectrum_flow(cfg: RunConfig, width: Optional[int] = None, jacobian: Jacobia
     else:
         mode: Literal["weights", "gaussian"] = "weights" if noise_kind(cfg) == "mlp" else "gaussian"
         jet = MLPJet(width or cfg.m, cfg.activation, cfg.sigma_U, cfg.sigma_W, cfg.noise_scale, mode, cfg.weight_law,
-                     cfg.student_nu, max(cfg.m, width or cfg.m), resolve_backend(cfg.rng, cfg.device))
+                     cfg.student_nu, max(cfg.m, width or cfg.m), resolve_backend(cfg.rng, cfg.device), cfg.gain)
         model = Transformer(None, None, cfg.order)
     return TangentFlow(model, jet, jacobian)
 

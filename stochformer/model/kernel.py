@@ -3,23 +3,26 @@
 SPEC §2: ``E[G(x) G(y)ᵀ] = κ(⟨x,y⟩) I_d`` with
 
     κ(ρ) = s² ( E[φ(V₁) φ(V₂)] + σ_W² ),  (V₁, V₂) centred Gaussian,
-    Var Vᵢ = v = 1/d + σ_U²,  Cov = c(ρ) = ρ/d + σ_U²,
+    Var Vᵢ = v = g²/d + σ_U²,  Cov = c(ρ) = g²ρ/d + σ_U²,
 
-where s is the overall noise scale (``noise_scale``, default 1). By Price's theorem
-``κ'(ρ) = (s²/d) E[φ'(V₁) φ'(V₂)]``. Closed forms are used for relu, leaky_relu, linear and erf;
+where s is the overall noise scale (``noise_scale``, default 1) and g the gain (``gain``, default
+1): the std of the inner weights U, which have variance g² (SPEC §8, the order-to-chaos
+transition; docs/theory.md). By Price's theorem ``κ'(ρ) = (s² g²/d) E[φ'(V₁) φ'(V₂)]``. Closed forms are used for relu, leaky_relu, linear and erf;
 everything else (and any callable) goes through tensor-product Gauss–Hermite quadrature, with φ'
 from autograd.
 
 SPEC §5: λ₁ = ((d−3)/2) κ' − ((d−1)/2) κ, λ̄ = (d−1) κ' − (d−3) κ, and Theorem 1.4's
 λ̄' = −inf_{u∈[−1,1)} F(u). SPEC §8 (derived, docs/spectrum.md): the whole Lyapunov spectrum of one
 token's tangent flow λ_i = ((d−1−2i)/2) κ' − ((d−1)/2) κ, the moment exponent g(p) = pλ₁ + p²(κ+κ')/2
-of a tangent vector (g(2) = λ̄) and its stability index p* = −2λ₁/(κ+κ').
+of a tangent vector (g(2) = λ̄) and its stability index p* = −2λ₁/(κ+κ'); the critical gain g_c
+where λ₁ changes sign as the inner weights' std g grows (:func:`critical_gain`, the order-to-chaos
+transition).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from functools import cached_property
 from typing import Annotated
 
@@ -27,7 +30,7 @@ import numpy as np
 import torch
 
 from .activations import LEAKY_RELU_SLOPE, ActivationLike, activation_name, get_activation
-from ..core.validation import INT_MAX, EnergyBeta, FiniteFloat, Int, NonNegativeFloat, short, validated
+from ..core.validation import INT_MAX, EnergyBeta, FiniteFloat, Int, NonNegativeFloat, Real, short, validated
 
 _F64 = torch.float64
 
@@ -58,6 +61,12 @@ def _arccos_parts(r: torch.Tensor, v: float) -> tuple[torch.Tensor, torch.Tensor
     return theta, k
 
 
+#: the activations with closed-form kernels
+CLOSED_FORMS = ("relu", "leaky_relu", "linear", "erf")
+#: the composite rule of :attr:`NoiseKernel.moments_at_one`: its largest panel width (in x) and panel
+#: count (the panels widen beyond v ≈ 10⁵)
+DIAGONAL_PANEL, DIAGONAL_PANELS = 0.5, 1 << 15
+
 #: token dimensions of a kernel
 _Dim = Annotated[int, Int(2, INT_MAX)]
 
@@ -65,7 +74,11 @@ _Dim = Annotated[int, Int(2, INT_MAX)]
 @validated
 @dataclass(frozen=True)
 class NoiseKernel:
-    """κ(ρ) for activation φ, dimension d, bias scales σ_U, σ_W and noise scale s.
+    """κ(ρ) for activation φ, dimension d, bias scales σ_U, σ_W, noise scale s and gain g.
+
+    ``gain`` g ≥ 0 (finite, default 1): the std of the inner weights U, which have variance g²;
+    then v = g²/d + σ_U², c(ρ) = g²ρ/d + σ_U² and κ'(ρ) = (s² g²/d) E[φ'(V₁) φ'(V₂)].
+    At g = 1 every value is bit-for-bit that of the kernel without a gain.
 
     ``kappa(rho)`` and ``kappa_prime(rho)`` take any float or tensor of cosines in [−1, 1] and return
     a float64 tensor of the same shape. Arguments are checked (``ValueError`` naming the argument
@@ -78,6 +91,7 @@ class NoiseKernel:
     sigma_W: NonNegativeFloat = 0.0
     scale: NonNegativeFloat = 1.0
     quad_points: Annotated[int, Int(2, 1000)] = 64
+    gain: NonNegativeFloat = 1.0
 
     def __post_init__(self) -> None:
         if not callable(self.activation):
@@ -89,25 +103,34 @@ class NoiseKernel:
 
     @property
     def variance(self) -> float:
-        """v = 1/d + σ_U², the variance of one pre-activation."""
-        return 1.0 / self.d + self.sigma_U * self.sigma_U
+        """v = g²/d + σ_U², the variance of one pre-activation."""
+        return self._g2 / self.d + self.sigma_U * self.sigma_U
+
+    @property
+    def _g2(self) -> float:
+        """g², the variance of one inner weight (exactly 1.0 at the default gain)."""
+        return self.gain * self.gain
 
     def _cov(self, rho: torch.Tensor) -> torch.Tensor:
-        return rho / self.d + self.sigma_U * self.sigma_U
+        return self._g2 * rho / self.d + self.sigma_U * self.sigma_U
 
     def _corr(self, rho: torch.Tensor) -> torch.Tensor:
-        """c(ρ)/v, computed without forming σ_U² when σ_U is large (no overflow)."""
+        """c(ρ)/v, computed without forming σ_U² when σ_U is large (no overflow); 1 where v = 0
+        (g = σ_U = 0: both pre-activations are 0)."""
         s = self.sigma_U
+        if self.variance == 0.0:
+            return torch.ones_like(rho)
         if s <= 1.0:
             return (self._cov(rho) / self.variance).clamp(-1.0, 1.0)
-        a = (1.0 / self.d) / s / s
+        a = (self._g2 / self.d) / s / s
         return ((rho * a + 1.0) / (a + 1.0)).clamp(-1.0, 1.0)
 
     def _finite(self, value: torch.Tensor, what: str) -> torch.Tensor:
         if not bool(torch.isfinite(value).all()):
             raise ValueError(f"NoiseKernel: {what} does not fit in float64 for activation={self.name}, d={self.d}, "
-                             f"sigma_U={self.sigma_U:g}, sigma_W={self.sigma_W:g}, scale={self.scale:g}; "
-                             "reduce sigma_U, sigma_W or scale")
+                             f"sigma_U={self.sigma_U:g}, sigma_W={self.sigma_W:g}, scale={self.scale:g}"
+                             + (f", gain={self.gain:g}; reduce sigma_U, sigma_W, scale or gain" if self.gain != 1.0 else
+                                "; reduce sigma_U, sigma_W or scale"))
         return value
 
     @cached_property
@@ -120,7 +143,7 @@ class NoiseKernel:
         z, w = (t.to(rho.device) for t in self._nodes)
         flat = rho.reshape(-1)
         out = torch.empty_like(flat)
-        sv = math.hypot(1.0 / math.sqrt(self.d), self.sigma_U)  # √v without forming σ_U²
+        sv = math.hypot(self.gain / math.sqrt(self.d), self.sigma_U)  # √v without forming σ_U²
         f1 = f(sv * z)  # (n,) values at V₁ = √v z₁
         ww = w[:, None] * w[None, :]
         rows = max(1, min(256, (1 << 22) // ww.numel()))  # (R, n₁, n₂) blocks of at most 2²² entries
@@ -129,6 +152,47 @@ class NoiseKernel:
             v2 = sv * (r * z[:, None] + torch.sqrt(1 - r**2) * z[None, :])  # (R, n₁, n₂)
             out[start : start + rows] = ((f1[:, None] * f(v2)) * ww).sum(dim=(-1, -2))
         return out.reshape(rho.shape)
+
+    def _diagonal_expectation(self, f) -> float:
+        """E[f(V)²], V ~ N(0, v), by composite Gauss–Legendre in x: 16 nodes on panels of width at
+        most ``DIAGONAL_PANEL`` (the activation's own scale 1, a panel edge at the kink x = 0) over
+        |x| ≤ 12√v (at most ``DIAGONAL_PANELS`` of them)."""
+        sv = math.hypot(self.gain / math.sqrt(self.d), self.sigma_U)
+        if sv == 0.0:
+            return float(f(torch.zeros(1, dtype=_F64))[0] ** 2)
+        half = 12.0 * sv
+        if not math.isfinite(half):
+            raise ValueError(f"NoiseKernel: the pre-activation's variance does not fit in float64 (sigma_U={self.sigma_U:g}, "
+                             f"gain={self.gain:g}); reduce sigma_U or gain")
+        panels = min(DIAGONAL_PANELS, 2 * math.ceil(half / DIAGONAL_PANEL))
+        edges = torch.linspace(-half, half, panels + 1, dtype=_F64)
+        z, w = (torch.as_tensor(t, dtype=_F64) for t in np.polynomial.legendre.leggauss(16))
+        mid, width = (edges[1:] + edges[:-1]) / 2, edges[1:] - edges[:-1]
+        x = (mid[:, None] + 0.5 * width[:, None] * z[None, :]).reshape(-1)
+        weight = (0.5 * width[:, None] * w[None, :]).reshape(-1) * torch.exp(-0.5 * (x / sv) ** 2) / (sv * math.sqrt(2 * math.pi))
+        return float((f(x) ** 2 * weight).sum())
+
+    @property
+    def moments_at_one(self) -> tuple[float, float]:
+        """(κ(1), κ'(1)) of the Gaussian pre-activation law, accurate whatever v = g²/d + σ_U²: the
+        closed forms (relu, leaky_relu, linear, erf: :attr:`kappa1`, :attr:`kappa1_prime`), else the
+        1-D expectations s²(E[φ(V)²] + σ_W²) and (s² g²/d) E[φ'(V)²] by a composite rule
+        (:meth:`_diagonal_expectation`; within 1e-10 of scipy's adaptive quadrature, tests/test_gain.py).
+
+        The quadrature route's :meth:`kappa` (2-D Gauss–Hermite, ``quad_points`` nodes per axis, kept
+        so that κ(ρ) and κ(1) are one consistent kernel) spaces its central nodes ≈ 0.28 √v apart:
+        for v ≫ 1 and a saturating φ it is not the Gaussian MLP's kernel (tanh at d = 4, g = 10:
+        its κ'(1) is half the true one). :func:`gain_exponent` and :func:`critical_gain` use these
+        moments."""
+        name = self.activation if isinstance(self.activation, str) else None
+        if name in CLOSED_FORMS:
+            return self.kappa1, self.kappa1_prime
+        s2 = self.scale * self.scale
+        k1 = s2 * (self._diagonal_expectation(get_activation(self.activation)) + self.sigma_W * self.sigma_W)
+        kp = s2 * self._diagonal_expectation(self._phi_prime) * self._g2 / self.d
+        for value, what in ((k1, "kappa"), (kp, "kappa_prime")):
+            self._finite(torch.tensor(value, dtype=_F64), what)
+        return k1, kp
 
     def _phi_prime(self, x: torch.Tensor) -> torch.Tensor:
         phi = get_activation(self.activation)
@@ -157,12 +221,12 @@ class NoiseKernel:
 
     def _erf_ratio(self, rho: torch.Tensor) -> torch.Tensor:
         """2c/(1 + 2v) of the erf kernel, divided through by max(1, σ_U²) (no overflow)."""
-        m = max(1.0, self.sigma_U)
+        m, g2 = max(1.0, self.sigma_U), self._g2
         s2, a = m * m, (self.sigma_U / m) ** 2  # s2 may be inf: its reciprocals are then 0
-        return (2 * (rho / self.d / s2 + a) / (1 / s2 + 2 / self.d / s2 + 2 * a)).clamp(-1.0, 1.0)
+        return (2 * (g2 * rho / self.d / s2 + a) / (1 / s2 + 2 * g2 / self.d / s2 + 2 * a)).clamp(-1.0, 1.0)
 
     def kappa_prime(self, rho) -> torch.Tensor:
-        """κ'(ρ) = (s²/d) E[φ'(V₁) φ'(V₂)] (Price's theorem), float64."""
+        """κ'(ρ) = (s² g²/d) E[φ'(V₁) φ'(V₂)] (Price's theorem), float64."""
         rho = _as_rho(rho)
         name = self.activation if isinstance(self.activation, str) else None
         if name in ("relu", "leaky_relu"):
@@ -171,13 +235,14 @@ class NoiseKernel:
             base = (1 + a * a) * (math.pi - theta) / (2 * math.pi) + a * theta / math.pi
         elif name == "linear":
             base = torch.ones_like(rho)
-        elif name == "erf":  # (1 + 2v)² − 4c² = (1 + 2(1 − ρ)/d) (1 + 2(1 + ρ)/d + 4σ_U²)
-            near = torch.sqrt(1 + 2 * (1 - rho) / self.d)
-            far = torch.hypot(torch.sqrt(1 + 2 * (1 + rho) / self.d), torch.as_tensor(2 * self.sigma_U, dtype=_F64))
+        elif name == "erf":  # (1 + 2v)² − 4c² = (1 + 2g²(1 − ρ)/d) (1 + 2g²(1 + ρ)/d + 4σ_U²)
+            g2 = self._g2
+            near = torch.sqrt(1 + 2 * g2 * (1 - rho) / self.d)
+            far = torch.hypot(torch.sqrt(1 + 2 * g2 * (1 + rho) / self.d), torch.as_tensor(2 * self.sigma_U, dtype=_F64))
             base = (4 / math.pi) / (near * far)
         else:
             base = self._gauss_expectation(self._phi_prime, rho)
-        return self._finite(self.scale * self.scale * base / self.d, "kappa_prime")
+        return self._finite(self.scale * self.scale * base * self._g2 / self.d, "kappa_prime")
 
     @property
     def kappa1(self) -> float:
@@ -314,3 +379,84 @@ def rates(kernel: NoiseKernel, beta: EnergyBeta = 1.0, gamma: FiniteFloat = 0.0)
         beta=beta,
         gamma=gamma,
     )
+
+
+#: the largest gain :func:`critical_gain` searches by default: g ∈ (0, G_MAX]
+G_MAX = 100.0
+#: the points of the geometric grid on [g_max·GAIN_GRID_LOW, g_max] on which λ₁'s sign is read
+GAIN_GRID = 241
+GAIN_GRID_LOW = 1e-4
+
+
+@validated
+def gain_exponent(kernel: NoiseKernel, g: NonNegativeFloat) -> float:
+    """λ₁(g) = ((d−3)/2) κ'(1) − ((d−1)/2) κ(1) of ``kernel`` with its gain replaced by g (SPEC §8:
+    the inner weights U of variance g², so Var V = g²/d + σ_U² and κ'(1) = (s² g²/d) E[φ'(V)²]),
+    from :attr:`NoiseKernel.moments_at_one` (accurate at any g, also without a closed form)."""
+    k = replace(kernel, gain=g)
+    return lyapunov_exponent(*k.moments_at_one, k.d)
+
+
+@validated
+def critical_gain(
+    kernel: NoiseKernel,
+    g_max: Annotated[float, Real(0.0, low_open=True)] = G_MAX,
+    grid: Annotated[int, Int(3, 10**6)] = GAIN_GRID,
+    xtol: Annotated[float, Real(0.0, low_open=True)] = 1e-12,
+) -> float | None:
+    """The critical gain g_c: the smallest g in (0, g_max] at which λ₁(g) (:func:`gain_exponent`)
+    changes sign, or None where it keeps one sign there (SPEC §8, the order-to-chaos transition).
+
+    ``kernel`` gives φ, d, σ_U, σ_W and s (its own gain is ignored). λ₁'s sign is read on a
+    geometric grid of ``grid`` points g_j from g_max·1e-4 to g_max; the first pair of neighbours
+    with opposite signs brackets the root, refined by :func:`scipy.optimize.brentq` to ``xtol``
+    (a λ₁ that is exactly 0, as without noise, is no sign). Two sign changes closer than the
+    grid's ratio 10^{4/(grid−1)} would be missed.
+
+    Known cases (docs/theory.md, "The gain"): λ₁ < 0 at every g for d ≤ 3, for linear φ
+    (λ₁ = −s²(g²/d + (d−1)(σ_U² + σ_W²)/2)) and for ReLU (κ'(1) = s² g²/(2d) ≤ κ(1)): None; for an
+    odd φ without biases and d ≥ 4, λ₁ ≈ −s² g²/d < 0 at small g and λ₁ > 0 at large g, one root.
+
+    Example: ``critical_gain(NoiseKernel("erf", 4))`` ≈ 8.0069."""
+    import scipy.optimize
+
+    prev_g, prev = 0.0, 0.0  # the last grid point where λ₁ ≠ 0, and λ₁ there
+    for g in np.geomspace(g_max * GAIN_GRID_LOW, g_max, grid):
+        g = float(g)
+        lam = gain_exponent(kernel, g)
+        if lam != 0.0 and prev != 0.0 and (lam > 0) != (prev > 0):
+            return float(scipy.optimize.brentq(lambda x: gain_exponent(kernel, x), prev_g, g, xtol=xtol,
+                                               rtol=4 * np.finfo(float).eps))
+        if lam != 0.0:
+            prev_g, prev = g, lam
+    return None
+
+
+@dataclass(frozen=True)
+class GainPhase:
+    """λ₁ on a grid of gains g and bias scales σ_U (:func:`gain_phase`).
+
+    ``gains`` (n_g,), ``sigmas`` (n_σ,), ``lambda_1`` (n_σ, n_g) with row j at σ_U = sigmas[j];
+    ``g_c`` (n_σ,): :func:`critical_gain` at each σ_U (NaN where None), the zero contour of
+    ``lambda_1``; ``kernel``: φ, d, σ_W and s (its gain and σ_U replaced on the grid)."""
+
+    kernel: NoiseKernel
+    gains: np.ndarray
+    sigmas: np.ndarray
+    lambda_1: np.ndarray
+    g_c: np.ndarray
+
+
+@validated
+def gain_phase(kernel: NoiseKernel, gains, sigmas, g_max: Annotated[float, Real(0.0, low_open=True)] = G_MAX) -> GainPhase:
+    """The phase diagram of the order-to-chaos transition over (g, σ_U) from the formula λ₁ =
+    ((d−3)/2) κ'(1) − ((d−1)/2) κ(1) (SPEC §8): λ₁ at every grid point and g_c(σ_U) (λ₁ > 0: no
+    synchronisation by noise). ``gains``, ``sigmas``: 1-D sequences of finite numbers ≥ 0."""
+    g = np.asarray(gains, dtype=float).reshape(-1)
+    s = np.asarray(sigmas, dtype=float).reshape(-1)
+    for name, arr in (("gains", g), ("sigmas", s)):
+        if arr.size == 0 or not bool(np.all(np.isfinite(arr) & (arr >= 0))):
+            raise ValueError(f"{name}: must be a non-empty sequence of finite numbers >= 0")
+    lam = np.array([[gain_exponent(replace(kernel, sigma_U=float(sj)), float(gi)) for gi in g] for sj in s])
+    gc = [critical_gain(replace(kernel, sigma_U=float(sj)), g_max) for sj in s]
+    return GainPhase(kernel, g, s, lam, np.array([math.nan if x is None else x for x in gc]))

@@ -193,6 +193,9 @@ class RandomMLP:
     ``rng`` and ``precision`` choose how the normals of ``mode="gaussian"`` are drawn
     (:class:`stochformer.rng.NormalDraws`: ``torch``, or ``parallel`` streams on all CPU cores;
     ``precision="float32"`` is an opt-in that draws them in float32).
+
+    ``gain`` g ≥ 0 (default 1): the std of the inner weights U, which have variance g²; the
+    pre-activations are g U y/√d + b_U (SPEC §8; its kernel is :class:`NoiseKernel` with that gain).
     """
 
     width: PositiveInt = 256
@@ -205,6 +208,7 @@ class RandomMLP:
     precision: DrawPrecision = "full"
     law: Annotated[str, Choice(WEIGHT_LAWS)] = "gaussian"
     nu: Annotated[float, Real(4.0, 1e6, low_open=True)] = 5.0
+    gain: NonNegativeFloat = 1.0
 
     def __post_init__(self) -> None:
         if self.law != "gaussian" and self.mode != "weights":
@@ -220,17 +224,17 @@ class RandomMLP:
         self._draw.reset()
 
     def noise_kernel(self, d: int) -> NoiseKernel:
-        return NoiseKernel(self.activation, d, self.sigma_U, self.sigma_W, self.scale)
+        return NoiseKernel(self.activation, d, self.sigma_U, self.sigma_W, self.scale, gain=self.gain)
 
     def hidden(self, X: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-        """Φ = φ(U x/√d + b_U) with fresh U, b_U: X (batch, N, d) → (batch, N, m), row i the
+        """Φ = φ(g U x/√d + b_U) with fresh U, b_U: X (batch, N, d) → (batch, N, m), row i the
         features of token i."""
         if self.mode == "gaussian":
             z = self._draw(self._n_hidden(*X.shape, X.dtype), generator, X.dtype, X.device)
             return self._hidden_from(X, self._split(z, X, hidden_only=True), generator)
         B, N, d = X.shape
         U = draw_weights((B, self.width, d), generator, X, self.law, self.nu)
-        pre = (X @ U.transpose(-1, -2)) / math.sqrt(d)
+        pre = (X @ U.transpose(-1, -2)) * self.gain / math.sqrt(d)  # × 1.0 is exact: g = 1 changes no bit
         if self.sigma_U > 0:
             pre = pre + self.sigma_U * _normal((B, 1, self.width), generator, X)
         return self._phi(pre)
@@ -291,9 +295,9 @@ class RandomMLP:
         more normals are needed.
 
         H = A Z + σ_U 1 bᵀ is one product [A, σ_U 1] [Z; bᵀ] with the bias row of ``z.hidden``:
-        A = Y = X/√d (then Z = Uᵀ), or A = C with C Cᵀ = Y Yᵀ (N × N) when r = N < d."""
+        A = Y = g X/√d (then Z = Uᵀ), or A = C with C Cᵀ = Y Yᵀ (N × N) when r = N < d."""
         B, N, d = X.shape
-        Y = X * (1.0 / math.sqrt(d))
+        Y = X * (self.gain / math.sqrt(d))
         r = z.hidden.shape[-2] - (self.sigma_U > 0)
         A, bad = Y, None
         if r < d:  # H = C Z: m·N normals instead of m·d
@@ -518,7 +522,8 @@ class RandomFeatureField:
 
     W(t, x) = s ( (1/√M) Σ_k φ(u_k·x/√d + b_k) B^k_t + σ_W B^0_t ),  B^k ∈ R^d Brownian motions,
 
-    with u_k ~ N(0, I_d), b_k ~ N(0, σ_U²) drawn once (:meth:`draw`, or the first :meth:`reset`). Its covariance tends to κ.
+    with u_k ~ N(0, g² I_d) (``gain`` g ≥ 0, default 1: the std of the inner weights, which have
+    variance g²), b_k ~ N(0, σ_U²) drawn once (:meth:`draw`, or the first :meth:`reset`). Its covariance tends to κ.
     ``token_chunk`` bounds memory to O(token_chunk · M) for many tokens.
 
     The field is a function of position: systems of any N evaluated with the same features and a
@@ -533,6 +538,7 @@ class RandomFeatureField:
     sigma_W: NonNegativeFloat = 0.0
     scale: NonNegativeFloat = 1.0
     token_chunk: Optional[PositiveInt] = None
+    gain: NonNegativeFloat = 1.0
     _u: Optional[torch.Tensor] = field(default=None, repr=False)
     _b: Optional[torch.Tensor] = field(default=None, repr=False)
 
@@ -548,7 +554,7 @@ class RandomFeatureField:
         return None if self._u is None else int(self._u.shape[1])
 
     def noise_kernel(self, d: int) -> NoiseKernel:
-        return NoiseKernel(self.activation, d, self.sigma_U, self.sigma_W, self.scale)
+        return NoiseKernel(self.activation, d, self.sigma_U, self.sigma_W, self.scale, gain=self.gain)
 
     def reset(self, batch, d, generator, dtype, device) -> None:
         """Draw the features at the start of the first run; a field keeps them afterwards (it is
@@ -562,8 +568,8 @@ class RandomFeatureField:
                              f"{device}; give them the same dtype and device")
 
     def draw(self, batch, d, generator, dtype, device) -> None:
-        """Draw ``batch`` independent fields' features u_k, b_k now."""
-        self._u = torch.randn(batch, d, self.features, generator=generator, dtype=dtype, device=device)
+        """Draw ``batch`` independent fields' features u_k (variance g²), b_k now."""
+        self._u = torch.randn(batch, d, self.features, generator=generator, dtype=dtype, device=device) * self.gain
         self._b = self.sigma_U * torch.randn(batch, 1, self.features, generator=generator, dtype=dtype, device=device)
 
     def features_at(self, X: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:

@@ -147,7 +147,8 @@ class MLPJet:
     ``torch``, or ``parallel`` streams on all CPU cores; the same numbers for the same seed).
     ``draw_width`` (≥ ``width``, default ``width``): hidden units drawn per step, of which the first
     ``width`` are used, so that jets of several widths on one generator seed share their first
-    hidden units (nested networks: a coupling across m)."""
+    hidden units (nested networks: a coupling across m). ``gain`` g ≥ 0 (default 1): the std of the
+    inner weights U, which have variance g² (the pre-activations g U y/√d + b_U; SPEC §8)."""
 
     width: PositiveInt = 256
     activation: ActivationLike = "relu"
@@ -159,6 +160,7 @@ class MLPJet:
     nu: Annotated[float, Real(4.0, 1e6, low_open=True)] = 5.0
     draw_width: Optional[PositiveInt] = None
     rng: RngBackend = "torch"
+    gain: NonNegativeFloat = 1.0
 
     def __post_init__(self) -> None:
         if self.law != "gaussian" and self.mode != "weights":
@@ -175,14 +177,14 @@ class MLPJet:
         return self._draw(math.prod(shape), generator, like.dtype, like.device).view(shape)
 
     def noise_kernel(self, d: int) -> NoiseKernel:
-        return NoiseKernel(self.activation, d, self.sigma_U, self.sigma_W, self.scale)
+        return NoiseKernel(self.activation, d, self.sigma_U, self.sigma_W, self.scale, gain=self.gain)
 
     def jet(self, x: torch.Tensor, V: torch.Tensor, dt: float, draws: Draws) -> Jet:
         """J (batch, 1 + k, d) at x (batch, 1, d) along the frame V (batch, d, k); with explicit
-        weights also the layer's increment y ↦ s√Δt (φ(U y/√d + b_U) W/√m + σ_W b_W) itself."""
+        weights also the layer's increment y ↦ s√Δt (φ(g U y/√d + b_U) W/√m + σ_W b_W) itself."""
         B, _, d = x.shape
         m, M, gen = self.width, self.draw_width or self.width, draws.generator
-        U = self._weights((B, M, d), gen, x)[:, :m]
+        U = self._weights((B, M, d), gen, x)[:, :m] * self.gain  # × 1.0 is exact: g = 1 changes no bit
         bias = self.sigma_U * torch.randn(B, 1, M, generator=gen, dtype=x.dtype, device=x.device)[..., :m] \
             if self.sigma_U > 0 else None
         root_d, coef = math.sqrt(d), self.scale * math.sqrt(dt)

@@ -24,7 +24,7 @@ FORMATS = ("png", "pdf", "svg")
 #: mathtext symbols of configuration fields, for axis labels and legends
 SYMBOLS = {
     "beta": r"\beta", "energy_beta": r"\beta_E", "gamma": r"\gamma", "sigma": r"\sigma", "sigma_U": r"\sigma_U",
-    "sigma_W": r"\sigma_W", "noise_scale": "s", "N": "N", "d": "d", "L": "L", "T": "T", "m": "m",
+    "sigma_W": r"\sigma_W", "noise_scale": "s", "gain": "g", "N": "N", "d": "d", "L": "L", "T": "T", "m": "m",
 }
 
 

@@ -37,5 +37,6 @@ def plot_spectrum(result: Any, axes: Optional[Any] = None) -> "Figure":
     a2.set(xlabel="$t$ = layer · $T/L$", ylabel=r"mean $\sum \log R_{ii}$", title="log-growth per direction (dashed: predicted)")
     c = result.config.model
     title = ", ".join([f"{c.dynamics}: {c.activation}"] + [assign(k, v) for k, v in (
-        ("d", c.d), ("sigma_U", c.sigma_U), ("sigma_W", c.sigma_W), ("noise_scale", c.noise_scale), ("T", c.T), ("L", c.L))])
+        ("d", c.d), ("sigma_U", c.sigma_U), ("sigma_W", c.sigma_W), ("noise_scale", c.noise_scale), ("gain", c.gain), ("T", c.T),
+        ("L", c.L))])
     return finish(fig, created, title)
