@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass
-from typing import Annotated, Any, Callable, Mapping, Optional, Protocol, Sequence
+from typing import Annotated, Any, Callable, Literal, Mapping, Optional, Protocol, Sequence, Union, overload
 
 import numpy as np
 import torch
@@ -40,7 +40,7 @@ from .core.validation import (
     PositiveFloat,
     PositiveInt,
     Seed,
-    States,
+    TensorCheck,
     callable_name,
     callable_record,
     check_finite,
@@ -70,6 +70,18 @@ class Model(Protocol):
 Hook = Callable[[int, torch.Tensor], Optional[torch.Tensor]]
 #: ``fn(X)`` of :class:`SaveAt`: observables of the state X (batch, N, d), each a tensor (batch, …)
 Observables = Callable[[torch.Tensor], Mapping[str, torch.Tensor]]
+
+
+@dataclass(frozen=True)
+class GradStates(TensorCheck):
+    """:data:`~stochformer.core.validation.States`, checked the same way, but a tensor that requires
+    grad is handed on as it is (its graph kept for ``output="torch"``)."""
+
+    def __call__(self, name: str, value: Any) -> torch.Tensor:
+        checked = super().__call__(name, value)
+        return value if torch.is_tensor(value) and value.requires_grad else checked
+
+
 #: names a variable of ``fn`` may not take: the dataset's own variables and coordinates
 RESERVED = frozenset({"X", "X_final", "sample", "time", "step", "snapshot", "snapshot_time", "snapshot_step", "token", "dim"})
 
@@ -139,10 +151,24 @@ def _keeper(every: int, at: Optional[Sequence[int]], steps: int) -> Callable[[in
     return lambda k: k % every == 0 or k == steps
 
 
+@overload
+def solve(model: Model, X0: torch.Tensor, T: float, steps: int, save: SaveAt = ..., seed: Optional[int] = ...,
+          generator: Optional[torch.Generator] = ..., path: Optional[BrownianPath] = ..., hook: Optional[Hook] = ...,
+          progress: bool = ..., desc: str = ..., context: Any = ..., what: str = ...,
+          output: Literal["xarray"] = ...) -> xr.Dataset: ...
+
+
+@overload
+def solve(model: Model, X0: torch.Tensor, T: float, steps: int, save: SaveAt = ..., seed: Optional[int] = ...,
+          generator: Optional[torch.Generator] = ..., path: Optional[BrownianPath] = ..., hook: Optional[Hook] = ...,
+          progress: bool = ..., desc: str = ..., context: Any = ..., what: str = ...,
+          *, output: Literal["torch"]) -> dict[str, torch.Tensor]: ...
+
+
 @validated
 def solve(
     model: Model,
-    X0: States,
+    X0: Annotated[torch.Tensor, GradStates(("batch", "N", "d"), (1, 1, 2), what="tokens", finite=False)],
     T: PositiveFloat,
     steps: PositiveInt,
     save: SaveAt = SaveAt(),
@@ -154,7 +180,8 @@ def solve(
     desc: str = "steps",
     context: Any = None,
     what: str = "tokens",
-) -> xr.Dataset:
+    output: Literal["xarray", "torch"] = "xarray",
+) -> Union[xr.Dataset, dict[str, torch.Tensor]]:
     """Step ``model`` ``steps`` times with Δt = T/steps from X0: (batch, N, d), unit rows.
 
     ``seed`` or ``generator``: the run's random numbers (weights, features, and the Brownian
@@ -167,12 +194,22 @@ def solve(
 
     Checked before any work (``ValueError`` or ``TypeError`` naming the argument): X0 a finite
     float32/float64 tensor (numpy arrays and lists are converted to float64; a tensor that requires
-    grad is detached) with unit rows (unless the model sets ``on_sphere = False``), N >= 2 when
+    grad is detached, unless ``output="torch"``) with unit rows (unless the model sets ``on_sphere = False``), N >= 2 when
     statistics are kept; the generator on X0's device; the path's steps a multiple of ``steps``.
-    The model's first step and the hook's first output are checked for shape and finiteness."""
+    The model's first step and the hook's first output are checked for shape and finiteness.
+
+    ``output``: ``"xarray"`` (the dataset) or ``"torch"``: a dict of the same variables and
+    coordinates as tensors (``X_final`` (batch, N, d), ``X`` (batch, snapshot, N, d), each
+    statistic and observable (batch, time, …) in the dtype computed, ``sample``, ``time``, ``step``,
+    ``snapshot_time``, ``snapshot_step``), on X0's device and not detached: with X0 (or a model's parameters)
+    requiring grad, ``torch.autograd.grad`` of any of them reaches X0 (the steps run under autograd)."""
+    grad = output == "torch"
+    if not grad:
+        X0 = X0.detach()
     if X0.device.type == "meta":
         raise ValueError("X0: is on the meta device (shapes only, no numbers); give tokens on 'cpu' or 'cuda'")
-    X = check_finite(X0, 0, context, what)
+    X = X0
+    check_finite(X0.detach(), 0, context, what)
     cause = model if context is None else context  # what a breakdown is blamed on
     on_sphere = bool(getattr(model, "on_sphere", True))
     if on_sphere:
@@ -213,13 +250,13 @@ def solve(
                     # float32's rounding of 1 − cosine (a float32 token's norm is 1 only to ~1e-7)
                     Xs = X if X.dtype == torch.float64 else normalize(X.to(torch.float64))
                     stats = unchecked_pair_statistics(Xs, save.energy_beta, save.block)  # X checked: no second pass
-                    record = {name: stats[name].detach().cpu() for name in save.stats}
+                    record = {name: stats[name] if grad else stats[name].detach().cpu() for name in save.stats}
                 if save.fn is not None:
-                    record.update(_observables(save, X, records[0] if records else None))
+                    record.update(_observables(save, X, records[0] if records else None, grad))
                 records.append(record)
             if keep_tokens(k):
                 token_steps.append(k)
-                snapshots.append(X.detach().cpu())
+                snapshots.append(X if grad else X.detach().cpu())
 
         keep(0, X)
         shape = X0.shape
@@ -227,13 +264,15 @@ def solve(
             X = model.step(X, dt, step_draws(generator, path, k - 1, steps))
             if k == 1 or not torch.is_tensor(X) or X.shape != shape:
                 _first_step(model, X, X0, on_sphere, cause, what)
-            X = check_finite(X, k, cause, what)
+            check_finite(X.detach(), k, cause, what)
             if hook is not None:
                 new = hook(k, X)
                 if new is not None and (k == 1 or not torch.is_tensor(new) or new.shape != shape):
                     check_output(f"hook ({callable_name(hook)})", new, X0, unit=on_sphere)
                 X = X if new is None else new
             keep(k, X)
+    if grad:
+        return _tensors(X, records, stat_steps, snapshots, token_steps, dt, save)
     ds = _dataset(X, records, stat_steps, snapshots, token_steps, dt, save)
     ds.attrs.update(run_attrs(model, T=T, steps=steps, seed=seed, path=path, device=X0.device))
     return ds
@@ -267,7 +306,8 @@ DESCRIPTIONS: dict[str, dict[str, str]] = {
 }
 
 
-def _observables(save: SaveAt, X: torch.Tensor, first: Optional[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+def _observables(save: SaveAt, X: torch.Tensor, first: Optional[dict[str, torch.Tensor]],
+                 grad: bool = False) -> dict[str, torch.Tensor]:
     """``save.fn(X)``, checked: a mapping of identifiers (not reserved, not a statistic's) to
     tensors with the batch as leading dim, the same names and shapes as at the first record."""
     def where() -> str:  # named only when something is wrong: no formatting per record
@@ -284,7 +324,7 @@ def _observables(save: SaveAt, X: torch.Tensor, first: Optional[dict[str, torch.
         if not torch.is_tensor(value) or value.dim() < 1 or value.shape[0] != X.shape[0]:
             raise ValueError(f"{where()}: {name!r} must be a tensor with the batch {X.shape[0]} as its leading dim "
                              f"(got {short(value)})")
-        got[name] = value.detach().cpu()
+        got[name] = value if grad else value.detach().cpu()
     dims = {f"{name}_{i}" for name, value in got.items() for i in range(value.dim() - 1)}
     if dims & set(got):
         raise ValueError(f"{where()}: {sorted(dims & set(got))} name both a variable and a dim of another (NAME_i)")
@@ -294,6 +334,24 @@ def _observables(save: SaveAt, X: torch.Tensor, first: Optional[dict[str, torch.
             raise ValueError(f"{where()}: returned {sorted(got)} with shapes {[tuple(v.shape) for v in got.values()]}, "
                              f"not the names and shapes of its first call")
     return got
+
+
+def _tensors(X, records, stat_steps, snapshots, token_steps, dt, save: SaveAt) -> dict[str, torch.Tensor]:
+    """:func:`_dataset`'s variables and coordinates as tensors, graphs kept (``output="torch"``)."""
+    device = X.device
+    out: dict[str, torch.Tensor] = {"sample": torch.arange(X.shape[0], device=device)}
+    if records:
+        for name in records[0]:
+            out[name] = torch.stack([r[name] for r in records], dim=1)  # (sample, time, …)
+        out["time"] = torch.tensor(stat_steps, dtype=torch.float64, device=device) * dt
+        out["step"] = torch.tensor(stat_steps, device=device)
+    if snapshots:
+        out["X"] = torch.stack(snapshots, dim=1)
+        out["snapshot_time"] = torch.tensor(token_steps, dtype=torch.float64, device=device) * dt
+        out["snapshot_step"] = torch.tensor(token_steps, device=device)
+    if save.final:
+        out["X_final"] = X
+    return out
 
 
 def _dataset(X, records, stat_steps, snapshots, token_steps, dt, save: SaveAt) -> xr.Dataset:

@@ -33,7 +33,7 @@ PRE_EXISTING_CYCLE_EDGES = frozenset({
 
 #: the layers, bottom to top (docs/architecture.md): a module imports only from its own layer and the
 #: layers below it; the top-level ``stochformer`` and ``__main__`` stand above all of them
-LAYERS = ("core", "io", "model", "measure", "integrate", "config", "tasks", "theory", "experiments", "plotting",
+LAYERS = ("core", "io", "model", "measure", "integrate", "interop", "config", "tasks", "theory", "experiments", "plotting",
           "report", "cli")
 
 

@@ -2,7 +2,8 @@
 
 ``pip install 'stochformer[ot]'`` adds POT (exact and sliced W₂, the ``chaos`` study);
 ``pip install 'stochformer[cluster]'`` adds Dask (``--local-cluster``, ``--scheduler local-cluster:N``
-or a scheduler address); ``stochformer[all]`` adds both.
+or a scheduler address); ``pip install 'stochformer[interop]'`` adds torchsde (:mod:`stochformer.interop`);
+``stochformer[all]`` adds all three.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import importlib
 from types import ModuleType
 
 #: module → (extra, distribution) for every optional import of the package
-OPTIONAL = {"ot": ("ot", "POT"), "distributed": ("cluster", "dask[distributed]")}
+OPTIONAL = {"ot": ("ot", "POT"), "distributed": ("cluster", "dask[distributed]"), "torchsde": ("interop", "torchsde")}
 
 
 class MissingExtraError(ImportError):

@@ -10,9 +10,12 @@ import stochformer as sf
 def typed_entry_points() -> None:
     model = sf.Transformer(sf.SoftmaxAttention(beta=1.0, gamma=1.0), sf.RandomMLP(width=8))
     X0 = sf.sphere.uniform(batch=2, N=4, d=3, seed=0)
-    sf.solve(model, X0, T="five", steps=10, seed=0)  # type: ignore[arg-type]
-    sf.solve(model, X0, T=1.0, steps=1.5, seed=0)  # type: ignore[arg-type]
+    sf.solve(model, X0, T="five", steps=10, seed=0)  # type: ignore[call-overload]
+    sf.solve(model, X0, T=1.0, steps=1.5, seed=0)  # type: ignore[call-overload]
+    sf.solve(model, X0, T=1.0, steps=10, seed=0, output="numpy")  # type: ignore[call-overload]
     sf.SaveAt(every="often")  # type: ignore[arg-type]
     sf.RandomMLP(width=None)  # type: ignore[arg-type]
     ok = sf.solve(model, X0, T=1.0, steps=10, save=sf.SaveAt(every=5), seed=0)
     ok.mean_cosine.mean("sample")
+    tensors = sf.solve(model, X0, T=1.0, steps=10, seed=0, output="torch")
+    tensors["X_final"].sum().backward()
