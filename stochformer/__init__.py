@@ -1,18 +1,20 @@
 """stochformer: deep transformers at random initialisation as interacting particle systems.
 
-The library, in one example (``docs/api.md``)::
+The library, in one example (``docs/api.md``):
 
-    import torch
-    import stochformer as sf
+```python
+import torch
+import stochformer as sf
 
-    model = sf.Transformer(attention=sf.SoftmaxAttention(beta=1.0, gamma=1.0),
-                           noise=sf.RandomMLP(width=256, activation=torch.tanh, sigma_U=0.1))
-    X0 = sf.sphere.uniform(batch=16, N=64, d=4, seed=0)
-    out = sf.solve(model, X0, T=5.0, steps=150, save=sf.SaveAt(every=5), seed=0)
-    out.mean_cosine.mean("sample").plot()
+model = sf.Transformer(attention=sf.SoftmaxAttention(beta=1.0, gamma=1.0),
+                       noise=sf.RandomMLP(width=256, activation=torch.tanh, sigma_U=0.1))
+X0 = sf.sphere.uniform(batch=16, N=64, d=4, seed=0)
+out = sf.solve(model, X0, T=5.0, steps=150, save=sf.SaveAt(every=5), seed=0)
+out.mean_cosine.mean("sample").plot()
+```
 
-The same :func:`solve` runs the limit SDE (:class:`LimitSDE`) and the mean-field particles; a
-:class:`BrownianPath` shared by several calls couples them. See SPEC.md for the science and
+The same [`solve`][stochformer.solve] runs the limit SDE ([`LimitSDE`][stochformer.LimitSDE]) and the mean-field particles; a
+[`BrownianPath`][stochformer.BrownianPath] shared by several calls couples them. See SPEC.md for the science and
 ``docs/architecture.md`` for how the modules fit together.
 """
 

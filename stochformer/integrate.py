@@ -1,14 +1,14 @@
-"""One entry point for every dynamics: :func:`solve` steps a model from tokens in memory and
-returns a labelled :class:`xarray.Dataset`.
+"""One entry point for every dynamics: [`solve`][stochformer.integrate.solve] steps a model from tokens in memory and
+returns a labelled `xarray.Dataset`.
 
 The model is anything with ``step(X, dt, draws) -> X'`` and ``reset(batch, d, generator, dtype,
-device)``: the discrete :class:`~stochformer.model.Transformer` (SPEC §1), the
-:class:`~stochformer.model.LimitSDE` (SPEC §3) and, with a random-feature field and chunked
+device)``: the discrete [`Transformer`][stochformer.model.Transformer] (SPEC §1), the
+[`LimitSDE`][stochformer.model.LimitSDE] (SPEC §3) and, with a random-feature field and chunked
 attention, the mean-field particle system (SPEC §4). The randomness of step k is a
-:class:`~stochformer.core.brownian.Draws`: the run's generator, and the Brownian normals of that step
+[`Draws`][stochformer.core.brownian.Draws]: the run's generator, and the Brownian normals of that step
 from ``path`` when one is given (a coupling), else from the generator.
 
-What is kept is a value, :class:`SaveAt`; the dataset has dims ``sample``, ``time`` (statistics),
+What is kept is a value, [`SaveAt`][stochformer.integrate.SaveAt]; the dataset has dims ``sample``, ``time`` (statistics),
 ``snapshot`` (token states), ``token`` and ``dim``; the ``time`` coordinate is t = k T/steps (in
 the units of T) with the step index ``step`` beside it. Its attributes record T, the steps, the
 seed, the model (every part, custom ones marked), the path, versions and device.
@@ -58,8 +58,28 @@ from .core.validation import (
 
 
 class Model(Protocol):
-    """What :func:`solve` steps: X (batch, N, d), unit rows → X' one step ``dt`` later (a model
-    whose state leaves the sphere, e.g. a pre-norm residual stream, sets ``on_sphere = False``)."""
+    """What [`solve`][stochformer.integrate.solve] steps: any object with these two methods.
+
+    ``step(X, dt, draws)`` maps the state X (batch, N, d), unit rows, to the state one step ``dt``
+    later, with ``draws`` the step's [`Draws`][stochformer.core.brownian.Draws];
+    ``reset(batch, d, generator, dtype, device)`` starts a run (per-run state drawn from the
+    generator). A model whose state leaves the sphere, e.g. a pre-norm residual stream, sets
+    ``on_sphere = False``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> import stochformer as sf
+    >>> class Rotate:                               # a deterministic model of one's own
+    ...     def reset(self, batch, d, generator, dtype, device):
+    ...         pass
+    ...     def step(self, X, dt, draws):
+    ...         return torch.roll(X, 1, dims=-1)
+    >>> X0 = sf.sphere.uniform(batch=1, N=2, d=3, seed=0)
+    >>> out = sf.solve(Rotate(), X0, T=1.0, steps=3, seed=0)
+    >>> bool(abs(out.X_final.values - X0.numpy()).max() < 1e-12)   # three cyclic shifts of d = 3 coordinates
+    True
+    """
 
     def reset(self, batch: int, d: int, generator: torch.Generator, dtype: torch.dtype, device) -> None: ...
 
@@ -68,13 +88,13 @@ class Model(Protocol):
 
 #: ``hook(k, X)`` after step k (1..steps): returns the state to continue from (or None: X itself)
 Hook = Callable[[int, torch.Tensor], Optional[torch.Tensor]]
-#: ``fn(X)`` of :class:`SaveAt`: observables of the state X (batch, N, d), each a tensor (batch, …)
+#: ``fn(X)`` of [`SaveAt`][stochformer.integrate.SaveAt]: observables of the state X (batch, N, d), each a tensor (batch, …)
 Observables = Callable[[torch.Tensor], Mapping[str, torch.Tensor]]
 
 
 @dataclass(frozen=True)
 class GradStates(TensorCheck):
-    """:data:`~stochformer.core.validation.States`, checked the same way, but a tensor that requires
+    """`States`, checked the same way, but a tensor that requires
     grad is handed on as it is (its graph kept for ``output="torch"``)."""
 
     def __call__(self, name: str, value: Any) -> torch.Tensor:
@@ -89,20 +109,49 @@ RESERVED = frozenset({"X", "X_final", "sample", "time", "step", "snapshot", "sna
 @validated
 @dataclass(frozen=True)
 class SaveAt:
-    """What :func:`solve` keeps.
+    r"""What [`solve`][stochformer.integrate.solve] keeps: a value, not code.
 
-    ``stats``: per-sample statistics (names of :data:`~stochformer.measure.diagnostics.STATISTICS`, computed in
-    float64 whatever the state's dtype) every
-    ``every`` steps, or at the steps ``at`` (0 and the last step are always included with
-    ``every``); ``tokens_every`` / ``tokens_at``: the token states on the same rule (None: none);
-    ``final``: the final state ``X_final``; ``energy_beta``: β of E_β; ``block``: Gram entries
-    formed at once by the statistics (None: all; memory-linear for many tokens).
+    Steps are indices k = 0..steps of $t_k = k\,T/\text{steps}$; with ``every``, step 0 and the last
+    step are always included.
 
-    ``fn``: observables of one's own, recorded at the same steps as ``stats``: ``fn(X)`` with X the
-    state (batch, N, d) returns ``{name: tensor}``, each tensor (batch, …); it becomes the variable
-    ``name`` with dims (sample, time, ``name_0``, …) in float64. Names are identifiers other than
-    the statistics' and the dataset's own (``X``, ``X_final``, coordinates); the same names and
-    shapes at every step. ``fn`` only reads the state; a ``hook`` of :func:`solve` changes it."""
+    Parameters
+    ----------
+    every : int, optional
+        Keep the statistics (and ``fn``) every ``every`` steps (>= 1).
+    at : sequence of int, optional
+        Keep them at these steps instead.
+    stats : sequence of str, optional
+        Per-sample statistics, names of `STATISTICS` (computed in float64 whatever the state's
+        dtype); empty: none.
+    tokens_every : int, optional
+        Keep the token states every ``tokens_every`` steps (None: none).
+    tokens_at : sequence of int, optional
+        Keep the token states at these steps.
+    final : bool, optional
+        Keep the final state as ``X_final``.
+    energy_beta : float, optional
+        β of the interaction energy $E_\beta$.
+    block : int, optional
+        Gram entries formed at once by the statistics (None: all; memory-linear for many tokens).
+    fn : callable, optional
+        Observables of one's own, recorded at the statistics' steps: ``fn(X)`` with X the state
+        (batch, N, d) returns ``{name: tensor}``, each tensor (batch, …); it becomes the variable
+        ``name`` with dims (sample, time, ``name_0``, …) in float64. Names are identifiers other than
+        the statistics' and the dataset's own (``X``, ``X_final``, coordinates); the same names and
+        shapes at every step. ``fn`` only reads the state; a ``hook`` of
+        [`solve`][stochformer.integrate.solve] changes it.
+
+    Raises
+    ------
+    ValueError
+        A field out of range, naming the field.
+
+    Examples
+    --------
+    >>> from stochformer import SaveAt
+    >>> SaveAt(every=5).stat_steps(12)
+    [0, 5, 10, 12]
+    """
 
     every: PositiveInt = 1
     at: Annotated[Optional[Sequence[int]], Ints()] = None
@@ -127,8 +176,8 @@ class SaveAt:
         return _schedule(self.tokens_every or steps, self.tokens_at, steps)
 
     def keeps(self, steps: int) -> tuple[Callable[[int], bool], Callable[[int], bool]]:
-        """Whether step k's statistics and tokens are kept: the rules of :meth:`stat_steps` and
-        :meth:`token_steps` as tests, without listing every step of a long run."""
+        """Whether step k's statistics and tokens are kept: the rules of `stat_steps` and
+        `token_steps` as tests, without listing every step of a long run."""
         never: Callable[[int], bool] = lambda k: False  # noqa: E731
         stats = _keeper(self.every, self.at, steps) if self.records() else never
         tokens = never if self.tokens_every is None and self.tokens_at is None else \
@@ -182,27 +231,83 @@ def solve(
     what: str = "tokens",
     output: Literal["xarray", "torch"] = "xarray",
 ) -> Union[xr.Dataset, dict[str, torch.Tensor]]:
-    """Step ``model`` ``steps`` times with Δt = T/steps from X0: (batch, N, d), unit rows.
+    r"""Step ``model`` ``steps`` times with $\Delta t = T/\text{steps}$ from the tokens ``X0``.
 
-    ``seed`` or ``generator``: the run's random numbers (weights, features, and the Brownian
-    normals unless ``path`` is given); ``path``: a :class:`~stochformer.core.brownian.BrownianPath` whose
-    fine steps are a multiple of ``steps``, shared with other runs for a coupling; ``hook``: called
-    after every step (e.g. the Lyapunov estimator's renormalisation). A non-finite state stops the
-    run with :class:`~stochformer.core.validation.NonFiniteError` naming the step and the likely fields
-    of ``context`` (the config, if any) and ``what`` is stepped. Returns the dataset of the module
-    docstring; the noise source is reset first (per-run state drawn from the generator).
+    Step $k$ maps the state $X_{k-1}$ (batch, N, d) to $X_k = \text{model.step}(X_{k-1}, \Delta t, \text{draws}_k)$,
+    $t_k = k\,\Delta t$; the noise source is reset first (its per-run state is drawn from the generator).
 
-    Checked before any work (``ValueError`` or ``TypeError`` naming the argument): X0 a finite
-    float32/float64 tensor (numpy arrays and lists are converted to float64; a tensor that requires
-    grad is detached, unless ``output="torch"``) with unit rows (unless the model sets ``on_sphere = False``), N >= 2 when
-    statistics are kept; the generator on X0's device; the path's steps a multiple of ``steps``.
-    The model's first step and the hook's first output are checked for shape and finiteness.
+    Parameters
+    ----------
+    model : Model
+        What is stepped: a [`Transformer`][stochformer.model.Transformer] (SPEC §1), a
+        [`LimitSDE`][stochformer.model.LimitSDE] (SPEC §3) or any object with ``reset`` and ``step``
+        ([`Model`][stochformer.integrate.Model]).
+    X0 : torch.Tensor, shape (batch, N, d)
+        The initial tokens, unit rows (unless the model sets ``on_sphere = False``); a finite float32
+        or float64 tensor (numpy arrays and lists are converted to float64; a tensor that requires
+        grad is detached, unless ``output="torch"``).
+    T : float
+        The time horizon, > 0.
+    steps : int
+        The number of steps, >= 1.
+    save : SaveAt, optional
+        What is kept ([`SaveAt`][stochformer.integrate.SaveAt]); by default every statistic at every
+        step and the final state.
+    seed : int, optional
+        The run's seed (weights, features, and the Brownian normals unless ``path`` is given).
+    generator : torch.Generator, optional
+        In place of ``seed``: the run's random numbers, on X0's device.
+    path : BrownianPath, optional
+        A [`BrownianPath`][stochformer.core.brownian.BrownianPath] whose fine steps are a multiple of
+        ``steps``, shared with other runs for a coupling.
+    hook : callable, optional
+        ``hook(k, X)`` after every step k (1..steps), returning the state to continue from (or None:
+        X itself), e.g. the Lyapunov estimator's renormalisation.
+    progress : bool, optional
+        Show a progress bar.
+    desc : str, optional
+        The progress bar's label.
+    context : object, optional
+        The config, if any: a breakdown names its likely fields.
+    what : str, optional
+        What is stepped, in error messages.
+    output : {"xarray", "torch"}, optional
+        ``"xarray"`` (the dataset) or ``"torch"``: a dict of the same variables and coordinates as
+        tensors (``X_final`` (batch, N, d), ``X`` (batch, snapshot, N, d), each statistic and
+        observable (batch, time, …) in the dtype computed, ``sample``, ``time``, ``step``,
+        ``snapshot_time``, ``snapshot_step``), on X0's device and not detached: with X0 (or a
+        model's parameters) requiring grad, ``torch.autograd.grad`` of any of them reaches X0.
 
-    ``output``: ``"xarray"`` (the dataset) or ``"torch"``: a dict of the same variables and
-    coordinates as tensors (``X_final`` (batch, N, d), ``X`` (batch, snapshot, N, d), each
-    statistic and observable (batch, time, …) in the dtype computed, ``sample``, ``time``, ``step``,
-    ``snapshot_time``, ``snapshot_step``), on X0's device and not detached: with X0 (or a model's parameters)
-    requiring grad, ``torch.autograd.grad`` of any of them reaches X0 (the steps run under autograd)."""
+    Returns
+    -------
+    xarray.Dataset
+        Dims ``sample``, ``time`` (statistics), ``snapshot`` (token states), ``token`` and ``dim``;
+        coordinate ``time`` $= t_k$ with the step index ``step`` beside it; attributes record T,
+        the steps, the seed, the model, the path, versions and device (see the module docstring).
+        With ``output="torch"``, a dict of tensors instead (``output`` above).
+
+    Raises
+    ------
+    ValueError
+        Before any work, naming the argument: X0 not finite or without unit rows, N < 2 while
+        statistics are kept, neither seed nor generator, the generator on another device than X0,
+        the path's steps not a multiple of ``steps``.
+    TypeError
+        An argument of the wrong type (e.g. X0 not a tensor, an array or a list).
+    NonFiniteError
+        A non-finite state, naming the step and the likely fields of ``context``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> import stochformer as sf
+    >>> model = sf.Transformer(attention=sf.SoftmaxAttention(beta=1.0, gamma=1.0),
+    ...                        noise=sf.RandomMLP(width=64, activation=torch.tanh))
+    >>> X0 = sf.sphere.uniform(batch=4, N=8, d=3, seed=0)
+    >>> out = sf.solve(model, X0, T=1.0, steps=10, save=sf.SaveAt(every=5), seed=0)
+    >>> out.sizes["time"], out.X_final.shape
+    (3, (4, 8, 3))
+    """
     grad = output == "torch"
     if not grad:
         X0 = X0.detach()
@@ -281,7 +386,7 @@ def solve(
 def _first_step(model: Any, X: Any, X0: torch.Tensor, on_sphere: bool, cause: Any, what: str) -> None:
     """The first step's output: a user model's checked like any user callable; one of
     stochformer's own that leaves the sphere broke down numerically (a step too large for its
-    parameters): :class:`NonFiniteError` naming the likely cause."""
+    parameters): `NonFiniteError` naming the likely cause."""
     own = _own(type(model))
     check_output(f"model.step ({callable_name(model)})", X, X0, unit=on_sphere and not own)
     off = rows_off_sphere(X) if on_sphere and own else None
@@ -337,7 +442,7 @@ def _observables(save: SaveAt, X: torch.Tensor, first: Optional[dict[str, torch.
 
 
 def _tensors(X, records, stat_steps, snapshots, token_steps, dt, save: SaveAt) -> dict[str, torch.Tensor]:
-    """:func:`_dataset`'s variables and coordinates as tensors, graphs kept (``output="torch"``)."""
+    """`_dataset`'s variables and coordinates as tensors, graphs kept (``output="torch"``)."""
     device = X.device
     out: dict[str, torch.Tensor] = {"sample": torch.arange(X.shape[0], device=device)}
     if records:
@@ -384,7 +489,7 @@ def _dataset(X, records, stat_steps, snapshots, token_steps, dt, save: SaveAt) -
 
 def describe(obj: Any) -> Any:
     """A JSON-able description of a model part: its class and fields; tensors by shape;
-    callables by ``module.name`` and their parameters (:func:`~stochformer.core.validation.callable_record`). Parts not defined by stochformer are listed by :func:`custom_parts`."""
+    callables by ``module.name`` and their parameters (`callable_record`). Parts not defined by stochformer are listed by [`custom_parts`][stochformer.integrate.custom_parts]."""
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         out = {"type": part_name(type(obj))}
         for f in dataclasses.fields(obj):

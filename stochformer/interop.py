@@ -1,28 +1,28 @@
 """The limit SDE in torchsde's terms, and torchsde's or diffrax's Brownian motions as a
-:class:`~stochformer.core.brownian.BrownianPath` (SPEC §3).
+[`BrownianPath`][stochformer.core.brownian.BrownianPath] (SPEC §3).
 
 torchsde integrates ``dy = f(t, y) dt + g(t, y) dB`` on a flat state ``y`` (batch, state) with a
-Brownian motion ``B`` (batch, brownian). :func:`to_torchsde` writes :class:`~stochformer.model.sde.LimitSDE`
+Brownian motion ``B`` (batch, brownian). [`to_torchsde`][stochformer.interop.to_torchsde] writes [`LimitSDE`][stochformer.model.sde.LimitSDE]
 so, on ``y = X.reshape(B, N·d)``, in Itô form (SPEC §3):
 
-.. math::
-
-    f(y) = P_{x_i} \\mathrm{Attn}(\\mu, x_i) - \\kappa(1) \\frac{d-1}{2} x_i, \\qquad
-    g(y)\\, v = P_{x_i} \\big(A(X)\\, V\\big)_i, \\quad V = v \\text{ read as } (m, d),
+$$
+f(y) = P_{x_i} \\mathrm{Attn}(\\mu, x_i) - \\kappa(1) \\frac{d-1}{2} x_i, \\qquad
+g(y)\\, v = P_{x_i} \\big(A(X)\\, V\\big)_i, \\quad V = v \\text{ read as } (m, d),
+$$
 
 with the field's coefficient matrix ``A(X)`` (batch, N, m): the exact field's ``K(X)^{1/2}``
-(m = N, the same symmetric root as :class:`~stochformer.model.noise.ExactField`), or the
+(m = N, the same symmetric root as [`ExactField`][stochformer.model.noise.ExactField]), or the
 random-feature field's ``s [φ(u_k·x_i/√d + b_k)/√M, σ_W]`` (m = M, plus 1 with σ_W > 0), so that
 ``g(y) ΔB`` is the project's field increment ``P_X ΔW`` for the normals ``Ξ = ΔB/√Δt``. The
 Brownian motion has ``m·d`` channels. The SDE is Itô (``sde_type = "ito"``, ``noise_type =
 "general"``): the Stratonovich form of SPEC §3 holds for the field, not for this representation
 by a root of K — re-rooting K at another point with the same ``ΔB`` (as torchsde's Stratonovich
-schemes do) adds a spurious drift (see :class:`~stochformer.model.sde.StratonovichHeun`).
+schemes do) adds a spurious drift (see [`StratonovichHeun`][stochformer.model.sde.StratonovichHeun]).
 
-torchsde's schemes do not keep ``|x_i| = 1``; :func:`sdeint_projected` takes one torchsde step per
+torchsde's schemes do not keep ``|x_i| = 1``; [`sdeint_projected`][stochformer.interop.sdeint_projected] takes one torchsde step per
 interval and projects each token back to the sphere after it (the project's projected Euler).
-:func:`from_torchsde_brownian` reads any Brownian motion's increments on a grid into a
-:class:`~stochformer.core.brownian.BrownianPath`, so that :func:`stochformer.solve` and torchsde are
+[`from_torchsde_brownian`][stochformer.interop.from_torchsde_brownian] reads any Brownian motion's increments on a grid into a
+[`BrownianPath`][stochformer.core.brownian.BrownianPath], so that [`stochformer.solve`][stochformer.solve] and torchsde are
 driven by the same increments. torchsde is optional (``pip install 'stochformer[interop]'``).
 """
 
@@ -57,11 +57,11 @@ class TorchsdeSDE:
     field_shape : tuple of int
         (batch, m, d): the Brownian channels of one sample read as m rows of d.
     path_shape : tuple of int, or a list of them
-        One step's normals as ``solve`` reads them (for :func:`from_torchsde_brownian`).
+        One step's normals as ``solve`` reads them (for `from_torchsde_brownian`).
 
     Methods ``f(t, y)`` → (batch, N·d), ``g_prod(t, y, v)`` → (batch, N·d) for v (batch,
     brownian_size), ``f_and_g_prod(t, y, v)`` (one pass), ``diffusion(t, y)`` → the dense g,
-    (batch, N·d, brownian_size); with ``dense=True`` in :func:`to_torchsde`, also ``g`` (the dense
+    (batch, N·d, brownian_size); with ``dense=True`` in `to_torchsde`, also ``g`` (the dense
     matrix, for torchsde's schemes that need it; torchsde evaluates it once per ``sdeint``)."""
 
     noise_type = "general"
@@ -90,7 +90,7 @@ class TorchsdeSDE:
     @property
     def path_shape(self) -> Union[tuple[int, int, int], list[tuple[int, int, int]]]:
         """The shape (or parts) of one step's normals as ``solve``'s noise source reads them, for
-        :func:`from_torchsde_brownian`: ``field_shape``, or [(batch, M, d), (batch, 1, d)] for
+        `from_torchsde_brownian`: ``field_shape``, or [(batch, M, d), (batch, 1, d)] for
         random features with σ_W > 0 (B^k, then B⁰)."""
         B, m, d = self.field_shape
         noise = self.sde.noise
@@ -141,10 +141,10 @@ class TorchsdeSDE:
 
 
 class DenseTorchsdeSDE(TorchsdeSDE):
-    """:class:`TorchsdeSDE` with the dense ``g(t, y)`` (batch, N·d, m·d) as well."""
+    """`TorchsdeSDE` with the dense ``g(t, y)`` (batch, N·d, m·d) as well."""
 
     def g(self, t: Any, y: torch.Tensor) -> torch.Tensor:
-        """The dense diffusion matrix, :meth:`TorchsdeSDE.diffusion`."""
+        """The dense diffusion matrix, `TorchsdeSDE.diffusion`."""
         return self.diffusion(t, y)
 
 
@@ -162,8 +162,8 @@ def to_torchsde(
     Parameters
     ----------
     sde : LimitSDE
-        Attention (any, or None) and noise: an :class:`~stochformer.model.noise.ExactField`, a
-        :class:`~stochformer.model.noise.RandomFeatureField` or None. Its drift and Itô correction
+        Attention (any, or None) and noise: an [`ExactField`][stochformer.model.noise.ExactField], a
+        [`RandomFeatureField`][stochformer.model.noise.RandomFeatureField] or None. Its drift and Itô correction
         are used as they are (κ(1) of ``sde``). A random-feature field needs its features drawn
         for this batch (one field per sample, drawn here if not yet): torchsde's Brownian motion
         has channels per sample, so one field shared by every sample (drawn for batch 1) is not
@@ -171,7 +171,7 @@ def to_torchsde(
     shape : (batch, N, d)
         The tokens' shape.
     seed, generator : int or torch.Generator, optional
-        For the per-run draws of :meth:`LimitSDE.reset` (a random-feature field's features when
+        For the per-run draws of `LimitSDE.reset` (a random-feature field's features when
         not drawn yet, a resampled attention's); default seed 0.
     dtype, device
         Those of the tokens.
@@ -228,7 +228,7 @@ def sdeint_projected(
     Parameters
     ----------
     sde : TorchsdeSDE
-        From :func:`to_torchsde`.
+        From `to_torchsde`.
     y0 : (batch, N·d)
         Flat initial tokens (unit rows once unflattened).
     ts : (n + 1,)
@@ -258,7 +258,7 @@ def sdeint_projected(
 
 
 class GivenPath(BrownianPath):
-    """A :class:`~stochformer.core.brownian.BrownianPath` of several parts given as tensors
+    """A [`BrownianPath`][stochformer.core.brownian.BrownianPath] of several parts given as tensors
     (``normals[j]``: (steps, *part_j)), e.g. a random-feature field's B^k and B⁰; step k of n
     is q^{−1/2} Σ of its q = steps/n fine normals, as for any path."""
 
@@ -296,7 +296,7 @@ def from_torchsde_brownian(
     t1: float = 1.0,
     dtype: torch.dtype = torch.float64,
 ) -> BrownianPath:
-    """The :class:`~stochformer.core.brownian.BrownianPath` of a Brownian motion's increments on
+    """The [`BrownianPath`][stochformer.core.brownian.BrownianPath] of a Brownian motion's increments on
     ``steps`` equal steps of ``[t0, t1]``: fine normals Ξ_k = (W(t_{k+1}) − W(t_k)) / √Δt, read in
     the project's layout ``shape``.
 
@@ -312,7 +312,7 @@ def from_torchsde_brownian(
         each sample's channels, [(batch, M, d), (batch, 1, d)] for random features with σ_W > 0
         (``TorchsdeSDE.path_shape``).
     steps : int
-        Fine steps of the path; :func:`stochformer.solve` may use any divisor of it.
+        Fine steps of the path; [`stochformer.solve`][stochformer.solve] may use any divisor of it.
     t0, t1 : float
         The interval [t0, t1]; ``solve``'s T is t1 − t0.
     dtype : torch.dtype
@@ -321,7 +321,7 @@ def from_torchsde_brownian(
     Returns
     -------
     BrownianPath
-        ``from_normals`` of the (steps, *shape) normals, or a :class:`GivenPath` of the parts.
+        ``from_normals`` of the (steps, *shape) normals, or a `GivenPath` of the parts.
 
     Examples
     --------

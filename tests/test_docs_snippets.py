@@ -9,6 +9,7 @@ site's strict build is checked to fail on a broken link (so the CI step that bui
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -92,10 +93,30 @@ def _build(site: Path) -> subprocess.CompletedProcess:
                           cwd=site, env={**ENV, "NO_MKDOCS_2_WARNING": "1"}, capture_output=True, text=True, timeout=600)
 
 
+def _check_rendered(out: Path) -> None:
+    """What the reader sees: maths typeset by MathJax, numpydoc sections as tables, the pydantic fields
+    of the configs listed with their descriptions, no Sphinx role left as text, the executed notebook."""
+    config, model = (out / "api" / page / "index.html" for page in ("config", "model"))
+    config_html, model_html = config.read_text(encoding="utf-8"), model.read_text(encoding="utf-8")
+    assert "pydantic-field" in config_html and "number of tokens" in config_html  # RunConfig.N and its description
+    assert 'class="arithmatex"' in model_html and 'doc-section-title">Parameters' in model_html
+    assert 'class="arithmatex"' in (out / "theory" / "index.html").read_text(encoding="utf-8")
+    raw = [p.relative_to(out) for p in (out / "api").rglob("index.html")
+           if re.search(r":(func|class|meth|mod|attr|data):`", p.read_text(encoding="utf-8"))]
+    assert not raw, f"Sphinx roles shown as text in {raw}"
+    # a cross-reference to an object the site does not render stays as text (mkdocs-autorefs does not always warn)
+    dangling = sorted({ref for p in out.rglob("index.html")
+                       for ref in re.findall(r"\]\[(stochformer\.[\w.]+)\]", p.read_text(encoding="utf-8"))})
+    assert not dangling, f"cross-references to objects the API reference does not render: {dangling}"
+    notebook = (out / "tutorial" / "index.html").read_text(encoding="utf-8")
+    assert notebook.count("<img") >= 3  # the stored figures of the tutorial
+
+
 @pytest.mark.slow
 def test_strict_docs_build_fails_on_a_broken_link(tmp_path):
     """The CI command (``mkdocs build --strict``, the project's mkdocs.yml) passes on the docs as they
-    are and fails, naming the target, once one page links to a page that does not exist."""
+    are, renders them as `_check_rendered` says, and fails, naming the target, once one page links
+    to a page that does not exist."""
     _mkdocs_or_skip()
     site = tmp_path / "site"
     site.mkdir()
@@ -104,6 +125,7 @@ def test_strict_docs_build_fails_on_a_broken_link(tmp_path):
     (site / "stochformer").symlink_to(ROOT / "stochformer")
     clean = _build(site)
     assert clean.returncode == 0, clean.stderr[-3000:]
+    _check_rendered(site / "out")
     with open(site / "docs" / "index.md", "a", encoding="utf-8") as f:
         f.write("\nSee [the missing page](no-such-page.md).\n")
     broken = _build(site)

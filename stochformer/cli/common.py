@@ -43,7 +43,7 @@ def _stop(signum: int, frame: Any) -> None:
 
 
 def stop_on_signals() -> None:
-    """Until the current command ends, SIGTERM and SIGHUP stop it like Ctrl-C (see :func:`fail_cleanly`)."""
+    """Until the current command ends, SIGTERM and SIGHUP stop it like Ctrl-C (see `fail_cleanly`)."""
     import threading
 
     if threading.current_thread() is not threading.main_thread():
@@ -53,7 +53,7 @@ def stop_on_signals() -> None:
 
 
 def _deliver_again(unraisable: Any, previous: Callable[[Any], None]) -> None:
-    """``sys.unraisablehook``: a Ctrl-C (or a :class:`Stopped`) that Python had to drop, because it
+    """``sys.unraisablehook``: a Ctrl-C (or a `Stopped`) that Python had to drop, because it
     arrived while a finaliser or a weakref callback ran, is delivered again as the same signal.
 
     The signal is raised from another thread a moment after this hook returns: raised here, its
@@ -110,7 +110,7 @@ def config_options(func: Callable) -> Callable:
 
 def resolve_config(config_file: Optional[Path], overrides: tuple[str, ...], model: Optional[type] = None,
                    base: Optional[dict] = None) -> Any:
-    """The validated config (``model``, default :class:`~stochformer.config.RunConfig`; defaults ←
+    """The validated config (``model``, default [`RunConfig`][stochformer.config.RunConfig]; defaults ←
     ``base`` ← file ← overrides); errors become one usage message."""
     from ..config import ConfigError, RunConfig, build_config
 
@@ -138,7 +138,7 @@ def experiment_options(func: Callable) -> Callable:
 
 
 def size_options(func: Callable) -> Callable:
-    """``--max-memory SIZE`` and ``--no-size-check``: kept in the click context for :func:`size_check`,
+    """``--max-memory SIZE`` and ``--no-size-check``: kept in the click context for `size_check`,
     so commands do not take them as arguments."""
 
     @click.option("--max-memory", default=None, metavar="SIZE",
@@ -165,7 +165,7 @@ def workers_of(scheduler: Optional[str]) -> int:
 
 
 def size_check(cfg: Any, scheduler: Optional[str] = None) -> Any:
-    """The pre-flight estimate of :mod:`stochformer.experiments.preflight` with this command's options (returned;
+    """The pre-flight estimate of `stochformer.experiments.preflight` with this command's options (returned;
     None when skipped or not estimated)."""
     from ..experiments.preflight import check_size, parse_size
 
@@ -217,7 +217,7 @@ def hold_output(folder: Path, command: str) -> None:
 
 
 def check_output(folder: Any, command: str, force: bool = False, replace: bool = False, option: str = "--out") -> Path:
-    """:func:`stochformer.io.outputs.check_output_folder` for ``command``, its error as a usage message."""
+    """`stochformer.io.outputs.check_output_folder` for ``command``, its error as a usage message."""
     from ..io.outputs import OutputError, check_output_folder
 
     try:
@@ -229,7 +229,7 @@ def check_output(folder: Any, command: str, force: bool = False, replace: bool =
 def disk_check(folder: Path, estimate: Any) -> None:
     """Refuse, before any work, a location with less free space than the run may write: the
     pre-flight estimate of its peak memory (everything a run writes is in memory first), at least
-    :data:`~stochformer.io.outputs.MIN_FREE_BYTES`."""
+    `MIN_FREE_BYTES`."""
     from ..io.outputs import MIN_FREE_BYTES, OutputError, check_free_space
 
     try:
@@ -239,7 +239,7 @@ def disk_check(folder: Path, estimate: Any) -> None:
 
 
 def default_out(command: str, out: Optional[Path | str]) -> Path | str:
-    """``out`` as given (checked later by :func:`~stochformer.io.outputs.check_output_folder`), or
+    """``out`` as given (checked later by `check_output_folder`), or
     ``runs/<command>-<timestamp>``."""
     return out if out is not None else Path("runs") / f"{command}-{time.strftime('%Y%m%d-%H%M%S')}"
 
@@ -253,8 +253,8 @@ def resolve(
     model: Optional[type] = None,
     base: Optional[dict] = None,
 ) -> tuple[Any, Path]:
-    """Validate the config (``model``, default :class:`~stochformer.config.RunConfig`), the output
-    folder (:func:`check_output`), the scheduler, the size and the free disk space before any work
+    """Validate the config (``model``, default [`RunConfig`][stochformer.config.RunConfig]), the output
+    folder (`check_output`), the scheduler, the size and the free disk space before any work
     (errors become one clean message), then hold the output folder for the rest of the command."""
     from ..config import ConfigError, RunConfig, build_config
 
@@ -317,7 +317,7 @@ def _drop_empty_store(meta: dict) -> None:
 
 
 def scheduler_option(func: Callable) -> Callable:
-    """``--scheduler NAME``: how independent tasks run (see :func:`stochformer.tasks.run_tasks`)."""
+    """``--scheduler NAME``: how independent tasks run (see [`stochformer.tasks.run_tasks`][stochformer.tasks.run_tasks])."""
     return click.option(
         "--scheduler", default=None, metavar="NAME",
         help="How tasks run: 'serial' (default), 'processes[:N]', 'local-cluster:N' or a Dask address.",

@@ -1,7 +1,7 @@
 """Validated run configuration (pydantic), TOML loading and ``FIELD=VALUE`` overrides.
 
 Field names follow SPEC §1 (``N, d, L, T, m, sigma_U, sigma_W, beta, gamma, Q, K, V``; ``gain`` g of SPEC §8). Every
-invalid input raises :class:`ConfigError`, one message naming each bad field and its valid range,
+invalid input raises [`ConfigError`][stochformer.config.ConfigError], one message naming each bad field and its valid range,
 before any work starts.
 """
 
@@ -40,7 +40,7 @@ MAX_GRID_POINTS = 100_000
 
 
 def check_grid_size(n_points: int, fields: str) -> None:
-    """``ValueError`` naming ``fields`` (the axes) when a grid has more than :data:`MAX_GRID_POINTS`
+    """``ValueError`` naming ``fields`` (the axes) when a grid has more than `MAX_GRID_POINTS`
     points: refused before its points are built, checked or sized."""
     if n_points > MAX_GRID_POINTS:
         raise ValueError(f"{fields}: {n_points} grid points; a grid has at most {MAX_GRID_POINTS} "
@@ -78,7 +78,7 @@ def _too_big(value: Any) -> bool:
 
 
 def check_depth(data: Any, where: str) -> None:
-    """``ConfigError`` naming ``where`` if lists and tables nest more than :data:`MAX_DEPTH` deep."""
+    """``ConfigError`` naming ``where`` if lists and tables nest more than `MAX_DEPTH` deep."""
     if _depth(data) > MAX_DEPTH:
         raise ConfigError(f"{where}: lists and tables nest more than {MAX_DEPTH} levels deep")
 
@@ -139,7 +139,25 @@ _INIT_USED_BY = {"path": "npy", "center": "cluster", "spread": "cluster", "cosin
 
 
 class RunConfig(StrictConfig):
-    """One simulation of the deep transformer (SPEC §1) or of its limit SDE (SPEC §3)."""
+    """One simulation of the deep transformer (SPEC §1) or of its limit SDE (SPEC §3).
+
+    The fields below are the ``--set`` keys of the command line and the keys of a TOML config; each
+    is checked on construction. [`as_config`][stochformer.config.as_config] of a dict raises one
+    [`ConfigError`][stochformer.config.ConfigError] naming the field and its valid range.
+
+    Examples
+    --------
+    >>> from stochformer.config import RunConfig, as_config
+    >>> cfg = RunConfig(N=8, d=4, L=50)
+    >>> cfg.T / cfg.L                                   # the step Δt = T/L
+    0.1
+    >>> cfg.with_updates(gamma="repulsive").gamma_value
+    -1.0
+    >>> as_config({"N": 1})
+    Traceback (most recent call last):
+    ...
+    stochformer.config.ConfigError: invalid configuration: N: must be an integer >= 2 (got 1)
+    """
 
     # model sizes
     N: int = Field(16, ge=2, description="number of tokens (>= 2)")
@@ -285,7 +303,7 @@ class RunConfig(StrictConfig):
 
 
 class ExperimentConfig(StrictConfig):
-    """An experiment's config: ``model``, the :class:`RunConfig` of the system it runs (a ``[model]``
+    """An experiment's config: ``model``, the [`RunConfig`][stochformer.config.RunConfig] of the system it runs (a ``[model]``
     table in TOML, ``--set model.N=…``), beside the experiment's own fields.
 
     A subclass states, as data, how it reads ``model``: ``model_defaults`` (its defaults of model
@@ -438,7 +456,7 @@ def _nesting(text: str) -> int:
 
 def parse_value(text: str) -> Any:
     """Parse an override value: JSON/TOML literal (numbers, booleans, arrays), else a string;
-    ``ConfigError`` for a value nested more than :data:`MAX_DEPTH` deep."""
+    ``ConfigError`` for a value nested more than `MAX_DEPTH` deep."""
     text = text.strip()
     if _nesting(text) > MAX_DEPTH:
         raise ConfigError(f"the value nests lists or tables more than {MAX_DEPTH} levels deep")
@@ -478,8 +496,8 @@ CONFIG_MAX_BYTES = 4 << 20
 
 
 def load_toml(path: Union[str, Path]) -> dict[str, Any]:
-    """Read a TOML config file (a regular file of at most :data:`CONFIG_MAX_BYTES`), raising
-    :class:`ConfigError` if it is missing, unreadable, too big, or not a regular file."""
+    """Read a TOML config file (a regular file of at most `CONFIG_MAX_BYTES`), raising
+    [`ConfigError`][stochformer.config.ConfigError] if it is missing, unreadable, too big, or not a regular file."""
     from ..io.outputs import InputError, read_input
 
     p = Path(path)
@@ -494,7 +512,7 @@ def load_toml(path: Union[str, Path]) -> dict[str, Any]:
 
 
 def validate(model: type[BaseModel], data: dict[str, Any]) -> Any:
-    """Validate ``data`` against ``model``, turning pydantic's errors into one :class:`ConfigError`."""
+    """Validate ``data`` against ``model``, turning pydantic's errors into one [`ConfigError`][stochformer.config.ConfigError]."""
     check_depth(data, "config")
     try:
         return model.model_validate(data)
@@ -503,7 +521,7 @@ def validate(model: type[BaseModel], data: dict[str, Any]) -> Any:
 
 
 def as_config(cfg: Any, model: type[BaseModel] = RunConfig, name: str = "cfg") -> Any:
-    """``cfg`` if it is a ``model``; a dict of its fields validated (:class:`ConfigError`); anything
+    """``cfg`` if it is a ``model``; a dict of its fields validated ([`ConfigError`][stochformer.config.ConfigError]); anything
     else is a ``ValueError`` naming the argument (for the experiments' Python API)."""
     if isinstance(cfg, model):
         return cfg

@@ -1,5 +1,5 @@
 """The config layer's only bridge to the library: from a validated
-:class:`~stochformer.config.RunConfig` to the objects :func:`stochformer.solve` takes — initial
+[`RunConfig`][stochformer.config.RunConfig] to the objects [`stochformer.solve`][stochformer.solve] takes — initial
 tokens, attention, noise source, and the model (transformer or limit SDE)."""
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def make_attention(
     cfg: RunConfig, dtype=torch.float64, device="cpu", chunk: Optional[int] = None, sdpa: bool = False
 ) -> Optional[Attention]:
     """The config's attention (None when ``attention = false``); an ``attention_kind`` other than
-    softmax is built by :func:`make_variant` (dense; ``chunk`` and ``sdpa`` apply to softmax)."""
+    softmax is built by [`make_variant`][stochformer.config.build.make_variant] (dense; ``chunk`` and ``sdpa`` apply to softmax)."""
     if not cfg.attention:
         return None
     if cfg.attention_kind != "softmax":
@@ -140,7 +140,7 @@ def make_model(
     noise: Optional[NoiseSource] = None,
     activation: Optional[ActivationLike] = None,
 ) -> Union[Transformer, LimitSDE]:
-    """The model of ``cfg``: a :class:`Transformer` or a :class:`LimitSDE` with its integrator.
+    """The model of ``cfg``: a [`Transformer`][stochformer.model.transformer.Transformer] or a [`LimitSDE`][stochformer.model.sde.LimitSDE] with its integrator.
 
     ``attention`` / ``noise``: prebuilt pieces (a chunked attention, a field shared between
     systems) used instead of building them from ``cfg``; ``activation``: any callable φ replacing
@@ -172,7 +172,7 @@ def make_particles(
     block: int = DEFAULT_BLOCK, sdpa: bool = True,
 ) -> LimitSDE:
     """The mean-field particle system (SPEC §4): the limit SDE of ``cfg`` for N tokens with
-    memory-linear attention (query chunks sized by :func:`query_chunk`, or fused SDPA; a variant's
+    memory-linear attention (query chunks sized by [`query_chunk`][stochformer.model.attention.query_chunk], or fused SDPA; a variant's
     attention is dense) driven by ``field``."""
     if cfg.dynamics != "sde":
         raise ValueError("dynamics: the particle solver integrates the limit SDE (dynamics = 'sde')")
@@ -187,8 +187,8 @@ def make_grouped_particles(
     cfg: RunConfig, sizes: list[int], dtype=torch.float64, device="cpu", block: int = DEFAULT_BLOCK, sdpa: bool = True,
 ) -> LimitSDE:
     """Systems of ``sizes`` tokens stepped as one concatenated cloud (batch, Σ sizes, d), all driven
-    by the exact field of ``cfg`` drawn jointly at every point (:class:`~stochformer.model.grouped.JointField`),
-    each attending only to its own tokens (:class:`~stochformer.model.grouped.GroupedAttention`): the
+    by the exact field of ``cfg`` drawn jointly at every point ([`JointField`][stochformer.model.grouped.JointField]),
+    each attending only to its own tokens ([`GroupedAttention`][stochformer.model.grouped.GroupedAttention]): the
     exact-field coupling of Proposition 1.2 (SPEC §3–§4)."""
     if cfg.dynamics != "sde":
         raise ValueError("dynamics: the particle solver integrates the limit SDE (dynamics = 'sde')")

@@ -1,11 +1,11 @@
 """The random driver of a run: one Brownian path shared by every system that should feel it.
 
-A :class:`BrownianPath` is the sequence of i.i.d. N(0, 1) normals ``Ξ_s`` (each of ``shape``, or
+A [`BrownianPath`][stochformer.core.brownian.BrownianPath] is the sequence of i.i.d. N(0, 1) normals ``Ξ_s`` (each of ``shape``, or
 one tensor per part when ``shape`` is a list of shapes: a random-feature field's B^k and B⁰) on
 a fine grid of ``steps`` steps of [0, T]. A solver with ``n`` steps (``n`` dividing ``steps``)
 asks for the normals of its step ``k``: the normalised sum ``q^{−1/2} Σ Ξ_s`` over the
 ``q = steps/n`` fine steps inside it, i.e. the same path seen on a coarser grid (SPEC §3,
-"Measuring it"). Couplings are therefore one object handed to several :func:`stochformer.solve`
+"Measuring it"). Couplings are therefore one object handed to several [`stochformer.solve`][stochformer.solve]
 calls: the transformer and the limit SDE (Theorem 1.1), systems of N and N_ref tokens driven by
 one random-feature field (Proposition 1.2), Δt and Δt/2 (strong order).
 
@@ -14,8 +14,8 @@ consumer that goes back in time replays the stream from its start, so the path i
 the seed alone and never held in memory whole. The last coarse grid asked for is cached (a few
 transformer widths read the same layer normals).
 
-:class:`Draws` is what a noise source receives at one step: the run's ``generator`` for draws that
-are not part of the path (MLP weights, random features), and :meth:`Draws.brownian`, the step's
+[`Draws`][stochformer.core.brownian.Draws] is what a noise source receives at one step: the run's ``generator`` for draws that
+are not part of the path (MLP weights, random features), and [`Draws.brownian`][stochformer.core.brownian.Draws.brownian], the step's
 Brownian normals: from the path if there is one, else fresh from the generator.
 """
 
@@ -32,12 +32,52 @@ from .validation import RealTensor, DeviceLike, FloatDtype, NonNegativeInt, Posi
 
 @validated
 class BrownianPath:
-    """i.i.d. N(0, 1) normals of ``shape`` on ``steps`` fine steps, drawn from ``generator`` (or a
-    generator seeded with ``seed``); see the module docstring. ``shape``: one shape, or a list of
-    shapes (parts drawn in this order at every fine step).
+    r"""A Brownian path: i.i.d. $\mathcal N(0, 1)$ normals $\Xi_s$ of ``shape`` on ``steps`` fine steps.
 
-    ``normals``: an explicit path, a tensor (steps, *shape), instead of drawing one (the path then
-    has its dtype and device)."""
+    A solver with n steps (n dividing ``steps``) receives at its step k the normals of the same path
+    on the coarser grid,
+
+    $$
+    \xi_k = q^{-1/2} \sum_{s = kq}^{(k+1)q - 1} \Xi_s, \qquad q = \text{steps}/n,
+    $$
+
+    so one path handed to several [`solve`][stochformer.integrate.solve] calls couples them (see the
+    module docstring).
+
+    Parameters
+    ----------
+    shape : tuple of int or list of tuple of int
+        The shape of one fine step's normals, or a list of shapes (parts drawn in this order at
+        every fine step, e.g. a random-feature field's $B^k$ and $B^0$).
+    steps : int
+        The number of fine steps, >= 1.
+    seed : int, optional
+        The seed of the path's generator.
+    generator : torch.Generator, optional
+        In place of ``seed``: the generator the normals are drawn from.
+    dtype : torch.dtype, optional
+        float32 or float64 (the default).
+    device : str or torch.device, optional
+        Where the normals are drawn.
+    normals : torch.Tensor, shape (steps, \*shape), optional
+        An explicit path instead of drawing one (the path then has its dtype and device).
+
+    Raises
+    ------
+    ValueError
+        An argument out of range (naming it), a path too large for the memory, or explicit
+        normals for a path of several parts.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from stochformer import BrownianPath
+    >>> path = BrownianPath((2, 4, 3), steps=8, seed=0)
+    >>> coarse = path.increment(0, 2)[0]          # step 0 of a 2-step solver: 4 fine steps
+    >>> fine = torch.stack([path.increment(s, 8)[0] for s in range(4)])
+    >>> torch.allclose(coarse, fine.sum(0) / 2)
+    True
+    """
 
     def __init__(
         self,
@@ -129,9 +169,34 @@ _CACHE_ENTRIES = 1 << 22
 @validated
 @dataclass
 class Draws:
-    """The randomness of one step ``k`` of ``n``: ``generator`` for draws outside the Brownian path
-    (weights, features); :meth:`brownian` for the path's normals of this step (a path of several
-    parts serves them in order, one per call)."""
+    """The randomness of one step ``k`` of ``n``, what a noise source receives.
+
+    Parameters
+    ----------
+    generator : torch.Generator
+        For draws outside the Brownian path (weights, features).
+    path : BrownianPath, optional
+        The run's path; [`brownian`][stochformer.core.brownian.Draws.brownian] serves its normals of
+        this step (a path of several parts serves them in order, one per call). None: fresh normals
+        from ``generator``.
+    k : int, optional
+        The step, 0 <= k < n.
+    n : int, optional
+        The number of steps of the run, >= 1.
+
+    Raises
+    ------
+    ValueError
+        ``k`` not below ``n``, naming ``k``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from stochformer import Draws
+    >>> draws = Draws(torch.Generator().manual_seed(0), k=0, n=10)
+    >>> draws.brownian((2, 3), torch.float64, "cpu").shape
+    torch.Size([2, 3])
+    """
 
     generator: torch.Generator
     path: Optional[BrownianPath] = None
@@ -171,7 +236,7 @@ def _broadcasts(a: int, b: int) -> bool:
 
 
 def step_draws(generator: torch.Generator, path: Optional[BrownianPath], k: int, n: int) -> Draws:
-    """The :class:`Draws` of step k of n from arguments already checked (:func:`~stochformer.solve`
+    """The [`Draws`][stochformer.core.brownian.Draws] of step k of n from arguments already checked ([`solve`][stochformer.solve]
     makes one per step: the constructor's checks would cost a few µs each)."""
     draws = Draws.__new__(Draws)
     Draws.__init__.__wrapped__(draws, generator, path, k, n)  # type: ignore[misc]
@@ -179,5 +244,5 @@ def step_draws(generator: torch.Generator, path: Optional[BrownianPath], k: int,
 
 
 def as_draws(rng: Union[torch.Generator, Draws]) -> Draws:
-    """A :class:`Draws` from a bare generator (no path) or as it is."""
+    """A [`Draws`][stochformer.core.brownian.Draws] from a bare generator (no path) or as it is."""
     return rng if isinstance(rng, Draws) else Draws(rng)

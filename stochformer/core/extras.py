@@ -2,7 +2,7 @@
 
 ``pip install 'stochformer[ot]'`` adds POT (exact and sliced W₂, the ``chaos`` study);
 ``pip install 'stochformer[cluster]'`` adds Dask (``--local-cluster``, ``--scheduler local-cluster:N``
-or a scheduler address); ``pip install 'stochformer[interop]'`` adds torchsde (:mod:`stochformer.interop`);
+or a scheduler address); ``pip install 'stochformer[interop]'`` adds torchsde ([`stochformer.interop`][stochformer.interop]);
 ``stochformer[all]`` adds all three.
 """
 
@@ -20,8 +20,8 @@ class MissingExtraError(ImportError):
 
 
 def require(module: str, feature: str) -> ModuleType:
-    """Import the optional ``module`` (a key of :data:`OPTIONAL`) needed by ``feature``, or raise
-    :class:`MissingExtraError` saying which extra to install."""
+    """Import the optional ``module`` (a key of `OPTIONAL`) needed by ``feature``, or raise
+    [`MissingExtraError`][stochformer.core.extras.MissingExtraError] saying which extra to install."""
     extra, dist = OPTIONAL[module]
     try:
         return importlib.import_module(module)

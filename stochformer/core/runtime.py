@@ -51,7 +51,7 @@ SCIENTIFIC_PACKAGES = ("scipy", "xarray", "pydantic", "matplotlib", "h5netcdf", 
 
 
 def provenance(device: torch.device | str) -> dict:
-    """Package versions (torch, numpy and its BLAS, every distribution of :data:`SCIENTIFIC_PACKAGES`), Python,
+    """Package versions (torch, numpy and its BLAS, every distribution of `SCIENTIFIC_PACKAGES`), Python,
     platform and device, for the output's ``config.json``."""
     return {**_versions(), "device": device_description(device)}
 
@@ -78,7 +78,7 @@ def child_seeds(seed: int, n: int) -> list[int]:
 
 def named_seed(seed: int, name: str) -> int:
     """A deterministic seed for the part ``name`` of a run with ``seed``, independent of every
-    :func:`child_seeds` stream of that seed (SeedSequence entropy [seed, crc32(name)])."""
+    [`child_seeds`][stochformer.core.runtime.child_seeds] stream of that seed (SeedSequence entropy [seed, crc32(name)])."""
     entropy = [int(seed), zlib.crc32(name.encode())]
     return int(np.random.SeedSequence(entropy).generate_state(1, dtype=np.uint64)[0] >> np.uint64(1))
 

@@ -1,9 +1,11 @@
 """Geometry of S^{d−1} and initial tokens.
 
 Convention: token arrays are ``X: (batch, N, d)`` with unit rows. The initial-token functions
-take either a ``seed`` or a ``generator`` (the run's, so that a run's draws follow one stream)::
+take either a ``seed`` or a ``generator`` (the run's, so that a run's draws follow one stream):
 
-    X0 = sphere.uniform(batch=16, N=64, d=4, seed=0)
+```python
+X0 = sphere.uniform(batch=16, N=64, d=4, seed=0)
+```
 """
 
 from __future__ import annotations
@@ -62,7 +64,42 @@ def uniform(
     batch: PositiveInt, N: PositiveInt, d: PositiveInt, seed: Optional[Seed] = None, generator: Optional[torch.Generator] = None,
     dtype: FloatDtype = torch.float64, device: DeviceLike = "cpu",
 ) -> torch.Tensor:
-    """i.i.d. uniform tokens on S^{d−1}: (batch, N, d)."""
+    r"""i.i.d. uniform tokens on the sphere $S^{d-1}$: normalised standard normals.
+
+    Parameters
+    ----------
+    batch : int
+        Independent samples, >= 1.
+    N : int
+        Tokens per sample, >= 1.
+    d : int
+        Token dimension, >= 2.
+    seed : int, optional
+        Seed of a fresh generator (give ``seed`` or ``generator``).
+    generator : torch.Generator, optional
+        The generator to draw from, on ``device``.
+    dtype : torch.dtype, optional
+        float32 or float64 (the default).
+    device : str or torch.device, optional
+        Where the tokens live.
+
+    Returns
+    -------
+    torch.Tensor, shape (batch, N, d)
+        Unit rows.
+
+    Raises
+    ------
+    ValueError
+        An argument out of range (naming it), or tokens too large for the memory.
+
+    Examples
+    --------
+    >>> from stochformer import sphere
+    >>> X = sphere.uniform(batch=2, N=5, d=3, seed=0)
+    >>> X.shape, bool((X.norm(dim=-1) - 1).abs().max() < 1e-12)
+    (torch.Size([2, 5, 3]), True)
+    """
     check_int("d", d, _D_MIN)
     check_memory("batch, N, d", 3.0 * batch * N * d * dtype.itemsize)
     return normalize(torch.randn(batch, N, d, generator=_gen(seed, generator, device), dtype=dtype, device=device))

@@ -1,14 +1,14 @@
 """The validation boundary of the Python API, and the non-finite state check of the stepping loops.
 
-Every public function and constructor is wrapped by :func:`validated`, which checks each argument
+Every public function and constructor is wrapped by `validated`, which checks each argument
 against its annotation before any work: a ``ValueError`` naming the argument and its valid range
-(as scipy does), or an :class:`ArgumentTypeError` (a ``TypeError`` that is also a ``ValueError``)
+(as scipy does), or an `ArgumentTypeError` (a ``TypeError`` that is also a ``ValueError``)
 for a wrong type. The annotations are the reusable types below (``PositiveInt``, ``Seed``,
 ``FiniteFloat``, ``Probability``, ``Tokens(...)`` …), ``Literal`` choices, classes and protocols.
 Numbers arrive as Python or numpy scalars (``np.int64(3)`` is an int; ``True`` and ``1.5`` are
 not); tensors as tensors, numpy arrays or nested lists (converted to float64). Checks run once
 at the boundary, never per step: a user callable's output (activation, attention, hook, step,
-noise source) is checked on its first call by :func:`check_output`.
+noise source) is checked on its first call by `check_output`.
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ def out_of_memory(exc: BaseException) -> bool:
 
 @contextlib.contextmanager
 def memory_errors(what: str, reduce: str) -> Iterator[None]:
-    """Within: an allocator's failure (:func:`out_of_memory`) becomes one ``ValueError`` saying
+    """Within: an allocator's failure (`out_of_memory`) becomes one ``ValueError`` saying
     ``what`` needed more memory than is available and what to ``reduce``."""
     try:
         yield
@@ -121,7 +121,7 @@ def _plain_scalar(value: Any) -> Any:
 
 def check_int(name: str, value: Any, low: Optional[int] = 1, high: Optional[int] = None) -> int:
     """``value`` as an int in [low, high] (Python or numpy integers or a 0-d tensor of one, not
-    bools), else ``ValueError`` naming ``name`` and the range (:class:`ArgumentTypeError` for a non-integer)."""
+    bools), else ``ValueError`` naming ``name`` and the range (`ArgumentTypeError` for a non-integer)."""
     if type(value) is int and (low is None or value >= low) and (high is None or value <= high):
         return value
     valid = "an integer" + (f" >= {low}" if low is not None else "") + (f" and <= {high}" if high is not None else "")
@@ -136,7 +136,7 @@ def check_int(name: str, value: Any, low: Optional[int] = 1, high: Optional[int]
 def check_float(name: str, value: Any, low: Optional[float] = None, high: Optional[float] = None,
                 low_open: bool = False, high_open: bool = False) -> float:
     """``value`` as a finite float in the range (Python or numpy reals or a 0-d tensor of one, not bools), else
-    ``ValueError`` naming ``name`` and the range (:class:`ArgumentTypeError` for a non-number)."""
+    ``ValueError`` naming ``name`` and the range (`ArgumentTypeError` for a non-number)."""
     if type(value) is float and math.isfinite(value) and (low is None or (value > low if low_open else value >= low)) \
             and (high is None or (value < high if high_open else value <= high)):
         return value
@@ -340,7 +340,7 @@ class Device(Check):
 def as_real_tensor(name: str, value: Any) -> torch.Tensor:
     """``value`` as a real floating tensor: a float32/float64 tensor as it is (detached); numpy
     arrays, numpy scalars and nested lists of real numbers converted to float64; anything else an
-    :class:`ArgumentTypeError` naming ``name``."""
+    `ArgumentTypeError` naming ``name``."""
     if torch.is_tensor(value):
         if value.dtype not in FLOAT_DTYPES.values():
             raise ArgumentTypeError(f"{name}: must be a real floating tensor, float32 or float64 (got {short(value)}; "
@@ -420,7 +420,7 @@ def check_tensor(name: str, value: Any, dims: tuple[str, ...], low: tuple[int, .
     """``value`` as a finite real floating tensor with axes named ``dims`` (each size >= the
     matching entry of ``low``, default 1; ``leading``: any further leading axes), unit rows
     (``unit``) and entries within ``bounds``; else an error naming ``name``. ``finite=False``
-    leaves the finiteness to the caller (the solver's :func:`check_finite`, naming the layer)."""
+    leaves the finiteness to the caller (the solver's `check_finite`, naming the layer)."""
     X = as_real_tensor(name, value)
     shape = "(" + ", ".join((["..."] if leading else []) + list(dims)) + ")"
     if X.dim() != len(dims) and not (leading and X.dim() >= len(dims)):
@@ -464,7 +464,7 @@ class TensorCheck(Check):
 #: tokens (batch, N, d) with unit rows, batch >= 1, N >= 1, d >= 2
 UnitTokens = Annotated[torch.Tensor, TensorCheck(("batch", "N", "d"), (1, 1, 2), unit=True, what="tokens")]
 #: states (batch, N, d) of any norm (a model off the sphere: a pre-norm residual stream), finite or not
-#: (the solver's :func:`check_finite` names the non-finite initial state)
+#: (the solver's `check_finite` names the non-finite initial state)
 States = Annotated[torch.Tensor, TensorCheck(("batch", "N", "d"), (1, 1, 2), what="tokens", finite=False)]
 #: token clouds (..., N, d) with unit rows
 Clouds = Annotated[torch.Tensor, TensorCheck(("N", "d"), (1, 2), unit=True, leading=True, what="tokens")]
@@ -555,7 +555,7 @@ def part_name(obj: Any) -> str:
 
 
 def callable_record(fn: Any) -> dict[str, Any]:
-    """What a run records of a callable part: ``callable``, its :func:`part_name`, and ``parameters``:
+    """What a run records of a callable part: ``callable``, its `part_name`, and ``parameters``:
     a ``functools.partial``'s arguments, a function's defaults, an instance's public attributes
     (numbers, strings, lists of them; a tensor by shape and dtype; any other value as
     ``"unrecorded: <type>"``), or ``"unrecorded"`` where they cannot be read (the values a closure
@@ -626,9 +626,9 @@ def _check_output_kind(who: str, out: torch.Tensor, like: torch.Tensor) -> None:
 
 def first_output(seen: set, key: str, part: Any, out: Any, like: torch.Tensor) -> Any:
     """``out``, the output of a model's part ``key`` (its ``attention``, its noise source's
-    ``increment``), checked by :func:`check_output` against ``like``, its input, the first time ``key`` is not in ``seen`` (the
+    ``increment``), checked by `check_output` against ``like``, its input, the first time ``key`` is not in ``seen`` (the
     model clears ``seen`` at the start of every run). One of stochformer's own parts that returns
-    non-finite numbers broke down numerically: :class:`NonFiniteError` naming its large parameters."""
+    non-finite numbers broke down numerically: `NonFiniteError` naming its large parameters."""
     if key not in seen:
         own = (getattr(type(part), "__module__", "") or "").startswith("stochformer")
         if own and torch.is_tensor(out) and out.shape == like.shape and not bool(torch.isfinite(out).all()):
@@ -855,7 +855,7 @@ def likely_fields(cfg: Any) -> str:
 
 
 def check_finite(X: torch.Tensor, layer: int, cfg: Any = None, what: str = "tokens") -> torch.Tensor:
-    """Return ``X`` if every entry is finite; else raise :class:`NonFiniteError` naming ``layer``
+    """Return ``X`` if every entry is finite; else raise `NonFiniteError` naming ``layer``
     and the fields of ``cfg`` that likely caused it. One sum per call: a NaN or an infinity makes
     the sum non-finite, and only then (or if finite entries overflow it) is every entry checked
     (``torch.isfinite`` is several passes over X: 10× the sum, about 3% of a layer)."""

@@ -1,6 +1,6 @@
 """``bridge``: standard transformer blocks at random initialisation against the paper's model and
 its limit SDE for the matched kernel (SPEC §7; the blocks and the matching in
-:mod:`stochformer.model.blocks`).
+`stochformer.model.blocks`).
 
 For each depth L: ``samples`` independent networks of L fresh blocks (residual branches scaled by
 α₁ = T/L, α₂ = √(T/L), or GPT-2's own initialisation) from the same law of initial tokens; the
@@ -54,8 +54,8 @@ from .preflight import FLOPS, STEP_OVERHEAD_S, Estimate
 
 def cosine_curve(model, X0: torch.Tensor, T: float, steps: int, every: int, generator: torch.Generator,
                  what: str) -> torch.Tensor:
-    """``model`` stepped by :func:`~stochformer.solve` from X0 (batch, N, d): the mean pairwise
-    cosine of the normalised tokens (:func:`cosine_stats`) at step 0 and every ``every`` steps,
+    """``model`` stepped by [`solve`][stochformer.solve] from X0 (batch, N, d): the mean pairwise
+    cosine of the normalised tokens (`cosine_stats`) at step 0 and every ``every`` steps,
     (batch, steps/every + 1)."""
     save = SaveAt(at=list(range(0, steps + 1, every)), stats=(), final=False, fn=lambda X: {"cosine": cosine_stats(X)[0]})
     return torch.from_numpy(solve(model, X0, T, steps, save, generator=generator, what=what)["cosine"].values)
@@ -138,7 +138,7 @@ class BridgeConfig(StrictConfig):
         return (1.0, 1.0) if self.gpt2_init else (self.T / L, math.sqrt(self.T / L))
 
     def estimate(self, workers: int = 1) -> Estimate:
-        """Peak memory and rough time of the run (:mod:`~stochformer.experiments.preflight`): fresh blocks (4
+        """Peak memory and rough time of the run (`preflight`): fresh blocks (4
         d² + 2 d m weights) per layer; the predictions' N × N roots."""
         n = self.samples + self.pred_samples * (1 + self.refine)
         mem = 8.0 * (6 * self.d * self.d + 3 * self.d * self.m + 8 * n * self.N * (self.d + self.m + self.N))
@@ -182,7 +182,7 @@ def compare(quantity: str, measured: tuple, predicted: tuple, tol: float, note: 
     """Rule ``matches`` on (mean, SE) or (mean, SE, samples) triples: the measured mean with a 95%
     interval from the SE of the difference √(SE_m² + SE_p²) must reach the predicted mean within
     ``tol``; the interval's quantile is Student's t with Welch's degrees of freedom when both
-    sample counts are given (:func:`welch_samples`), else 1.96."""
+    sample counts are given (`welch_samples`), else 1.96."""
     (m, se_m, *n_m), (p, se_p, *n_p) = measured, predicted
     n = welch_samples(se_m, n_m[0], se_p, n_p[0]) if n_m and n_p else None
     h = quantile(n) * math.hypot(se_m, se_p)
@@ -205,7 +205,7 @@ _LABELS = {"model": "paper's model (matched MLP)", "sde": "limit SDE (matched κ
 @dataclass(repr=False)
 class BridgeResult(Result):
     """Per-sample mean-cosine curves ``curves[name][L]``: (samples, L + 1) for name in
-    :data:`CURVES` (the block's networks, the paper's model with the matched MLP, the limit SDE of
+    `CURVES` (the block's networks, the paper's model with the matched MLP, the limit SDE of
     the matched kernel at the layer times)."""
 
     command: ClassVar[str] = "bridge"

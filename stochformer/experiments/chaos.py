@@ -8,7 +8,7 @@ tokens (``N``) and the systems of N < N_ref tokens (``sizes``) are driven by the
   Brownian increments); it is a function of position, so each system is solved on its own.
 - ``model.noise = "exact"``: the exact field K^{1/2}Ξ, whose law at a set of points is defined
   through K on all of them: the reference and every N-system are concatenated into one cloud of
-  N_ref + Σ sizes tokens and stepped once (:mod:`stochformer.model.grouped`): one joint Gaussian
+  N_ref + Σ sizes tokens and stepped once ([`stochformer.model.grouped`][stochformer.model.grouped]): one joint Gaussian
   increment for every point of every system (Cholesky factor of the joint K), attention within
   each system. O((N_ref + Σ sizes)³) per step. The decorrelation (3.) stays random-feature: it
   holds one field over ``decor_repeats`` clouds, ``decor_repeats``·N points at once.
@@ -26,7 +26,7 @@ tokens (``N``) and the systems of N < N_ref tokens (``sizes``) are driven by the
    N beside r_d(N) for each d in ``dims``.
 3. **Conditional decorrelation.** One field held fixed, ``decor_repeats`` independent uniform
    initial clouds of N tokens; the correlation of tokens 1 and 2 at time T over the repeats
-   (:func:`~stochformer.measure.stats.tagged_correlation`), averaged over ``decor_fields`` fields,
+   ([`tagged_correlation`][stochformer.measure.stats.tagged_correlation]), averaged over ``decor_fields`` fields,
    against N (expected O(1/N)).
 
 The reference's empirical measure is summarised by E_β and the mean token over time, and for
@@ -115,7 +115,7 @@ class ChaosConfig(ExperimentConfig):
         return self.model.batch if d == self.model.d else self.dims_batch
 
     def estimate(self, workers: int = 1) -> Estimate:
-        """Peak memory and rough time of the run (:mod:`~stochformer.experiments.preflight`): the reference and
+        """Peak memory and rough time of the run (`preflight`): the reference and
         the N-systems under one field (random features, or the exact field's joint K), the exact OT plans
         and the decorrelation's repeats."""
         run = self.model
@@ -145,7 +145,7 @@ def _steps(L: int, k: int) -> list[int]:
 
 def coupling_task(config: dict, d: int, seed: int, with_w2: bool, keep_cloud: bool) -> dict:
     """One sample in dimension d: reference of N_ref tokens and the coupled N-systems (first N
-    initial points, same field, same increments; :func:`coupled_systems`). JSON-able result, per
+    initial points, same field, same increments; [`coupled_systems`][stochformer.experiments.chaos.coupled_systems]). JSON-able result, per
     recorded time t: ``err2[t][k]`` for ``sizes[k]``, ``w2`` / ``sw2`` at the W₂ times, reference
     summaries."""
     cfg = validate(ChaosConfig, config)
@@ -197,7 +197,7 @@ def coupled_systems(cfg: ChaosConfig, run_cfg: RunConfig, X0: torch.Tensor, step
     """The reference (X0: (1, N_ref, d)) and the systems of the first n tokens for n in ``sizes``,
     driven by one field (``run_cfg.noise``: random features drawn from ``s_field``, one Brownian path
     from ``s_noise``; or the exact field, all systems concatenated and stepped once by
-    :func:`~stochformer.config.build.make_grouped_particles`, normals from ``s_noise``). Per system, its
+    [`make_grouped_particles`][stochformer.config.build.make_grouped_particles], normals from ``s_noise``). Per system, its
     states at ``steps``: a list of (1, n, d)."""
     dtype, device = X0.dtype, X0.device
     save = SaveAt(stats=(), tokens_at=steps, final=False)
@@ -242,7 +242,7 @@ def decorrelation_task(config: dict, n: int, seed: int) -> dict:
 
 @dataclass(repr=False)
 class ChaosResult(Result):
-    """Every table of the chaos experiment (numpy arrays; see :func:`run_chaos`)."""
+    """Every table of the chaos experiment (numpy arrays; see [`run_chaos`][stochformer.experiments.chaos.run_chaos])."""
 
     command: ClassVar[str] = "chaos"
     summary_name: ClassVar[str] = "chaos.json"
@@ -375,7 +375,7 @@ def run_chaos(
 ) -> ChaosResult:
     """The three measurements of the module docstring. ``store``: folder of finished tasks (one per
     sample and dimension, one per decorrelation field and size), so a killed run resumes;
-    ``scheduler``: as in :func:`~stochformer.tasks.run_tasks`."""
+    ``scheduler``: as in [`run_tasks`][stochformer.tasks.run_tasks]."""
     cfg = as_config(cfg, ChaosConfig)
     require("ot", "the chaos study (W₂ between token clouds)")  # before any work
     device = resolve_device(cfg.model.device)

@@ -16,9 +16,9 @@ mode is unchanged and the relative modes are divided by 1 + γΔt, a shift per u
 c = −log(1 + γΔt)/Δt → −γ. The cluster is stable (its relative modes contract) iff λ₁ + c < 0:
 for repulsive attention V = −δI, iff λ₁ < −δ as Δt → 0.
 
-:func:`cluster_spectrum` measures it by Benettin's method on the model's own layer, differentiated
+`cluster_spectrum` measures it by Benettin's method on the model's own layer, differentiated
 by ``torch.func.jvp`` along an orthonormal frame of the N(d − 1)-dimensional tangent space,
-with the MLP's explicit weights drawn per layer (:class:`~stochformer.model.tangent.MLPJet`,
+with the MLP's explicit weights drawn per layer ([`MLPJet`][stochformer.model.tangent.MLPJet],
 ``mode="weights"``), and, on the same draws, the one-token spectrum at the cluster's centre: the
 prediction is checked sample by sample, not only in law.
 """
@@ -42,7 +42,7 @@ from ..model.transformer import Transformer
 class ClusterSpectrum(NamedTuple):
     """Per-sample finite-time exponents (1/T Σ log R_ii): ``tokens`` (batch, N, d − 1) of the N-token
     system, block a = 0 the consensus mode and a ≥ 1 the relative modes (the frame's column order,
-    :func:`cluster_spectrum`); ``centre`` (batch, d − 1) of one token at the cluster's centre on the
+    `cluster_spectrum`); ``centre`` (batch, d − 1) of one token at the cluster's centre on the
     same draws; ``shift`` the predicted shift c = −log(1 + γΔt)/Δt of the relative modes;
     ``spread`` (batch,) the largest distance of a token from the centre at the end."""
 
@@ -87,7 +87,7 @@ def _renormalise(X: torch.Tensor, W: torch.Tensor) -> tuple[torch.Tensor, torch.
 def cluster_spectrum(model: Transformer, jet: MLPJet, N: PositiveInt, d: PositiveInt, T: PositiveFloat, steps: PositiveInt,
                      batch: PositiveInt, seed: Seed = 0, spread: PositiveFloat = 1e-6) -> ClusterSpectrum:
     """Benettin's method for N tokens started within ``spread`` of a uniform random point, through
-    ``steps`` layers of ``model`` (a :class:`~stochformer.model.Transformer` whose attention has
+    ``steps`` layers of ``model`` (a `Transformer` whose attention has
     V = γI; its noise source is not used: ``jet``'s explicit weights are, ``mode = "weights"``) with
     Δt = T/steps; ``batch`` independent samples from ``seed``. The attention's γ is read from the
     model (``model.attention.gamma``)."""

@@ -15,7 +15,7 @@ Errors, per sample, with X_ℓ the transformer and X̄ the SDE on its fine grid 
 - ``layer``: sup over layer times ℓ = 0..L of (1/N) Σ_i |X^i_ℓ − X̄^i_{t_ℓ}|²  (Theorem 1.1: ≲ 1/L + 1/m);
 - ``continuous``: sup over the fine grid of (1/N) Σ_i |X^i_{⌊Lt/T⌋} − X̄^i_t|²  (≲ log L/L + 1/m).
 
-The samples are split into parts of ``samples_per_task``; each (depth, part) is one task of :func:`stochformer.tasks.run_tasks`
+The samples are split into parts of ``samples_per_task``; each (depth, part) is one task of [`stochformer.tasks.run_tasks`][stochformer.tasks.run_tasks]
 (all widths share the SDE solve of that depth), stored as it finishes so a killed run resumes.
 Means over samples carry standard errors; fitted exponents carry bootstrap intervals over samples
 (resampled jointly across the grid, since every grid point sees the same samples and paths).
@@ -86,8 +86,8 @@ class ConvergeConfig(ExperimentConfig):
         return self
 
     def estimate(self, workers: int = 1) -> Estimate:
-        """Peak memory and rough time of the run (:mod:`~stochformer.experiments.preflight`): the
-        transformer–SDE coupling of every width and depth (:func:`coupling_cost`) and the attention's
+        """Peak memory and rough time of the run (`preflight`): the
+        transformer–SDE coupling of every width and depth (`coupling_cost`) and the attention's
         matrices."""
         run = self.model
         mem, seconds = coupling_cost(run.N, run.d, run.batch, self.samples_per_task, self.widths, self.depths, self.refine)
@@ -160,7 +160,7 @@ def _fit_additive(L: np.ndarray, m: np.ndarray, y: np.ndarray, log_L: bool) -> n
 
 def _interval(point: float, boots: list, samples: int) -> dict:
     """``point`` ± Student's t (``samples`` − 1 degrees of freedom) times the SE from the bootstrap
-    values ``boots`` (:func:`stochformer.measure.stats.resampled_se`)."""
+    values ``boots`` ([`stochformer.measure.stats.resampled_se`][stochformer.measure.stats.resampled_se])."""
     se = resampled_se(boots, samples)
     return {"value": float(point), "se": se, "ci": list(t_interval(float(point), se, samples)), "n": samples}
 
@@ -221,8 +221,8 @@ class ConvergeResult(Result):
 
 
 def fit_convergence(depths: list[int], widths: list[float], errors: dict[str, np.ndarray], n_boot: int, seed: int) -> dict:
-    """Exponents (:func:`stochformer.measure.stats.fit_power_law`) and additive fits with bootstrap
-    intervals (:func:`stochformer.measure.stats.bootstrap`; samples resampled jointly: every fit draws the
+    """Exponents ([`stochformer.measure.stats.fit_power_law`][stochformer.measure.stats.fit_power_law]) and additive fits with bootstrap
+    intervals ([`stochformer.measure.stats.bootstrap`][stochformer.measure.stats.bootstrap]; samples resampled jointly: every fit draws the
     same samples from ``seed``).
 
     - ``exponent_L``: layer-time error against L at m = ∞; ``exponent_L_large_m``: at the largest
@@ -273,7 +273,34 @@ def fit_convergence(depths: list[int], widths: list[float], errors: dict[str, np
 @validated
 def run_converge(cfg: ConvergeConfig, progress: bool = False, store: Optional[Path | str] = None,
                  scheduler: Optional[str] = None) -> ConvergeResult:
-    """Run every (depth, part of the samples) task (``store`` makes the run resumable), then fit."""
+    r"""Theorem 1.1's pathwise error: the transformer at every depth and width against the limit SDE.
+
+    Each sample couples the transformer (depths × widths, and m = ∞) and the SDE on one Brownian
+    path; the errors $\sup_\ell \frac1N \sum_i |X^i_\ell - \bar X^i_{t_\ell}|^2$ are fitted to
+    $c\,(\log L/L + 1/m)$ (docs/convergence.md).
+
+    Parameters
+    ----------
+    cfg : ConvergeConfig or dict
+        The system and the grid ([`ConvergeConfig`][stochformer.experiments.converge.ConvergeConfig]).
+    progress : bool, optional
+        Show a progress bar.
+    store : str or pathlib.Path, optional
+        A folder keeping each finished (depth, part of the samples) task: a rerun resumes from it.
+    scheduler : str, optional
+        Where the tasks run (``run_tasks``: serial, processes, Dask).
+
+    Returns
+    -------
+    ConvergeResult
+        The errors per sample and the fitted rates
+        ([`ConvergeResult`][stochformer.experiments.converge.ConvergeResult]).
+
+    Raises
+    ------
+    ConfigError
+        A field out of range, or a model field the experiment does not read, naming it.
+    """
     cfg = as_config(cfg, ConvergeConfig)
     start = time.perf_counter()
     device = resolve_device(cfg.model.device)

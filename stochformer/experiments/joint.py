@@ -10,11 +10,11 @@ transformer's N tokens at layer ⌊Lt/T⌋ and μ_t the SPDE's solution, in two 
 **The coupling (the field coupling).** One exact field W drives everything of a sample: the
 reference, N_ref SDE particles standing for μ_t, and the systems compared with it. On the fine grid
 of ``refine · max(path_L)`` steps the field's increment is drawn jointly at every point of every
-system (:class:`~stochformer.model.grouped.JointField`: one Gaussian vector with covariance
+system ([`JointField`][stochformer.model.grouped.JointField]: one Gaussian vector with covariance
 K_ij = κ(⟨x_i, x_j⟩) over the whole cloud). A transformer layer ℓ of step Δ = T/L holds its MLP's
-input Y_ℓ (:meth:`~stochformer.model.transformer.Transformer.mlp_input`) fixed over its window of
+input Y_ℓ ([`mlp_input`][stochformer.model.transformer.Transformer.mlp_input]) fixed over its window of
 fine steps, so the sum G of the field's increments at Y_ℓ over the window is W(t_{ℓ+1}, Y_ℓ) −
-W(t_ℓ, Y_ℓ) ~ N(0, Δ K(Y_ℓ)); its normals Ξ = (Δ K(Y_ℓ))^{−1/2} G (:func:`~stochformer.model.noise.whiten`)
+W(t_ℓ, Y_ℓ) ~ N(0, Δ K(Y_ℓ)); its normals Ξ = (Δ K(Y_ℓ))^{−1/2} G ([`whiten`][stochformer.model.noise.whiten])
 drive the MLP's exact conditional law √Δ s K_m(Y_ℓ)^{1/2} Ξ (SPEC §3, "Measuring it"). So each
 transformer is driven by the same field as the reference, at its own tokens, and each has its law.
 Every system starts from the first N of the reference's i.i.d. uniform initial tokens (as in
@@ -34,7 +34,7 @@ every depth on the path; W₂² exact, POT):
   the sharp rate of N points on S^{d−1}, below r_d(N)).
 
 The fitted exponents in s resample the samples jointly across the path (every point of a sample
-sees one field), Student's t intervals (:func:`stochformer.measure.stats.fit_power_law`).
+sees one field), Student's t intervals ([`stochformer.measure.stats.fit_power_law`][stochformer.measure.stats.fit_power_law]).
 """
 
 from __future__ import annotations
@@ -150,7 +150,7 @@ class JointConfig(ExperimentConfig):
                 "commuting": float(min(p_L, 0.25, p_r)), "inner": 0.5}
 
     def estimate(self, workers: int = 1) -> Estimate:
-        """Peak memory and rough time of the run (:mod:`~stochformer.experiments.preflight`): per sample and
+        """Peak memory and rough time of the run (`preflight`): per sample and
         fine step: K over the joint cloud and its Cholesky factor."""
         n = self.cloud_points
         step = STEP_OVERHEAD_S + (n**3 / 3 + KERNEL_ENTRY_FLOPS * n * n) / FLOPS

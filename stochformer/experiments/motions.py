@@ -1,7 +1,7 @@
 """``motions``: the one- and two-point motions of the noise alone (SPEC §3–§4, no attention), measured
-on the limit SDE and on the transformer beside :mod:`stochformer.model.two_point`.
+on the limit SDE and on the transformer beside [`stochformer.model.two_point`][stochformer.model.two_point].
 
-Pairs of tokens at cosine ``u0`` are stepped by :func:`stochformer.solve` (L steps of [0, T], token
+Pairs of tokens at cosine ``u0`` are stepped by [`stochformer.solve`][stochformer.solve] (L steps of [0, T], token
 snapshots every ``L // snapshots`` steps) for each dynamics. Measured:
 
 * **one point**: c_t = ⟨x₀, X_t⟩ of the first token of every pair, its mean ± SE per snapshot,
@@ -9,7 +9,7 @@ snapshots every ``L // snapshots`` steps) for each dynamics. Measured:
   bootstrap SE over pairs); predicted −κ(1)(d−1)/2 (and E c_T = e^{−κ(1)(d−1)T/2});
 * **two points**: u_T = ⟨X¹_T, X²_T⟩, its mean and the tail probability P(u_T > ``threshold``)
   with SEs, beside the same of the scalar diffusion of u integrated finely
-  (:func:`stochformer.model.two_point.simulate_two_point`, ``reference_steps`` × ``reference_paths``).
+  ([`stochformer.model.two_point.simulate_two_point`][stochformer.model.two_point.simulate_two_point], ``reference_steps`` × ``reference_paths``).
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ class MotionsConfig(ExperimentConfig):
     bootstrap: int = Field(400, ge=10, le=1000000, description="bootstrap resamples of the one-point rate's SE, in [10, 10^6]")
 
     def estimate(self, workers: int = 1) -> Estimate:
-        """Peak memory and rough time of the run (:mod:`~stochformer.experiments.preflight`): both dynamics on
+        """Peak memory and rough time of the run (`preflight`): both dynamics on
         the pairs, and the scalar reference diffusion."""
         runs = [simulate_estimate(self.model.with_updates(dynamics=k)) for k in ("sde", "transformer")]
         ref = 8.0 * 4 * self.reference_paths

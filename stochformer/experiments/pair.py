@@ -1,10 +1,10 @@
 """``pair``: the exact two-token theory of SPEC §8 for a run configuration (no simulation).
 
-The configuration is a :class:`~stochformer.config.RunConfig` (its fields given directly, as for
+The configuration is a [`RunConfig`][stochformer.config.RunConfig] (its fields given directly, as for
 ``stochformer rates``: activation, d, sigma_U, sigma_W, noise_scale for κ; attention, beta, gamma for
 the softmax attention Qᵀ K = βI, V = γI over the pair; energy_beta and N for the energy) with the
-queries' own fields z0, eps and t. :func:`pair_report` gathers the numbers of
-:class:`~stochformer.theory.PairDiffusion` and of the energy.
+queries' own fields z0, eps and t. `pair_report` gathers the numbers of
+[`PairDiffusion`][stochformer.theory.PairDiffusion] and of the energy.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from ..theory import PairDiffusion, energy_decay_rate, expectation, expected_ene
 
 
 class PairConfig(RunConfig):
-    """A :class:`~stochformer.config.RunConfig` and the pair's start z0, sync level 1 − eps and time t."""
+    """A [`RunConfig`][stochformer.config.RunConfig] and the pair's start z0, sync level 1 − eps and time t."""
 
     z0: float = Field(0.0, gt=-1.0, lt=1.0, description="initial cosine of the two tokens, in (-1, 1)")
     eps: float = Field(1e-3, gt=0.0, lt=2.0, description="sync level: the time to reach z >= 1 - eps, eps in (0, 2)")
@@ -47,7 +47,7 @@ def _finite(v: Optional[float]) -> Optional[float]:
 
 
 def pair_report(cfg: PairConfig) -> dict[str, Any]:
-    """Everything ``stochformer pair --json`` prints: :meth:`PairDiffusion.summary` at (z0, eps), E[z_t]
+    """Everything ``stochformer pair --json`` prints: [`PairDiffusion.summary`][stochformer.theory.pair.PairDiffusion.summary] at (z0, eps), E[z_t]
     from z0, the exact E[E_β(μ^N_t)] from uniform tokens (None with a reason where the pair law does
     not give it: attention with N ≠ 2) and its long-time rate beside Theorem 1.4's bound."""
     pair = pair_diffusion(cfg)

@@ -2,14 +2,14 @@
 
 ``size``: ``"quick"`` (small, seconds to a minute on a laptop) or ``"paper"`` (the paper's sizes:
 item 1 N = 64, L = 2000, T = 20, m = 2048; item 2 N = 64, L = 150, T = 5). Grids go through
-:func:`stochformer.tasks.run_tasks` (``store`` makes them resumable, ``scheduler`` parallel).
+[`stochformer.tasks.run_tasks`][stochformer.tasks.run_tasks] (``store`` makes them resumable, ``scheduler`` parallel).
 
-1. :func:`run_clusters`: no attention, no biases, d = 4, ReLU and tanh from uniform tokens; the
+1. [`run_clusters`][stochformer.experiments.paper.run_clusters]: no attention, no biases, d = 4, ReLU and tanh from uniform tokens; the
    final cloud's clusters, antipodal cluster pairs and the distribution of pair cosines (tanh is an
    odd field: two antipodal clusters; ReLU: one).
-2. :func:`run_scenarios`: mean/min pairwise cosine and E_β against layer for every activation
+2. [`run_scenarios`][stochformer.experiments.paper.run_scenarios]: mean/min pairwise cosine and E_β against layer for every activation
    (and "none", no MLP), d, σ = σ_U = σ_W and γ.
-3. :func:`run_table`: κ(1), κ'(1), λ₁, λ̄ computed, and beside each the value measured from the
+3. [`run_table`][stochformer.experiments.paper.run_table]: κ(1), κ'(1), λ₁, λ̄ computed, and beside each the value measured from the
    transformer: κ(1) = E|G(x)|²/d and κ'(1) = E|G(x) − G(y)|²/(d |x − y|²) (|x − y| = 10⁻³) over MLP
    draws; λ₁ by the pair estimator and λ̄ as the first-moment energy rate of a near-synchronised
    pair (cluster spread from the kernel's regularity, ``sync.near_sync_spread``), both extrapolated
@@ -94,8 +94,8 @@ CLUSTER_SIZES = {
 
 @dataclass(repr=False)
 class ClustersResult(_PaperResult):
-    """Per activation: the statistics against layer, the final :class:`ClusterSummary` and the
-    cluster-count time course ``courses[act]`` (:func:`cluster_course`: ``times``, ``counts``
+    """Per activation: the statistics against layer, the final [`ClusterSummary`][stochformer.experiments.paper.ClusterSummary] and the
+    cluster-count time course ``courses[act]`` ([`cluster_course`][stochformer.experiments.paper.cluster_course]: ``times``, ``counts``
     (batch, snapshots) over [0, T]; ``horizon`` the predicted attractor time, ``lambda_1``; and
     ``long_times``, ``long_counts`` of the attractor run to that horizon)."""
 
@@ -159,7 +159,7 @@ def cluster_course(cfg: RunConfig, data: xr.Dataset, tol: float, snapshots: int,
     """The number of clusters against t (of projective space {x, −x} for an odd field) of the run
     ``data`` of ``cfg`` (token snapshots ``X``), and of a second run of the same model (seed
     ``cfg.seed + 1``) at the same step T/L up to the attractor horizon predicted from e^{λ₁T}
-    (:func:`attractor_horizon`, rounded up to whole snapshots), where the claim is one cluster.
+    ([`attractor_horizon`][stochformer.experiments.paper.attractor_horizon], rounded up to whole snapshots), where the claim is one cluster.
     Returns JSON-able times, counts (batch, snapshots), ``horizon``, ``lambda_1``, ``long_times``,
     ``long_counts`` (empty when the horizon is infinite)."""
     odd = cfg.activation in ODD_ACTIVATIONS

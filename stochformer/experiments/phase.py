@@ -1,10 +1,10 @@
 """``phase``: a phase diagram of synchronisation over two config fields (SPEC §6 item 6).
 
-Every grid point (x, y) is an independent task run through :func:`stochformer.tasks.run_tasks`
+Every grid point (x, y) is an independent task run through [`stochformer.tasks.run_tasks`][stochformer.tasks.run_tasks]
 (stored as it finishes, so a killed sweep resumes; ``scheduler=`` spreads it over processes or
 Dask). What is measured at a point (``measure``):
 
-* ``lyapunov``: the pair exponent λ̂₁ (Benettin, :func:`stochformer.experiments.sync.measure_lyapunov`)
+* ``lyapunov``: the pair exponent λ̂₁ (Benettin, [`stochformer.experiments.sync.measure_lyapunov`][stochformer.experiments.sync.measure_lyapunov])
   with its SE; it is predicted to be λ₁ − γ, negative where pairs synchronise almost surely;
 * ``sync_fraction``: the fraction of ``batch`` runs from uniform tokens whose minimum pairwise
   cosine is ≥ 1 − ``sync_tol`` at T (with ``up_to_sign``: |cosine|, for odd fields).
@@ -43,7 +43,7 @@ _NUMERIC = {name for name, f in RunConfig.model_fields.items() if f.annotation i
 
 
 class PhaseConfig(ExperimentConfig):
-    """``model``: the base :class:`RunConfig`; the grid ``x_field`` × ``y_field`` (numeric model
+    """``model``: the base [`RunConfig`][stochformer.config.RunConfig]; the grid ``x_field`` × ``y_field`` (numeric model
     fields or ``sigma``) and what is measured at each point."""
 
     command: ClassVar[str] = "phase"
@@ -79,7 +79,7 @@ class PhaseConfig(ExperimentConfig):
         return self
 
     def point(self, x: float, y: float) -> RunConfig:
-        """The validated :class:`RunConfig` at grid point (x, y) (raises ConfigError naming the field)."""
+        """The validated [`RunConfig`][stochformer.config.RunConfig] at grid point (x, y) (raises ConfigError naming the field)."""
         updates = {}
         for name, value in ((self.x_field, x), (self.y_field, y)):
             for field in PSEUDO_FIELDS.get(name, (name,)):
@@ -88,7 +88,7 @@ class PhaseConfig(ExperimentConfig):
         return self.model.with_updates(**updates)
 
     def estimate(self, workers: int = 1) -> Estimate:
-        """Peak memory and rough time of the run (:mod:`~stochformer.experiments.preflight`): every grid
+        """Peak memory and rough time of the run (`preflight`): every grid
         point's simulate estimate (pairs for the exponent, L, L/2, L/4 steps when extrapolated)."""
         batch = 2 * self.pairs if self.measure == "lyapunov" else self.model.batch
         steps = 1.75 if self.measure == "lyapunov" and self.extrapolate else 1.0  # L, L/2, L/4
@@ -204,8 +204,45 @@ def _predictions(cfg: PhaseConfig, xs: np.ndarray, ys: np.ndarray) -> tuple[np.n
 
 @validated
 def run_phase(cfg: PhaseConfig, progress: bool = False, store: Optional[Path | str] = None, scheduler: Optional[str] = None) -> PhaseResult:
-    """Measure every grid point (through ``run_tasks``; ``store`` makes it resumable) and the
-    predicted boundaries. All grid configs are validated before any work."""
+    r"""The phase diagram: measure every grid point and the predicted boundaries.
+
+    At each point of ``x_values`` × ``y_values`` the pair exponent $\hat\lambda_1$ (``measure =
+    "lyapunov"``) or the fraction of synchronised samples is measured, beside the predictions
+    $\lambda_1 - \gamma$ and $\bar\lambda - 2\gamma$ (SPEC §5). All grid configs are validated before any
+    work.
+
+    Parameters
+    ----------
+    cfg : PhaseConfig or dict
+        The grid and the base model ([`PhaseConfig`][stochformer.experiments.phase.PhaseConfig]).
+    progress : bool, optional
+        Show a progress bar.
+    store : str or pathlib.Path, optional
+        A folder keeping each finished point: a rerun resumes from it.
+    scheduler : str, optional
+        Where the points run (``run_tasks``: serial, processes, Dask).
+
+    Returns
+    -------
+    PhaseResult
+        ``value``, ``se``, ``err`` (ny, nx), the predictions at the points and on a fine grid
+        ([`PhaseResult`][stochformer.experiments.phase.PhaseResult]).
+
+    Raises
+    ------
+    ConfigError
+        A grid field that is not numeric, an empty axis, or explicit V matrices (no predicted
+        boundary), naming the field.
+
+    Examples
+    --------
+    >>> from stochformer.config import RunConfig
+    >>> from stochformer.experiments.phase import PhaseConfig, run_phase
+    >>> cfg = PhaseConfig(model=RunConfig(N=4, d=3, L=8, m=16, batch=2, seed=0),
+    ...                   x_values=[-1.0, 1.0], y_values=[0.5], pairs=4, extrapolate=False)
+    >>> run_phase(cfg).value.shape                  # (len(y_values), len(x_values))
+    (1, 2)
+    """
     cfg = as_config(cfg, PhaseConfig)
     start = time.perf_counter()
     xs, ys = np.asarray(cfg.x_values, float), np.asarray(cfg.y_values, float)

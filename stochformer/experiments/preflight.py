@@ -8,12 +8,12 @@ matrices and a resampled attention's per-layer draws) and what a run keeps (reco
 token paths); every grid point of a grid command (``phase``, ``sweep``, the report's grids) is
 estimated and the largest counts; its coefficients were read off measured peaks (``tests/test_preflight.py`` checks the
 estimate against the measured peak resident memory, within a factor 2, over a range of sizes).
-Times are rough (a fixed cost per step plus the products at :data:`FLOPS` per second): they only
+Times are rough (a fixed cost per step plus the products at `FLOPS` per second): they only
 refuse runs that are absurdly long (more than ``max_hours``).
 
 Each experiment's config estimates itself (``estimate(workers)``, next to its fields, from the
-cost model here: :func:`simulate_estimate`, :func:`attention_matrices`, :func:`coupling_cost`);
-:func:`estimate` and :func:`check_size` take any command's config.
+cost model here: `simulate_estimate`, `attention_matrices`, `coupling_cost`);
+`estimate` and `check_size` take any command's config.
 """
 
 from __future__ import annotations
@@ -116,7 +116,7 @@ def attention_matrices(cfg: RunConfig, B: int, N: int, d: Optional[int] = None) 
 
 
 def simulate_estimate(cfg: RunConfig, batch: Optional[int] = None, N: Optional[int] = None) -> Estimate:
-    """Peak memory and time of :func:`~stochformer.experiments.simulate.simulate` for ``cfg``."""
+    """Peak memory and time of `simulate` for ``cfg``."""
     B, N = batch or cfg.batch, N or cfg.N
     s = 4 if cfg.dtype == "float32" else 8
     terms, flops = _step(cfg, B, N)
@@ -134,7 +134,7 @@ def simulate_estimate(cfg: RunConfig, batch: Optional[int] = None, N: Optional[i
 
 
 def estimate(cfg: Any, workers: int = 1) -> Optional[Estimate]:
-    """The estimate for any command's config: a :class:`RunConfig`'s (``simulate``) here, every
+    """The estimate for any command's config: a [`RunConfig`][stochformer.config.RunConfig]'s (``simulate``) here, every
     experiment's by its config's own ``estimate(workers)`` (None for a config without one).
     ``workers``: tasks that run at once on this machine (a local process pool)."""
     if isinstance(cfg, RunConfig):
@@ -172,7 +172,7 @@ def parse_size(text: str) -> int:
 
 
 def check_size(cfg: Any, max_memory: Optional[int] = None, max_hours: float = MAX_HOURS, workers: int = 1) -> Optional[Estimate]:
-    """Raise :class:`SizeError` when the estimated peak memory exceeds ``max_memory`` (default:
+    """Raise `SizeError` when the estimated peak memory exceeds ``max_memory`` (default:
     the memory available now) or the estimated run time exceeds ``max_hours``."""
     est = estimate(cfg, workers)
     if est is None:

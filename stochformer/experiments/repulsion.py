@@ -2,12 +2,12 @@
 strengths γ (V = γI, Qᵀ K = βI) and noise scales σ = σ_U = σ_W (SPEC §5, §6 item 6).
 
 At every grid point ``batch`` runs start from i.i.d. uniform tokens and are stepped by
-:func:`stochformer.solve`; measured (mean ± SE over runs):
+[`stochformer.solve`][stochformer.solve]; measured (mean ± SE over runs):
 
 * the E_β rate over the run, log(E E_β(μ_T) / E E_β(μ_0))/T (delta-method SE), against Theorem 1.4's
   bound ε + λ̄' (``bound``), with the largest rate the observable can show, log(E_max/E E_β(μ_0))/T
-  (``reach``, :func:`~stochformer.experiments.sync.energy_max`), and Assumption 2's ε = max(0, −2γ)
-  (:func:`~stochformer.experiments.sync.epsilon`; the energy's β must be the attention's β, which
+  (``reach``, [`energy_max`][stochformer.experiments.sync.energy_max]), and Assumption 2's ε = max(0, −2γ)
+  ([`epsilon`][stochformer.experiments.sync.epsilon]; the energy's β must be the attention's β, which
   the config enforces) (**derived**: the noiseless flow with V = γI is
   dissipative for γ ≥ 0, ε = 0; for V = −δI the largest rate of growth of E_β, sup dlog E_β/dt,
   is 2δ, reached as the tokens come together — two tokens at cosine u give
@@ -16,10 +16,10 @@ At every grid point ``batch`` runs start from i.i.d. uniform tokens and are step
   beside the linearised criterion λ₁ − γ < 0 (the stability of full synchronisation);
 * the initial rate of the mean cosine, d E⟨x_i, x_j⟩/dt at t = 0 (per-run least-squares slope over
   t ≤ ``slope_time``): with the noise alone it is E[b(u₀)] over the uniform law of u₀, b the pair
-  drift of :func:`stochformer.model.two_point.two_point_coefficients` (SPEC §3).
+  drift of [`stochformer.model.two_point.two_point_coefficients`][stochformer.model.two_point.two_point_coefficients] (SPEC §3).
 
 At the point ``probe`` (by default ReLU d = 64, σ = 0.1, γ = −1: λ₁ − γ > 0 yet partial clustering)
-the pair exponent λ̂₁ (:func:`~stochformer.experiments.sync.measure_lyapunov`, Δt → 0) is measured
+the pair exponent λ̂₁ ([`measure_lyapunov`][stochformer.experiments.sync.measure_lyapunov], Δt → 0) is measured
 too, and the noiseless repulsive flow is run from a near-synchronised cluster to measure its largest
 energy growth rate (ε).
 """
@@ -95,13 +95,13 @@ class RepulsionConfig(ExperimentConfig):
         return self
 
     def point(self, gamma: float, sigma: float, **updates: Any) -> RunConfig:
-        """The :class:`RunConfig` at (γ, σ), with attention on (off for γ = 0) and ``updates``."""
+        """The [`RunConfig`][stochformer.config.RunConfig] at (γ, σ), with attention on (off for γ = 0) and ``updates``."""
         base = self.model.model_dump(mode="json")
         base.update({"gamma": gamma, "sigma_U": sigma, "sigma_W": sigma, "attention": gamma != 0.0, **updates})
         return build_config(base)
 
     def estimate(self, workers: int = 1) -> Estimate:
-        """Peak memory and rough time of the run (:mod:`~stochformer.experiments.preflight`): every (γ, σ)
+        """Peak memory and rough time of the run (`preflight`): every (γ, σ)
         point's simulate estimate, and the probe's L, L/2, L/4 steps."""
         points = [simulate_estimate(self.point(g, s)) for g in self.gammas for s in self.sigmas]
         probe = simulate_estimate(self.point(*self.probe), batch=self.pairs, N=2)
@@ -188,7 +188,7 @@ def flow_growth(config: dict, seed: int, spread: float) -> dict:
 
 @dataclass(repr=False)
 class RepulsionResult(Result):
-    """``points[(γ, σ) key]``: the measurements of :func:`outcome_point` with the predictions
+    """``points[(γ, σ) key]``: the measurements of `outcome_point` with the predictions
     (λ₁ − γ, λ̄ − 2γ, λ̄', ε, the noise's uniform drift); ``probe``: λ̂₁ and the noiseless flow at
     the probe point; ``times``: the time grid of the curves; ``boundary``: the criterion's boundary
     γ = λ₁(σ) on a fine grid of σ (``sigma``, ``gamma`` lists)."""

@@ -26,7 +26,7 @@ from ..core.validation import validated
 
 @dataclass(repr=False)
 class SimulationResult(Result):
-    """What :func:`run_simulate` returns: the config, the dataset of :func:`stochformer.solve`
+    """What [`run_simulate`][stochformer.experiments.simulate.run_simulate] returns: the config, the dataset of [`stochformer.solve`][stochformer.solve]
     (statistics ``(sample, time)``, token paths ``X``, ``X_final``) and the run's provenance."""
 
     command: ClassVar[str] = "simulate"
@@ -59,8 +59,40 @@ class SimulationResult(Result):
 def run_simulate(cfg: RunConfig, progress: bool = False, activation: Optional[Activation] = None) -> SimulationResult:
     """Run ``cfg.batch`` independent samples of ``cfg.dynamics`` for L layers (or SDE steps).
 
-    ``activation``: any elementwise callable φ (torch → torch) used instead of ``cfg.activation``;
-    its kernel κ comes from Gauss–Hermite quadrature."""
+    The transformer of SPEC §1 or the limit SDE of SPEC §3, built from the config
+    ([`make_model`][stochformer.config.build.make_model]) and stepped by
+    [`solve`][stochformer.integrate.solve] from ``cfg.init`` tokens.
+
+    Parameters
+    ----------
+    cfg : RunConfig or dict
+        The run ([`RunConfig`][stochformer.config.RunConfig]); a dict is validated first.
+    progress : bool, optional
+        Show a progress bar.
+    activation : callable, optional
+        Any elementwise φ (torch → torch) used instead of ``cfg.activation``; its kernel κ comes
+        from Gauss–Hermite quadrature.
+
+    Returns
+    -------
+    SimulationResult
+        The config, the dataset (statistics ``(sample, time)``, token paths ``X``, ``X_final``) and
+        the run's provenance ([`SimulationResult`][stochformer.experiments.simulate.SimulationResult]);
+        ``result.save(folder)`` writes it.
+
+    Raises
+    ------
+    ConfigError
+        A field out of range, naming the field and its valid range.
+
+    Examples
+    --------
+    >>> from stochformer.config import RunConfig
+    >>> from stochformer.experiments.simulate import run_simulate
+    >>> result = run_simulate(RunConfig(N=4, d=3, L=10, m=32, batch=2, seed=0))
+    >>> dict(result.data.sizes)
+    {'sample': 2, 'time': 11, 'token': 4, 'dim': 3}
+    """
     cfg = as_config(cfg)
     device = resolve_device(cfg.device)
     dtype = DTYPES[cfg.dtype]

@@ -3,23 +3,23 @@ method beside the closed form of SPEC §8 (derived in docs/spectrum.md).
 
 One token (N = 1: attention plays no part) is stepped by the transformer's layer (SPEC §1, the
 random MLP) or by the limit SDE (SPEC §3) together with a frame of k = d − 1 orthonormal tangent
-vectors (:class:`~stochformer.model.tangent.TangentFlow`, stepped by :func:`stochformer.solve`).
+vectors ([`TangentFlow`][stochformer.model.tangent.TangentFlow], stepped by [`stochformer.solve`][stochformer.solve]).
 Each step's tangent map is the derivative of the step with its randomness held fixed, through the
 1-jet of the noise at the token (closed form, or ``jacobian = "autodiff"``: ``torch.func.jvp`` of
 the model's own step); after every step a hook renormalises the frame by QR (JV = Q R,
-:func:`~stochformer.model.tangent.reorthonormalise`) and accumulates log R_ii. Per sample the
+[`reorthonormalise`][stochformer.model.tangent.reorthonormalise]) and accumulates log R_ii. Per sample the
 exponent estimates are λ̂_i = Σ_steps log R_ii / T (samples independent: SE = SD/√n).
 
 * **Δt → 0** (``extrapolate``, default): the same samples run L, L/2 and L/4 steps on one
-  :class:`~stochformer.core.brownian.BrownianPath` (the jet's normals; common random numbers) and the
-  per-sample :func:`~stochformer.experiments.sync.richardson` combination is averaged (its SD/√n
+  [`BrownianPath`][stochformer.core.brownian.BrownianPath] (the jet's normals; common random numbers) and the
+  per-sample [`richardson`][stochformer.experiments.sync.richardson] combination is averaged (its SD/√n
   is the SE; the distance to the first-order value is the extrapolation error ``err``).
 * **1/m → 0** (the transformer, ``extrapolate_width``, default): the same at widths m, m/2, m/4 on
   the same path, combined by the same Richardson weights in 1/m after the one in Δt; ``err`` adds
   both extrapolation errors in quadrature.
 * **The finite-time law** of the top vector on the same runs: log|v_t| = Σ log R_11 is a Brownian
   motion with drift λ₁ and variance rate κ + κ' (SPEC §8): its variance rate Var(log|v_T|)/T, and
-  the mean-square growth rate g(2) (:func:`~stochformer.model.kernel.moment_exponent`, = λ̄) fitted
+  the mean-square growth rate g(2) ([`moment_exponent`][stochformer.model.kernel.moment_exponent], = λ̄) fitted
   as the slope of log(mean |v_t|²) against t on t ≤ ``moment_horizon`` (default
   min(T, 1/(2(κ + κ'))), where the variance of log|v_t|² reaches 2). Both are extrapolated with
   the same weights; their SEs are bootstrap SEs over samples, resampled jointly across levels.
@@ -127,7 +127,7 @@ class SpectrumConfig(ExperimentConfig):
         return self.model.dynamics == "transformer" and self.extrapolate_width is not False
 
     def estimate(self, workers: int = 1) -> Estimate:
-        """Peak memory and rough time of :func:`run_spectrum` (:mod:`~stochformer.experiments.preflight`):
+        """Peak memory and rough time of [`run_spectrum`][stochformer.experiments.spectrum.run_spectrum] (`preflight`):
         every level (steps L, L/2, L/4; widths m, m/2, m/4) keeps the top vector's log-growth at every
         step, and one step holds the frame, the jet and (transformer) the hidden units of the widest width."""
         run = self.model
@@ -146,7 +146,7 @@ class SpectrumConfig(ExperimentConfig):
 
 
 def spectrum_flow(cfg: RunConfig, width: Optional[int] = None, jacobian: Jacobian = "closed_form") -> TangentFlow:
-    """The :class:`~stochformer.model.tangent.TangentFlow` of ``cfg`` (its ``width`` in place of
+    """The [`TangentFlow`][stochformer.model.tangent.TangentFlow] of ``cfg`` (its ``width`` in place of
     ``cfg.m``): the transformer's layer with the jet of the random MLP (``noise = "mlp"``: explicit
     weights; otherwise the conditional Gaussian jet driven by Brownian normals), or the SDE with the
     exact field's jet and ``cfg.integrator``. A narrower ``width`` draws cfg.m hidden units and uses
@@ -185,8 +185,8 @@ class Growth(NamedTuple):
 def tangent_growth(flow: TangentFlow, S0: torch.Tensor, T: float, steps: int, generator: torch.Generator,
                    path: Optional[BrownianPath] = None, progress: bool = False) -> Growth:
     """Benettin's method: step the state S0 (samples, 1 + k, d) (a token and an orthonormal tangent
-    frame) ``steps`` times over [0, T] with :func:`stochformer.solve`, renormalising the frame after
-    every step by a hook (:func:`~stochformer.model.tangent.reorthonormalise`) and accumulating
+    frame) ``steps`` times over [0, T] with [`stochformer.solve`][stochformer.solve], renormalising the frame after
+    every step by a hook ([`reorthonormalise`][stochformer.model.tangent.reorthonormalise]) and accumulating
     log R_ii. ``path``: a shared Brownian path (couplings across step sizes and widths). Runs on one
     torch thread: the per-sample products are d × d, where a second thread costs more than it gives
     (measured 3–12× slower on two busy cores; docs/spectrum.md, "Cost")."""
@@ -242,7 +242,7 @@ def spectrum_levels(cfg: RunConfig, seed: int, extrapolate: bool = True, width_l
 
 
 def extrapolate_levels(values: dict[tuple[int, int], Any]) -> tuple[Any, Any]:
-    """Δt → 0, then 1/m → 0: the :func:`~stochformer.experiments.sync.richardson` value over the steps
+    """Δt → 0, then 1/m → 0: the [`richardson`][stochformer.experiments.sync.richardson] value over the steps
     (when three, L, L/2, L/4) at each width, then over the widths (when three); ``values``:
     {(width, steps): value}, the values numbers or arrays (combined element by element). Returns the
     value and its extrapolation error: the errors in steps (at the widest width) and in width, in
@@ -261,7 +261,7 @@ def extrapolate_levels(values: dict[tuple[int, int], Any]) -> tuple[Any, Any]:
 
 def _combined(samples: dict[tuple[int, int], np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Mean, SE and extrapolation error of per-sample values {(width, steps): (samples, ...)}: the
-    per-sample combination of :func:`extrapolate_levels` averaged (SE = its SD/√n), the error from
+    per-sample combination of [`extrapolate_levels`][stochformer.experiments.spectrum.extrapolate_levels] averaged (SE = its SD/√n), the error from
     the levels' means."""
     per_sample, _ = extrapolate_levels(samples)
     mean, se = mean_and_se(np.asarray(per_sample, float))
@@ -271,7 +271,7 @@ def _combined(samples: dict[tuple[int, int], np.ndarray]) -> tuple[np.ndarray, n
 
 def _bootstrapped(estimates: dict[tuple[int, int], tuple[float, np.ndarray]], n: int) -> dict:
     """A statistic with its bootstrap values per level {(width, steps): (value, boots)} (resampled
-    jointly): the extrapolated value, its SE (:func:`~stochformer.measure.stats.resampled_se` of the same
+    jointly): the extrapolated value, its SE ([`resampled_se`][stochformer.measure.stats.resampled_se] of the same
     combination of the boots over n samples) and extrapolation error, and the values per level."""
     value, err = extrapolate_levels({key: v for key, (v, _) in estimates.items()})
     boots, _ = extrapolate_levels({key: np.asarray(b) for key, (_, b) in estimates.items()})
@@ -309,12 +309,12 @@ def predicted_spectrum(kappa: float, kappa_prime: float, d: int) -> dict:
 
 @dataclass(repr=False)
 class SpectrumResult(Result):
-    """Measured and predicted spectrum for one config (see :func:`run_spectrum`).
+    """Measured and predicted spectrum for one config (see [`run_spectrum`][stochformer.experiments.spectrum.run_spectrum]).
 
     ``measured``, ``se``, ``err``, ``predicted``: (k,) per exponent, k = d − 1 (``err``: the
     extrapolation error, 0 where not extrapolated); ``law``: the sum, the spacing, the variance rate
     and g(2), each a dict with measured, se, err, predicted; ``levels``: the exponents' means per
-    level; ``predictions``: :func:`predicted_spectrum`; ``times`` (steps + 1,) of the finest level,
+    level; ``predictions``: [`predicted_spectrum`][stochformer.experiments.spectrum.predicted_spectrum]; ``times`` (steps + 1,) of the finest level,
     with ``volume`` (mean, se) (steps + 1, k) the cumulative Σ log R_ii and ``log_norm`` (mean, se)
     (steps + 1,) of the top vector there."""
 

@@ -1,4 +1,4 @@
-"""``sweep``: Monte Carlo ensembles of :func:`~stochformer.experiments.simulate.run_simulate` over a
+"""``sweep``: Monte Carlo ensembles of [`run_simulate`][stochformer.experiments.simulate.run_simulate] over a
 grid and/or a list of points in configuration space, run as independent tasks.
 
 Each grid point's ``samples`` are split into tasks of ``samples_per_task`` samples; task ``j`` of
@@ -68,7 +68,7 @@ def _same_value(value: Any) -> Any:
 
 
 class SweepConfig(ExperimentConfig):
-    """A sweep: ``model``, the base :class:`RunConfig` (every ``simulate`` field but ``batch``),
+    """A sweep: ``model``, the base [`RunConfig`][stochformer.config.RunConfig] (every ``simulate`` field but ``batch``),
     the axes and the samples.
 
     ``grid``: ``{field: [values]}`` of model fields, the Cartesian product in the order written;
@@ -135,7 +135,7 @@ class SweepConfig(ExperimentConfig):
         return self
 
     def estimate(self, workers: int = 1) -> Estimate:
-        """Peak memory and rough time of the run (:mod:`~stochformer.experiments.preflight`): every point's
+        """Peak memory and rough time of the run (`preflight`): every point's
         simulate estimate at its task's batch, the largest task on each worker, and the merged dataset."""
         plan = plan_sweep(self)
         per = [simulate_estimate(c, batch=plan.task_sizes[0]) for c in plan.configs]
@@ -287,7 +287,7 @@ def merge_tasks(plan: SweepPlan, results: dict[str, dict]) -> "xarray.Dataset": 
 
 @dataclass(repr=False)
 class SweepResult(Result):
-    """What :func:`run_sweep` returns: config, merged dataset, provenance and bookkeeping."""
+    """What [`run_sweep`][stochformer.experiments.sweep.run_sweep] returns: config, merged dataset, provenance and bookkeeping."""
 
     command: ClassVar[str] = "sweep"
     config: SweepConfig
@@ -327,8 +327,31 @@ def run_sweep(
     scheduler: Any = None,
     progress: bool = False,
 ) -> SweepResult:
-    """Plan the sweep, run its tasks through :func:`stochformer.tasks.run_tasks` (stored in
-    ``store`` as they finish, resumed from it) and merge them into one dataset."""
+    """Plan the sweep, run its tasks and merge them into one dataset.
+
+    Parameters
+    ----------
+    cfg : SweepConfig or dict
+        The base model and the swept fields ([`SweepConfig`][stochformer.experiments.sweep.SweepConfig],
+        or [`load_sweep`][stochformer.experiments.sweep.load_sweep] of a TOML file).
+    store : str or pathlib.Path, optional
+        A folder keeping each finished task as it finishes: a rerun resumes from it.
+    scheduler : str or object, optional
+        Where the tasks run ([`run_tasks`][stochformer.tasks.run_tasks]: serial, processes, Dask).
+    progress : bool, optional
+        Show a progress bar.
+
+    Returns
+    -------
+    SweepResult
+        One dataset with a dimension per swept field
+        ([`SweepResult`][stochformer.experiments.sweep.SweepResult]).
+
+    Raises
+    ------
+    ConfigError
+        A swept field that does not exist or a value out of its range, naming it.
+    """
     cfg = as_config(cfg, SweepConfig)
     start = time.perf_counter()
     plan = plan_sweep(cfg)

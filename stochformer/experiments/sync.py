@@ -1,8 +1,8 @@
 """``sync``: measured synchronisation rates beside the closed forms of SPEC §5.
 
 Two estimators, for the deep transformer and for the limit SDE alike (any stepper of
-:func:`stochformer.config.build.make_model`, stepped by :func:`stochformer.solve`); layers ℓ are mapped to times t = ℓ Δt, Δt = T/L, so every
-rate is per unit time t and comparable with λ₁, λ̄, λ̄' of :mod:`stochformer.model.kernel` (which carry
+[`stochformer.config.build.make_model`][stochformer.config.build.make_model], stepped by [`stochformer.solve`][stochformer.solve]); layers ℓ are mapped to times t = ℓ Δt, Δt = T/L, so every
+rate is per unit time t and comparable with λ₁, λ̄, λ̄' of [`stochformer.model.kernel`][stochformer.model.kernel] (which carry
 the noise scale s through κ → s²κ).
 
 * **Lyapunov exponent** (Benettin): N = 2 tokens, token 1 a companion of token 0 at chordal
@@ -15,13 +15,13 @@ the noise scale s through κ → s²κ).
   slope of log(sample mean of E_β) against t; its SE is the bootstrap SE over samples (resampling
   whole paths). Near synchronisation (a tight cluster) the prediction is λ̄ − 2γ; from uniform
   tokens Theorem 1.4 bounds the rate by ε + λ̄', Assumption 2's ε = max(0, −2γ) for attention
-  Qᵀ K = βI, V = γI with β the energy's β (:func:`epsilon`; derived in
-  :mod:`stochformer.experiments.repulsion`). The energy can grow at most to its largest value
-  E_max = ½(1 − 1/N)(e^β − e^{−β/(N−1)}) (:func:`energy_max`), so a bound above the rate that takes
+  Qᵀ K = βI, V = γI with β the energy's β ([`epsilon`][stochformer.experiments.sync.epsilon]; derived in
+  `stochformer.experiments.repulsion`). The energy can grow at most to its largest value
+  E_max = ½(1 − 1/N)(e^β − e^{−β/(N−1)}) ([`energy_max`][stochformer.experiments.sync.energy_max]), so a bound above the rate that takes
   E_β from its value at the start of the fit window to E_max (``energy_rate_uniform_reach``) cannot
   be seen to fail.
 * **Δt → 0** (``extrapolate``, default): both estimators run the same samples at L, L/2 and L/4
-  steps on one Brownian path and report the Richardson value (:func:`richardson`) with its
+  steps on one Brownian path and report the Richardson value ([`richardson`][stochformer.experiments.sync.richardson]) with its
   extrapolation error beside the SE (``*_extrap_err``); the energy rates' SE is that of the same
   combination of jointly resampled bootstrap slopes.
 """
@@ -58,7 +58,7 @@ EXTRAPOLATION_LEVELS = (1, 2, 4)
 
 class SyncConfig(ExperimentConfig):
     """``model``: the system whose rates are measured (``model.batch``: independent runs for each
-    energy rate); the sizes of the three measurements of :func:`run_sync`."""
+    energy rate); the sizes of the three measurements of [`run_sync`][stochformer.experiments.sync.run_sync]."""
 
     command: ClassVar[str] = "sync"
     model_defaults: ClassVar[dict] = {"batch": 512}
@@ -85,7 +85,7 @@ class SyncConfig(ExperimentConfig):
         return self
 
     def estimate(self, workers: int = 1) -> Estimate:
-        """Peak memory and rough time of the run (:mod:`~stochformer.experiments.preflight`): the pairs and the
+        """Peak memory and rough time of the run (`preflight`): the pairs and the
         energy runs at the model's size, three runs (L, L/2, L/4)."""
         e = simulate_estimate(self.model, batch=max(self.model.batch, 2 * self.pairs))
         e.memory_fields = "pairs, model.batch or model.N" if e.memory_fields.startswith("N or batch") else e.memory_fields
@@ -138,7 +138,7 @@ def near_sync_spread(activation, d: int) -> float:
 
 def epsilon_of_gamma(gamma: float) -> float:
     """Assumption 2's ε for V = γI, Qᵀ K = βI with β the energy's β (**derived**,
-    :mod:`stochformer.experiments.repulsion`): 0 for γ ≥ 0, −2γ otherwise."""
+    `stochformer.experiments.repulsion`): 0 for γ ≥ 0, −2γ otherwise."""
     return max(0.0, -2.0 * gamma)
 
 
@@ -168,7 +168,7 @@ def energy_max(N: int, beta: float) -> float:
 def predicted_rates(cfg: RunConfig, with_bound: bool = True) -> dict[str, Optional[float]]:
     """κ(1), κ'(1), λ₁, λ̄ (``*_noise``: noise only, noise scale included), the attention-shifted predictions
     ``lambda_1_pred = λ₁ − γ``, ``lambda_bar_pred = λ̄ − 2γ``, Theorem 1.4's ``λ̄'`` (noise only),
-    Assumption 2's ``epsilon`` (:func:`epsilon`, with ``epsilon_note``) and the bound
+    Assumption 2's ``epsilon`` ([`epsilon`][stochformer.experiments.sync.epsilon], with ``epsilon_note``) and the bound
     ``bound_pred = ε + λ̄'`` (None where ε is not derived). Without noise (``mlp = false`` or s = 0)
     the noise terms are 0."""
     if cfg.mlp and cfg.noise_scale > 0:
@@ -221,7 +221,7 @@ def benettin(
     path: Optional[BrownianPath] = None,
 ) -> np.ndarray:
     """Cumulative log-growth of a pair's separation, renormalised to ``eps`` after every step
-    (a :func:`~stochformer.solve` hook).
+    (a [`solve`][stochformer.solve] hook).
 
     X0: (batch, 2, d); ``path``: a shared Brownian path (couplings across step sizes). Returns S:
     (batch, L+1), S[:, 0] = 0, S[:, ℓ] = Σ_{k<ℓ} log(δ_{k+1}/δ_k⁺)."""
@@ -258,7 +258,7 @@ def moment_rate(
 ) -> tuple[float, float]:
     """First-moment rate of positive paths ``values: (n, n_times)`` at times ``t``: the slope of
     log(sample mean) against t (on ``mask``), and its bootstrap SE over the n samples
-    (:func:`stochformer.measure.stats.resampled_se`)."""
+    ([`stochformer.measure.stats.resampled_se`][stochformer.measure.stats.resampled_se])."""
     rate, boot = moment_rate_bootstrap(t, values, mask, n_boot, seed)
     return rate, resampled_se(boot, values.shape[0])
 
@@ -266,7 +266,7 @@ def moment_rate(
 def moment_rate_bootstrap(
     t: np.ndarray, values: np.ndarray, mask: Optional[np.ndarray] = None, n_boot: int = 400, seed: int = 0
 ) -> tuple[float, np.ndarray]:
-    """:func:`moment_rate`'s slope and its ``n_boot`` bootstrap slopes (resampling whole paths; the
+    """[`moment_rate`][stochformer.experiments.sync.moment_rate]'s slope and its ``n_boot`` bootstrap slopes (resampling whole paths; the
     resampled indices depend only on ``seed``, n_boot and n, so runs of the same samples at other
     step sizes are resampled jointly)."""
     mask = np.ones(len(t), bool) if mask is None else mask
@@ -288,7 +288,7 @@ def moment_rate_bootstrap(
 
 @dataclass(repr=False)
 class SyncResult(Result):
-    """Measured and predicted rates for one config (see :func:`run_sync`).
+    """Measured and predicted rates for one config (see [`run_sync`][stochformer.experiments.sync.run_sync]).
 
     ``times``: (L+1,) times t = ℓ T/L (``near_times`` for the near-synchronisation run); ``log_growth``: (mean, se) of the cumulative log-separation;
     ``energy_near`` / ``energy_uniform``: (mean, se) of E_β per time (None if not run)."""
@@ -390,7 +390,7 @@ def measure_lyapunov(cfg: RunConfig, pairs: int, eps: float = 1e-4, seed: Option
 
     ``extrapolate``: also run L/2 and L/4 steps from the same pairs on the same Brownian path
     (common random numbers, so the differences are sharp) and report the Δt → 0 value of
-    :func:`richardson` as ``lambda_1`` (``lambda_1_se``: the SE over pairs of the per-pair
+    [`richardson`][stochformer.experiments.sync.richardson] as ``lambda_1`` (``lambda_1_se``: the SE over pairs of the per-pair
     combination; ``lambda_1_extrap_err``: the extrapolation error; ``lambda_1_steps``: {steps:
     λ̂₁}); needs L divisible by 4. Otherwise ``lambda_1`` is the estimate at L steps."""
     cfg = cfg.model_copy(update={"N": 2, "init": InitConfig(kind="pair")})
@@ -434,8 +434,8 @@ def energy_paths(cfg: RunConfig, init: InitConfig, seed: int, progress: bool = F
 
 def energy_levels(cfg: RunConfig, init: InitConfig, seed: int, progress: bool = False) -> dict[int, np.ndarray]:
     """E_β per sample and step for ``cfg`` started from ``init`` at n = L, L/2, L/4 steps
-    (:data:`EXTRAPOLATION_LEVELS`): the same initial tokens, driven by one :class:`BrownianPath`
-    (common random numbers, as :func:`measure_lyapunov`): ``{n: (batch, n+1)}``; L a multiple of 4."""
+    (`EXTRAPOLATION_LEVELS`): the same initial tokens, driven by one [`BrownianPath`][stochformer.experiments.sync.BrownianPath]
+    (common random numbers, as [`measure_lyapunov`][stochformer.experiments.sync.measure_lyapunov]): ``{n: (batch, n+1)}``; L a multiple of 4."""
     check_extrapolation(cfg.L, True)
     device, dtype = resolve_device(cfg.device), DTYPES[cfg.dtype]
     s_init, s_model, s_path = child_seeds(seed, 3)
@@ -454,12 +454,12 @@ def energy_levels(cfg: RunConfig, init: InitConfig, seed: int, progress: bool = 
 
 def extrapolated_moment_rate(T: float, levels: dict[int, np.ndarray], fit_from: float = 0.0, n_boot: int = 400,
                              seed: int = 0) -> dict:
-    """The first-moment rate (:func:`moment_rate`, fitted on t ≥ fit_from·T) of the paths ``levels:
+    """The first-moment rate ([`moment_rate`][stochformer.experiments.sync.moment_rate], fitted on t ≥ fit_from·T) of the paths ``levels:
     {n: (batch, n+1)}`` at n steps of [0, T]. With one level: ``rate``, ``se`` and ``err = 0``. With
-    n = L, L/2, L/4 (:func:`energy_levels`): ``rate`` the :func:`richardson` value, ``err`` its
+    n = L, L/2, L/4 ([`energy_levels`][stochformer.experiments.sync.energy_levels]): ``rate`` the [`richardson`][stochformer.experiments.sync.richardson] value, ``err`` its
     extrapolation error, ``se`` the SD of the same combination of the jointly resampled bootstrap
     slopes, and ``steps``: {n: rate at n steps}. ``paths``: the number S of paths; ``se`` is
-    :func:`stochformer.measure.stats.resampled_se` of S samples (for Student's t with S − 1 degrees of freedom)."""
+    [`stochformer.measure.stats.resampled_se`][stochformer.measure.stats.resampled_se] of S samples (for Student's t with S − 1 degrees of freedom)."""
     rates, boots = {}, {}
     for n, values in levels.items():
         t = np.arange(n + 1) * (T / n)
@@ -475,7 +475,7 @@ def extrapolated_moment_rate(T: float, levels: dict[int, np.ndarray], fit_from: 
 
 def growth_reach(t: np.ndarray, energy_mean: np.ndarray, mask: np.ndarray, N: int, beta: float) -> Optional[float]:
     """The largest rate at which the mean energy can grow over the fit window ``mask`` of times ``t``:
-    from its value at the window's start to :func:`energy_max` over the window's length (None when
+    from its value at the window's start to [`energy_max`][stochformer.experiments.sync.energy_max] over the window's length (None when
     the window is empty or the energy is not positive there)."""
     idx = np.nonzero(mask)[0]
     if len(idx) < 2 or not energy_mean[idx[0]] > 0:

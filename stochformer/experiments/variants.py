@@ -1,14 +1,14 @@
 """Checks of the model's variants (SPEC §7): the deterministic attention flows, the laws of the
 MLP weights, and per-layer random attention against its averaged drift.
 
-- :func:`equiangular_tokens`, :func:`equiangular_rhs`, :func:`attention_flow`: n ≤ d equiangular
+- `equiangular_tokens`, `equiangular_rhs`, `attention_flow`: n ≤ d equiangular
   tokens under the noiseless attention flow (Q = K = V = I, inverse temperature β) stay
   equiangular with dρ/dt = 2e^{βρ}(1−ρ)((n−1)ρ+1)/(e^β + (n−1)e^{βρ}) (softmax) or
   (2/n)e^{βρ}(1−ρ)((n−1)ρ+1) (USA); post-LN (x ← LN(x + Δt Attn(x))) gives 1 − ρ ~ e^{−2t}
   (softmax), pre-LN (x ← x + Δt Attn(LN x), the residual stream not projected) 1 − ρ ~ 1/t².
-- :func:`mlp_covariance`: the empirical E⟨G(x), G(y)⟩/d of the explicit-weights MLP for a weight law.
-- :func:`run_resampled`: the transformer with Q, K, V drawn afresh every layer at several depths
-  L, against the model whose attention is the averaged drift b̄ (:class:`AveragedAttention`),
+- `mlp_covariance`: the empirical E⟨G(x), G(y)⟩/d of the explicit-weights MLP for a weight law.
+- `run_resampled`: the transformer with Q, K, V drawn afresh every layer at several depths
+  L, against the model whose attention is the averaged drift b̄ ([`AveragedAttention`][stochformer.model.attention_variants.AveragedAttention]),
   from the same initial tokens and with the same MLP draws.
 """
 
@@ -61,7 +61,7 @@ def equiangular_rhs(kind: str, beta: float, n: int) -> Callable[[float], float]:
 
 @dataclass
 class AttentionFlow:
-    """The noiseless flow of an attention, a model for :func:`~stochformer.solve`: ``post``
+    """The noiseless flow of an attention, a model for [`solve`][stochformer.solve]: ``post``
     x ← LN(x + Δt Attn(x)), ``pre`` x ← x + Δt Attn(LN x) (the residual stream, not on the sphere)."""
 
     attention: Callable[[torch.Tensor], torch.Tensor]
@@ -81,8 +81,8 @@ class AttentionFlow:
 
 def attention_flow(X0: torch.Tensor, attention, dt: float, steps: int, norm: str = "post",
                    every: int = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The noiseless flow of ``attention`` from X0 (batch, n, d) (:class:`AttentionFlow`, stepped
-    by :func:`~stochformer.solve` over T = steps·dt). Returns times (k,), mean and spread (max − min)
+    """The noiseless flow of ``attention`` from X0 (batch, n, d) (`AttentionFlow`, stepped
+    by [`solve`][stochformer.solve] over T = steps·dt). Returns times (k,), mean and spread (max − min)
     of the pairwise cosines of the normalised tokens (batch, k), every ``every`` steps (step 0
     included)."""
     if norm not in ("post", "pre"):
@@ -168,7 +168,7 @@ class ResampledConfig(ExperimentConfig):
         return self
 
     def estimate(self, workers: int = 1) -> Estimate:
-        """Peak memory and rough time of the run (:mod:`~stochformer.experiments.preflight`): the resampled and
+        """Peak memory and rough time of the run (`preflight`): the resampled and
         the averaged attention at the deepest depth, scaled by the depths."""
         runs = [simulate_estimate(self.model.with_updates(attention_kind=k, L=max(self.depths))) for k in ("resampled", "averaged")]
         scale = sum(self.depths) / max(self.depths)
@@ -243,7 +243,7 @@ def run_resampled(cfg: ResampledConfig, progress: bool = False) -> ResampledResu
 
 
 class VariantsConfig(StrictConfig):
-    """Sizes of :func:`run_variants`: the deterministic flows (β, step, horizon), the weight-law
+    """Sizes of `run_variants`: the deterministic flows (β, step, horizon), the weight-law
     covariances (d, m, draws) and the per-layer random attention (depths, samples, draws)."""
 
 
@@ -265,7 +265,7 @@ class VariantsConfig(StrictConfig):
         return v
 
     def estimate(self, workers: int = 1) -> Estimate:
-        """Peak memory and rough time of the run (:mod:`~stochformer.experiments.preflight`): the weight laws'
+        """Peak memory and rough time of the run (`preflight`): the weight laws'
         draws, the per-layer random attention and the noiseless flows."""
         d, m, M = self.law_d, self.law_m, self.attention_draws
         mem = 8.0 * (4 * self.law_draws * m * d + 2 * M * d * d + 8 * self.samples * M * d)

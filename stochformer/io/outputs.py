@@ -1,36 +1,36 @@
 """Output folders that cannot destroy or collide, and input files that cannot hang or flood.
 
-**The manifest.** Every folder stochformer writes holds :data:`MARKER`, a manifest of the files it
+**The manifest.** Every folder stochformer writes holds `MARKER`, a manifest of the files it
 wrote there: a header bound to the folder (its device and inode, and the command that made it:
 ``simulate``, ``sweep``, ``reproduce``, ...) and one line per file written (relative path, size,
 SHA-256), appended before the file is moved into place; every line carries an HMAC-SHA256 under the
-key kept outside every output folder (:func:`stochformer.io.store.cache_key_bytes`), each entry's after
+key kept outside every output folder ([`stochformer.io.store.cache_key_bytes`][stochformer.io.store.cache_key_bytes]), each entry's after
 the header's, so a line edited, added by hand or copied from another manifest lists nothing. A
 folder is stochformer's own only if its
 manifest is valid *for that folder*: a manifest copied with the folder (``cp -r``: another inode),
-planted, truncated or edited grants nothing. :func:`verify` accepts a folder only if every file in
+planted, truncated or edited grants nothing. `verify` accepts a folder only if every file in
 it is listed with its current size and hash (a file that changed since, a file the manifest does
 not list, a link or a special file is refused, naming it; folders go only once empty), and only for the command that made
-it; :func:`remove_own` deletes only such a folder. So ``--force``, ``--resume`` and reruns remove
+it; `remove_own` deletes only such a folder. So ``--force``, ``--resume`` and reruns remove
 or replace only files stochformer wrote and that are unchanged since, and a folder made by one
 command is never taken over by another.
 
-**Writing.** :func:`writing` is the one way a file is written: to a temporary name beside it
+**Writing.** `writing` is the one way a file is written: to a temporary name beside it
 (itself listed, so an interrupted write leaves nothing foreign), hashed and recorded in the
-manifest of the folder being written (:func:`tracking`), then renamed into place. A failed write
-(disk full, read-only file system) raises :class:`WriteError` (one line naming the file) and
+manifest of the folder being written (`tracking`), then renamed into place. A failed write
+(disk full, read-only file system) raises `WriteError` (one line naming the file) and
 leaves no temporary file behind.
 
-**Before any work.** :func:`check_output_folder` refuses an output path that is empty, ``.``, the
+**Before any work.** `check_output_folder` refuses an output path that is empty, ``.``, the
 working directory or one of its ancestors, the home directory or ``/``; a symbolic link (dangling or
 not); a name or path too long for the file system; a path that exists and is not a folder; a
-non-empty folder (unless asked to replace it, and then only a folder :func:`verify` accepts); a
-location where nothing can be written; and one with less than :data:`MIN_FREE_BYTES` free
-(:func:`check_free_space` also takes a size estimate). An existing empty folder is accepted.
-:func:`hold` locks the *resolved* output path for the whole run (a lock file ``.NAME.lock`` beside
+non-empty folder (unless asked to replace it, and then only a folder `verify` accepts); a
+location where nothing can be written; and one with less than `MIN_FREE_BYTES` free
+(`check_free_space` also takes a size estimate). An existing empty folder is accepted.
+`hold` locks the *resolved* output path for the whole run (a lock file ``.NAME.lock`` beside
 it, ``flock``), so two spellings of one folder cannot run at once.
 
-**Input files.** :func:`open_input` opens a user's input file (a config, a token array, a result):
+**Input files.** [`open_input`][stochformer.io.outputs.open_input] opens a user's input file (a config, a token array, a result):
 only a regular file (a FIFO, a device or a folder is refused at once, without blocking), and only
 up to a size limit.
 """
@@ -108,10 +108,10 @@ def _kind(mode: int) -> str:
 
 
 def open_input(path: Path | str, option: str, max_bytes: int) -> BinaryIO:
-    """``path`` opened for reading in binary mode, or :class:`InputError` naming ``option``: a
+    """``path`` opened for reading in binary mode, or [`InputError`][stochformer.io.outputs.InputError] naming ``option``: a
     missing or unreadable file, anything but a regular file (a FIFO, a device, a socket or a folder
     is refused without being read or blocking on), or a file of more than ``max_bytes`` bytes.
-    Read what it returns with :func:`read_limited` (or a reader that stops at the file's end): a
+    Read what it returns with `read_limited` (or a reader that stops at the file's end): a
     file that grows after the check is cut at the limit, not read on."""
     p = Path(path)
     try:
@@ -139,7 +139,7 @@ def open_input(path: Path | str, option: str, max_bytes: int) -> BinaryIO:
 
 
 def read_limited(fh: BinaryIO, option: str, max_bytes: int, name: str = "") -> bytes:
-    """At most ``max_bytes`` bytes of ``fh`` (:class:`InputError` if there are more)."""
+    """At most ``max_bytes`` bytes of ``fh`` ([`InputError`][stochformer.io.outputs.InputError] if there are more)."""
     data = fh.read(max_bytes + 1)
     if len(data) > max_bytes:
         raise InputError(f"{option}: {name or 'the file'} is more than the {_size_text(max_bytes)} this input can be")
@@ -147,7 +147,7 @@ def read_limited(fh: BinaryIO, option: str, max_bytes: int, name: str = "") -> b
 
 
 def read_input(path: Path | str, option: str, max_bytes: int) -> bytes:
-    """The bytes of the user's input file ``path`` (see :func:`open_input`)."""
+    """The bytes of the user's input file ``path`` (see [`open_input`][stochformer.io.outputs.open_input])."""
     with open_input(path, option, max_bytes) as fh:
         return read_limited(fh, option, max_bytes, str(path))
 
@@ -262,7 +262,7 @@ class Manifest:
 
 def _mac(seal: str, record: dict) -> str:
     """The HMAC-SHA256 of a manifest line (without its ``mac``) after ``seal``, under the key kept
-    outside every output folder (:func:`stochformer.io.store.cache_key_bytes`): a line edited, added or
+    outside every output folder ([`stochformer.io.store.cache_key_bytes`][stochformer.io.store.cache_key_bytes]): a line edited, added or
     copied from another manifest does not match."""
     from .store import cache_key_bytes
 
@@ -292,7 +292,7 @@ def _not_ours(folder: Path, rel: str, option: str, why: str) -> OutputError:
 
 def verify(folder: Path | str, command: Optional[str] = None, option: str = "--force") -> Manifest:
     """The manifest of ``folder`` if stochformer may replace every file in it, else
-    :class:`OutputError` naming the first file it may not touch: no valid manifest bound to this
+    [`OutputError`][stochformer.io.outputs.OutputError] naming the first file it may not touch: no valid manifest bound to this
     folder (one copied from elsewhere grants nothing), a manifest made by another command (when
     ``command`` is given), a file not listed, a listed file whose size or hash changed, a link or a
     special file."""
@@ -336,7 +336,7 @@ def _below(rel: str, under: str) -> bool:
 
 def _remove_listed(folder: Path, manifest: Manifest, under: str = "", check: bool = False) -> None:
     """Delete the files of ``manifest`` below ``folder/under`` (with ``check``, only those unchanged
-    since: :func:`verify` has not checked them), then the folders left empty; with ``under`` empty,
+    since: `verify` has not checked them), then the folders left empty; with ``under`` empty,
     the manifest and ``folder`` itself too once nothing else is left."""
     if not (folder / under).is_dir():
         return
@@ -359,8 +359,8 @@ def _remove_listed(folder: Path, manifest: Manifest, under: str = "", check: boo
 
 
 def remove_own(folder: Path | str, command: Optional[str] = None, option: str = "--force") -> None:
-    """Delete ``folder`` if :func:`verify` accepts it (nothing in it but unchanged files stochformer
-    wrote, for ``command``); :class:`OutputError` naming the file otherwise (nothing deleted)."""
+    """Delete ``folder`` if `verify` accepts it (nothing in it but unchanged files stochformer
+    wrote, for ``command``); [`OutputError`][stochformer.io.outputs.OutputError] naming the file otherwise (nothing deleted)."""
     folder = Path(folder)
     if not os.path.lexists(folder):
         return
@@ -382,7 +382,7 @@ def remove_own_files(manifest: Manifest, under: str = "") -> None:
 
 
 def own_folder(folder: Path | str, command: str) -> Manifest:
-    """The manifest to write ``folder`` with: the folder's own (which :func:`verify` must accept for
+    """The manifest to write ``folder`` with: the folder's own (which `verify` must accept for
     ``command``) if it has files, else a new one (the folder and its parents created)."""
     folder = Path(folder)
     try:
@@ -395,7 +395,7 @@ def own_folder(folder: Path | str, command: str) -> Manifest:
 
 
 def is_own(folder: Path | str, command: Optional[str] = None) -> bool:
-    """Whether ``folder`` is a folder :func:`verify` accepts (for ``command``)."""
+    """Whether ``folder`` is a folder `verify` accepts (for ``command``)."""
     try:
         verify(folder, command)
     except OutputError:
@@ -407,13 +407,13 @@ def is_own(folder: Path | str, command: Optional[str] = None) -> bool:
 # writing
 
 
-#: real path of a folder being written → its manifest (see :func:`tracking`)
+#: real path of a folder being written → its manifest (see `tracking`)
 _TRACKED: dict[Path, Manifest] = {}
 
 
 @contextlib.contextmanager
 def tracking(manifest: Manifest) -> Iterator[Manifest]:
-    """While the block runs, every file :func:`writing` writes below ``manifest.folder`` is recorded in it."""
+    """While the block runs, every file `writing` writes below ``manifest.folder`` is recorded in it."""
     key = Path(os.path.realpath(manifest.folder))
     _TRACKED[key] = manifest
     try:
@@ -448,9 +448,9 @@ def write_error(path: Path | str, exc: OSError) -> WriteError:
 @contextlib.contextmanager
 def writing(path: Path | str) -> Iterator[Path]:
     """Write ``path`` atomically: yields a temporary path beside it to write to; on success the file
-    is recorded in the manifest of the folder being written (if any, :func:`tracking`) and renamed
+    is recorded in the manifest of the folder being written (if any, `tracking`) and renamed
     into place; on any failure the temporary file is removed, and an ``OSError`` becomes
-    :class:`WriteError`."""
+    `WriteError`."""
     path = Path(path)
     manifest, rel = _tracked(path)
     try:
@@ -491,7 +491,7 @@ def free_bytes(out: Path | str) -> int:
 
 
 def check_free_space(out: Path | str, need: float = MIN_FREE_BYTES, option: str = "--out") -> None:
-    """:class:`OutputError` unless the file system of ``out`` has ``need`` bytes free."""
+    """[`OutputError`][stochformer.io.outputs.OutputError] unless the file system of ``out`` has ``need`` bytes free."""
     free = free_bytes(out)
     if free < need:
         raise OutputError(f"{option}: {_size_text(free)} free where {out} is written, less than the {_size_text(need)} "
@@ -503,7 +503,7 @@ def check_free_space(out: Path | str, need: float = MIN_FREE_BYTES, option: str 
 
 
 def refuse_unsafe(out: Path | str, option: str = "--out") -> Path:
-    """``out`` as a Path, or :class:`OutputError` if it is empty or names ``.``, an ancestor of the
+    """``out`` as a Path, or [`OutputError`][stochformer.io.outputs.OutputError] if it is empty or names ``.``, an ancestor of the
     working directory, the home directory or the file-system root (places a run must never own)."""
     if not str(out).strip():
         raise OutputError(f"{option}: empty path (an unset variable?); give a new folder, e.g. {option} runs/my-run")
@@ -530,8 +530,8 @@ def _nearest_existing(path: Path) -> Path:
 
 
 def check_names(out: Path | str, option: str = "--out") -> None:
-    """:class:`OutputError` if a part of ``out`` is longer than the file system allows, or ``out``'s
-    name or path leaves no room for the names stochformer adds (:data:`NAME_MARGIN`, :data:`PATH_MARGIN`)."""
+    """[`OutputError`][stochformer.io.outputs.OutputError] if a part of ``out`` is longer than the file system allows, or ``out``'s
+    name or path leaves no room for the names stochformer adds (`NAME_MARGIN`, `PATH_MARGIN`)."""
     full = Path(os.path.abspath(out))
     probe = _nearest_existing(full)
     try:
@@ -571,7 +571,7 @@ def check_output_folder(out: Path | str, force: bool = False, option: str = "--o
                         replace: bool = False, need: float = MIN_FREE_BYTES) -> Path:
     """Everything about ``out`` that can be checked before any work (see the module docstring).
     A non-empty ``out`` is accepted only with ``force`` or ``replace`` (a rerun that updates its
-    own folder: ``--resume``, ``reproduce``), and then only if :func:`verify` accepts it for
+    own folder: ``--resume``, ``reproduce``), and then only if `verify` accepts it for
     ``command``; ``need``: the free space required (bytes)."""
     out = refuse_unsafe(out, option)
     check_names(out, option)
@@ -597,7 +597,7 @@ def check_output_folder(out: Path | str, force: bool = False, option: str = "--o
 
 def remove_stale_partials(out: Path) -> None:
     """Delete the temporary ``.NAME.*.partial`` folders that an interrupted run left beside ``out``
-    (only those :func:`verify` accepts; call while holding ``out``)."""
+    (only those `verify` accepts; call while holding ``out``)."""
     if out.parent.is_dir():
         for p in out.parent.glob(f".{out.name}.*.partial"):
             with contextlib.suppress(OutputError):
@@ -614,7 +614,7 @@ def lock_path(out: Path | str) -> Path:
 @contextlib.contextmanager
 def hold(out: Path | str, command: str = "", option: str = "--out") -> Iterator[Path]:
     """Hold an exclusive lock on the output path ``out`` while the block runs; a second holder
-    (another process, or the same one) gets :class:`OutputError` at once, naming the first."""
+    (another process, or the same one) gets [`OutputError`][stochformer.io.outputs.OutputError] at once, naming the first."""
     out = Path(out)
     path = lock_path(out)
     try:
@@ -664,7 +664,7 @@ def _lock(fd: int) -> None:
 
 def make_partial(out: Path, command: str) -> Manifest:
     """A new temporary folder ``.NAME.XXXXXXXX.partial`` beside ``out`` with its manifest (the
-    folder that :func:`os.replace` later moves to ``out``)."""
+    folder that `os.replace` later moves to ``out``)."""
     try:
         tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".partial"))
         os.chmod(tmp, 0o777 & ~_UMASK)  # mkdtemp creates 0700; give the usual permissions

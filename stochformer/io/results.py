@@ -1,15 +1,17 @@
 """Results: one protocol, one way to save, one way to load.
 
-Every experiment returns a :class:`Result`: its validated ``config``, a labelled
-:class:`xarray.Dataset` (:meth:`Result.to_dataset`), a JSON summary derived from it
-(:meth:`Result.to_dict`), the run's provenance and time. :meth:`Result.save` writes the folder
-every command writes::
+Every experiment returns a [`Result`][stochformer.io.results.Result]: its validated ``config``, a labelled
+`xarray.Dataset` ([`Result.to_dataset`][stochformer.io.results.Result.to_dataset]), a JSON summary derived from it
+(`Result.to_dict`), the run's provenance and time. [`Result.save`][stochformer.io.results.Result.save] writes the folder
+every command writes:
 
-    config.json     command, resolved config, seed, versions, device, run time
-    dataset.nc      the dataset (NetCDF-4; ``xarray.open_dataset`` reads it)
-    <summary>.json  the summary
+```text
+config.json     command, resolved config, seed, versions, device, run time
+dataset.nc      the dataset (NetCDF-4; xarray.open_dataset reads it)
+<summary>.json  the summary
+```
 
-and :func:`load` reads the dataset back, with the provenance in its attributes.
+and [`load`][stochformer.io.results.load] reads the dataset back, with the provenance in its attributes.
 """
 
 from __future__ import annotations
@@ -72,9 +74,9 @@ def _netcdf_bytes(ds: xr.Dataset) -> bytes:
 
 def write_dataset(ds: xr.Dataset, path: Path | str) -> None:
     """Write ``ds`` as NetCDF-4 (h5netcdf, a required dependency; ``xarray.open_dataset(path)`` reads
-    it back) atomically (:func:`stochformer.io.outputs.writing`), after checking the free space for it.
+    it back) atomically (`stochformer.io.outputs.writing`), after checking the free space for it.
     A full disk (found before writing when the free space is less than the dataset) or a read-only
-    folder raises :class:`~stochformer.io.outputs.WriteError` and leaves no temporary file."""
+    folder raises `WriteError` and leaves no temporary file."""
     path = Path(path)
     if free_bytes(path.parent) < 1.1 * ds.nbytes + (1 << 20):  # a full disk found before HDF5 writes a byte
         raise write_error(path, OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)))
@@ -91,8 +93,8 @@ def write_dataset(ds: xr.Dataset, path: Path | str) -> None:
 
 class Result:
     """Base of every experiment's result (a dataclass with ``config``, ``provenance``,
-    ``elapsed_s`` and optionally ``meta``). Subclasses set :attr:`command` and
-    :attr:`summary_name` and implement :meth:`_dataset` (the data) and :meth:`to_dict`."""
+    ``elapsed_s`` and optionally ``meta``). Subclasses set `command` and
+    `summary_name` and implement `_dataset` (the data) and `to_dict`."""
 
     command: ClassVar[str] = ""
     summary_name: ClassVar[str] = "summary.json"
@@ -136,10 +138,32 @@ class Result:
 
 @validated
 def load(folder: Path | str) -> xr.Dataset:
-    """The dataset of a result folder (or a ``.nc`` file), loaded into memory; its attributes
-    hold the command, config, seed, versions and device (nested ones as JSON strings). Only a
-    regular file is read (a FIFO or a device is refused at once), and only one that fits in the
-    memory available now."""
+    """The dataset of a result folder (or a ``.nc`` file), loaded into memory.
+
+    Parameters
+    ----------
+    folder : str or pathlib.Path
+        A result folder (its ``dataset.nc`` is read) or a ``.nc`` file.
+
+    Returns
+    -------
+    xarray.Dataset
+        The dataset; its attributes hold the command, config, seed, versions and device (nested
+        ones as JSON strings).
+
+    Raises
+    ------
+    FileNotFoundError
+        No dataset in ``folder``.
+    ValueError
+        Not a regular file (a FIFO or a device is refused at once), or a file larger than the
+        memory available now.
+
+    Examples
+    --------
+    >>> import stochformer as sf
+    >>> ds = sf.load("runs/simulate")                   # doctest: +SKIP
+    """
     from ..core.validation import available_memory
 
     path = Path(folder)

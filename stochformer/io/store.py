@@ -1,11 +1,11 @@
 """Writing results: atomic files and folders, JSON that stays valid, and the store of finished
-results (:class:`ResultStore`) that makes runs resumable.
+results ([`ResultStore`][stochformer.io.store.ResultStore]) that makes runs resumable.
 
 Nothing is ever left half-written: files are written to a temporary name and moved into place
-(:func:`stochformer.io.outputs.writing`, which also lists each file in the manifest of the folder being
+(`stochformer.io.outputs.writing`, which also lists each file in the manifest of the folder being
 written); output folders are assembled under a temporary name and renamed at the end
-(:func:`output_folder`). Entries of a :class:`ResultStore` are signed with a key kept outside every
-output folder (:func:`cache_key_bytes`), so an entry edited or forged in the folder is never reused.
+([`output_folder`][stochformer.io.store.output_folder]). Entries of a [`ResultStore`][stochformer.io.store.ResultStore] are signed with a key kept outside every
+output folder ([`cache_key_bytes`][stochformer.io.store.cache_key_bytes]), so an entry edited or forged in the folder is never reused.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ JSON_MAX_BYTES = 256 << 20
 
 
 def atomic_write_bytes(path: Path | str, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically (see :func:`stochformer.io.outputs.writing`)."""
+    """Write ``data`` to ``path`` atomically (see `stochformer.io.outputs.writing`)."""
     with writing(path) as tmp:
         with open(tmp, "wb") as fh:
             fh.write(data)
@@ -81,7 +81,7 @@ def write_json(path: Path | str, obj: Any) -> None:
 
 
 def read_json(path: Path | str, option: str = "json", max_bytes: int = JSON_MAX_BYTES) -> Any:
-    """A JSON file read with :func:`~stochformer.io.outputs.open_input` (a regular file of at most ``max_bytes``)."""
+    """A JSON file read with [`open_input`][stochformer.io.outputs.open_input] (a regular file of at most ``max_bytes``)."""
     with open_input(path, option, max_bytes) as fh:
         return json.loads(read_limited(fh, option, max_bytes, str(path)))
 
@@ -92,7 +92,7 @@ def output_folder(out: Path | str, force: bool = False, command: str = "") -> It
     manifest (made by ``command``); move it to ``out`` only on success.
 
     An existing non-empty ``out`` is replaced only with ``force``, and only if it is wholly
-    ``command``'s own unchanged output (:func:`~stochformer.io.outputs.verify`, checked again at the
+    ``command``'s own unchanged output (`verify`, checked again at the
     moment of replacing); an empty ``out`` is replaced. On failure, what was written is removed."""
     out = check_output_folder(out, force, command=command or None, need=0)  # again, now: what changed during the run
     try:
@@ -161,7 +161,7 @@ def _read_key(path: Path) -> Optional[bytes]:
 
 
 def cache_key_bytes() -> bytes:
-    """The secret that signs every :class:`ResultStore` entry: ``key_dir()/key``, created (mode
+    """The secret that signs every [`ResultStore`][stochformer.io.store.ResultStore] entry: ``key_dir()/key``, created (mode
     0600) on first use. Where it cannot be read or created, a key of this process alone is used
     (entries are then reused only within the process: a resumed run recomputes them)."""
     return _key_at(str(key_dir() / "key"))
@@ -197,7 +197,7 @@ class ResultStore:
     sections of the report): a folder of ``<name>-<key>.json`` entries, each written atomically.
 
     Each entry stores its name, key and an HMAC-SHA256 of all three with the result, under the key
-    of :func:`cache_key_bytes` (kept outside every output folder). An entry whose signature does
+    of [`cache_key_bytes`][stochformer.io.store.cache_key_bytes] (kept outside every output folder). An entry whose signature does
     not match (edited, forged, corrupt, truncated, from another config/version, or signed with
     another key) is ignored and recomputed.
     """
@@ -219,7 +219,7 @@ class ResultStore:
 
     @staticmethod
     def signature(name: str, key: str, result: Any) -> str:
-        """The HMAC of an entry under :func:`cache_key_bytes`."""
+        """The HMAC of an entry under [`cache_key_bytes`][stochformer.io.store.cache_key_bytes]."""
         blob = json.dumps([name, key, result], sort_keys=True, separators=(",", ":")).encode()
         return hmac.new(cache_key_bytes(), blob, hashlib.sha256).hexdigest()
 

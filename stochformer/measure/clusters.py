@@ -3,7 +3,7 @@
 Tokens ``X: (batch, N, d)`` (or ``(N, d)``), unit rows. Two tokens are *linked* when their cosine
 is at least ``1 − tol``; clusters are the connected components of that graph (single linkage).
 An odd noise field synchronises tokens only up to sign, so the attractor is a pair of antipodal
-clusters; :func:`antipodal_pairs` counts cluster pairs whose centres have cosine ``≤ −1 + tol``.
+clusters; [`antipodal_pairs`][stochformer.measure.clusters.antipodal_pairs] counts cluster pairs whose centres have cosine ``≤ −1 + tol``.
 """
 
 from __future__ import annotations

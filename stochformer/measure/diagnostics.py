@@ -12,7 +12,7 @@ import torch
 from ..model.attention import DEFAULT_BLOCK, query_chunk
 from ..core.validation import Clouds, EnergyBeta, PositiveInt, validated
 
-#: the per-sample statistics of a cloud that :func:`pair_statistics` computes in one pass
+#: the per-sample statistics of a cloud that [`pair_statistics`][stochformer.measure.diagnostics.pair_statistics] computes in one pass
 STATISTICS = ("mean_cosine", "energy", "min_cosine")
 
 
@@ -84,7 +84,7 @@ def pair_statistics(X: Clouds, energy_beta: EnergyBeta = 1.0, block: Optional[Po
 
 
 def unchecked_pair_statistics(X: torch.Tensor, energy_beta: float = 1.0, block: Optional[int] = None) -> dict[str, torch.Tensor]:
-    """The per-sample statistics of :func:`pair_statistics` (mean_cosine, energy, min_cosine) of
+    """The per-sample statistics of [`pair_statistics`][stochformer.measure.diagnostics.pair_statistics] (mean_cosine, energy, min_cosine) of
     tokens already checked, without checking them again (the solver's records)."""
     _pairs(X)
     N = X.shape[-2]

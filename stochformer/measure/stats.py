@@ -1,19 +1,19 @@
 """The statistics of the measurements: one mean ± standard error and one power-law fit.
 
-- :func:`mean_and_se`: the sample mean and the standard error of the mean over independent
+- [`mean_and_se`][stochformer.measure.stats.mean_and_se]: the sample mean and the standard error of the mean over independent
   samples (numpy or torch arrays, any axis);
-- :func:`bootstrap`: the one bootstrap over independent samples (resampled with replacement,
-  jointly across a grid whose every point sees the same samples), and :func:`interval`, its SE and
-  95% percentile interval: :func:`fit_power_law`'s intervals go through them;
-- :func:`fit_power_law`: y ≈ C x^{−p} by least squares in log–log, with the bootstrap SE of p
-  over samples (:func:`bootstrap`) and a Student's t interval from it, or, given only means and
-  standard errors, a parametric bootstrap; :func:`loglog_slope` is its point estimate (also the local exponent of a
+- [`bootstrap`][stochformer.measure.stats.bootstrap]: the one bootstrap over independent samples (resampled with replacement,
+  jointly across a grid whose every point sees the same samples), and [`interval`][stochformer.measure.stats.interval], its SE and
+  95% percentile interval: [`fit_power_law`][stochformer.measure.stats.fit_power_law]'s intervals go through them;
+- [`fit_power_law`][stochformer.measure.stats.fit_power_law]: y ≈ C x^{−p} by least squares in log–log, with the bootstrap SE of p
+  over samples ([`bootstrap`][stochformer.measure.stats.bootstrap]) and a Student's t interval from it, or, given only means and
+  standard errors, a parametric bootstrap; [`loglog_slope`][stochformer.measure.stats.loglog_slope] is its point estimate (also the local exponent of a
   rate law);
-- :func:`fit_power_law_weighted`: means with standard errors that may be unresolved from 0 or
+- [`fit_power_law_weighted`][stochformer.measure.stats.fit_power_law_weighted]: means with standard errors that may be unresolved from 0 or
   negative: weighted least squares in linear space, profile-likelihood interval (the decorrelation);
-- intervals valid at their sample size: :func:`t_interval` (a mean of n >= 3 samples, Student's t),
-  :func:`wilson_interval` and :func:`clopper_pearson_interval` (a fraction of independent trials).
-  No interval is formed from fewer than :data:`MIN_SAMPLES` samples (NaN).
+- intervals valid at their sample size: [`t_interval`][stochformer.measure.stats.t_interval] (a mean of n >= 3 samples, Student's t),
+  [`wilson_interval`][stochformer.measure.stats.wilson_interval] and [`clopper_pearson_interval`][stochformer.measure.stats.clopper_pearson_interval] (a fraction of independent trials).
+  No interval is formed from fewer than `MIN_SAMPLES` samples (NaN).
 """
 
 from __future__ import annotations
@@ -138,7 +138,7 @@ def fit_power_law(
     (n,), ``samples`` are instead n independent positive means with these standard errors and the
     bootstrap is parametric (y + se·ξ, ξ standard normal, or Student's t with n − 1 degrees of
     freedom when each mean is of ``n`` samples), with its percentile interval. Resamples with a
-    non-positive mean are discarded. Fewer than :data:`MIN_SAMPLES` samples give no interval (NaN)."""
+    non-positive mean are discarded. Fewer than `MIN_SAMPLES` samples give no interval (NaN)."""
     shape, points = np.shape(samples), len(x)
     if se is None and (len(shape) != 2 or shape[1] != points):
         raise ValueError(f"samples: must be (S, n) samples at the n = {points} values of x (got shape {shape})")
@@ -191,7 +191,7 @@ def fit_power_law_weighted(
     against N: weighted least squares of y ≈ C N^{−p} in linear space (weights w = 1/se²), so every
     size enters, also one whose mean is not resolved from 0 or is negative. C is profiled out
     exactly (for fixed p the model is linear in C), so the fit is a one-dimensional search of
-    RSS(p) = Σ w (y − C(p) N^{−p})² over :data:`PROFILE_RANGE` (a grid, then a bounded refinement).
+    RSS(p) = Σ w (y − C(p) N^{−p})² over `PROFILE_RANGE` (a grid, then a bounded refinement).
     The 95% interval is the profile-likelihood one: every p with RSS(p) − RSS(p̂) ≤ χ²₁(0.95) =
     3.84 (its hull, on the grid); where the means do not resolve the decay it reaches an end of
     the range (unbounded there), where a percentile bootstrap of refits would give a narrow
@@ -260,7 +260,7 @@ def _trials(successes: int, trials: int) -> tuple[int, int]:
 
 def t_interval(mean: float, se: float, n: int, level: float = 0.95) -> tuple[float, float]:
     """The interval mean ± t·se of a mean of ``n`` independent samples, t the two-sided ``level``
-    quantile of Student's t with n − 1 degrees of freedom; (NaN, NaN) for n < :data:`MIN_SAMPLES`."""
+    quantile of Student's t with n − 1 degrees of freedom; (NaN, NaN) for n < `MIN_SAMPLES`."""
     from scipy.stats import t
 
     n = check_int("n", n, 1)
@@ -273,7 +273,7 @@ def t_interval(mean: float, se: float, n: int, level: float = 0.95) -> tuple[flo
 def wilson_interval(successes: int, trials: int, level: float = 0.95) -> tuple[float, float]:
     """Wilson's score interval of a fraction ``successes``/``trials`` of independent trials: inside
     [0, 1] and close to its level at any size (also at 0 or ``trials`` successes); (NaN, NaN) for
-    fewer than :data:`MIN_SAMPLES` trials."""
+    fewer than `MIN_SAMPLES` trials."""
     from scipy.stats import norm
 
     k, n = _trials(successes, trials)
@@ -288,7 +288,7 @@ def wilson_interval(successes: int, trials: int, level: float = 0.95) -> tuple[f
 
 def clopper_pearson_interval(successes: int, trials: int, level: float = 0.95) -> tuple[float, float]:
     """The Clopper–Pearson (exact binomial) interval of ``successes``/``trials``: coverage at least
-    ``level`` for every true fraction; (NaN, NaN) for fewer than :data:`MIN_SAMPLES` trials."""
+    ``level`` for every true fraction; (NaN, NaN) for fewer than `MIN_SAMPLES` trials."""
     from scipy.stats import beta
 
     k, n = _trials(successes, trials)
@@ -302,8 +302,8 @@ def clopper_pearson_interval(successes: int, trials: int, level: float = 0.95) -
 
 def newcombe_interval(k1: int, n1: int, k2: int, n2: int, level: float = 0.95) -> tuple[float, float]:
     """Newcombe's hybrid score interval of the difference k1/n1 − k2/n2 of two independent
-    fractions, from their :func:`wilson_interval` s: valid at small counts and near 0 or 1;
-    (NaN, NaN) when either has fewer than :data:`MIN_SAMPLES` trials."""
+    fractions, from their [`wilson_interval`][stochformer.measure.stats.wilson_interval] s: valid at small counts and near 0 or 1;
+    (NaN, NaN) when either has fewer than `MIN_SAMPLES` trials."""
     (k1, n1), (k2, n2) = _trials(k1, n1), _trials(k2, n2)
     (l1, u1), (l2, u2) = wilson_interval(k1, n1, level), wilson_interval(k2, n2, level)
     p1, p2 = k1 / n1, k2 / n2

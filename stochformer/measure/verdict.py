@@ -7,18 +7,18 @@ its sample count ``n``), a tolerance ``tol`` (the finite-size bias one accepts a
 sizes), optionally an ``alternative`` ``a`` (the value a wrong model would give, which the data must
 be able to tell from p) and a ``reach`` (the most extreme value the observable can show in the
 direction the rule tests). Everything the verdict needs is in the row, so it can be derived again
-from the stored numbers alone (:func:`recompute`) and re-derived by hand from the page.
+from the stored numbers alone ([`recompute`][stochformer.measure.verdict.recompute]) and re-derived by hand from the page.
 
 The verdict, in this order:
 
 1. **not measured** without a measurement, **undetermined** when a number is not finite;
-2. **inconclusive** when the measurement comes from fewer than :data:`MIN_SAMPLES` samples (no
+2. **inconclusive** when the measurement comes from fewer than `MIN_SAMPLES` samples (no
    interval is formed);
 3. **not testable at this size** when the rule cannot fail: it would hold even if the observable
    showed its reach (e.g. a bound above the largest growth rate the energy can show);
 4. **does not hold at this size** when the row's hypothesis is rejected within its family: a
    section's rows are one family, their p-values adjusted by Holm's step-down, and a row fails when
-   its adjusted p-value is below :data:`FAMILY_LEVEL`, so the chance that any row of a section fails
+   its adjusted p-value is below `FAMILY_LEVEL`, so the chance that any row of a section fails
    while every hypothesis of the section is true is at most 5%;
 5. otherwise **holds**, unless the data cannot tell the prediction from the alternative: for
    ``matches``, ``at_most`` and ``at_least`` when the interval's half-width (hi − lo)/2 exceeds the
@@ -81,9 +81,9 @@ ALT_RTOL = 0.5
 
 Z95 = 1.959963984540054  # two-sided 95% normal quantile
 
-#: the numbers a row stores (the rest of :meth:`Comparison.to_dict` is derived from them)
+#: the numbers a row stores (the rest of `Comparison.to_dict` is derived from them)
 STORED_NUMBERS = ("predicted", "measured", "tol", "alternative", "reach", "n")
-#: what :meth:`Comparison.to_dict` derives (never read back: :func:`recompute` derives it again)
+#: what `Comparison.to_dict` derives (never read back: [`recompute`][stochformer.measure.verdict.recompute] derives it again)
 DERIVED = ("hypothesis", "p_value", "p_adjusted", "family", "power", "verdict")
 
 
@@ -164,7 +164,7 @@ def cannot_fail(rule: str, p: float, tol: float, reach: float) -> bool:
 def row_test(rule: str, predicted: Optional[float], measured: Optional[float], lo: Optional[float], hi: Optional[float],
              tol: float = 0.0, alternative: Optional[float] = None, reach: Optional[float] = None,
              n: Optional[int] = None) -> RowTest:
-    """The row's own test (see :class:`RowTest` and the module docstring)."""
+    """The row's own test (see [`RowTest`][stochformer.measure.verdict.RowTest] and the module docstring)."""
     if rule not in RULES:
         raise ValueError(f"rule: unknown rule {rule!r}; valid: {', '.join(RULES)}")
     if n is not None and n < MIN_SAMPLES:
@@ -252,10 +252,10 @@ def decide(rule: str, predicted: Optional[float], lo: Optional[float], hi: Optio
 class Comparison:
     """One row: ``quantity`` predicted (``predicted``, from theory) against ``measured`` with its
     95% CI ``ci = (lo, hi)``, decided by ``rule`` with tolerance ``tol`` against the ``alternative``
-    (default :func:`default_alternative`), ``reach`` the most extreme value the observable can show
+    (default [`default_alternative`][stochformer.measure.verdict.default_alternative]), ``reach`` the most extreme value the observable can show
     in the rule's direction (a bound beyond it is not testable), ``n`` the samples behind a sample
-    mean (Student's t; fewer than :data:`MIN_SAMPLES` give no interval). ``verdict`` and the test's
-    numbers are computed, for the row alone; :func:`recompute` judges a section's rows as a family."""
+    mean (Student's t; fewer than `MIN_SAMPLES` give no interval). ``verdict`` and the test's
+    numbers are computed, for the row alone; [`recompute`][stochformer.measure.verdict.recompute] judges a section's rows as a family."""
 
     quantity: str
     predicted: Optional[float]
@@ -303,7 +303,7 @@ class Comparison:
         self.p_value, self.power, self.family = test.p_value, test.power, family
 
     def own_test(self) -> RowTest:
-        """The row's own test (:func:`row_test`); a measurement that was made but is not finite is
+        """The row's own test ([`row_test`][stochformer.measure.verdict.row_test]); a measurement that was made but is not finite is
         undetermined."""
         lo, hi = self.ci if self.ci is not None else (None, None)
         if self._attempted and (self.n is None or self.n >= MIN_SAMPLES) and (lo is None or hi is None):
@@ -315,7 +315,7 @@ class Comparison:
                      **kw) -> "Comparison":
         """A row from a sample mean and its standard error: CI = mean ± q·SE, q = 1.96, or Student's
         t quantile with n − 1 degrees of freedom for a mean of ``n`` samples (no interval for
-        n < :data:`MIN_SAMPLES`)."""
+        n < `MIN_SAMPLES`)."""
         if n is not None and n < MIN_SAMPLES:
             return cls(quantity, predicted, mean, None, n=n, **kw)
         h = quantile(n) * se
@@ -334,7 +334,7 @@ class Comparison:
     @classmethod
     def from_fraction(cls, quantity: str, predicted: Optional[float], successes: int, trials: int, **kw) -> "Comparison":
         """A row from a count of ``successes`` in ``trials`` independent trials: the fraction with its
-        Wilson score interval (:func:`stochformer.measure.stats.wilson_interval`)."""
+        Wilson score interval ([`stochformer.measure.stats.wilson_interval`][stochformer.measure.stats.wilson_interval])."""
         from .stats import wilson_interval
 
         if trials < MIN_SAMPLES:
@@ -377,7 +377,7 @@ def judge(rows: list[Comparison]) -> list[Comparison]:
 def recompute(rows: list) -> list[dict]:
     """The rows of a stored table (one section: one family) with every verdict derived again from
     the rows' own numbers, so a stored verdict is never trusted; a row that is not a valid
-    :class:`Comparison` becomes an ``undetermined`` row saying so (and is no part of the family)."""
+    [`Comparison`][stochformer.measure.verdict.Comparison] becomes an ``undetermined`` row saying so (and is no part of the family)."""
     out: list[tuple[Comparison, bool]] = []
     for row in rows if isinstance(rows, list) else []:
         try:
@@ -390,14 +390,14 @@ def recompute(rows: list) -> list[dict]:
 
 
 def _invalid(name: str) -> Comparison:
-    """The row standing for a stored row that is not a valid :class:`Comparison`."""
+    """The row standing for a stored row that is not a valid [`Comparison`][stochformer.measure.verdict.Comparison]."""
     row = Comparison(name, None, note="invalid stored row")
     row.verdict = UNDETERMINED
     return row
 
 
 def counts(rows: list[dict]) -> dict[str, int]:
-    """How many rows have each verdict of :data:`VERDICTS` (rows as :func:`recompute` returns them)."""
+    """How many rows have each verdict of `VERDICTS` (rows as [`recompute`][stochformer.measure.verdict.recompute] returns them)."""
     out = dict.fromkeys(VERDICTS, 0)
     for r in rows:
         if r.get("verdict") in out:

@@ -1,11 +1,11 @@
 """What evolves: the model pieces. They take tensors and numbers, never a config.
 
-- :mod:`.activations`: φ by name or any callable; :mod:`.kernel`: κ and the rates of SPEC §2, §5;
-- :mod:`.attention`: the :class:`Attention` protocol and :class:`SoftmaxAttention`;
-- :mod:`.noise`: the :class:`NoiseSource` protocol, :class:`RandomMLP`, :class:`ExactField`,
-  :class:`RandomFeatureField` (normals through :mod:`.rng`);
-- :mod:`.transformer`: :class:`Transformer`, the discrete model (SPEC §1);
-- :mod:`.sde`: :class:`LimitSDE` and its integrators (SPEC §3); with a random-feature field and
+- [`activations`][stochformer.model.activations]: φ by name or any callable; [`kernel`][stochformer.model.kernel]: κ and the rates of SPEC §2, §5;
+- [`attention`][stochformer.model.attention]: the [`Attention`][stochformer.model.Attention] protocol and [`SoftmaxAttention`][stochformer.model.SoftmaxAttention];
+- [`noise`][stochformer.model.noise]: the [`NoiseSource`][stochformer.model.NoiseSource] protocol, [`RandomMLP`][stochformer.model.RandomMLP], [`ExactField`][stochformer.model.ExactField],
+  [`RandomFeatureField`][stochformer.model.RandomFeatureField] (normals through [`rng`][stochformer.model.rng]);
+- [`transformer`][stochformer.model.transformer]: [`Transformer`][stochformer.model.Transformer], the discrete model (SPEC §1);
+- [`sde`][stochformer.model.sde]: [`LimitSDE`][stochformer.model.LimitSDE] and its integrators (SPEC §3); with a random-feature field and
   chunked attention it is also the mean-field particle system (SPEC §4).
 """
 

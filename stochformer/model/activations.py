@@ -1,7 +1,7 @@
 """Activation functions φ of the random MLP (SPEC §1), by name or as any callable.
 
 Every activation is a function ``Tensor -> Tensor`` applied elementwise. Named ones are listed in
-:data:`ACTIVATIONS`; :func:`get_activation` also accepts any Python callable.
+`ACTIVATIONS`; [`get_activation`][stochformer.model.activations.get_activation] also accepts any Python callable.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ KINKED_ACTIVATIONS = frozenset({"relu", "leaky_relu"})
 
 
 def get_activation(activation: ActivationLike) -> Activation:
-    """Return the elementwise function for a name in :data:`ACTIVATIONS` or a callable; a user's
+    """Return the elementwise function for a name in `ACTIVATIONS` or a callable; a user's
     callable comes back checked on its first call (it must return a finite tensor of its input's
     shape: ``ValueError`` naming it otherwise)."""
     if callable(activation):
@@ -92,7 +92,7 @@ def _first_call_checked(fn: Activation) -> Activation:
 def activation_name(activation: ActivationLike) -> str:
     """A printable name: the registry name, the callable's ``__name__``, a partial's ``f(k=v, …)``,
     an instance's own repr, or where that repr is the default one ``Class(name=value, …)`` with its
-    recorded parameters (:func:`~stochformer.core.validation.callable_record`; never a memory address)."""
+    recorded parameters (`callable_record`; never a memory address)."""
     if isinstance(activation, str):
         return activation
     if hasattr(activation, "__name__"):

@@ -44,10 +44,26 @@ def query_chunk(N: int, block: int = DEFAULT_BLOCK) -> int:
 
 
 class Attention(Protocol):
-    """What the models call: the drift field of the cloud at the queries (any callable with this
-    signature plugs in, SPEC §1). An attention with state across calls (random draws) also defines
-    ``reset(batch, d, generator, dtype, device)``, which the models call at the start of every run
-    (:func:`start_run`), so that a model object reused for a run gives that run's numbers."""
+    """What the models call: the drift field of the cloud at the queries (SPEC §1).
+
+    Any callable ``attention(X, keys=None)`` with queries X (batch, n, d) and the cloud ``keys``
+    (default X) (batch, N, d), returning (batch, n, d), plugs in. An attention with state across
+    calls (random draws) also defines ``reset(batch, d, generator, dtype, device)``, which the models
+    call at the start of every run ([`start_run`][stochformer.model.attention.start_run]), so that a
+    model object reused for a run gives that run's numbers.
+
+    Examples
+    --------
+    >>> import torch
+    >>> import stochformer as sf
+    >>> def mean_field(X, keys=None):               # uniform weights: Attn(x) = mean of the cloud
+    ...     keys = X if keys is None else keys
+    ...     return keys.mean(dim=-2, keepdim=True).expand_as(X)
+    >>> model = sf.Transformer(attention=mean_field)
+    >>> X0 = sf.sphere.uniform(batch=1, N=4, d=3, seed=0)
+    >>> sf.solve(model, X0, T=1.0, steps=5, seed=0).X_final.shape
+    (1, 4, 3)
+    """
 
     def __call__(self, X: torch.Tensor, keys: Optional[torch.Tensor] = None) -> torch.Tensor:
         """Attn_μ(x_i) for queries X: (batch, n, d) against the cloud ``keys`` (default X): (batch, N, d)."""
@@ -64,14 +80,46 @@ def start_run(attention: Optional[Attention], batch: int, d: int, generator: tor
 @validated
 @dataclass(frozen=True)
 class SoftmaxAttention:
-    """Attention with score matrix ``A = Qᵀ K`` (or ``beta·I``) and value matrix ``V`` (or ``gamma·I``).
+    r"""Softmax self-attention of SPEC §1, with score matrix $A = Q^\top K$ (or $\beta I$) and value matrix $V$ (or $\gamma I$):
 
-    ``chunk``: number of query tokens processed at once (at most :data:`CPU_ROWS` on a CPU);
-    ``None`` computes the dense (N, N) score matrix. Chunking keeps memory linear in N for the
-    many-token solver (SPEC §4).
-    ``sdpa``: use ``torch.nn.functional.scaled_dot_product_attention`` with scale 1 (fused,
-    memory-efficient kernels: CPU flash attention, CUDA memory-efficient/flash attention) instead;
-    float64 on CUDA has no such kernel and falls back to the chunked path.
+    $$
+    \mathrm{Attn}_X(x_i) = \sum_{j=1}^{N} \frac{e^{\langle x_i, A\,x_j\rangle}}{\sum_{k=1}^{N} e^{\langle x_i, A\,x_k\rangle}}\,V x_j .
+    $$
+
+    γ = 1 is attractive, γ = 0 no attention, γ = −1 repulsive.
+
+    Parameters
+    ----------
+    beta : float, optional
+        The inverse temperature β of $A = \beta I$ (finite), unless ``A`` is given.
+    gamma : float, optional
+        γ of $V = \gamma I$ (finite), unless ``V`` is given.
+    A : torch.Tensor, shape (d, d), optional
+        An explicit score matrix $Q^\top K$ (see [`from_matrices`][stochformer.model.attention.SoftmaxAttention.from_matrices]).
+    V : torch.Tensor, shape (d, d), optional
+        An explicit value matrix.
+    chunk : int, optional
+        Query tokens processed at once (at most `CPU_ROWS` on a CPU); None computes the dense
+        (N, N) score matrix. Chunking keeps memory linear in N for the many-token solver (SPEC §4).
+    sdpa : bool, optional
+        Use ``torch.nn.functional.scaled_dot_product_attention`` with scale 1 (fused,
+        memory-efficient kernels: CPU flash attention, CUDA memory-efficient/flash attention)
+        instead; float64 on CUDA has no such kernel and falls back to the chunked path.
+
+    Raises
+    ------
+    ValueError
+        A non-finite field, or ``A`` and ``V`` of different shapes, naming the field.
+
+    Examples
+    --------
+    >>> import torch
+    >>> import stochformer as sf
+    >>> attn = sf.SoftmaxAttention(beta=2.0, gamma=1.0)
+    >>> X = sf.sphere.uniform(batch=1, N=3, d=3, seed=0)
+    >>> out = attn(X)                               # (batch, N, d): a convex combination of the tokens
+    >>> out.shape, bool(out.norm(dim=-1).max() <= 1 + 1e-12)
+    (torch.Size([1, 3, 3]), True)
     """
 
     beta: FiniteFloat = 1.0
@@ -199,9 +247,9 @@ class RandomBatchAttention:
     out of reach on a CPU and this one is not (docs/benchmarks.md, "Random-batch attention").
 
     ``exact``: the attention whose scores and values are used (β, γ or A, V of
-    :class:`SoftmaxAttention`; its ``chunk`` and ``sdpa`` do not apply). ``p``: tokens per batch
+    [`SoftmaxAttention`][stochformer.model.attention.SoftmaxAttention]; its ``chunk`` and ``sdpa`` do not apply). ``p``: tokens per batch
     (≥ 2). The permutations come from the piece's own generator, seeded with ``seed`` and started
-    again at every run (:meth:`reset`), so the run's noise draws are the same as with the exact
+    again at every run ([`reset`][stochformer.model.attention.RandomBatchAttention.reset]), so the run's noise draws are the same as with the exact
     attention: the two can be compared path by path. Only self-attention (``keys=None``)."""
 
     exact: SoftmaxAttention
@@ -223,7 +271,7 @@ class RandomBatchAttention:
 
     def flops(self, N: int, d: int) -> float:
         """Matrix-product flops per sample: 4 N p d for the scores and their product with the values
-        (plus the d × d products of A and V, as in :meth:`SoftmaxAttention.flops`)."""
+        (plus the d × d products of A and V, as in [`SoftmaxAttention.flops`][stochformer.model.attention.SoftmaxAttention.flops])."""
         extra = (0.0 if self.exact.A is None else 2.0 * N * d * d) + (0.0 if self.exact.V is None else 2.0 * N * d * d)
         return 4.0 * N * min(self.p, N) * d + extra
 

@@ -1,19 +1,19 @@
 """Attention variants of the paper's remarks (SPEC §7) and per-layer random attention.
 
-Every variant is a callable with the interface of :class:`stochformer.model.attention.Attention`:
+Every variant is a callable with the interface of [`stochformer.model.attention.Attention`][stochformer.model.attention.Attention]:
 ``attn(X, keys=None)`` maps queries X (batch, n, d) and the cloud ``keys`` (default X),
 (batch, N, d), to Attn_μ(x_i): (batch, n, d). The transformer layer adds Δt · attn(X), the limit
 SDE and the mean-field solver use the drift P_x attn(X), so every variant plugs in unchanged.
 
-- :class:`MultiHeadAttention`: Σ_h O_h Σ_j softmax_j(⟨Q_h x_i, K_h x_j⟩) V_h x_j, Q_h, K_h, V_h
+- [`MultiHeadAttention`][stochformer.model.attention_variants.MultiHeadAttention]: Σ_h O_h Σ_j softmax_j(⟨Q_h x_i, K_h x_j⟩) V_h x_j, Q_h, K_h, V_h
   (H, d_h, d), O_h (H, d, d_h); H = 1, d_h = d, O = I is the single head.
-- :class:`UnnormalisedAttention` (USA): (1/N) Σ_j e^{⟨Q x_i, K x_j⟩} V x_j.
-- :class:`L2Attention`: Σ_j softmax_j(−|Q x_i − K x_j|²) V x_j.
-- :class:`SinkhornAttention`: Σ_j P_ij V x_j · (N/n), P the Sinkhorn scaling of e^{⟨Qx_i, Kx_j⟩}
+- [`UnnormalisedAttention`][stochformer.model.attention_variants.UnnormalisedAttention] (USA): (1/N) Σ_j e^{⟨Q x_i, K x_j⟩} V x_j.
+- [`L2Attention`][stochformer.model.attention_variants.L2Attention]: Σ_j softmax_j(−|Q x_i − K x_j|²) V x_j.
+- [`SinkhornAttention`][stochformer.model.attention_variants.SinkhornAttention]: Σ_j P_ij V x_j · (N/n), P the Sinkhorn scaling of e^{⟨Qx_i, Kx_j⟩}
   to row sums 1/n and column sums 1/N (for n = N: n·P is doubly stochastic), computed in log space.
-- :class:`ResampledAttention`: Q, K, V drawn afresh at every call (one call = one layer), as in
+- [`ResampledAttention`][stochformer.model.attention_variants.ResampledAttention]: Q, K, V drawn afresh at every call (one call = one layer), as in
   a network at initialisation: Q = √β I + σ Z_Q/√d, K = √β I + σ Z_K/√d, V = γ I + σ Z_V/√d.
-- :class:`AveragedAttention`: the drift that the T/L-scaled resampled attention averages to as
+- [`AveragedAttention`][stochformer.model.attention_variants.AveragedAttention]: the drift that the T/L-scaled resampled attention averages to as
   L → ∞, b̄(x_i, μ) = γ E_{Q,K}[Σ_j softmax_j(⟨Q x_i, K x_j⟩) x_j] (V's centred part averages out
   exactly), by Monte Carlo over a fixed bank of draws of (Q, K).
 
@@ -63,7 +63,7 @@ def _same(owner: str, **tensors: torch.Tensor) -> None:
         raise ValueError(f"{owner}: {', '.join(tensors)} must have one shape (got "
                          f"{', '.join(f'{k} {tuple(t.shape)}' for k, t in tensors.items())})")
 
-#: the ``attention_kind`` names (``softmax`` is :class:`stochformer.model.attention.SoftmaxAttention`)
+#: the ``attention_kind`` names (``softmax`` is [`stochformer.model.attention.SoftmaxAttention`][stochformer.model.attention.SoftmaxAttention])
 ATTENTION_KINDS = ("softmax", "multihead", "usa", "l2", "sinkhorn", "resampled", "averaged")
 
 
@@ -191,7 +191,7 @@ def _sinkhorn_log(scores: torch.Tensor, iters: int, tol: Optional[float] = None)
 @validated
 @dataclass(frozen=True)
 class SinkhornAttention:
-    """Attn(x_i) = Σ_j S_ij V x_j, S = n·P with P of :func:`sinkhorn_log` applied to
+    """Attn(x_i) = Σ_j S_ij V x_j, S = n·P with P of [`sinkhorn_log`][stochformer.model.attention_variants.sinkhorn_log] applied to
     ⟨Q x_i, K x_j⟩ = x_iᵀ A x_j: rows of S sum to 1, columns to n/N (doubly stochastic for n = N).
     ``iters`` normalisation rounds, or fewer once ``tol`` is met."""
 
@@ -268,7 +268,7 @@ class ResampledAttention:
 @validated
 @dataclass(frozen=True)
 class AveragedAttention:
-    """The averaged drift of :class:`ResampledAttention`,
+    """The averaged drift of [`ResampledAttention`][stochformer.model.attention_variants.ResampledAttention],
     b̄(x_i, μ) = γ E_{Q,K}[Σ_j softmax_j(⟨Q x_i, K x_j⟩) x_j], by the mean over ``Q, K``:
     (M, d, d), a fixed bank of M draws (the same for every sample and step)."""
 
@@ -287,7 +287,7 @@ class AveragedAttention:
     @validated
     def from_law(cls, d: PositiveInt, beta: NonNegativeFloat, gamma: FiniteFloat, std: NonNegativeFloat, draws: PositiveInt,
                  seed: Seed, dtype: FloatDtype = torch.float64, device: DeviceLike = "cpu") -> "AveragedAttention":
-        """A bank of ``draws`` (Q, K) from the law of :class:`ResampledAttention` (seeded by ``seed``)."""
+        """A bank of ``draws`` (Q, K) from the law of [`ResampledAttention`][stochformer.model.attention_variants.ResampledAttention] (seeded by ``seed``)."""
         check_memory("draws, d", 4.0 * draws * d * d * dtype.itemsize)
         Q, K, _ = ResampledAttention(d, beta, gamma, std, seed).draw(draws, dtype, device)
         return cls(Q, K, gamma)

@@ -14,8 +14,8 @@ Blocks (one fresh block per layer, each sample a fresh network), residual branch
 - ``llama``: pre-RMSNorm, causal multi-head attention with rotary position embedding, no biases,
   SwiGLU MLP down(silu(gate x) ⊙ up x), weights N(0, std²).
 
-The matched MLP law (:class:`MLPLaw`) is the Gaussian law with the block's weight variances; its
-kernel (:class:`MatchedKernel`) is κ_G(ρ) = m v₂ E[φ(V₁) φ(V₂)] (× v₃ r² ρ for SwiGLU) + c₂,
+The matched MLP law (`MLPLaw`) is the Gaussian law with the block's weight variances; its
+kernel (`MatchedKernel`) is κ_G(ρ) = m v₂ E[φ(V₁) φ(V₂)] (× v₃ r² ρ for SwiGLU) + c₂,
 (V₁, V₂) centred Gaussian with variance v₁ r² + c₁ and covariance v₁ r² ρ + c₁, where r² is the
 squared norm of the normalised token (d for LayerNorm and RMSNorm with unit gain, 1 for the
 sphere) and ρ the cosine of the normalised tokens (after centring for LayerNorm). The random
@@ -194,14 +194,14 @@ class MLPLaw:
         return hid @ (torch.randn(B, self.m, k, **kw) * math.sqrt(self.w2)) + math.sqrt(self.b2) * torch.randn(B, 1, k, **kw)
 
 
-#: angles of the table that :meth:`MatchedKernel.kappa` interpolates
+#: angles of the table that `MatchedKernel.kappa` interpolates
 TABLE_POINTS = 2049
 
 
 @dataclass(frozen=True)
 class MatchedKernel:
-    """κ(ρ) = scale · κ_G(ρ) for an :class:`MLPLaw` at inputs of squared norm ``r2`` (module doc);
-    ``scale = 1/r2`` puts the field on the unit sphere. Has the interface :class:`~stochformer.model.noise.ExactField`
+    """κ(ρ) = scale · κ_G(ρ) for an `MLPLaw` at inputs of squared norm ``r2`` (module doc);
+    ``scale = 1/r2`` puts the field on the unit sphere. Has the interface [`ExactField`][stochformer.model.noise.ExactField]
     needs (``kappa``, ``kappa1``, ``activation``)."""
 
     law: MLPLaw
@@ -236,7 +236,7 @@ class MatchedKernel:
 
     def kappa(self, rho) -> torch.Tensor:
         """κ(ρ), float64, same shape as ``rho``: linear interpolation in θ = arccos ρ of
-        :meth:`exact` on ``TABLE_POINTS`` angles (κ is smooth in θ even where it is not in ρ,
+        `exact` on ``TABLE_POINTS`` angles (κ is smooth in θ even where it is not in ρ,
         e.g. ReLU at ρ = 1; interpolation error ~1e-7 relative)."""
         rho = torch.as_tensor(rho, dtype=torch.float64)
         pos = torch.arccos(rho.clamp(-1.0, 1.0)) * ((TABLE_POINTS - 1) / math.pi)
@@ -323,7 +323,7 @@ class BlockNetwork:
 
 @dataclass
 class MatchedModel:
-    """The idealised model with the matched Gaussian MLP (see :func:`predict_model`); the step size
+    """The idealised model with the matched Gaussian MLP (see `predict_model`); the step size
     is ``a2`` (and ``a1``), not the solver's."""
 
     pre: bool

@@ -3,16 +3,16 @@
 Systems of different sizes can be coupled through the *exact* field K^{1/2}Ξ by concatenating
 their tokens, X = [X_1, …, X_G]: (batch, Σ n_g, d), and stepping that cloud once per step:
 
-- :class:`JointField` draws the field's increment jointly at every point of every system: one
+- [`JointField`][stochformer.model.grouped.JointField] draws the field's increment jointly at every point of every system: one
   Gaussian vector with covariance K_ij = κ(⟨x_i, x_j⟩) over the whole cloud (the joint law of a
   Brownian field at those points; any square root of K gives it, a Cholesky factor is the
   cheapest). Coincident points (a system started from a subset of another's tokens, or an
   identical copy) get one value: the field is a function of position.
-- :class:`GroupedAttention` keeps attention within each system: group g's queries see only group
+- [`GroupedAttention`][stochformer.model.grouped.GroupedAttention] keeps attention within each system: group g's queries see only group
   g's tokens (a block-diagonal attention, computed group by group).
 
 Everything else in the step acts token by token, so ``LimitSDE(GroupedAttention(...),
-JointField(...))`` stepped by :func:`stochformer.solve` evolves each system by its own SDE, all of
+JointField(...))`` stepped by [`stochformer.solve`][stochformer.solve] evolves each system by its own SDE, all of
 them driven by one field.
 """
 

@@ -15,7 +15,7 @@ SPEC §5: λ₁ = ((d−3)/2) κ' − ((d−1)/2) κ, λ̄ = (d−1) κ' − (d�
 λ̄' = −inf_{u∈[−1,1)} F(u). SPEC §8 (derived, docs/spectrum.md): the whole Lyapunov spectrum of one
 token's tangent flow λ_i = ((d−1−2i)/2) κ' − ((d−1)/2) κ, the moment exponent g(p) = pλ₁ + p²(κ+κ')/2
 of a tangent vector (g(2) = λ̄) and its stability index p* = −2λ₁/(κ+κ'); the critical gain g_c
-where λ₁ changes sign as the inner weights' std g grows (:func:`critical_gain`, the order-to-chaos
+where λ₁ changes sign as the inner weights' std g grows ([`critical_gain`][stochformer.model.kernel.critical_gain], the order-to-chaos
 transition).
 """
 
@@ -63,7 +63,7 @@ def _arccos_parts(r: torch.Tensor, v: float) -> tuple[torch.Tensor, torch.Tensor
 
 #: the activations with closed-form kernels
 CLOSED_FORMS = ("relu", "leaky_relu", "linear", "erf")
-#: the composite rule of :attr:`NoiseKernel.moments_at_one`: its largest panel width (in x) and panel
+#: the composite rule of [`NoiseKernel.moments_at_one`][stochformer.model.kernel.NoiseKernel.moments_at_one]: its largest panel width (in x) and panel
 #: count (the panels widen beyond v ≈ 10⁵)
 DIAGONAL_PANEL, DIAGONAL_PANELS = 0.5, 1 << 15
 
@@ -74,15 +74,47 @@ _Dim = Annotated[int, Int(2, INT_MAX)]
 @validated
 @dataclass(frozen=True)
 class NoiseKernel:
-    """κ(ρ) for activation φ, dimension d, bias scales σ_U, σ_W, noise scale s and gain g.
+    r"""The noise kernel κ of SPEC §2 for activation φ, dimension d, bias scales σ_U, σ_W, noise scale s and gain g.
 
-    ``gain`` g ≥ 0 (finite, default 1): the std of the inner weights U, which have variance g²;
-    then v = g²/d + σ_U², c(ρ) = g²ρ/d + σ_U² and κ'(ρ) = (s² g²/d) E[φ'(V₁) φ'(V₂)].
-    At g = 1 every value is bit-for-bit that of the kernel without a gain.
+    $$
+    \kappa(\rho) = s^2\Big(\mathbb{E}\big[\varphi(V_1)\,\varphi(V_2)\big] + \sigma_W^2\Big), \qquad
+    \operatorname{Var} V_i = \frac{g^2}{d} + \sigma_U^2, \quad \operatorname{Cov}(V_1, V_2) = \frac{g^2\rho}{d} + \sigma_U^2,
+    $$
 
+    $(V_1, V_2)$ centred Gaussian, so that $\mathbb{E}[G^m(x)\,G^m(y)^\top] = \kappa(\langle x, y\rangle)\,I_d$;
+    closed forms for ReLU, leaky ReLU, linear and erf, Gauss–Hermite quadrature otherwise.
     ``kappa(rho)`` and ``kappa_prime(rho)`` take any float or tensor of cosines in [−1, 1] and return
-    a float64 tensor of the same shape. Arguments are checked (``ValueError`` naming the argument
-    and its range); a κ that does not fit in float64 raises ``ValueError`` naming the fields.
+    a float64 tensor of the same shape.
+
+    Parameters
+    ----------
+    activation : str or callable, optional
+        φ: a name of [`ACTIVATIONS`][stochformer.model.activations] or a callable on tensors.
+    d : int, optional
+        The token dimension, >= 2.
+    sigma_U, sigma_W : float, optional
+        Standard deviations of the inner and outer biases, >= 0.
+    scale : float, optional
+        The noise scale s, >= 0 (κ → s²κ).
+    quad_points : int, optional
+        Gauss–Hermite nodes per dimension, in [2, 1000].
+    gain : float, optional
+        g >= 0, finite (default 1): the std of the inner weights U, which have variance g² (SPEC §8);
+        κ'(ρ) = (s² g²/d) E[φ'(V₁) φ'(V₂)]. At g = 1 every value is bit for bit that of the kernel
+        without a gain.
+
+    Raises
+    ------
+    ValueError
+        An argument out of range (naming it and its range), an unknown activation, or a κ that does
+        not fit in float64 (naming the fields).
+
+    Examples
+    --------
+    >>> from stochformer import NoiseKernel
+    >>> k = NoiseKernel("linear", d=4)      # κ(ρ) = ρ/d
+    >>> k.kappa1, k.kappa1_prime
+    (0.25, 0.25)
     """
 
     activation: ActivationLike = "relu"
@@ -175,14 +207,14 @@ class NoiseKernel:
     @property
     def moments_at_one(self) -> tuple[float, float]:
         """(κ(1), κ'(1)) of the Gaussian pre-activation law, accurate whatever v = g²/d + σ_U²: the
-        closed forms (relu, leaky_relu, linear, erf: :attr:`kappa1`, :attr:`kappa1_prime`), else the
+        closed forms (relu, leaky_relu, linear, erf: [`kappa1`][stochformer.model.kernel.NoiseKernel.kappa1], [`kappa1_prime`][stochformer.model.kernel.NoiseKernel.kappa1_prime]), else the
         1-D expectations s²(E[φ(V)²] + σ_W²) and (s² g²/d) E[φ'(V)²] by a composite rule
-        (:meth:`_diagonal_expectation`; within 1e-10 of scipy's adaptive quadrature, tests/test_gain.py).
+        (`_diagonal_expectation`; within 1e-10 of scipy's adaptive quadrature, tests/test_gain.py).
 
-        The quadrature route's :meth:`kappa` (2-D Gauss–Hermite, ``quad_points`` nodes per axis, kept
+        The quadrature route's [`kappa`][stochformer.model.kernel.NoiseKernel.kappa] (2-D Gauss–Hermite, ``quad_points`` nodes per axis, kept
         so that κ(ρ) and κ(1) are one consistent kernel) spaces its central nodes ≈ 0.28 √v apart:
         for v ≫ 1 and a saturating φ it is not the Gaussian MLP's kernel (tanh at d = 4, g = 10:
-        its κ'(1) is half the true one). :func:`gain_exponent` and :func:`critical_gain` use these
+        its κ'(1) is half the true one). [`gain_exponent`][stochformer.model.kernel.gain_exponent] and [`critical_gain`][stochformer.model.kernel.critical_gain] use these
         moments."""
         name = self.activation if isinstance(self.activation, str) else None
         if name in CLOSED_FORMS:
@@ -297,7 +329,7 @@ def lyapunov_spectrum(kappa: FiniteFloat, kappa_prime: FiniteFloat, d: Annotated
 
         λ_i = ((d − 1 − 2i)/2) κ'(1) − ((d − 1)/2) κ(1),   i = 1, …, d − 1.
 
-    Equally spaced by κ'(1); λ_1 is :func:`lyapunov_exponent`; the sum rule
+    Equally spaced by κ'(1); λ_1 is [`lyapunov_exponent`][stochformer.model.kernel.lyapunov_exponent]; the sum rule
     Σ λ_i = −(d−1) κ'(1)/2 − (d−1)² κ(1)/2 is the rate of log-volume of a (d−1)-frame."""
     half = 0.5 * (d - 1)
     return [_fits("lyapunov_spectrum", 0.5 * (d - 1 - 2 * i) * kappa_prime - half * kappa) for i in range(1, d)]
@@ -307,13 +339,13 @@ def lyapunov_spectrum(kappa: FiniteFloat, kappa_prime: FiniteFloat, d: Annotated
 def moment_exponent(p: FiniteFloat, kappa: FiniteFloat, kappa_prime: FiniteFloat, d: Annotated[int, Int(2)]) -> float:
     """g(p) = p λ₁ + p² (κ(1) + κ'(1))/2: E|v_t|^p = |v_0|^p e^{g(p) t} for a tangent vector v of one
     token (SPEC §8: log|v_t| is a Brownian motion with drift λ₁ and variance rate κ + κ'). g(2) is
-    :func:`first_moment_rate` λ̄, the mean-square growth rate of the input–output Jacobian."""
+    [`first_moment_rate`][stochformer.model.kernel.first_moment_rate] λ̄, the mean-square growth rate of the input–output Jacobian."""
     return _fits("moment_exponent", p * lyapunov_exponent(kappa, kappa_prime, d) + 0.5 * p * p * (kappa + kappa_prime))
 
 
 @validated
 def stability_index(kappa: FiniteFloat, kappa_prime: FiniteFloat, d: Annotated[int, Int(2)]) -> float:
-    """p* = −2λ₁/(κ(1) + κ'(1)), the root p ≠ 0 of g(p) (:func:`moment_exponent`): for λ₁ < 0 the
+    """p* = −2λ₁/(κ(1) + κ'(1)), the root p ≠ 0 of g(p) ([`moment_exponent`][stochformer.model.kernel.moment_exponent]): for λ₁ < 0 the
     moments E|v_t|^p decay for 0 < p < p* and grow for p > p* (SPEC §8). NaN without noise
     (κ + κ' = 0: g ≡ 0)."""
     spread = kappa + kappa_prime
@@ -357,8 +389,44 @@ def lambda_bar_prime(kernel: NoiseKernel, beta: EnergyBeta, grid: Annotated[int,
 
 @validated
 def rates(kernel: NoiseKernel, beta: EnergyBeta = 1.0, gamma: FiniteFloat = 0.0) -> Rates:
-    """κ(1), κ'(1), λ₁, λ̄, λ̄' (energy inverse temperature β, in (0, 700]) and the attention-shifted
-    rates (γ finite). ``ValueError`` naming the argument for invalid input or a rate beyond float64."""
+    r"""The rates of SPEC §5 for one kernel: κ(1), κ'(1), λ₁, λ̄, λ̄' and the attention-shifted rates.
+
+    $$
+    \lambda_1 = \frac{d-3}{2}\,\kappa'(1) - \frac{d-1}{2}\,\kappa(1), \qquad
+    \bar\lambda = (d-1)\,\kappa'(1) - (d-3)\,\kappa(1),
+    $$
+
+    $\bar\lambda' = -\inf_{u\in[-1,1)} F(u)$ the energy rate of Theorem 1.4 at inverse temperature β, and,
+    for attention $Q^\top K = \beta I$, $V = \gamma I$, $\lambda_1 - \gamma$ and $\bar\lambda - 2\gamma$.
+
+    Parameters
+    ----------
+    kernel : NoiseKernel
+        The noise kernel ([`NoiseKernel`][stochformer.model.kernel.NoiseKernel]).
+    beta : float, optional
+        The energy's inverse temperature β, in (0, 700].
+    gamma : float, optional
+        The attention's γ (finite), for the ``*_total`` rates.
+
+    Returns
+    -------
+    Rates
+        ``kappa``, ``kappa_prime``, ``lambda_1``, ``lambda_bar``, ``lambda_bar_prime``,
+        ``lambda_1_total``, ``lambda_bar_total``, ``beta``, ``gamma``
+        ([`Rates`][stochformer.model.kernel.Rates]).
+
+    Raises
+    ------
+    ValueError
+        An argument out of range, or a rate beyond float64, naming the argument.
+
+    Examples
+    --------
+    >>> from stochformer import NoiseKernel, rates
+    >>> r = rates(NoiseKernel("linear", d=4))
+    >>> r.lambda_1, r.lambda_bar
+    (-0.25, 0.5)
+    """
     k, kp, d = kernel.kappa1, kernel.kappa1_prime, kernel.d
     too_big = ValueError(f"rates: the rates do not fit in float64 (kappa(1) = {k:.3g}, d = {d}); reduce sigma_U, "
                          "sigma_W, scale, d or gamma")
@@ -381,7 +449,7 @@ def rates(kernel: NoiseKernel, beta: EnergyBeta = 1.0, gamma: FiniteFloat = 0.0)
     )
 
 
-#: the largest gain :func:`critical_gain` searches by default: g ∈ (0, G_MAX]
+#: the largest gain [`critical_gain`][stochformer.model.kernel.critical_gain] searches by default: g ∈ (0, G_MAX]
 G_MAX = 100.0
 #: the points of the geometric grid on [g_max·GAIN_GRID_LOW, g_max] on which λ₁'s sign is read
 GAIN_GRID = 241
@@ -392,7 +460,7 @@ GAIN_GRID_LOW = 1e-4
 def gain_exponent(kernel: NoiseKernel, g: NonNegativeFloat) -> float:
     """λ₁(g) = ((d−3)/2) κ'(1) − ((d−1)/2) κ(1) of ``kernel`` with its gain replaced by g (SPEC §8:
     the inner weights U of variance g², so Var V = g²/d + σ_U² and κ'(1) = (s² g²/d) E[φ'(V)²]),
-    from :attr:`NoiseKernel.moments_at_one` (accurate at any g, also without a closed form)."""
+    from [`NoiseKernel.moments_at_one`][stochformer.model.kernel.NoiseKernel.moments_at_one] (accurate at any g, also without a closed form)."""
     k = replace(kernel, gain=g)
     return lyapunov_exponent(*k.moments_at_one, k.d)
 
@@ -404,12 +472,12 @@ def critical_gain(
     grid: Annotated[int, Int(3, 10**6)] = GAIN_GRID,
     xtol: Annotated[float, Real(0.0, low_open=True)] = 1e-12,
 ) -> float | None:
-    """The critical gain g_c: the smallest g in (0, g_max] at which λ₁(g) (:func:`gain_exponent`)
+    """The critical gain g_c: the smallest g in (0, g_max] at which λ₁(g) ([`gain_exponent`][stochformer.model.kernel.gain_exponent])
     changes sign, or None where it keeps one sign there (SPEC §8, the order-to-chaos transition).
 
     ``kernel`` gives φ, d, σ_U, σ_W and s (its own gain is ignored). λ₁'s sign is read on a
     geometric grid of ``grid`` points g_j from g_max·1e-4 to g_max; the first pair of neighbours
-    with opposite signs brackets the root, refined by :func:`scipy.optimize.brentq` to ``xtol``
+    with opposite signs brackets the root, refined by `scipy.optimize.brentq` to ``xtol``
     (a λ₁ that is exactly 0, as without noise, is no sign). Two sign changes closer than the
     grid's ratio 10^{4/(grid−1)} would be missed.
 
@@ -434,10 +502,10 @@ def critical_gain(
 
 @dataclass(frozen=True)
 class GainPhase:
-    """λ₁ on a grid of gains g and bias scales σ_U (:func:`gain_phase`).
+    """λ₁ on a grid of gains g and bias scales σ_U ([`gain_phase`][stochformer.model.kernel.gain_phase]).
 
     ``gains`` (n_g,), ``sigmas`` (n_σ,), ``lambda_1`` (n_σ, n_g) with row j at σ_U = sigmas[j];
-    ``g_c`` (n_σ,): :func:`critical_gain` at each σ_U (NaN where None), the zero contour of
+    ``g_c`` (n_σ,): [`critical_gain`][stochformer.model.kernel.critical_gain] at each σ_U (NaN where None), the zero contour of
     ``lambda_1``; ``kernel``: φ, d, σ_W and s (its gain and σ_U replaced on the grid)."""
 
     kernel: NoiseKernel

@@ -1,20 +1,20 @@
 """Noise sources: what drives the tokens (SPEC §1–3).
 
 A noise source turns tokens ``X: (batch, N, d)`` (unit rows), a step ``dt`` and the step's
-randomness (a :class:`~stochformer.core.brownian.Draws`, or a bare ``torch.Generator``) into the
+randomness (a [`Draws`][stochformer.core.brownian.Draws], or a bare ``torch.Generator``) into the
 field's increment at the tokens, ``ΔW: (batch, N, d)``, *before* tangent projection. All sources
 have the same token covariance per unit time, κ(⟨x_i, x_j⟩) I_d, exactly or in the limit:
 
-- :class:`RandomMLP` (``mode="weights"``): √dt · s · G^m(X), fresh U, W, b_U, b_W per call (SPEC §1).
-- :class:`RandomMLP` (``mode="gaussian"``): the same law with fewer normals: given U and b_U the
+- [`RandomMLP`][stochformer.model.noise.RandomMLP] (``mode="weights"``): √dt · s · G^m(X), fresh U, W, b_U, b_W per call (SPEC §1).
+- [`RandomMLP`][stochformer.model.noise.RandomMLP] (``mode="gaussian"``): the same law with fewer normals: given U and b_U the
   output is exactly Gaussian with token covariance K_m = ΦΦᵀ/m + σ_W² (SPEC §2).
-- :class:`ExactField`: the limit Brownian field, √dt · K(X)^{1/2} Ξ with K_ij = κ(⟨x_i, x_j⟩).
-- :class:`RandomFeatureField`: a Brownian field with frozen random features of width M,
+- [`ExactField`][stochformer.model.noise.ExactField]: the limit Brownian field, √dt · K(X)^{1/2} Ξ with K_ij = κ(⟨x_i, x_j⟩).
+- [`RandomFeatureField`][stochformer.model.noise.RandomFeatureField]: a Brownian field with frozen random features of width M,
   covariance (1/M) Σ_k φ_k(x) φ_k(y) + σ_W² → κ as M → ∞; O(N M d) per step instead of O(N³).
 
-Sources with state (random features) are set up by :meth:`reset` at the start of a run. The
+Sources with state (random features) are set up by [`reset`][stochformer.model.noise.NoiseSource.reset] at the start of a run. The
 Brownian part of an increment is drawn with ``Draws.brownian``: from a shared
-:class:`~stochformer.core.brownian.BrownianPath` when the run has one (couplings), else from the
+[`BrownianPath`][stochformer.core.brownian.BrownianPath] when the run has one (couplings), else from the
 generator; everything else (weights, features) from ``Draws.generator``.
 """
 
@@ -40,7 +40,7 @@ Randomness = Union[torch.Generator, Draws]
 
 
 class LayerNormals(NamedTuple):
-    """The normals of one :class:`RandomMLP` call (``mode="gaussian"``) as views per sample:
+    """The normals of one [`RandomMLP`][stochformer.model.noise.RandomMLP] call (``mode="gaussian"``) as views per sample:
     ``hidden`` (batch, r, m), or (batch, r + 1, m) with b_U's normals as its last row when σ_U > 0;
     ``output`` (batch, N, d) through the root of ΦΦᵀ (``gram``) or (batch, m, d); ``bias_W``
     (batch, 1, d), None when σ_W is 0."""
@@ -56,12 +56,27 @@ class LayerNormals(NamedTuple):
 
 
 class NeedsDraws(Exception):
-    """Raised by :meth:`RandomMLP.apply` without a generator where numerically singular samples
+    """Raised by [`RandomMLP.apply`][stochformer.model.noise.RandomMLP.apply] without a generator where numerically singular samples
     need more normals (their explicit redraw)."""
 
 
 class NoiseSource(Protocol):
-    """What every noise source provides (any object with these methods plugs into the models)."""
+    """What every noise source provides (any object with these methods plugs into the models).
+
+    ``reset(batch, d, generator, dtype, device)`` draws the state that lives for a whole run;
+    ``increment(X, dt, draws)`` is ΔW at the tokens X (batch, N, d), of the same shape;
+    ``noise_kernel(d)`` is κ of the field in dimension d (its κ(1) gives the Itô correction of the
+    limit SDE). [`RandomMLP`][stochformer.model.noise.RandomMLP],
+    [`ExactField`][stochformer.model.noise.ExactField] and
+    [`RandomFeatureField`][stochformer.model.noise.RandomFeatureField] are the library's.
+
+    Examples
+    --------
+    >>> import stochformer as sf
+    >>> noise = sf.ExactField(sf.NoiseKernel("relu", 3))
+    >>> all(callable(getattr(noise, m)) for m in ("reset", "increment", "noise_kernel"))
+    True
+    """
 
     def reset(self, batch: int, d: int, generator: torch.Generator, dtype: torch.dtype, device) -> None:
         """Draw any state that lives for a whole run (one per sample)."""
@@ -92,15 +107,15 @@ def sqrt_psd(K: torch.Tensor, method: Literal["symmetric", "cholesky"] = "symmet
     return (evecs * evals.clamp_min(0).sqrt().unsqueeze(-2)) @ evecs.transpose(-1, -2)
 
 
-#: eigenvalues of K below this fraction of the largest are its null space for :func:`whiten` (their
+#: eigenvalues of K below this fraction of the largest are its null space for [`whiten`][stochformer.model.noise.whiten] (their
 #: part of G is at most 10⁻⁶ of its scale; above it, rounding changes an eigenvalue by < 10⁻³)
 WHITEN_RTOL = 1e-12
 
 
 def whiten(K: torch.Tensor, G: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     """The standard normals Ξ behind a Gaussian G ~ N(0, K) (per column): Ξ = K^{−1/2} G on the range
-    of K (the symmetric root of :func:`sqrt_psd`, so K^{1/2} Ξ = G there) and fresh N(0, 1) normals
-    from ``generator`` on its null space (eigenvalues below :data:`WHITEN_RTOL` · max), so that Ξ is
+    of K (the symmetric root of [`sqrt_psd`][stochformer.model.noise.sqrt_psd], so K^{1/2} Ξ = G there) and fresh N(0, 1) normals
+    from ``generator`` on its null space (eigenvalues below `WHITEN_RTOL` · max), so that Ξ is
     exactly standard normal whatever the rank. K (n, n), G (n, d) → (n, d), float64."""
     evals, evecs = _eigh(K.to(torch.float64))
     keep = evals > WHITEN_RTOL * evals.abs().max()
@@ -175,11 +190,18 @@ def _gamma(a: float, shape, generator: torch.Generator, like: torch.Tensor) -> t
 @validated
 @dataclass
 class RandomMLP:
-    """The random MLP block G^m of SPEC §1, times the noise scale s, times √dt.
+    r"""The random MLP block $G^m$ of SPEC §1, times the noise scale s, times $\sqrt{dt}$:
+
+    $$
+    \sqrt{dt}\; s\; G^m(y), \qquad G^m(y) = \frac{1}{\sqrt m}\, W\,\varphi\Big(\frac{1}{\sqrt d}\, U y + b_U\Big) + b_W,
+    $$
+
+    fresh weights $U \in \mathbb{R}^{m\times d}$, $W \in \mathbb{R}^{d\times m}$ (i.i.d. unit variance) and
+    biases $b_U \sim \mathcal N(0, \sigma_U^2 I_m)$, $b_W \sim \mathcal N(0, \sigma_W^2 I_d)$ at every call.
 
     ``mode="weights"`` draws U, W, b_U, b_W explicitly with ``torch.randn`` (the reference); U and
-    W from ``law`` (:func:`draw_weights`, Student-t with ``nu`` degrees of freedom) when it is not
-    Gaussian (SPEC §7).
+    W from ``law`` ([`draw_weights`][stochformer.model.noise.draw_weights], Student-t with ``nu``
+    degrees of freedom) when it is not Gaussian (SPEC §7).
     ``mode="gaussian"`` draws the same law with the fewest normals, per sample and call:
 
     - pre-activations H = Y Uᵀ/√d (N × m): columns i.i.d. N(0, YYᵀ/d), rank ≤ min(N, d). For
@@ -187,15 +209,48 @@ class RandomMLP:
     - b_U (m normals, if σ_U > 0); Φ = φ(H + b_U), one row of m features per token;
     - the output given Φ is exactly Gaussian with token covariance ΦΦᵀ/m (SPEC §2): either
       Φ Z'/√m with Z' (m × d) (m·d normals) or S Z''/√m with S Sᵀ = ΦΦᵀ (N·d normals),
-      whichever :func:`gram_output_cheaper` says costs less on this device;
+      whichever [`gram_output_cheaper`][stochformer.model.noise.gram_output_cheaper] says costs less
+      on this device;
     - b_W (d normals, if σ_W > 0).
 
-    ``rng`` and ``precision`` choose how the normals of ``mode="gaussian"`` are drawn
-    (:class:`stochformer.rng.NormalDraws`: ``torch``, or ``parallel`` streams on all CPU cores;
-    ``precision="float32"`` is an opt-in that draws them in float32).
+    Parameters
+    ----------
+    width : int, optional
+        m, the hidden width, >= 1.
+    activation : str or callable, optional
+        φ, a name of [`ACTIVATIONS`][stochformer.model.activations] or a callable on tensors.
+    sigma_U, sigma_W : float, optional
+        Standard deviations of the biases $b_U$, $b_W$, >= 0.
+    scale : float, optional
+        The noise scale s, >= 0.
+    mode : {"gaussian", "weights"}, optional
+        How the block is sampled (above); both give the same law.
+    rng : str, optional
+        How the normals of ``mode="gaussian"`` are drawn (`stochformer.model.rng.NormalDraws`):
+        ``torch``, or ``parallel`` streams on all CPU cores.
+    precision : str, optional
+        ``"full"``, or the opt-in ``"float32"`` that draws the normals in float32.
+    law : {"gaussian", "rademacher", "uniform", "student_t"}, optional
+        The law of the unit-variance weights U, W; a non-Gaussian law needs ``mode="weights"``.
+    nu : float, optional
+        The degrees of freedom of ``law="student_t"``, in (4, 1e6].
+    gain : float, optional
+        g >= 0 (default 1): the std of the inner weights U, which have variance g²; the
+        pre-activations are g U y/√d + b_U (SPEC §8; its kernel is [`NoiseKernel`][stochformer.model.kernel.NoiseKernel] with that gain).
 
-    ``gain`` g ≥ 0 (default 1): the std of the inner weights U, which have variance g²; the
-    pre-activations are g U y/√d + b_U (SPEC §8; its kernel is :class:`NoiseKernel` with that gain).
+    Raises
+    ------
+    ValueError
+        A field out of range, an unknown activation, or a non-Gaussian law without
+        ``mode="weights"``, naming the field.
+
+    Examples
+    --------
+    >>> import torch
+    >>> import stochformer as sf
+    >>> mlp = sf.RandomMLP(width=128, activation="tanh", sigma_U=0.1)
+    >>> mlp.noise_kernel(4).kappa1 > 0
+    True
     """
 
     width: PositiveInt = 256
@@ -218,7 +273,7 @@ class RandomMLP:
         self._draw = NormalDraws(self.rng, self.precision, ahead=DEFAULT_AHEAD if self.rng == "parallel" else 0)
         # the gaussian sampler applies φ to a fresh buffer: in place where that is known to be safe
         self._phi_fresh = torch.relu_ if self.activation == "relu" else self._phi
-        self._work: Optional[torch.Tensor] = None  # the pre-activations of :meth:`increment`, kept across layers
+        self._work: Optional[torch.Tensor] = None  # the pre-activations of [`increment`][stochformer.model.noise.RandomMLP.increment], kept across layers
 
     def reset(self, batch, d, generator, dtype, device) -> None:
         self._draw.reset()
@@ -265,7 +320,7 @@ class RandomMLP:
         return B * self.width * (_hidden_rank(N, d, dtype) + (self.sigma_U > 0))
 
     def _n_call(self, B: int, N: int, d: int, dtype: torch.dtype, device: torch.device) -> int:
-        """Normals of one :meth:`increment` call in ``mode="gaussian"``: hidden, output, b_W."""
+        """Normals of one [`increment`][stochformer.model.noise.RandomMLP.increment] call in ``mode="gaussian"``: hidden, output, b_W."""
         gram = _output_through_gram(N, d, self.width, device, dtype)
         return self._n_hidden(B, N, d, dtype) + B * d * ((N if gram else self.width) + (self.sigma_W > 0))
 
@@ -275,7 +330,7 @@ class RandomMLP:
         return self._split(self._draw(self._n_call(*X.shape, X.dtype, X.device), generator, X.dtype, X.device), X)
 
     def _split(self, z: torch.Tensor, X: torch.Tensor, hidden_only: bool = False) -> LayerNormals:
-        """The flat buffer z of one call as views per sample (the layout of :meth:`_n_call`): per
+        """The flat buffer z of one call as views per sample (the layout of `_n_call`): per
         sample Zᵀ (r × m) and b_U's row, then per sample the output normals, then b_W's."""
         B, N, d = X.shape
         k = self._n_hidden(B, N, d, X.dtype)
@@ -291,7 +346,7 @@ class RandomMLP:
         self, X: torch.Tensor, z: LayerNormals, generator: Optional[torch.Generator], out: Optional[torch.Tensor] = None
     ) -> torch.Tensor:
         """Φ (batch, N, m) from the hidden normals of ``z``; the pre-activations are written into
-        ``out`` (batch, N, m) when given. ``generator`` None: raise :class:`NeedsDraws` where
+        ``out`` (batch, N, m) when given. ``generator`` None: raise [`NeedsDraws`][stochformer.model.noise.NeedsDraws] where
         more normals are needed.
 
         H = A Z + σ_U 1 bᵀ is one product [A, σ_U 1] [Z; bᵀ] with the bias row of ``z.hidden``:
@@ -321,10 +376,10 @@ class RandomMLP:
         return self._draw(n, generator, like.dtype, like.device)
 
     def increment(self, X: torch.Tensor, dt: float, draws: Randomness) -> torch.Tensor:
-        """With a Brownian path (``draws`` a coupled :class:`Draws`) the conditional Gaussian law is
+        """With a Brownian path (``draws`` a coupled [`Draws`][stochformer.core.brownian.Draws]) the conditional Gaussian law is
         driven by the path's normals Ξ (batch, N, d) through the symmetric root,
         √dt s K_m^{1/2} Ξ with K_m = ΦΦᵀ/m + σ_W² (the coupling of SPEC §3). K_m and its root are
-        computed in float64 whatever X's dtype (:func:`_gram_roots_resolve`)."""
+        computed in float64 whatever X's dtype (`_gram_roots_resolve`)."""
         draws = as_draws(draws)
         generator = draws.generator
         if draws.coupled:
@@ -340,9 +395,9 @@ class RandomMLP:
         work: Optional[torch.Tensor] = None,
     ) -> torch.Tensor:
         """The increment of ``mode="gaussian"`` at X (batch, N, d) from the normals ``z`` of
-        :meth:`normals` (or a slice of them over the samples). The pre-activations go into
+        [`normals`][stochformer.model.noise.RandomMLP.normals] (or a slice of them over the samples). The pre-activations go into
         ``work`` (batch, N, m) (default: memory kept across layers). ``generator`` draws the
-        redraws of numerically singular samples; None: :class:`NeedsDraws` is raised instead."""
+        redraws of numerically singular samples; None: [`NeedsDraws`][stochformer.model.noise.NeedsDraws] is raised instead."""
         B, N, d = X.shape
         m = self.width
         Phi = self._hidden_from(X, z, generator, self.workspace(X) if work is None else work)  # (B, N, m)
@@ -432,8 +487,36 @@ def gram_output_cheaper(N: int, d: int, m: int, device: torch.device) -> bool:
 @validated
 @dataclass
 class ExactField:
-    """The limit field: ΔW = √dt K(X)^{1/2} Ξ, K_ij = κ(⟨x_i, x_j⟩) (SPEC §3). O(N³) per step.
-    Tokens must have the kernel's d (checked at :meth:`reset` and every step: one comparison)."""
+    r"""The limit field of SPEC §3, exactly: the increment at the tokens $X = (x_1, \dots, x_N)$ is
+
+    $$
+    \Delta W = \sqrt{dt}\;K(X)^{1/2}\,\Xi, \qquad K_{ij} = \kappa(\langle x_i, x_j\rangle),
+    $$
+
+    Ξ (batch, N, d) the step's Brownian normals. O(N³) per step. Tokens must have the kernel's d
+    (checked at ``reset`` and every step: one comparison).
+
+    Parameters
+    ----------
+    kernel : NoiseKernel
+        κ ([`NoiseKernel`][stochformer.model.kernel.NoiseKernel], or any object with ``kappa(rho)``,
+        ``d`` and ``kappa1``).
+    sqrt_method : {"symmetric", "cholesky"}, optional
+        The root $K^{1/2}$: the symmetric root (the default: continuous in X) or the Cholesky factor.
+
+    Raises
+    ------
+    ValueError
+        A κ beyond float64 (naming the fields); tokens of another d than the kernel's.
+
+    Examples
+    --------
+    >>> import stochformer as sf
+    >>> field = sf.ExactField(sf.NoiseKernel("relu", 3))
+    >>> X0 = sf.sphere.uniform(batch=1, N=4, d=3, seed=0)
+    >>> field.covariance(X0).shape
+    torch.Size([1, 4, 4])
+    """
 
     kernel: Annotated[NoiseKernel, Methods(("kappa",))]  # or any object with kappa(rho) (and d, kappa1)
     sqrt_method: Literal["symmetric", "cholesky"] = "symmetric"
@@ -472,7 +555,7 @@ class ExactField:
     def increment(self, X: torch.Tensor, dt: float, draws: Randomness) -> torch.Tensor:
         """√dt K(X)^{1/2} Ξ with Ξ (batch, N, d) the step's Brownian normals; K and its root in
         float64 whatever X's dtype (in float32 the root could not tell close tokens apart:
-        :func:`_gram_roots_resolve`)."""
+        `_gram_roots_resolve`)."""
         if self.d is not None and X.shape[-1] != self.d:
             self.noise_kernel(X.shape[-1])
         xi = as_draws(draws).brownian(X.shape, X.dtype, X.device)
@@ -494,13 +577,13 @@ def _chebyshev_fit(kernel: NoiseKernel, tol: float = 1e-12) -> Optional[torch.Te
     return None
 
 
-#: entries of x evaluated at once by :func:`_clenshaw`: its buffers stay in a core's cache (a whole
+#: entries of x evaluated at once by `_clenshaw`: its buffers stay in a core's cache (a whole
 #: 816 × 816 K at once was 4× slower on 2 cores)
 CLENSHAW_CHUNK = 1 << 15
 
 
 def _clenshaw(coef: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """Σ_k c_k T_k(x) elementwise by Clenshaw's recurrence, :data:`CLENSHAW_CHUNK` entries at a time."""
+    """Σ_k c_k T_k(x) elementwise by Clenshaw's recurrence, `CLENSHAW_CHUNK` entries at a time."""
     flat = x.reshape(-1)
     out = torch.empty_like(flat)
     c = coef[1:].flip(0).tolist()
@@ -518,18 +601,48 @@ def _clenshaw(coef: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
 @validated
 @dataclass
 class RandomFeatureField:
-    """A Brownian field with M frozen random features per sample:
+    r"""A Brownian field with M frozen random features per sample:
 
-    W(t, x) = s ( (1/√M) Σ_k φ(u_k·x/√d + b_k) B^k_t + σ_W B^0_t ),  B^k ∈ R^d Brownian motions,
+    $$
+    W(t, x) = s\Big(\frac{1}{\sqrt M} \sum_{k=1}^{M} \varphi\big(u_k\cdot x/\sqrt d + b_k\big)\,B^k_t
+    + \sigma_W B^0_t\Big), \qquad B^k \in \mathbb{R}^d \text{ Brownian motions},
+    $$
 
-    with u_k ~ N(0, g² I_d) (``gain`` g ≥ 0, default 1: the std of the inner weights, which have
-    variance g²), b_k ~ N(0, σ_U²) drawn once (:meth:`draw`, or the first :meth:`reset`). Its covariance tends to κ.
-    ``token_chunk`` bounds memory to O(token_chunk · M) for many tokens.
+    with $u_k \sim \mathcal N(0, g^2 I_d)$ (``gain`` g >= 0, default 1), $b_k \sim \mathcal N(0, \sigma_U^2)$ drawn once
+    ([`draw`][stochformer.model.noise.RandomFeatureField.draw], or the first
+    [`reset`][stochformer.model.noise.RandomFeatureField.reset]). Its covariance tends to κ as M → ∞.
 
     The field is a function of position: systems of any N evaluated with the same features and a
     generator in the same state receive the same increments (the draws, (F, M, d) per step, do
-    not depend on N). F = the ``batch`` of :meth:`reset`; tokens X (B, N, d) need B = F, or F = 1
-    for one field shared by B independent token clouds (conditional statistics given the field).
+    not depend on N). F = the ``batch`` of [`reset`][stochformer.model.noise.RandomFeatureField.reset];
+    tokens X (B, N, d) need B = F, or F = 1 for one field shared by B independent token clouds
+    (conditional statistics given the field).
+
+    Parameters
+    ----------
+    activation : str or callable, optional
+        φ, a name of [`ACTIVATIONS`][stochformer.model.activations] or a callable.
+    features : int, optional
+        M, the number of frozen features, >= 1.
+    sigma_U, sigma_W : float, optional
+        Standard deviations of the inner bias $b_k$ and of the outer term, >= 0.
+    scale : float, optional
+        The noise scale s, >= 0.
+    token_chunk : int, optional
+        Tokens whose features are formed at once: memory O(token_chunk · M) for many tokens.
+
+    Raises
+    ------
+    ValueError
+        A field out of range (naming it), or tokens of another d than the features were drawn for.
+
+    Examples
+    --------
+    >>> import stochformer as sf
+    >>> sde = sf.LimitSDE(noise=sf.RandomFeatureField("relu", features=256))
+    >>> X0 = sf.sphere.uniform(batch=2, N=4, d=3, seed=0)
+    >>> sf.solve(sde, X0, T=1.0, steps=10, seed=0).X_final.shape
+    (2, 4, 3)
     """
 
     activation: ActivationLike = "relu"
@@ -636,5 +749,5 @@ class RandomFeatureField:
 
     def path_shape(self, F: int, d: int) -> list[tuple[int, int, int]]:
         """Shapes of the Brownian normals of one step for F fields in dimension d, B^k then B⁰ (for
-        a :class:`~stochformer.core.brownian.BrownianPath` shared by several systems)."""
+        a [`BrownianPath`][stochformer.core.brownian.BrownianPath] shared by several systems)."""
         return [(F, self.features, d)] + ([(F, 1, d)] if self.sigma_W > 0 else [])

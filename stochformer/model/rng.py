@@ -1,7 +1,7 @@
 """Standard normal draws for the noise sources: torch's generator or parallel streams.
 
 Drawing Gaussians dominates the cost of the discrete transformer on a CPU (see
-``docs/benchmarks.md``). :class:`NormalDraws` fills a flat buffer of ``n`` i.i.d. N(0, 1) numbers:
+``docs/benchmarks.md``). [`NormalDraws`][stochformer.model.rng.NormalDraws] fills a flat buffer of ``n`` i.i.d. N(0, 1) numbers:
 
 - ``backend="torch"``: ``torch.randn`` with the run's generator (any device).
 - ``backend="parallel"`` (CPU): the buffer is cut into ``streams`` contiguous pieces, each filled
@@ -20,7 +20,7 @@ Drawing Gaussians dominates the cost of the discrete transformer on a CPU (see
   A refill draws twice the request, and twice the previous refill while the generator is
   untouched (at most ``ahead``), so a short run draws at most about twice what it uses.
   The buffer is served only while the generator is exactly in the state its draw left it in, so
-  the numbers stay a function of the seed and the sequence of calls; :meth:`NormalDraws.reset`
+  the numbers stay a function of the seed and the sequence of calls; [`NormalDraws.reset`][stochformer.model.rng.NormalDraws.reset]
   drops it (every run starts with one). A refill writes into the memory of the previous ones
   when nothing served from it is alive (no fresh pages), and in float64 on the parallel backend
   draws at once only the whole requests of the current size that fit; the rest of its pieces is
@@ -64,7 +64,7 @@ def resolve_backend(backend: str, device: torch.device | str) -> RngBackend:
 
 class _Streams:
     """``len(seeds)`` contiguous pieces of ``out`` (float64, numpy view), piece k the first normals of
-    numpy's ziggurat on SFC64(seeds[k]); :meth:`fill` continues each piece in order, so a piece
+    numpy's ziggurat on SFC64(seeds[k]); `fill` continues each piece in order, so a piece
     filled in several goes holds the same numbers as one filled at once; each piece is filled by
     one thread."""
 

@@ -1,18 +1,20 @@
-"""The limit SDE with common noise (SPEC §3) and its integrators.
+r"""The limit SDE with common noise (SPEC §3) and its integrators.
 
-Itô form, for every token i::
+Itô form, for every token i:
 
-    dX^i = [ P_{X^i} Attn(μ_t, X^i) − κ(1) (d−1)/2 · X^i ] dt + P_{X^i} W(dt, X^i)
+$$
+dX^i = \Big[P_{X^i}\, \mathrm{Attn}(\mu_t, X^i) - \kappa(1)\,\frac{d-1}{2}\, X^i\Big]\, dt + P_{X^i}\, W(dt, X^i)
+$$
 
-The field W is any noise source of :mod:`stochformer.model.noise` (exact, random features, MLP);
-its Brownian normals come from the step's :class:`~stochformer.core.brownian.Draws`, so that a shared
-:class:`~stochformer.core.brownian.BrownianPath` couples the SDE with other systems.
-:meth:`LimitSDE.step` maps X (batch, N, d), unit rows, to the state one step ``dt`` later with its
+The field W is any noise source of [`stochformer.model.noise`][stochformer.model.noise] (exact, random features, MLP);
+its Brownian normals come from the step's [`Draws`][stochformer.core.brownian.Draws], so that a shared
+[`BrownianPath`][stochformer.core.brownian.BrownianPath] couples the SDE with other systems.
+[`LimitSDE.step`][stochformer.model.sde.LimitSDE.step] maps X (batch, N, d), unit rows, to the state one step ``dt`` later with its
 ``integrator``, a small object with ``step(sde, X, dt, dW)``:
 
-- :class:`EulerMaruyama` (``euler``): projected Euler–Maruyama, Itô, with the correction term
+- [`EulerMaruyama`][stochformer.model.sde.EulerMaruyama] (``euler``): projected Euler–Maruyama, Itô, with the correction term
   (strong order ½).
-- :class:`StratonovichHeun` (``heun``, the default): projected Stratonovich Heun. Strong order ½
+- [`StratonovichHeun`][stochformer.model.sde.StratonovichHeun] (``heun``, the default): projected Stratonovich Heun. Strong order ½
   as well — the noise is not commutative (tangent fields on the sphere do not commute) and no
   scheme that uses only increments does better without Lévy areas — but with a smaller error
   constant (about 0.75× the Euler error at equal step, measured in ``docs/convergence.md``) and
@@ -43,10 +45,21 @@ class Integrator(Protocol):
 
 @dataclass(frozen=True)
 class EulerMaruyama:
-    """Projected Euler–Maruyama (Itô): X' = LN( X + [P Attn − κ(1)(d−1)/2 X] dt + P ΔW ).
+    r"""Projected Euler–Maruyama (Itô):
+
+    $$
+    X' = \mathrm{LN}\Big(X + \Big[P_X \mathrm{Attn}(X) - \kappa(1)\,\frac{d-1}{2}\,X\Big]\,dt + P_X\,\Delta W\Big).
+    $$
 
     The projection LN only removes the O(dt) fluctuation of the norm; the Itô correction keeps
-    the mean norm at 1 to first order (strong order ½)."""
+    the mean norm at 1 to first order (strong order ½).
+
+    Examples
+    --------
+    >>> import stochformer as sf
+    >>> sf.EulerMaruyama().strong_order
+    0.5
+    """
 
     strong_order: ClassVar[float] = 0.5
 
@@ -57,20 +70,32 @@ class EulerMaruyama:
 
 @dataclass(frozen=True)
 class StratonovichHeun:
-    """Projected Heun for the Stratonovich form dX = P Attn dt + P ∘ W(dt, X) (SPEC §3)::
+    r"""Projected Heun for the Stratonovich form $dX = P_X \mathrm{Attn}\,dt + P_X \circ W(dt, X)$ (SPEC §3):
 
-        ΔW = W(t+dt, X) − W(t, X)                      (one field evaluation, at X)
-        X̃  = LN( X + dt · P_X Attn(X) + P_X ΔW )
-        X' = LN( X + dt/2 · (P_X Attn(X) + P_X̃ Attn(X̃)) + ½ (P_X + P_X̃) ΔW )
+    $$
+    \begin{aligned}
+    \Delta W &= W(t+dt, X) - W(t, X) \qquad \text{(one field evaluation, at } X\text{)},\\
+    \tilde X &= \mathrm{LN}\big(X + dt\,P_X \mathrm{Attn}(X) + P_X\,\Delta W\big),\\
+    X' &= \mathrm{LN}\Big(X + \frac{dt}{2}\big(P_X \mathrm{Attn}(X) + P_{\tilde X} \mathrm{Attn}(\tilde X)\big)
+    + \frac12\big(P_X + P_{\tilde X}\big)\,\Delta W\Big).
+    \end{aligned}
+    $$
 
     The field increment is held fixed over the step and only the projection is averaged. This is
-    consistent with the Itô SDE: ½ (P_X + P_X̃) ΔW has mean −κ(1)(d−1)/2 · X dt (the Itô correction),
-    while the field's own Stratonovich correction is radial and removed by P (SPEC §3). Re-rooting
-    K at X̃ with the same normals would not be: the symmetric root rotates its frame with X, which
-    adds a spurious drift (measured: its fine-step limit differs from Euler's by ~6× the
-    discretisation error). The final LN only removes an O(dt^{3/2}) radial residue. Strong order
-    ½, as Euler's: the field's noise does not commute, and a scheme that uses only its increments
-    cannot do better (docs/convergence.md); its error constant is smaller."""
+    consistent with the Itô SDE: $\frac12(P_X + P_{\tilde X})\Delta W$ has mean $-\kappa(1)\frac{d-1}{2} X\,dt$
+    (the Itô correction), while the field's own Stratonovich correction is radial and removed by P
+    (SPEC §3). Re-rooting K at $\tilde X$ with the same normals would not be: the symmetric root rotates
+    its frame with X, which adds a spurious drift (measured: its fine-step limit differs from Euler's
+    by ~6× the discretisation error). The final LN only removes an $O(dt^{3/2})$ radial residue. Strong
+    order ½, as Euler's: the field's noise does not commute, and a scheme that uses only its
+    increments cannot do better (docs/convergence.md); its error constant is smaller.
+
+    Examples
+    --------
+    >>> import stochformer as sf
+    >>> sf.LimitSDE(noise=sf.ExactField(sf.NoiseKernel("relu", 3)), integrator="heun").integrator
+    StratonovichHeun()
+    """
 
     strong_order: ClassVar[float] = 0.5
 
@@ -87,7 +112,7 @@ INTEGRATORS: dict[str, Integrator] = {"euler": EulerMaruyama(), "heun": Stratono
 
 @dataclass(frozen=True)
 class IntegratorArg(Check):
-    """An integrator: an object with ``step(sde, X, dt, dW)``, or its name in :data:`INTEGRATORS`."""
+    """An integrator: an object with ``step(sde, X, dt, dW)``, or its name in `INTEGRATORS`."""
 
     def __call__(self, name: str, value: Any) -> Any:
         if isinstance(value, str):
@@ -104,12 +129,46 @@ class IntegratorArg(Check):
 @validated
 @dataclass
 class LimitSDE:
-    """Drift and diffusion of SPEC §3 and the integrator that steps them.
+    r"""The limit SDE of SPEC §3, with the integrator that steps it.
 
-    ``attention``: any :class:`~stochformer.model.attention.Attention` (None: none); ``noise``: any
-    :class:`~stochformer.model.noise.NoiseSource` (None: none); ``kappa1``: κ(1) of the noise
-    (noise scale included), by default ``noise.noise_kernel(d).kappa1`` for the tokens' d;
-    ``integrator``: an :class:`Integrator` or its name (``"heun"``, ``"euler"``)."""
+    Each token follows, with common noise $W$ of covariance $\kappa(\langle x, y\rangle)\,I$,
+
+    $$
+    dX^i = \Big[P_{X^i}\,\mathrm{Attn}(\mu_t, X^i) - \kappa(1)\,\frac{d-1}{2}\,X^i\Big]\,dt
+    + P_{X^i}\,W(dt, X^i),
+    $$
+
+    $P_x = I - x x^\top$ the projection onto the tangent space at $x$.
+
+    Parameters
+    ----------
+    attention : Attention, optional
+        Any [`Attention`][stochformer.model.attention.Attention] (None: none).
+    noise : NoiseSource, optional
+        Any [`NoiseSource`][stochformer.model.noise.NoiseSource] (None: none), e.g. an
+        [`ExactField`][stochformer.model.noise.ExactField].
+    integrator : Integrator or {"heun", "euler"}, optional
+        An [`Integrator`][stochformer.model.sde.Integrator] or its name:
+        [`StratonovichHeun`][stochformer.model.sde.StratonovichHeun] (default) or
+        [`EulerMaruyama`][stochformer.model.sde.EulerMaruyama].
+    kappa1 : float, optional
+        $\kappa(1)$ of the noise (noise scale included), >= 0; by default
+        ``noise.noise_kernel(d).kappa1`` for the tokens' d.
+
+    Raises
+    ------
+    ValueError
+        A field out of range or an unknown integrator name, naming the field.
+
+    Examples
+    --------
+    >>> import stochformer as sf
+    >>> sde = sf.LimitSDE(attention=sf.SoftmaxAttention(beta=1.0, gamma=1.0),
+    ...                   noise=sf.ExactField(sf.NoiseKernel("relu", 3)), integrator="heun")
+    >>> X0 = sf.sphere.uniform(batch=2, N=4, d=3, seed=0)
+    >>> sf.solve(sde, X0, T=1.0, steps=20, seed=0).X_final.shape
+    (2, 4, 3)
+    """
 
     attention: Optional[Attention] = None
     noise: Optional[Annotated[NoiseSource, Methods(("reset", "increment"))]] = None
@@ -155,5 +214,5 @@ class LimitSDE:
         return first_output(self._checked, "noise", self.noise, self.noise.increment(X, dt, draws), X)
 
     def step(self, X: torch.Tensor, dt: float, draws: Randomness) -> torch.Tensor:
-        """One step of ``integrator``; ``draws``: the step's :class:`~stochformer.core.brownian.Draws`."""
+        """One step of ``integrator``; ``draws``: the step's [`Draws`][stochformer.core.brownian.Draws]."""
         return self.integrator.step(self, X, dt, self.increment(X, dt, draws))

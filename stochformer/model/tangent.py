@@ -1,6 +1,6 @@
 """The tangent flow of one token (SPEC §8): the 1-jet of the noise at the token, the tangent map of
-one step of the transformer or of the limit SDE, and the model :func:`stochformer.solve` steps for
-Benettin's method (:mod:`stochformer.experiments.spectrum`; derivations in docs/spectrum.md).
+one step of the transformer or of the limit SDE, and the model [`stochformer.solve`][stochformer.solve] steps for
+Benettin's method ([`stochformer.experiments.spectrum`][stochformer.experiments.spectrum]; derivations in docs/spectrum.md).
 
 **State.** One token x (batch, 1, d) with a frame V (batch, d, k) of k ≤ d − 1 orthonormal tangent
 vectors (columns, Vᵀx = 0), stored as one tensor S (batch, 1 + k, d): row 0 the token, rows 1..k
@@ -14,35 +14,35 @@ the jet (batch, 1 + k, d)
 
 and the increment near x is the affine field ΔW(y) ≈ J₀ + ((y − x) V) J_{1:}. Sources:
 
-- :class:`ExactJet`, the limit field of SPEC §3. From E[W_a(x) W_b(y)] = κ(⟨x, y⟩) δ_ab: for
+- [`ExactJet`][stochformer.model.tangent.ExactJet], the limit field of SPEC §3. From E[W_a(x) W_b(y)] = κ(⟨x, y⟩) δ_ab: for
   tangent unit vectors v ⊥ w at x, Cov W(x) = κ(1) I, Cov(DW(x)v) = κ'(1) I, Cov(DW(x)v, DW(x)w) = 0
   and Cov(W(x), DW(x)v) = κ'(1)⟨x, v⟩ I = 0, so J = √Δt diag(√κ, √κ', …, √κ') Ξ with Ξ the step's
   Brownian normals (batch, 1 + k, d).
-- :class:`MLPJet`, the random MLP of SPEC §1. Given the layer's inner weights U (m × d) and b_U,
+- [`MLPJet`][stochformer.model.tangent.MLPJet], the random MLP of SPEC §1. Given the layer's inner weights U (m × d) and b_U,
   the features F = [Φ(x); DΦ(x)v₁; …; DΦ(x)v_k] (1 + k, m) with Φ(y) = φ(U y/√d + b_U) and
   DΦ(x)v = φ'(U x/√d + b_U) ∘ (U v)/√d. ``mode="weights"``: explicit output weights W (m × d) and
   b_W, J = s√Δt (F W/√m + σ_W e₀ b_Wᵀ) (the layer itself); ``mode="gaussian"``: the same law
   from fewer normals, J = s√Δt C Ξ with C Cᵀ = FFᵀ/m + σ_W² e₀e₀ᵀ (Cholesky) and Ξ the step's
-  Brownian normals (batch, 1 + k, d), so one :class:`~stochformer.core.brownian.BrownianPath` couples
+  Brownian normals (batch, 1 + k, d), so one [`BrownianPath`][stochformer.core.brownian.BrownianPath] couples
   the transformer across Δt and widths and with the SDE (SPEC §3's coupling, for the jet).
 
 **The tangent map** of one step, x ↦ x' and V ↦ JV = Df(x) V (batch, d, k), tangent at x', in
 closed form for the three steps of the noise alone (no attention), with a = J₀ and C = J_{1:}ᵀ
 (batch, d, k), P_y u = u − y⟨y, u⟩, and D LN(z) u = P_{z/|z|} u/|z|:
 
-- the transformer layer (:class:`~stochformer.model.Transformer`, post-LN or parallel):
+- the transformer layer ([`Transformer`][stochformer.model.Transformer], post-LN or parallel):
   z = x + a, JV = P_{x'} (V + C)/|z|;
-- Euler–Maruyama (:class:`~stochformer.model.sde.EulerMaruyama`), c = 1 − κ(1)(d−1)Δt/2:
+- Euler–Maruyama ([`EulerMaruyama`][stochformer.model.sde.EulerMaruyama]), c = 1 − κ(1)(d−1)Δt/2:
   z = c x + P_x a, JV = P_{x'} (c V − V⟨x, a⟩ − x (aᵀV) + P_x C)/|z|;
-- Stratonovich Heun (:class:`~stochformer.model.sde.StratonovichHeun`): x̃ = LN(x + P_x a),
+- Stratonovich Heun ([`StratonovichHeun`][stochformer.model.sde.StratonovichHeun]): x̃ = LN(x + P_x a),
   Ũ = P_{x̃}(V − V⟨x, a⟩ − x(aᵀV) + P_x C)/|x + P_x a|, z = x + ½(P_x a + P_{x̃} a),
   JV = P_{x'} (V + ½[−V⟨x, a⟩ − x(aᵀV) + P_x C − Ũ⟨x̃, a⟩ − x̃(aᵀŨ) + P_{x̃} C])/|z|.
 
-:func:`autodiff_tangent` computes the same by forward-mode automatic differentiation
+[`autodiff_tangent`][stochformer.model.tangent.autodiff_tangent] computes the same by forward-mode automatic differentiation
 (``torch.func.jvp``, vectorised over the frame by ``torch.func.vmap``) of the model's own step
-(:func:`step_map`: ``Transformer.layer`` or the integrator's ``step``) with the step's randomness
+([`step_map`][stochformer.model.tangent.step_map]: ``Transformer.layer`` or the integrator's ``step``) with the step's randomness
 held fixed in the field y ↦ ΔW(y): the reference the closed forms are tested against.
-:func:`reorthonormalise` is Benettin's renormalisation: the QR factorisation JV = Q R (Cholesky QR,
+[`reorthonormalise`][stochformer.model.tangent.reorthonormalise] is Benettin's renormalisation: the QR factorisation JV = Q R (Cholesky QR,
 Householder where that fails), the frame replaced by Q and log R_ii returned.
 """
 
@@ -71,7 +71,7 @@ Field = Callable[[torch.Tensor], torch.Tensor]
 class Jet(NamedTuple):
     """The step's noise at the token: ``value`` the jet J (batch, 1 + k, d) of the module docstring,
     and ``field`` the increment y ↦ ΔW(y) as a function of position whose tangent derivatives at x
-    are J's rows (None: the affine field of J, :func:`affine_field`)."""
+    are J's rows (None: the affine field of J, [`affine_field`][stochformer.model.tangent.affine_field])."""
 
     value: torch.Tensor
     field: Optional[Field] = None
@@ -102,8 +102,8 @@ def _project(y: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
 class ExactJet:
     """The 1-jet of the limit field W (SPEC §3) at one token, for kernel κ (module docstring):
     J = √Δt diag(√κ(1), √κ'(1), …) Ξ, Ξ (batch, 1 + k, d) the step's Brownian normals. Also a noise
-    source for one token (:meth:`increment`: the exact field at N = 1, √(Δt κ(1)) ξ), so that
-    :class:`~stochformer.model.LimitSDE` takes it."""
+    source for one token ([`increment`][stochformer.model.tangent.ExactJet.increment]: the exact field at N = 1, √(Δt κ(1)) ξ), so that
+    [`LimitSDE`][stochformer.model.LimitSDE] takes it."""
 
     kernel: Annotated[NoiseKernel, Methods(("kappa",))]
 
@@ -141,9 +141,9 @@ class ExactJet:
 class MLPJet:
     """The 1-jet of one layer's random MLP √Δt · s · G^m at one token (SPEC §1–2; module docstring):
     fresh U, b_U (and, ``mode="weights"``, W, b_W) from the step's generator, the weights U, W of
-    ``law`` (:func:`~stochformer.model.noise.draw_weights`, Student-t with ``nu``); ``mode="gaussian"``
+    ``law`` ([`draw_weights`][stochformer.model.noise.draw_weights], Student-t with ``nu``); ``mode="gaussian"``
     draws the jet given U, b_U from its exact conditional law through the step's Brownian normals.
-    ``rng``: how the Gaussian weights' normals are drawn (:class:`~stochformer.model.rng.NormalDraws`:
+    ``rng``: how the Gaussian weights' normals are drawn ([`NormalDraws`][stochformer.model.rng.NormalDraws]:
     ``torch``, or ``parallel`` streams on all CPU cores; the same numbers for the same seed).
     ``draw_width`` (≥ ``width``, default ``width``): hidden units drawn per step, of which the first
     ``width`` are used, so that jets of several widths on one generator seed share their first
@@ -171,7 +171,7 @@ class MLPJet:
         self._draw = NormalDraws(self.rng)
 
     def _weights(self, shape: tuple[int, int, int], generator: torch.Generator, like: torch.Tensor) -> torch.Tensor:
-        """i.i.d. weights of ``law``: Gaussian ones through :class:`NormalDraws`, others by ``draw_weights``."""
+        """i.i.d. weights of ``law``: Gaussian ones through [`NormalDraws`][stochformer.model.tangent.NormalDraws], others by ``draw_weights``."""
         if self.law != "gaussian":
             return draw_weights(shape, generator, like, self.law, self.nu)
         return self._draw(math.prod(shape), generator, like.dtype, like.device).view(shape)
@@ -259,8 +259,8 @@ StepModel = Union[Transformer, LimitSDE]
 
 
 def has_closed_form(model: StepModel) -> bool:
-    """Whether :func:`closed_form_tangent` knows ``model``'s step: a :class:`Transformer` or a
-    :class:`LimitSDE` with the Euler or Heun integrator, without attention."""
+    """Whether [`closed_form_tangent`][stochformer.model.tangent.closed_form_tangent] knows ``model``'s step: a [`Transformer`][stochformer.model.transformer.Transformer] or a
+    [`LimitSDE`][stochformer.model.sde.LimitSDE] with the Euler or Heun integrator, without attention."""
     if getattr(model, "attention", None) is not None:
         return False
     if isinstance(model, Transformer):
@@ -271,7 +271,7 @@ def has_closed_form(model: StepModel) -> bool:
 def closed_form_tangent(model: StepModel, x: torch.Tensor, V: torch.Tensor, J: torch.Tensor, dt: float) -> tuple[torch.Tensor, torch.Tensor]:
     """One step of ``model`` from x (batch, 1, d) with the jet J (batch, 1 + k, d), and its tangent
     map applied to the frame V (batch, d, k): (x', JV), the formulas of the module docstring.
-    ``ValueError`` for a model without one (:func:`has_closed_form`; use :func:`autodiff_tangent`)."""
+    ``ValueError`` for a model without one ([`has_closed_form`][stochformer.model.tangent.has_closed_form]; use [`autodiff_tangent`][stochformer.model.tangent.autodiff_tangent])."""
     if not has_closed_form(model):
         raise ValueError(f"model: no closed-form tangent map for {type(model).__name__} (with attention or another "
                          "integrator); use autodiff_tangent")
@@ -293,7 +293,7 @@ def _ito_kappa(sde: LimitSDE, d: int) -> float:
 def step_map(model: StepModel, dt: float, increment: Field) -> Callable[[torch.Tensor], torch.Tensor]:
     """The model's own step as a function of the token, y (batch, 1, d) ↦ y', with the increment
     y ↦ ΔW(y) held fixed: ``Transformer.layer`` or ``integrator.step`` of the SDE (for
-    :func:`autodiff_tangent`)."""
+    [`autodiff_tangent`][stochformer.model.tangent.autodiff_tangent])."""
     if isinstance(model, Transformer):
         return lambda y: model.layer(y, dt, increment)
     return lambda y: model.integrator.step(model, y, dt, increment(y))
@@ -361,14 +361,14 @@ def reorthonormalise(S: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 @validated
 @dataclass
 class TangentFlow:
-    """One token and its frame of tangent vectors, for :func:`stochformer.solve`: :meth:`step` maps
+    """One token and its frame of tangent vectors, for [`stochformer.solve`][stochformer.solve]: [`step`][stochformer.model.tangent.TangentFlow.step] maps
     a state S (batch, 1 + k, d) (module docstring) to the token one step later and the propagated
-    frame JV (not renormalised: a hook does that, :func:`reorthonormalise`).
+    frame JV (not renormalised: a hook does that, [`reorthonormalise`][stochformer.model.tangent.reorthonormalise]).
 
-    ``model``: the step (:class:`Transformer` or :class:`LimitSDE`, without attention; its noise
-    source is not used: the jet's is); ``jet``: the source of the step's jet (:class:`ExactJet`,
-    :class:`MLPJet`); ``jacobian``: ``"closed_form"`` (:func:`closed_form_tangent`) or
-    ``"autodiff"`` (:func:`autodiff_tangent` of :func:`step_map`, with the jet's own field)."""
+    ``model``: the step ([`Transformer`][stochformer.model.transformer.Transformer] or [`LimitSDE`][stochformer.model.sde.LimitSDE], without attention; its noise
+    source is not used: the jet's is); ``jet``: the source of the step's jet ([`ExactJet`][stochformer.model.tangent.ExactJet],
+    [`MLPJet`][stochformer.model.tangent.MLPJet]); ``jacobian``: ``"closed_form"`` ([`closed_form_tangent`][stochformer.model.tangent.closed_form_tangent]) or
+    ``"autodiff"`` ([`autodiff_tangent`][stochformer.model.tangent.autodiff_tangent] of [`step_map`][stochformer.model.tangent.step_map], with the jet's own field)."""
 
     model: StepModel
     jet: Annotated[FieldJet, Methods(("jet",))]
@@ -387,7 +387,7 @@ class TangentFlow:
         """Stateless: the jets draw everything per step."""
 
     def step(self, S: torch.Tensor, dt: float, draws: Randomness) -> torch.Tensor:
-        """S (batch, 1 + k, d) → [x'; (JV)ᵀ]; ``draws``: the step's :class:`~stochformer.core.brownian.Draws`."""
+        """S (batch, 1 + k, d) → [x'; (JV)ᵀ]; ``draws``: the step's [`Draws`][stochformer.core.brownian.Draws]."""
         x, V = S[:, :1], S[:, 1:].mT
         jet = self.jet.jet(x, V, dt, as_draws(draws))
         if self.jacobian == "closed_form":

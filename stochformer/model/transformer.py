@@ -1,12 +1,13 @@
-"""The discrete model: one layer of the deep transformer at random initialisation (SPEC §1).
+r"""The discrete model: one layer of the deep transformer at random initialisation (SPEC §1).
 
-Post-LN (the default), attention then MLP, the MLP acting on the post-attention token::
+Post-LN (the default), attention then MLP, the MLP acting on the post-attention token:
 
-    Y  = LN( X + Δt · Attn_X(X) )
-    X' = LN( Y + √Δt · s · G^m(Y) )
+$$
+Y = \mathrm{LN}\big(X + \Delta t\, \mathrm{Attn}_X(X)\big), \qquad X' = \mathrm{LN}\big(Y + \sqrt{\Delta t}\, s\, G^m(Y)\big).
+$$
 
-``parallel``: ``X' = LN( X + Δt · Attn_X(X) + √Δt · s · G^m(X) )``. Either block may be absent.
-The √Δt · s factor is applied by the noise source (:mod:`stochformer.model.noise`); the MLP may be
+``parallel``: $X' = \mathrm{LN}\big(X + \Delta t\, \mathrm{Attn}_X(X) + \sqrt{\Delta t}\, s\, G^m(X)\big)$. Either block may be absent.
+The √Δt · s factor is applied by the noise source ([`stochformer.model.noise`][stochformer.model.noise]); the MLP may be
 any noise source (``ExactField`` is the width m = ∞).
 """
 
@@ -26,9 +27,51 @@ from .noise import NoiseSource, Randomness
 @validated
 @dataclass
 class Transformer:
-    """The layer map X_ℓ → X_{ℓ+1} with step Δt = T/L: :meth:`step` maps X (batch, N, d), unit
-    rows, to X'. ``attention``: any :class:`~stochformer.model.attention.Attention` (None: no
-    attention); ``noise``: any :class:`~stochformer.model.noise.NoiseSource` (None: no MLP)."""
+    r"""The deep transformer's layer map $X_\ell \mapsto X_{\ell+1}$ with step $\Delta t = T/L$ (SPEC §1).
+
+    In the post-LN order each layer is
+
+    $$
+    Y = \mathrm{LN}\big(X + \Delta t\,\mathrm{Attn}_X(X)\big), \qquad
+    X' = \mathrm{LN}\big(Y + \sqrt{\Delta t}\, s\, G^m(Y)\big),
+    $$
+
+    with $\mathrm{LN}$ the projection onto the unit sphere, row by row; in the parallel order
+    $X' = \mathrm{LN}\big(X + \Delta t\,\mathrm{Attn}_X(X) + \sqrt{\Delta t}\, s\, G^m(X)\big)$.
+    [`step`][stochformer.model.transformer.Transformer.step] maps X (batch, N, d), unit rows, to X'.
+
+    Parameters
+    ----------
+    attention : Attention, optional
+        Any [`Attention`][stochformer.model.attention.Attention], e.g.
+        [`SoftmaxAttention`][stochformer.model.attention.SoftmaxAttention] (None: no attention).
+    noise : NoiseSource, optional
+        Any [`NoiseSource`][stochformer.model.noise.NoiseSource], e.g.
+        [`RandomMLP`][stochformer.model.noise.RandomMLP]; it gives the term $\sqrt{\Delta t}\,s\,G^m(Y)$
+        (None: no MLP).
+    order : {"post_ln", "parallel"}, optional
+        Where the MLP acts: after the attention's normalisation (post-LN) or beside it.
+
+    Raises
+    ------
+    ValueError
+        A field of the wrong kind, naming it; at the start of a run, a part that does not fit the
+        tokens (d, dtype, device).
+
+    See Also
+    --------
+    stochformer.model.sde.LimitSDE : the limit $L, m \to \infty$ of this layer map (SPEC §3).
+
+    Examples
+    --------
+    >>> import torch
+    >>> import stochformer as sf
+    >>> model = sf.Transformer(attention=sf.SoftmaxAttention(beta=1.0, gamma=1.0),
+    ...                        noise=sf.RandomMLP(width=64, activation=torch.tanh))
+    >>> X0 = sf.sphere.uniform(batch=2, N=5, d=3, seed=0)
+    >>> sf.solve(model, X0, T=1.0, steps=10, seed=0).X_final.shape
+    (2, 5, 3)
+    """
 
     attention: Optional[Attention] = None
     noise: Optional[Annotated[NoiseSource, Methods(("reset", "increment"))]] = None
@@ -46,7 +89,7 @@ class Transformer:
             self.noise.reset(batch, d, generator, dtype, device)
 
     def step(self, X: torch.Tensor, dt: float, draws: Randomness) -> torch.Tensor:
-        """One layer; ``draws``: the step's :class:`~stochformer.core.brownian.Draws` (or a generator)."""
+        """One layer; ``draws``: the step's [`Draws`][stochformer.core.brownian.Draws] (or a generator)."""
         return self.layer(X, dt, None if self.noise is None else self._increment(dt, draws))
 
     def _increment(self, dt: float, draws: Randomness) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -65,7 +108,7 @@ class Transformer:
 
     def layer(self, X: torch.Tensor, dt: float, increment: Optional[Callable[[torch.Tensor], torch.Tensor]]) -> torch.Tensor:
         """The layer map with a given MLP increment: ``increment(Y)`` (batch, N, d) is the term
-        √Δt · s · G^m(Y) at the MLP's input Y (:meth:`mlp_input`); None: no MLP."""
+        √Δt · s · G^m(Y) at the MLP's input Y ([`mlp_input`][stochformer.model.transformer.Transformer.mlp_input]); None: no MLP."""
         if self.order == "parallel":
             update = torch.zeros_like(X)
             if self.attention is not None:

@@ -4,13 +4,13 @@ From the Itô form of SPEC §3 without attention, dX = −κ(1)(d−1)/2 · X dt
 
 * **one point**: a single token is a Brownian motion on S^{d−1} with generator (κ(1)/2)Δ_S, so for
   a fixed x₀, ⟨x₀, X_t⟩ has drift −κ(1)(d−1)/2 · ⟨x₀, X_t⟩ and
-  E⟨x₀, X_t⟩ = ⟨x₀, X_0⟩ e^{−κ(1)(d−1)t/2} (:func:`one_point_mean`);
+  E⟨x₀, X_t⟩ = ⟨x₀, X_0⟩ e^{−κ(1)(d−1)t/2} ([`one_point_mean`][stochformer.model.two_point.one_point_mean]);
 * **two points**: u = ⟨X¹, X²⟩ is a scalar diffusion (docs/synchronisation.md derives it),
 
       du = [κ(u)(d − 2 + u²) − κ(1)(d − 1)u] dt + √(2(1 − u²)(κ(1) − u κ(u))) dB,
 
-  (:func:`two_point_coefficients`); near u = 1 its first moment grows at λ̄ = (d−1)κ'(1) − (d−3)κ(1)
-  and log(1 − u) has variance rate 4(κ(1) + κ'(1)). :func:`simulate_two_point` integrates it
+  ([`two_point_coefficients`][stochformer.model.two_point.two_point_coefficients]); near u = 1 its first moment grows at λ̄ = (d−1)κ'(1) − (d−3)κ(1)
+  and log(1 − u) has variance rate 4(κ(1) + κ'(1)). [`simulate_two_point`][stochformer.model.two_point.simulate_two_point] integrates it
   finely (Euler–Maruyama, clipped to [−1, 1]) as the reference law of u_T.
 """
 

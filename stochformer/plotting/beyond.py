@@ -1,7 +1,7 @@
 """Figures of the claims beyond the paper's own figures: the joint limit of Corollary 1.3 along a
-diagonal path (:class:`~stochformer.experiments.joint.JointResult`) and Theorem 1.4 with attention
+diagonal path (`JointResult`) and Theorem 1.4 with attention
 from uniform tokens, the outcome map beside the linearised criterion
-(:class:`~stochformer.experiments.repulsion.RepulsionResult`)."""
+(`RepulsionResult`)."""
 
 from __future__ import annotations
 

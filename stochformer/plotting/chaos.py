@@ -1,6 +1,6 @@
 """Figures of the ``chaos`` experiment (SPEC §6 item 5): the coupled error and W₂² against N with
 fitted slopes beside r_d(N), the conditional decorrelation, and the reference measure (E_β, mean
-token, density on S² for d = 3). Reads :class:`~stochformer.experiments.chaos.ChaosResult` only."""
+token, density on S² for d = 3). Reads [`ChaosResult`][stochformer.experiments.chaos.ChaosResult] only."""
 
 from __future__ import annotations
 
@@ -31,8 +31,20 @@ def _guide(ax, N, y0: float, law: np.ndarray, label: str, color="0.4") -> None:
 
 
 def plot_chaos(result: "ChaosResult", axes: Optional[Any] = None) -> "Figure":
-    """2×2 panels: coupling, W₂² per d, decorrelation, reference summaries. ``axes``: four axes
-    (2×2), or None for a new figure."""
+    """2×2 panels: coupling, W₂² per d, decorrelation, reference summaries.
+
+    Parameters
+    ----------
+    result : ChaosResult
+        What [`run_chaos`][stochformer.experiments.chaos.run_chaos] returns.
+    axes : sequence of matplotlib Axes, optional
+        Four axes (2×2) to draw into, or None for a new figure.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        The figure drawn into (a new one when ``axes`` is None).
+    """
     cfg, tab = result.config, result.to_dict()
     sizes = np.asarray(cfg.sizes, float)
     created = axes is None

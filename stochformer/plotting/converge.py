@@ -1,4 +1,4 @@
-"""The figure of Theorem 1.1 (SPEC §6 item 4), from a :class:`~stochformer.experiments.converge.ConvergeResult`."""
+"""The figure of Theorem 1.1 (SPEC §6 item 4), from a [`ConvergeResult`][stochformer.experiments.converge.ConvergeResult]."""
 
 from __future__ import annotations
 
@@ -27,7 +27,19 @@ def plot_convergence(result: Any, axes: Optional[Any] = None) -> "Figure":
     """Three panels: error against L (log–log; m = ∞ at layer times and over continuous time, and the
     largest finite m), error against m at the largest L, and the (L, m) heat map of the layer-time
     error whose decrease along both edges shows that the two iterated limits agree.
-    ``result``: a ConvergeResult; ``axes``: three axes, or None for a new figure."""
+
+    Parameters
+    ----------
+    result : ConvergeResult
+        What [`run_converge`][stochformer.experiments.converge.run_converge] returns.
+    axes : sequence of matplotlib Axes, optional
+        Three axes to draw into, or None for a new figure.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        The figure drawn into (a new one when ``axes`` is None).
+    """
     from matplotlib.colors import LogNorm
 
     L = np.asarray(result.depths, dtype=float)

@@ -92,7 +92,7 @@ def finish(fig: "Figure", created: bool, title: str = "") -> "Figure":
 
 def save_figure(fig: "Figure", path: Path | str, dpi: int = 200) -> None:
     """Save to ``path`` (format from its suffix: png, pdf or svg; ``dpi`` applies to PNG) under a
-    temporary name, rename it into place (:func:`stochformer.io.outputs.writing`), and close the figure."""
+    temporary name, rename it into place (`stochformer.io.outputs.writing`), and close the figure."""
     import matplotlib.pyplot as plt
 
     path = Path(path)
@@ -128,7 +128,7 @@ def linear_band(ax: "Axes", x: Any, mean: Any, se: Any, color: str, label: Optio
 def plot_summary(summary: dict, title: str = "", axes: Optional[Sequence["Axes"]] = None) -> "Figure":
     """E_β (log scale when positive) and mean/min pairwise cosine against layer (or time t, when
     ``summary`` has ``times`` instead of ``layers``), ± 2 SE bands. ``summary``: the dict of
-    :meth:`SimulationResult.summary`; ``axes``: two axes, or None."""
+    `SimulationResult.summary`; ``axes``: two axes, or None."""
     created = axes is None
     fig, ax = figure_axes(axes, (1, 2), (10, 3.8))
     ax1, ax2 = ax[0]

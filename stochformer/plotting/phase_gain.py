@@ -1,6 +1,6 @@
 """Figure of the order-to-chaos transition (SPEC §8, docs/theory.md "The gain and the order-to-chaos
 transition"): λ₁ over the gain g of the inner weights and the bias scale σ_U, from
-:func:`stochformer.model.kernel.gain_phase`, with its zero contour, the critical gain g_c(σ_U)."""
+[`stochformer.model.kernel.gain_phase`][stochformer.model.kernel.gain_phase], with its zero contour, the critical gain g_c(σ_U)."""
 
 from __future__ import annotations
 

@@ -16,7 +16,20 @@ if TYPE_CHECKING:  # pragma: no cover
 def plot_spectrum(result: Any, axes: Optional[Any] = None) -> "Figure":
     """SpectrumResult: λ̂_i ± 2√(SE² + err²) against i with the predicted line λ_i (left); the mean
     cumulative Σ log R_ii of every exponent against t (± 2 SE, at the finest level) with the
-    predicted slopes (right). ``axes``: two axes, or None for a new figure."""
+    predicted slopes (right).
+
+    Parameters
+    ----------
+    result : SpectrumResult
+        What [`run_spectrum`][stochformer.experiments.spectrum.run_spectrum] returns.
+    axes : sequence of matplotlib Axes, optional
+        Two axes to draw into, or None for a new figure.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        The figure drawn into (a new one when ``axes`` is None).
+    """
     created = axes is None
     fig, ax = figure_axes(axes, (1, 2), (11, 4))
     a1, a2 = ax[0]

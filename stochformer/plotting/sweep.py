@@ -24,7 +24,21 @@ def _point_label(ds: Any, dim: str, i: int) -> str:
 def plot_sweep(result: Any, max_lines: int = 12, axes: Optional[Any] = None) -> "Figure":
     """Mean cosine and E_β at the last recorded time against the first sweep axis, one line per
     value of the other axes (at most ``max_lines``). A sweep without axes shows the curves in t.
-    ``result``: a SweepResult; ``axes``: two axes, or None for a new figure."""
+
+    Parameters
+    ----------
+    result : SweepResult
+        What [`run_sweep`][stochformer.experiments.sweep.run_sweep] returns.
+    max_lines : int, optional
+        The most lines drawn per panel.
+    axes : sequence of matplotlib Axes, optional
+        Two axes to draw into, or None for a new figure.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        The figure drawn into (a new one when ``axes`` is None).
+    """
     ds = result.data
     dims = [d for d in ds["mean_cosine_mean"].dims if d != "time"]
     if len(dims) > 1 and dims[0] == "point":  # a grid axis on the x axis, the points as lines

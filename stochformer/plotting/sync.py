@@ -18,7 +18,19 @@ if TYPE_CHECKING:  # pragma: no cover
 def plot_sync(result: Any, axes: Optional[Any] = None) -> "Figure":
     """SyncResult: cumulative log-separation with slope λ₁ − γ (left); E[E_β] near synchronisation and
     from uniform tokens, semi-log, with the predicted slopes λ̄ − 2γ and the bound ε + λ̄' (right).
-    ``axes``: two axes, or None for a new figure."""
+
+    Parameters
+    ----------
+    result : SyncResult
+        What [`run_sync`][stochformer.experiments.sync.run_sync] returns.
+    axes : sequence of matplotlib Axes, optional
+        Two axes to draw into, or None for a new figure.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        The figure drawn into (a new one when ``axes`` is None).
+    """
     t = result.times
     m, p = result.measured, result.predicted
     created = axes is None
@@ -73,7 +85,20 @@ def phase_title(c: Any) -> str:
 
 def plot_phase(result: Any, ax: Optional["Axes"] = None) -> "Figure":
     """PhaseResult: the measured value over the grid (λ̂₁ or the synchronised fraction) with the
-    predicted boundaries λ₁ − γ = 0 (solid) and λ̄ − 2γ = 0 (dashed). ``ax``: one axes, or None."""
+    predicted boundaries λ₁ − γ = 0 (solid) and λ̄ − 2γ = 0 (dashed).
+
+    Parameters
+    ----------
+    result : PhaseResult
+        What [`run_phase`][stochformer.experiments.phase.run_phase] returns.
+    ax : matplotlib Axes, optional
+        One axes to draw into, or None for a new figure.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        The figure drawn into (a new one when ``axes`` is None).
+    """
     c = result.config
     created = ax is None
     fig, axs = figure_axes(ax, (1, 1), (6.5, 5))
@@ -105,7 +130,22 @@ def plot_phase(result: Any, ax: Optional["Axes"] = None) -> "Figure":
 
 def plot_cluster_picture(result: Any, sample: int = 0, axes: Optional[Any] = None) -> "Figure":
     """ClustersResult: the paper's picture, the first two coordinates of the final tokens of one
-    sample, one panel per activation. ``axes``: one axes per activation, or None."""
+    sample, one panel per activation.
+
+    Parameters
+    ----------
+    result : ClustersResult
+        What [`run_clusters`][stochformer.experiments.paper.run_clusters] returns.
+    sample : int, optional
+        The sample shown.
+    axes : sequence of matplotlib Axes, optional
+        One axes per activation to draw into, or None for a new figure.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        The figure drawn into (a new one when ``axes`` is None).
+    """
     acts = list(result.final)
     created = axes is None
     fig, ax = figure_axes(axes, (1, len(acts)), (4.0 * len(acts), 4.0))
@@ -121,7 +161,19 @@ def plot_cluster_picture(result: Any, sample: int = 0, axes: Optional[Any] = Non
 
 def plot_clusters(result: Any, axes: Optional[Any] = None) -> "Figure":
     """ClustersResult (SPEC §6 item 1): cosines against layer and the final pair-cosine histograms.
-    ``axes``: 1 + (number of activations) axes, or None."""
+
+    Parameters
+    ----------
+    result : ClustersResult
+        What [`run_clusters`][stochformer.experiments.paper.run_clusters] returns.
+    axes : sequence of matplotlib Axes, optional
+        1 + (number of activations) axes to draw into, or None for a new figure.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        The figure drawn into (a new one when ``axes`` is None).
+    """
     acts = list(result.curves)
     created = axes is None
     fig, ax = figure_axes(axes, (1, 1 + len(acts)), (4.2 * (1 + len(acts)), 3.8))
@@ -144,7 +196,22 @@ def plot_clusters(result: Any, axes: Optional[Any] = None) -> "Figure":
 
 def plot_scenarios(result: Any, quantity: str = "mean_cosine", axes: Optional[Any] = None) -> "Figure":
     """ScenariosResult (SPEC §6 item 2): ``quantity`` against layer; one panel per (d, σ), one colour
-    per activation, line style per γ. ``axes``: (number of σ) × (number of d) axes, or None."""
+    per activation, line style per γ.
+
+    Parameters
+    ----------
+    result : ScenariosResult
+        What [`run_scenarios`][stochformer.experiments.paper.run_scenarios] returns.
+    quantity : str, optional
+        The statistic drawn: ``mean_cosine``, ``min_cosine`` or ``energy``.
+    axes : sequence of matplotlib Axes, optional
+        (number of σ) × (number of d) axes to draw into, or None for a new figure.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        The figure drawn into (a new one when ``axes`` is None).
+    """
     keys = result.keys
     ds = sorted({k["d"] for k in keys.values()})
     sigmas = sorted({k["sigma"] for k in keys.values()})
@@ -172,7 +239,19 @@ _QUANTITIES = {"mean_cosine": "mean cosine", "min_cosine": "min cosine", "energy
 
 def plot_table(result: Any, axes: Optional[Any] = None) -> "Figure":
     """TableResult (SPEC §6 item 3): measured against computed λ₁ and λ̄ (±2 SE), with y = x.
-    ``axes``: two axes, or None."""
+
+    Parameters
+    ----------
+    result : TableResult
+        What [`run_table`][stochformer.experiments.paper.run_table] returns.
+    axes : sequence of matplotlib Axes, optional
+        Two axes to draw into, or None for a new figure.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        The figure drawn into (a new one when ``axes`` is None).
+    """
     created = axes is None
     fig, ax2 = figure_axes(axes, (1, 2), (10, 4.3))
     axes = ax2[0]
@@ -196,8 +275,22 @@ def plot_table(result: Any, axes: Optional[Any] = None) -> "Figure":
 def plot_cluster_course(result: Any, sample: int = 0, axes: Optional[Any] = None) -> "Figure":
     """ClustersResult (SPEC §6 item 1): the number of clusters (of projective space for an odd field)
     against t, per sample and mean, over the paper's run and the run to the predicted attractor
-    horizon (marked), above the paper's picture (:func:`plot_cluster_picture`). ``axes``: 2 × (number
-    of activations) axes, or None."""
+    horizon (marked), above the paper's picture ([`plot_cluster_picture`][stochformer.plotting.sync.plot_cluster_picture]).
+
+    Parameters
+    ----------
+    result : ClustersResult
+        What [`run_clusters`][stochformer.experiments.paper.run_clusters] returns.
+    sample : int, optional
+        The sample of the picture.
+    axes : sequence of matplotlib Axes, optional
+        2 × (number of activations) axes to draw into, or None for a new figure.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        The figure drawn into (a new one when ``axes`` is None).
+    """
     acts = list(result.courses)
     created = axes is None
     fig, ax = figure_axes(axes, (2, len(acts)), (4.4 * len(acts), 8.2))
@@ -221,8 +314,21 @@ def plot_cluster_course(result: Any, sample: int = 0, axes: Optional[Any] = None
 
 
 def plot_motions(result: Any, axes: Optional[Any] = None) -> "Figure":
-    """MotionsResult: E⟨x₀, X_t⟩ against t per dynamics with e^{−κ(1)(d−1)t/2} (left) and histograms
-    of u_T per dynamics beside the scalar two-point diffusion's (right). ``axes``: two axes, or None."""
+    r"""MotionsResult: $\mathbb E\langle x_0, X_t\rangle$ against t per dynamics with $e^{-\kappa(1)(d-1)t/2}$ (left) and histograms
+    of u_T per dynamics beside the scalar two-point diffusion's (right).
+
+    Parameters
+    ----------
+    result : MotionsResult
+        What [`run_motions`][stochformer.experiments.motions.run_motions] returns.
+    axes : sequence of matplotlib Axes, optional
+        Two axes to draw into, or None for a new figure.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        The figure drawn into (a new one when ``axes`` is None).
+    """
     created = axes is None
     fig, ax = figure_axes(axes, (1, 2), (10, 4))
     a1, a2 = ax[0]

@@ -1,5 +1,5 @@
 """The reproduction report: profiles, the section registry (one section per claim of SPEC §6),
-the cached runner and the HTML page. Entry point: :func:`reproduce`.
+the cached runner and the HTML page. Entry point: `reproduce`.
 
 The names below are imported on first use, so that ``stochformer.report.profiles`` (read by the
 command line's ``--help``) loads without torch; ``registered`` comes through the runner, which

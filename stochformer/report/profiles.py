@@ -28,5 +28,5 @@ DEFAULT_PROFILE = "quick"
 
 
 def sizes(tiny: dict, quick: dict, full: dict, gpu: dict | None = None) -> dict[str, dict]:
-    """A section's sizes per profile; ``gpu`` defaults to ``full`` (run on ``device = cuda``, :data:`DERIVED`)."""
+    """A section's sizes per profile; ``gpu`` defaults to ``full`` (run on ``device = cuda``, `DERIVED`)."""
     return {"tiny": tiny, "quick": quick, "full": full, "gpu": {**full, **(gpu or {})}}

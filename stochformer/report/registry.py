@@ -1,8 +1,8 @@
 """The section registry: one section per claim of SPEC §6, each a section of the report.
 
-A :class:`Section` couples the claim (one sentence) with the experiment that tests it: a config
+A [`Section`][stochformer.report.registry.Section] couples the claim (one sentence) with the experiment that tests it: a config
 model (a pydantic class), the sizes of each profile, and a ``run`` function from the resolved config to a
-:class:`SectionOutput` (every number, the predicted-vs-measured rows, the figures as PNG). Sections
+[`SectionOutput`][stochformer.report.registry.SectionOutput] (every number, the predicted-vs-measured rows, the figures as PNG). Sections
 never compute science themselves: they call the experiment modules' ``run_xxx`` and plotting
 functions.
 """

@@ -2,8 +2,8 @@
 no external resources).
 
 Nothing read from the cache is trusted: every string is escaped, every verdict is derived again
-from the row's numbers (:func:`verdict.recompute`), and every figure is decoded, checked as a PNG
-and re-encoded (:func:`safe_png`) or left out with a note."""
+from the row's numbers (`verdict.recompute`), and every figure is decoded, checked as a PNG
+and re-encoded ([`safe_png`][stochformer.report.render.safe_png]) or left out with a note."""
 
 from __future__ import annotations
 

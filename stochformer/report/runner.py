@@ -3,7 +3,7 @@
 
 The output folder (default ``report/``) holds the page, the JSON and ``cache/``: one entry per
 finished section, ``<section>-<key>.json``, written atomically, where the key hashes the section name,
-its resolved config and the package version (:class:`io.ResultStore`). ``resume=True`` reuses the
+its resolved config and the package version (`io.ResultStore`). ``resume=True`` reuses the
 entries whose key matches and whose signature verifies (an HMAC under a key kept outside the
 folder) and recomputes the rest; a corrupt, truncated, edited or foreign
 entry never matches and is recomputed. Sections made of many independent runs also store each run
@@ -108,7 +108,7 @@ def plan(
 
     ``overrides``: ``SECTION.FIELD=VALUE`` for one section, ``FIELD=VALUE`` for every section that has the
     field (e.g. ``seed=1``, ``device=cuda``). ``config_file``: TOML whose ``[SECTION]`` tables apply to
-    one section and whose top-level keys apply like ``FIELD=VALUE``. Raises :class:`ConfigError`."""
+    one section and whose top-level keys apply like ``FIELD=VALUE``. Raises [`ConfigError`][stochformer.config.ConfigError]."""
     if profile not in PROFILES:
         raise ConfigError(f"--profile: unknown profile {profile!r}; valid: {', '.join(PROFILES)}")
     all_sections = registered()
@@ -151,7 +151,7 @@ def plan(
 
 
 def check_report_folder(out: Path | str, force: bool = False) -> Path:
-    """``out`` as a Path, checked before any work (:func:`~stochformer.io.outputs.check_output_folder`):
+    """``out`` as a Path, checked before any work (`check_output_folder`):
     a new or empty folder, or (with or without ``force``) a report folder that is wholly
     ``reproduce``'s own unchanged output; anything else (a file stochformer did not write, a file
     changed since, another command's folder) is refused, naming it."""
@@ -235,7 +235,7 @@ def report_dataset(report: dict) -> xr.Dataset:
     ``measured``, 95% interval ``ci_low``/``ci_high`` (``has_ci``), ``rule``, ``tol``, ``note`` and
     ``verdict``), the ``status`` of every section (dim ``section``); the rest of every section's
     record (numbers, tables, notes, seeds, provenance; figures by name) and the report's header as
-    JSON attributes. ``results.json`` is derived from it (:func:`report_json`)."""
+    JSON attributes. ``results.json`` is derived from it ([`report_json`][stochformer.report.runner.report_json])."""
     records = [_strip_figures(r) for r in report["sections"]]
     rows = [(r["name"], c) for r in records for c in r.get("comparisons", [])]
     cis = [c.get("ci") for _, c in rows]
@@ -307,7 +307,7 @@ def reproduce(
 
     Sections not selected by ``only`` are shown from the cache when they were computed before with
     the same config, version and source. ``force`` replaces an existing report folder. Raises
-    :class:`ConfigError` / :class:`~stochformer.io.outputs.OutputError` before any work."""
+    [`ConfigError`][stochformer.config.ConfigError] / [`OutputError`][stochformer.io.outputs.OutputError] before any work."""
     planned = plan(profile, only, overrides, config_file)
     out = check_report_folder(out, force)
     if force:

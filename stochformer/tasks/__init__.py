@@ -1,6 +1,6 @@
-"""Independent tasks with stored results: :mod:`.base` holds the :class:`Task` type, the store and
-the run in this process, :mod:`.parallel` the runs on a process pool or a Dask cluster, behind one
-call, :func:`run_tasks`."""
+"""Independent tasks with stored results: [`base`][stochformer.tasks.base] holds the [`Task`][stochformer.tasks.Task] type, the store and
+the run in this process, [`parallel`][stochformer.tasks.parallel] the runs on a process pool or a Dask cluster, behind one
+call, [`run_tasks`][stochformer.tasks.run_tasks]."""
 
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ def run_tasks(
 ) -> dict[str, Any]:
     """Run ``tasks``; with ``store`` (a folder) results are saved atomically as each task finishes,
     and tasks already stored with a matching key are not run again. Returns ``{task.key: result}``.
-    ``scheduler``: None or ``"serial"`` runs them in this process (:func:`.base.run_in_process`); any other form
-    (a process pool, a Dask cluster: :func:`.parallel.parse_scheduler`) through :mod:`.parallel`."""
+    ``scheduler``: None or ``"serial"`` runs them in this process ([`base.run_in_process`][stochformer.tasks.base.run_in_process]); any other form
+    (a process pool, a Dask cluster: [`parallel.parse_scheduler`][stochformer.tasks.parallel.parse_scheduler]) through [`parallel`][stochformer.tasks.parallel]."""
     if scheduler not in (None, "serial"):
         from .parallel import run_tasks_parallel  # process pools and Dask, same contract
 

@@ -1,9 +1,9 @@
-"""What the serial and the parallel runner share: the :class:`Task` type, the store of finished
+"""What the serial and the parallel runner share: the [`Task`][stochformer.tasks.base.Task] type, the store of finished
 results it is keyed in, and running tasks one after another in this process against that store.
 
-A :class:`Task` is a picklable call ``fn(**kwargs)`` with a stable ``key``; its result must be
-JSON-able. A store (a folder, a :class:`~stochformer.io.store.ResultStore`) holds each finished result
-under its ``key`` and :attr:`Task.cache_key`, so an interrupted run resumes without redoing
+A [`Task`][stochformer.tasks.base.Task] is a picklable call ``fn(**kwargs)`` with a stable ``key``; its result must be
+JSON-able. A store (a folder, a [`ResultStore`][stochformer.io.store.ResultStore]) holds each finished result
+under its ``key`` and [`Task.cache_key`][stochformer.tasks.base.Task.cache_key], so an interrupted run resumes without redoing
 finished tasks.
 """
 
@@ -38,7 +38,7 @@ class Task:
 
 
 def open_store(store: Optional[Path | str]) -> Optional[ResultStore]:
-    """The :class:`~stochformer.io.store.ResultStore` in the folder ``store``, or None without one."""
+    """The [`ResultStore`][stochformer.io.store.ResultStore] in the folder ``store``, or None without one."""
     return ResultStore(store) if store is not None else None
 
 

@@ -1,5 +1,5 @@
 """Running independent tasks in parallel: a local process pool or a Dask cluster, behind the same
-contract as :func:`stochformer.tasks.run_tasks` (results by key, each stored atomically as it
+contract as [`stochformer.tasks.run_tasks`][stochformer.tasks.run_tasks] (results by key, each stored atomically as it
 finishes, stored tasks skipped on a rerun).
 
 Results are stored by the *client* as futures complete, never by the workers, so the store only
@@ -59,7 +59,7 @@ def _count(text: str, what: str) -> int:
 def parse_scheduler(scheduler: Any) -> tuple[str, Any]:
     """``(kind, argument)``: ``("serial", None)``, ``("processes", N)``, ``("local-cluster", N)``,
     ``("address", ADDRESS)`` or ``("client", CLIENT)``; ``ValueError`` naming the valid forms, and
-    :class:`~stochformer.core.extras.MissingExtraError` for a Dask form without Dask installed."""
+    [`MissingExtraError`][stochformer.core.extras.MissingExtraError] for a Dask form without Dask installed."""
     if scheduler is None or scheduler == "serial":
         return "serial", None
     if not isinstance(scheduler, str):
@@ -205,7 +205,7 @@ def _runner(kind: str, arg: Any) -> Iterator[_Runner]:
             yield _DaskRunner(client)
 
 
-#: environment variable: seconds to wait for a Dask scheduler (default :data:`CONNECT_TIMEOUT_S`)
+#: environment variable: seconds to wait for a Dask scheduler (default `CONNECT_TIMEOUT_S`)
 TIMEOUT_ENV = "STOCHFORMER_DASK_TIMEOUT"
 CONNECT_TIMEOUT_S = 5.0
 
@@ -261,7 +261,7 @@ def run_tasks_parallel(
     desc: str = "tasks",
 ) -> dict[str, Any]:
     """Run ``tasks`` on ``scheduler`` (see the module docstring); same contract as
-    :func:`stochformer.tasks.run_tasks`: returns ``{task.key: result}`` in the tasks' order; with
+    [`stochformer.tasks.run_tasks`][stochformer.tasks.run_tasks]: returns ``{task.key: result}`` in the tasks' order; with
     ``store``, tasks already stored are not run and every other result is stored atomically as
     soon as it arrives. The first task that fails cancels the rest and its error is raised (the
     results that arrived before it stay stored)."""

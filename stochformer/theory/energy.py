@@ -1,18 +1,18 @@
 """The expected interaction energy, exactly (SPEC §8), and its true long-time rate beside Theorem 1.4's bound.
 
 Without attention the noise does not interact, so every pair (i, j) of N tokens has the overlap
-law of :class:`~stochformer.theory.pair.PairDiffusion`, and for every N
+law of [`PairDiffusion`][stochformer.theory.pair.PairDiffusion], and for every N
 
-.. math::
-
-    E\\,E_β(μ^N_t) = \\frac{1}{2N^2}\\sum_{i≠j} \\bigl(e^β − E\\,e^{βZ^{ij}_t}\\bigr)
-                  = \\frac{N−1}{2N}\\,E\\bigl[e^β − e^{βZ_t}\\bigr],
+$$
+E\\,E_β(μ^N_t) = \\frac{1}{2N^2}\\sum_{i≠j} \\bigl(e^β − E\\,e^{βZ^{ij}_t}\\bigr)
+= \\frac{N−1}{2N}\\,E\\bigl[e^β − e^{βZ_t}\\bigr],
+$$
 
 with E[e^β − e^{βZ_t}] = ∫ u(t, z) ρ₀(dz), u the solution of the backward equation ∂_t u = L u,
-u(0, z) = e^β − e^{βz} (:func:`~stochformer.theory.evolution.expectation`). With attention the
+u(0, z) = e^β − e^{βz} ([`expectation`][stochformer.theory.evolution.expectation]). With attention the
 pair law is exact only for N = 2.
 
-The long-time rate (:func:`energy_decay_rate`) is the rate of e^{tL} on h(z) = e^β − e^{βz} (less
+The long-time rate ([`energy_decay_rate`][stochformer.theory.energy.energy_decay_rate]) is the rate of e^{tL} on h(z) = e^β − e^{βz} (less
 its limit): the largest of (docs/theory.md) the top eigenvalue of L with the attracting ends
 killing, the top of the continuous spectrum −λ²/(2c) of each natural end (exponent λ, c = κ(1) +
 κ'(1)), and, at an attracting end where λ ≤ −2c (h, linear at the end, is then not square
@@ -48,10 +48,49 @@ def energy_factor(pair: PairDiffusion, times: Times, energy_beta: float, z0: Opt
 @validated
 def expected_energy(pair: PairDiffusion, times: Times, N: Annotated[int, Int(2)] = 2,
                     energy_beta: EnergyBeta = 1.0, z0: Optional[float] = None, h: CellWidth = CELL_WIDTH) -> np.ndarray:
-    """E[E_β(μ^N_t)] at ``times`` (len(times),), exactly (SPEC §8): ((N − 1)/(2N)) E[e^β − e^{βZ_t}],
-    every pair starting at cosine ``z0``, or (z0 None) from N independent uniform tokens on S^{d−1}
-    (the pair overlap then has density ∝ (1 − z²)^{(d−3)/2}). With attention (v ≠ 0) only N = 2 is
-    exact: ``ValueError`` otherwise."""
+    r"""The expected interaction energy of N tokens without attention, exactly (SPEC §8):
+
+    $$
+    \mathbb E\big[E_\beta(\mu^N_t)\big] = \frac{N-1}{2N}\,\mathbb E\big[e^{\beta} - e^{\beta Z_t}\big],
+    $$
+
+    Z the pair overlap of ``pair``, every pair starting at cosine ``z0``, or (z0 None) from N
+    independent uniform tokens on $S^{d-1}$ (the pair overlap then has density
+    $\propto (1 - z^2)^{(d-3)/2}$).
+
+    Parameters
+    ----------
+    pair : PairDiffusion
+        The pair diffusion ([`PairDiffusion`][stochformer.theory.pair.PairDiffusion]).
+    times : sequence of float
+        The times t >= 0.
+    N : int, optional
+        The number of tokens, >= 2; with attention (``pair.v`` ≠ 0) only N = 2 is exact.
+    energy_beta : float, optional
+        The energy's β, in (0, 700].
+    z0 : float, optional
+        The start cosine of every pair, in (−1, 1); None: uniform tokens.
+    h : float, optional
+        The cell width of the birth–death chain (docs/theory.md).
+
+    Returns
+    -------
+    numpy.ndarray, shape (len(times),)
+        $\mathbb E[E_\beta(\mu^N_t)]$ at each time.
+
+    Raises
+    ------
+    ValueError
+        An argument out of range, or N > 2 with attention, naming the argument.
+
+    Examples
+    --------
+    >>> from stochformer import NoiseKernel
+    >>> from stochformer.theory import PairDiffusion, expected_energy
+    >>> pair = PairDiffusion(NoiseKernel("relu", 8, 0.5, 0.5))
+    >>> expected_energy(pair, [0.0, 1.0], N=64).round(4)
+    array([0.8142, 0.1396])
+    """
     if pair.v != 0 and N != 2:
         raise ValueError(f"N: with attention (v = {pair.v:g}) the pair law gives the energy of N = 2 tokens only "
                          f"(got N = {N})")
@@ -95,8 +134,40 @@ def _top_eigenvalue(pair: PairDiffusion, h: float) -> float:
 
 @validated
 def energy_decay_rate(pair: PairDiffusion, energy_beta: EnergyBeta = 1.0, h: CellWidth = CELL_WIDTH) -> EnergyRate:
-    """The rate r = lim (1/t) log |E[e^β − e^{βZ_t}] − its limit| for a start inside (−1, 1), beside
-    λ̄ and Theorem 1.4's bound λ̄' (module docstring; docs/theory.md derives the three candidates)."""
+    r"""The true long-time decay rate of the expected energy, beside λ̄ and Theorem 1.4's bound λ̄':
+
+    $$
+    r = \lim_{t\to\infty} \frac1t \log\Big|\,\mathbb E\big[e^\beta - e^{\beta Z_t}\big] - \text{its limit}\Big|,
+    $$
+
+    for a start inside (−1, 1): the largest of the three candidates of docs/theory.md (the top
+    eigenvalue of the generator, the edge of a natural end's continuous spectrum, an attracting
+    end's first-moment rate; module docstring).
+
+    Parameters
+    ----------
+    pair : PairDiffusion
+        The pair diffusion ([`PairDiffusion`][stochformer.theory.pair.PairDiffusion]).
+    energy_beta : float, optional
+        The energy's β, in (0, 700].
+    h : float, optional
+        The cell width of the birth–death chain.
+
+    Returns
+    -------
+    EnergyRate
+        ``rate`` and its ``kind``, the candidates ``eigenvalue``, ``edge``, ``boundary``, and
+        ``lambda_bar``, ``lambda_bar_prime`` and the ``gap`` between the bound and the rate
+        ([`EnergyRate`][stochformer.theory.energy.EnergyRate]).
+
+    Examples
+    --------
+    >>> from stochformer import NoiseKernel
+    >>> from stochformer.theory import PairDiffusion, energy_decay_rate
+    >>> rate = energy_decay_rate(PairDiffusion(NoiseKernel("relu", 8, 0.5, 0.5)))
+    >>> rate.kind, rate.rate, rate.rate <= rate.lambda_bar_prime
+    ('boundary', -1.75, True)
+    """
     c = pair.c
     edges, boundaries = [], []
     for end in (pair.diagonal, pair.antipode):
@@ -123,7 +194,7 @@ def energy_decay_rate(pair: PairDiffusion, energy_beta: EnergyBeta = 1.0, h: Cel
 def energy_rate_table(activations: Sequence[str] = ("relu", "tanh", "silu", "sigmoid"), ds: Sequence[int] = (5, 64, 128),
                       sigma: NonNegativeFloat = 0.1, energy_beta: EnergyBeta = 1.0, h: CellWidth = CELL_WIDTH) -> list[dict]:
     """One row per activation and d (no attention, σ_U = σ_W = ``sigma``): κ(1), κ'(1), λ₁, λ̄, the
-    true rate of E[E_β] (:func:`energy_decay_rate`), what sets it, Theorem 1.4's bound λ̄' and the gap
+    true rate of E[E_β] ([`energy_decay_rate`][stochformer.theory.energy.energy_decay_rate]), what sets it, Theorem 1.4's bound λ̄' and the gap
     λ̄' − rate (how loose the bound is)."""
     rows = []
     for act in activations:

@@ -1,18 +1,18 @@
 """The law of the pair overlap z_t at any time (SPEC §8): Kolmogorov's equations for the pair diffusion.
 
-The diffusion z of :class:`~stochformer.theory.pair.PairDiffusion` is approximated by a
+The diffusion z of [`PairDiffusion`][stochformer.theory.pair.PairDiffusion] is approximated by a
 birth–death chain on cells of equal width h in x = atanh z (the natural variable at the ends,
 where the diffusion is geometric). The chain is built from the diffusion's own scale and speed
 (Feller's form ``L = (1/m) d/dz (1/S') d/dz``): with nodes x_i, cell edges e_i,
 
-.. math::
+$$
+q_{i→i±1} = \\frac{1}{M_i\\,ΔS_{i±½}}, \\qquad
+M_i = \\int_{e_i}^{e_{i+1}} m\\,dz, \\qquad ΔS_{i+½} = \\int_{x_i}^{x_{i+1}} S'\\,dz,
+$$
 
-    q_{i→i±1} = \\frac{1}{M_i\\,ΔS_{i±½}}, \\qquad
-    M_i = \\int_{e_i}^{e_{i+1}} m\\,dz, \\qquad ΔS_{i+½} = \\int_{x_i}^{x_{i+1}} S'\\,dz,
-
-both integrals exact (the log-space quadrature of :mod:`.quadrature`). So the chain has the
+both integrals exact (the log-space quadrature of `quadrature`). So the chain has the
 diffusion's hitting probabilities exactly at its nodes, is a Markov generator for any drift (no
-condition on h |b/s|), and its time scale is right to O(h²); :func:`expectation` combines h and h/2
+condition on h |b/s|), and its time scale is right to O(h²); [`expectation`][stochformer.theory.evolution.expectation] combines h and h/2
 (Richardson) to O(h⁴). The ends: a natural end (geometric) is cut at |x| = ``span`` (1 ∓ z ≈ 4e-18
 at 20), where the chain reflects: mass that would go on towards the end stays at 1 ∓ z ≤ 1e-17; an
 entrance or reflecting end (s vanishing linearly) is cut at x = −12 (1 + z ≈ 8e-11), or closer where
@@ -20,10 +20,10 @@ the chain's start reaches it with probability below e^{−50}, and the chain ref
 leaves such an end at once.
 
 Time: ``u' = Q u`` (backward, E[f(z_t) | z_0]) or ``p' = Qᵀ p`` (forward, the law of z_t) by implicit
-Euler with three step sizes extrapolated to third order (:meth:`PairChain._solve`): unconditionally
+Euler with three step sizes extrapolated to third order (`PairChain._solve`): unconditionally
 stable for the very stiff rates near an entrance end (up to ~1e13), to about 1e-6 relative in t.
-Cost: the cells grow like d and the steps like 1/d; a chain over :data:`MAX_CELLS` cells or a time
-integration over :data:`MAX_WORK` cell updates is refused (``ValueError`` naming d or t).
+Cost: the cells grow like d and the steps like 1/d; a chain over `MAX_CELLS` cells or a time
+integration over `MAX_WORK` cell updates is refused (``ValueError`` naming d or t).
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ Times = Union[float, Sequence[float], np.ndarray]
 CELL_WIDTH = 0.05
 #: the cell widths accepted
 CellWidth = Annotated[float, Real(1e-4, 1.0)]
-#: the base time step times the pair's fastest smooth rate (:attr:`PairChain.time_step`)
+#: the base time step times the pair's fastest smooth rate ([`PairChain.time_step`][stochformer.theory.evolution.PairChain.time_step])
 STEP = 0.04
 #: the most cells of one chain (memory: a few hundred bytes a cell)
 MAX_CELLS = 100_000
@@ -122,7 +122,7 @@ class PairChain:
 
     @property
     def time_step(self) -> float:
-        """The base step δ of the time integration: :data:`STEP` over the pair's fastest smooth rate,
+        """The base step δ of the time integration: `STEP` over the pair's fastest smooth rate,
         (d + 2)(κ(1) + κ'(1)) + |v|."""
         pair = self.pair
         return STEP / ((pair.d + 2) * pair.c + abs(pair.v))

@@ -2,12 +2,12 @@
 
 With the noise of SPEC §3 and softmax attention over the pair with Qᵀ K = βI, V = vI,
 
-.. math::
-
-    dz = [b(z) + a(z)]\\,dt + \\sqrt{s(z)}\\,dB, \\qquad
-    b(z) = κ(z)(d−2+z^2) − (d−1)κ(1) z, \\quad
-    s(z) = 2(1−z^2)(κ(1) − zκ(z)), \\quad
-    a(z) = \\frac{2v e^{βz}(1−z^2)}{e^β + e^{βz}},
+$$
+dz = [b(z) + a(z)]\\,dt + \\sqrt{s(z)}\\,dB, \\qquad
+b(z) = κ(z)(d−2+z^2) − (d−1)κ(1) z, \\quad
+s(z) = 2(1−z^2)(κ(1) − zκ(z)), \\quad
+a(z) = \\frac{2v e^{βz}(1−z^2)}{e^β + e^{βz}},
+$$
 
 with generator ``L f = ½ s f'' + (b + a) f'``. Everything about the pair follows from the scale
 density ``S'(z) = exp(−∫ 2(b+a)/s)`` and the speed density ``m = 2/(s S')``: the probability of
@@ -19,11 +19,11 @@ Numerics: the variable x = atanh z maps the ends to ±∞, where every integrand
 (1 − z)^{3/2} term is e^{−3x}-like). κ is never differenced near the ends: ``κ(1) − κ(z)`` and
 ``κ(z) − κ(−1)`` are integrals of κ' from the end, so ``κ(1) − zκ(z)`` and b keep their relative
 accuracy down to 1 − z ~ 1e-22. The log of every integrand is held on Gauss–Legendre panels
-(:mod:`.quadrature`) sized to its slope, integrals are formed in log space (values from e^{−3000}
+(`quadrature`) sized to its slope, integrals are formed in log space (values from e^{−3000}
 to e^{3000} occur at d = 128), and the ends beyond |x| = ``span`` are exact exponential tails with
 the analytic exponents. Measured accuracy (benchmarks/bench_theory.py, against a grid with twice
 the panels, 24 nodes and span 30): about 1e-12 relative for p_antipodal, the sync-time moments and
-the stationary density; the stated tolerance is :data:`TOLERANCE`.
+the stationary density; the stated tolerance is `TOLERANCE`.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from ..model.kernel import NoiseKernel, first_moment_rate, lyapunov_exponent
 from ..core.validation import FiniteFloat, Int, Real, validated
 from .quadrature import NODES, SUB_NODES, Panels, logsumexp
 
-#: the relative accuracy stated for the quadrature results of :class:`PairDiffusion` (p_antipodal,
+#: the relative accuracy stated for the quadrature results of [`PairDiffusion`][stochformer.theory.pair.PairDiffusion] (p_antipodal,
 #: hit probabilities, sync-time moments, stationary density): benchmarks/bench_theory.py measures
 #: about 1e-12 against a refined grid; tests/test_theory.py checks this tolerance
 TOLERANCE = 1e-8
@@ -150,19 +150,66 @@ class Stationary:
 
 @validated
 class PairDiffusion:
-    """The overlap z of two tokens (SPEC §8) for noise kernel ``kernel``, attention inverse
-    temperature ``beta`` and attention value ``v`` (V = vI; 0: no attention).
+    r"""The overlap $z = \langle x_1, x_2\rangle$ of two tokens (SPEC §8), a diffusion on [−1, 1]:
 
-    ``span``: the panels cover x = atanh z ∈ [−span, span]; ``resolution``: the largest change of a
-    log-integrand over one panel; ``nodes``: Gauss–Legendre nodes per panel. The defaults give the
-    accuracy of :data:`TOLERANCE` and better (module docstring); queries then take milliseconds,
-    the construction up to about a tenth of a second (benchmarks/bench_theory.py).
+    $$
+    dz = [b(z) + a(z)]\,dt + \sqrt{s(z)}\,dB, \qquad
+    b(z) = \kappa(z)(d-2+z^2) - (d-1)\kappa(1)\,z, \qquad
+    s(z) = 2(1-z^2)\big(\kappa(1) - z\kappa(z)\big),
+    $$
 
-    Attributes: ``kappa1``, ``kappa1_prime``, ``kappa_m1`` = κ(−1), ``c_minus`` = κ(1) + κ(−1) (0 for an
-    odd kernel: ``odd``), ``lambda_1``, ``lambda_bar`` (SPEC §5); ``panels`` (:class:`.quadrature.Panels`
-    in x = atanh z) and at its nodes, arrays (P, n): ``logw``, ``logy`` = log(1 ∓ z), ``K2`` = κ(1) − zκ(z)
-    (s = 2(1 − z²) K2), ``mu`` = b + a, ``g`` = mu/K2, ``psi`` = log S', ``F_scale`` = log(S' dz/dx),
-    ``F_speed`` = log(m dz/dx)."""
+    $a(z) = 2v\,e^{\beta z}(1-z^2)/(e^\beta + e^{\beta z})$ the softmax attention over the pair. Its queries
+    (`p_antipodal`, `sync_time`, `stationary`, the ends `diagonal` and `antipode`, `beta_star`) are
+    integrals of the scale density $S'(z) = \exp(-\int 2(b+a)/s)$ and the speed density
+    $m = 2/(s S')$ (docs/theory.md derives each).
+
+    Parameters
+    ----------
+    kernel : NoiseKernel
+        The noise kernel κ ([`NoiseKernel`][stochformer.model.kernel.NoiseKernel]), with κ(1) > 0.
+    beta : float, optional
+        The attention's inverse temperature β ($Q^\top K = \beta I$).
+    v : float, optional
+        The attention's value, $V = vI$ (0: no attention).
+    span : float, optional
+        The panels cover $x = \operatorname{atanh} z \in [-\text{span}, \text{span}]$, in [5, 40].
+    resolution : float, optional
+        The largest change of a log-integrand over one panel, in [0.5, 12].
+    nodes : int, optional
+        Gauss–Legendre nodes per panel, in [8, 64]. The defaults give the accuracy of `TOLERANCE`
+        and better (module docstring); queries then take milliseconds, the construction up to about
+        a tenth of a second (benchmarks/bench_theory.py).
+
+    Attributes
+    ----------
+    kappa1, kappa1_prime, kappa_m1 : float
+        κ(1), κ'(1) and κ(−1).
+    c_minus : float
+        κ(1) + κ(−1) (0 for an odd kernel: ``odd``).
+    lambda_1, lambda_bar : float
+        λ₁ and λ̄ (SPEC §5).
+    panels : Panels
+        `quadrature.Panels` in x = atanh z; at its nodes, arrays (P, n): ``logw``, ``logy`` =
+        log(1 ∓ z), ``K2`` = κ(1) − zκ(z) (s = 2(1 − z²) K2), ``mu`` = b + a, ``g`` = mu/K2,
+        ``psi`` = log S', ``F_scale`` = log(S' dz/dx), ``F_speed`` = log(m dz/dx).
+
+    Raises
+    ------
+    ValueError
+        A kernel without noise (κ(1) = 0) or an argument out of range, naming it.
+
+    Examples
+    --------
+    For the linear kernel κ(u) = u/d the probability of ending antipodal is arccos(z₀)/π:
+
+    >>> from stochformer import NoiseKernel
+    >>> from stochformer.theory import PairDiffusion
+    >>> pair = PairDiffusion(NoiseKernel("linear", 3))
+    >>> pair.p_antipodal([-0.5, 0.0, 0.5]).round(6)
+    array([0.666667, 0.5     , 0.333333])
+    >>> pair.diagonal.kind, round(pair.diagonal.exponent, 6)
+    ('attracting', -0.333333)
+    """
 
     def __init__(self, kernel: NoiseKernel, beta: FiniteFloat = 1.0, v: FiniteFloat = 0.0, *,
                  span: Annotated[float, Real(5.0, 40.0)] = 25.0,
@@ -374,7 +421,7 @@ class PairDiffusion:
         return self._end_probability(z0, antipode=True)
 
     def p_diagonal(self, z0: ArrayLike) -> Union[float, np.ndarray]:
-        """P(z_t → 1 | z_0 = z0) = 1 − :meth:`p_antipodal` (computed from the other side)."""
+        """P(z_t → 1 | z_0 = z0) = 1 − [`p_antipodal`][stochformer.theory.pair.PairDiffusion.p_antipodal] (computed from the other side)."""
         return self._end_probability(z0, antipode=False)
 
     def _end_probability(self, z0: ArrayLike, antipode: bool) -> Union[float, np.ndarray]:
@@ -411,9 +458,11 @@ class PairDiffusion:
         from the boundary value problems L T₁ = −1, L V = −s T₁'² on (−1, 1 − ε) with T₁ = V = 0 at
         1 − ε and no flux at −1 (entrance, reflecting or repelling end):
 
-        .. math:: T_1(z_0) = \\int_{z_0}^{1-ε} S'(y) M(y)\\,dy, \\quad
-                  V(z_0) = \\int_{z_0}^{1-ε} S'(y) \\int_{-1}^{y} 2 S'(ξ) M(ξ)^2\\,dξ\\,dy, \\quad
-                  M(y) = \\int_{-1}^{y} m.
+        $$
+        T_1(z_0) = \\int_{z_0}^{1-ε} S'(y) M(y)\\,dy, \\quad
+        V(z_0) = \\int_{z_0}^{1-ε} S'(y) \\int_{-1}^{y} 2 S'(ξ) M(ξ)^2\\,dξ\\,dy, \\quad
+        M(y) = \\int_{-1}^{y} m.
+        $$
 
         Where the antipode attracts, τ = ∞ with probability 1 − p_reach; the moments given τ < ∞ are
         those of the Doob transform by h = S − S(−1) (S' → S'/h², m → m h²)."""
@@ -490,7 +539,7 @@ class PairDiffusion:
 
     def stationary_density(self, z: ArrayLike) -> Optional[np.ndarray]:
         """π(z) at cosines z (array of z's shape) where z is positive recurrent, None where it is not
-        (:meth:`stationary` says why)."""
+        ([`stationary`][stochformer.theory.pair.PairDiffusion.stationary] says why)."""
         law = self.stationary()
         return law.pdf(z) if law.exists else None
 

@@ -1,17 +1,17 @@
 """The sections of the report, one per claim, each registering itself
-(:func:`~stochformer.report.registry.register`) when its module is imported.
+(`register`) when its module is imported.
 
 The order of the report is declared here, and only here: the modules below are imported in the
 order of the page, and each registers its sections in its own order.
 
-- :mod:`.paper`: SPEC §6.1–§6.6 and §3–§4 (``clusters``, ``scenarios``, ``table``, ``convergence``,
+- `paper`: SPEC §6.1–§6.6 and §3–§4 (``clusters``, ``scenarios``, ``table``, ``convergence``,
   ``chaos``, ``chaos-exact``, ``sync``, ``motions``);
-- :mod:`.phase`: SPEC §6.6's phase diagrams on the SDE (``phase-gamma``, ``phase-dim``);
-- :mod:`.variants`: SPEC §7 (``variants``, ``bridge``);
-- :mod:`.beyond`: the paper's claims its figures do not show (``joint-limit``, ``repulsion``,
+- `phase`: SPEC §6.6's phase diagrams on the SDE (``phase-gamma``, ``phase-dim``);
+- `variants`: SPEC §7 (``variants``, ``bridge``);
+- `beyond`: the paper's claims its figures do not show (``joint-limit``, ``repulsion``,
   ``phase-transformer``, ``phase-dim-transformer``).
 
-:mod:`.rows` holds the row builders and tolerances the sections share; it registers nothing.
+[`rows`][stochformer.report.sections.rows] holds the row builders and tolerances the sections share; it registers nothing.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 limit N, L, m → ∞ along a diagonal path, ``joint-limit``), Theorem 1.4 with attention from uniform
 tokens and the linearised criterion's map (``repulsion``), and the phase diagrams on the discrete
 transformer over (γ, σ) and (d, σ) (``phase-transformer``, ``phase-dim-transformer``). Registered
-after the sections of SPEC §6 and §7 (the order of :mod:`stochformer.report.sections`)."""
+after the sections of SPEC §6 and §7 (the order of [`stochformer.report.sections`][stochformer.report.sections])."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from .rows import SLOPE_TOL, bound_row, extrapolated_rate_row, fit_row, rate_row
 
 
 def joint_rows(numbers: dict, activation: str = "tanh") -> list[Comparison]:
-    """The verdict rows of Corollary 1.3 from :class:`~stochformer.experiments.joint.JointResult`'s
+    """The verdict rows of Corollary 1.3 from `JointResult`'s
     ``to_dict()``, each on E sup_t W₂²(·, μ_t) itself (the field coupling):
 
     - form (ii), C^∞ φ only (for a kinked ``activation`` the row says that no rate is predicted):
@@ -117,7 +117,7 @@ DRIFT_RTOL = 0.10
 
 
 def repulsion_rows(numbers: dict, cfg: RepulsionConfig) -> list[Comparison]:
-    """The verdict rows of the repulsion section from :class:`~stochformer.experiments.repulsion.RepulsionResult`'s
+    """The verdict rows of the repulsion section from `RepulsionResult`'s
     ``to_dict()``: Theorem 1.4 with ε at every coercive point (with the largest rate the energy can
     show: a bound beyond it is not testable), ε itself on the noiseless flow (its tolerance includes
     the step's exact O(Δt) bias), the probe's pair exponent, and the noise's pull at uniform tokens

@@ -1,10 +1,10 @@
 """The report's sections of SPEC §6.1–§6.6 and the motions of SPEC §3–§4, in the order of the page:
 ``clusters``, ``scenarios``, ``table``, ``convergence``, ``chaos``, ``chaos-exact``, ``sync`` and
-``motions`` (the phase diagrams are in :mod:`.phase`).
+``motions`` (the phase diagrams are in `phase`).
 
 Each section calls an experiment module's public ``run_xxx`` and its plotting functions, turns the
-result into predicted-vs-measured rows (:class:`~stochformer.measure.verdict.Comparison`, the shared row
-builders of :mod:`.rows`) and embedded figures, and declares its sizes for every profile.
+result into predicted-vs-measured rows ([`Comparison`][stochformer.measure.verdict.Comparison], the shared row
+builders of [`rows`][stochformer.report.sections.rows]) and embedded figures, and declares its sizes for every profile.
 """
 
 from __future__ import annotations
@@ -530,7 +530,7 @@ def _run_sync(cfg: Any, ctx: SectionContext) -> SectionOutput:
 def sync_rows(table: list[dict], extrapolated: bool) -> list[Comparison]:
     """The verdict rows of ``SyncResult.table()``: λ₁ against λ₁ − γ and the rate near synchronisation
     against λ̄ − 2γ ("matches"), the rate from uniform tokens against Theorem 1.4's bound ε + λ̄'
-    (:func:`bound_row`, "at_most", with its reach); extrapolated to Δt → 0, each interval includes
+    ([`bound_row`][stochformer.report.sections.rows.bound_row], "at_most", with its reach); extrapolated to Δt → 0, each interval includes
     the extrapolation error."""
     rows = []
     for r in table:

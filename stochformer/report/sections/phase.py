@@ -1,6 +1,6 @@
 """The report's phase diagrams of SPEC §6.6 on the SDE, over (γ, σ) (``phase-gamma``) and over
 (d, σ) (``phase-dim``): their rows, the finite-depth table, the section's ``run`` and the presets of
-the two grids, which the transformer's phase diagrams of :mod:`.beyond` reuse.
+the two grids, which the transformer's phase diagrams of `beyond` reuse.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from .rows import extrapolated_rate_row, rate_row
 def phase_rows(cfg: Any, res: Any) -> list[Comparison]:
     """The rows of a phase diagram: λ̂₁ at every grid point against λ₁ − γ. Extrapolated to Δt → 0
     they test the boundary of the L → ∞ limit (the SDE's), so each is named so; the value at the
-    model's own L is in :func:`phase_shift_table`."""
+    model's own L is in `phase_shift_table`."""
     rows = []
     limit = " (Δt → 0: the L → ∞ boundary)" if cfg.extrapolate else ""
     for i, y in enumerate(res.y):
@@ -62,9 +62,9 @@ def phase_shift_table(cfg: Any, res: Any) -> Optional[dict]:
 
 
 def run_phase(cfg: Any, ctx: SectionContext) -> SectionOutput:
-    """The ``run`` of a phase-diagram section (``cfg``: a :class:`~stochformer.experiments.phase.PhaseConfig`,
+    """The ``run`` of a phase-diagram section (``cfg``: a [`PhaseConfig`][stochformer.experiments.phase.PhaseConfig],
     on the SDE or the transformer): ``experiments.phase.run_phase`` over the grid, its rows
-    (:func:`phase_rows`), the finite-depth table (:func:`phase_shift_table`) and the figure."""
+    (`phase_rows`), the finite-depth table (`phase_shift_table`) and the figure."""
     plots = sync_plots
     res = phase.run_phase(cfg, progress=ctx.progress, store=ctx.workdir, scheduler=ctx.scheduler)
     rows = phase_rows(cfg, res)

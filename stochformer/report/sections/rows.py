@@ -1,8 +1,8 @@
 """The row builders and tolerances shared between the report's sections: each turns a measured
 number (a mean and its SE, a fitted exponent, an extrapolated rate) and its prediction into one
-predicted-vs-measured row (:class:`~stochformer.measure.verdict.Comparison`) under a stated rule.
+predicted-vs-measured row ([`Comparison`][stochformer.measure.verdict.Comparison]) under a stated rule.
 
-Used by the sections of :mod:`.paper`, :mod:`.phase` and :mod:`.beyond`; the rows particular to
+Used by the sections of `paper`, `phase` and `beyond`; the rows particular to
 one section stay in its module.
 """
 
@@ -22,7 +22,7 @@ KERNEL_RTOL = 0.02
 
 def bound_alternative(bound: Optional[float]) -> Optional[float]:
     """The alternative a bound row is judged against: no decay (rate 0) for a decay bound (< 0),
-    else the default (:func:`~stochformer.measure.verdict.default_alternative`)."""
+    else the default ([`default_alternative`][stochformer.measure.verdict.default_alternative])."""
     return 0.0 if bound is not None and bound < 0 else None
 
 
@@ -30,7 +30,7 @@ def bound_row(quantity: str, bound: Optional[float], measured: float, se: float,
               reach: Optional[float] = None, n: Optional[int] = None, note: str = "") -> Comparison:
     """Theorem 1.4's bound ``bound`` = ε + λ̄' on an energy rate: "at_most" with no tolerance,
     interval measured ± (q·SE + err) (err an extrapolation error, q = 1.96 or Student's t for ``n``
-    samples), judged against no decay (:func:`bound_alternative`); ``reach`` is the largest rate the
+    samples), judged against no decay ([`bound_alternative`][stochformer.report.sections.rows.bound_alternative]); ``reach`` is the largest rate the
     observable can show (a bound at or above it is not testable at this size)."""
     if n is not None and n < MIN_SAMPLES:
         return Comparison(quantity, bound, measured, None, rule="at_most", reach=reach, n=n, note=note,
@@ -43,7 +43,7 @@ def bound_row(quantity: str, bound: Optional[float], measured: float, se: float,
 
 def rate_row(quantity: str, predicted: Optional[float], measured: float, se: float, rtol: float = RATE_RTOL,
              note: str = "", n: Optional[int] = None, alternative: Optional[float] = None) -> Comparison:
-    """A rate against its closed form, "matches" with tol ``rtol``·|p| (default :data:`RATE_RTOL`),
+    """A rate against its closed form, "matches" with tol ``rtol``·|p| (default `RATE_RTOL`),
     from a mean and SE (of ``n`` samples: Student's t), judged against ``alternative``."""
     tol = rtol * abs(predicted) if predicted is not None else 0.0
     return Comparison.from_mean_se(quantity, predicted, measured, se, n=n, rule="matches", tol=tol, alternative=alternative,
@@ -72,7 +72,7 @@ def extrapolated_rate_row(quantity: str, predicted: Optional[float], measured: f
 def fit_row(quantity: str, predicted: Optional[float], fit: dict, rule: str, tol: float, note: str,
             alternative: Optional[float] = None) -> Comparison:
     """A row from a fitted exponent ``fit`` = {value|exponent, ci, n}: its value against ``predicted``
-    under ``rule`` with tolerance ``tol`` (e.g. :data:`SLOPE_TOL`), judged against ``alternative``;
+    under ``rule`` with tolerance ``tol`` (e.g. `SLOPE_TOL`), judged against ``alternative``;
     the interval is the fit's ``ci`` (a bootstrap interval, Student's t over its ``n`` samples where
     stated; a fit from fewer than 3 samples has none and is inconclusive)."""
     value = fit.get("value", fit.get("exponent"))

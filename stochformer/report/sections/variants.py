@@ -1,6 +1,6 @@
 """Report sections beyond the paper's model (SPEC §7): the attention variants, weight laws and
 per-layer random attention (``variants``), and standard blocks at initialisation (``bridge``).
-Registered after the sections of SPEC §6 (the order of :mod:`stochformer.report.sections`)."""
+Registered after the sections of SPEC §6 (the order of [`stochformer.report.sections`][stochformer.report.sections])."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ AVERAGED_TOL = 0.01
 
 
 def variants_rows(numbers: dict, beta: float, flow_steps: int = FLOW_ODE_STEPS) -> list[Comparison]:
-    """The verdict rows of the variants section from :func:`~stochformer.experiments.variants.run_variants`'s
+    """The verdict rows of the variants section from `run_variants`'s
     numbers (``flow_steps``: the Heun steps of the equiangular check, whose tolerance scales as Δt²)."""
     ode_tol = FLOW_ODE_TOL * (FLOW_ODE_STEPS / flow_steps) ** 2
     rows = [
