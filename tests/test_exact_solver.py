@@ -117,9 +117,11 @@ def test_non_finite_state_names_what_is_stepped_and_the_likely_fields(tokens):
 # ----------------------------------------------------------------- solve: the progress bar
 
 
-def test_progress_bar_only_when_asked_labelled_and_transient(tokens, capsys):
+def test_progress_bar_only_when_asked_labelled_and_transient(tokens, capsys, monkeypatch):
     """solve prints nothing by default; with ``progress=True`` it draws a bar on stderr labelled
-    ``desc`` (default "steps") that is erased when the run ends (the last line left blank)."""
+    ``desc`` (default "steps") that is erased when the run ends (the last line left blank). The
+    captured stderr is not a terminal: the bar is forced (``STOCHFORMER_PROGRESS=always``)."""
+    monkeypatch.setenv("STOCHFORMER_PROGRESS", "always")
     X0 = tokens(1, 2, 3)
     solve(Transformer(), X0, 1.0, 3, SaveAt(stats=()), seed=0)
     assert capsys.readouterr() == ("", "")

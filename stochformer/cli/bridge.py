@@ -8,7 +8,10 @@ import click
 from .common import experiment_options, fail_cleanly, format_option, resolve, write_results
 
 
-@click.command("bridge")
+@click.command(
+    "bridge",
+    short_help="Standard transformer blocks at random initialisation against the paper's model and limit SDE (SPEC §7).",
+)
 @experiment_options
 @format_option
 @fail_cleanly

@@ -9,7 +9,10 @@ import click
 from .common import experiment_options, fail_cleanly, format_option, resolve, scheduler_option, task_store, write_results
 
 
-@click.command("chaos")
+@click.command(
+    "chaos",
+    short_help='Propagation of chaos (Proposition 1.2): coupling, W2 and decorrelation against the number of tokens N.',
+)
 @experiment_options
 @scheduler_option
 @format_option

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import shlex
 import signal
 import sys
@@ -18,6 +19,9 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, NoReturn, Optional
 
 import click
+
+#: the command line's logger (a child of ``stochformer``; its stderr handler is attached by ``--quiet``/``--verbose``)
+log = logging.getLogger("stochformer.cli")
 
 #: the formats of saved figures (``--format``; the same as ``stochformer.plotting.FORMATS``)
 FIGURE_FORMATS = ("png", "pdf", "svg")
@@ -94,13 +98,48 @@ def interrupted_exit(exc: KeyboardInterrupt, what: str) -> NoReturn:
     sys.exit(128 + signum)
 
 
+#: the formats ``--print-config`` writes (TOML, the default, reads back with ``--config``)
+PRINT_FORMATS = ("toml", "json")
+
+
+def print_config_option(func: Callable) -> Callable:
+    """``--print-config [toml|json]``: print the resolved, validated config and exit before any work
+    (no folder is checked or written); kept in the click context for `print_config_and_exit`."""
+
+    @click.option("--print-config", "print_config", type=click.Choice(PRINT_FORMATS), is_flag=False, flag_value="toml",
+                  default=None,
+                  help="Print the resolved, validated configuration (TOML by default, or json) and exit without running.")
+    @functools.wraps(func)
+    def wrapper(*args: Any, print_config: Optional[str] = None, **kwargs: Any) -> Any:
+        click.get_current_context().meta["stochformer.print_config"] = print_config
+        return func(*args, **kwargs)
+
+    return wrapper
+
+
+def print_config_and_exit(cfg: Any) -> None:
+    """With ``--print-config``: write ``cfg`` (a config, or a dict of them: one table each) on stdout
+    and end the command with status 0; otherwise nothing. A config printed as TOML reads back with
+    ``--config`` to the same config."""
+    ctx = click.get_current_context()
+    fmt = ctx.meta.get("stochformer.print_config")
+    if fmt is None:
+        return
+    from ..config import dump_config
+
+    click.echo(dump_config(cfg, fmt), nl=False)
+    ctx.exit(0)
+
+
 def config_options(func: Callable) -> Callable:
-    """Add ``--config FILE`` and ``--set FIELD=VALUE`` (repeatable): how every command takes its fields."""
+    """Add ``--config FILE``, ``--set FIELD=VALUE`` (repeatable) and ``--print-config``: how every
+    command takes its fields."""
 
     @click.option("--config", "config_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
                   help="TOML file with configuration fields.")
     @click.option("--set", "overrides", multiple=True, metavar="FIELD=VALUE",
                   help="Override a field (nested fields dotted, e.g. init.kind=pair); repeatable.")
+    @print_config_option
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         return func(*args, **kwargs)
@@ -109,32 +148,66 @@ def config_options(func: Callable) -> Callable:
 
 
 def resolve_config(config_file: Optional[Path], overrides: tuple[str, ...], model: Optional[type] = None,
-                   base: Optional[dict] = None) -> Any:
+                   base: Optional[dict] = None, print_it: bool = True) -> Any:
     """The validated config (``model``, default [`RunConfig`][stochformer.config.RunConfig]; defaults ←
-    ``base`` ← file ← overrides); errors become one usage message."""
+    ``base`` ← file ← overrides); errors become one usage message. With ``--print-config`` (and
+    ``print_it``) it is printed and the command ends here."""
     from ..config import ConfigError, RunConfig, build_config
 
     try:
-        return build_config(base, list(overrides), config_file, model=RunConfig if model is None else model)
+        cfg = build_config(base, list(overrides), config_file, model=RunConfig if model is None else model)
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
+    if print_it:
+        print_config_and_exit(cfg)
+    return cfg
+
+
+def log_options(func: Callable) -> Callable:
+    """``--quiet`` (warnings only, no progress bars), ``--verbose`` (debug messages) and
+    ``--progress`` (draw progress bars even when stderr is not a terminal): the ``stochformer``
+    logger on stderr (`stochformer.core.progress.configure_logging`) for this command. The
+    command still takes ``quiet``; ``verbose`` and ``progress`` are used here."""
+
+    @click.option("--quiet", "-q", is_flag=True, help="Warnings and errors only; no progress bars.")
+    @click.option("--verbose", "-v", is_flag=True, help="Debug messages on stderr (the resolved config, the size estimate).")
+    @click.option("--progress", "force_progress", is_flag=True,
+                  help="Draw progress bars even when stderr is not a terminal (by default they are drawn only on one).")
+    @functools.wraps(func)
+    def wrapper(*args: Any, verbose: bool = False, force_progress: bool = False, **kwargs: Any) -> Any:
+        from ..core.progress import configure_logging, set_progress
+
+        quiet = kwargs.get("quiet", False)
+        if quiet and (verbose or force_progress):
+            raise click.UsageError(f"--quiet and {'--verbose' if verbose else '--progress'}: choose one")
+        configure_logging(-1 if quiet else 1 if verbose else 0)
+        if force_progress:
+            set_progress("always")
+            click.get_current_context().call_on_close(lambda: set_progress(None))
+        return func(*args, **kwargs)
+
+    return wrapper
 
 
 def experiment_options(func: Callable) -> Callable:
-    """Add ``--config FILE``, ``--set FIELD=VALUE`` (repeatable), ``--out DIR``, ``--force``, ``--quiet``,
-    ``--max-memory SIZE`` and ``--no-size-check``."""
+    """Add ``--config FILE``, ``--set FIELD=VALUE`` (repeatable), ``--print-config``, ``--out DIR``,
+    ``--force``, ``--quiet``, ``--verbose``, ``--progress``, ``--max-memory SIZE`` and ``--no-size-check``."""
 
     @config_options
-    @click.option("--out", type=str, default=None,  # a string: "" must reach the check, not become "."
-                  help="Output folder (default runs/<command>-<timestamp>).")
+    @out_option("Output folder (default runs/<command>-<timestamp>).")
     @click.option("--force", is_flag=True, help="Replace a non-empty output folder (only one stochformer created).")
-    @click.option("--quiet", is_flag=True, help="No progress bars.")
+    @log_options
     @size_options
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         return func(*args, **kwargs)
 
     return wrapper
+
+
+def out_option(help: str) -> Callable[[Callable], Callable]:
+    """``--out DIR``: the output folder, taken as a string ("" must reach the folder check, not become ".")."""
+    return click.option("--out", type=str, default=None, metavar="DIR", help=help)
 
 
 def size_options(func: Callable) -> Callable:
@@ -263,12 +336,19 @@ def resolve(
         cfg = build_config(base, list(overrides), config_file, model=model)
     except (ConfigError, FileExistsError) as exc:
         raise click.UsageError(str(exc)) from None
+    print_config_and_exit(cfg)
+    log.debug("%s: configuration %s", command, cfg.model_dump_json())
     folder = check_output(default_out(command, out), command, force)
     click.get_current_context().meta["stochformer.command"] = command
     scheduler = click.get_current_context().params.get("scheduler")
     check_scheduler(scheduler)
-    disk_check(folder, size_check(cfg, scheduler))
+    estimate = size_check(cfg, scheduler)
+    if estimate is not None:
+        log.debug("%s: estimated peak memory %.3g GB (driven by %s), time %.3g s (driven by %s)", command,
+                  estimate.bytes / 1e9, estimate.memory_fields, estimate.seconds, estimate.time_fields)
+    disk_check(folder, estimate)
     hold_output(folder, command)
+    log.info("%s: writing to %s", command, folder)
     return cfg, folder
 
 

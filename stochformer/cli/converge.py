@@ -13,7 +13,7 @@ def _ci(entry: dict) -> str:
     return f"{entry['value']:.3f}  95% CI [{entry['ci'][0]:.3f}, {entry['ci'][1]:.3f}]"
 
 
-@click.command("converge")
+@click.command("converge", short_help='Convergence of the transformer to the limit SDE in depth L and width m (Theorem 1.1).')
 @experiment_options
 @scheduler_option
 @format_option

@@ -15,7 +15,10 @@ def _fmt(v) -> str:
     return f"{v:.8g}" if isinstance(v, float) else str(v)
 
 
-@click.command("pair")
+@click.command(
+    "pair",
+    short_help='Exact theory of two tokens (SPEC §8): exponents, hitting probability, synchronisation time, energy.',
+)
 @config_options
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 @fail_cleanly

@@ -9,7 +9,10 @@ import click
 from .common import experiment_options, fail_cleanly, format_option, resolve, scheduler_option, task_store, write_results
 
 
-@click.command("phase")
+@click.command(
+    "phase",
+    short_help='Phase diagram over two fields: pair exponent or fraction synchronised, with the predicted boundaries.',
+)
 @experiment_options
 @scheduler_option
 @format_option

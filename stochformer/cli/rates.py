@@ -8,7 +8,24 @@ import math
 
 import click
 
-from .common import config_options, fail_cleanly, resolve_config
+from .common import config_options, fail_cleanly, print_config_and_exit, resolve_config
+
+
+#: the fields rates reads (the noise kernel's, the β of E_β and the attention's γ); any other is refused
+RATES_FIELDS = ("activation", "d", "sigma_U", "sigma_W", "gain", "noise_scale", "energy_beta", "gamma")
+#: the JSON keys of ``rates(...).to_dict()`` renamed after the field they echo (``beta`` is E_β's β)
+RENAMED_KEYS = {"beta": "energy_beta"}
+
+
+def check_rates_fields(given: set[str]) -> None:
+    """``click.UsageError`` naming every field in ``given`` that ``rates`` does not read (one error)."""
+    unused = sorted(set(given) - set(RATES_FIELDS))
+    if unused:
+        raise click.UsageError(
+            f"invalid configuration: {', '.join(unused)}: {'has' if len(unused) == 1 else 'have'} no effect in rates, "
+            f"which reads only {', '.join(RATES_FIELDS)}; remove {'it' if len(unused) == 1 else 'them'}"
+            + ("; the β of E_β and of Theorem 1.4's bound is energy_beta (beta is the attention's)"
+               if "beta" in unused else ""))
 
 
 def _spectrum_text(values: list[float]) -> str:
@@ -17,14 +34,18 @@ def _spectrum_text(values: list[float]) -> str:
     return ", ".join(shown) if len(shown) <= 8 else ", ".join(shown[:3]) + f", …, {shown[-1]}"
 
 
-@click.command("rates")
+@click.command(
+    "rates",
+    short_help="Noise kernel κ(1), κ'(1), the synchronisation rates λ₁, λ̄, λ̄' and the Lyapunov spectrum (no simulation).",
+)
 @config_options
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 @fail_cleanly
 def rates_cmd(config_file, overrides, as_json) -> None:
     """Print the noise kernel at 1 and the synchronisation rates of a configuration (fields
-    activation, d, sigma_U, sigma_W, noise_scale; energy_beta is the β of Theorem 1.4's bound λ̄';
-    gamma the attention V = γI, default 0 here, which adds −γ to λ₁ and −2γ to λ̄), and the noise's
+    activation, d, sigma_U, sigma_W, gain, noise_scale; energy_beta is the β of Theorem 1.4's bound λ̄';
+    gamma the attention V = γI, default 0 here, which adds −γ to λ₁ and −2γ to λ̄; any other field
+    is refused, as it would have no effect), and the noise's
     Lyapunov spectrum λ_i = ((d−1−2i)/2)κ' − ((d−1)/2)κ, i = 1..d−1 (``lyapunov_spectrum``), with
     the finite-time law of log|v_t|: variance rate κ + κ', g(2) = λ̄, stability index p* = −2λ₁/(κ + κ')
     (null without noise). ``gain`` g is the std of the inner weights U (variance g²); g_c is the
@@ -33,7 +54,9 @@ def rates_cmd(config_file, overrides, as_json) -> None:
     from ..config.build import make_kernel
     from ..model.kernel import G_MAX, critical_gain, lyapunov_spectrum, moment_exponent, rates, stability_index
 
-    cfg = resolve_config(config_file, overrides, base={"gamma": 0.0})
+    cfg = resolve_config(config_file, overrides, base={"gamma": 0.0}, print_it=False)
+    check_rates_fields(cfg.model_fields_set)
+    print_config_and_exit({name: getattr(cfg, name) for name in RATES_FIELDS})
     r = rates(make_kernel(cfg), beta=cfg.energy_beta, gamma=cfg.gamma_value)
     spectrum = lyapunov_spectrum(r.kappa, r.kappa_prime, cfg.d)
     p_star = stability_index(r.kappa, r.kappa_prime, cfg.d)
@@ -46,7 +69,7 @@ def rates_cmd(config_file, overrides, as_json) -> None:
         "g_c": critical_gain(make_kernel(cfg)),
     }
     if as_json:
-        click.echo(json.dumps({**r.to_dict(), **extra}))
+        click.echo(json.dumps({RENAMED_KEYS.get(k, k): v for k, v in {**r.to_dict(), **extra}.items()}))
         return
     click.echo(f"activation={cfg.activation} d={cfg.d} sigma_U={cfg.sigma_U} sigma_W={cfg.sigma_W} noise_scale={cfg.noise_scale} "
                f"gain={cfg.gain}")

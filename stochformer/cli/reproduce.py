@@ -13,6 +13,7 @@ from .common import (
     experiment_options,
     hold_output,
     interrupted_exit,
+    print_config_and_exit,
     resume_command,
     size_check,
     stop_on_signals,
@@ -30,7 +31,7 @@ def _listing() -> str:
     return "\n".join(lines)
 
 
-@click.command("reproduce")
+@click.command("reproduce", short_help='Run every experiment of SPEC §6 and write the HTML report with its verdicts.')
 @click.option("--profile", type=click.Choice(list(PROFILES)), default=DEFAULT_PROFILE, show_default=True,
               help="Sizes of the experiments: tiny (CI), quick (<= 20 min on 2 CPU cores), full (the paper's), gpu (CUDA).")
 @click.option("--only", multiple=True, metavar="NAME", help="Run only this section (repeatable); see --list.")
@@ -58,6 +59,10 @@ def reproduce_cmd(profile, only, resume, scheduler, list_only, config_file, over
     check_scheduler(scheduler)
     try:
         planned = plan(profile, only, overrides, config_file)
+    except (ConfigError, OutputError) as exc:
+        raise click.UsageError(str(exc)) from None
+    print_config_and_exit({item.section.name: item.config for item in planned if item.selected and item.config is not None})
+    try:
         out = check_report_folder(out, force)
     except (ConfigError, OutputError) as exc:
         raise click.UsageError(str(exc)) from None

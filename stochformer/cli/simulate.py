@@ -7,7 +7,7 @@ import click
 from .common import experiment_options, fail_cleanly, format_option, resolve, write_results
 
 
-@click.command("simulate")
+@click.command("simulate", short_help='Simulate the deep transformer at random initialisation (or its limit SDE).')
 @experiment_options
 @format_option
 @fail_cleanly

@@ -13,7 +13,10 @@ def _fmt(v) -> str:
     return "—" if v is None else f"{v:.5g}"
 
 
-@click.command("spectrum")
+@click.command(
+    "spectrum",
+    short_help="Lyapunov spectrum of one token's tangent flow (Benettin's method) against the prediction (SPEC §8).",
+)
 @experiment_options
 @format_option
 @click.option("--json", "as_json", is_flag=True, help="Print spectrum.json on stdout instead of the table.")

@@ -14,6 +14,10 @@ from .common import (
     fail_cleanly,
     format_option,
     hold_output,
+    log_options,
+    out_option,
+    print_config_and_exit,
+    print_config_option,
     resume_command,
     save_figures,
     size_check,
@@ -44,7 +48,10 @@ def _scheduler(scheduler: Optional[str], local_cluster: Optional[int], workers: 
     return chosen
 
 
-@click.command("sweep")
+@click.command(
+    "sweep",
+    short_help='Run many simulations over a grid or list of points from a TOML file, resumable, on one time axis.',
+)
 @click.option("--config", "file", type=click.Path(dir_okay=False, path_type=Path), required=True,
               help="TOML file of the sweep: samples, samples_per_task, [model], [grid] and/or [[points]].")
 @click.option("--set", "overrides", multiple=True, metavar="FIELD=VALUE",
@@ -55,11 +62,11 @@ def _scheduler(scheduler: Optional[str], local_cluster: Optional[int], workers: 
               help="Start a local Dask cluster of N worker processes for this sweep.")
 @click.option("--workers", type=click.IntRange(min=1), default=None, metavar="N",
               help="Size of the local process pool (the default scheduler; default: the number of CPUs).")
-@click.option("--out", type=str, default=None,
-              help="Output folder (default runs/sweep-<timestamp>); finished tasks are kept in OUT/tasks.")
+@out_option("Output folder (default runs/sweep-<timestamp>); finished tasks are kept in OUT/tasks.")
 @click.option("--resume", is_flag=True, help="Continue the sweep stored in --out, reusing its finished tasks.")
 @click.option("--force", is_flag=True, help="Delete a non-empty --out folder (only one stochformer created) and start afresh.")
-@click.option("--quiet", is_flag=True, help="No progress bar.")
+@log_options
+@print_config_option
 @format_option
 @size_options
 @fail_cleanly
@@ -84,6 +91,7 @@ def sweep_cmd(file, overrides, scheduler, local_cluster, workers, out, resume, f
         plan = plan_sweep(cfg)
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
+    print_config_and_exit(cfg)
     if resume:
         folder = check_output(out, "sweep", replace=True, option="--resume")
         if not folder.is_dir():

@@ -11,7 +11,10 @@ def _fmt(v) -> str:
     return "—" if v is None else f"{v:.5g}"
 
 
-@click.command("sync")
+@click.command(
+    "sync",
+    short_help='Synchronisation by noise: Lyapunov exponent of a pair and energy decay rate against λ₁, λ̄ (SPEC §5).',
+)
 @experiment_options
 @format_option
 @fail_cleanly

@@ -7,6 +7,7 @@ before any work starts.
 
 from __future__ import annotations
 
+import difflib
 import json
 import sys
 from pathlib import Path
@@ -370,6 +371,32 @@ def _field_at(model: Optional[type[BaseModel]], loc: tuple) -> tuple[list[str], 
     return names, info
 
 
+#: how close (difflib's ratio, 0 to 1) a valid name must be to an unknown one to be suggested: one letter
+#: dropped, added, changed or two swapped in a name of 4 or more letters is >= 0.75
+SUGGEST_CUTOFF = 0.7
+#: the most names suggested for one unknown field
+SUGGEST_COUNT = 3
+
+
+def closest_fields(name: str, model: Any) -> list[str]:
+    """The valid field names of ``model`` closest to the unknown ``name`` (``difflib``, case
+    ignored, ratio >= `SUGGEST_CUTOFF`, at most `SUGGEST_COUNT`, best first), with the
+    fields of its nested configs as dotted names (``N`` given to an experiment suggests ``model.N``).
+    An exact match of a nested field comes first; an empty list when nothing is close."""
+    fields = getattr(model, "model_fields", None) or {}
+    candidates = list(fields)
+    for outer, info in fields.items():
+        ann = info.annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            candidates += [f"{outer}.{inner}" for inner in ann.model_fields]
+    exact = [c for c in candidates if c.rsplit(".", 1)[-1] == name]
+    by_lower: dict[str, str] = {}
+    for c in candidates:
+        by_lower.setdefault(c.lower(), c)
+    close = [by_lower[c] for c in difflib.get_close_matches(name.lower(), list(by_lower), SUGGEST_COUNT, SUGGEST_CUTOFF)]
+    return list(dict.fromkeys(exact + close))[:SUGGEST_COUNT]
+
+
 def _valid_text(info: Any) -> str:
     """The valid values of a field from its annotation and ``ge/gt/le/lt`` constraints."""
     bounds = []
@@ -410,9 +437,13 @@ def _format_validation_error(err: ValidationError, model: Optional[type[BaseMode
             sub: Any = model
             for n in parent:
                 sub = sub.model_fields[n].annotation
-            valid = ", ".join(getattr(sub, "model_fields", None) or {})
+            names_here = list(getattr(sub, "model_fields", None) or {})
             field = ".".join(str(p) for p in loc) or "''"
-            lines[field] = f"{field}: unknown field{got_txt}" + (f"; valid fields are {valid}" if valid else "")
+            close = closest_fields(str(loc[-1]), sub) if loc else []
+            prefix = "".join(f"{p}." for p in loc[:-1])
+            hint = (f"; did you mean {' or '.join(prefix + c for c in close)}?" if close else
+                    f"; valid fields are {', '.join(names_here)}" if names_here else "")
+            lines[field] = f"{field}: unknown field{got_txt}{hint}"
             continue
         # errors of one union field (e.g. gamma: a number or a word) collapse into one line
         union = info is not None and len(loc) > len(names) and not isinstance(loc[len(names)], int)
@@ -536,12 +567,27 @@ def build_config(
     config_file: Optional[Union[str, Path]] = None,
     model: type[BaseModel] = RunConfig,
 ) -> Any:
-    """Defaults ← ``base`` ← ``config_file`` ← ``overrides``, validated into ``model``."""
-    data: dict[str, Any] = dict(base or {})
-    if config_file is not None:
-        data = _deep_merge(data, load_toml(config_file))
-    data = apply_overrides(data, list(overrides or []))
-    return validate(model, data)
+    """Defaults ← ``base`` ← ``config_file`` ← ``overrides``, validated into ``model``. For a
+    [`RunConfig`][stochformer.config.RunConfig], a ``[model]`` table of the file or overrides (``--set model.N=4``) holds the
+    config's own fields, as in an experiment's file (a field given there and at the top level is an error)."""
+    given: dict[str, Any] = load_toml(config_file) if config_file is not None else {}
+    given = _unwrap_model(apply_overrides(given, list(overrides or [])), model)
+    return validate(model, _deep_merge(dict(base or {}), given))
+
+
+def _unwrap_model(data: dict[str, Any], model: type[BaseModel]) -> dict[str, Any]:
+    """A ``[model]`` table (an experiment's file, ``--set model.FIELD``) given to a config without a
+    ``model`` field (``RunConfig``: ``simulate``) is the config itself: its fields are merged into the
+    top level. A field given both there and at the top level is a [`ConfigError`][stochformer.config.ConfigError]."""
+    inner = data.get("model")
+    if not (isinstance(model, type) and issubclass(model, RunConfig)) or not isinstance(inner, dict):
+        return data
+    both = sorted(set(inner) & set(data))
+    if both:
+        raise ConfigError(f"invalid configuration: {', '.join(both)}: given both at the top level and in [model]; "
+                          "keep one")
+    rest = {k: v for k, v in data.items() if k != "model"}
+    return {**rest, **inner}
 
 
 def _deep_merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
@@ -549,3 +595,74 @@ def _deep_merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     for k, v in b.items():
         out[k] = _deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
     return out
+
+
+_BARE_KEY = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
+
+
+def _toml_key(key: str) -> str:
+    return key if key and set(key) <= _BARE_KEY else json.dumps(key)
+
+
+def _toml_value(value: Any) -> str:
+    """One TOML value: booleans, integers, floats (``repr``: exact), strings (JSON's escapes are
+    TOML's), arrays, inline tables."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{_toml_key(k)} = {_toml_value(v)}" for k, v in value.items() if v is not None) + "}"
+    raise ValueError(f"--print-config: cannot write {type(value).__name__} as TOML; use --print-config json")
+
+
+def _is_tables(value: Any) -> bool:
+    return isinstance(value, list) and bool(value) and all(isinstance(v, dict) for v in value)
+
+
+def _toml_table(data: dict[str, Any], path: list[str], out: list[str]) -> None:
+    """``data`` as the body of table ``path``: plain keys first (a field that is ``None``, which TOML
+    cannot write, becomes a comment), then its sub-tables and arrays of tables."""
+    for key, value in data.items():
+        if value is None:
+            out.append(f"# {_toml_key(key)}: not set")
+        elif not isinstance(value, dict) and not _is_tables(value):
+            out.append(f"{_toml_key(key)} = {_toml_value(value)}")
+    for key, value in data.items():
+        name = ".".join(_toml_key(p) for p in [*path, key])
+        if isinstance(value, dict):
+            out.append(f"\n[{name}]")
+            _toml_table(value, [*path, key], out)
+        elif _is_tables(value):
+            for item in value:
+                out.append(f"\n[[{name}]]")
+                _toml_table(item, [*path, key], out)
+
+
+def to_toml(data: dict[str, Any]) -> str:
+    """A TOML document of ``data`` (plain JSON-like values; ``None`` left out as a comment): read back
+    by [`load_toml`][stochformer.config.load_toml] to the same values."""
+    out: list[str] = []
+    _toml_table(data, [], out)
+    return "\n".join(out).lstrip("\n") + "\n"
+
+
+def dump_config(cfg: Any, fmt: str = "toml") -> str:
+    """The validated config ``cfg`` (or a dict of configs: one table each) as ``toml`` (readable
+    with ``--config``: it validates to the same config) or ``json`` (one object), every field
+    included, defaults too."""
+    if isinstance(cfg, BaseModel):
+        data = cfg.model_dump(mode="json")
+    else:
+        data = {k: v.model_dump(mode="json") if isinstance(v, BaseModel) else v for k, v in dict(cfg).items()}
+    if fmt == "json":
+        return json.dumps(data, indent=2, allow_nan=False) + "\n"
+    if fmt == "toml":
+        return to_toml(data)
+    raise ValueError(f"format: must be 'toml' or 'json' (got {fmt!r})")
