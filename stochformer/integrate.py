@@ -25,6 +25,8 @@ import numpy as np
 import torch
 import xarray as xr
 from .core.progress import tqdm
+from .io.names import NAMES, numeric_attrs
+from .io.names import describe as describe_dataset
 
 from .core.brownian import BrownianPath, Draws, step_draws
 from .measure.diagnostics import STATISTICS, unchecked_pair_statistics
@@ -396,19 +398,9 @@ def _first_step(model: Any, X: Any, X0: torch.Tensor, on_sphere: bool, cause: An
 
 
 #: what the dataset's own variables and coordinates are (``long_name`` and ``units``, CF style:
-#: xarray's ``.plot()`` labels its axes with them); cosines and energies are dimensionless ("1")
-DESCRIPTIONS: dict[str, dict[str, str]] = {
-    "mean_cosine": {"long_name": "mean pairwise cosine ⟨x_i, x_j⟩", "units": "1"},
-    "min_cosine": {"long_name": "least pairwise cosine", "units": "1"},
-    "energy": {"long_name": "interaction energy E_β", "units": "1"},
-    "X": {"long_name": "token states", "units": "1"},
-    "X_final": {"long_name": "final token states", "units": "1"},
-    "time": {"long_name": "time t = k T/steps", "units": "units of T"},
-    "step": {"long_name": "step (layer) k", "units": "1"},
-    "snapshot_time": {"long_name": "time t of the token states", "units": "units of T"},
-    "snapshot_step": {"long_name": "step (layer) of the token states", "units": "1"},
-    "sample": {"long_name": "independent sample", "units": "1"},
-}
+#: xarray's ``.plot()`` labels its axes with them): the shared table of every dataset
+#: ([`NAMES`][stochformer.io.names.NAMES]); cosines and energies are dimensionless ("1")
+DESCRIPTIONS: dict[str, dict[str, str]] = NAMES
 
 
 def _observables(save: SaveAt, X: torch.Tensor, first: Optional[dict[str, torch.Tensor]],
@@ -456,6 +448,13 @@ def _tensors(X, records, stat_steps, snapshots, token_steps, dt, save: SaveAt) -
         out["snapshot_step"] = torch.tensor(token_steps, device=device)
     if save.final:
         out["X_final"] = X
+    # the dataset's index coordinates ([`describe`][stochformer.io.names.describe]): 0 … n−1 on every other dim
+    index = {"token": X.shape[1], "dim": X.shape[2]} if snapshots or save.final else {}
+    if snapshots:
+        index["snapshot"] = len(snapshots)
+    for name in records[0] if records else ():
+        index.update({f"{name}_{i}": n for i, n in enumerate(out[name].shape[2:])})
+    out.update({k: torch.arange(n, device=device) for k, n in index.items()})
     return out
 
 
@@ -476,12 +475,9 @@ def _dataset(X, records, stat_steps, snapshots, token_steps, dt, save: SaveAt) -
     if save.final:
         variables["X_final"] = (("sample", "token", "dim"), X.detach().cpu().double().numpy())
     ds = xr.Dataset(variables, coords=coords)
-    for name, attrs in DESCRIPTIONS.items():
-        if name in ds.variables:
-            ds[name].attrs.update(attrs)
     if "energy" in ds:
-        ds["energy"].attrs["long_name"] = f"interaction energy E_β (β = {save.energy_beta:g})"
-    return ds
+        ds["energy"].attrs.update(long_name=f"interaction energy E_β (β = {save.energy_beta:g})", units="1")
+    return describe_dataset(ds)
 
 
 # --------------------------------------------------------------------------- metadata
@@ -545,6 +541,5 @@ def run_attrs(model: Any, **extra: Any) -> dict[str, Any]:
         "versions": json.dumps(prov),
         "device": prov["device"],
     }
-    for k, v in extra.items():
-        attrs[k] = "none" if v is None else (str(v) if k == "seed" else v)  # seeds reach 2⁶⁴ − 1
+    attrs.update(numeric_attrs(extra))  # numbers as numbers (a seed up to 2⁶⁴ − 1 as uint64); None left out
     return attrs

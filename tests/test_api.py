@@ -35,7 +35,7 @@ def test_the_documented_example_runs():
     assert dict(out["mean_cosine"].sizes) == {"sample": 16, "time": 31}
     assert out["X_final"].shape == (16, 64, 4)
     np.testing.assert_allclose(out["time"].values, np.arange(31) * 5 * 5.0 / 150)
-    assert out.attrs["seed"] == "0" and out.attrs["steps"] == 150
+    assert out.attrs["seed"] == 0 and out.attrs["steps"] == 150
     assert json.loads(out.attrs["custom_parts"]) == []  # torch.tanh is the registry's tanh
     assert len(repr(out)) < 3000
 

@@ -205,11 +205,12 @@ def test_custom_parts_of_unnamed_and_own_objects():
 
 
 def test_run_attrs_without_a_path():
-    """run_attrs of a run without a path records it as drawn from the generator, and seed None as
-    "none"; other extras are kept as given."""
+    """run_attrs of a run without a path records it as drawn from the generator and leaves seed None
+    out; other extras are kept as given (numbers as numbers, a seed above 2⁶³ − 1 as uint64)."""
     attrs = run_attrs(Transformer(), T=1.5, steps=3, seed=None, device="cpu")
     assert attrs["path"] == "none (normals from the generator)"
-    assert (attrs["T"], attrs["steps"], attrs["seed"]) == (1.5, 3, "none") and attrs["device"].startswith("cpu")
+    assert (attrs["T"], attrs["steps"]) == (1.5, 3) and "seed" not in attrs and attrs["device"].startswith("cpu")
+    assert run_attrs(Transformer(), seed=2**64 - 1)["seed"] == np.uint64(2**64 - 1)
     assert json.loads(attrs["model"]) == {"type": "stochformer.model.transformer.Transformer", "attention": None,
                                           "noise": None, "order": "post_ln"}
 
@@ -217,14 +218,16 @@ def test_run_attrs_without_a_path():
 def test_dataset_dimensions_and_coordinates(tokens):
     """The dataset's dims are exactly sample, time, snapshot, token, dim (with their sizes), and its
     coordinates exactly sample (0..B−1), time and step along time, snapshot_time and snapshot_step
-    along snapshot."""
+    along snapshot, and the indices of snapshot, token and dim (0..n−1)."""
     B, N, d = 2, 3, 4
     ds = solve(Transformer(), tokens(B, N, d), 1.0, 4, SaveAt(every=2, tokens_at=[1, 4]), seed=0)
     assert dict(ds.sizes) == {"sample": B, "time": 3, "snapshot": 2, "token": N, "dim": d}
     assert {name: ds.coords[name].dims for name in ds.coords} == {
         "sample": ("sample",), "time": ("time",), "step": ("time",),
-        "snapshot_time": ("snapshot",), "snapshot_step": ("snapshot",)}
-    assert ds.coords["sample"].values.tolist() == [0, 1]
+        "snapshot_time": ("snapshot",), "snapshot_step": ("snapshot",), "snapshot": ("snapshot",),
+        "token": ("token",), "dim": ("dim",)}
+    assert ds.coords["sample"].values.tolist() == [0, 1] and ds.coords["snapshot"].values.tolist() == [0, 1]
+    assert ds.coords["token"].values.tolist() == list(range(N)) and ds.coords["dim"].values.tolist() == list(range(d))
 
 
 # ----------------------------------------------------------------- the Brownian path

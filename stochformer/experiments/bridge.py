@@ -248,10 +248,19 @@ class BridgeResult(Result):
         out["comparisons"] = [c.to_dict() for c in self.comparisons()]
         return out
 
+    def names(self) -> dict[str, dict[str, str]]:
+        labels = {"measured": f"{self.config.block} block", **_LABELS}
+        out = {"pred_sample": {"long_name": "independent sample of a prediction", "units": "1"}}
+        for name in CURVES:
+            for L in self.curves[name]:
+                out[f"{name}_L{L}"] = {"long_name": f"mean pairwise cosine, {labels[name]}, depth L = {L}", "units": "1"}
+                out[f"step_L{L}"] = {"long_name": f"layer ℓ of the depth L = {L} networks", "units": "1"}
+        return out
+
     def _dataset(self) -> xr.Dataset:
-        """Per-sample curves ``<name>_L<L>``: (sample, layer_L<L>) for the block's networks and
-        (pred_sample, layer_L<L>) for the two predictions, layer ℓ = 0..L."""
-        data = {f"{name}_L{L}": (("sample" if name == "measured" else "pred_sample", f"layer_L{L}"), c)
+        """Per-sample curves ``<name>_L<L>``: (sample, step_L<L>) for the block's networks and
+        (pred_sample, step_L<L>) for the two predictions, layer ℓ = 0..L."""
+        data = {f"{name}_L{L}": (("sample" if name == "measured" else "pred_sample", f"step_L{L}"), c)
                 for name in CURVES for L, c in self.curves[name].items()}
         return xr.Dataset(data, attrs={"block": self.config.block, "kappa1_unit_sphere": self.kappa1})
 

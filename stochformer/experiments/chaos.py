@@ -52,6 +52,7 @@ from ..measure.diagnostics import cloud_summary
 from ..core.extras import require
 from ..measure.distances import rate_function, sphere_rate, w2_sliced, w2_squared
 from ..model.attention import DEFAULT_BLOCK
+from ..io.names import TIME_UNITS
 from ..io.results import Result
 from ..core.runtime import DTYPES, child_seeds, cpu_threads_for, make_generator, provenance, resolve_device
 from ..integrate import SaveAt, solve
@@ -304,14 +305,42 @@ class ChaosResult(Result):
             out["coupling"][str(d)] = row
         return out
 
+    def names(self) -> dict[str, dict[str, str]]:
+        out = {
+            "w2_time": {"long_name": "time t of the W₂ records", "units": TIME_UNITS},
+            "w2_step": {"long_name": "step (layer) of the W₂ records", "units": "1"},
+            "decor_size": {"long_name": "number of tokens N of the decorrelation's clouds", "units": "1"},
+            "field": {"long_name": "independent field of the decorrelation", "units": "1"},
+            "dim_d3": {"long_name": "coordinate of a token in R^3", "units": "1"},
+            "cloud_initial": {"long_name": "initial tokens of the reference system (d = 3)", "units": "1"},
+            "cloud_final": {"long_name": "final tokens of the reference system (d = 3)", "units": "1"},
+            "decor_rho": {"long_name": "correlation of tokens 1 and 2 at time T over the repeats", "units": "1"},
+            "decor_se": {"long_name": "standard error of the correlation of tokens 1 and 2", "units": "1"},
+        }
+        for d in self.coupling:
+            out.update({
+                f"sample_d{d}": {"long_name": f"independent sample, d = {d}", "units": "1"},
+                f"w2_sample_d{d}": {"long_name": f"independent sample of the W₂ records, d = {d}", "units": "1"},
+                f"dim_d{d}": {"long_name": f"coordinate of a token in R^{d}", "units": "1"},
+                f"err2_d{d}": {"long_name": f"coupling error (1/N) Σ_(i≤N) |X^(i,N)_t − X^(i,N_ref)_t|², d = {d}", "units": "1"},
+                f"energy_d{d}": {"long_name": f"interaction energy E_β of the reference system, d = {d}", "units": "1"},
+                f"mean_token_norm_d{d}": {"long_name": f"norm of the reference system's mean token, d = {d}", "units": "1"},
+                f"mean_token_d{d}": {"long_name": f"mean token of the reference system, d = {d}", "units": "1"},
+                f"w2_d{d}": {"long_name": f"W₂²(μ^N_t, μ^(N_ref)_t), d = {d}", "units": "1"},
+                f"sliced_w2_d{d}": {"long_name": f"sliced W₂²(μ^N_t, μ^(N_ref)_t), d = {d}", "units": "1"},
+            })
+        return out
+
     def _dataset(self) -> xr.Dataset:
         """Per-sample tables per dimension d: ``err2_d{d}`` (sample, time, size), ``w2_d{d}`` /
         ``sliced_w2_d{d}`` (w2_sample, w2_time, size), ``energy_d{d}``, ``mean_token_norm_d{d}``
         (sample, time), ``mean_token_d{d}`` (sample, time, dim); the d = 3 clouds; the
         decorrelation (field, decor_size), if run."""
         cfg = self.config
-        data, coords = {}, {"size": cfg.sizes, "time": [s * cfg.model.dt for s in _steps(cfg.model.L, cfg.records)],
-                            "w2_time": [s * cfg.model.dt for s in _steps(cfg.model.L, cfg.w2_records)], "decor_size": cfg.decor_sizes}
+        steps, w2_steps = _steps(cfg.model.L, cfg.records), _steps(cfg.model.L, cfg.w2_records)
+        data, coords = {}, {"size": cfg.sizes, "time": [s * cfg.model.dt for s in steps], "step": ("time", steps),
+                            "w2_time": [s * cfg.model.dt for s in w2_steps], "w2_step": ("w2_time", w2_steps),
+                            "decor_size": cfg.decor_sizes}
         for d, tab in self.coupling.items():
             sample, w2_sample = f"sample_d{d}", f"w2_sample_d{d}"
             data[f"err2_d{d}"] = ((sample, "time", "size"), tab["err2"])

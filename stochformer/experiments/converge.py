@@ -213,6 +213,14 @@ class ConvergeResult(Result):
             **self.meta,
         }
 
+    def names(self) -> dict[str, dict[str, str]]:
+        return {
+            "error_layer": {"long_name": "sup over layers ℓ of the mean squared distance of the transformer's "
+                            "tokens to the limit SDE's at t = ℓ T/L", "units": "1"},
+            "error_continuous": {"long_name": "sup over the SDE's fine times t of the mean squared distance of the "
+                                 "transformer's tokens (layer ⌊t L/T⌋) to the limit SDE's", "units": "1"},
+        }
+
     def _dataset(self) -> xr.Dataset:
         """Per-sample errors ``error_<kind>`` (depth, width, sample), width = inf for m = ∞."""
         dims = ("depth", "width", "sample")

@@ -27,6 +27,7 @@ from pydantic import Field, model_validator
 
 from ..config.build import initial_tokens, make_model
 from ..config import ConfigError, ExperimentConfig, RunConfig, as_config, check_grid_size
+from ..io.names import NAMES, axis_description, description
 from ..io.results import Result
 from ..core.runtime import DTYPES, child_seeds, make_generator, provenance, resolve_device
 from ..integrate import SaveAt, solve
@@ -172,14 +173,36 @@ class PhaseResult(Result):
             **({} if self.value_at_L is None else {"value_at_L": self.value_at_L}),
         }
 
+    @property
+    def quantity(self) -> str:
+        """The measured quantity's name in the dataset: ``lambda_1`` (measure = lyapunov) or ``sync_fraction``."""
+        return "lambda_1" if self.config.measure == "lyapunov" else "sync_fraction"
+
+    def names(self) -> dict[str, dict[str, str]]:
+        """The fine grid's axes and predictions, and the measured value at L steps."""
+        c, q = self.config, self.quantity
+        out = {f"fine_{f}": {"long_name": f"{axis_description(f, RunConfig)['long_name']} (fine grid of the predictions)",
+                             "units": axis_description(f, RunConfig)["units"]} for f in (c.x_field, c.y_field)}
+        out.update({f: axis_description(f, RunConfig) for f in (c.x_field, c.y_field)})
+        out["fine_lambda_1"] = {**NAMES["lambda_1_pred"], "long_name": NAMES["lambda_1_pred"]["long_name"] + " (fine grid)"}
+        out["fine_lambda_bar"] = {**NAMES["lambda_bar_pred"], "long_name": NAMES["lambda_bar_pred"]["long_name"] + " (fine grid)"}
+        base = description(q) or {}
+        out[f"{q}_at_L"] = {"long_name": f"{base['long_name']} at the model's L steps (before Δt → 0)", "units": base["units"]}
+        return out
+
     def _dataset(self) -> xr.Dataset:
-        c = self.config
-        grid, fine = (c.y_field + "_value", c.x_field + "_value"), ("fine_" + c.y_field, "fine_" + c.x_field)
+        """The measured grid ``<q>``, ``<q>_se``, ``<q>_extrap_err`` (and ``<q>_at_L``), q = [`quantity`][stochformer.experiments.phase.PhaseResult.quantity],
+        and the predictions ``lambda_1_pred``, ``lambda_bar_pred``: (y_field, x_field); the fine
+        grid's ``fine_lambda_1``, ``fine_lambda_bar``: (fine_<y_field>, fine_<x_field>)."""
+        c, q = self.config, self.quantity
+        grid, fine = (c.y_field, c.x_field), ("fine_" + c.y_field, "fine_" + c.x_field)
+        data = {q: (grid, self.value), f"{q}_se": (grid, self.se), f"{q}_extrap_err": (grid, self.err),
+                "lambda_1_pred": (grid, self.pred_lambda_1), "lambda_bar_pred": (grid, self.pred_lambda_bar),
+                "fine_lambda_1": (fine, self.fine_lambda_1), "fine_lambda_bar": (fine, self.fine_lambda_bar)}
+        if self.value_at_L is not None:
+            data[f"{q}_at_L"] = (grid, self.value_at_L)
         return xr.Dataset(
-            {"value": (grid, self.value), "se": (grid, self.se), "err": (grid, self.err),
-             "lambda_1_pred": (grid, self.pred_lambda_1),
-             "lambda_bar_pred": (grid, self.pred_lambda_bar), "fine_lambda_1": (fine, self.fine_lambda_1),
-             "fine_lambda_bar": (fine, self.fine_lambda_bar)},
+            data,
             coords={grid[1]: self.x, grid[0]: self.y, fine[1]: self.fine_x, fine[0]: self.fine_y},
             attrs={"measure": c.measure, "x_field": c.x_field, "y_field": c.y_field},
         )

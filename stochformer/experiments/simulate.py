@@ -105,7 +105,7 @@ def run_simulate(cfg: RunConfig, progress: bool = False, activation: Optional[Ac
     model = make_model(cfg, dtype, device, attention=attention, activation=activation)
     save = SaveAt(every=cfg.record_every, tokens_every=cfg.path_stride, energy_beta=cfg.energy_beta, block=block)
     ds = solve(model, X0, cfg.T, cfg.L, save, generator=gen, progress=progress, desc=cfg.dynamics, context=cfg)
-    ds.attrs["seed"] = str(cfg.seed)
+    ds.attrs["seed"] = cfg.seed
     meta = {} if activation is None else {"activation_callable": activation_name(activation)}
     meta["custom_parts"] = json.loads(ds.attrs["custom_parts"])
     return SimulationResult(cfg, ds, provenance(device), time.perf_counter() - start, meta)

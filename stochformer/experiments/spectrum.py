@@ -50,6 +50,7 @@ from ..model.rng import resolve_backend
 from ..model.sde import INTEGRATORS, LimitSDE
 from ..model.tangent import ExactJet, FieldJet, MLPJet, TangentFlow, frame_state, reorthonormalise, tangent_frame
 from ..model.transformer import Transformer
+from ..io.names import RATE_UNITS
 from ..io.results import Result
 from ..core.runtime import DTYPES, child_seeds, cpu_threads_for, make_generator, provenance, resolve_device
 from ..integrate import SaveAt, solve
@@ -361,14 +362,24 @@ class SpectrumResult(Result):
             row["z"] = (row["measured"] - row["predicted"]) / scale if scale > 0 else None
         return rows
 
+    def names(self) -> dict[str, dict[str, str]]:
+        return {
+            "lyapunov": {"long_name": "Lyapunov exponent λ_i of one token's tangent flow", "units": RATE_UNITS},
+            "lyapunov_pred": {"long_name": "predicted Lyapunov exponent λ_i", "units": RATE_UNITS},
+            "log_volume": {"long_name": "cumulative Σ_{j ≤ i} log R_jj of the tangent frame", "units": "1"},
+            "log_norm": {"long_name": "cumulative log|v_t/v_0| of the top tangent vector", "units": "1"},
+        }
+
     def _dataset(self) -> xr.Dataset:
+        """``lyapunov`` (with ``_se``, ``_extrap_err``, ``_pred``): (exponent,), i = 1 … d − 1;
+        ``log_volume_mean``/``_se``: (time, exponent); ``log_norm_mean``/``_se``: (time,), with ``step``."""
         exps = np.arange(1, len(self.measured) + 1)
-        data = {"measured": ("exponent", self.measured), "se": ("exponent", self.se), "err": ("exponent", self.err),
-                "predicted": ("exponent", self.predicted),
+        data = {"lyapunov": ("exponent", self.measured), "lyapunov_se": ("exponent", self.se),
+                "lyapunov_extrap_err": ("exponent", self.err), "lyapunov_pred": ("exponent", self.predicted),
                 "log_volume_mean": (("time", "exponent"), self.volume[0]),
                 "log_volume_se": (("time", "exponent"), self.volume[1]),
                 "log_norm_mean": ("time", self.log_norm[0]), "log_norm_se": ("time", self.log_norm[1])}
-        ds = xr.Dataset(data, coords={"exponent": exps, "time": self.times})
+        ds = xr.Dataset(data, coords={"exponent": exps, "time": self.times, "step": ("time", np.arange(len(self.times)))})
         for key, row in self.law.items():
             ds.attrs.update({f"{key}_{f}": row[f] for f in ("measured", "se", "err", "predicted")})
         return ds

@@ -25,6 +25,7 @@ from pydantic import Field, field_validator, model_validator
 
 from ..config import MAX_GRID_POINTS, ConfigError, ExperimentConfig, RunConfig, as_config, build_config, validate
 from ..io.store import ResultStore, to_jsonable
+from ..io.names import NAMES, axis_description
 from ..io.results import Result
 from ..core.runtime import child_seeds, provenance
 from ..measure.stats import mean_and_se
@@ -271,7 +272,7 @@ def merge_tasks(plan: SweepPlan, results: dict[str, dict]) -> "xarray.Dataset": 
         variables[name] = (dims, values)
         variables[f"{name}_mean"] = (dims[:-2] + ["time"], mean.numpy())
         variables[f"{name}_se"] = (dims[:-2] + ["time"], se.numpy())
-    coords = {**plan.coords, "sample": np.arange(samples), "time": np.asarray(times)}
+    coords = {**plan.coords, "sample": np.arange(samples), "time": np.asarray(times), "step": _step_coordinate(plan, times)}
     ds = xr.Dataset(variables, coords=coords)
     ds.attrs.update(
         {
@@ -283,6 +284,18 @@ def merge_tasks(plan: SweepPlan, results: dict[str, dict]) -> "xarray.Dataset": 
         }
     )
     return ds
+
+
+def _step_coordinate(plan: SweepPlan, times: list[float]) -> tuple[Any, np.ndarray]:
+    """The step k = t/Δt of every time: one row ``("time", k)`` when every point has the same Δt = T/L,
+    else ``((*dims, "time"), k)`` per point (float, NaN where a point has no step at that time)."""
+    t = np.asarray(times, dtype=float)
+    dts = np.asarray([c.dt for c in plan.configs])
+    if np.all(dts == dts[0]):
+        return ("time", np.rint(t / dts[0]).astype(np.int64))
+    steps = np.rint(t[None, :] / dts[:, None])
+    steps[np.abs(steps * dts[:, None] - t[None, :]) > 1e-9 * np.maximum(np.abs(t), 1.0)] = np.nan
+    return ((*plan.dims, "time"), steps.reshape(*plan.shape, len(t)))
 
 
 @dataclass(repr=False)
@@ -307,7 +320,7 @@ class SweepResult(Result):
         return to_jsonable(
             {
                 "dims": [d for d in ds[f"{STATISTICS[0]}_mean"].dims if d != "time"],
-                "coords": {k: ds[k].values for k in ds.coords if k not in ("sample", "time")},
+                "coords": {k: ds[k].values for k in ds.coords if k not in ("sample", "time", "step")},
                 "samples": self.config.samples,
                 "samples_per_task": self.config.samples_per_task,
                 "final_time": float(ds["time"].values[-1]),
@@ -315,6 +328,10 @@ class SweepResult(Result):
                 **self.meta,
             }
         )
+
+    def names(self) -> dict[str, dict[str, str]]:
+        """The swept fields' descriptions ([`axis_description`][stochformer.io.names.axis_description])."""
+        return {str(k): axis_description(str(k), RunConfig) for k in self.data.coords if k not in NAMES}
 
     def _dataset(self) -> Any:
         return self.data

@@ -46,6 +46,7 @@ from ..model.kernel import first_moment_rate, lambda_bar_prime, lyapunov_exponen
 from ..core.runtime import DTYPES, child_seeds, make_generator, provenance, resolve_device
 from ..integrate import Model, SaveAt, solve
 from ..core.sphere import normalize, tangent, uniform
+from ..io.names import TIME_UNITS, numeric_attrs
 from ..io.results import Result
 from ..measure.stats import mean_and_se, resampled_se
 from ..core.validation import validated
@@ -54,6 +55,9 @@ from .preflight import Estimate, simulate_estimate
 
 #: Step counts of the Δt → 0 extrapolation, as divisors of L: L, L/2, L/4 on one Brownian path.
 EXTRAPOLATION_LEVELS = (1, 2, 4)
+#: The per-pair log-distance paths the dataset keeps: those of the first pairs, at most this many
+#: (so ``log_growth`` is at most PAIR_PATHS × (L + 1) numbers: 64 × 1001 float64 = 0.5 MB at L = 1000).
+PAIR_PATHS = 64
 
 
 class SyncConfig(ExperimentConfig):
@@ -306,6 +310,7 @@ class SyncResult(Result):
     fit_mask_uniform: Optional[np.ndarray]
     provenance: dict
     elapsed_s: float
+    log_growth_pairs: Optional[np.ndarray] = None
 
     def to_dict(self) -> dict:
         """``sync.json``: the measured rates with SEs beside the predictions and the curves."""
@@ -351,15 +356,34 @@ class SyncResult(Result):
             out.append(row)
         return out
 
+    def names(self) -> dict[str, dict[str, str]]:
+        return {
+            "near_time": {"long_name": "time t of the near-synchronisation run", "units": TIME_UNITS},
+            "near_step": {"long_name": "step (layer) of the near-synchronisation run", "units": "1"},
+            "energy_near": {"long_name": "interaction energy E_β from a near-synchronised cluster", "units": "1"},
+            "energy_uniform": {"long_name": "interaction energy E_β from uniform tokens", "units": "1"},
+            "fit_uniform": {"long_name": "1 where t is in the fit window of the energy rate from uniform tokens, else 0", "units": "1"},
+        }
+
     def _dataset(self) -> xr.Dataset:
+        """Curves (sample mean and SE) over ``time`` (with ``step``) and ``near_time`` (with
+        ``near_step``); ``log_growth``: (pair, time), the cumulative log-distance of the first
+        [`PAIR_PATHS`][stochformer.experiments.sync.PAIR_PATHS] pairs (of the run at L steps); the rates and predictions as attributes
+        (None ones left out)."""
         data = {
             "log_growth_mean": ("time", self.log_growth[0]), "log_growth_se": ("time", self.log_growth[1]),
             "energy_near_mean": ("near_time", self.energy_near[0]), "energy_near_se": ("near_time", self.energy_near[1]),
         }
+        if self.log_growth_pairs is not None:
+            data["log_growth"] = (("pair", "time"), self.log_growth_pairs)
         if self.energy_uniform is not None:
             data.update(energy_uniform_mean=("time", self.energy_uniform[0]), energy_uniform_se=("time", self.energy_uniform[1]))
-        ds = xr.Dataset(data, coords={"time": self.times, "near_time": self.near_times})
-        ds.attrs.update({k: ("none" if v is None else v) for k, v in {**self.measured, **self.predicted}.items()})
+        if self.fit_mask_uniform is not None:
+            data["fit_uniform"] = ("time", np.asarray(self.fit_mask_uniform, dtype=np.int8))
+        coords = {"time": self.times, "step": ("time", np.arange(len(self.times))),
+                  "near_time": self.near_times, "near_step": ("near_time", np.arange(len(self.near_times)))}
+        ds = xr.Dataset(data, coords=coords)
+        ds.attrs.update(numeric_attrs({**self.measured, **self.predicted}))
         return ds
 
 
@@ -403,22 +427,24 @@ def measure_lyapunov(cfg: RunConfig, pairs: int, eps: float = 1e-4, seed: Option
         S = benettin(make_model(cfg, dtype, device), X0, cfg.T, cfg.L, gen, eps, progress)
         lam, se = endpoint_rate(S, cfg.T)
         mean, sem = mean_and_se(torch.from_numpy(S))
-        return {"lambda_1": lam, "lambda_1_se": se, "log_growth_mean": mean.numpy(), "log_growth_se": sem.numpy()}
+        return {"lambda_1": lam, "lambda_1_se": se, "log_growth_mean": mean.numpy(), "log_growth_se": sem.numpy(),
+                "log_growth": S[:PAIR_PATHS]}
     noise = make_noise(cfg)
     s_model, s_path = child_seeds(seed, 2)
     path = coupling_path(noise, tuple(X0.shape), cfg.L, s_path, dtype, device)
-    ends, curves = {}, None
+    ends, curves, first = {}, None, None
     for k in EXTRAPOLATION_LEVELS:
         n = cfg.L // k
         S = benettin(make_model(cfg, dtype, device, noise=noise), X0, cfg.T, n, make_generator(s_model, device), eps,
                      progress, path)
         ends[n] = S[:, -1] / cfg.T
         curves = curves or mean_and_se(torch.from_numpy(S))
+        first = S[:PAIR_PATHS] if first is None else first
     lam, err = richardson({n: float(v.mean()) for n, v in ends.items()})
     per_pair = richardson(ends)[0]  # the same linear combination, pair by pair
     return {"lambda_1": lam, "lambda_1_se": float(per_pair.std(ddof=1) / math.sqrt(pairs)),
             "lambda_1_extrap_err": err, "lambda_1_steps": {str(n): float(v.mean()) for n, v in ends.items()},
-            "log_growth_mean": curves[0].numpy(), "log_growth_se": curves[1].numpy()}
+            "log_growth_mean": curves[0].numpy(), "log_growth_se": curves[1].numpy(), "log_growth": first}
 
 
 def energy_paths(cfg: RunConfig, init: InitConfig, seed: int, progress: bool = False) -> np.ndarray:
@@ -540,4 +566,5 @@ def run_sync(cfg: SyncConfig, progress: bool = False) -> SyncResult:
         fit_mask_uniform=mask,
         provenance=provenance(device),
         elapsed_s=time.perf_counter() - start,
+        log_growth_pairs=lyap["log_growth"],
     )

@@ -26,6 +26,7 @@ from typing import Any, ClassVar
 import h5netcdf
 import xarray as xr
 
+from .names import describe, numeric_attrs
 from .store import write_json
 from .outputs import free_bytes, open_input, write_error, writing
 from ..core.validation import validated
@@ -105,22 +106,31 @@ class Result:
     def to_dict(self) -> dict:  # pragma: no cover - interface
         raise NotImplementedError
 
+    def names(self) -> dict[str, dict[str, str]]:
+        """The dataset's own names (``long_name`` and ``units``) beside the shared table
+        [`NAMES`][stochformer.io.names.NAMES] (none by default)."""
+        return {}
+
     def record(self) -> dict:
         """``config.json``: command, config, seed, versions, device, run time (and ``meta``)."""
         return run_record(self.command, self.config, self.provenance, self.elapsed_s, **getattr(self, "meta", {}))
 
     def to_dataset(self) -> xr.Dataset:
-        """The labelled data with the run record in its attributes (JSON strings where nested)."""
-        ds = self._dataset().copy()
+        """The labelled data (every variable and coordinate described, every dim indexed:
+        [`describe`][stochformer.io.names.describe]) with the run record in its attributes: numbers as
+        numbers (the seed an integer, uint64 above 2⁶³ − 1), nested values as JSON strings, None left
+        out ([`attr_value`][stochformer.io.names.attr_value])."""
+        ds = describe(self._dataset().copy(), self.names())
+        ds.attrs = numeric_attrs(ds.attrs)
         rec = self.record()
-        ds.attrs.update({
+        ds.attrs.update(numeric_attrs({
             "command": self.command,
             "config": json.dumps(rec["config"]),
-            "seed": "none" if rec["seed"] is None else str(rec["seed"]),
+            "seed": rec["seed"],
             "versions": json.dumps(rec["versions"]),
             "device": str(rec["device"]),
             "elapsed_s": float(rec["elapsed_s"]),
-        })
+        }))
         return ds
 
     def save(self, folder: Path | str) -> None:

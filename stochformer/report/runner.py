@@ -32,6 +32,7 @@ from ..config import ConfigError, ExperimentConfig, RunConfig, build_config, loa
 from ..core.extras import MissingExtraError
 from ..io.store import ResultStore, atomic_write_bytes, config_key, source_hash, to_jsonable, write_json
 from ..io.outputs import WriteError, check_output_folder, own_folder, remove_own, remove_own_files, tracking
+from ..io.names import describe
 from ..io.results import DATASET, write_dataset
 from ..core.runtime import provenance
 from . import sections  # noqa: F401  (registers the sections)
@@ -254,7 +255,29 @@ def report_dataset(report: dict) -> xr.Dataset:
     ds = xr.Dataset(data, coords={"section": np.array([r["name"] for r in records], dtype=str)})
     ds.attrs.update(command="reproduce", report=json.dumps(to_jsonable(header)),
                     records=json.dumps(to_jsonable([{**r, "comparisons": []} if "comparisons" in r else r for r in records])))
-    return ds
+    return describe(ds, REPORT_NAMES)
+
+
+#: the report dataset's own names ([`describe`][stochformer.io.names.describe]; labels carry units "1" too)
+REPORT_NAMES: dict[str, dict[str, str]] = {
+    "section": {"long_name": "section of the report", "units": "1"},
+    "row": {"long_name": "comparison row", "units": "1"},
+    "status": {"long_name": "status of the section", "units": "1"},
+    "row_section": {"long_name": "section of the comparison row", "units": "1"},
+    "ci_low": {"long_name": "lower end of the measured value's 95% interval", "units": "those of the row's quantity"},
+    "ci_high": {"long_name": "upper end of the measured value's 95% interval", "units": "those of the row's quantity"},
+    "has_ci": {"long_name": "whether the row has a 95% interval", "units": "1"},
+    "predicted": {"long_name": "predicted value", "units": "those of the row's quantity"},
+    "measured": {"long_name": "measured value", "units": "those of the row's quantity"},
+    "tol": {"long_name": "tolerance of the verdict rule", "units": "those of the row's quantity"},
+    "alternative": {"long_name": "the alternative the rule tells apart from the prediction", "units": "those of the row's quantity"},
+    "reach": {"long_name": "the largest value the observable can show (bound rows)", "units": "those of the row's quantity"},
+    "n": {"long_name": "samples behind the standard error (Student's t)", "units": "1"},
+    "quantity": {"long_name": "quantity compared", "units": "1"},
+    "rule": {"long_name": "verdict rule", "units": "1"},
+    "note": {"long_name": "note", "units": "1"},
+    "verdict": {"long_name": "verdict", "units": "1"},
+}
 
 
 def report_json(ds: xr.Dataset) -> dict:
