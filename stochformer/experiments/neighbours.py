@@ -1,0 +1,168 @@
+r"""Neighbouring models beside the paper's common noise (SPEC §7; docs/neighbours.md): measured
+quantities for random quadratic forms on the sphere and for independent noise on every token.
+
+- **Random quadratic forms** (Engel & Shalova; Shalova): two tokens driven by one
+  [`QuadraticField`][stochformer.model.quadratic.QuadraticField]; the distance of a token to the
+  random attractor is the angle θ to the other token of the pair (forced: the single attracting
+  point) or min(θ, π − θ) (unforced: the antipodal pair), since the overlap of two tokens is a
+  Markov process of its own and the attractor's point at time t is, in law, a token started
+  independently (a uniform point). Measured: E dist(X_t, A) ± SE beside the exact value
+  ([`theory.evolution.expectation`][stochformer.theory.evolution.expectation] on the
+  [`PairDiffusion`][stochformer.theory.pair.PairDiffusion] of the field's pair kernel) and the
+  published bounds (π/√2) e^{−t/2} and π e^{−λ_γ t}, λ_γ = 2γ²(n − 1)/(γ² + 4).
+- **Independent noise**: pairs driven by one [`ExactField`][stochformer.model.noise.ExactField] or by
+  [`IndependentField`][stochformer.model.independent.IndependentField] with the same κ: E z_T ± SE
+  beside the exact common-noise value and the independent one z₀ e^{−(d−1)κ(1)T}.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import numpy as np
+import torch
+
+from ..core.sphere import uniform
+from ..core.validation import Cosine, NonNegativeFloat, PositiveFloat, PositiveInt, Seed, validated
+from ..integrate import SaveAt, solve
+from ..measure.stats import mean_and_se
+from ..model.independent import IndependentField
+from ..model.kernel import NoiseKernel
+from ..model.noise import ExactField, NoiseSource
+from ..model.quadratic import QuadraticField
+from ..model.sde import LimitSDE
+from ..theory.evolution import expectation
+from ..theory.pair import PairDiffusion
+
+
+def forcing_rate(gamma: float, n: float) -> float:
+    """λ_γ = 2γ²(n − 1)/(γ² + 4), the rate of the forced bound E dist ≤ π e^{−λ_γ t}."""
+    return 2.0 * gamma**2 * (n - 1) / (gamma**2 + 4.0)
+
+
+def unforced_bound(t: np.ndarray) -> np.ndarray:
+    """(π/√2) e^{−t/2}, the bound on E dist(X_t, A) without forcing."""
+    return math.pi / math.sqrt(2.0) * np.exp(-0.5 * np.asarray(t, float))
+
+
+def forced_bound(t: np.ndarray, gamma: float, n: float) -> np.ndarray:
+    """π e^{−λ_γ t} with λ_γ = `forcing_rate` (γ, n)."""
+    return math.pi * np.exp(-forcing_rate(gamma, n) * np.asarray(t, float))
+
+
+def quadratic_generator(z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The coefficients of L₀ f = −2z(1−z²) f′ + 2(1−z²)² f″ (drift, ½ · diffusion) at cosines z."""
+    z = np.asarray(z, float)
+    return -2.0 * z * (1 - z * z), 2.0 * (1 - z * z) ** 2
+
+
+def pair_start(pairs: int, d: int, z0: Optional[float], seed: int) -> torch.Tensor:
+    """Two tokens per sample (pairs, 2, d): independent uniform points (z0 None) or e₁ and
+    z0 e₁ + √(1 − z0²) e₂ (the laws used are rotation invariant)."""
+    if z0 is None:
+        return uniform(pairs, 2, d, seed=seed)
+    X = torch.zeros(pairs, 2, d, dtype=torch.float64)
+    X[:, 0, 0] = 1.0
+    X[:, 1, 0] = z0
+    X[:, 1, 1] = math.sqrt(max(0.0, 1.0 - z0 * z0))
+    return X
+
+
+def _angles(X: torch.Tensor) -> dict[str, torch.Tensor]:
+    """θ = 2 arcsin(|x − y|/2), π − θ = 2 arcsin(|x + y|/2) (accurate near both ends) and z."""
+    x, y = X[:, 0], X[:, 1]
+    return {"theta": 2 * torch.asin(((x - y).norm(dim=-1) / 2).clamp(max=1.0)),
+            "anti": 2 * torch.asin(((x + y).norm(dim=-1) / 2).clamp(max=1.0)),
+            "z": (x * y).sum(-1)}
+
+
+def simulate_pairs(noise: NoiseSource, X0: torch.Tensor, T: float, steps: int, at: Sequence[int],
+                   seed: int) -> dict[str, np.ndarray]:
+    """θ, π − θ and z of each pair at the steps ``at``: arrays (pairs, len(at)), stepped by
+    [`solve`][stochformer.solve] on a [`LimitSDE`][stochformer.model.sde.LimitSDE] (Stratonovich Heun)
+    with ``noise``."""
+    out = solve(LimitSDE(noise=noise), X0, T=T, steps=steps, seed=seed,
+                save=SaveAt(at=list(at), stats=(), final=False, fn=_angles))
+    return {k: out[k].values for k in ("theta", "anti", "z")}
+
+
+def angle(w: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """θ = 2 arcsin √(w/2) from w = 1 − z (and y = 1 + z, unused): the angle, accurate near z = 1
+    (the form [`expectation`][stochformer.theory.evolution.expectation] takes with ``distances``)."""
+    return 2 * np.arcsin(np.sqrt(np.clip(w / 2, 0.0, 1.0)))
+
+
+def antipodal_angle(w: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """min(θ, π − θ) from w = 1 − z and y = 1 + z: the distance to the antipodal pair {±y}."""
+    return np.minimum(angle(w, y), angle(y, w))
+
+
+@dataclass(frozen=True)
+class AttractorCheck:
+    """E dist(X_t, A) at ``times`` (t,): ``mean`` ± ``se`` over ``pairs`` simulated pairs, the exact
+    ``exact`` (Kolmogorov equation of the pair kernel) and ``bound`` (the published one; forced:
+    with n = d, the reading of docs/neighbours.md); ``z`` the z-scores (mean − exact)/se."""
+
+    d: int
+    gamma: float
+    times: np.ndarray
+    mean: np.ndarray
+    se: np.ndarray
+    exact: np.ndarray
+    bound: np.ndarray
+    pairs: int
+
+    @property
+    def z(self) -> np.ndarray:
+        return (self.mean - self.exact) / self.se
+
+
+@validated
+def attractor_distance(d: PositiveInt = 3, gamma: NonNegativeFloat = 0.0, T: PositiveFloat = 6.0,
+                       steps: PositiveInt = 600, points: PositiveInt = 3, pairs: PositiveInt = 8000,
+                       z0: Optional[Cosine] = 0.0, seed: Seed = 0) -> AttractorCheck:
+    """E dist(X_t, A) at ``points`` equally spaced times up to T for random quadratic forms with
+    forcing γ (module docstring): from z0 (None: independent uniform tokens)."""
+    at = [round(steps * (k + 1) / points) for k in range(points)]
+    times = np.array(at, float) * T / steps
+    sim = simulate_pairs(QuadraticField(gamma), pair_start(pairs, d, z0, seed), T, steps, at, seed + 1)
+    dist = sim["theta"] if gamma > 0 else np.minimum(sim["theta"], sim["anti"])
+    mean, se = mean_and_se(dist, axis=0)
+    pair = PairDiffusion(QuadraticField(gamma).pair_kernel(d))
+    exact = expectation(pair, angle if gamma > 0 else antipodal_angle, times, z0=z0, distances=True)
+    bound = forced_bound(times, gamma, d) if gamma > 0 else unforced_bound(times)
+    return AttractorCheck(d, float(gamma), times, np.asarray(mean), np.asarray(se), np.asarray(exact), bound, pairs)
+
+
+@dataclass(frozen=True)
+class ContrastCheck:
+    """E z_T ± SE for pairs from z0 under the common field (``common``) and independent fields
+    (``independent``) of one kernel, beside the exact values ``common_exact`` (the pair diffusion)
+    and ``independent_exact`` = z0 e^{−(d−1)κ(1)T}; ``lambda_1`` of the kernel (SPEC §5)."""
+
+    d: int
+    T: float
+    common: tuple[float, float]
+    independent: tuple[float, float]
+    common_exact: float
+    independent_exact: float
+    lambda_1: float
+
+
+@validated
+def independent_contrast(kernel: NoiseKernel, T: PositiveFloat = 4.0, steps: PositiveInt = 400,
+                         pairs: PositiveInt = 4000, z0: Cosine = 0.5, seed: Seed = 0) -> ContrastCheck:
+    """The overlap E z_T of two tokens driven by one field and by independent fields of ``kernel``."""
+    d = kernel.d
+    X0 = pair_start(pairs, d, z0, seed)
+    res = []
+    for noise in (ExactField(kernel), IndependentField(kernel)):
+        z = simulate_pairs(noise, X0, T, steps, [steps], seed + 1)["z"][:, 0]
+        m, s = mean_and_se(z)
+        res.append((float(m), float(s)))
+    pair = PairDiffusion(kernel)
+    exact = float(expectation(pair, lambda z: z, [T], z0=z0)[0])
+    indep = z0 * math.exp(-(d - 1) * kernel.kappa1 * T)
+    return ContrastCheck(d, float(T), res[0], res[1], exact, indep, float(pair.lambda_1))

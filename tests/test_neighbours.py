@@ -1,0 +1,238 @@
+"""Neighbouring models (docs/neighbours.md): random quadratic forms on the sphere (Engel & Shalova;
+Shalova) and independent noise on every token, against their published or exact predictions.
+
+Statistical tests fix their seed and accept |mean − prediction| <= Z_TOL standard errors; each has
+a companion in which a wrong prediction or a wrong model is rejected by the same rule."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import stochformer as sf
+from stochformer.core.brownian import Draws
+from stochformer.experiments.neighbours import (
+    antipodal_angle,
+    angle,
+    attractor_distance,
+    forced_bound,
+    forcing_rate,
+    independent_contrast,
+    pair_start,
+    quadratic_generator,
+    simulate_pairs,
+    unforced_bound,
+)
+from stochformer.model.independent import IndependentField
+from stochformer.model.quadratic import QuadraticField
+from stochformer.theory import PairDiffusion
+from stochformer.theory.evolution import PairChain, expectation
+
+#: accepted |z-score| of a statistical test
+Z_TOL = 4.5
+
+
+def _pair_coefficients(kernel: sf.NoiseKernel, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """b(z) and ½ s(z) of SPEC §8's pair diffusion for ``kernel`` (computed here from κ)."""
+    d, k1 = kernel.d, kernel.kappa1
+    kz = kernel.kappa(torch.as_tensor(z)).numpy()
+    return kz * (d - 2 + z * z) - (d - 1) * k1 * z, (1 - z * z) * (k1 - z * kz)
+
+
+# ----------------------------------------------------------------------------- the model piece
+
+
+@pytest.mark.parametrize("gamma", [0.0, 0.7])
+def test_quadratic_increment_is_symmetrised_matrix_times_token(gamma):
+    """Pathwise: the increment is X (ΔB + ΔBᵀ)/√2 + γ ΔW from the step's normals (d + 1, d)."""
+    d, dt = 4, 0.01
+    X = sf.sphere.uniform(batch=3, N=5, d=d, seed=1)
+    out = QuadraticField(gamma).increment(X, dt, Draws(torch.Generator().manual_seed(7)))
+    xi = torch.randn(3, d + 1, d, generator=torch.Generator().manual_seed(7), dtype=torch.float64)
+    dB = math.sqrt(dt) * xi[:, :d]
+    dQ = (dB + dB.transpose(-1, -2)) / math.sqrt(2)
+    ref = torch.einsum("bij,bnj->bni", dQ, X) + gamma * math.sqrt(dt) * xi[:, d:]
+    assert torch.allclose(out, ref, atol=1e-15)
+
+
+def test_quadratic_field_covariance():
+    """E[ΔW(x) ΔW(y)ᵀ]/dt = (⟨x, y⟩ + γ²) I + y xᵀ (10⁵ draws, every entry within Z_TOL SE); the
+    isotropic covariance (⟨x, y⟩ + γ²) I of an unsymmetrised matrix field is rejected."""
+    d, gamma, n = 3, 0.5, 100_000
+    X = torch.tensor([[[1.0, 0.0, 0.0], [0.6, 0.8, 0.0]]], dtype=torch.float64).expand(n, 2, d)
+    inc = QuadraticField(gamma).increment(X, 1.0, Draws(torch.Generator().manual_seed(3)))
+    prod = (inc[:, 0, :, None] * inc[:, 1, None, :]).numpy()  # (n, d, d): ΔW(x)_a ΔW(y)_b
+    mean, se = prod.mean(0), prod.std(0, ddof=1) / math.sqrt(n)
+    x, y = X[0, 0].numpy(), X[0, 1].numpy()
+    right = (x @ y + gamma**2) * np.eye(d) + np.outer(y, x)
+    wrong = (x @ y + gamma**2) * np.eye(d)
+    assert np.abs((mean - right) / se).max() < Z_TOL
+    assert np.abs((mean - wrong) / se).max() > Z_TOL
+
+
+def test_quadratic_one_point_kernel_and_pair_kernel():
+    """κ(1) = 1 + γ² for the one-point motion (the Itô correction); κ(ρ) = 2ρ + γ² for the pair."""
+    f = QuadraticField(1.5)
+    assert f.noise_kernel(5).kappa1 == pytest.approx(1 + 1.5**2, rel=1e-14)
+    rho = torch.tensor([-1.0, -0.3, 0.0, 0.4, 1.0], dtype=torch.float64)
+    assert torch.allclose(f.pair_kernel(5).kappa(rho), 2 * rho + 1.5**2, atol=1e-13)
+
+
+def test_independent_increments_are_independent_across_tokens():
+    """E[ΔW_i ΔW_jᵀ]/dt = κ(1) δ_ij I (10⁵ draws, within Z_TOL SE); ExactField's κ(⟨x_i, x_j⟩) I
+    off the diagonal is rejected."""
+    kernel, n = sf.NoiseKernel("relu", 3, scale=2.0), 100_000
+    X = torch.tensor([[[1.0, 0.0, 0.0], [0.6, 0.8, 0.0]]], dtype=torch.float64).expand(n, 2, 3)
+    inc = IndependentField(kernel).increment(X, 1.0, torch.Generator().manual_seed(4)).numpy()
+    for i, j, pred in [(0, 0, kernel.kappa1), (0, 1, 0.0)]:
+        v = inc[:, i, 0] * inc[:, j, 0]
+        m, se = v.mean(), v.std(ddof=1) / math.sqrt(n)
+        assert abs(m - pred) / se < Z_TOL
+    v = inc[:, 0, 0] * inc[:, 1, 0]
+    assert abs(v.mean() - float(kernel.kappa(0.6))) / (v.std(ddof=1) / math.sqrt(n)) > Z_TOL
+
+
+def test_independent_field_refuses_other_d():
+    with pytest.raises(ValueError, match="d = 3"):
+        sf.solve(sf.LimitSDE(noise=IndependentField(sf.NoiseKernel("relu", 3))),
+                 sf.sphere.uniform(batch=1, N=2, d=4, seed=0), T=1.0, steps=2, seed=0)
+
+
+def test_quadratic_field_refuses_negative_gamma():
+    with pytest.raises(ValueError, match="gamma"):
+        QuadraticField(-1.0)
+
+
+# ----------------------------------------------------------------------------- (A) the generator
+
+
+@settings(max_examples=40, deadline=None)
+@given(d=st.integers(2, 12), z=st.floats(-0.999, 0.999))
+def test_two_point_generator_is_L0(d, z):
+    """The pair diffusion of the pair kernel 2ρ has b = −2z(1−z²) and ½ s = 2(1−z²)² in every d;
+    a wrong drift coefficient (−z(1−z²), that of an unsymmetrised matrix field) is not it."""
+    b, half_s = _pair_coefficients(QuadraticField(0.0).pair_kernel(d), np.array([z]))
+    drift, diff = quadratic_generator(np.array([z]))
+    assert b == pytest.approx(drift, abs=1e-12) and half_s == pytest.approx(diff, abs=1e-12)
+    if abs(z) * (1 - z * z) > 1e-3:
+        assert abs(b[0] - (-z * (1 - z * z))) > 1e-4
+
+
+def test_scale_function_is_arcsin():
+    """S′ ∝ (1 − z²)^{−1/2}: P(ending antipodal | z₀) = arccos(z₀)/π, and both ends attract at
+    the exponent λ₁ = −2."""
+    pair = PairDiffusion(QuadraticField(0.0).pair_kernel(4))
+    z0 = np.array([-0.9, -0.3, 0.0, 0.5, 0.95])
+    assert np.allclose(pair.p_antipodal(z0), np.arccos(z0) / np.pi, atol=1e-8)
+    assert pair.diagonal.kind == pair.antipode.kind == "attracting"
+    assert pair.diagonal.exponent == pytest.approx(-2.0, abs=1e-10)
+
+
+def test_angle_is_a_martingale_by_simulation():
+    """dθ = 2 sin θ dB: E θ_t = θ₀ (d = 3, z₀ = 0.5, t = 0.1, 8000 pairs). The generator with the
+    drift coefficient −z(1−z²) predicts E θ_t ≈ θ₀ − t z₀√(1−z₀²) to first order: rejected."""
+    d, z0, t = 3, 0.5, 0.1
+    theta = simulate_pairs(QuadraticField(0.0), pair_start(8000, d, z0, 0), t, 40, [40], 1)["theta"][:, 0]
+    m, se = theta.mean(), theta.std(ddof=1) / math.sqrt(len(theta))
+    theta0 = math.acos(z0)
+    assert abs(m - theta0) / se < Z_TOL
+    assert abs(m - (theta0 - t * z0 * math.sqrt(1 - z0 * z0))) / se > Z_TOL
+
+
+# ----------------------------------------------------------------------------- (A) the attractors
+
+
+@pytest.fixture(scope="module")
+def unforced():
+    """E min(θ_t, π − θ_t) from the worst start z₀ = 0, d = 3, t = 2 (dt = 0.005, 2000 pairs)."""
+    return attractor_distance(d=3, gamma=0.0, T=2.0, steps=400, points=1, pairs=2000, z0=0.0, seed=0)
+
+
+def test_unforced_distance_matches_exact_law(unforced):
+    """The simulated E dist(X_t, A) agrees with the Kolmogorov equation of L₀; the law of the
+    unsymmetrised field (generator L₀/2: the exact value at t/2) is rejected."""
+    assert np.abs(unforced.z).max() < Z_TOL
+    pair = PairDiffusion(QuadraticField(0.0).pair_kernel(3))
+    half = expectation(pair, antipodal_angle, unforced.times / 2, z0=0.0, distances=True)
+    assert np.abs((unforced.mean - half) / unforced.se).min() > Z_TOL
+
+
+def test_unforced_bound_holds(unforced):
+    """E dist(X_t, A) <= (π/√2) e^{−t/2}: simulated, within Z_TOL SE, and exactly on t in (0, 12]
+    from the worst start; a bound with rate 1 fails (exactly by t = 6)."""
+    assert np.all(unforced.mean - Z_TOL * unforced.se <= unforced_bound(unforced.times))
+    pair = PairDiffusion(QuadraticField(0.0).pair_kernel(3))
+    ts = np.arange(0.5, 12.01, 0.5)
+    exact = expectation(pair, antipodal_angle, ts, z0=0.0, distances=True)
+    assert np.all(exact <= unforced_bound(ts))
+    too_fast = math.pi / math.sqrt(2) * np.exp(-ts)
+    assert np.any(exact > too_fast)
+
+
+@pytest.fixture(scope="module")
+def forced():
+    """E θ_t with forcing γ = 1 from near the antipode (z₀ = −0.99), d = 3, t = 2 (dt = 0.005, 2000 pairs)."""
+    return attractor_distance(d=3, gamma=1.0, T=2.0, steps=400, points=1, pairs=2000, z0=-0.99, seed=0)
+
+
+def test_forced_distance_matches_exact_law(forced):
+    """With forcing the antipode is an entrance point: one attracting point. Simulated E θ_t agrees
+    with the pair diffusion of κ(ρ) = 2ρ + γ²; without the forcing's one-point part (the kernel
+    2ρ + γ² with γ → 0, i.e. the unforced law) it is rejected."""
+    pair = PairDiffusion(QuadraticField(1.0).pair_kernel(3))
+    assert pair.diagonal.kind == "attracting" and pair.antipode.kind == "entrance"
+    assert np.abs(forced.z).max() < Z_TOL
+    unforced_law = expectation(PairDiffusion(QuadraticField(0.0).pair_kernel(3)), angle, forced.times, z0=-0.99,
+                               distances=True)
+    assert np.abs((forced.mean - unforced_law) / forced.se).min() > Z_TOL
+
+
+def test_forced_bound_reading_n_is_d(forced):
+    """E dist <= π e^{−λ_γ t}, λ_γ = 2γ²(n−1)/(γ²+4) with n = d (the ambient dimension): simulated
+    within Z_TOL SE; a rate 4γ²(n−1)/(γ²+4) in place of 2γ²(n−1)/(γ²+4) is rejected."""
+    assert np.all(forced.mean - Z_TOL * forced.se <= forced_bound(forced.times, 1.0, 3))
+    too_fast = math.pi * np.exp(-2 * forcing_rate(1.0, 3) * forced.times)
+    assert np.any(forced.mean - Z_TOL * forced.se > too_fast)
+
+
+@pytest.mark.parametrize("d", [2, 3, 4, 6])
+def test_forced_rate_reading_against_exact_decay(d):
+    """The exact decay rate of E θ_t (top eigenvalue of the pair chain killed at the diagonal) is
+    >= λ_γ with n = d for γ in {0.5, 1, 2, 3}, so the bound can hold with n = d; the reading
+    n = d + 1 (n the number of coordinates plus one) would claim a faster rate than the exact one
+    at γ = 1. The bound with n = d holds exactly on t in [0, 8] from z₀ = −0.999 (where
+    E θ_t > 10⁻⁶, above the chain's floor)."""
+    for gamma in (0.5, 1.0, 2.0, 3.0):
+        pair = PairDiffusion(QuadraticField(gamma).pair_kernel(d))
+        rate = -PairChain(pair).top_eigenvalues(False, True, 1)[0]
+        assert rate >= forcing_rate(gamma, d)
+        if gamma == 1.0:
+            assert rate < forcing_rate(gamma, d + 1)
+            ts = np.linspace(0.25, 8.0, 32)
+            exact = expectation(pair, angle, ts, z0=-0.999, distances=True)
+            resolved = exact > 1e-6
+            assert resolved.sum() >= 8 and np.all(exact[resolved] <= forced_bound(ts[resolved], gamma, d))
+
+
+# ----------------------------------------------------------------------------- (B) independent noise
+
+
+@pytest.mark.parametrize("d", [2, 3])
+def test_independent_noise_does_not_synchronise(d):
+    """ReLU κ (noise scale 2, λ₁ < 0), pairs from z₀ = 0.5, T = 4 (1000 pairs): under the common
+    field E z_T agrees with the exact pair diffusion (tokens synchronise, E z_T → 1); under
+    independent fields E z_T = z₀ e^{−(d−1)κ(1)T} (they decorrelate). Swapping the two predictions
+    is rejected."""
+    c = independent_contrast(sf.NoiseKernel("relu", d, scale=2.0), T=4.0, steps=400, pairs=1000, z0=0.5, seed=d)
+    assert c.lambda_1 < 0
+    (mc, sc), (mi, si) = c.common, c.independent
+    assert abs(mc - c.common_exact) / sc < Z_TOL
+    assert abs(mi - c.independent_exact) / si < Z_TOL
+    assert abs(mc - c.independent_exact) / sc > Z_TOL
+    assert abs(mi - c.common_exact) / si > Z_TOL
+    assert c.common_exact > 0.6 and abs(c.independent_exact) < 0.02
