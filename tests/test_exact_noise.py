@@ -58,10 +58,10 @@ def test_kappa_prime_beyond_float64_names_itself():
 def test_lambda_bar_prime_where_the_grid_matters():
     """λ̄' = −min(min F(u), −λ̄) over u = −1 + 2s, s on ``grid`` points of [0, 1) (4001 by default),
     and u = 1 − 10^(−t), t on 200 points of [1, 7], all in float64, for a kernel whose F has an
-    interior minimum (φ = tanh(5x), d = 3, σ_U = 1, 24 quadrature points; F is lowest near
-    u = 0.965): on a coarse grid the minimum is one of the points towards 1, on finer ones a point
-    of the uniform grid (the last one for grid = 58)."""
-    k = NoiseKernel(lambda x: torch.tanh(5 * x), 3, 1.0, quad_points=24)
+    interior minimum (φ = tanh(5x), d = 3, σ_U = 0.8, 24 Gauss–Hermite points: v = 0.97, below the
+    Mehler threshold; F is lowest near u = 0.98): on coarse grids the minimum is one of the points
+    towards 1, on the default grid a point of the uniform grid."""
+    k = NoiseKernel(lambda x: torch.tanh(5 * x), 3, 0.8, quad_points=24)
     lam_bar = first_moment_rate(k.kappa1, k.kappa1_prime, 3)
     for grid in (3, 58, 4001):
         s = torch.linspace(0.0, 1.0, grid, dtype=F64)[:-1]

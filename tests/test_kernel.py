@@ -252,3 +252,43 @@ def test_rates_cli_rejects_bad_input(field, value):
     """The same fields and the same one-line error as every command (``--set FIELD=VALUE``)."""
     res = CliRunner().invoke(main, ["rates", "--set", f"{field}={value}"])
     assert res.exit_code == 2 and f"invalid configuration: {field}:" in res.output, res.output
+
+
+def test_quadrature_route_is_accurate_at_large_variance():
+    """Above MEHLER_VARIANCE the kernel of an activation without a closed form is Mehler's series
+    Σ a_n² r^n (model.kernel): where 2-D Gauss–Hermite is converged (v < 1, 150 nodes per axis)
+    the two agree to 1e-12; at v = 25 (tanh, d = 4, gain 10) it matches an adaptive 2-D quadrature
+    (scipy's dblquad, tolerance 1e-11) to 1e-7, where the old 64-node Gauss–Hermite rule is off by
+    more than 1e-3; and κ(1), κ'(1) equal the 1-D moments of ``moments_at_one`` to 1e-12."""
+    import scipy.integrate
+
+    import stochformer.model.kernel as kernel_module
+
+    rho = torch.linspace(-1, 1, 9, dtype=torch.float64)
+    old = kernel_module.MEHLER_VARIANCE
+    try:
+        kernel_module.MEHLER_VARIANCE = 0.0  # the series everywhere
+        series = NoiseKernel("tanh", 2, 0.6, 0.1)
+        mehler = (series.kappa(rho), series.kappa_prime(rho))
+        kernel_module.MEHLER_VARIANCE = math.inf  # Gauss–Hermite everywhere
+        gh = NoiseKernel("tanh", 2, 0.6, 0.1, quad_points=150)
+        for a, b in zip(mehler, (gh.kappa(rho), gh.kappa_prime(rho))):
+            torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
+        coarse = NoiseKernel("tanh", 4, gain=10.0).kappa(rho)
+    finally:
+        kernel_module.MEHLER_VARIANCE = old
+    k = NoiseKernel("tanh", 4, gain=10.0)
+    assert k.variance > kernel_module.MEHLER_VARIANCE
+    points = (-0.5, 0.5, 0.99)
+    values = k.kappa(torch.tensor(points, dtype=torch.float64))
+    v, s = k.variance, math.sqrt(k.variance)
+    for r, value in zip(points, values.tolist()):
+        c = 100.0 * r / 4
+        t = math.sqrt(v - c * c / v)
+        ref = scipy.integrate.dblquad(lambda z2, z1: math.tanh(s * z1) * math.tanh(c / s * z1 + t * z2)
+                                      * math.exp(-(z1 * z1 + z2 * z2) / 2) / (2 * math.pi),
+                                      -10, 10, -10, 10, epsabs=1e-11, epsrel=1e-11)[0]
+        assert abs(value - ref) < 1e-7, (r, value, ref)
+    assert float((coarse - k.kappa(rho)).abs().max()) > 1e-3
+    k1, k1p = k.moments_at_one
+    assert abs(k.kappa1 - k1) < 1e-12 and abs(k.kappa1_prime - k1p) < 1e-12

@@ -8,8 +8,9 @@ SPEC §2: ``E[G(x) G(y)ᵀ] = κ(⟨x,y⟩) I_d`` with
 where s is the overall noise scale (``noise_scale``, default 1) and g the gain (``gain``, default
 1): the std of the inner weights U, which have variance g² (SPEC §8, the order-to-chaos
 transition; docs/theory.md). By Price's theorem ``κ'(ρ) = (s² g²/d) E[φ'(V₁) φ'(V₂)]``. Closed forms are used for relu, leaky_relu, linear and erf;
-everything else (and any callable) goes through tensor-product Gauss–Hermite quadrature, with φ'
-from autograd.
+everything else (and any callable) goes through tensor-product Gauss–Hermite quadrature for a
+pre-activation variance v ≤ 1 and Mehler's Hermite series above (accurate at any v), with φ' from
+autograd.
 
 SPEC §5: λ₁ = ((d−3)/2) κ' − ((d−1)/2) κ, λ̄ = (d−1) κ' − (d−3) κ, and Theorem 1.4's
 λ̄' = −inf_{u∈[−1,1)} F(u). SPEC §8 (derived, docs/spectrum.md): the whole Lyapunov spectrum of one
@@ -66,6 +67,10 @@ CLOSED_FORMS = ("relu", "leaky_relu", "linear", "erf")
 #: the composite rule of [`NoiseKernel.moments_at_one`][stochformer.model.kernel.NoiseKernel.moments_at_one]: its largest panel width (in x) and panel
 #: count (the panels widen beyond v ≈ 10⁵)
 DIAGONAL_PANEL, DIAGONAL_PANELS = 0.5, 1 << 15
+#: above this pre-activation variance v the quadrature route takes the Hermite (Mehler) series, at
+#: most ``MEHLER_TERMS`` terms, instead of 2-D Gauss–Hermite, whose central nodes are ≈ 0.28√v
+#: apart: too coarse for φ's own scale 1 once v ≫ 1 (tanh at d = 4, g = 10: κ'(1) off by 2×)
+MEHLER_VARIANCE, MEHLER_TERMS = 1.0, 4096
 
 #: token dimensions of a kernel
 _Dim = Annotated[int, Int(2, INT_MAX)]
@@ -185,6 +190,49 @@ class NoiseKernel:
             out[start : start + rows] = ((f1[:, None] * f(v2)) * ww).sum(dim=(-1, -2))
         return out.reshape(rho.shape)
 
+    def _hermite_coefficients(self, f) -> tuple[torch.Tensor, float]:
+        """a_n = E[f(√v Z) h_n(Z)], n = 0..N (h_n = He_n/√n!, orthonormal for N(0, 1)) and the mass
+        E[f(√v Z)²] − Σ a_n² left beyond N: composite Gauss–Legendre in z over |z| ≤ 10 (panels of
+        width ≤ min(0.05, 0.5/√v), an edge at the kink z = 0), h_n by its three-term recurrence;
+        N grows until the mass left is below 10⁻¹⁵ E[f²] or reaches ``MEHLER_TERMS``."""
+        sv = math.hypot(self.gain / math.sqrt(self.d), self.sigma_U)
+        width = min(0.05, 0.5 / sv)
+        panels = 2 * math.ceil(10.0 / width)
+        edges = torch.linspace(-10.0, 10.0, panels + 1, dtype=_F64)
+        z0, w0 = (torch.as_tensor(t, dtype=_F64) for t in np.polynomial.legendre.leggauss(16))
+        mid, half = (edges[1:] + edges[:-1]) / 2, (edges[1:] - edges[:-1]) / 2
+        z = (mid[:, None] + half[:, None] * z0[None, :]).reshape(-1)
+        fw = f(sv * z) * (half[:, None] * w0[None, :]).reshape(-1) * torch.exp(-0.5 * z * z) / math.sqrt(2 * math.pi)
+        total = float((f(sv * z) * fw).sum())
+        coeffs, h_prev, h = [float(fw.sum())], torch.zeros_like(z), torch.ones_like(z)
+        left = total - coeffs[0] ** 2
+        for n in range(1, MEHLER_TERMS + 1):
+            h_prev, h = h, (z * h - math.sqrt(n - 1) * h_prev) / math.sqrt(n)
+            coeffs.append(float((fw * h).sum()))
+            left -= coeffs[-1] ** 2
+            if left <= 1e-15 * abs(total):
+                break
+        return torch.tensor(coeffs, dtype=_F64), max(left, 0.0)
+
+    @cached_property
+    def _mehler_terms(self) -> dict[str, tuple[torch.Tensor, float]]:
+        """The Hermite coefficients of φ and φ' (computed on first use)."""
+        return {}
+
+    def _mehler_expectation(self, which: str, rho: torch.Tensor) -> torch.Tensor:
+        """E[f(V₁) f(V₂)] = Σ_n a_n² r^n (Mehler's formula, r = c(ρ)/v) for f = φ or φ' (``which``),
+        with the mass left beyond the last term N added as left · r^{N+1}: exact at r = 1, and
+        within left · |r|^{N+1} elsewhere."""
+        if which not in self._mehler_terms:
+            f = get_activation(self.activation) if which == "phi" else self._phi_prime
+            self._mehler_terms[which] = self._hermite_coefficients(f)
+        a, left = self._mehler_terms[which]
+        a = a.to(rho.device)
+        r = self._corr(rho.reshape(-1))[:, None]
+        n = torch.arange(a.numel(), dtype=_F64, device=rho.device)
+        out = (a * a * r ** n).sum(-1) + left * r[:, 0] ** a.numel()
+        return out.reshape(rho.shape)
+
     def _diagonal_expectation(self, f) -> float:
         """E[f(V)²], V ~ N(0, v), by composite Gauss–Legendre in x: 16 nodes on panels of width at
         most ``DIAGONAL_PANEL`` (the activation's own scale 1, a panel edge at the kink x = 0) over
@@ -211,11 +259,9 @@ class NoiseKernel:
         1-D expectations s²(E[φ(V)²] + σ_W²) and (s² g²/d) E[φ'(V)²] by a composite rule
         (`_diagonal_expectation`; within 1e-10 of scipy's adaptive quadrature, tests/test_gain.py).
 
-        The quadrature route's [`kappa`][stochformer.model.kernel.NoiseKernel.kappa] (2-D Gauss–Hermite, ``quad_points`` nodes per axis, kept
-        so that κ(ρ) and κ(1) are one consistent kernel) spaces its central nodes ≈ 0.28 √v apart:
-        for v ≫ 1 and a saturating φ it is not the Gaussian MLP's kernel (tanh at d = 4, g = 10:
-        its κ'(1) is half the true one). [`gain_exponent`][stochformer.model.kernel.gain_exponent] and [`critical_gain`][stochformer.model.kernel.critical_gain] use these
-        moments."""
+        Above ``MEHLER_VARIANCE`` the kernel's own κ(1), κ'(1) (Mehler's series) equal these to 1e-12;
+        [`gain_exponent`][stochformer.model.kernel.gain_exponent] and
+        [`critical_gain`][stochformer.model.kernel.critical_gain] use these moments."""
         name = self.activation if isinstance(self.activation, str) else None
         if name in CLOSED_FORMS:
             return self.kappa1, self.kappa1_prime
@@ -247,6 +293,8 @@ class NoiseKernel:
             base = self._cov(rho)
         elif name == "erf":
             base = (2 / math.pi) * torch.arcsin(self._erf_ratio(rho))
+        elif self.variance > MEHLER_VARIANCE:
+            base = self._mehler_expectation("phi", rho)
         else:
             base = self._gauss_expectation(get_activation(self.activation), rho)
         return self._finite(self.scale * self.scale * (base + self.sigma_W * self.sigma_W), "kappa")
@@ -272,6 +320,8 @@ class NoiseKernel:
             near = torch.sqrt(1 + 2 * g2 * (1 - rho) / self.d)
             far = torch.hypot(torch.sqrt(1 + 2 * g2 * (1 + rho) / self.d), torch.as_tensor(2 * self.sigma_U, dtype=_F64))
             base = (4 / math.pi) / (near * far)
+        elif self.variance > MEHLER_VARIANCE:
+            base = self._mehler_expectation("phi_prime", rho)
         else:
             base = self._gauss_expectation(self._phi_prime, rho)
         return self._finite(self.scale * self.scale * base * self._g2 / self.d, "kappa_prime")
