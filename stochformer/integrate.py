@@ -399,7 +399,7 @@ def _first_step(model: Any, X: Any, X0: torch.Tensor, on_sphere: bool, cause: An
 
 #: what the dataset's own variables and coordinates are (``long_name`` and ``units``, CF style:
 #: xarray's ``.plot()`` labels its axes with them): the shared table of every dataset
-#: ([`NAMES`][stochformer.io.names.NAMES]); cosines and energies are dimensionless ("1")
+#: (`NAMES`); cosines and energies are dimensionless ("1")
 DESCRIPTIONS: dict[str, dict[str, str]] = NAMES
 
 

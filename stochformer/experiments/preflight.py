@@ -92,7 +92,7 @@ def _step(cfg: RunConfig, batch: int, N: int) -> tuple[dict[str, float], float]:
             terms["N or batch (or noise = 'random_features')"] = 8.0 * s * B * N * N
             flops += 10.0 * B * N**3
         else:
-            terms["features or batch"] = 2.0 * s * B * (N + d) * M
+            terms["features or batch"] = 1.0 * s * B * (N + d) * M  # the fused increment keeps one feature buffer
             flops += 4.0 * B * N * M * d
     return terms, flops
 

@@ -1,6 +1,6 @@
 """The names of every dataset stochformer writes: one table, CF-style descriptions.
 
-[`NAMES`][stochformer.io.names.NAMES] is the one naming scheme of the datasets of ``solve`` and of every command
+`NAMES` is the one naming scheme of the datasets of ``solve`` and of every command
 (``simulate``, ``sync``, ``phase``, ``sweep``, ``converge``, ``chaos``, ``bridge``, ``spectrum``
 and the report): the same quantity or dim has the same name everywhere, with a ``long_name`` and
 ``units`` ("1" for a dimensionless number; times are in the units of the horizon T, rates per unit
@@ -79,7 +79,7 @@ SUFFIXES: dict[str, str] = {
 
 def description(name: str, own: Mapping[str, Mapping[str, str]] = {}) -> Optional[dict[str, str]]:
     """``{"long_name", "units"}`` of ``name``: from ``own`` (a dataset's own names), then
-    [`NAMES`][stochformer.io.names.NAMES], then as a suffix of [`SUFFIXES`][stochformer.io.names.SUFFIXES] on a name found so (``energy_near_se``:
+    `NAMES`, then as a suffix of [`SUFFIXES`][stochformer.io.names.SUFFIXES] on a name found so (``energy_near_se``:
     the standard error of ``energy_near``; an SE of a mean keeps the mean's units); None if unknown."""
     for table in (own, NAMES):
         if name in table:
@@ -94,7 +94,7 @@ def description(name: str, own: Mapping[str, Mapping[str, str]] = {}) -> Optiona
 
 def axis_description(field: str, model: Any = None) -> dict[str, str]:
     """The description of a config field used as an axis (a sweep's or the phase diagram's): from
-    [`NAMES`][stochformer.io.names.NAMES], else the field's own description in ``model`` (a pydantic model class, e.g.
+    `NAMES`, else the field's own description in ``model`` (a pydantic model class, e.g.
     [`RunConfig`][stochformer.config.RunConfig]; a dotted name ``init.spread`` by its last part), else
     "config field <name>"; units "1" unless the table says otherwise."""
     if field in NAMES:

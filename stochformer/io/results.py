@@ -108,7 +108,7 @@ class Result:
 
     def names(self) -> dict[str, dict[str, str]]:
         """The dataset's own names (``long_name`` and ``units``) beside the shared table
-        [`NAMES`][stochformer.io.names.NAMES] (none by default)."""
+        `NAMES` (none by default)."""
         return {}
 
     def record(self) -> dict:
