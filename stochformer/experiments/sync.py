@@ -368,7 +368,7 @@ class SyncResult(Result):
     def _dataset(self) -> xr.Dataset:
         """Curves (sample mean and SE) over ``time`` (with ``step``) and ``near_time`` (with
         ``near_step``); ``log_growth``: (pair, time), the cumulative log-distance of the first
-        [`PAIR_PATHS`][stochformer.experiments.sync.PAIR_PATHS] pairs (of the run at L steps); the rates and predictions as attributes
+        `PAIR_PATHS` pairs (of the run at L steps); the rates and predictions as attributes
         (None ones left out)."""
         data = {
             "log_growth_mean": ("time", self.log_growth[0]), "log_growth_se": ("time", self.log_growth[1]),

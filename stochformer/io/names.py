@@ -79,7 +79,7 @@ SUFFIXES: dict[str, str] = {
 
 def description(name: str, own: Mapping[str, Mapping[str, str]] = {}) -> Optional[dict[str, str]]:
     """``{"long_name", "units"}`` of ``name``: from ``own`` (a dataset's own names), then
-    `NAMES`, then as a suffix of [`SUFFIXES`][stochformer.io.names.SUFFIXES] on a name found so (``energy_near_se``:
+    `NAMES`, then as a suffix of `SUFFIXES` on a name found so (``energy_near_se``:
     the standard error of ``energy_near``; an SE of a mean keeps the mean's units); None if unknown."""
     for table in (own, NAMES):
         if name in table:
