@@ -70,7 +70,9 @@ DIAGONAL_PANEL, DIAGONAL_PANELS = 0.5, 1 << 15
 #: above this pre-activation variance v the quadrature route takes the Hermite (Mehler) series, at
 #: most ``MEHLER_TERMS`` terms, instead of 2-D Gauss–Hermite, whose central nodes are ≈ 0.28√v
 #: apart: too coarse for φ's own scale 1 once v ≫ 1 (tanh at d = 4, g = 10: κ'(1) off by 2×)
-MEHLER_VARIANCE, MEHLER_TERMS = 1.0, 4096
+#: (up to v = ``MEHLER_MAX_VARIANCE``: beyond it its panels, 0.5/√v wide, are too many, and
+#: Gauss–Hermite is kept, where a bounded φ is its limiting sign function at the nodes)
+MEHLER_VARIANCE, MEHLER_TERMS, MEHLER_MAX_VARIANCE = 1.0, 4096, 1e4
 
 #: token dimensions of a kernel
 _Dim = Annotated[int, Int(2, INT_MAX)]
@@ -293,7 +295,7 @@ class NoiseKernel:
             base = self._cov(rho)
         elif name == "erf":
             base = (2 / math.pi) * torch.arcsin(self._erf_ratio(rho))
-        elif self.variance > MEHLER_VARIANCE:
+        elif MEHLER_VARIANCE < self.variance <= MEHLER_MAX_VARIANCE:
             base = self._mehler_expectation("phi", rho)
         else:
             base = self._gauss_expectation(get_activation(self.activation), rho)
@@ -320,7 +322,7 @@ class NoiseKernel:
             near = torch.sqrt(1 + 2 * g2 * (1 - rho) / self.d)
             far = torch.hypot(torch.sqrt(1 + 2 * g2 * (1 + rho) / self.d), torch.as_tensor(2 * self.sigma_U, dtype=_F64))
             base = (4 / math.pi) / (near * far)
-        elif self.variance > MEHLER_VARIANCE:
+        elif MEHLER_VARIANCE < self.variance <= MEHLER_MAX_VARIANCE:
             base = self._mehler_expectation("phi_prime", rho)
         else:
             base = self._gauss_expectation(self._phi_prime, rho)
