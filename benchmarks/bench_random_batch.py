@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import statistics
@@ -140,7 +141,8 @@ def main() -> None:
               "| p | error of m | error / spread |", "|---|---|---|"]
     lines += [f"| {p} | {errors[str(p)]:.2e} | {errors[str(p)] / spread:.2f} |" for p in args.ps]
     lines += ["", "Random batches leave out each token's own term, which the exact attention weighs by about "
-              "e^β/N: an error that does not shrink with p and is the floor where the error stops falling."]
+              f"e^β/N ({math.e / args.error_N:.0e} here): a floor of that order under the batch error, not separated "
+              "from it in this run."]
     publish(DOC, SECTION, "\n".join(lines) + "\n", write=not args.no_write)
     if not args.no_write:
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -370,3 +370,10 @@ def test_version_is_written_once_and_cited_honestly():
     assert re.search(r"^version: (\S+)$", cff, re.M).group(1) == __version__
     assert "preferred-citation:" in cff and "arXiv:2604.26898" in cff and "doi" not in cff.lower()
     assert re.fullmatch(r"\d+\.\d+\.\d+", __version__)
+
+
+def test_rates_reads_exactly_the_kernels_fields():
+    """``rates`` accepts the activation, the fields ``make_kernel`` reads, energy_beta and gamma: no more, no fewer."""
+    from stochformer.config.build import KERNEL_FIELDS
+
+    assert sorted(RATES_FIELDS) == sorted(["activation", *KERNEL_FIELDS, "energy_beta", "gamma"])

@@ -11,8 +11,10 @@ import click
 from .common import config_options, fail_cleanly, print_config_and_exit, resolve_config
 
 
-#: the fields rates reads (the noise kernel's, the β of E_β and the attention's γ); any other is refused
-RATES_FIELDS = ("activation", "d", "sigma_U", "sigma_W", "gain", "noise_scale", "energy_beta", "gamma")
+#: the fields rates reads (the noise kernel's, ``config.build.KERNEL_FIELDS`` — not imported: the CLI
+#: loads only click at start, tests/test_cli_conventions.py keeps the two equal —, the β of E_β and
+#: the attention's γ); any other is refused
+RATES_FIELDS = ("activation", "d", "sigma_U", "sigma_W", "noise_scale", "gain", "energy_beta", "gamma")
 #: the JSON keys of ``rates(...).to_dict()`` renamed after the field they echo (``beta`` is E_β's β)
 RENAMED_KEYS = {"beta": "energy_beta"}
 

@@ -47,9 +47,13 @@ def initial_tokens(
     return load_tokens(init.path, batch, N, d, dtype=dtype, device=device)
 
 
+#: the config fields the noise kernel reads besides the activation, each by its NoiseKernel argument
+KERNEL_FIELDS = {"d": "d", "sigma_U": "sigma_U", "sigma_W": "sigma_W", "noise_scale": "scale", "gain": "gain"}
+
+
 def make_kernel(cfg: RunConfig, activation: Optional[ActivationLike] = None) -> NoiseKernel:
-    """κ for the config's activation (or the callable ``activation``), d, σ_U, σ_W, noise scale and gain."""
-    return NoiseKernel(activation or cfg.activation, cfg.d, cfg.sigma_U, cfg.sigma_W, cfg.noise_scale, gain=cfg.gain)
+    """κ for the config's activation (or the callable ``activation``) and ``KERNEL_FIELDS``."""
+    return NoiseKernel(activation or cfg.activation, **{arg: getattr(cfg, name) for name, arg in KERNEL_FIELDS.items()})
 
 
 def make_attention(

@@ -62,6 +62,16 @@ def _arccos_parts(r: torch.Tensor, v: float) -> tuple[torch.Tensor, torch.Tensor
     return theta, k
 
 
+def _panels(half: float, width: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Nodes and weights of composite 16-point Gauss–Legendre on [−half, half]: an even number of
+    equal panels at most ``width`` wide (so a panel edge sits at the kink 0 of relu-like φ)."""
+    panels = 2 * math.ceil(half / width)
+    edges = torch.linspace(-half, half, panels + 1, dtype=_F64)
+    z, w = (torch.as_tensor(t, dtype=_F64) for t in np.polynomial.legendre.leggauss(16))
+    mid, h = (edges[1:] + edges[:-1]) / 2, (edges[1:] - edges[:-1]) / 2
+    return (mid[:, None] + h[:, None] * z).reshape(-1), (h[:, None] * w).reshape(-1)
+
+
 #: the activations with closed-form kernels
 CLOSED_FORMS = ("relu", "leaky_relu", "linear", "erf")
 #: the composite rule of [`NoiseKernel.moments_at_one`][stochformer.model.kernel.NoiseKernel.moments_at_one]: its largest panel width (in x) and panel
@@ -69,7 +79,7 @@ CLOSED_FORMS = ("relu", "leaky_relu", "linear", "erf")
 DIAGONAL_PANEL, DIAGONAL_PANELS = 0.5, 1 << 15
 #: above this pre-activation variance v the quadrature route takes the Hermite (Mehler) series, at
 #: most ``MEHLER_TERMS`` terms, instead of 2-D Gauss–Hermite, whose central nodes are ≈ 0.28√v
-#: apart: too coarse for φ's own scale 1 once v ≫ 1 (tanh at d = 4, g = 10: κ'(1) off by 2×)
+#: apart: too coarse for φ's own scale 1 once v ≫ 1 (tanh at d = 4, g = 10: κ'(1) = 1.444 against 2.643)
 #: (up to v = ``MEHLER_MAX_VARIANCE``: beyond it its panels, 0.5/√v wide, are too many, and
 #: Gauss–Hermite is kept, where a bounded φ is its limiting sign function at the nodes)
 MEHLER_VARIANCE, MEHLER_TERMS, MEHLER_MAX_VARIANCE = 1.0, 4096, 1e4
@@ -182,7 +192,7 @@ class NoiseKernel:
         z, w = (t.to(rho.device) for t in self._nodes)
         flat = rho.reshape(-1)
         out = torch.empty_like(flat)
-        sv = math.hypot(self.gain / math.sqrt(self.d), self.sigma_U)  # √v without forming σ_U²
+        sv = self._std
         f1 = f(sv * z)  # (n,) values at V₁ = √v z₁
         ww = w[:, None] * w[None, :]
         rows = max(1, min(256, (1 << 22) // ww.numel()))  # (R, n₁, n₂) blocks of at most 2²² entries
@@ -194,18 +204,14 @@ class NoiseKernel:
 
     def _hermite_coefficients(self, f) -> tuple[torch.Tensor, float]:
         """a_n = E[f(√v Z) h_n(Z)], n = 0..N (h_n = He_n/√n!, orthonormal for N(0, 1)) and the mass
-        E[f(√v Z)²] − Σ a_n² left beyond N: composite Gauss–Legendre in z over |z| ≤ 10 (panels of
-        width ≤ min(0.05, 0.5/√v), an edge at the kink z = 0), h_n by its three-term recurrence;
-        N grows until the mass left is below 10⁻¹⁵ E[f²] or reaches ``MEHLER_TERMS``."""
-        sv = math.hypot(self.gain / math.sqrt(self.d), self.sigma_U)
-        width = min(0.05, 0.5 / sv)
-        panels = 2 * math.ceil(10.0 / width)
-        edges = torch.linspace(-10.0, 10.0, panels + 1, dtype=_F64)
-        z0, w0 = (torch.as_tensor(t, dtype=_F64) for t in np.polynomial.legendre.leggauss(16))
-        mid, half = (edges[1:] + edges[:-1]) / 2, (edges[1:] - edges[:-1]) / 2
-        z = (mid[:, None] + half[:, None] * z0[None, :]).reshape(-1)
-        fw = f(sv * z) * (half[:, None] * w0[None, :]).reshape(-1) * torch.exp(-0.5 * z * z) / math.sqrt(2 * math.pi)
-        total = float((f(sv * z) * fw).sum())
+        E[f(√v Z)²] − Σ a_n² left beyond N: the composite rule of `_panels` in z over |z| ≤ 10
+        (panels at most min(0.05, 0.5/√v) wide), h_n by its three-term recurrence; N grows until
+        the mass left is below 10⁻¹⁵ E[f²] or reaches ``MEHLER_TERMS``."""
+        sv = self._std
+        z, w = _panels(10.0, min(0.05, 0.5 / sv))
+        fz = f(sv * z)
+        fw = fz * w * torch.exp(-0.5 * z * z) / math.sqrt(2 * math.pi)
+        total = float((fz * fw).sum())
         coeffs, h_prev, h = [float(fw.sum())], torch.zeros_like(z), torch.ones_like(z)
         left = total - coeffs[0] ** 2
         for n in range(1, MEHLER_TERMS + 1):
@@ -217,41 +223,42 @@ class NoiseKernel:
         return torch.tensor(coeffs, dtype=_F64), max(left, 0.0)
 
     @cached_property
-    def _mehler_terms(self) -> dict[str, tuple[torch.Tensor, float]]:
-        """The Hermite coefficients of φ and φ' (computed on first use)."""
-        return {}
+    def _hermite_phi(self) -> tuple[torch.Tensor, float]:
+        return self._hermite_coefficients(get_activation(self.activation))
 
-    def _mehler_expectation(self, which: str, rho: torch.Tensor) -> torch.Tensor:
-        """E[f(V₁) f(V₂)] = Σ_n a_n² r^n (Mehler's formula, r = c(ρ)/v) for f = φ or φ' (``which``),
+    @cached_property
+    def _hermite_phi_prime(self) -> tuple[torch.Tensor, float]:
+        return self._hermite_coefficients(self._phi_prime)
+
+    def _mehler_expectation(self, terms: tuple[torch.Tensor, float], rho: torch.Tensor) -> torch.Tensor:
+        """E[f(V₁) f(V₂)] = Σ_n a_n² r^n (Mehler's formula, r = c(ρ)/v) from f's Hermite ``terms``,
         with the mass left beyond the last term N added as left · r^{N+1}: exact at r = 1, and
         within left · |r|^{N+1} elsewhere."""
-        if which not in self._mehler_terms:
-            f = get_activation(self.activation) if which == "phi" else self._phi_prime
-            self._mehler_terms[which] = self._hermite_coefficients(f)
-        a, left = self._mehler_terms[which]
+        a, left = terms
         a = a.to(rho.device)
         r = self._corr(rho.reshape(-1))[:, None]
         n = torch.arange(a.numel(), dtype=_F64, device=rho.device)
         out = (a * a * r ** n).sum(-1) + left * r[:, 0] ** a.numel()
         return out.reshape(rho.shape)
 
+    @property
+    def _std(self) -> float:
+        """√v, without forming σ_U² (no overflow)."""
+        return math.hypot(self.gain / math.sqrt(self.d), self.sigma_U)
+
     def _diagonal_expectation(self, f) -> float:
-        """E[f(V)²], V ~ N(0, v), by composite Gauss–Legendre in x: 16 nodes on panels of width at
-        most ``DIAGONAL_PANEL`` (the activation's own scale 1, a panel edge at the kink x = 0) over
-        |x| ≤ 12√v (at most ``DIAGONAL_PANELS`` of them)."""
-        sv = math.hypot(self.gain / math.sqrt(self.d), self.sigma_U)
+        """E[f(V)²], V ~ N(0, v), by the composite rule of `_panels` in x: panels at most
+        ``DIAGONAL_PANEL`` wide (the activation's own scale 1) over |x| ≤ 12√v, at most
+        ``DIAGONAL_PANELS`` of them."""
+        sv = self._std
         if sv == 0.0:
             return float(f(torch.zeros(1, dtype=_F64))[0] ** 2)
         half = 12.0 * sv
         if not math.isfinite(half):
             raise ValueError(f"NoiseKernel: the pre-activation's variance does not fit in float64 (sigma_U={self.sigma_U:g}, "
                              f"gain={self.gain:g}); reduce sigma_U or gain")
-        panels = min(DIAGONAL_PANELS, 2 * math.ceil(half / DIAGONAL_PANEL))
-        edges = torch.linspace(-half, half, panels + 1, dtype=_F64)
-        z, w = (torch.as_tensor(t, dtype=_F64) for t in np.polynomial.legendre.leggauss(16))
-        mid, width = (edges[1:] + edges[:-1]) / 2, edges[1:] - edges[:-1]
-        x = (mid[:, None] + 0.5 * width[:, None] * z[None, :]).reshape(-1)
-        weight = (0.5 * width[:, None] * w[None, :]).reshape(-1) * torch.exp(-0.5 * (x / sv) ** 2) / (sv * math.sqrt(2 * math.pi))
+        x, w = _panels(half, max(DIAGONAL_PANEL, half / (DIAGONAL_PANELS // 2)))
+        weight = w * torch.exp(-0.5 * (x / sv) ** 2) / (sv * math.sqrt(2 * math.pi))
         return float((f(x) ** 2 * weight).sum())
 
     @property
@@ -296,7 +303,7 @@ class NoiseKernel:
         elif name == "erf":
             base = (2 / math.pi) * torch.arcsin(self._erf_ratio(rho))
         elif MEHLER_VARIANCE < self.variance <= MEHLER_MAX_VARIANCE:
-            base = self._mehler_expectation("phi", rho)
+            base = self._mehler_expectation(self._hermite_phi, rho)
         else:
             base = self._gauss_expectation(get_activation(self.activation), rho)
         return self._finite(self.scale * self.scale * (base + self.sigma_W * self.sigma_W), "kappa")
@@ -323,7 +330,7 @@ class NoiseKernel:
             far = torch.hypot(torch.sqrt(1 + 2 * g2 * (1 + rho) / self.d), torch.as_tensor(2 * self.sigma_U, dtype=_F64))
             base = (4 / math.pi) / (near * far)
         elif MEHLER_VARIANCE < self.variance <= MEHLER_MAX_VARIANCE:
-            base = self._mehler_expectation("phi_prime", rho)
+            base = self._mehler_expectation(self._hermite_phi_prime, rho)
         else:
             base = self._gauss_expectation(self._phi_prime, rho)
         return self._finite(self.scale * self.scale * base * self._g2 / self.d, "kappa_prime")
