@@ -111,9 +111,10 @@ def test_require_names_the_extra(monkeypatch):
 def test_chaos_cli_without_pot_names_the_extra_before_any_work(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "ot", None)
     out = tmp_path / "chaos"
-    res = CliRunner().invoke(main, ["chaos", "--quiet", "--out", str(out), "--set", "model.N=64", "--set", "sizes=[8,16,32]"])
+    res = CliRunner().invoke(main, ["chaos", "--out", str(out), "--set", "model.N=64", "--set", "sizes=[8,16,32]"])
     assert res.exit_code != 0
     assert "stochformer[ot]" in res.output and "Traceback" not in res.output
+    assert len(res.output.strip().splitlines()) == 1, res.output  # one line, nothing announced before it
     assert not out.exists() and not (tmp_path / "chaos.tasks").exists()
 
 

@@ -28,10 +28,10 @@ def chaos_cmd(config_file, overrides, out, force, quiet, scheduler: Optional[str
     (pip install 'stochformer[ot]'). Finished tasks are kept in
     OUT.tasks beside the output folder until the run completes, so an interrupted run continues
     when the same command is run again."""
-    from ..experiments.chaos import ChaosConfig, run_chaos
+    from ..experiments.chaos import NEEDS, ChaosConfig, run_chaos
     from ..plotting.chaos import plot_chaos, plot_density_s2
 
-    cfg, folder = resolve("chaos", config_file, overrides, out, force, model=ChaosConfig)
+    cfg, folder = resolve("chaos", config_file, overrides, out, force, model=ChaosConfig, needs=NEEDS)
     store = task_store(folder)
     result = run_chaos(cfg, progress=not quiet, store=store, scheduler=scheduler)
     figures = {"chaos": lambda: plot_chaos(result)}

@@ -325,11 +325,15 @@ def resolve(
     force: bool,
     model: Optional[type] = None,
     base: Optional[dict] = None,
+    needs: tuple[str, str] | None = None,
 ) -> tuple[Any, Path]:
-    """Validate the config (``model``, default [`RunConfig`][stochformer.config.RunConfig]), the output
-    folder (`check_output`), the scheduler, the size and the free disk space before any work
-    (errors become one clean message), then hold the output folder for the rest of the command."""
+    """Validate the config (``model``, default [`RunConfig`][stochformer.config.RunConfig]), the
+    optional dependency the command ``needs`` (``(module, feature)`` as in
+    [`require`][stochformer.core.extras.require]), the output folder (`check_output`), the scheduler,
+    the size and the free disk space before any work (errors become one clean message), then hold
+    the output folder for the rest of the command."""
     from ..config import ConfigError, RunConfig, build_config
+    from ..core.extras import require
 
     model = RunConfig if model is None else model
     try:
@@ -337,6 +341,8 @@ def resolve(
     except (ConfigError, FileExistsError) as exc:
         raise click.UsageError(str(exc)) from None
     print_config_and_exit(cfg)
+    if needs is not None:
+        require(*needs)
     log.debug("%s: configuration %s", command, cfg.model_dump_json())
     folder = check_output(default_out(command, out), command, force)
     click.get_current_context().meta["stochformer.command"] = command

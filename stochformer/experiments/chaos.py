@@ -398,6 +398,10 @@ def _sphere_law(d: int) -> str:
     return {2: "N^-1", 3: "log(1+N)/N"}.get(d, f"N^-2/{d - 1}")
 
 
+#: the optional dependency of the study: (module, feature) for `require`
+NEEDS = ("ot", "the chaos study (W₂ between token clouds)")
+
+
 @validated
 def run_chaos(
     cfg: ChaosConfig, progress: bool = False, store: Optional[Path | str] = None, scheduler: Optional[str] = None
@@ -406,7 +410,7 @@ def run_chaos(
     sample and dimension, one per decorrelation field and size), so a killed run resumes;
     ``scheduler``: as in [`run_tasks`][stochformer.tasks.run_tasks]."""
     cfg = as_config(cfg, ChaosConfig)
-    require("ot", "the chaos study (W₂ between token clouds)")  # before any work
+    require(*NEEDS)  # before any work
     device = resolve_device(cfg.model.device)
     start = time.perf_counter()
     config = cfg.model_dump(mode="json")
