@@ -649,7 +649,7 @@ def _model_with(kind: str, bad: Callable) -> tuple[Any, dict]:
 
 
 KINDS = {"activation": "activation", "feature activation": "activation", "attention": "attention", "sde attention": "attention",
-         "hook": "hook", "noise": "noise", "mlp": "mlp", "step": "model.step"}
+         "hook": "hook", "noise": "noise", "mlp": "noise", "step": "model.step"}
 
 
 @settings(max_examples=130, deadline=None, database=None, derandomize=True, suppress_health_check=list(HealthCheck))

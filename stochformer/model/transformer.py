@@ -94,7 +94,7 @@ class Transformer:
 
     def _increment(self, dt: float, draws: Randomness) -> Callable[[torch.Tensor], torch.Tensor]:
         noise = self.noise
-        return lambda Y: first_output(self._checked, "mlp", noise, noise.increment(Y, dt, draws), Y)  # type: ignore[union-attr]
+        return lambda Y: first_output(self._checked, "noise", noise, noise.increment(Y, dt, draws), Y)  # type: ignore[union-attr]
 
     def _attend(self, X: torch.Tensor) -> torch.Tensor:
         return first_output(self._checked, "attention", self.attention, self.attention(X), X)  # type: ignore[misc]
