@@ -123,6 +123,7 @@ def test_strict_docs_build_fails_on_a_broken_link(tmp_path):
     shutil.copy(ROOT / "mkdocs.yml", site)
     shutil.copytree(ROOT / "docs", site / "docs")
     (site / "stochformer").symlink_to(ROOT / "stochformer")
+    (site / "examples").symlink_to(ROOT / "examples")  # the gallery's pages include its scripts (pymdownx.snippets)
     clean = _build(site)
     assert clean.returncode == 0, clean.stderr[-3000:]
     _check_rendered(site / "out")
