@@ -208,6 +208,133 @@ def test_chaos(tmp_path):
     assert ds["step"].dims == ("time",) and ds["w2_step"].dims == ("w2_time",)
 
 
+# ------------------------------------------ the experiments of the report's sections, tiny
+
+
+def _motions():
+    from stochformer.config import validate
+    from stochformer.experiments.motions import MotionsConfig, run_motions
+
+    return run_motions(validate(MotionsConfig, {"model": {"batch": 20, "L": 8, "seed": 3}, "reference_steps": 16,
+                                                "reference_paths": 100, "bootstrap": 100}))
+
+
+def _joint(store):
+    from stochformer.experiments.joint import JointConfig, run_joint
+
+    return run_joint(JointConfig(model={"batch": 4, "activation": "tanh"}, path_N=[4, 8, 16], path_L=[2, 4, 8],
+                                 path_m=[4, 8, 16], samples_per_task=2, refine=2, N_ref=48, bootstrap=100), store=store)
+
+
+def _repulsion(store):
+    from stochformer.experiments.repulsion import RepulsionConfig, run_repulsion
+
+    return run_repulsion(RepulsionConfig(model={"d": 4, "N": 4, "L": 8, "T": 1.0, "batch": 2}, gammas=[-1.0, 0.0],
+                                         sigmas=[0.1], probe=(-1.0, 0.1), pairs=4, slope_time=0.5), store=store)
+
+
+def _clusters(store):
+    from stochformer.experiments import paper
+
+    return paper.run_clusters("quick", seed=1, tol=0.05, sizes=dict(N=6, L=10, T=2.0, m=8, batch=2))
+
+
+def _scenarios(store):
+    from stochformer.experiments import paper
+
+    return paper.run_scenarios("quick", sizes=dict(N=4, L=4, m=8, batch=1, ds=[5], sigmas=[0.0]), store=store)
+
+
+def _table(store):
+    from stochformer.experiments import paper
+
+    return paper.run_table("quick", activations=("relu",),
+                           sizes=dict(draws=400, pairs=8, energy_pairs=8, L=8, m=8, ds=[5], sigmas=[0.1]))
+
+
+#: the result of each experiment behind a report section, at its smallest size (``store``: a task folder)
+SECTION_RESULTS = {
+    "MotionsResult": lambda store: _motions(),
+    "JointResult": _joint,
+    "RepulsionResult": _repulsion,
+    "ClustersResult": _clusters,
+    "ScenariosResult": _scenarios,
+    "TableResult": _table,
+}
+#: the results whose datasets the command tests above check
+COMMAND_RESULTS = {"SimulationResult", "SyncResult", "PhaseResult", "SweepResult", "ConvergeResult", "BridgeResult",
+                   "SpectrumResult", "ChaosResult"}
+#: the dims of each section result's dataset (beside its variables, every one described)
+SECTION_DIMS = {
+    "MotionsResult": {"dynamics", "time", "pair", "path"},
+    "JointResult": {"sample", "point"},
+    "RepulsionResult": {"sigma", "gamma"},
+    "ClustersResult": {"activation", "step", "sample", "token", "dim"},
+    "ScenariosResult": {"scenario", "step"},
+    "TableResult": {"row"},
+}
+
+
+def _results() -> set[str]:
+    """Every concrete result class of the experiments (a subclass of Result with a dataset of its own)."""
+    import importlib
+    import pkgutil
+
+    import stochformer.experiments as experiments
+    from stochformer.io.results import Result
+
+    for mod in pkgutil.iter_modules(experiments.__path__):
+        importlib.import_module(f"stochformer.experiments.{mod.name}")
+    found, todo = set(), list(Result.__subclasses__())
+    while todo:
+        cls = todo.pop()
+        todo.extend(cls.__subclasses__())
+        if cls.__module__.startswith("stochformer.experiments") and "_dataset" in vars(cls):
+            found.add(cls.__name__)
+    return found
+
+
+def test_every_experiment_dataset_is_checked():
+    """Every result class that writes a dataset.nc has a test of its dataset in this module: a new
+    experiment without one fails here (and so cannot leave its variables undescribed)."""
+    found = _results()
+    assert found == COMMAND_RESULTS | set(SECTION_RESULTS), (found - COMMAND_RESULTS - set(SECTION_RESULTS),
+                                                              COMMAND_RESULTS | set(SECTION_RESULTS) - found)
+
+
+def test_the_completeness_check_finds_an_unchecked_experiment():
+    """A result class of an experiment with a dataset and no test here is found (so the test above
+    fails on it)."""
+    import gc
+
+    from stochformer.io.results import Result
+
+    class Unchecked(Result):
+        def _dataset(self):
+            return xr.Dataset()
+
+    Unchecked.__module__ = "stochformer.experiments.unchecked"
+    try:
+        assert "Unchecked" in _results() - COMMAND_RESULTS - set(SECTION_RESULTS)
+    finally:
+        del Unchecked
+        gc.collect()
+    assert "Unchecked" not in _results()
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in ("JointResult", "ClustersResult") else n
+                                  for n in sorted(SECTION_RESULTS)])
+def test_section_experiment(name, tmp_path):
+    """The dataset.nc of each experiment behind a report section: every variable and coordinate has
+    a long_name and units (the shared ones those of NAMES), every dim an index coordinate."""
+    res = SECTION_RESULTS[name](tmp_path / "tasks")
+    assert type(res).__name__ == name
+    ds = _written(res, tmp_path / "out")
+    check_dataset(ds)
+    assert set(ds.dims) == SECTION_DIMS[name] and ds.data_vars
+    assert int(ds.attrs["seed"]) >= 0 and isinstance(ds.attrs["elapsed_s"], np.floating)
+
+
 def test_report_dataset(tmp_path):
     """The report's dataset.nc (built here from a one-section report: the run of every section is
     the slow test below)."""

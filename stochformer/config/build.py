@@ -5,7 +5,7 @@ tokens, attention, noise source, and the model (transformer or limit SDE)."""
 from __future__ import annotations
 
 import math
-from typing import Optional, Union
+from typing import Any, Literal, Optional, Union, cast
 
 import torch
 
@@ -124,11 +124,11 @@ def make_noise(cfg: RunConfig, activation: Optional[ActivationLike] = None, toke
     if not cfg.mlp or cfg.noise_scale == 0:
         return None
     kind = noise_kind(cfg)
-    common = dict(activation=activation or cfg.activation, sigma_U=cfg.sigma_U, sigma_W=cfg.sigma_W, scale=cfg.noise_scale,
-                  gain=cfg.gain)
+    common: dict[str, Any] = dict(activation=activation or cfg.activation, sigma_U=cfg.sigma_U, sigma_W=cfg.sigma_W,
+                                  scale=cfg.noise_scale, gain=cfg.gain)
     if kind in ("mlp", "mlp_gaussian"):
         rng = resolve_backend(cfg.rng, cfg.device)
-        mode = "weights" if kind == "mlp" else "gaussian"
+        mode: Literal["weights", "gaussian"] = "weights" if kind == "mlp" else "gaussian"
         return RandomMLP(width=cfg.m, mode=mode, rng=rng, precision=cfg.draw_precision, law=cfg.weight_law,
                          nu=cfg.student_nu, **common)
     if kind == "random_features":
@@ -184,7 +184,8 @@ def make_particles(
     if use_field and field is None:
         raise ValueError("the particle solver needs a field (make_field) when the noise is on")
     attention = make_attention(cfg, dtype, device, query_chunk(N, block), sdpa)
-    return make_model(cfg, dtype, device, attention=attention, noise=field if use_field else None)
+    # dynamics = "sde" (checked above): make_model builds a LimitSDE
+    return cast(LimitSDE, make_model(cfg, dtype, device, attention=attention, noise=field if use_field else None))
 
 
 def make_grouped_particles(

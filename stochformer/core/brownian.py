@@ -111,7 +111,7 @@ class BrownianPath:
             self._gen = generator
             self._start = generator.get_state()
         self._cursor = 0  # fine steps drawn from the generator since its start state
-        self._cache: tuple[int, list[torch.Tensor]] = (0, [])
+        self._cache: tuple[int, list[list[torch.Tensor]]] = (0, [])
         # the step served last, (n, k, normals): several models stepped in lockstep read each step
         # in turn, and past the cache a second read of step k would replay the stream from its start
         self._last: Optional[tuple[int, int, list[torch.Tensor]]] = None
@@ -124,6 +124,7 @@ class BrownianPath:
     def _fine(self, s: int) -> list[torch.Tensor]:
         if self._given is not None:
             return [self._given[s]]
+        assert self._gen is not None, "BrownianPath: a path without given normals has a generator"
         if s < self._cursor:  # replay the stream from its start
             self._gen.set_state(self._start)
             self._cursor = 0
@@ -239,7 +240,7 @@ def step_draws(generator: torch.Generator, path: Optional[BrownianPath], k: int,
     """The [`Draws`][stochformer.core.brownian.Draws] of step k of n from arguments already checked ([`solve`][stochformer.solve]
     makes one per step: the constructor's checks would cost a few µs each)."""
     draws = Draws.__new__(Draws)
-    Draws.__init__.__wrapped__(draws, generator, path, k, n)  # type: ignore[misc]
+    Draws.__init__.__wrapped__(draws, generator, path, k, n)  # type: ignore[attr-defined]  # set by @validated's functools.wraps
     return draws
 
 

@@ -128,9 +128,10 @@ def check_int(name: str, value: Any, low: Optional[int] = 1, high: Optional[int]
     value = _plain_scalar(value)
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
         raise ArgumentTypeError(f"{name}: must be {valid} (got {short(value)})")
-    if (low is not None and value < low) or (high is not None and value > high):
+    n = int(value)
+    if (low is not None and n < low) or (high is not None and n > high):
         raise ValueError(f"{name}: must be {valid} (got {short(value)})")
-    return int(value)
+    return n
 
 
 def check_float(name: str, value: Any, low: Optional[float] = None, high: Optional[float] = None,
@@ -300,9 +301,10 @@ FLOAT_DTYPES = {"float64": torch.float64, "float32": torch.float32}
 class Dtype(Check):
     def __call__(self, name: str, value: Any) -> torch.dtype:
         dtype = FLOAT_DTYPES.get(value, value) if isinstance(value, str) else value
-        if not any(dtype is t for t in FLOAT_DTYPES.values()):
-            raise ArgumentTypeError(f"{name}: must be torch.float32 or torch.float64 (or their names; got {short(value)})")
-        return dtype
+        for t in FLOAT_DTYPES.values():
+            if dtype is t:
+                return t
+        raise ArgumentTypeError(f"{name}: must be torch.float32 or torch.float64 (or their names; got {short(value)})")
 
     def describe(self) -> str:
         return "torch.float32 or torch.float64"

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import ClassVar, Literal, Optional
+from typing import ClassVar, Literal, Optional, Union, cast
 
 import numpy as np
 import torch
@@ -80,13 +80,13 @@ def predict_model(pre: bool, norm: str, law: MLPLaw, X0: torch.Tensor, r: float,
     return cosine_curve(MatchedModel(pre, norm, law, r, a2, attention, a1), X0, float(L), L, 1, generator, "model")
 
 
-def predict_sde(pre: bool, norm: str, kernel: MatchedKernel, X0: torch.Tensor, horizon: float, L: int, refine: int,
+def predict_sde(pre: bool, norm: str, kernel: Union[NoiseKernel, MatchedKernel], X0: torch.Tensor, horizon: float, L: int, refine: int,
                 generator: torch.Generator, attention: Optional[Attention] = None) -> torch.Tensor:
     """The limit SDE of the matched kernel on ``refine``·L steps of [0, horizon]: mean cosine at
     the L + 1 layer times (batch, L + 1). Post-norm: the SDE of SPEC §3 on the unit sphere of X0's
     space (projected Heun, ``kernel`` on the unit sphere); pre-norm: dx = W(dt, norm x) in R^d
     (Euler, the field's covariance κ at the cosines of the normalised tokens), no projection."""
-    field = ExactField(kernel)
+    field = ExactField(cast(NoiseKernel, kernel))  # a MatchedKernel has the interface ExactField needs
     model = PreNormField(field, norm) if pre else LimitSDE(attention, field, StratonovichHeun(), kernel.kappa1)
     return cosine_curve(model, X0, horizon, refine * L, refine, generator, "SDE")
 

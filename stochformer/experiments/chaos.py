@@ -38,7 +38,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar, Optional
+from typing import Any, ClassVar, Optional
 
 import numpy as np
 import torch
@@ -338,9 +338,10 @@ class ChaosResult(Result):
         decorrelation (field, decor_size), if run."""
         cfg = self.config
         steps, w2_steps = _steps(cfg.model.L, cfg.records), _steps(cfg.model.L, cfg.w2_records)
-        data, coords = {}, {"size": cfg.sizes, "time": [s * cfg.model.dt for s in steps], "step": ("time", steps),
-                            "w2_time": [s * cfg.model.dt for s in w2_steps], "w2_step": ("w2_time", w2_steps),
-                            "decor_size": cfg.decor_sizes}
+        data: dict[str, tuple[tuple[str, ...], Any]] = {}
+        coords = {"size": cfg.sizes, "time": [s * cfg.model.dt for s in steps], "step": ("time", steps),
+                  "w2_time": [s * cfg.model.dt for s in w2_steps], "w2_step": ("w2_time", w2_steps),
+                  "decor_size": cfg.decor_sizes}
         for d, tab in self.coupling.items():
             sample, w2_sample = f"sample_d{d}", f"w2_sample_d{d}"
             data[f"err2_d{d}"] = ((sample, "time", "size"), tab["err2"])

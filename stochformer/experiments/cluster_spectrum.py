@@ -116,6 +116,7 @@ def cluster_spectrum(model: Transformer, jet: MLPJet, N: PositiveInt, d: Positiv
         draws = Draws(g, k=k, n=steps)
         centre, V = S[:, :1], S[:, 1:].mT
         field = jet.jet(centre, V, dt, draws).field
+        assert field is not None, "MLPJet(mode='weights') gives the field itself (checked above)"
         f = step_map(model, dt, field)
         xn, JV = autodiff_tangent(f, centre, V)
         S, logs = reorthonormalise(frame_state(xn, JV))

@@ -43,7 +43,7 @@ import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar, Optional
+from typing import ClassVar, Optional, cast
 
 import numpy as np
 import torch
@@ -55,6 +55,7 @@ from ..config.build import initial_tokens, make_grouped_particles, make_model
 from ..config import ExperimentConfig, as_config
 from ..measure.distances import rate_function, sphere_rate, w2_exact
 from ..model.noise import whiten
+from ..model.transformer import Transformer
 from ..io.results import Result
 from ..core.runtime import DTYPES, child_seeds, make_generator, provenance, resolve_device
 from ..measure.stats import fit_power_law, loglog_slope
@@ -185,6 +186,13 @@ class JointResult(Result):
                 "samples": c.model.batch, **means, "fits": self.fits, "predicted": self.predicted,
                 "elapsed_s": self.elapsed_s}
 
+    def names(self) -> dict[str, dict[str, str]]:
+        return {
+            "diagonal": {"long_name": "sup_t W₂²(μ^(N,L,m)_t, μ_t) of the transformer on the diagonal path", "units": "1"},
+            "inner": {"long_name": "sup_t |W₂²(μ^(N,L,m)_t, μ_t) − W₂²(μ^N_(SDE,t), μ_t)| at N = iterated_N", "units": "1"},
+            "sde": {"long_name": "sup_t W₂²(μ^N_(SDE,t), μ_t) of N SDE particles", "units": "1"},
+        }
+
     def _dataset(self) -> xr.Dataset:
         return xr.Dataset({k: (("sample", "point"), v) for k, v in self.measured.items()},
                           coords={"N": ("point", self.config.path_N), "L": ("point", self.config.path_L),
@@ -212,8 +220,9 @@ def coupled_sample(cfg: JointConfig, seed: int) -> dict[str, list[float]]:
     inner_sde = sizes.index(N_in)
     # the transformers: the diagonal path, then the (L, m) of the path at the inner N
     runs = path + [(N_in, L, m) for _, L, m in path]
-    models = [make_model(run.model_copy(update={"dynamics": "transformer", "N": N, "m": m, "L": L}), dtype, device)
-              for N, L, m in runs]
+    # dynamics = "transformer": make_model builds a Transformer
+    models = [cast(Transformer, make_model(run.model_copy(update={"dynamics": "transformer", "N": N, "m": m, "L": L}),
+                                           dtype, device)) for N, L, m in runs]
     for model in models:
         model.reset(1, run.d, g_w, dtype, device)
     sde.reset(1, run.d, g_field, dtype, device)
@@ -254,7 +263,9 @@ def coupled_sample(cfg: JointConfig, seed: int) -> dict[str, list[float]]:
             Delta = run.T / L
             xi = whiten(field.covariance(Y[j], torch.float64)[0], G[j][0] / math.sqrt(Delta), g_w).to(dtype)
             draws = Draws(g_w, BrownianPath.from_normals(xi[None, None]), 0, 1)
-            X[j] = model.layer(X[j], Delta, lambda y, m=model, dr=draws, h=Delta: m.noise.increment(y, h, dr))
+            noise = model.noise
+            assert noise is not None, "coupled_sample: every transformer has the MLP (the noise is on)"
+            X[j] = model.layer(X[j], Delta, lambda y: noise.increment(y, Delta, draws))
             Y[j], G[j] = model.mlp_input(X[j], Delta), torch.zeros_like(G[j])
         if (s + 1) % record_every == 0:
             record()

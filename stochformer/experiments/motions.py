@@ -93,6 +93,15 @@ class MotionsResult(Result):
         return to_jsonable({"measured": self.measured, "reference": self.reference, "predicted": self.predicted,
                             "times": self.times, "one_point": {k: {"mean": m, "se": s} for k, (m, s) in self.one_point.items()}})
 
+    def names(self) -> dict[str, dict[str, str]]:
+        return {
+            "dynamics": {"long_name": "dynamics stepped (sde: the limit SDE; transformer)", "units": "1"},
+            "path": {"long_name": "path of the scalar two-point diffusion (reference)", "units": "1"},
+            "one_point": {"long_name": "one-point motion c_t = ⟨x_0, X_t⟩ of a pair's first token", "units": "1"},
+            "u_final": {"long_name": "pair cosine u_T = ⟨X¹_T, X²_T⟩ at T", "units": "1"},
+            "u_reference": {"long_name": "u_T of the scalar two-point diffusion (reference)", "units": "1"},
+        }
+
     def _dataset(self) -> xr.Dataset:
         dyn = list(self.one_point)
         data = {"one_point_mean": (("dynamics", "time"), np.stack([self.one_point[k][0] for k in dyn])),

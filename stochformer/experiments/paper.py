@@ -34,6 +34,7 @@ import xarray as xr
 from ..measure.clusters import ClusterSummary, count_clusters, summarise_clusters
 from ..config import InitConfig, RunConfig, build_config
 from ..measure.diagnostics import STATISTICS
+from ..io.names import RATE_UNITS, TIME_UNITS
 from ..io.store import to_jsonable
 from ..io.results import Result
 from ..model.activations import ODD_ACTIVATIONS
@@ -73,6 +74,12 @@ def _curves(stats: dict) -> dict:
 class _PaperResult(Result):
     """A paper item's result: its config is the size, the sizes and the seed."""
 
+    # fields of every subclass (dataclasses)
+    size: str
+    sizes: dict
+    seed: int
+    device: str
+
     @property
     def config(self) -> dict:
         return {"size": self.size, "sizes": self.sizes, "seed": self.seed}
@@ -80,6 +87,23 @@ class _PaperResult(Result):
     @property
     def provenance(self) -> dict:
         return provenance(resolve_device(self.device))
+
+    def names(self) -> dict[str, dict[str, str]]:
+        """The names of the three items' datasets (clusters, scenarios, table) beside `NAMES`."""
+        return {
+            "n_clusters": {"long_name": "clusters of the final tokens at tolerance tol", "units": "1"},
+            "n_antipodal": {"long_name": "pairs of clusters with antipodal centres (cosine ≤ −1 + tol)", "units": "1"},
+            "scenario": {"long_name": "scenario activation/d/σ/γ", "units": "1"},
+            "row": {"long_name": "row of the table (activation, d, σ)", "units": "1"},
+            "T_near": {"long_name": "horizon of the near-synchronisation E_β fit", "units": TIME_UNITS},
+            "kappa": {"long_name": "κ(1) of the MLP's covariance, measured", "units": RATE_UNITS},
+            "kappa_pred": {"long_name": "κ(1) of the MLP's covariance, computed", "units": RATE_UNITS},
+            "kappa_prime": {"long_name": "κ'(1) of the MLP's covariance, measured", "units": RATE_UNITS},
+            "kappa_prime_pred": {"long_name": "κ'(1) of the MLP's covariance, computed", "units": RATE_UNITS},
+            "lambda_bar": {"long_name": "first-moment rate λ̄ (E_β rate near synchronisation)", "units": RATE_UNITS},
+            "lambda_bar_n": {"long_name": "paths behind the measured λ̄", "units": "1"},
+            "near_spread": {"long_name": "per-coordinate spread of the near-synchronised cluster", "units": "1"},
+        }
 
 
 # --------------------------------------------------------------------------- item 1
@@ -119,7 +143,7 @@ class ClustersResult(_PaperResult):
     def _dataset(self) -> xr.Dataset:
         """Per activation: the curves (activation, time), the final tokens and cluster counts."""
         acts = list(self.curves)
-        data = {k: (("activation", "step"), np.stack([np.asarray(self.curves[a][k]) for a in acts]))
+        data: dict[str, tuple[tuple[str, ...], np.ndarray]] = {k: (("activation", "step"), np.stack([np.asarray(self.curves[a][k]) for a in acts]))
                 for k in self.curves[acts[0]] if k != "layers"}
         data["X_final"] = (("activation", "sample", "token", "dim"), np.stack([self.final[a] for a in acts]))
         data["n_clusters"] = (("activation", "sample"), np.stack([self.clusters[a].n_clusters for a in acts]))

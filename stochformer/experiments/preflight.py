@@ -55,7 +55,7 @@ class Estimate:
 
 
 def _largest(terms: dict[str, float]) -> tuple[float, str]:
-    name = max(terms, key=terms.get)
+    name = max(terms, key=terms.__getitem__)
     return terms[name], name
 
 
@@ -123,7 +123,7 @@ def simulate_estimate(cfg: RunConfig, batch: Optional[int] = None, N: Optional[i
     work, field = _largest(terms)
     state = 8.0 * s * B * N * cfg.d
     records = cfg.L // cfg.record_every + 2
-    kept = {"L (or raise record_every)": records * (RECORD_BYTES + RECORD_BYTES_PER_SAMPLE * B)}
+    kept: dict[str, float] = {"L (or raise record_every)": records * (RECORD_BYTES + RECORD_BYTES_PER_SAMPLE * B)}
     if cfg.path_stride:
         kept["path_stride (or N, batch, L)"] = (cfg.L // cfg.path_stride + 2) * 3.0 * 8 * B * N * cfg.d
     kept_bytes, kept_field = _largest(kept)

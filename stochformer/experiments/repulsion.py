@@ -39,6 +39,7 @@ from pydantic import Field, model_validator
 from ..config.build import initial_tokens, make_kernel, make_model
 from ..config import ExperimentConfig, InitConfig, RunConfig, as_config, build_config, check_grid_size
 from ..model.two_point import two_point_coefficients
+from ..io.names import RATE_UNITS
 from ..io.results import Result
 from ..core.runtime import DTYPES, child_seeds, make_generator, provenance, resolve_device
 from ..integrate import SaveAt, solve
@@ -227,6 +228,13 @@ class RepulsionResult(Result):
         return {"gammas": c.gammas, "sigmas": c.sigmas, "times": self.times, "points": self.points,
                 "probe": self.probe, "boundary": self.boundary, "outcomes": self.outcomes().tolist(),
                 "agreement": self.agreement(), "elapsed_s": self.elapsed_s}
+
+    def names(self) -> dict[str, dict[str, str]]:
+        return {
+            "final_cosine": {"long_name": "mean pairwise cosine at T", "units": "1"},
+            "energy_rate": {"long_name": "E_β rate log(E E_β(μ_T) / E E_β(μ_0))/T", "units": RATE_UNITS},
+            "bound": {"long_name": "Theorem 1.4's bound ε + λ̄' on the E_β rate", "units": RATE_UNITS},
+        }
 
     def _dataset(self) -> xr.Dataset:
         c = self.config

@@ -17,13 +17,13 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Iterator, Optional
+from typing import TYPE_CHECKING, Any, ClassVar, Iterator, Optional
 
 import numpy as np
 import torch
 from pydantic import Field, field_validator, model_validator
 
-from ..config import MAX_GRID_POINTS, ConfigError, ExperimentConfig, RunConfig, as_config, build_config, validate
+from ..config import MAX_GRID_POINTS, ConfigError, ExperimentConfig, InitConfig, RunConfig, as_config, build_config, validate
 from ..io.store import ResultStore, to_jsonable
 from ..io.names import NAMES, axis_description
 from ..io.results import Result
@@ -34,6 +34,9 @@ from ..core.validation import validated
 from .simulate import run_simulate
 from .preflight import Estimate, simulate_estimate
 
+if TYPE_CHECKING:  # imported where the dataset is built
+    import xarray
+
 STATISTICS = ("mean_cosine", "energy", "min_cosine")
 #: largest number of grid points and of tasks a sweep plans (planning validates each point)
 MAX_POINTS, MAX_TASKS = MAX_GRID_POINTS, 1_000_000
@@ -43,7 +46,7 @@ NOT_AXES = ("batch", "seed")
 
 def _field_names() -> set[str]:
     names = set(RunConfig.model_fields) - set(NOT_AXES)
-    return names | {f"init.{k}" for k in RunConfig.model_fields["init"].annotation.model_fields}
+    return names | {f"init.{k}" for k in InitConfig.model_fields}  # RunConfig.init's model
 
 
 def _check_names(names: list[str], where: str) -> None:
@@ -246,7 +249,7 @@ def simulate_task(config: dict) -> dict:
     }
 
 
-def merge_tasks(plan: SweepPlan, results: dict[str, dict]) -> "xarray.Dataset":  # noqa: F821
+def merge_tasks(plan: SweepPlan, results: dict[str, dict]) -> xarray.Dataset:
     """The labelled dataset: per-sample statistics ``(*dims, sample, time)`` and their sample
     mean and SE ``(*dims, time)``, time t = ℓ T/L in the units of T (the union of the points'
     recorded times; those a point does not have, with a swept ``L``, ``T`` or ``record_every``, are NaN)."""

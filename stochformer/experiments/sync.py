@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import ClassVar, Optional
+from typing import Any, ClassVar, Optional, TypeVar
 
 import numpy as np
 import torch
@@ -169,7 +169,7 @@ def energy_max(N: int, beta: float) -> float:
     return 0.5 * (1 - 1 / N) * (math.exp(beta) - math.exp(-beta / (N - 1)))
 
 
-def predicted_rates(cfg: RunConfig, with_bound: bool = True) -> dict[str, Optional[float]]:
+def predicted_rates(cfg: RunConfig, with_bound: bool = True) -> dict[str, Any]:
     """κ(1), κ'(1), λ₁, λ̄ (``*_noise``: noise only, noise scale included), the attention-shifted predictions
     ``lambda_1_pred = λ₁ − γ``, ``lambda_bar_pred = λ̄ − 2γ``, Theorem 1.4's ``λ̄'`` (noise only),
     Assumption 2's ``epsilon`` ([`epsilon`][stochformer.experiments.sync.epsilon], with ``epsilon_note``) and the bound
@@ -370,7 +370,7 @@ class SyncResult(Result):
         ``near_step``); ``log_growth``: (pair, time), the cumulative log-distance of the first
         `PAIR_PATHS` pairs (of the run at L steps); the rates and predictions as attributes
         (None ones left out)."""
-        data = {
+        data: dict[str, tuple[Any, np.ndarray]] = {
             "log_growth_mean": ("time", self.log_growth[0]), "log_growth_se": ("time", self.log_growth[1]),
             "energy_near_mean": ("near_time", self.energy_near[0]), "energy_near_se": ("near_time", self.energy_near[1]),
         }
@@ -387,7 +387,11 @@ class SyncResult(Result):
         return ds
 
 
-def richardson(values: dict[int, float]) -> tuple[float, float]:
+#: a value of `richardson`: a number, or an array extrapolated element by element
+_Extrapolated = TypeVar("_Extrapolated", float, np.ndarray)
+
+
+def richardson(values: dict[int, _Extrapolated]) -> tuple[_Extrapolated, _Extrapolated]:
     """Extrapolate a quantity with a bias a·Δt + b·Δt² + … in Δt = T/n to Δt → 0 from its values at
     n = L, L/2, L/4 steps (``values: {n: value}``; arrays work too, element by element): the
     second-order Richardson value (8λ(L) − 6λ(L/2) + λ(L/4))/3, and as its extrapolation error the
@@ -398,7 +402,7 @@ def richardson(values: dict[int, float]) -> tuple[float, float]:
     return second, abs(second - (2 * a - b))
 
 
-def coupling_path(noise, shape: tuple[int, int, int], steps: int, seed: int, dtype, device) -> Optional[BrownianPath]:
+def coupling_path(noise, shape: tuple[int, ...], steps: int, seed: int, dtype, device) -> Optional[BrownianPath]:
     """The one Brownian path of the Δt → 0 extrapolation: normals of the noise source's shape for
     tokens ``shape = (batch, N, d)`` on ``steps`` fine steps (None without noise)."""
     if noise is None:
@@ -440,6 +444,7 @@ def measure_lyapunov(cfg: RunConfig, pairs: int, eps: float = 1e-4, seed: Option
         ends[n] = S[:, -1] / cfg.T
         curves = curves or mean_and_se(torch.from_numpy(S))
         first = S[:PAIR_PATHS] if first is None else first
+    assert curves is not None, "EXTRAPOLATION_LEVELS: not empty"
     lam, err = richardson({n: float(v.mean()) for n, v in ends.items()})
     per_pair = richardson(ends)[0]  # the same linear combination, pair by pair
     return {"lambda_1": lam, "lambda_1_se": float(per_pair.std(ddof=1) / math.sqrt(pairs)),
@@ -550,9 +555,11 @@ def run_sync(cfg: SyncConfig, progress: bool = False) -> SyncResult:
         measured.update(energy_rate_uniform=fit_u["rate"], energy_rate_uniform_se=fit_u["se"],
                         energy_rate_uniform_extrap_err=fit_u["err"], energy_rate_uniform_n=fit_u["paths"])
         measured.update({f"energy_rate_uniform_at_{n}_steps": v for n, v in fit_u["steps"].items()})
-        uni_curve = tuple(x.numpy() for x in mean_and_se(torch.from_numpy(uni)))
+        uni_mean, uni_se = mean_and_se(torch.from_numpy(uni))
+        uni_curve = (uni_mean.numpy(), uni_se.numpy())
         measured["energy_rate_uniform_reach"] = growth_reach(times, uni_curve[0], mask, run.N, run.energy_beta)
-    near_curve = tuple(x.numpy() for x in mean_and_se(torch.from_numpy(near)))
+    near_mean, near_se = mean_and_se(torch.from_numpy(near))
+    near_curve = (near_mean.numpy(), near_se.numpy())
     device = resolve_device(run.device)
     return SyncResult(
         config=cfg,

@@ -362,9 +362,9 @@ def _run_variants(cfg: VariantsConfig) -> dict:
     S = SinkhornAttention(3 * Q.T @ K, V, iters=5000, tol=1e-13).weights(X)
     sums = float(max((S.sum(-1) - 1).abs().max(), (S.sum(-2) - 1).abs().max()))
     with torch.no_grad():
-        res = run_resampled(ResampledConfig(model=dict(N=5, d=4, T=2.0, mlp=False, batch=cfg.samples,
-                                                       attention_draws=cfg.attention_draws, seed=cfg.seed),
-                                            depths=cfg.depths))
+        res = run_resampled(ResampledConfig.model_validate(
+            {"model": dict(N=5, d=4, T=2.0, mlp=False, batch=cfg.samples, attention_draws=cfg.attention_draws, seed=cfg.seed),
+             "depths": cfg.depths}))
     depths = res.depths
     fit = fit_power_law(depths, np.stack([res.sq_error[L] for L in depths], axis=1), n_boot=400, seed=cfg.seed)
     return {

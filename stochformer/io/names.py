@@ -1,8 +1,8 @@
 """The names of every dataset stochformer writes: one table, CF-style descriptions.
 
 `NAMES` is the one naming scheme of the datasets of ``solve`` and of every command
-(``simulate``, ``sync``, ``phase``, ``sweep``, ``converge``, ``chaos``, ``bridge``, ``spectrum``
-and the report): the same quantity or dim has the same name everywhere, with a ``long_name`` and
+(``simulate``, ``sync``, ``phase``, ``sweep``, ``converge``, ``chaos``, ``bridge``, ``spectrum``,
+the experiments of the report's sections and the report): the same quantity or dim has the same name everywhere, with a ``long_name`` and
 ``units`` ("1" for a dimensionless number; times are in the units of the horizon T, rates per unit
 of it). xarray's ``.plot()`` labels its axes with them. docs/datasets.md is this table
 (``tests/test_datasets.py`` checks that the two agree).
@@ -56,6 +56,7 @@ NAMES: dict[str, dict[str, str]] = {
     "m": {"long_name": "MLP width m", "units": "1"},
     "energy_beta": {"long_name": "β of the energy E_β", "units": "1"},
     "sigma": {"long_name": "std σ = σ_U = σ_W of both biases", "units": "1"},
+    "activation": {"long_name": "activation φ of the MLP", "units": "1"},
     # quantities
     "mean_cosine": {"long_name": "mean pairwise cosine ⟨x_i, x_j⟩", "units": "1"},
     "min_cosine": {"long_name": "least pairwise cosine", "units": "1"},

@@ -194,7 +194,7 @@ class Manifest:
         header = {"stochformer": "output manifest", "format": MANIFEST_FORMAT, "command": command, "dev": st.st_dev,
                   "ino": st.st_ino, "version": __version__, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                   "nonce": secrets.token_hex(8)}
-        header["mac"] = _mac("", header)
+        seal = header["mac"] = _mac("", header)
         marker = folder / MARKER
         if os.path.lexists(marker) and (marker.is_symlink() or not marker.is_file()):
             raise OutputError(f"--out: {marker} is not a file stochformer wrote; remove it or choose another folder")
@@ -202,7 +202,7 @@ class Manifest:
             marker.write_text(json.dumps(header) + "\n")
         except OSError as exc:
             raise write_error(folder / MARKER, exc) from None
-        return cls(folder, command, seal=header["mac"])
+        return cls(folder, command, seal=seal)
 
     @classmethod
     def read(cls, folder: Path | str) -> Optional["Manifest"]:

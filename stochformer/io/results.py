@@ -21,7 +21,7 @@ import io
 import json
 import os
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import h5netcdf
 import xarray as xr
@@ -99,6 +99,14 @@ class Result:
 
     command: ClassVar[str] = ""
     summary_name: ClassVar[str] = "summary.json"
+
+    if TYPE_CHECKING:  # each subclass's fields (or properties)
+        @property
+        def config(self) -> Any: ...
+        @property
+        def provenance(self) -> dict: ...
+        @property
+        def elapsed_s(self) -> float: ...
 
     def _dataset(self) -> xr.Dataset:  # pragma: no cover - interface
         raise NotImplementedError

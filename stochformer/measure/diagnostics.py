@@ -4,6 +4,7 @@ over pairs); outputs are per-sample tensors ``(batch,)``."""
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Optional
 
@@ -46,7 +47,7 @@ def energy(X: Clouds, beta: EnergyBeta = 1.0, chunk: Optional[PositiveInt] = Non
 
 def _energy(X: torch.Tensor, beta: float = 1.0, chunk: Optional[int] = None) -> torch.Tensor:
     N = X.shape[-2]
-    total = sum(_energy_sum(G, beta) for _, G in _gram_rows(X, chunk or N))
+    total = functools.reduce(torch.add, (_energy_sum(G, beta) for _, G in _gram_rows(X, chunk or N)))
     return -0.5 * math.exp(beta) * total / N**2
 
 

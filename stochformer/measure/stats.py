@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Annotated, Any, Callable, Optional, Sequence, Union
+from typing import Annotated, Any, Callable, Optional, Sequence, Union, overload
 
 import numpy as np
 import torch
@@ -32,7 +32,7 @@ Array = Union[np.ndarray, torch.Tensor]
 MIN_SAMPLES = 3
 #: measured values: finite numbers (arrays, sequences or tensors; checked at every public function)
 _Values = Annotated[Array, Values()]
-_Positive = Annotated[Sequence[float], Values(ndim=1, positive=True)]
+_Positive = Annotated[Union[Sequence[float], np.ndarray], Values(ndim=1, positive=True)]
 #: bootstrap resamples: at most 10⁶ (the configs' bound; more only lengthens a fit)
 _Resamples = Annotated[int, Int(1, 10**6)]
 
@@ -41,6 +41,10 @@ def _axis(values: Array, axis: int) -> int:
     return check_int("axis", axis, -values.ndim, values.ndim - 1) if values.ndim else check_int("axis", axis, 0, -1)
 
 
+@overload
+def mean_and_se(values: torch.Tensor, axis: int = 0) -> tuple[torch.Tensor, torch.Tensor]: ...
+@overload
+def mean_and_se(values: np.ndarray, axis: int = 0) -> tuple[np.ndarray, np.ndarray]: ...
 @validated
 def mean_and_se(values: Annotated[Array, Values(missing=True)], axis: int = 0) -> tuple[Array, Array]:
     """Sample mean and standard error of the mean along ``axis`` (SE = 0 for one sample); torch
@@ -76,20 +80,20 @@ def bootstrap(statistic: Callable[[np.ndarray], Any], samples: _Values, n_boot: 
 def interval(boots: Annotated[Sequence[float], Values(ndim=1, empty=True)]) -> tuple[float, tuple[float, float]]:
     """The bootstrap SE and 95% percentile interval of the resampled values ``boots`` (NaN when
     there are too few)."""
-    boots = np.asarray(boots, dtype=float)
-    lo, hi = np.quantile(boots, [0.025, 0.975]) if len(boots) else (math.nan, math.nan)
-    return (float(np.std(boots, ddof=1)) if len(boots) > 1 else math.nan), (float(lo), float(hi))
+    b = np.asarray(boots, dtype=float)
+    lo, hi = np.quantile(b, [0.025, 0.975]) if len(b) else (math.nan, math.nan)
+    return (float(np.std(b, ddof=1)) if len(b) > 1 else math.nan), (float(lo), float(hi))
 
 
-def resampled_se(boots: Sequence[float], samples: int) -> float:
+def resampled_se(boots: Union[Sequence[float], np.ndarray], samples: int) -> float:
     """The SE of a statistic of ``samples`` independent samples from its resampled values ``boots``:
     their SD (ddof 1) times √(S/(S − 1)), since resampling S samples gives the plug-in SD (a
     sample variance with divisor S); with it, an interval takes Student's t with S − 1 degrees of
     freedom. NaN for fewer than 2 samples or values."""
-    boots = np.asarray(boots, dtype=float)
-    if samples < 2 or len(boots) < 2:
+    b = np.asarray(boots, dtype=float)
+    if samples < 2 or len(b) < 2:
         return math.nan
-    return float(np.std(boots, ddof=1)) * math.sqrt(samples / (samples - 1))
+    return float(np.std(b, ddof=1)) * math.sqrt(samples / (samples - 1))
 
 
 @dataclass(frozen=True)
@@ -117,7 +121,7 @@ def loglog_slope(x: _Positive, y: _Positive) -> tuple[float, float]:
     return _loglog_slope(x, y)
 
 
-def _loglog_slope(x: Sequence[float], y: Sequence[float]) -> tuple[float, float]:
+def _loglog_slope(x: Union[Sequence[float], np.ndarray], y: Union[Sequence[float], np.ndarray]) -> tuple[float, float]:
     b, a = np.polyfit(np.log(np.asarray(x, dtype=float)), np.log(np.asarray(y, dtype=float)), 1)
     return float(b), float(a)
 
@@ -198,10 +202,10 @@ def fit_power_law_weighted(
     interval that means nothing. ``se`` = the interval's half-width / 1.96."""
     from scipy.optimize import brentq, minimize_scalar
 
-    N, y, se = np.asarray(N, float), np.asarray(y, float), np.asarray(se, float)
-    if not len(N) == len(y) == len(se) >= 2:
-        raise ValueError(f"y, se: must have the length of N, at least 2 (got {len(N)}, {len(y)}, {len(se)})")
-    x, w = N / N[0], 1.0 / se**2  # C is the value at the first size: a well-scaled parameter
+    sizes, y, se = np.asarray(N, float), np.asarray(y, float), np.asarray(se, float)
+    if not len(sizes) == len(y) == len(se) >= 2:
+        raise ValueError(f"y, se: must have the length of N, at least 2 (got {len(sizes)}, {len(y)}, {len(se)})")
+    x, w = sizes / sizes[0], 1.0 / se**2  # C is the value at the first size: a well-scaled parameter
     grid = np.linspace(*PROFILE_RANGE, PROFILE_POINTS)
     _, rss = _profile_rss(x, y, w, grid)
     k = int(np.argmin(rss))
@@ -223,7 +227,7 @@ def fit_power_law_weighted(
         first, last = int(inside[0]), int(inside[-1])
         lo = min(p_hat, float(grid[0]) if first == 0 else brentq(excess, grid[first - 1], grid[first], xtol=1e-10))
         hi = max(p_hat, float(grid[-1]) if last == len(grid) - 1 else brentq(excess, grid[last], grid[last + 1], xtol=1e-10))
-    return PowerFit(p_hat, (float(lo), float(hi)), float(C * N[0] ** p_hat), (hi - lo) / (2 * 1.959963984540054))
+    return PowerFit(p_hat, (float(lo), float(hi)), float(C * sizes[0] ** p_hat), (hi - lo) / (2 * 1.959963984540054))
 
 
 @validated

@@ -171,12 +171,12 @@ def row_test(rule: str, predicted: Optional[float], measured: Optional[float], l
         return RowTest(INCONCLUSIVE)
     if lo is None and hi is None and measured is None:
         return RowTest(NOT_MEASURED)
-    if not _finite(predicted, lo, hi, tol):
+    if predicted is None or lo is None or hi is None or not _finite(predicted, lo, hi, tol):
         return RowTest(UNDETERMINED)
     p = float(predicted)
     if reach is not None and _finite(reach) and rule != "matches" and cannot_fail(rule, p, tol, reach):
         return RowTest(NOT_TESTABLE)
-    m = float(measured) if _finite(measured) else (lo + hi) / 2
+    m = float(measured) if measured is not None and _finite(measured) else (lo + hi) / 2
     q = quantile(n)
     excess, lower = _excess(rule, p, m, tol)
     half = max(0.0, (m - lo) if lower else (hi - m))
@@ -190,6 +190,7 @@ def row_test(rule: str, predicted: Optional[float], measured: Optional[float], l
     if rule in ("below", "above"):
         return RowTest(None, pval, on_side=(hi < p if rule == "below" else lo > p))
     a = default_alternative(rule, p, tol) if alternative is None else alternative
+    assert a is not None, "default_alternative: None only for below/above, returned above"
     # the distance from the band to the alternative, on the side the rule guards (an alternative on
     # the other side of a bound is none: the row can then never hold)
     distance = {"matches": abs(a - p), "at_most": a - p, "at_least": p - a}[rule] - tol
@@ -218,11 +219,18 @@ def holm(p_values: list[float]) -> list[float]:
     return out
 
 
+def _tested_p(t: RowTest) -> float:
+    """The p-value of a tested row (``state`` None: [`row_test`][stochformer.measure.verdict.row_test] always gives one)."""
+    if t.p_value is None:
+        raise ValueError("RowTest: a tested row (state None) must have a p_value")
+    return t.p_value
+
+
 def family_verdicts(tests: list[RowTest], rules: list[str]) -> list[tuple[str, Optional[float]]]:
     """(verdict, Holm-adjusted p-value) of each row of one family (module docstring, steps 4–5)."""
     tested = [i for i, t in enumerate(tests) if t.state is None]
-    adjusted = dict(zip(tested, holm([tests[i].p_value for i in tested])))
-    out = []
+    adjusted = dict(zip(tested, holm([_tested_p(tests[i]) for i in tested])))
+    out: list[tuple[str, Optional[float]]] = []
     for i, (t, rule) in enumerate(zip(tests, rules)):
         if t.state is not None:
             out.append((t.state, None))
@@ -232,7 +240,7 @@ def family_verdicts(tests: list[RowTest], rules: list[str]) -> list[tuple[str, O
             verdict = FAILS
         elif rule in ("below", "above"):
             verdict = HOLDS if t.on_side else INCONCLUSIVE
-        elif t.low_power or t.p_value < LEVEL:
+        elif t.low_power or _tested_p(t) < LEVEL:
             verdict = INCONCLUSIVE
         else:
             verdict = HOLDS
@@ -260,7 +268,7 @@ class Comparison:
     quantity: str
     predicted: Optional[float]
     measured: Optional[float] = None
-    ci: Optional[tuple[float, float]] = None
+    ci: Optional[tuple[Optional[float], Optional[float]]] = None
     rule: str = "matches"
     tol: float = 0.0
     note: str = ""

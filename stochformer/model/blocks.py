@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import cached_property
-from typing import ClassVar, Optional
+from typing import Any, ClassVar, Optional
 
 import numpy as np
 import torch
@@ -38,6 +38,7 @@ from torch import nn
 from ..core.brownian import as_draws
 from .activations import get_activation
 from .attention import Attention, SoftmaxAttention
+from .noise import NoiseSource
 from ..core.sphere import normalize
 
 #: the block kinds of ``stochformer bridge``
@@ -69,7 +70,7 @@ class PaperBlock(nn.Module):
     def __init__(self, d: int, m: int, a1: float, a2: float, activation: str = "relu", sigma_U: float = 0.0,
                  sigma_W: float = 0.0, beta: float = 1.0, gamma: float = 1.0) -> None:
         super().__init__()
-        kw = dict(dtype=torch.float64)
+        kw: dict[str, Any] = dict(dtype=torch.float64)
         self.U, self.bU = nn.Parameter(torch.randn(m, d, **kw)), nn.Parameter(sigma_U * torch.randn(m, **kw))
         self.W, self.bW = nn.Parameter(torch.randn(d, m, **kw)), nn.Parameter(sigma_W * torch.randn(d, **kw))
         self.attn, self.phi, self.a1, self.a2 = SoftmaxAttention(beta, gamma), get_activation(activation), a1, a2
@@ -108,7 +109,7 @@ class GPT2Block(nn.Module):
     def __init__(self, d: int, heads: int, m: int, a1: float, a2: float, std: float = 0.02,
                  scaled_init: bool = False, depth: int = 1) -> None:
         super().__init__()
-        kw = dict(dtype=torch.float64)
+        kw: dict[str, Any] = dict(dtype=torch.float64)
         self.ln_1, self.ln_2 = nn.LayerNorm(d, **kw), nn.LayerNorm(d, **kw)
         self.c_attn, self.attn_proj = nn.Linear(d, 3 * d, **kw), nn.Linear(d, d, **kw)
         self.c_fc, self.mlp_proj = nn.Linear(d, m, **kw), nn.Linear(m, d, **kw)
@@ -150,7 +151,7 @@ class LlamaBlock(nn.Module):
 
     def __init__(self, d: int, heads: int, m: int, a1: float, a2: float, std: float = 0.02) -> None:
         super().__init__()
-        kw = dict(bias=False, dtype=torch.float64)
+        kw: dict[str, Any] = dict(bias=False, dtype=torch.float64)
         self.q, self.k, self.v, self.o = (nn.Linear(d, d, **kw) for _ in range(4))
         self.gate, self.up, self.down = nn.Linear(d, m, **kw), nn.Linear(d, m, **kw), nn.Linear(m, d, **kw)
         with torch.no_grad():
@@ -185,7 +186,7 @@ class MLPLaw:
     def sample(self, H: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         """G(h) for inputs H (batch, N, k) with fresh weights per sample: (batch, N, k)."""
         B, N, k = H.shape
-        kw = dict(generator=generator, dtype=H.dtype, device=H.device)
+        kw: dict[str, Any] = dict(generator=generator, dtype=H.dtype, device=H.device)
         W1 = torch.randn(B, k, self.m, **kw) * math.sqrt(self.w1)
         pre = H @ W1 + math.sqrt(self.b1) * torch.randn(B, 1, self.m, **kw)
         hid = phi_of(self.activation)(pre)
@@ -218,8 +219,8 @@ class MatchedKernel:
         rho = torch.as_tensor(rho, dtype=torch.float64)
         law = self.law
         a, b = law.w1 * self.r2, law.b1
-        z, w = np.polynomial.hermite_e.hermegauss(self.quad_points)
-        z, w = torch.as_tensor(z), torch.as_tensor(w / math.sqrt(2 * math.pi))
+        nodes, weights = np.polynomial.hermite_e.hermegauss(self.quad_points)
+        z, w = torch.as_tensor(nodes), torch.as_tensor(weights / math.sqrt(2 * math.pi))
         v = a + b
         r = ((a * rho + b) / v).clamp(-1.0, 1.0).reshape(-1, 1, 1)
         phi = phi_of(law.activation)
@@ -355,7 +356,7 @@ class MatchedModel:
 class PreNormField:
     """dx = W(dt, norm x) in R^d (Euler; no projection): the pre-norm limit of the matched kernel."""
 
-    field: object
+    field: NoiseSource
     norm: str
     on_sphere: ClassVar[bool] = False  # the residual stream
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass, field
-from typing import Annotated, Literal, NamedTuple, Optional, Protocol, Union
+from typing import Annotated, Any, Literal, NamedTuple, Optional, Protocol, Union
 
 import numpy as np
 import torch
@@ -52,7 +52,9 @@ class LayerNormals(NamedTuple):
 
     def samples(self, a: int, b: int) -> "LayerNormals":
         """Those of samples a..b−1."""
-        return LayerNormals(*(t if t is None or isinstance(t, bool) else t[a:b] for t in self))
+        output, bias_W = self.output, self.bias_W
+        return LayerNormals(self.hidden[a:b], None if output is None else output[a:b],
+                            None if bias_W is None else bias_W[a:b], self.gram)
 
 
 class NeedsDraws(Exception):
@@ -149,7 +151,7 @@ def draw_weights(shape, generator: torch.Generator, like: torch.Tensor, law: str
     """i.i.d. entries of mean 0 and variance 1 from ``law``: N(0, 1); ±1 (Rademacher); uniform on
     [−√3, √3]; Student-t with ν > 4 degrees of freedom times √((ν − 2)/ν) (finite fourth moment
     3(ν − 2)/(ν − 4))."""
-    kw = dict(generator=generator, dtype=like.dtype, device=like.device)
+    kw: dict[str, Any] = dict(generator=generator, dtype=like.dtype, device=like.device)
     if law == "gaussian":
         return torch.randn(*shape, **kw)
     if law == "rademacher":
@@ -169,7 +171,7 @@ def draw_weights(shape, generator: torch.Generator, like: torch.Tensor, law: str
 
 def _gamma(a: float, shape, generator: torch.Generator, like: torch.Tensor) -> torch.Tensor:
     """Gamma(a, 1) variates (a ≥ 1) by Marsaglia–Tsang rejection, from ``generator`` only."""
-    kw = dict(generator=generator, dtype=like.dtype, device=like.device)
+    kw: dict[str, Any] = dict(generator=generator, dtype=like.dtype, device=like.device)
     d = a - 1.0 / 3.0
     c = 1.0 / math.sqrt(9.0 * d)
     n = math.prod(shape)
@@ -285,7 +287,8 @@ class RandomMLP:
         """Φ = φ(g U x/√d + b_U) with fresh U, b_U: X (batch, N, d) → (batch, N, m), row i the
         features of token i."""
         if self.mode == "gaussian":
-            z = self._draw(self._n_hidden(*X.shape, X.dtype), generator, X.dtype, X.device)
+            B, N, d = X.shape
+            z = self._draw(self._n_hidden(B, N, d, X.dtype), generator, X.dtype, X.device)
             return self._hidden_from(X, self._split(z, X, hidden_only=True), generator)
         B, N, d = X.shape
         U = draw_weights((B, self.width, d), generator, X, self.law, self.nu)
@@ -327,7 +330,8 @@ class RandomMLP:
     def normals(self, X: torch.Tensor, generator: torch.Generator) -> LayerNormals:
         """The normals of one ``mode="gaussian"`` call at X (batch, N, d), drawn now: they do not
         depend on the tokens, only on their shape."""
-        return self._split(self._draw(self._n_call(*X.shape, X.dtype, X.device), generator, X.dtype, X.device), X)
+        B, N, d = X.shape
+        return self._split(self._draw(self._n_call(B, N, d, X.dtype, X.device), generator, X.dtype, X.device), X)
 
     def _split(self, z: torch.Tensor, X: torch.Tensor, hidden_only: bool = False) -> LayerNormals:
         """The flat buffer z of one call as views per sample (the layout of `_n_call`): per
@@ -402,6 +406,7 @@ class RandomMLP:
         m = self.width
         Phi = self._hidden_from(X, z, generator, self.workspace(X) if work is None else work)  # (B, N, m)
         bad = None
+        assert z.output is not None, "LayerNormals.output: None only for hidden-only normals"
         if z.gram:  # given Φ the output rows are N(0, ΦΦᵀ/m): S Z'' with S Sᵀ = ΦΦᵀ
             S, bad = _cholesky(torch.matmul(Phi, Phi.transpose(-1, -2)), m)
             out = torch.matmul(S, z.output)
@@ -474,7 +479,7 @@ def _output_through_gram(N: int, d: int, m: int, device: torch.device, dtype: to
     return _gram_roots_resolve(dtype) and gram_output_cheaper(N, d, m, device)
 
 
-def gram_output_cheaper(N: int, d: int, m: int, device: torch.device) -> bool:
+def gram_output_cheaper(N: int, d: int, m: int, device: Union[torch.device, str]) -> bool:
     """Whether drawing the MLP output through a root of the N × N Gram ΦΦᵀ (N·d normals,
     2mN² + N³/3 + 2N²d flops) costs less than through Φ Z' (m·d normals, 2mNd flops)."""
     if m <= N:
@@ -571,7 +576,8 @@ def _chebyshev_fit(kernel: NoiseKernel, tol: float = 1e-12) -> Optional[torch.Te
     exact = f(test)
     scale = max(float(np.abs(exact).max()), 1e-300)
     for degree in (16, 32, 64, 128):
-        coef = np.polynomial.chebyshev.chebinterpolate(f, degree)
+        # numpy's stub types func as returning a scalar; it is called on (and returns) an array
+        coef = np.polynomial.chebyshev.chebinterpolate(f, degree)  # type: ignore[type-var]
         if np.abs(np.polynomial.chebyshev.chebval(test, coef) - exact).max() <= tol * scale:
             return torch.as_tensor(coef, dtype=torch.float64)
     return None
@@ -688,10 +694,11 @@ class RandomFeatureField:
     def features_at(self, X: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
         """φ(u_k·x/√d + b_k): X (batch, n, d) → (batch, n, M), written into ``out`` when given
         (one product u_k·x/√d + b_k, then φ in place for ReLU)."""
-        if self._u is None:
+        u, b = self._u, self._b
+        if u is None or b is None:
             raise RuntimeError("RandomFeatureField.draw(...) (or reset) must be called before use")
-        if torch.is_grad_enabled() and (X.requires_grad or self._u.requires_grad or self._b.requires_grad):
-            return self._phi(torch.baddbmm(self._b, X, self._u / math.sqrt(X.shape[-1])))  # no out=, no in place
+        if torch.is_grad_enabled() and (X.requires_grad or u.requires_grad or b.requires_grad):
+            return self._phi(torch.baddbmm(b, X, u / math.sqrt(X.shape[-1])))  # no out=, no in place
         A = torch.cat([X, X.new_ones(*X.shape[:-1], 1)], dim=-1)  # [x, 1] · [u/√d; b] = u·x/√d + b
         pre = torch.matmul(A, self._weights(), out=out)
         return torch.relu_(pre) if self._phi_in_place else self._phi(pre)
@@ -700,6 +707,7 @@ class RandomFeatureField:
         """[u/√d; b] (F, d + 1, M), kept while u and b are: the bias and the 1/√d come with the
         one product, no further pass over (batch, n, M) per step."""
         u, b, kept = self._u, self._b, self._u_scaled
+        assert u is not None and b is not None, "RandomFeatureField: drawn before use (features_at checks)"
         if kept is None or kept[0] is not u or kept[1] is not b or kept[2] != (u._version, b._version):
             kept = self._u_scaled = (u, b, (u._version, b._version), torch.cat([u / math.sqrt(u.shape[1]), b], dim=1))
         return kept[3]
@@ -747,7 +755,8 @@ class RandomFeatureField:
             out.add_(draws.brownian((F, 1, d), X.dtype, X.device), alpha=coef * self.sigma_W)
         return out
 
-    def path_shape(self, F: int, d: int) -> list[tuple[int, int, int]]:
+    def path_shape(self, F: int, d: int) -> list[tuple[int, ...]]:
         """Shapes of the Brownian normals of one step for F fields in dimension d, B^k then B⁰ (for
         a [`BrownianPath`][stochformer.core.brownian.BrownianPath] shared by several systems)."""
-        return [(F, self.features, d)] + ([(F, 1, d)] if self.sigma_W > 0 else [])
+        shapes: list[tuple[int, ...]] = [(F, self.features, d)]
+        return shapes + ([(F, 1, d)] if self.sigma_W > 0 else [])

@@ -143,15 +143,16 @@ class NormalDraws:
         b = self._buffer
         untouched = (
             b.z is not None and b.z.dtype == dtype and b.z.device == torch.device(device)
-            and b.generator is generator and torch.equal(generator.get_state(), b.state)
+            and b.generator is generator and b.state is not None and torch.equal(generator.get_state(), b.state)
         )
-        if not (untouched and b.pos + n <= b.z.numel()):
+        if not (untouched and b.z is not None and b.pos + n <= b.z.numel()):
             b.size = min(self.ahead, max(2 * b.size if untouched else 0, 2 * n))
             b.z = b.streams = None  # drop the served buffer's own views before asking whether its memory is free
             self._refill(b.size, n, generator, dtype, device)
         b.pos += n
         if b.streams is not None:
             b.streams.fill(b.pos)
+        assert b.z is not None, "NormalDraws: _refill sets the buffer"
         return b.z[b.pos - n : b.pos]
 
     def _refill(self, size: int, n: int, generator: torch.Generator, dtype: torch.dtype, device: torch.device | str) -> None:

@@ -38,7 +38,8 @@ class Integrator(Protocol):
     """How one step of the SDE is taken from the field increment ΔW (batch, N, d); ``strong_order``:
     the order of its pathwise error in Δt for this SDE (what ``converge`` and the tests measure)."""
 
-    strong_order: float
+    @property
+    def strong_order(self) -> float: ...
 
     def step(self, sde: "LimitSDE", X: torch.Tensor, dt: float, dW: torch.Tensor) -> torch.Tensor: ...
 
@@ -197,6 +198,7 @@ class LimitSDE:
         if self.kappa1 is not None:
             return self.kappa1
         if d not in self._kappa1:
+            assert self.noise is not None, "LimitSDE._k1: only called with a noise (ito_correction checks)"
             self._kappa1[d] = self.noise.noise_kernel(d).kappa1
         return self._kappa1[d]
 

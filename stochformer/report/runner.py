@@ -20,7 +20,7 @@ import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Optional, Union
 
 import numpy as np
 import torch
@@ -120,7 +120,8 @@ def plan(
         raise ConfigError(f"--only: unknown section(s) {', '.join(bad)}; valid: {', '.join(s.name for s in all_sections)}")
     file_data = load_toml(config_file) if config_file is not None else {}
     per_section, common = _split_overrides(overrides, names)
-    planned, used = [], set()
+    planned: list[Planned] = []
+    used: set[str] = set()
     for section in all_sections:
         item = Planned(section, selected=not only or section.name in only)
         model = section.model
@@ -182,7 +183,7 @@ def _record(item: Planned, profile: str) -> dict:
 
 
 #: what a cached section record must hold, by type (anything else makes the entry count as corrupt)
-_CACHED_TYPES = {"numbers": dict, "comparisons": list, "figures": list, "tables": list, "notes": list,
+_CACHED_TYPES: dict[str, Union[type, tuple[type, ...]]] = {"numbers": dict, "comparisons": list, "figures": list, "tables": list, "notes": list,
                  "seeds": dict, "provenance": dict, "elapsed_s": (int, float), "started_at": str}
 
 
@@ -214,6 +215,7 @@ def run_section(item: Planned, profile: str, cache: ResultStore, ctx: SectionCon
                              + (" …" if len(bad) > 8 else ""))
     record = {**_record(item, profile), **to_jsonable(data), "elapsed_s": elapsed,
               "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started))}
+    assert item.key is not None, "plan: every section without an error has its cache key"
     cache.store(item.section.name, item.key, record)
     return record
 
@@ -292,8 +294,9 @@ def report_json(ds: xr.Dataset) -> dict:
         row = {key: ds[key].values[k] for key in ds.data_vars if "row" in ds[key].dims}
         ci = (number(row["ci_low"]), number(row["ci_high"])) if row["has_ci"] else None
         stored = {key: number(row[key]) for key in _ROW_NUMBERS if key in row}
-        if stored.get("n") is not None:
-            stored["n"] = int(stored["n"])
+        n = stored.get("n")
+        if n is not None:
+            stored["n"] = int(n)
         by_section.setdefault(str(row["row_section"]), []).append(
             {**stored, "quantity": str(row["quantity"]), "ci": ci, "rule": str(row["rule"]), "tol": stored.get("tol") or 0.0,
              "note": str(row["note"])})
@@ -350,6 +353,7 @@ def _reproduce(planned: list[Planned], profile: str, out: Path, manifest: Any, r
         if item.error is not None:
             rec.update(status="unavailable", error=item.error)
         else:
+            assert item.key is not None, "plan: every section without an error has its cache key"
             hit = _from_cache(cache.load(item.section.name, item.key), rec)
             if hit is not None and (resume or not item.selected):
                 rec = {**hit, "status": "cached"}

@@ -236,13 +236,15 @@ def _connect(address: str) -> Any:
     security = None
     if url.scheme == "tls":
         security = Security()
-        if not (security.tls_ca_file and security.tls_client_cert):
+        # Security sets its tls_* attributes from Dask's config at run time (no static declaration)
+        if not (getattr(security, "tls_ca_file", None) and getattr(security, "tls_client_cert", None)):
             raise ValueError(f"scheduler: {address!r} is a tls:// address but Dask's TLS settings are missing: set "
                              "distributed.comm.tls.ca-file, .client.cert and .client.key (e.g. DASK_DISTRIBUTED__COMM__TLS__"
                              "CA_FILE=...; see docs/sweeps.md)")
     hint = f"check the address and that the scheduler runs (wait longer with {TIMEOUT_ENV}=SECONDS)"
     try:
-        socket.create_connection((url.hostname, url.port), timeout=timeout).close()
+        # a missing port (None) raises TypeError here, reported below with the address
+        socket.create_connection((url.hostname, url.port), timeout=timeout).close()  # type: ignore[arg-type]
     except (OSError, ValueError, TypeError) as exc:
         raise ValueError(f"scheduler: cannot reach the Dask scheduler at {address!r} within {timeout:g} s "
                          f"({exc}); {hint}") from None

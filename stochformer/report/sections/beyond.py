@@ -179,7 +179,7 @@ def _run_repulsion(cfg: Any, ctx: SectionContext) -> SectionOutput:
     cause = (f"At the probe γ = {pr['gamma']:g}, σ = {pr['sigma']:g}: λ̂₁ = {pr['lambda_1']:.3f} ± {pr['lambda_1_se']:.3f} "
              f"(predicted λ₁ − γ = {pr['lambda_1_pred']:.3f}); final mean cosine "
              f"{pr.get('final_cosine', float('nan')):.2f}.")
-    if clustered and noise is not None:
+    if clustered and noise is not None and here is not None:
         cause += (" Close pairs separate, as the criterion says, yet the tokens cluster partly. The measured cause: the "
                   "criterion is the stability of full synchronisation (u → 1); far from it the common noise pulls tokens "
                   f"together at the pair drift b(u) = κ(u)(d−2+u²) − κ(1)(d−1)u, E[b(u₀)] = {noise['uniform_drift']:.3f} "

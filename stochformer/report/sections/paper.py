@@ -152,7 +152,8 @@ def _run_clusters(cfg: ClustersSectionConfig, ctx: SectionContext) -> SectionOut
     plots = sync_plots
     res = paper.run_clusters(cfg.size, seed=cfg.seed, tol=cfg.tol, progress=ctx.progress, device=cfg.device,
                              sizes=cfg.sizes)
-    rows, notes = [], []
+    rows: list[Comparison] = []
+    notes: list[str] = []
     uniform = _uniform_tail(4, cfg.tol)
     N, T = int(res.sizes["N"]), float(res.sizes["T"])
     for act, cl in res.clusters.items():

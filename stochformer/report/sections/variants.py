@@ -56,8 +56,8 @@ def variants_rows(numbers: dict, beta: float, flow_steps: int = FLOW_ODE_STEPS) 
                                             note="predicted: κ (ReLU, σ_U = σ_W = 0.3)"))
     sm = w["small_d"]
     rows.append(Comparison.from_mean_se(
-        "MLP covariance, Rademacher inner weights, d = 2, x = e₁, y = (e₁+e₂)/√2", sm["exact"], *sm["measured"],
-        n=sm.get("draws"), rule="matches", alternative=sm["kappa"],
+        "MLP covariance, Rademacher inner weights, d = 2, x = e₁, y = (e₁+e₂)/√2", sm["exact"], sm["measured"][0],
+        sm["measured"][1], n=sm.get("draws"), rule="matches", alternative=sm["kappa"],
         note=f"predicted: the exact Rademacher value 1/(4√2); the alternative is the Gaussian κ, {sm['kappa']:.4f}"))
     r = numbers["resampled"]
     last = r["rows"][-1]
