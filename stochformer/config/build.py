@@ -1,17 +1,22 @@
 """The config layer's only bridge to the library: from a validated
-[`RunConfig`][stochformer.config.RunConfig] to the objects [`stochformer.solve`][stochformer.solve] takes — initial
-tokens, attention, noise source, and the model (transformer or limit SDE)."""
+[`RunConfig`][stochformer.config.RunConfig] to the objects [`stochformer.solve`][stochformer.solve] takes — the run's
+[`Setup`][stochformer.config.build.Setup] (device, dtype, generators: [`setup`][stochformer.config.build.setup], once per
+run), initial tokens, attention, noise source, and the model (transformer or limit SDE); and the check and
+record of a model given instead of built ([`check_model`][stochformer.config.build.check_model],
+[`model_record`][stochformer.config.build.model_record])."""
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any, Literal, Optional, Union, cast
 
 import torch
 
 from ..core import sphere
 from ..io.tokens import load_tokens
-from . import InitConfig, RunConfig
+from . import ConfigError, ExperimentConfig, InitConfig, RunConfig
+from ..integrate import custom_parts, describe
 from ..model.activations import ActivationLike
 from ..model.attention import DEFAULT_BLOCK, Attention, RandomBatchAttention, SoftmaxAttention, query_chunk
 from ..model.attention_variants import (
@@ -29,7 +34,86 @@ from ..model.noise import ExactField, NoiseSource, RandomFeatureField, RandomMLP
 from ..model.rng import resolve_backend
 from ..model.sde import INTEGRATORS, LimitSDE
 from ..model.transformer import Transformer
-from ..core.runtime import child_seeds, named_seed
+from ..core.runtime import DTYPES, child_seeds, make_generator, named_seed, provenance, resolve_device
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What a run resolves once from its config: the torch ``device``, the ``dtype`` of its tensors
+    and its root ``seed``, from which it hands out generators on that device and derived seeds
+    (the same streams as [`make_generator`][stochformer.core.runtime.make_generator],
+    [`child_seeds`][stochformer.core.runtime.child_seeds] and [`named_seed`][stochformer.core.runtime.named_seed]:
+    a run that takes its generators from here draws bit for bit what it drew before).
+
+    Built by [`setup`][stochformer.config.build.setup]; frozen and picklable, so a run passes one
+    down to every measurement it makes."""
+
+    device: torch.device
+    dtype: torch.dtype
+    seed: int
+
+    def generator(self, seed: Optional[int] = None) -> torch.Generator:
+        """A generator on ``device`` seeded with ``seed`` (default: the run's seed)."""
+        return make_generator(self.seed if seed is None else seed, self.device)
+
+    def seeds(self, n: int, seed: Optional[int] = None) -> list[int]:
+        """``n`` independent seeds derived from ``seed`` (default: the run's seed), by ``child_seeds``."""
+        return child_seeds(self.seed if seed is None else seed, n)
+
+    def generators(self, n: int, seed: Optional[int] = None) -> list[torch.Generator]:
+        """``n`` generators on ``device``, one per seed of [`seeds`][stochformer.config.build.Setup.seeds]."""
+        return [make_generator(s, self.device) for s in self.seeds(n, seed)]
+
+    def named_seed(self, name: str) -> int:
+        """The seed of the run's part ``name`` (``named_seed(seed, name)``)."""
+        return named_seed(self.seed, name)
+
+    def provenance(self) -> dict:
+        """Versions, platform and this device, as every result records them (`runtime.provenance`)."""
+        return provenance(self.device)
+
+
+def setup(cfg: Union[RunConfig, ExperimentConfig]) -> Setup:
+    """The [`Setup`][stochformer.config.build.Setup] of a run: ``device`` (``cpu``, ``cuda``, ``cuda:i``;
+    an error naming ``device`` if CUDA is absent), ``dtype`` and ``seed`` of ``cfg`` (of
+    ``cfg.model`` for an experiment's config), resolved once."""
+    run = cfg.model if isinstance(cfg, ExperimentConfig) else cfg
+    if not isinstance(run, RunConfig):
+        raise TypeError(f"cfg: setup takes a RunConfig or an ExperimentConfig (got {type(cfg).__name__})")
+    return Setup(resolve_device(run.device), DTYPES[run.dtype], int(run.seed))
+
+
+#: what ``model=`` of a run accepts, by the config's ``dynamics``
+MODEL_CLASSES: dict[str, type[Union[Transformer, LimitSDE]]] = {"transformer": Transformer, "sde": LimitSDE}
+
+
+def check_model(model: Any, cfg: RunConfig, prefix: str = "") -> Union[Transformer, LimitSDE]:
+    """A model given to a run instead of the one its config builds, checked before any work: a
+    [`Transformer`][stochformer.model.transformer.Transformer] for ``dynamics = "transformer"``, a
+    [`LimitSDE`][stochformer.model.sde.LimitSDE] for ``dynamics = "sde"`` (else ``TypeError``
+    naming ``model`` and what is accepted), whose attention and noise source, where they state a
+    dimension, are built for the config's ``d`` (else ``ConfigError`` naming ``d``, as ``model.d``
+    with ``prefix = "model."`` for an experiment's config)."""
+    accepted = MODEL_CLASSES[cfg.dynamics]
+    if not isinstance(model, accepted):
+        others = " or ".join(f"a {c.__name__} for dynamics = {k!r}" for k, c in MODEL_CLASSES.items())
+        raise TypeError(f"model: must be a {accepted.__name__} (the config has dynamics = {cfg.dynamics!r}; "
+                        f"accepted: {others}), got {type(model).__module__}.{type(model).__qualname__}")
+    for part in ("attention", "noise"):
+        dim = getattr(getattr(model, part), "d", None)
+        if isinstance(dim, int) and not isinstance(dim, bool) and dim != cfg.d:
+            raise ConfigError(f"{prefix}d: the given model's {part} ({type(getattr(model, part)).__name__}) is built for "
+                              f"d = {dim}, the config has d = {cfg.d}")
+    return model
+
+
+def model_record(model: Any) -> dict:
+    """What a result records of a model given by hand: ``model``, its description (class by qualified
+    name and fields; callables by qualified name and parameters, or an ``"unrecorded"`` mark where
+    they cannot be read: [`describe`][stochformer.integrate.describe]), and ``custom_parts``, where it
+    holds parts not defined by stochformer ([`custom_parts`][stochformer.integrate.custom_parts]).
+    The config's own model fields then describe the config, not the model that ran."""
+    return {"given": True, "description": describe(model), "custom_parts": custom_parts(model)}
 
 
 

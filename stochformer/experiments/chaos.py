@@ -46,7 +46,7 @@ import xarray as xr
 from pydantic import Field, model_validator
 
 from ..core.brownian import BrownianPath
-from ..config.build import make_field, make_grouped_particles, make_particles
+from ..config.build import make_field, make_grouped_particles, make_particles, setup
 from ..config import ExperimentConfig, RunConfig, as_config, validate
 from ..measure.diagnostics import cloud_summary
 from ..core.extras import require
@@ -54,7 +54,7 @@ from ..measure.distances import rate_function, sphere_rate, w2_sliced, w2_square
 from ..model.attention import DEFAULT_BLOCK
 from ..io.names import TIME_UNITS
 from ..io.results import Result
-from ..core.runtime import DTYPES, child_seeds, cpu_threads_for, make_generator, provenance, resolve_device
+from ..core.runtime import child_seeds, cpu_threads_for, make_generator
 from ..integrate import SaveAt, solve
 from ..core.sphere import uniform
 from ..measure.stats import fit_power_law, fit_power_law_weighted, loglog_slope, mean_and_se, tagged_correlation
@@ -151,10 +151,11 @@ def coupling_task(config: dict, d: int, seed: int, with_w2: bool, keep_cloud: bo
     summaries."""
     cfg = validate(ChaosConfig, config)
     run_cfg = cfg.model.model_copy(update={"d": d})
-    device, dtype = resolve_device(run_cfg.device), DTYPES[run_cfg.dtype]
-    s_init, s_field, s_noise = child_seeds(seed, 3)
+    env = setup(run_cfg)
+    device, dtype = env.device, env.dtype
+    s_init, s_field, s_noise = env.seeds(3, seed)
     start = time.perf_counter()
-    X0 = uniform(1, run_cfg.N, d, generator=make_generator(s_init, device), dtype=dtype, device=device)
+    X0 = uniform(1, run_cfg.N, d, generator=env.generator(s_init), dtype=dtype, device=device)
     rec = _steps(run_cfg.L, cfg.records)
     w2_steps = _steps(run_cfg.L, cfg.w2_records) if with_w2 else []
     steps = sorted(set(rec) | set(w2_steps))
@@ -227,10 +228,11 @@ def decorrelation_task(config: dict, n: int, seed: int) -> dict:
     """One field held fixed, ``decor_repeats`` independent uniform clouds of n tokens: correlation
     of tokens 1 and 2 at time T over the repeats, with its standard error."""
     cfg = validate(ChaosConfig, config)
-    device, dtype = resolve_device(cfg.model.device), DTYPES[cfg.model.dtype]
-    s_init, s_field, s_noise = child_seeds(seed, 3)
-    fld = make_field(cfg.model, 1, make_generator(s_field, device), dtype, device)  # one field for all repeats
-    X0 = uniform(cfg.decor_repeats, n, cfg.model.d, generator=make_generator(s_init + n, device), dtype=dtype, device=device)
+    env = setup(cfg.model)
+    device, dtype = env.device, env.dtype
+    s_init, s_field, s_noise = env.seeds(3, seed)
+    fld = make_field(cfg.model, 1, env.generator(s_field), dtype, device)  # one field for all repeats
+    X0 = uniform(cfg.decor_repeats, n, cfg.model.d, generator=env.generator(s_init + n), dtype=dtype, device=device)
     model = make_particles(cfg.model, fld, n, dtype, device, cfg.block, cfg.sdpa)
     ds = solve(model, X0, cfg.model.T, cfg.model.L, SaveAt(stats=()), seed=s_noise, context=cfg.model, what="particles")  # increments from s_noise
     X = torch.from_numpy(ds["X_final"].values).to(dtype)
@@ -412,7 +414,7 @@ def run_chaos(
     ``scheduler``: as in [`run_tasks`][stochformer.tasks.run_tasks]."""
     cfg = as_config(cfg, ChaosConfig)
     require(*NEEDS)  # before any work
-    device = resolve_device(cfg.model.device)
+    env = setup(cfg)
     start = time.perf_counter()
     config = cfg.model_dump(mode="json")
     root_coupling, root_decor = child_seeds(cfg.model.seed, 2)
@@ -446,7 +448,7 @@ def run_chaos(
             clouds = {"initial": np.asarray(rows[0]["cloud_initial"]), "final": np.asarray(rows[0]["cloud_final"])}
     decor = _decorrelation(cfg, res) if cfg.decorrelation else None
     fits = _fits(cfg, coupling, decor, child_seeds(cfg.model.seed, 3)[2] % (2**32))
-    return ChaosResult(cfg, coupling, decor, fits, provenance(device), time.perf_counter() - start, clouds)
+    return ChaosResult(cfg, coupling, decor, fits, env.provenance(), time.perf_counter() - start, clouds)
 
 
 def _decorrelation(cfg: ChaosConfig, res: dict) -> dict:

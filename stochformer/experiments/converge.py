@@ -35,13 +35,13 @@ import xarray as xr
 from pydantic import Field, model_validator
 
 from ..core.brownian import BrownianPath, Draws
-from ..config.build import initial_tokens, make_attention, make_kernel, make_noise
+from ..config.build import initial_tokens, make_attention, make_kernel, make_noise, setup
 from ..config import ExperimentConfig, RunConfig, as_config
 from ..model.noise import ExactField
 from ..model.sde import INTEGRATORS, LimitSDE
 from ..model.transformer import Transformer
 from ..io.results import Result
-from ..core.runtime import DTYPES, child_seeds, make_generator, provenance, resolve_device
+from ..core.runtime import child_seeds
 from ..integrate import SaveAt, solve
 from ..measure.stats import bootstrap, fit_power_law, mean_and_se, resampled_se, t_interval
 from ..tasks import Task, run_tasks
@@ -118,9 +118,10 @@ def _coupled_errors(cfg: RunConfig, depths: list[int], widths: list[int], refine
                     seed: int, n: int) -> dict[str, list]:
     """Per-sample sup errors at one depth for ``n`` samples: {kind: [[per sample] per width]},
     widths in order and m = ∞ last. ``seed`` fixes X₀, the Brownian path and the weights."""
-    device, dtype = resolve_device(cfg.device), DTYPES[cfg.dtype]
-    s_init, s_noise, s_weights = child_seeds(seed, 3)
-    g_init, g_noise, g_w = (make_generator(s, device) for s in (s_init, s_noise, s_weights))
+    env = setup(cfg)
+    device, dtype = env.device, env.dtype
+    s_init, s_noise, s_weights = env.seeds(3, seed)
+    g_init, g_noise, g_w = (env.generator(s) for s in (s_init, s_noise, s_weights))
     X0 = initial_tokens(cfg.init, n, cfg.N, cfg.d, g_init, dtype, device)
     kernel, attention = make_kernel(cfg), make_attention(cfg, dtype, device)
     r = refine
@@ -311,7 +312,7 @@ def run_converge(cfg: ConvergeConfig, progress: bool = False, store: Optional[Pa
     """
     cfg = as_config(cfg, ConvergeConfig)
     start = time.perf_counter()
-    device = resolve_device(cfg.model.device)
+    env = setup(cfg)
     per = cfg.samples_per_task
     n_parts = -(-cfg.model.batch // per)
     sizes = [min(per, cfg.model.batch - c * per) for c in range(n_parts)]
@@ -332,7 +333,7 @@ def run_converge(cfg: ConvergeConfig, progress: bool = False, store: Optional[Pa
     }
     all_widths = [float(m) for m in widths] + [math.inf]
     fits = fit_convergence(depths, all_widths, errors, cfg.bootstrap, cfg.model.seed)
-    return ConvergeResult(cfg, depths, all_widths, errors, fits, provenance(device), time.perf_counter() - start)
+    return ConvergeResult(cfg, depths, all_widths, errors, fits, env.provenance(), time.perf_counter() - start)
 
 
 def _grid_task(config: dict, depths: list[int], widths: list[int], refine: int, depth: int, seed: int, n: int) -> dict:

@@ -51,13 +51,13 @@ import xarray as xr
 from pydantic import Field, model_validator
 
 from ..core.brownian import BrownianPath, Draws
-from ..config.build import initial_tokens, make_grouped_particles, make_model
+from ..config.build import initial_tokens, make_grouped_particles, make_model, setup
 from ..config import ExperimentConfig, as_config
 from ..measure.distances import rate_function, sphere_rate, w2_exact
 from ..model.noise import whiten
 from ..model.transformer import Transformer
 from ..io.results import Result
-from ..core.runtime import DTYPES, child_seeds, make_generator, provenance, resolve_device
+from ..core.runtime import child_seeds
 from ..measure.stats import fit_power_law, loglog_slope
 from ..tasks import Task, run_tasks
 from ..core.validation import validated
@@ -209,8 +209,9 @@ def coupled_sample(cfg: JointConfig, seed: int) -> dict[str, list[float]]:
     sup-in-time value per point of the path}. ``seed`` fixes the initial tokens, the field and the
     transformers' weights."""
     run = cfg.model
-    device, dtype = resolve_device(run.device), DTYPES[run.dtype]
-    g_init, g_field, g_w = (make_generator(s, device) for s in child_seeds(seed, 3))
+    env = setup(run)
+    device, dtype = env.device, env.dtype
+    g_init, g_field, g_w = env.generators(3, seed)
     X0 = initial_tokens(run.init, 1, cfg.N_ref, run.d, g_init, dtype, device)
     path = list(zip(cfg.path_N, cfg.path_L, cfg.path_m))
     N_in = cfg.inner_N
@@ -298,5 +299,5 @@ def run_joint(cfg: JointConfig, progress: bool = False, store: Optional[Path | s
     for name, values in measured.items():
         fit = fit_power_law(cfg.scale, values, cfg.bootstrap, run.seed)
         fits[name] = {"exponent": fit.exponent, "ci": list(fit.ci), "se": fit.se, "prefactor": fit.prefactor, "n": fit.n}
-    return JointResult(cfg, measured, fits, cfg.predicted_exponent(), provenance(resolve_device(run.device)),
+    return JointResult(cfg, measured, fits, cfg.predicted_exponent(), setup(cfg).provenance(),
                        time.perf_counter() - start)

@@ -23,12 +23,11 @@ import torch
 import xarray as xr
 from pydantic import Field
 
-from ..config.build import initial_tokens, make_kernel, make_model
+from ..config.build import initial_tokens, make_kernel, make_model, setup
 from ..config import ExperimentConfig, InitConfig, as_config
 from ..io.store import to_jsonable
 from ..model.two_point import one_point_mean, simulate_two_point
 from ..io.results import Result
-from ..core.runtime import DTYPES, child_seeds, make_generator, provenance, resolve_device
 from ..integrate import SaveAt, solve
 from ..measure.stats import mean_and_se
 from ..core.validation import validated
@@ -132,11 +131,12 @@ def run_motions(cfg: MotionsConfig, progress: bool = False) -> MotionsResult:
     cfg = as_config(cfg, MotionsConfig)
     start = time.perf_counter()
     model = cfg.model
-    device, dtype = resolve_device(model.device), DTYPES[model.dtype]
+    env = setup(model)
+    device, dtype = env.device, env.dtype
     kernel = make_kernel(model)
     k1, d, T = kernel.kappa1, model.d, model.T
-    s_init, s_ref, *s_dyn = child_seeds(model.seed, 2 + len(DYNAMICS))
-    X0 = initial_tokens(InitConfig(kind="pair", cosine=cfg.u0), model.batch, 2, d, make_generator(s_init, device), dtype,
+    s_init, s_ref, *s_dyn = env.seeds(2 + len(DYNAMICS))
+    X0 = initial_tokens(InitConfig(kind="pair", cosine=cfg.u0), model.batch, 2, d, env.generator(s_init), dtype,
                         device)
     stride = max(1, model.L // cfg.snapshots)
     save = SaveAt(stats=(), tokens_every=stride)
@@ -146,7 +146,7 @@ def run_motions(cfg: MotionsConfig, progress: bool = False) -> MotionsResult:
     times = np.zeros(0)
     for dyn, seed in zip(DYNAMICS, s_dyn):
         run = model.with_updates(dynamics=dyn)
-        ds = solve(make_model(run, dtype, device), X0, T, run.L, save, generator=make_generator(seed, device),
+        ds = solve(make_model(run, dtype, device), X0, T, run.L, save, generator=env.generator(seed),
                    progress=progress, desc=f"motions ({dyn})", context=run)
         X = torch.from_numpy(ds["X"].values)  # (pairs, snapshots, 2, d)
         times = ds["snapshot_time"].values
@@ -162,5 +162,5 @@ def run_motions(cfg: MotionsConfig, progress: bool = False) -> MotionsResult:
     predicted = {"kappa": k1, "d": d, "T": T, "one_point_rate": -k1 * (d - 1) / 2,
                  "one_point_T": float(one_point_mean(k1, d, T)), "u0": cfg.u0, "threshold": cfg.threshold}
     return MotionsResult(cfg, times, one_point, u_final, u_ref, measured, law_of_u(u_ref, cfg.threshold), predicted,
-                         provenance(device), time.perf_counter() - start)
+                         env.provenance(), time.perf_counter() - start)
 

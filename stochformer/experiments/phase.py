@@ -25,11 +25,10 @@ import torch
 import xarray as xr
 from pydantic import Field, model_validator
 
-from ..config.build import initial_tokens, make_model
+from ..config.build import initial_tokens, make_model, setup
 from ..config import ConfigError, ExperimentConfig, RunConfig, as_config, check_grid_size
 from ..io.names import NAMES, axis_description, description
 from ..io.results import Result
-from ..core.runtime import DTYPES, child_seeds, make_generator, provenance, resolve_device
 from ..integrate import SaveAt, solve
 from ..core.sphere import gram
 from ..measure.stats import mean_and_se
@@ -107,18 +106,18 @@ def phase_point(config: dict, measure: str, pairs: int, eps: float, sync_tol: fl
     """One grid point (a task: module-level, JSON-able in and out); ``err``: the Δt → 0
     extrapolation error of λ̂₁ (0 when not extrapolated)."""
     cfg = RunConfig.model_validate(config)
+    env = setup(cfg)
     pred = predicted_rates(cfg, with_bound=False)
     out: dict[str, Any] = {"lambda_1_pred": pred["lambda_1_pred"], "lambda_bar_pred": pred["lambda_bar_pred"]}
     if measure == "lyapunov":
-        lyap = measure_lyapunov(cfg, pairs, eps, seed, extrapolate=extrapolate)
+        lyap = measure_lyapunov(cfg, pairs, eps, seed, extrapolate=extrapolate, env=env)
         out.update(value=lyap["lambda_1"], se=lyap["lambda_1_se"], err=lyap.get("lambda_1_extrap_err", 0.0),
                    at_L=lyap.get("lambda_1_steps", {}).get(str(cfg.L), lyap["lambda_1"]))
         return out
-    device, dtype = resolve_device(cfg.device), DTYPES[cfg.dtype]
-    gen = make_generator(seed, device)
-    X0 = initial_tokens(cfg.init, cfg.batch, cfg.N, cfg.d, gen, dtype, device)
-    ds = solve(make_model(cfg, dtype, device), X0, cfg.T, cfg.L, SaveAt(stats=()), generator=gen, context=cfg)
-    G = gram(torch.from_numpy(ds["X_final"].values).to(dtype))
+    gen = env.generator(seed)
+    X0 = initial_tokens(cfg.init, cfg.batch, cfg.N, cfg.d, gen, env.dtype, env.device)
+    ds = solve(make_model(cfg, env.dtype, env.device), X0, cfg.T, cfg.L, SaveAt(stats=()), generator=gen, context=cfg)
+    G = gram(torch.from_numpy(ds["X_final"].values).to(env.dtype))
     G = G.abs() if up_to_sign else G
     iu = torch.triu_indices(cfg.N, cfg.N, offset=1, device=G.device)
     synced = (G[:, iu[0], iu[1]].min(dim=-1).values >= 1.0 - sync_tol).double()
@@ -273,7 +272,8 @@ def run_phase(cfg: PhaseConfig, progress: bool = False, store: Optional[Path | s
     for p in points.values():
         if p.attention and p.V is not None:
             raise ConfigError("V: the phase diagram predicts λ₁ − γ for V = γI; explicit V matrices have no boundary")
-    seeds = child_seeds(cfg.model.seed, len(points))
+    env = setup(cfg)
+    seeds = env.seeds(len(points))
     tasks = [
         Task(f"phase-{i}-{j}", phase_point, dict(config=p.model_dump(mode="json"), measure=cfg.measure, pairs=cfg.pairs,
                                                  eps=cfg.eps, sync_tol=cfg.sync_tol, up_to_sign=cfg.up_to_sign, seed=s,
@@ -290,5 +290,5 @@ def run_phase(cfg: PhaseConfig, progress: bool = False, store: Optional[Path | s
         lam1[i, j], lbar[i, j] = r["lambda_1_pred"], r["lambda_bar_pred"]
     fx, fy = _fine_axis(cfg, cfg.x_field, cfg.x_values), _fine_axis(cfg, cfg.y_field, cfg.y_values)
     f1, fb = _predictions(cfg, fx, fy)
-    return PhaseResult(cfg, xs, ys, value, se, err, lam1, lbar, fx, fy, f1, fb, provenance(resolve_device(cfg.model.device)),
+    return PhaseResult(cfg, xs, ys, value, se, err, lam1, lbar, fx, fy, f1, fb, env.provenance(),
                        time.perf_counter() - start, at_L)

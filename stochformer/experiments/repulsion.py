@@ -36,12 +36,12 @@ import numpy as np
 import xarray as xr
 from pydantic import Field, model_validator
 
-from ..config.build import initial_tokens, make_kernel, make_model
+from ..config.build import initial_tokens, make_kernel, make_model, setup
 from ..config import ExperimentConfig, InitConfig, RunConfig, as_config, build_config, check_grid_size
 from ..model.two_point import two_point_coefficients
 from ..io.names import RATE_UNITS
 from ..io.results import Result
-from ..core.runtime import DTYPES, child_seeds, make_generator, provenance, resolve_device
+from ..core.runtime import child_seeds
 from ..integrate import SaveAt, solve
 from ..measure.stats import mean_and_se
 from ..tasks import Task, run_tasks
@@ -154,8 +154,9 @@ def outcome_point(config: dict, seed: int, slope_time: float) -> dict:
     """One grid point (a task: JSON in and out): the runs from uniform tokens, their mean cosine and
     E_β curves (mean, SE per time), the E_β rate, the final mean cosine and the initial cosine rate."""
     cfg = RunConfig.model_validate(config)
-    device, dtype = resolve_device(cfg.device), DTYPES[cfg.dtype]
-    gen = make_generator(seed, device)
+    env = setup(cfg)
+    device, dtype = env.device, env.dtype
+    gen = env.generator(seed)
     X0 = initial_tokens(cfg.init, cfg.batch, cfg.N, cfg.d, gen, dtype, device)
     save = SaveAt(stats=("mean_cosine", "energy"), final=False, energy_beta=cfg.energy_beta)
     ds = solve(make_model(cfg, dtype, device), X0, cfg.T, cfg.L, save, generator=gen, context=cfg)
@@ -177,8 +178,9 @@ def flow_growth(config: dict, seed: int, spread: float) -> dict:
     """The noiseless attention flow (``config`` without MLP) from a cluster of ``spread``: the largest
     step rate Δlog E E_β/Δt over the run (the measured ε), the times and log E E_β per time."""
     cfg = RunConfig.model_validate(config)
-    device, dtype = resolve_device(cfg.device), DTYPES[cfg.dtype]
-    gen = make_generator(seed, device)
+    env = setup(cfg)
+    device, dtype = env.device, env.dtype
+    gen = env.generator(seed)
     X0 = initial_tokens(InitConfig(kind="cluster", spread=spread), cfg.batch, cfg.N, cfg.d, gen, dtype, device)
     ds = solve(make_model(cfg, dtype, device), X0, cfg.T, cfg.L,
                SaveAt(stats=("energy",), final=False, energy_beta=cfg.energy_beta), generator=gen, context=cfg)
@@ -287,5 +289,5 @@ def run_repulsion(cfg: RepulsionConfig, progress: bool = False, store: Optional[
     fine = np.linspace(min(cfg.sigmas), max(cfg.sigmas), 61)
     boundary = {"sigma": fine.tolist(),
                 "gamma": [predicted_rates(cfg.point(0.0, float(s)), with_bound=False)["lambda_1_noise"] for s in fine]}
-    return RepulsionResult(cfg, points, probe, times, provenance(resolve_device(run.device)),
+    return RepulsionResult(cfg, points, probe, times, setup(cfg).provenance(),
                            time.perf_counter() - start, boundary)

@@ -6,19 +6,20 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
-from typing import ClassVar, Optional
+from typing import ClassVar, Optional, Union
 
 import numpy as np
 import torch
 import xarray as xr
 
-from ..config.build import initial_tokens, make_attention, make_model
+from ..config.build import Setup, check_model, initial_tokens, make_attention, make_model, model_record, setup
 from ..config import RunConfig, as_config
 from ..measure.diagnostics import STATISTICS
 from ..model.activations import Activation, activation_name
+from ..model.sde import LimitSDE
+from ..model.transformer import Transformer
 from ..model.attention import DEFAULT_BLOCK, query_chunk
 from ..io.results import Result
-from ..core.runtime import DTYPES, make_generator, provenance, resolve_device
 from ..integrate import SaveAt, solve
 from ..measure.stats import mean_and_se
 from ..core.validation import validated
@@ -56,7 +57,8 @@ class SimulationResult(Result):
 
 
 @validated
-def run_simulate(cfg: RunConfig, progress: bool = False, activation: Optional[Activation] = None) -> SimulationResult:
+def run_simulate(cfg: RunConfig, progress: bool = False, activation: Optional[Activation] = None,
+                 model: Optional[Union[Transformer, LimitSDE]] = None) -> SimulationResult:
     """Run ``cfg.batch`` independent samples of ``cfg.dynamics`` for L layers (or SDE steps).
 
     The transformer of SPEC §1 or the limit SDE of SPEC §3, built from the config
@@ -72,6 +74,14 @@ def run_simulate(cfg: RunConfig, progress: bool = False, activation: Optional[Ac
     activation : callable, optional
         Any elementwise φ (torch → torch) used instead of ``cfg.activation``; its kernel κ comes
         from Gauss–Hermite quadrature.
+    model : Transformer or LimitSDE, optional
+        A model built by hand, stepped instead of the one ``cfg`` describes (a ``Transformer`` for
+        ``dynamics = "transformer"``, a ``LimitSDE`` for ``"sde"``, built for ``cfg.d``: checked
+        by [`check_model`][stochformer.config.build.check_model] before any work). ``cfg`` still gives
+        the tokens, T, L, seed, device, dtype and what is recorded; ``result.meta["model"]`` records
+        the model ([`model_record`][stochformer.config.build.model_record]). The same object reused
+        with the same seed gives the same numbers; ``model = make_model(cfg)`` gives those of the run
+        without it. Not together with ``activation``.
 
     Returns
     -------
@@ -83,7 +93,9 @@ def run_simulate(cfg: RunConfig, progress: bool = False, activation: Optional[Ac
     Raises
     ------
     ConfigError
-        A field out of range, naming the field and its valid range.
+        A field out of range, naming the field and its valid range; a ``model`` built for another ``d``.
+    TypeError
+        A ``model`` that is not the config's kind of model, naming ``model`` and what is accepted.
 
     Examples
     --------
@@ -94,18 +106,30 @@ def run_simulate(cfg: RunConfig, progress: bool = False, activation: Optional[Ac
     {'sample': 2, 'time': 11, 'token': 4, 'dim': 3}
     """
     cfg = as_config(cfg)
-    device = resolve_device(cfg.device)
-    dtype = DTYPES[cfg.dtype]
-    gen = make_generator(cfg.seed, device)
+    if model is not None:
+        check_model(model, cfg)
+        if activation is not None:
+            raise ValueError("activation: give the activation inside the model (its noise source), not beside a model")
+    env = setup(cfg)
+    gen = env.generator()
     start = time.perf_counter()
-    X0 = initial_tokens(cfg.init, cfg.batch, cfg.N, cfg.d, gen, dtype, device)
+    X0 = initial_tokens(cfg.init, cfg.batch, cfg.N, cfg.d, gen, env.dtype, env.device)
     # many tokens: attention and statistics in blocks of DEFAULT_BLOCK entries, never an (N, N) matrix
     block = DEFAULT_BLOCK if cfg.N * cfg.N > DEFAULT_BLOCK else None
-    attention = make_attention(cfg, dtype, device, chunk=query_chunk(cfg.N) if block else None)
-    model = make_model(cfg, dtype, device, attention=attention, activation=activation)
+    given = model is not None
+    if model is None:
+        model = _model(cfg, env, block, activation)
     save = SaveAt(every=cfg.record_every, tokens_every=cfg.path_stride, energy_beta=cfg.energy_beta, block=block)
     ds = solve(model, X0, cfg.T, cfg.L, save, generator=gen, progress=progress, desc=cfg.dynamics, context=cfg)
     ds.attrs["seed"] = cfg.seed
-    meta = {} if activation is None else {"activation_callable": activation_name(activation)}
+    meta: dict = {} if activation is None else {"activation_callable": activation_name(activation)}
+    if given:
+        meta["model"] = model_record(model)
     meta["custom_parts"] = json.loads(ds.attrs["custom_parts"])
-    return SimulationResult(cfg, ds, provenance(device), time.perf_counter() - start, meta)
+    return SimulationResult(cfg, ds, env.provenance(), time.perf_counter() - start, meta)
+
+
+def _model(cfg: RunConfig, env: Setup, block: Optional[int], activation: Optional[Activation]) -> Union[Transformer, LimitSDE]:
+    """The model of ``cfg`` as ``run_simulate`` builds it (chunked attention when ``block`` is set)."""
+    attention = make_attention(cfg, env.dtype, env.device, chunk=query_chunk(cfg.N) if block else None)
+    return make_model(cfg, env.dtype, env.device, attention=attention, activation=activation)

@@ -42,7 +42,7 @@ import xarray as xr
 from pydantic import Field, model_validator
 
 from ..core.brownian import BrownianPath
-from ..config.build import make_kernel, noise_kind
+from ..config.build import make_kernel, noise_kind, setup
 from ..config import ExperimentConfig, RunConfig, as_config
 from ..io.store import to_jsonable
 from ..model.kernel import first_moment_rate, lyapunov_spectrum, moment_exponent, stability_index
@@ -52,7 +52,7 @@ from ..model.tangent import ExactJet, FieldJet, MLPJet, TangentFlow, frame_state
 from ..model.transformer import Transformer
 from ..io.names import RATE_UNITS
 from ..io.results import Result
-from ..core.runtime import DTYPES, child_seeds, cpu_threads_for, make_generator, provenance, resolve_device
+from ..core.runtime import child_seeds, cpu_threads_for, make_generator
 from ..integrate import SaveAt, solve
 from ..core.sphere import uniform
 from ..measure.stats import bootstrap, mean_and_se, resampled_se
@@ -226,8 +226,9 @@ def spectrum_levels(cfg: RunConfig, seed: int, extrapolate: bool = True, width_l
     """The Benettin runs of ``cfg`` from the same initial tokens and frames: {(width, steps): Growth}
     at steps L (and L/2, L/4 with ``extrapolate``) and, with ``width_levels``, widths m, m/2, m/4
     (width 0 for the SDE), all driven by one Brownian path where the jet takes one."""
-    device, dtype = resolve_device(cfg.device), DTYPES[cfg.dtype]
-    s_init, s_model, s_path = child_seeds(seed, 3)
+    env = setup(cfg)
+    device, dtype = env.device, env.dtype
+    s_init, s_model, s_path = env.seeds(3, seed)
     S0 = initial_state(cfg.batch, cfg.d, s_init, dtype, device)
     steps = [cfg.L // k for k in EXTRAPOLATION_LEVELS] if extrapolate else [cfg.L]
     widths = [cfg.m // k for k in EXTRAPOLATION_LEVELS] if width_levels else ([cfg.m] if cfg.dynamics == "transformer" else [0])
@@ -235,7 +236,7 @@ def spectrum_levels(cfg: RunConfig, seed: int, extrapolate: bool = True, width_l
     coupled = (len(steps) > 1 or len(widths) > 1) and uses_path(flows[widths[0]])
     shape = (cfg.batch, cfg.d, cfg.d)  # the jet's normals: (samples, 1 + k, d), k = d − 1
     path = coupling_path(flows[widths[0]].jet, shape, cfg.L, s_path, dtype, device) if coupled else None
-    return {(w, n): tangent_growth(flows[w], S0, cfg.T, n, make_generator(s_model, device), path, progress)
+    return {(w, n): tangent_growth(flows[w], S0, cfg.T, n, env.generator(s_model), path, progress)
             for w in widths for n in steps}
 
 
@@ -431,6 +432,6 @@ def run_spectrum(cfg: SpectrumConfig, progress: bool = False) -> SpectrumResult:
         times=np.arange(steps + 1) * (T / steps),
         volume=(finest.volume_mean, finest.volume_se),
         log_norm=tuple(np.asarray(x) for x in mean_and_se(finest.log_norm)),  # type: ignore[arg-type]
-        provenance=provenance(resolve_device(run.device)),
+        provenance=setup(cfg).provenance(),
         elapsed_s=time.perf_counter() - start,
     )

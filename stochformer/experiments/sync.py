@@ -30,8 +30,8 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
-from typing import Any, ClassVar, Optional, TypeVar
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Optional, TypeVar, Union
 
 import numpy as np
 import torch
@@ -39,11 +39,12 @@ import xarray as xr
 from pydantic import Field, model_validator
 
 from ..core.brownian import BrownianPath
-from ..config.build import initial_tokens, make_kernel, make_model, make_noise
+from ..config.build import Setup, check_model, initial_tokens, make_kernel, make_model, make_noise, model_record, setup
 from ..config import ExperimentConfig, InitConfig, RunConfig, as_config
 from ..model.activations import KINKED_ACTIVATIONS
 from ..model.kernel import first_moment_rate, lambda_bar_prime, lyapunov_exponent
-from ..core.runtime import DTYPES, child_seeds, make_generator, provenance, resolve_device
+from ..model.sde import LimitSDE
+from ..model.transformer import Transformer
 from ..integrate import Model, SaveAt, solve
 from ..core.sphere import normalize, tangent, uniform
 from ..io.names import TIME_UNITS, numeric_attrs
@@ -311,6 +312,7 @@ class SyncResult(Result):
     provenance: dict
     elapsed_s: float
     log_growth_pairs: Optional[np.ndarray] = None
+    meta: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         """``sync.json``: the measured rates with SEs beside the predictions and the curves."""
@@ -411,8 +413,12 @@ def coupling_path(noise, shape: tuple[int, ...], steps: int, seed: int, dtype, d
     return BrownianPath(parts, steps, seed=seed, dtype=dtype, device=device)
 
 
+#: a model given to a measurement instead of the one its config builds
+GivenModel = Optional[Union[Transformer, LimitSDE]]
+
+
 def measure_lyapunov(cfg: RunConfig, pairs: int, eps: float = 1e-4, seed: Optional[int] = None, progress: bool = False,
-                     extrapolate: bool = True) -> dict:
+                     extrapolate: bool = True, env: Optional[Setup] = None, model: GivenModel = None) -> dict:
     """Benettin estimate of the pair exponent for ``cfg`` (N is forced to 2): λ̂₁, its SE and the
     mean/SE curve of the cumulative log-growth (at L steps). JSON-able (usable as a task).
 
@@ -420,26 +426,31 @@ def measure_lyapunov(cfg: RunConfig, pairs: int, eps: float = 1e-4, seed: Option
     (common random numbers, so the differences are sharp) and report the Δt → 0 value of
     [`richardson`][stochformer.experiments.sync.richardson] as ``lambda_1`` (``lambda_1_se``: the SE over pairs of the per-pair
     combination; ``lambda_1_extrap_err``: the extrapolation error; ``lambda_1_steps``: {steps:
-    λ̂₁}); needs L divisible by 4. Otherwise ``lambda_1`` is the estimate at L steps."""
+    λ̂₁}); needs L divisible by 4. Otherwise ``lambda_1`` is the estimate at L steps.
+
+    ``env``: the run's [`Setup`][stochformer.config.build.Setup] (default ``setup(cfg)``); ``model``: a
+    model stepped instead of the config's (checked by the caller, [`check_model`][stochformer.config.build.check_model]),
+    the same object at every step count."""
     cfg = cfg.model_copy(update={"N": 2, "init": InitConfig(kind="pair")})
     check_extrapolation(cfg.L, extrapolate)
-    device, dtype = resolve_device(cfg.device), DTYPES[cfg.dtype]
+    env = env or setup(cfg)
+    dtype, device = env.dtype, env.device
     seed = cfg.seed if seed is None else seed
-    gen = make_generator(seed, device)
+    gen = env.generator(seed)
     X0 = pair_start(pairs, cfg.d, eps, gen, dtype, device)
     if not extrapolate:
-        S = benettin(make_model(cfg, dtype, device), X0, cfg.T, cfg.L, gen, eps, progress)
+        S = benettin((make_model(cfg, dtype, device) if model is None else model), X0, cfg.T, cfg.L, gen, eps, progress)
         lam, se = endpoint_rate(S, cfg.T)
         mean, sem = mean_and_se(torch.from_numpy(S))
         return {"lambda_1": lam, "lambda_1_se": se, "log_growth_mean": mean.numpy(), "log_growth_se": sem.numpy(),
                 "log_growth": S[:PAIR_PATHS]}
-    noise = make_noise(cfg)
-    s_model, s_path = child_seeds(seed, 2)
+    noise = make_noise(cfg) if model is None else model.noise
+    s_model, s_path = env.seeds(2, seed)
     path = coupling_path(noise, tuple(X0.shape), cfg.L, s_path, dtype, device)
     ends, curves, first = {}, None, None
     for k in EXTRAPOLATION_LEVELS:
         n = cfg.L // k
-        S = benettin(make_model(cfg, dtype, device, noise=noise), X0, cfg.T, n, make_generator(s_model, device), eps,
+        S = benettin((make_model(cfg, dtype, device, noise=noise) if model is None else model), X0, cfg.T, n, env.generator(s_model), eps,
                      progress, path)
         ends[n] = S[:, -1] / cfg.T
         curves = curves or mean_and_se(torch.from_numpy(S))
@@ -452,32 +463,38 @@ def measure_lyapunov(cfg: RunConfig, pairs: int, eps: float = 1e-4, seed: Option
             "log_growth_mean": curves[0].numpy(), "log_growth_se": curves[1].numpy(), "log_growth": first}
 
 
-def energy_paths(cfg: RunConfig, init: InitConfig, seed: int, progress: bool = False) -> np.ndarray:
-    """E_β per sample and layer for ``cfg`` started from ``init``: (batch, L+1)."""
-    device, dtype = resolve_device(cfg.device), DTYPES[cfg.dtype]
-    gen = make_generator(seed, device)
+def energy_paths(cfg: RunConfig, init: InitConfig, seed: int, progress: bool = False, env: Optional[Setup] = None,
+                 model: GivenModel = None) -> np.ndarray:
+    """E_β per sample and layer for ``cfg`` started from ``init``: (batch, L+1). ``env``, ``model``:
+    as for [`measure_lyapunov`][stochformer.experiments.sync.measure_lyapunov]."""
+    env = env or setup(cfg)
+    dtype, device = env.dtype, env.device
+    gen = env.generator(seed)
     X0 = initial_tokens(init, cfg.batch, cfg.N, cfg.d, gen, dtype, device)
     save = SaveAt(stats=("energy",), final=False, energy_beta=cfg.energy_beta)
-    ds = solve(make_model(cfg, dtype, device), X0, cfg.T, cfg.L, save, generator=gen, progress=progress, desc="energy",
+    ds = solve((make_model(cfg, dtype, device) if model is None else model), X0, cfg.T, cfg.L, save, generator=gen, progress=progress, desc="energy",
                context=cfg)
     return ds["energy"].values
 
 
-def energy_levels(cfg: RunConfig, init: InitConfig, seed: int, progress: bool = False) -> dict[int, np.ndarray]:
+def energy_levels(cfg: RunConfig, init: InitConfig, seed: int, progress: bool = False, env: Optional[Setup] = None,
+                  model: GivenModel = None) -> dict[int, np.ndarray]:
     """E_β per sample and step for ``cfg`` started from ``init`` at n = L, L/2, L/4 steps
     (`EXTRAPOLATION_LEVELS`): the same initial tokens, driven by one [`BrownianPath`][stochformer.experiments.sync.BrownianPath]
-    (common random numbers, as [`measure_lyapunov`][stochformer.experiments.sync.measure_lyapunov]): ``{n: (batch, n+1)}``; L a multiple of 4."""
+    (common random numbers, as [`measure_lyapunov`][stochformer.experiments.sync.measure_lyapunov]): ``{n: (batch, n+1)}``; L a multiple of 4.
+    ``env``, ``model``: as for ``measure_lyapunov``."""
     check_extrapolation(cfg.L, True)
-    device, dtype = resolve_device(cfg.device), DTYPES[cfg.dtype]
-    s_init, s_model, s_path = child_seeds(seed, 3)
-    X0 = initial_tokens(init, cfg.batch, cfg.N, cfg.d, make_generator(s_init, device), dtype, device)
-    noise = make_noise(cfg)
+    env = env or setup(cfg)
+    dtype, device = env.dtype, env.device
+    s_init, s_model, s_path = env.seeds(3, seed)
+    X0 = initial_tokens(init, cfg.batch, cfg.N, cfg.d, env.generator(s_init), dtype, device)
+    noise = make_noise(cfg) if model is None else model.noise
     path = coupling_path(noise, tuple(X0.shape), cfg.L, s_path, dtype, device)
     save = SaveAt(stats=("energy",), final=False, energy_beta=cfg.energy_beta)
     out = {}
     for k in EXTRAPOLATION_LEVELS:
         n = cfg.L // k
-        ds = solve(make_model(cfg, dtype, device, noise=noise), X0, cfg.T, n, save, generator=make_generator(s_model, device),
+        ds = solve((make_model(cfg, dtype, device, noise=noise) if model is None else model), X0, cfg.T, n, save, generator=env.generator(s_model),
                    path=path, progress=progress, desc=f"energy ({n} steps)", context=cfg)
         out[n] = ds["energy"].values
     return out
@@ -515,23 +532,34 @@ def growth_reach(t: np.ndarray, energy_mean: np.ndarray, mask: np.ndarray, N: in
 
 
 def _energy_rate(cfg: RunConfig, init: InitConfig, seed: int, fit_from: float, n_boot: int, extrapolate: bool,
-                 progress: bool) -> tuple[dict, np.ndarray]:
+                 progress: bool, env: Setup, model: GivenModel) -> tuple[dict, np.ndarray]:
     """The energy rate of ``cfg`` from ``init`` (extrapolated to Δt → 0 or at L steps) and the paths at L steps."""
-    levels = (energy_levels(cfg, init, seed, progress) if extrapolate
-              else {cfg.L: energy_paths(cfg, init, seed, progress)})
+    levels = (energy_levels(cfg, init, seed, progress, env, model) if extrapolate
+              else {cfg.L: energy_paths(cfg, init, seed, progress, env, model)})
     return extrapolated_moment_rate(cfg.T, levels, fit_from, n_boot, seed), levels[cfg.L]
 
 
 @validated
-def run_sync(cfg: SyncConfig, progress: bool = False) -> SyncResult:
+def run_sync(cfg: SyncConfig, progress: bool = False, model: GivenModel = None) -> SyncResult:
     """Measure λ₁ (pairs), the energy rate near synchronisation (cluster of ``near_spread``) and
-    from uniform tokens, for ``cfg.model.dynamics``; return them beside the closed forms."""
+    from uniform tokens, for ``cfg.model.dynamics``; return them beside the closed forms.
+
+    ``model``: a ``Transformer`` (``model.dynamics = "transformer"``) or ``LimitSDE`` (``"sde"``)
+    built by hand for ``model.d``, stepped in every measurement instead of the one ``cfg.model``
+    describes (checked before any work by [`check_model`][stochformer.config.build.check_model]:
+    ``TypeError`` naming ``model``, ``ConfigError`` naming ``model.d``); the predictions still come
+    from ``cfg.model``, and ``result.meta["model"]`` records the model
+    ([`model_record`][stochformer.config.build.model_record]). ``model = make_model(cfg.model)``
+    gives the numbers of the run without it."""
     cfg = as_config(cfg, SyncConfig)
     run = cfg.model
+    if model is not None:
+        check_model(model, run, "model.")
+    env = setup(cfg)
     start = time.perf_counter()
-    seeds = child_seeds(run.seed, 3)
+    seeds = env.seeds(3)
     times = np.arange(run.L + 1) * run.dt
-    lyap = measure_lyapunov(run, cfg.pairs, cfg.eps, seeds[0], progress, cfg.extrapolate)
+    lyap = measure_lyapunov(run, cfg.pairs, cfg.eps, seeds[0], progress, cfg.extrapolate, env, model)
     predicted = predicted_rates(run)
     T_near = cfg.near_horizon or min(run.T, near_sync_horizon(predicted["kappa"], predicted["kappa_prime"]))
     unit = EXTRAPOLATION_LEVELS[-1] if cfg.extrapolate else 1
@@ -540,7 +568,7 @@ def run_sync(cfg: SyncConfig, progress: bool = False) -> SyncResult:
     near_times = np.arange(L_near + 1) * near_cfg.dt
     spread = cfg.near_spread or near_sync_spread(run.activation, run.d)
     fit, near = _energy_rate(near_cfg, InitConfig(kind="cluster", spread=spread), seeds[1], 0.0, cfg.bootstrap,
-                             cfg.extrapolate, progress)
+                             cfg.extrapolate, progress, env, model)
     measured = {"lambda_1": lyap["lambda_1"], "lambda_1_se": lyap["lambda_1_se"],
                 "lambda_1_extrap_err": lyap.get("lambda_1_extrap_err", 0.0), "energy_rate": fit["rate"],
                 "energy_rate_se": fit["se"], "energy_rate_extrap_err": fit["err"], "energy_rate_n": fit["paths"],
@@ -550,7 +578,7 @@ def run_sync(cfg: SyncConfig, progress: bool = False) -> SyncResult:
     uni_curve = mask = None
     if cfg.uniform_start:
         fit_u, uni = _energy_rate(run, InitConfig(kind="uniform"), seeds[2], cfg.fit_from, cfg.bootstrap,
-                                  cfg.extrapolate, progress)
+                                  cfg.extrapolate, progress, env, model)
         mask = times >= cfg.fit_from * run.T - 1e-12 * run.T
         measured.update(energy_rate_uniform=fit_u["rate"], energy_rate_uniform_se=fit_u["se"],
                         energy_rate_uniform_extrap_err=fit_u["err"], energy_rate_uniform_n=fit_u["paths"])
@@ -560,7 +588,6 @@ def run_sync(cfg: SyncConfig, progress: bool = False) -> SyncResult:
         measured["energy_rate_uniform_reach"] = growth_reach(times, uni_curve[0], mask, run.N, run.energy_beta)
     near_mean, near_se = mean_and_se(torch.from_numpy(near))
     near_curve = (near_mean.numpy(), near_se.numpy())
-    device = resolve_device(run.device)
     return SyncResult(
         config=cfg,
         measured=measured,
@@ -571,7 +598,8 @@ def run_sync(cfg: SyncConfig, progress: bool = False) -> SyncResult:
         energy_near=near_curve,
         energy_uniform=uni_curve,
         fit_mask_uniform=mask,
-        provenance=provenance(device),
+        provenance=env.provenance(),
         elapsed_s=time.perf_counter() - start,
         log_growth_pairs=lyap["log_growth"],
+        meta={} if model is None else {"model": model_record(model)},
     )

@@ -24,12 +24,12 @@ import torch
 from pydantic import Field, field_validator, model_validator
 from scipy import stats
 
-from ..config.build import initial_tokens, make_model, make_noise
+from ..config.build import initial_tokens, make_model, make_noise, setup
 from ..config import ExperimentConfig, StrictConfig, as_config
 from ..model.attention_variants import AveragedAttention, MultiHeadAttention, ResampledAttention
 from ..model.noise import RandomMLP
 from ..model.transformer import Transformer
-from ..core.runtime import DTYPES, child_seeds, make_generator, provenance, resolve_device
+from ..core.runtime import child_seeds, make_generator
 from ..integrate import SaveAt, solve
 from ..core.sphere import normalize
 from ..measure.stats import mean_and_se
@@ -220,23 +220,24 @@ def run_resampled(cfg: ResampledConfig, progress: bool = False) -> ResampledResu
     cfg = as_config(cfg, ResampledConfig)
     run = cfg.model
     start = time.perf_counter()
-    device, dtype = resolve_device(run.device), DTYPES[run.dtype]
-    s_init, s_mlp, s_attn = child_seeds(run.seed, 3)
-    X0 = initial_tokens(run.init, run.batch, run.N, run.d, make_generator(s_init, device), dtype, device)
+    env = setup(run)
+    device, dtype = env.device, env.dtype
+    s_init, s_mlp, s_attn = env.seeds(3)
+    X0 = initial_tokens(run.init, run.batch, run.N, run.d, env.generator(s_init), dtype, device)
     depths = sorted(cfg.depths)
     top = depths[-1]
     gamma = run.gamma_value
     with torch.no_grad():
         avg = AveragedAttention.from_law(run.d, run.beta, gamma, run.attention_std, run.attention_draws,
                                          run.attention_seed, dtype, device)
-        ref = _run_layers(X0, Transformer(avg, make_noise(run), run.order), run.T, top, make_generator(s_mlp, device))
+        ref = _run_layers(X0, Transformer(avg, make_noise(run), run.order), run.T, top, env.generator(s_mlp))
         final, curves, sq = {}, {}, {}
         for L in depths:
             attn = ResampledAttention(run.d, run.beta, gamma, run.attention_std, s_attn)
-            c = _run_layers(X0, Transformer(attn, make_noise(run), run.order), run.T, L, make_generator(s_mlp, device))
+            c = _run_layers(X0, Transformer(attn, make_noise(run), run.order), run.T, L, env.generator(s_mlp))
             curves[L], final[L] = c, c[:, -1]
             sq[L] = ((c - ref[:, :: top // L][:, : L + 1]) ** 2).max(-1) if top % L == 0 else (c[:, -1] - ref[:, -1]) ** 2
-    return ResampledResult(cfg, depths, final, ref[:, -1], ref, curves, sq, provenance(device), time.perf_counter() - start)
+    return ResampledResult(cfg, depths, final, ref[:, -1], ref, curves, sq, env.provenance(), time.perf_counter() - start)
 
 
 # ----------------------------------------------------------------- all checks at once (report)
