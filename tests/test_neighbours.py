@@ -1,5 +1,6 @@
 """Neighbouring models (docs/neighbours.md): random quadratic forms on the sphere (Engel & Shalova;
-Shalova) and independent noise on every token, against their published or exact predictions.
+Shalova), independent noise on every token, homogenized transformers (Koubbi, Geshkovski, Rigollet)
+and value-matrix noise, against their published or exact predictions.
 
 Statistical tests fix their seed and accept |mean − prediction| <= Z_TOL standard errors; each has
 a companion in which a wrong prediction or a wrong model is rejected by the same rule."""
@@ -23,15 +24,24 @@ from stochformer.experiments.neighbours import (
     forced_bound,
     forcing_rate,
     independent_contrast,
+    large_beta_pair,
+    linear_pair_moments,
+    logistic,
+    mean_overlap,
     pair_start,
     quadratic_generator,
     simulate_pairs,
     unforced_bound,
+    value_antipodal,
 )
+from stochformer.measure.verdict import FAILS, HOLDS
+from stochformer.model.homogenized import HomogenizedAttention, _gram_factor
 from stochformer.model.independent import IndependentField
 from stochformer.model.quadratic import QuadraticField
+from stochformer.model.value_noise import ValueNoise
 from stochformer.theory import PairDiffusion
 from stochformer.theory.evolution import PairChain, expectation
+from stochformer.theory.value_noise import ValuePair, antipode_exponent, antipode_reachable, critical_beta, transition
 
 #: accepted |z-score| of a statistical test
 Z_TOL = 4.5
@@ -236,3 +246,181 @@ def test_independent_noise_does_not_synchronise(d):
     assert abs(mc - c.independent_exact) / sc > Z_TOL
     assert abs(mi - c.common_exact) / si > Z_TOL
     assert c.common_exact > 0.6 and abs(c.independent_exact) < 0.02
+
+
+# ----------------------------------------------------------------------------- (C) homogenized transformers
+
+
+def test_homogenized_increment_covariance_at_beta_zero():
+    """β = 0: a_i = x̄ for every token, so E[ΔW_i ΔW_jᵀ]/dt = σ_V² |x̄|² I for every i, j (10⁵ draws,
+    H = 3 heads, within Z_TOL SE); the covariance σ_V² ⟨x_i, x_j⟩ I of the large-β limit is rejected."""
+    d, n, sv = 3, 100_000, 0.7
+    X = torch.tensor([[[1.0, 0.0, 0.0], [0.6, 0.8, 0.0]]], dtype=torch.float64).expand(n, 2, d)
+    inc = HomogenizedAttention(beta=0.0, heads=3, sigma_V=sv).increment(X, 1.0, Draws(torch.Generator().manual_seed(5)))
+    m = float((X[0].mean(0) ** 2).sum())
+    for i, j in [(0, 0), (0, 1), (1, 1)]:
+        v = (inc[:, i, 0] * inc[:, j, 0]).numpy()
+        se = v.std(ddof=1) / math.sqrt(n)
+        assert abs(v.mean() - sv**2 * m) / se < Z_TOL
+    v = (inc[:, 0, 0] * inc[:, 1, 0]).numpy()
+    assert abs(v.mean() - sv**2 * 0.6) / (v.std(ddof=1) / math.sqrt(n)) > Z_TOL
+
+
+def test_homogenized_large_beta_attends_to_itself():
+    """Tied A = WWᵀ, σ_A = 1/√d, β_eff = 200, d = 64: two tokens at z = −0.5 attend to themselves,
+    a_i = x_i, in all but a fraction < 1e-3 of 2000 draws (untied: about half of the time each)."""
+    X = pair_start(2000, 64, -0.5, 0)
+    a = HomogenizedAttention(beta=200.0).outputs(X, torch.Generator().manual_seed(1))[:, 0]
+    own = (a * X).sum(-1)
+    assert float((own < 0.99).double().mean()) < 1e-3
+    b = HomogenizedAttention(beta=200.0, tied=False).outputs(X, torch.Generator().manual_seed(1))[:, 0]
+    assert 0.3 < float(((b * X).sum(-1) < 0.99).double().mean()) < 0.7
+
+
+def test_homogenized_gram_factor_is_wishart():
+    """The Bartlett factor: E[LLᵀ] = d I and E[(LLᵀ)_ii²] = d(d + 2), E[(LLᵀ)_ij²] = d (2·10⁵ draws, d = 8, N = 3)."""
+    n, d = 200_000, 8
+    L = _gram_factor((n, 3), d, torch.Generator().manual_seed(2), torch.zeros(1, dtype=torch.float64))
+    W = (L @ L.transpose(-1, -2)).numpy()
+    for (i, j), mean, second in [((0, 0), d, d * (d + 2)), ((2, 2), d, d * (d + 2)), ((0, 2), 0.0, d)]:
+        v = W[:, i, j]
+        assert abs(v.mean() - mean) / (v.std(ddof=1) / math.sqrt(n)) < Z_TOL
+        assert abs((v * v).mean() - second) / ((v * v).std(ddof=1) / math.sqrt(n)) < Z_TOL
+
+
+def test_homogenized_refuses_bad_fields():
+    with pytest.raises(ValueError, match="heads"):
+        HomogenizedAttention(heads=0)
+    with pytest.raises(ValueError, match="sigma_V"):
+        HomogenizedAttention(sigma_V=0.0)
+
+
+@pytest.fixture(scope="module")
+def overlap():
+    """m(t) at β = 0: d = 64, N = 16, H = 2, σ_V² = 1/d, t ≤ 3 (dt = 0.03), 64 samples."""
+    return mean_overlap(d=64, N=16, heads=2, T=3.0, steps=100, points=3, batch=64, seed=0)
+
+
+def test_small_beta_mean_overlap_is_logistic(overlap):
+    """m(t) follows u′ = u(1 − u) on τ = σ_V²(d − 1)t within the O(1/d) band; a frozen m (the time
+    scale σ_V² t, without the factor d) and the rate 2u(1 − u) are rejected by the same rows."""
+    assert [r.verdict for r in overlap.rows()] == [HOLDS] * 3
+    assert FAILS in [r.verdict for r in overlap.rows(logistic(1.0 / overlap.N, overlap.sigma_V**2 * overlap.times))]
+    double = mean_overlap_prediction(overlap, 2.0)
+    assert FAILS in [r.verdict for r in overlap.rows(double)]
+
+
+def mean_overlap_prediction(check, factor: float) -> np.ndarray:
+    """The logistic from E m(0) = 1/N on factor · σ_V²(d − 1)t (a wrong prediction for factor ≠ 1)."""
+    return logistic(1.0 / check.N, factor * check.sigma_V**2 * (check.d - 1) * check.times)
+
+
+def test_large_beta_scale_function_is_arcsin():
+    """The large-β field is the linear kernel κ(u) = u/d: its scale function is arcsin, so
+    P(aligned | u₀) = arcsin(u₀)/π + ½ in every d (the time scale does not enter)."""
+    u0 = np.array([-0.9, -0.3, 0.0, 0.4, 0.95])
+    for d in (3, 16, 64):
+        pair = PairDiffusion(HomogenizedAttention(sigma_V=1 / math.sqrt(d)).noise_kernel(d))
+        assert np.allclose(pair.p_diagonal(u0), np.arcsin(u0) / np.pi + 0.5, atol=1e-8)
+        b, half_s = _pair_coefficients(pair.kernel, u0)
+        assert np.allclose(d * b, -u0 * (1 - u0**2), atol=1e-12) and np.allclose(d * half_s, (1 - u0**2) ** 2, atol=1e-12)
+
+
+@pytest.fixture(scope="module")
+def large_beta():
+    """A pair at β_eff = 200, d = 64, σ_V² = 1/d, from z₀ = −0.5 to s = 0.08 (t = 5.12, dt = 0.025), 600 pairs."""
+    return large_beta_pair(d=64, beta=200.0, z0=-0.5, s=0.08, dt=0.025, pairs=600, seed=0)
+
+
+def test_large_beta_pair_follows_linear_kernel_on_time_d(large_beta):
+    """E z and E z² at t = s·d agree with du = −u(1−u²)ds + √2(1−u²)dB (its exact law); a frozen
+    pair (time scale t·d², z_t = z₀) and the law at s/2 (time scale 2t·d) are rejected."""
+    assert [r.verdict for r in large_beta.rows()] == [HOLDS, HOLDS]
+    assert FAILS in [r.verdict for r in large_beta.rows({"z": -0.5, "z2": 0.25})]
+    assert FAILS in [r.verdict for r in large_beta.rows(linear_pair_moments(64, -0.5, 0.04))]
+
+
+# ----------------------------------------------------------------------------- (D) value-matrix noise
+
+
+def test_value_noise_increment():
+    """Pathwise: row i of the increment is ΔB a_i, a = softmax(βXXᵀ)X, ΔB = √dt Ξ (d × d)."""
+    d, dt, beta = 4, 0.01, 1.7
+    X = sf.sphere.uniform(batch=3, N=5, d=d, seed=1)
+    out = ValueNoise(beta).increment(X, dt, Draws(torch.Generator().manual_seed(7)))
+    xi = torch.randn(3, d, d, generator=torch.Generator().manual_seed(7), dtype=torch.float64)
+    a = torch.softmax(beta * X @ X.transpose(-1, -2), dim=-1) @ X
+    assert torch.allclose(out, math.sqrt(dt) * torch.einsum("bcd,bnd->bnc", xi, a), atol=1e-15)
+
+
+def test_value_noise_keeps_antipodes():
+    """Two antipodal tokens stay antipodal for every β (a₂ = −a₁), to rounding."""
+    X = pair_start(8, 5, -1.0, 0)
+    for beta in (0.0, 1.0, 7.0):
+        z = simulate_pairs(ValueNoise(beta), X, 1.0, 50, [50], 1)["z"][:, 0]
+        assert np.allclose(z, -1.0, atol=1e-12)
+
+
+@settings(max_examples=30, deadline=None)
+@given(d=st.integers(2, 20), beta=st.floats(0.0, 8.0), z=st.floats(-0.99, 0.99))
+def test_value_pair_diffusion_from_gram(d, beta, z):
+    """The pair's b and ½s are SPEC §8's with κ(1) → |a₁|², κ(z) → ⟨a₁, a₂⟩ (computed here from the
+    softmax weights), and equal the closed form (1−z²)[2pq(d−2) − (p²+q²)z] and (p²+q²)(1−z²)²;
+    the ratio 2b/s is that of `ValuePair` (ρ = 2pq/(p²+q²))."""
+    q = math.exp(beta * z) / (math.exp(beta) + math.exp(beta * z))
+    p = 1 - q
+    g11, g12 = p * p + q * q + 2 * p * q * z, 2 * p * q + (p * p + q * q) * z
+    b = g12 * (d - 2 + z * z) - (d - 1) * g11 * z
+    half_s = (1 - z * z) * (g11 - z * g12)
+    assert b == pytest.approx((1 - z * z) * (2 * p * q * (d - 2) - (p * p + q * q) * z), abs=1e-12)
+    assert half_s == pytest.approx((p * p + q * q) * (1 - z * z) ** 2, abs=1e-12)
+    rho = float(ValuePair(beta, d).rho(np.array([math.atanh(z)]))[0])
+    assert rho == pytest.approx(2 * p * q / (p * p + q * q), rel=1e-10)
+
+
+def test_value_pair_scale_function_against_direct_quadrature():
+    """P(antipodal | z₀) from the panels agrees with adaptive quadrature of S′ = (1−z²)^{−1/2}
+    exp(−(d−2)∫₀^z ρ/(1−u²)) to 1e-8; d = 2 gives arccos(z₀)/π for every β; the threshold is
+    (d − 2) sech 2β < 1 (P = 0 below it, > 0 just above it)."""
+    from scipy.integrate import quad
+
+    def direct(beta, d, z0):
+        def rho(u):
+            t = math.tanh(0.5 * beta * (1 - u))
+            return (1 - t * t) / (1 + t * t)
+
+        def Sp(z):
+            return (1 - z * z) ** -0.5 * math.exp(-(d - 2) * quad(lambda u: rho(u) / (1 - u * u), 0, z)[0])
+
+        above, below = quad(Sp, z0, 1, limit=200)[0], quad(Sp, -1, z0, limit=200)[0]
+        return above / (above + below)
+
+    for beta, d, z0 in [(2.0, 4, 0.0), (1.0, 3, 0.3), (3.0, 6, -0.4)]:
+        assert ValuePair(beta, d).p_antipodal(z0) == pytest.approx(direct(beta, d, z0), abs=1e-8)
+    z0 = np.array([-0.5, 0.0, 0.5])
+    assert np.allclose(ValuePair(3.0, 2).p_antipodal(z0), np.arccos(z0) / np.pi, atol=1e-10)
+    for d in (4, 6, 10):
+        bc = critical_beta(d)
+        assert math.cosh(2 * bc) == pytest.approx(d - 2)
+        assert ValuePair(0.98 * bc, d).p_antipodal(0.0) == 0.0 and not antipode_reachable(0.98 * bc, d)
+        assert ValuePair(1.05 * bc, d).p_antipodal(0.0) > 0.0 and antipode_exponent(1.05 * bc, d) < 0
+
+
+def test_value_transition_grid_is_monotone():
+    """P(antipodal) for uniform tokens rises with β and falls with d, and is 0 exactly where
+    β <= β_c(d)."""
+    betas, dims = np.array([0.25, 0.75, 1.5, 3.0]), np.array([3, 5, 8])
+    P = transition(betas, dims)
+    assert np.all(np.diff(P, axis=1) >= 0) and np.all(np.diff(P, axis=0) <= 0)
+    assert np.array_equal(P > 0, np.array([[b > critical_beta(int(d)) for b in betas] for d in dims]))
+
+
+@pytest.mark.parametrize("d, beta", [(3, 1.0), (4, 2.0), (4, 0.3)])
+def test_value_antipodal_fraction_matches_scale_function(d, beta):
+    """Pairs from z₀ = 0 (2000, T = 10, dt = 0.025): the fraction ending antipodal agrees with
+    P(antipodal) of the scale function (Wilson interval, tolerance the undecided fraction); the
+    linear-kernel value arccos(z₀)/π = ½ (the large-β or no-attention guess) is rejected."""
+    c = value_antipodal(d=d, beta=beta, z0=0.0, T=10.0, steps=400, pairs=2000, seed=d)
+    assert c.undecided < 0.05
+    assert [r.verdict for r in c.rows()] == [HOLDS]
+    assert [r.verdict for r in c.rows(0.5)] == [FAILS]

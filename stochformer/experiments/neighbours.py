@@ -13,6 +13,19 @@ quantities for random quadratic forms on the sphere and for independent noise on
 - **Independent noise**: pairs driven by one [`ExactField`][stochformer.model.noise.ExactField] or by
   [`IndependentField`][stochformer.model.independent.IndependentField] with the same κ: E z_T ± SE
   beside the exact common-noise value and the independent one z₀ e^{−(d−1)κ(1)T}.
+- **Homogenized transformers** (Koubbi, Geshkovski, Rigollet):
+  [`HomogenizedAttention`][stochformer.model.homogenized.HomogenizedAttention]; at β = 0 the mean
+  overlap m(t) = |x̄|² beside the logistic u′ = u(1 − u) on the time τ = σ_V²(d − 1)t
+  ([`mean_overlap`][stochformer.experiments.neighbours.mean_overlap]); at large β a pair's E z and
+  E z² on the time t = s/σ_V² beside the exact law of the linear kernel κ(u) = σ_V² u
+  ([`large_beta_pair`][stochformer.experiments.neighbours.large_beta_pair]).
+- **Value-matrix noise**: [`ValueNoise`][stochformer.model.value_noise.ValueNoise]; the fraction of
+  pairs ending antipodal beside P(antipodal) of its scale function
+  ([`value_antipodal`][stochformer.experiments.neighbours.value_antipodal]).
+
+Each check has ``rows()``: [`Comparison`][stochformer.measure.verdict.Comparison] rows (predicted
+against measured, with their verdicts), which take an optional wrong prediction in place of the
+theory's (the tests show that the rule rejects it).
 """
 
 from __future__ import annotations
@@ -28,13 +41,17 @@ from ..core.sphere import uniform
 from ..core.validation import Cosine, NonNegativeFloat, PositiveFloat, PositiveInt, Seed, validated
 from ..integrate import SaveAt, solve
 from ..measure.stats import mean_and_se
+from ..measure.verdict import Comparison, judge
+from ..model.homogenized import HomogenizedAttention
 from ..model.independent import IndependentField
 from ..model.kernel import NoiseKernel
 from ..model.noise import ExactField, NoiseSource
 from ..model.quadratic import QuadraticField
 from ..model.sde import LimitSDE
+from ..model.value_noise import ValueNoise
 from ..theory.evolution import expectation
 from ..theory.pair import PairDiffusion
+from ..theory.value_noise import ValuePair
 
 
 def forcing_rate(gamma: float, n: float) -> float:
@@ -166,3 +183,144 @@ def independent_contrast(kernel: NoiseKernel, T: PositiveFloat = 4.0, steps: Pos
     exact = float(expectation(pair, lambda z: z, [T], z0=z0)[0])
     indep = z0 * math.exp(-(d - 1) * kernel.kappa1 * T)
     return ContrastCheck(d, float(T), res[0], res[1], exact, indep, float(pair.lambda_1))
+
+
+# ----------------------------------------------------------------------------- homogenized transformers
+
+
+def logistic(u0: np.ndarray, tau: np.ndarray) -> np.ndarray:
+    """The solution u0 e^τ/(1 − u0 + u0 e^τ) of u′ = u(1 − u): broadcast over u0 and τ."""
+    u0, tau = np.asarray(u0, float), np.asarray(tau, float)
+    e = np.exp(tau)
+    return u0 * e / (1 - u0 + u0 * e)
+
+
+@dataclass(frozen=True)
+class OverlapCheck:
+    """m(t) = |x̄|² of N tokens under [`HomogenizedAttention`][stochformer.model.homogenized.HomogenizedAttention]
+    at β = 0: ``mean`` ± ``se`` over ``batch`` samples at ``times`` (t,), beside ``predicted``, the
+    mean over samples of the logistic from each sample's m(0) on τ = σ_V²(d − 1)t, and ``band``: half
+    the spread between the logistic on σ_V²(d − 2)t and on σ_V² d t (the O(1/d) range of the exact
+    drift, docs/neighbours.md), used as the rows' tolerance."""
+
+    d: int
+    N: int
+    sigma_V: float
+    times: np.ndarray
+    mean: np.ndarray
+    se: np.ndarray
+    predicted: np.ndarray
+    band: np.ndarray
+    batch: int
+
+    def rows(self, predicted: Optional[np.ndarray] = None) -> list[Comparison]:
+        """One ``matches`` row per time (``predicted``: a prediction to test in place of the logistic)."""
+        p = self.predicted if predicted is None else np.asarray(predicted, float)
+        return judge([Comparison.from_mean_se(f"m(t = {t:g})", float(pi), float(m), float(s), n=self.batch, tol=float(b))
+                      for t, pi, m, s, b in zip(self.times, p, self.mean, self.se, self.band)])
+
+
+def _mean_overlap(X: torch.Tensor) -> dict[str, torch.Tensor]:
+    return {"m": (X.mean(dim=1) ** 2).sum(-1)}
+
+
+@validated
+def mean_overlap(d: PositiveInt = 64, N: PositiveInt = 16, heads: PositiveInt = 2, sigma_V: Optional[PositiveFloat] = None,
+                 T: PositiveFloat = 3.0, steps: PositiveInt = 150, points: PositiveInt = 3, batch: PositiveInt = 64,
+                 seed: Seed = 0) -> OverlapCheck:
+    """m(t) at β = 0 (module docstring) from uniform tokens, at ``points`` equally spaced times up to
+    T (σ_V None: 1/√d, so τ ≈ t)."""
+    sv = 1.0 / math.sqrt(d) if sigma_V is None else float(sigma_V)
+    at = [round(steps * (k + 1) / points) for k in range(points)]
+    times = np.array(at, float) * T / steps
+    X0 = uniform(batch, N, d, seed=seed)
+    m0 = _mean_overlap(X0)["m"].numpy()[:, None]
+    out = solve(LimitSDE(noise=HomogenizedAttention(beta=0.0, heads=heads, sigma_V=sv)), X0, T=T, steps=steps,
+                seed=seed + 1, save=SaveAt(at=at, stats=(), final=False, fn=_mean_overlap))
+    mean, se = mean_and_se(out["m"].values, axis=0)
+    rate = sv * sv
+    pred = logistic(m0, rate * (d - 1) * times).mean(axis=0)
+    band = 0.5 * np.abs(logistic(m0, rate * d * times).mean(0) - logistic(m0, rate * (d - 2) * times).mean(0))
+    return OverlapCheck(d, N, sv, times, np.asarray(mean), np.asarray(se), pred, band, batch)
+
+
+@dataclass(frozen=True)
+class LargeBetaPairCheck:
+    """A pair under [`HomogenizedAttention`][stochformer.model.homogenized.HomogenizedAttention] at large β
+    from z0, at the time t = s/σ_V² (s on the scale of du = −u(1−u²)ds + √2(1−u²)dB): E z and E z² ±
+    SE beside the exact law of the linear kernel κ(u) = σ_V² u (``exact_z``, ``exact_z2``)."""
+
+    d: int
+    beta: float
+    z0: float
+    s: float
+    moments: dict[str, tuple[float, float]]
+    exact: dict[str, float]
+    pairs: int
+
+    def rows(self, predicted: Optional[dict[str, float]] = None) -> list[Comparison]:
+        """``matches`` rows for E z and E z² (``predicted``: values to test in place of the exact law)."""
+        p = self.exact if predicted is None else predicted
+        return judge([Comparison.from_mean_se(f"E {k}(s = {self.s:g})", float(p[k]), m, se, n=self.pairs)
+                      for k, (m, se) in self.moments.items()])
+
+
+def linear_pair_moments(d: int, z0: float, s: float) -> dict[str, float]:
+    """E z and E z² at time s of du = −u(1−u²)ds + √2(1−u²)dB (the pair diffusion of the linear
+    kernel κ(u) = u/d at time s·d: [`expectation`][stochformer.theory.evolution.expectation])."""
+    pair = PairDiffusion(NoiseKernel("linear", d))
+    vals = [float(expectation(pair, f, [s * d], z0=z0)[0]) for f in (lambda z: z, lambda z: z * z)]
+    return {"z": vals[0], "z2": vals[1]}
+
+
+@validated
+def large_beta_pair(d: PositiveInt = 64, beta: PositiveFloat = 200.0, z0: Cosine = -0.5, s: PositiveFloat = 0.1,
+                    dt: PositiveFloat = 0.05, heads: PositiveInt = 1, pairs: PositiveInt = 4000,
+                    seed: Seed = 0) -> LargeBetaPairCheck:
+    """E z and E z² of pairs from z0 at the time t = s·d, σ_V² = 1/d, σ_A = 1/√d (β_eff = β), step dt
+    (α = dt σ_V² (d − 1)/H per head)."""
+    T = s * d
+    steps = max(1, round(T / dt))
+    noise = HomogenizedAttention(beta=beta, heads=heads, sigma_V=1.0 / math.sqrt(d))
+    z = simulate_pairs(noise, pair_start(pairs, d, z0, seed), T, steps, [steps], seed + 1)["z"][:, 0]
+    moments = {}
+    for k, v in (("z", z), ("z2", z * z)):
+        m, se = mean_and_se(v)
+        moments[k] = (float(m), float(se))
+    return LargeBetaPairCheck(d, float(beta), float(z0), float(s), moments, linear_pair_moments(d, z0, s), pairs)
+
+
+# ----------------------------------------------------------------------------- value-matrix noise
+
+
+@dataclass(frozen=True)
+class AntipodalCheck:
+    """Pairs from z0 under [`ValueNoise`][stochformer.model.value_noise.ValueNoise] at T: ``antipodal``
+    of ``pairs`` ended with z_T < 0; ``undecided`` the fraction with |z_T| < 1 − ``eps`` (not yet at an
+    end: the rows' tolerance); ``predicted`` P(antipodal | z0) of
+    [`ValuePair`][stochformer.theory.value_noise.ValuePair]."""
+
+    d: int
+    beta: float
+    z0: float
+    T: float
+    antipodal: int
+    pairs: int
+    undecided: float
+    predicted: float
+
+    def rows(self, predicted: Optional[float] = None) -> list[Comparison]:
+        """One ``matches`` row, P(z_T < 0) with its Wilson interval against P(antipodal)."""
+        p = self.predicted if predicted is None else float(predicted)
+        return judge([Comparison.from_fraction(f"P(antipodal), d = {self.d}, β = {self.beta:g}", p, self.antipodal,
+                                               self.pairs, tol=self.undecided)])
+
+
+@validated
+def value_antipodal(d: PositiveInt = 3, beta: PositiveFloat = 1.0, z0: Cosine = 0.0, T: PositiveFloat = 10.0,
+                    steps: PositiveInt = 400, pairs: PositiveInt = 2000, eps: PositiveFloat = 0.01,
+                    seed: Seed = 0) -> AntipodalCheck:
+    """The fraction of pairs from z0 that end antipodal under value-matrix noise at β in dimension d."""
+    z = simulate_pairs(ValueNoise(beta), pair_start(pairs, d, z0, seed), T, steps, [steps], seed + 1)["z"][:, 0]
+    return AntipodalCheck(d, float(beta), float(z0), float(T), int((z < 0).sum()), pairs,
+                          float((np.abs(z) < 1 - eps).mean()), float(ValuePair(beta, d).p_antipodal(z0)))

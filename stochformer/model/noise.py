@@ -189,6 +189,14 @@ def _gamma(a: float, shape, generator: torch.Generator, like: torch.Tensor) -> t
     return out.view(*shape)
 
 
+def gamma_variates(a: float, shape: tuple[int, ...], generator: torch.Generator, like: torch.Tensor) -> torch.Tensor:
+    """Gamma(a, 1) variates of ``shape`` (a >= 1) from ``generator`` only (Marsaglia–Tsang; torch's
+    own gamma sampler takes no generator), in ``like``'s dtype and device."""
+    if not a >= 1:
+        raise ValueError(f"a: must be >= 1 (got {a})")
+    return _gamma(a, shape, generator, like)
+
+
 @validated
 @dataclass
 class RandomMLP:

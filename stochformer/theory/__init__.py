@@ -7,6 +7,8 @@
   from the scale and speed), [`expectation`][stochformer.theory.expectation] of E[f(z_t)];
 - [`energy`][stochformer.theory.energy]: the exact E[E_β(μ^N_t)] without attention for any N (N = 2 with attention), its
   long-time rate and the table beside Theorem 1.4's bound λ̄';
+- [`value_noise`][stochformer.theory.value_noise]: two tokens under value-matrix noise, P(antipodal) from its scale function
+  and the threshold over (β, d) (docs/neighbours.md);
 - `quadrature`: the log-space panel quadrature under them.
 
 The package takes a [`NoiseKernel`][stochformer.model.NoiseKernel] and numbers (never a config) and

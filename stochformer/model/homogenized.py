@@ -1,0 +1,156 @@
+r"""Homogenized transformers (Koubbi, Geshkovski, Rigollet, arXiv:2604.01978): multi-head attention
+whose weights are redrawn in every layer and every head, as a noise source for
+[`LimitSDE`][stochformer.model.sde.LimitSDE].
+
+One layer of the discrete model (tokens on the sphere, post-LN, H heads, residual step η):
+
+$$
+x_i \leftarrow \mathrm{LN}\Big(x_i + \sqrt{\eta/H}\,\sum_{h=1}^{H} V_h\, a^h_i\Big), \qquad
+a^h_i = \sum_j \operatorname{softmax}_j\big(\beta\,\langle A_h x_i, x_j\rangle\big)\,x_j, \qquad
+A_h = W_h W_h'^{\top},
+$$
+
+$V_h$ (d × d) with i.i.d. N(0, σ_V²) entries, $W_h, W_h'$ (d × d) with i.i.d. N(0, σ_A²) entries
+(``tied``: $W' = W$, so that $A_h$ is positive semi-definite and $\langle A x_i, x_i\rangle \approx d\sigma_A^2$:
+the effective inverse temperature is β_eff = β d σ_A²), all fresh in every layer and head. The
+reading of the step (choice, docs/neighbours.md): a layer adds the covariance η σ_V² per unit of
+layer time t = ℓη, so that the per-head, per-layer squared tangent displacement is
+α = (η/H) σ_V² (d − 1) (for |a| = 1).
+
+The weights have mean zero, so the layer is pure noise: as η → 0 the tokens follow the limit SDE
+of SPEC §3 with a *common, Gram-dependent* Gaussian increment,
+
+$$
+E[dW_i\,dW_j^\top] = \Gamma_{ij}(X)\,I\,dt, \qquad \Gamma_{ij}(X) = \sigma_V^2\,E_A\big[\langle a_i, a_j\rangle\big],
+$$
+
+the Itô correction $-\tfrac12 (d-1)\Gamma_{ii}\,x_i$ coming from LN. Two limits (docs/neighbours.md):
+β = 0 gives $a_i = \bar x$ for every i, $\Gamma_{ij} = \sigma_V^2 |\bar x|^2$; β_eff → ∞ (tied, d large)
+gives $a_i = x_i$, $\Gamma_{ij} = \sigma_V^2\langle x_i, x_j\rangle$: the linear kernel κ(u) = σ_V² u
+(u/d for σ_V² = 1/d).
+
+Sampling (exact in law, per layer): given X the logits depend on $W$ only through $XW$, whose
+columns are i.i.d. N(0, σ_A² XXᵀ), so $XW = \sigma_A R\,\Xi$ with $R = (XX^\top)^{1/2}$ and Ξ (N × d)
+standard; the logits $\beta\sigma_A^2 R\,\Xi\Xi^\top R$ need only the Wishart matrix ΞΞᵀ, drawn by its
+Bartlett factor (N(N + 1)/2 numbers; untied: ΞΞ′ᵀ = L Z, Z (N × N) standard). The output
+$(V a_i)_i$ depends on V only through its columns, i.i.d. N(0, σ_V² G_a) with
+$G_a = (\langle a_i, a_j\rangle)_{ij}$, drawn through the symmetric root
+([`sqrt_psd`][stochformer.model.noise.sqrt_psd]): N·d normals per head instead of 2d² + d².
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+from ..core.brownian import as_draws
+from ..core.validation import Bool, NonNegativeFloat, PositiveFloat, PositiveInt, validated
+from .kernel import NoiseKernel
+from .noise import Randomness, gamma_variates, sqrt_psd
+
+
+@validated
+@dataclass
+class HomogenizedAttention:
+    r"""The layer noise of a homogenized transformer (module docstring): at the tokens X,
+
+    $$
+    \Delta W_i = \sqrt{dt/H}\;\sum_{h=1}^{H} V_h\,a^h_i,
+    $$
+
+    $a^h_i$ the softmax attention output of head h with the random $A_h = W_h W_h'^\top$. The V part
+    is the step's Brownian normals (batch, H, N, d) from
+    [`Draws.brownian`][stochformer.core.brownian.Draws.brownian] (a
+    [`BrownianPath`][stochformer.core.brownian.BrownianPath] of that shape couples runs); the W part
+    comes from the step's generator (weights outside the path). With the
+    [`EulerMaruyama`][stochformer.model.sde.EulerMaruyama] integrator and dt = η,
+    [`solve`][stochformer.solve] runs the discrete model layer by layer (its Itô term is radial and
+    removed by LN); the default Heun integrator is consistent with the same limit (the increment is
+    evaluated once, at X).
+
+    Parameters
+    ----------
+    beta : float, optional
+        The inverse temperature β >= 0 (0: uniform attention, $a_i = \bar x$).
+    heads : int, optional
+        H >= 1.
+    sigma_V : float, optional
+        σ_V > 0, the std of the value entries.
+    sigma_A : float, optional
+        σ_A > 0, the std of the entries of W, W′; None (default): 1/√d, so that β_eff = β d σ_A² = β.
+    tied : bool, optional
+        W′ = W (default), A positive semi-definite; False: W′ independent of W.
+
+    Examples
+    --------
+    >>> import stochformer as sf
+    >>> from stochformer.model.homogenized import HomogenizedAttention
+    >>> sde = sf.LimitSDE(noise=HomogenizedAttention(beta=2.0, heads=4, sigma_V=0.5))
+    >>> X0 = sf.sphere.uniform(batch=2, N=3, d=4, seed=0)
+    >>> sf.solve(sde, X0, T=1.0, steps=10, seed=0).X_final.shape
+    (2, 3, 4)
+    >>> HomogenizedAttention(sigma_V=0.5).noise_kernel(4).kappa1     # σ_V²: the one-point speed at |a| = 1
+    0.25
+    """
+
+    beta: NonNegativeFloat = 1.0
+    heads: PositiveInt = 1
+    sigma_V: PositiveFloat = 1.0
+    sigma_A: Optional[PositiveFloat] = None
+    tied: Bool = True
+
+    def reset(self, batch, d, generator, dtype, device) -> None:  # stateless: weights are fresh in every layer
+        pass
+
+    def noise_kernel(self, d: int) -> NoiseKernel:
+        """The linear kernel κ(u) = σ_V² u (linear φ, s = σ_V √d): the field of the large-β limit
+        (a_i = x_i), whose κ(1) = σ_V² is the one-point speed where |a_i| = 1 (it enters only the
+        Euler integrator's radial term)."""
+        return NoiseKernel("linear", d, scale=self.sigma_V * math.sqrt(d))
+
+    def effective_beta(self, d: int) -> float:
+        """β_eff = β d σ_A² (β for the default σ_A = 1/√d)."""
+        s2 = 1.0 / d if self.sigma_A is None else self.sigma_A**2
+        return self.beta * d * s2
+
+    def outputs(self, X: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        """The attention outputs a^h_i of H freshly drawn heads: X (batch, N, d) → (batch, H, N, d)."""
+        B, N, d = X.shape
+        if self.beta == 0.0:
+            return X.mean(dim=1, keepdim=True).unsqueeze(1).expand(B, self.heads, N, d)
+        s_A = 1.0 / math.sqrt(d) if self.sigma_A is None else self.sigma_A
+        R = sqrt_psd(X @ X.transpose(-1, -2)).unsqueeze(1)  # (B, 1, N, N): XW = σ_A R Ξ in law
+        L = _gram_factor((B, self.heads, N), d, generator, X)  # Ξ Ξᵀ = L Lᵀ in law
+        if self.tied:
+            inner = L @ L.transpose(-1, -2)
+        else:  # Ξ Ξ′ᵀ = L Z in law (its columns Ξ ξ′_j are N(0, Ξ Ξᵀ) given Ξ)
+            inner = L @ torch.randn(B, self.heads, N, N, generator=generator, dtype=X.dtype, device=X.device)
+        logits = (self.beta * s_A**2) * (R @ inner @ R)  # β x_jᵀ A x_i (the roles of i, j: equal in law)
+        w = torch.softmax(logits, dim=-1)  # (B, H, N, N): w_ij
+        return w @ X.unsqueeze(1)
+
+    def increment(self, X: torch.Tensor, dt: float, draws: Randomness) -> torch.Tensor:
+        """√(dt/H) σ_V Σ_h G_h^{1/2} Ξ_h, G_h = a^h a^hᵀ: X (batch, N, d) → (batch, N, d)."""
+        draws = as_draws(draws)
+        B, N, d = X.shape
+        a = self.outputs(X, draws.generator)
+        xi = draws.brownian((B, self.heads, N, d), X.dtype, X.device)
+        out = sqrt_psd(a @ a.transpose(-1, -2)) @ xi
+        return (self.sigma_V * math.sqrt(dt / self.heads)) * out.sum(dim=1)
+
+
+def _gram_factor(lead: tuple[int, ...], d: int, generator: torch.Generator, like: torch.Tensor) -> torch.Tensor:
+    """A factor L (lead + (N, N)) with L Lᵀ equal in law to Ξ Ξᵀ, Ξ (N, d) standard normal: the
+    Bartlett decomposition of Wishart_N(d, I) (L lower triangular, L_ii² ~ χ²_{d−i}, i = 0..N−1,
+    below the diagonal N(0, 1)) for d >= N + 1, else Ξ itself (N × d, also a factor)."""
+    *rest, N = lead
+    if d < N + 1:
+        return torch.randn(*lead, d, generator=generator, dtype=like.dtype, device=like.device)
+    L = torch.randn(*lead, N, generator=generator, dtype=like.dtype, device=like.device).tril(-1)
+    n = math.prod(rest)
+    for i in range(N):  # χ²_k = 2 Gamma(k/2), k = d − i >= 2
+        L[..., i, i] = (2.0 * gamma_variates((d - i) / 2.0, (n,), generator, like)).sqrt().view(*rest)
+    return L
