@@ -11,6 +11,7 @@ import torch
 
 from stochformer.experiments.cluster_spectrum import cluster_spectrum
 from stochformer.model.attention import SoftmaxAttention
+from stochformer.model.noise import RandomMLP
 from stochformer.model.tangent import MLPJet
 from stochformer.model.transformer import Transformer
 
@@ -20,7 +21,7 @@ TOL = 1e-4
 
 def _run(gamma: float, N: int = 4, d: int = 4, spread: float = 1e-6, activation: str = "tanh", steps: int = 50):
     model = Transformer(SoftmaxAttention(beta=1.0, gamma=gamma), None, "post_ln")
-    return cluster_spectrum(model, MLPJet(width=64, activation=activation, mode="weights"), N, d, 1.0, steps, 16, 3,
+    return cluster_spectrum(model, MLPJet(RandomMLP(width=64, activation=activation, mode="weights")), N, d, 1.0, steps, 16, 3,
                             spread=spread)
 
 
@@ -53,11 +54,11 @@ def test_stability_of_a_repulsive_cluster_is_lambda1_against_delta():
 
 
 def test_refuses_what_it_cannot_split():
-    jet = MLPJet(width=8, activation="tanh", mode="weights")
+    jet = MLPJet(RandomMLP(width=8, activation="tanh", mode="weights"))
     with pytest.raises(ValueError, match="order"):
         cluster_spectrum(Transformer(SoftmaxAttention(gamma=1.0), None, "parallel"), jet, 4, 3, 1.0, 10, 2)
     with pytest.raises(ValueError, match="jet"):
-        cluster_spectrum(Transformer(SoftmaxAttention(gamma=1.0), None, "post_ln"), MLPJet(width=8), 4, 3, 1.0, 10, 2)
+        cluster_spectrum(Transformer(SoftmaxAttention(gamma=1.0), None, "post_ln"), MLPJet(RandomMLP(width=8)), 4, 3, 1.0, 10, 2)
     with pytest.raises(ValueError, match="V = gamma"):
         A = SoftmaxAttention.from_matrices(3, V=torch.eye(3))
         cluster_spectrum(Transformer(A, None, "post_ln"), jet, 4, 3, 1.0, 10, 2)

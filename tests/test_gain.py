@@ -156,7 +156,7 @@ def test_mlp_jet_variances_are_the_kernel(mode):
     derivative along a unit tangent vector variance κ'(1) = (g²/d) E[φ'(V)²] (the g² of κ'), over
     20000 draws within 4.5 SE; the gain-1 κ'(1) is rejected."""
     d, B = 4, 20000
-    jet = MLPJet(8, "tanh", 0.2, 0.0, 1.0, mode, gain=2.0)
+    jet = MLPJet(RandomMLP(8, "tanh", 0.2, 0.0, 1.0, mode, gain=2.0))
     gen = torch.Generator().manual_seed(2)
     x = _pair(d, 0.0)[:, :1].expand(B, 1, d).contiguous()
     V = tangent_frame(x, 1, gen)

@@ -126,9 +126,9 @@ MODELS = {
 }
 JETS = {
     "exact": ExactJet(KERNEL),
-    "gaussian": MLPJet(24, "tanh", 0.3, 0.2, 1.5, "gaussian"),
-    "weights": MLPJet(24, "tanh", 0.3, 0.2, 1.5, "weights"),
-    "rademacher": MLPJet(24, "silu", 0.3, 0.2, 1.0, "weights", "rademacher"),
+    "gaussian": MLPJet(RandomMLP(24, "tanh", 0.3, 0.2, 1.5, "gaussian")),
+    "weights": MLPJet(RandomMLP(24, "tanh", 0.3, 0.2, 1.5, "weights")),
+    "rademacher": MLPJet(RandomMLP(24, "silu", 0.3, 0.2, 1.0, "weights", law="rademacher")),
 }
 
 
@@ -160,7 +160,7 @@ def test_weights_jet_is_the_layer_of_the_random_mlp(replay):
     gen = torch.Generator().manual_seed(11)
     mlp = RandomMLP(width=16, activation="gelu", sigma_U=0.4, sigma_W=0.3, scale=1.2, mode="weights")
     layer = Transformer(None, mlp).step(x, 0.1, replay(gen))
-    noise = MLPJet(16, "gelu", 0.4, 0.3, 1.2, "weights").jet(x, V, 0.1, Draws(gen))
+    noise = MLPJet(RandomMLP(16, "gelu", 0.4, 0.3, 1.2, "weights")).jet(x, V, 0.1, Draws(gen))
     assert torch.allclose(normalize(x + noise.value[:, :1]), layer, rtol=0, atol=1e-14)
 
 
@@ -172,7 +172,7 @@ def test_gaussian_jet_is_the_weights_jet_with_whitened_normals(replay):
     m, dt, s = 12, 0.2, 1.3
     gen = torch.Generator().manual_seed(5)
     g_weights, g_gauss, g_direct = replay(gen), replay(gen), replay(gen)
-    J_w = MLPJet(m, "tanh", 0.5, 0.4, s, "weights").jet(x, V, dt, Draws(g_weights)).value / (s * math.sqrt(dt))
+    J_w = MLPJet(RandomMLP(m, "tanh", 0.5, 0.4, s, "weights")).jet(x, V, dt, Draws(g_weights)).value / (s * math.sqrt(dt))
     U = torch.randn(5, m, 4, generator=g_direct, dtype=torch.float64)
     b = 0.5 * torch.randn(5, 1, m, generator=g_direct, dtype=torch.float64)
     pre = (x @ U.mT / 2.0 + b).requires_grad_(True)
@@ -183,7 +183,7 @@ def test_gaussian_jet_is_the_weights_jet_with_whitened_normals(replay):
     C = torch.linalg.cholesky(K)
     xi = torch.linalg.solve_triangular(C, J_w, upper=False)
     path = BrownianPath.from_normals(xi.unsqueeze(0))
-    J_g = MLPJet(m, "tanh", 0.5, 0.4, s, "gaussian").jet(x, V, dt, Draws(g_gauss, path, 0, 1)).value
+    J_g = MLPJet(RandomMLP(m, "tanh", 0.5, 0.4, s, "gaussian")).jet(x, V, dt, Draws(g_gauss, path, 0, 1)).value
     assert torch.allclose(J_g / (s * math.sqrt(dt)), J_w, rtol=0, atol=1e-12)
 
 

@@ -97,7 +97,7 @@ def cluster_spectrum(model: Transformer, jet: MLPJet, N: PositiveInt, d: Positiv
         raise ValueError("model: the split holds layer by layer for order = 'post_ln' (in a parallel layer the attention "
                          "and the noise share one normalisation and the relative modes' shift is not exact)")
     if jet.mode != "weights":
-        raise ValueError("jet: the N-token step needs the layer's field itself (MLPJet(mode='weights'))")
+        raise ValueError("jet: the N-token step needs the layer's field itself (an MLPJet of a RandomMLP with mode='weights')")
     gamma = getattr(model.attention, "gamma", None)
     if gamma is None or getattr(model.attention, "V", None) is not None:
         raise ValueError("model: its attention must have V = gamma I (a SoftmaxAttention without a V matrix)")
@@ -116,7 +116,7 @@ def cluster_spectrum(model: Transformer, jet: MLPJet, N: PositiveInt, d: Positiv
         draws = Draws(g, k=k, n=steps)
         centre, V = S[:, :1], S[:, 1:].mT
         field = jet.jet(centre, V, dt, draws).field
-        assert field is not None, "MLPJet(mode='weights') gives the field itself (checked above)"
+        assert field is not None, "an MLPJet with mode='weights' gives the field itself (checked above)"
         f = step_map(model, dt, field)
         xn, JV = autodiff_tangent(f, centre, V)
         S, logs = reorthonormalise(frame_state(xn, JV))

@@ -46,6 +46,7 @@ from ..config.build import make_kernel, noise_kind, setup
 from ..config import ExperimentConfig, RunConfig, as_config
 from ..io.store import to_jsonable
 from ..model.kernel import first_moment_rate, lyapunov_spectrum, moment_exponent, stability_index
+from ..model.noise import RandomMLP
 from ..model.rng import resolve_backend
 from ..model.sde import INTEGRATORS, LimitSDE
 from ..model.tangent import ExactJet, FieldJet, MLPJet, TangentFlow, frame_state, reorthonormalise, tangent_frame
@@ -159,8 +160,9 @@ def spectrum_flow(cfg: RunConfig, width: Optional[int] = None, jacobian: Jacobia
         model: Any = LimitSDE(None, jet, INTEGRATORS[cfg.integrator], kernel.kappa1)  # the jet: its κ(1)
     else:
         mode: Literal["weights", "gaussian"] = "weights" if noise_kind(cfg) == "mlp" else "gaussian"
-        jet = MLPJet(width or cfg.m, cfg.activation, cfg.sigma_U, cfg.sigma_W, cfg.noise_scale, mode, cfg.weight_law,
-                     cfg.student_nu, max(cfg.m, width or cfg.m), resolve_backend(cfg.rng, cfg.device), cfg.gain)
+        mlp = RandomMLP(width or cfg.m, cfg.activation, cfg.sigma_U, cfg.sigma_W, cfg.noise_scale, mode,
+                        resolve_backend(cfg.rng, cfg.device), law=cfg.weight_law, nu=cfg.student_nu, gain=cfg.gain)
+        jet = MLPJet(mlp, max(cfg.m, width or cfg.m))
         model = Transformer(None, None, cfg.order)
     return TangentFlow(model, jet, jacobian)
 

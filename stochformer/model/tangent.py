@@ -56,11 +56,11 @@ import torch
 
 from ..core.brownian import Draws, as_draws
 from ..core.sphere import tangent
-from ..core.validation import Methods, NonNegativeFloat, PositiveInt, Real, validated, Choice
-from .activations import ActivationLike, get_activation
+from ..core.validation import Methods, PositiveInt, validated
+from .activations import get_activation
 from .kernel import NoiseKernel
-from .noise import WEIGHT_LAWS, Randomness, draw_weights, sqrt_psd
-from .rng import NormalDraws, RngBackend
+from .noise import RandomMLP, Randomness, draw_weights, sqrt_psd
+from .rng import NormalDraws
 from .sde import EulerMaruyama, LimitSDE, StratonovichHeun
 from .transformer import Transformer
 
@@ -139,55 +139,55 @@ class ExactJet:
 @validated
 @dataclass
 class MLPJet:
-    """The 1-jet of one layer's random MLP √Δt · s · G^m at one token (SPEC §1–2; module docstring):
-    fresh U, b_U (and, ``mode="weights"``, W, b_W) from the step's generator, the weights U, W of
-    ``law`` ([`draw_weights`][stochformer.model.noise.draw_weights], Student-t with ``nu``); ``mode="gaussian"``
-    draws the jet given U, b_U from its exact conditional law through the step's Brownian normals.
-    ``rng``: how the Gaussian weights' normals are drawn ([`NormalDraws`][stochformer.model.rng.NormalDraws]:
-    ``torch``, or ``parallel`` streams on all CPU cores; the same numbers for the same seed).
-    ``draw_width`` (≥ ``width``, default ``width``): hidden units drawn per step, of which the first
-    ``width`` are used, so that jets of several widths on one generator seed share their first
-    hidden units (nested networks: a coupling across m). ``gain`` g ≥ 0 (default 1): the std of the
-    inner weights U, which have variance g² (the pre-activations g U y/√d + b_U; SPEC §8)."""
+    """The 1-jet of a random MLP block ``mlp`` ([`RandomMLP`][stochformer.model.noise.RandomMLP]:
+    its width m, activation, biases σ_U, σ_W, scale s, gain g, weight law and ``mode``) at one token,
+    √Δt · s · G^m (SPEC §1–2; module docstring): fresh U, b_U (and, ``mode="weights"``, W, b_W) from
+    the step's generator, the weights U, W of the block's ``law``
+    ([`draw_weights`][stochformer.model.noise.draw_weights]); ``mode="gaussian"`` draws the jet given
+    U, b_U from its exact conditional law through the step's Brownian normals. The Gaussian weights'
+    normals are drawn by the block's ``rng`` ([`NormalDraws`][stochformer.model.rng.NormalDraws]), in
+    full precision (a block with ``precision="float32"`` is refused).
+    ``draw_width`` (≥ the block's width, default its width): hidden units drawn per step, of which
+    the first m are used, so that jets of several widths on one generator seed share their first
+    hidden units (nested networks: a coupling across m)."""
 
-    width: PositiveInt = 256
-    activation: ActivationLike = "relu"
-    sigma_U: NonNegativeFloat = 0.0
-    sigma_W: NonNegativeFloat = 0.0
-    scale: NonNegativeFloat = 1.0
-    mode: Literal["weights", "gaussian"] = "gaussian"
-    law: Annotated[str, Choice(WEIGHT_LAWS)] = "gaussian"
-    nu: Annotated[float, Real(4.0, 1e6, low_open=True)] = 5.0
+    mlp: RandomMLP
     draw_width: Optional[PositiveInt] = None
-    rng: RngBackend = "torch"
-    gain: NonNegativeFloat = 1.0
 
     def __post_init__(self) -> None:
-        if self.law != "gaussian" and self.mode != "weights":
-            raise ValueError(f"law: {self.law!r} needs explicit weights (mode = 'weights')")
-        if self.draw_width is not None and self.draw_width < self.width:
-            raise ValueError(f"draw_width: must be at least width = {self.width} (got {self.draw_width})")
-        self._phi = get_activation(self.activation)
-        self._draw = NormalDraws(self.rng)
+        if not isinstance(self.mlp, RandomMLP):
+            raise TypeError(f"mlp: must be a RandomMLP (got {type(self.mlp).__qualname__})")
+        if self.mlp.precision != "full":
+            raise ValueError(f"precision: the jet draws its weights in full precision (got {self.mlp.precision!r})")
+        if self.draw_width is not None and self.draw_width < self.mlp.width:
+            raise ValueError(f"draw_width: must be at least width = {self.mlp.width} (got {self.draw_width})")
+        self._phi = get_activation(self.mlp.activation)
+        self._draw = NormalDraws(self.mlp.rng)
+
+    @property
+    def mode(self) -> Literal["weights", "gaussian"]:
+        """The block's ``mode``: explicit weights, or the conditional Gaussian jet."""
+        return self.mlp.mode
 
     def _weights(self, shape: tuple[int, int, int], generator: torch.Generator, like: torch.Tensor) -> torch.Tensor:
-        """i.i.d. weights of ``law``: Gaussian ones through [`NormalDraws`][stochformer.model.tangent.NormalDraws], others by ``draw_weights``."""
-        if self.law != "gaussian":
-            return draw_weights(shape, generator, like, self.law, self.nu)
+        """i.i.d. weights of the block's law: Gaussian ones through `NormalDraws`, others by ``draw_weights``."""
+        if self.mlp.law != "gaussian":
+            return draw_weights(shape, generator, like, self.mlp.law, self.mlp.nu)
         return self._draw(math.prod(shape), generator, like.dtype, like.device).view(shape)
 
     def noise_kernel(self, d: int) -> NoiseKernel:
-        return NoiseKernel(self.activation, d, self.sigma_U, self.sigma_W, self.scale, gain=self.gain)
+        return self.mlp.noise_kernel(d)
 
     def jet(self, x: torch.Tensor, V: torch.Tensor, dt: float, draws: Draws) -> Jet:
         """J (batch, 1 + k, d) at x (batch, 1, d) along the frame V (batch, d, k); with explicit
         weights also the layer's increment y ↦ s√Δt (φ(g U y/√d + b_U) W/√m + σ_W b_W) itself."""
         B, _, d = x.shape
-        m, M, gen = self.width, self.draw_width or self.width, draws.generator
-        U = self._weights((B, M, d), gen, x)[:, :m] * self.gain  # × 1.0 is exact: g = 1 changes no bit
-        bias = self.sigma_U * torch.randn(B, 1, M, generator=gen, dtype=x.dtype, device=x.device)[..., :m] \
-            if self.sigma_U > 0 else None
-        root_d, coef = math.sqrt(d), self.scale * math.sqrt(dt)
+        mlp = self.mlp
+        m, M, gen = mlp.width, self.draw_width or mlp.width, draws.generator
+        U = self._weights((B, M, d), gen, x)[:, :m] * mlp.gain  # × 1.0 is exact: g = 1 changes no bit
+        bias = mlp.sigma_U * torch.randn(B, 1, M, generator=gen, dtype=x.dtype, device=x.device)[..., :m] \
+            if mlp.sigma_U > 0 else None
+        root_d, coef = math.sqrt(d), mlp.scale * math.sqrt(dt)
 
         def features(y: torch.Tensor) -> torch.Tensor:
             pre = (y @ U.mT) / root_d
@@ -199,7 +199,7 @@ class MLPJet:
         F = torch.cat([phi, slope * (V.mT @ U.mT) / root_d], dim=1)  # (B, 1 + k, m)
         if self.mode == "weights":
             W = self._weights((B, M, d), gen, x)[:, :m]
-            bias_W = self.sigma_W * torch.randn(B, 1, d, generator=gen, dtype=x.dtype, device=x.device) if self.sigma_W > 0 else None
+            bias_W = mlp.sigma_W * torch.randn(B, 1, d, generator=gen, dtype=x.dtype, device=x.device) if mlp.sigma_W > 0 else None
             J = F @ W / math.sqrt(m)
             if bias_W is not None:
                 J = torch.cat([J[:, :1] + bias_W, J[:, 1:]], dim=1)
@@ -211,7 +211,7 @@ class MLPJet:
             return Jet(coef * J, layer_field)
         Fd = F.to(torch.float64)  # the d × d Gram and its factor in float64 whatever the tokens' dtype
         K = Fd @ Fd.mT / m
-        K[:, 0, 0] += self.sigma_W**2
+        K[:, 0, 0] += mlp.sigma_W**2
         C = sqrt_psd(K, "cholesky").to(x.dtype)
         xi = draws.brownian((B, F.shape[1], d), x.dtype, x.device)
         return Jet(coef * (C @ xi))
