@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
@@ -109,3 +110,125 @@ def test_the_command_line_takes_an_import_string(user_module):
     bad = subprocess.run([sys.executable, "-m", "stochformer", "rates", "--set", "activation=my_parts:NOT_CALLABLE"],
                          capture_output=True, text=True, env=env)
     assert bad.returncode == 2 and "activation" in bad.stderr and "Traceback" not in bad.stderr
+
+
+# --------------------------------------------------------------------------- attention and noise of one's own
+
+PARTS = textwrap.dedent('''
+    import torch
+    from stochformer.model.kernel import NoiseKernel
+    from stochformer.model.noise import ExactField
+
+    class CosineAttention:
+        """softmax of beta <x_i, x_j> with values gamma x_j (a user's copy of the softmax attention)"""
+        def __init__(self, beta=1.0, gamma=1.0):
+            self.beta, self.gamma = beta, gamma
+        def __call__(self, X, keys=None):
+            keys = X if keys is None else keys
+            return self.gamma * torch.softmax(self.beta * X @ keys.mT, dim=-1) @ keys
+
+    def tanh_field(d, scale=1.0):
+        return ExactField(NoiseKernel("tanh", d, 0.2, 0.1, scale))
+
+    class NoKernel:
+        def reset(self, batch, d, generator, dtype, device):
+            pass
+        def increment(self, X, dt, draws):
+            return torch.zeros_like(X)
+
+    def broken(**kw):
+        raise RuntimeError("cannot build")
+
+    class NotAnAttention:
+        pass
+''')
+
+
+@pytest.fixture
+def parts_module(tmp_path, monkeypatch):
+    (tmp_path / "my_layers.py").write_text(PARTS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    sys.modules.pop("my_layers", None)
+    yield tmp_path
+    sys.modules.pop("my_layers", None)
+
+
+@settings(max_examples=8, deadline=None, database=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(beta=st.floats(0.0, 4.0), gamma=st.floats(-1.0, 1.0), dynamics=st.sampled_from(["transformer", "sde"]))
+def test_attention_and_noise_by_import_string_are_the_objects_themselves(parts_module, beta, gamma, dynamics):
+    """A run whose config names ``attention_kind = "my_layers:CosineAttention"`` (with
+    ``attention_args``) and ``noise = "my_layers:tanh_field"`` (with ``noise_args``) gives, bit for
+    bit, the numbers of ``model=`` built by hand from the same objects; its record keeps the strings
+    and the arguments; and the user's attention equals the built-in softmax attention it copies."""
+    import my_layers
+
+    from stochformer.experiments.simulate import run_simulate
+    from stochformer.model.attention import SoftmaxAttention
+    from stochformer.model.sde import INTEGRATORS, LimitSDE
+    from stochformer.model.transformer import Transformer
+
+    common = dict(N=5, d=4, L=4, batch=3, seed=11, dynamics=dynamics)
+    cfg = RunConfig(attention_kind="my_layers:CosineAttention", attention_args={"beta": beta, "gamma": gamma},
+                    noise="my_layers:tanh_field", noise_args={"d": 4, "scale": 0.7}, **common)
+    att, noise = my_layers.CosineAttention(beta, gamma), my_layers.tanh_field(4, 0.7)
+    model = Transformer(att, noise) if dynamics == "transformer" else \
+        LimitSDE(att, noise, INTEGRATORS[cfg.integrator], noise.noise_kernel(4).kappa1)
+    by_string, by_object = run_simulate(cfg), run_simulate(cfg, model=model)
+    assert set(by_string.data.data_vars) == set(by_object.data.data_vars) >= {"X_final", "mean_cosine"}
+    for name in by_string.data.data_vars:
+        assert np.array_equal(by_string.data[name].values, by_object.data[name].values), name
+    assert by_string.config.model_dump()["attention_args"] == {"beta": beta, "gamma": gamma}
+    assert rates(make_kernel(cfg)).to_dict() == rates(noise.noise_kernel(4)).to_dict()
+    X = torch.nn.functional.normalize(torch.randn(2, 5, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(0)), dim=-1)
+    assert torch.allclose(att(X), SoftmaxAttention(beta=beta, gamma=gamma)(X), atol=1e-12)
+
+
+@pytest.mark.parametrize("overrides, field", [
+    ({"attention_kind": "my_layers:broken"}, "attention_kind"),
+    ({"attention_kind": "my_layers:NotAnAttention"}, "attention_kind"),
+    ({"attention_kind": "my_layers:CosineAttention", "attention_args": {"delta": 1.0}}, "attention_kind"),
+    ({"attention_kind": "softmax", "attention_args": {"beta": 1.0}}, "attention_args"),
+    ({"attention_kind": "softmx"}, "attention_kind"),
+    ({"noise": "my_layers:NotAnAttention"}, "noise"),
+    ({"noise": "my_layers:zz_missing"}, "noise"),
+    ({"noise": "exact", "noise_args": {"d": 4}}, "noise_args"),
+])
+def test_a_bad_part_is_one_error_naming_its_field(parts_module, overrides, field):
+    """A factory that fails, gives an object without the part's method, takes other arguments or is
+    not there, arguments without an import string, and an unknown name: one ``ConfigError`` that
+    names the field, from the API and from ``--set``-style overrides alike."""
+    with pytest.raises(ConfigError, match=rf"\b{field}\b"):
+        build_config(overrides, [])
+
+
+def test_a_noise_without_its_kernel_runs_but_refuses_a_prediction(parts_module):
+    """A noise source without ``noise_kernel(d)`` steps the transformer; what needs κ (the SDE's
+    drift, the rates) is refused naming ``noise``."""
+    from stochformer.experiments.simulate import run_simulate
+
+    cfg = RunConfig(noise="my_layers:NoKernel", N=3, d=3, L=2, batch=2, mlp=True)
+    assert run_simulate(cfg).data["X_final"].shape == (2, 3, 3)
+    with pytest.raises(ValueError, match=r"^noise: .*noise_kernel"):
+        make_kernel(cfg)
+
+
+def test_the_command_line_takes_parts_by_import_string(parts_module):
+    """``stochformer simulate --set attention_kind=my_layers:CosineAttention --set
+    'attention_args={beta = 2.0}'`` in a fresh process: the run is recorded with its string and
+    arguments; a failing factory is one line naming the field (exit 2, no traceback)."""
+    import json
+    import os
+
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(parts_module), *sys.path]))
+    out = parts_module / "run"
+    args = ["simulate", "--quiet", "--set", "attention_kind=my_layers:CosineAttention", "--set", "attention_args={beta = 2.0}",
+            "--set", "N=4", "--set", "L=2", "--set", "batch=2", "--out", str(out)]
+    subprocess.run([sys.executable, "-m", "stochformer", *args], capture_output=True, text=True, env=env, check=True)
+    record = json.loads((out / "config.json").read_text())
+    config = record["config"]
+    assert record["custom_parts"] and config["attention_kind"] == "my_layers:CosineAttention" and config["attention_args"] == {"beta": 2.0}
+    bad = subprocess.run([sys.executable, "-m", "stochformer", "simulate", "--set", "attention_kind=my_layers:broken",
+                          "--out", str(parts_module / "bad")], capture_output=True, text=True, env=env)
+    assert bad.returncode == 2 and "attention_kind" in bad.stderr and "Traceback" not in bad.stderr
+    assert not (parts_module / "bad").exists()

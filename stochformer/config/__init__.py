@@ -18,7 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from ..model.activations import ACTIVATIONS, get_activation
 from ..io.tokens import load_token_array
-from ..core.validation import INT_MAX, ArgumentTypeError, clip, short
+from ..core.validation import INT_MAX, ArgumentTypeError, clip, import_object, short
+from ..model.attention_variants import ATTENTION_KINDS
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -139,6 +140,32 @@ class InitConfig(StrictConfig):
 _INIT_USED_BY = {"path": "npy", "center": "cluster", "spread": "cluster", "cosine": "pair"}
 
 
+#: the noise sources a config names (besides an import string)
+NOISE_KINDS = ("auto", "mlp", "mlp_gaussian", "exact", "random_features")
+#: the methods of one's own attention and noise source (the protocols of stochformer.model)
+ATTENTION_METHODS, NOISE_METHODS = ("__call__",), ("reset", "increment")
+
+
+def make_part(spec: str, args: dict[str, Any], field: str, protocol: tuple[str, ...]) -> Any:
+    """One's own model part: the factory (a class or function) that the import string ``spec``
+    (``"package.module:factory"``) names, called with the keywords ``args``; the result must have
+    the methods ``protocol`` (``__call__`` for an attention; ``reset`` and ``increment`` for a noise
+    source).
+    ``ValueError`` naming ``field`` otherwise."""
+    factory = import_object(spec, field)
+    if not callable(factory):
+        raise ValueError(f"{field}: {spec!r} names a {type(factory).__name__}, not a class or function")
+    try:
+        part = factory(**args)
+    except Exception as exc:  # the user's code: any failure is the part's, reported as the field's
+        raise ValueError(f"{field}: {spec}(**{args!r}) failed: {type(exc).__name__}: {clip(str(exc))}") from None
+    missing = [name for name in protocol if not callable(getattr(part, name, None))]
+    if missing:
+        raise ValueError(f"{field}: {spec}(**{args!r}) gave a {type(part).__qualname__}, which has no "
+                         + ", ".join(f"{name}(...)" for name in missing))
+    return part
+
+
 class RunConfig(StrictConfig):
     """One simulation of the deep transformer (SPEC §1) or of its limit SDE (SPEC §3).
 
@@ -183,12 +210,15 @@ class RunConfig(StrictConfig):
     V: Optional[list[list[float]]] = None
     order: Literal["post_ln", "parallel"] = "post_ln"
     # attention variants (SPEC §7, stochformer.model.attention_variants)
-    attention_kind: Literal["softmax", "multihead", "usa", "l2", "sinkhorn", "resampled", "averaged"] = Field(
+    attention_kind: str = Field(
         "softmax",
         description="attention: 'softmax' (SPEC §1), 'multihead' (`heads` heads splitting the rows of Q, K, V), "
         "'usa' (unnormalised), 'l2' (softmax of -|Qx - Ky|^2), 'sinkhorn' (doubly stochastic), 'resampled' "
-        "(fresh random Q, K, V every layer), 'averaged' (the L -> infinity drift of 'resampled')",
+        "(fresh random Q, K, V every layer), 'averaged' (the L -> infinity drift of 'resampled'), or an import "
+        "string 'package.module:factory' of one's own attention, called with the keywords `attention_args`",
     )
+    attention_args: dict[str, Any] = Field(
+        default_factory=dict, description="keyword arguments of an attention given by an import string")
     heads: int = Field(1, ge=1, description="attention heads of 'multihead' (>= 1, must divide d)")
     sinkhorn_iters: int = Field(20, ge=1, le=10000, description="Sinkhorn normalisation rounds, in [1, 10000]")
     sinkhorn_tol: Optional[float] = Field(None, gt=0.0, description="stop Sinkhorn once row sums are within this of 1 (> 0)")
@@ -209,14 +239,18 @@ class RunConfig(StrictConfig):
     student_nu: float = Field(5.0, gt=4.0, le=1e6, description="degrees of freedom of 'student_t' (> 4: finite fourth moment)")
     # what evolves and how
     dynamics: Literal["transformer", "sde"] = "transformer"
-    noise: Literal["auto", "mlp", "mlp_gaussian", "exact", "random_features"] = Field(
+    noise: str = Field(
         "auto",
         description="noise source: 'mlp' draws U, W, b explicitly; 'mlp_gaussian' draws U, b_U and "
         "the output from its exact conditional Gaussian law (SPEC §2); 'exact' is the limit field "
         "K^{1/2} Ξ; 'random_features' a fixed random-feature field of width `features`; 'auto' is "
         "mlp_gaussian for the transformer; for the SDE exact below N = 92·features/1024 (the measured "
-        "cost crossover, build.RF_CROSSOVER_N) and random_features from there on",
+        "cost crossover, build.RF_CROSSOVER_N) and random_features from there on; or an import string 'package.module:factory' of one's own noise "
+        "source (an object with reset(...) and increment(X, dt, draws); with noise_kernel(d) where a measurement needs κ), "
+        "called with the keywords `noise_args`",
     )
+    noise_args: dict[str, Any] = Field(
+        default_factory=dict, description="keyword arguments of a noise source given by an import string")
     integrator: Literal["euler", "heun"] = Field(
         "heun",
         description="SDE integrator: 'heun' (projected Stratonovich Heun, default: smaller error at "
@@ -263,6 +297,17 @@ class RunConfig(StrictConfig):
 
     @model_validator(mode="after")
     def _cross_checks(self) -> "RunConfig":
+        for field, names, protocol in (("attention_kind", ATTENTION_KINDS, ATTENTION_METHODS),
+                                       ("noise", NOISE_KINDS, NOISE_METHODS)):
+            spec, args = getattr(self, field), getattr(self, field.removesuffix("_kind") + "_args")
+            if ":" in spec:  # one's own part: built now, so a bad one fails before any work
+                make_part(spec, args, field, protocol)
+            elif spec not in names:
+                raise ValueError(f"{field}: unknown {spec!r}; valid: {', '.join(names)}, or an import string "
+                                 "'package.module:factory'")
+            elif args:
+                raise ValueError(f"{field.removesuffix('_kind')}_args: only for a part given by an import string "
+                                 f"(got {field} = {spec!r})")
         for name in ("Q", "K", "V"):
             mat = getattr(self, name)
             if mat is not None:

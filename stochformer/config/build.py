@@ -15,7 +15,7 @@ import torch
 
 from ..core import sphere
 from ..io.tokens import load_tokens
-from . import ConfigError, ExperimentConfig, InitConfig, RunConfig
+from . import ATTENTION_METHODS, NOISE_METHODS, ConfigError, ExperimentConfig, InitConfig, RunConfig, make_part
 from ..integrate import custom_parts, describe
 from ..model.activations import ActivationLike
 from ..model.attention import DEFAULT_BLOCK, Attention, RandomBatchAttention, SoftmaxAttention, query_chunk
@@ -136,7 +136,14 @@ KERNEL_FIELDS = {"d": "d", "sigma_U": "sigma_U", "sigma_W": "sigma_W", "noise_sc
 
 
 def make_kernel(cfg: RunConfig, activation: Optional[ActivationLike] = None) -> NoiseKernel:
-    """κ for the config's activation (or the callable ``activation``) and ``KERNEL_FIELDS``."""
+    """κ for the config's activation (or the callable ``activation``) and ``KERNEL_FIELDS``; for a
+    noise source of one's own (an import string), the kernel its ``noise_kernel(d)`` states."""
+    if ":" in cfg.noise:
+        part = make_part(cfg.noise, cfg.noise_args, "noise", NOISE_METHODS)
+        if not callable(getattr(part, "noise_kernel", None)):
+            raise ValueError(f"noise: {cfg.noise!r} has no noise_kernel(d), and this needs its kernel κ (the limit "
+                             "SDE's drift, or a prediction from the theory)")
+        return part.noise_kernel(cfg.d)
     return NoiseKernel(activation or cfg.activation, **{arg: getattr(cfg, name) for name, arg in KERNEL_FIELDS.items()})
 
 
@@ -147,6 +154,8 @@ def make_attention(
     softmax is built by [`make_variant`][stochformer.config.build.make_variant] (dense; ``chunk`` and ``sdpa`` apply to softmax)."""
     if not cfg.attention:
         return None
+    if ":" in cfg.attention_kind:
+        return make_part(cfg.attention_kind, cfg.attention_args, "attention_kind", ATTENTION_METHODS)
     if cfg.attention_kind != "softmax":
         return make_variant(cfg, dtype, device)
     exact = SoftmaxAttention.from_matrices(cfg.d, cfg.beta, cfg.gamma_value, cfg.Q, cfg.K, cfg.V, dtype, device, chunk, sdpa)
@@ -208,6 +217,8 @@ def make_noise(cfg: RunConfig, activation: Optional[ActivationLike] = None, toke
     if not cfg.mlp or cfg.noise_scale == 0:
         return None
     kind = noise_kind(cfg)
+    if ":" in kind:
+        return make_part(kind, cfg.noise_args, "noise", NOISE_METHODS)
     common: dict[str, Any] = dict(activation=activation or cfg.activation, sigma_U=cfg.sigma_U, sigma_W=cfg.sigma_W,
                                   scale=cfg.noise_scale, gain=cfg.gain)
     if kind in ("mlp", "mlp_gaussian"):

@@ -91,6 +91,9 @@ def _step(cfg: RunConfig, batch: int, N: int) -> tuple[dict[str, float], float]:
         elif kind == "exact":
             terms["N or batch (or noise = 'random_features')"] = 8.0 * s * B * N * N
             flops += 10.0 * B * N**3
+        elif ":" in kind:  # one's own noise source: only its increment (B, N, d) is known
+            terms["N, d or batch (the noise source's increment)"] = 1.0 * s * B * N * d
+            flops += 4.0 * B * N * d
         else:
             terms["features or batch"] = 1.0 * s * B * (N + d) * M  # the fused increment keeps one feature buffer
             flops += 4.0 * B * N * M * d
