@@ -35,7 +35,7 @@ from pathlib import Path
 import torch
 
 from stochformer.report import registry
-from stochformer.report.sections import beyond, paper, phase, variants
+from stochformer.report.sections import beyond, paper, phase, theory, variants
 from stochformer.report.registry import Figure, SectionContext
 from stochformer.report.runner import plan
 from stochformer.measure.verdict import FAILS, FAMILY_LEVEL, INCONCLUSIVE, LEVEL, NOT_TESTABLE, Comparison, recompute
@@ -50,7 +50,7 @@ def _no_figure(fig, name: str, caption: str, dpi: int = 100) -> Figure:
 
 
 def _without_figures() -> None:
-    for module in (registry, paper, phase, variants, beyond):
+    for module in (registry, paper, phase, variants, beyond, theory):
         module.figure_png = _no_figure
 
 

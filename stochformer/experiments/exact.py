@@ -1,0 +1,261 @@
+"""``exact``: the exact results of SPEC §8 beside simulations of the same system, for the report's
+"exact theory" section.
+
+Four parts, each an exact prediction and a measurement that can disagree with it:
+
+* **Two tokens across β*** (SPEC §8, the pair diffusion; docs/theory.md): for every attention β of
+  ``betas`` (Qᵀ K = βI, V = γI, softmax over the pair), ``model.batch`` independent pairs start at
+  cosine ``z0`` and run ``model.L`` steps to ``model.T`` (``model.dynamics``: the limit SDE or the
+  transformer); measured: the fraction with z_T < 0, with its Clopper–Pearson interval; predicted:
+  P(Z_T < 0) of the exact law at T ([`law`][stochformer.theory.law], the forward equation), beside
+  the probability of ending antipodal ([`PairDiffusion.p_antipodal`][stochformer.theory.pair.PairDiffusion.p_antipodal],
+  the scale function: the T → ∞ limit of that law's mass below 0) and the threshold β*.
+* **The Lyapunov spectrum** of one token ([`run_spectrum`][stochformer.experiments.spectrum.run_spectrum]
+  on the limit SDE): λ̂_i against λ_i = ((d − 1 − 2i)/2) κ' − ((d − 1)/2) κ.
+* **The energy decay** without attention: the exact E[E_β(μ^N_t)] from uniform tokens
+  ([`expected_energy`][stochformer.theory.expected_energy]), its long-time rate
+  ([`energy_decay_rate`][stochformer.theory.energy_decay_rate]) and Theorem 1.4's bound
+  E_β(μ_0)·e^{λ̄' t}, beside the limit SDE's ``energy_batch`` runs of ``energy_N`` tokens.
+* **The order-to-chaos phase diagram** over the gain g and σ_U from the formula
+  ([`gain_phase`][stochformer.model.kernel.gain_phase]), with λ̂₁ measured by Benettin's method at
+  the points ``phase_points``.
+
+Every rate is per unit time t = layer · T/L.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any, ClassVar, Optional
+
+import numpy as np
+import xarray as xr
+from pydantic import Field, model_validator
+
+from ..config import ExperimentConfig, InitConfig, as_config
+from ..config.build import initial_tokens, make_kernel, make_model
+from ..core.runtime import DTYPES, child_seeds, make_generator, provenance, resolve_device
+from ..core.validation import validated
+from ..integrate import SaveAt, solve
+from ..io.names import RATE_UNITS
+from ..io.results import Result
+from ..io.store import to_jsonable
+from ..measure.stats import clopper_pearson_interval, mean_and_se
+from ..model.kernel import GainPhase, gain_phase
+from ..theory import PairDiffusion, energy_decay_rate, expected_energy, law
+from .spectrum import SpectrumConfig, SpectrumResult, run_spectrum
+
+
+class ExactConfig(ExperimentConfig):
+    """``model``: the two-token runs (N = 2 with softmax attention; ``model.beta`` is replaced by each
+    of ``betas``), by default erf at d = 4 without biases (an odd κ: the antipode has a threshold
+    β*), γ = 1, the limit SDE, T = 10 on L = 200 steps, 400 pairs. The spectrum, the energy and the
+    phase diagram use the same activation, d, σ_U, σ_W, noise scale and gain."""
+
+    command: ClassVar[str] = "exact"
+    needs_noise: ClassVar[bool] = True
+    model_defaults: ClassVar[dict] = {"activation": "erf", "d": 4, "dynamics": "sde", "T": 10.0, "L": 200, "batch": 400,
+                                      "gamma": 1.0}
+    model_fixed: ClassVar[dict] = {"N": (2, "the pair diffusion is that of two tokens"),
+                                   "attention": (True, "the threshold β* is that of the attention")}
+    model_min: ClassVar[dict] = {"d": (3, "the pair diffusion of SPEC §8 needs d >= 3")}
+    model_unused: ClassVar[dict] = {
+        "init": "a pair of tokens at cosine z0, randomly rotated",
+        "beta": "the attention's β runs over betas",
+        "record_every": "only the final overlap is kept",
+        "path_stride": "no token paths are kept",
+    }
+
+    betas: list[float] = Field([0.5, 1.0, 2.0, 4.0], min_length=1,
+                               description="the attention β of the pair runs (each > 0), across β*")
+    z0: float = Field(0.0, gt=-1.0, lt=1.0, description="initial cosine of the pair, in (-1, 1)")
+    beta_grid: int = Field(41, ge=2, le=10000, description="points of the theory line over β, in [2, 10^4]")
+    spectrum_batch: int = Field(400, ge=2, description="samples of the spectrum (>= 2)")
+    spectrum_L: int = Field(64, ge=4, description="steps of the spectrum's finest level (a multiple of 4)")
+    spectrum_T: float = Field(2.0, gt=0.0, description="horizon of the spectrum (> 0)")
+    energy_N: int = Field(8, ge=2, description="tokens of the energy runs (>= 2)")
+    energy_batch: int = Field(100, ge=2, description="independent energy runs (>= 2)")
+    energy_T: float = Field(2.0, gt=0.0, description="horizon of the energy runs (> 0)")
+    energy_L: int = Field(200, ge=1, description="steps of the energy runs (>= 1)")
+    energy_every: int = Field(50, ge=1, description="the energy is kept every energy_every steps (>= 1)")
+    energy_sigma: Optional[float] = Field(
+        1.0, ge=0.0, description="σ_U = σ_W of the energy runs (>= 0; None: the model's own): biases make the noise "
+        "coercive (λ̄' < 0), where Theorem 1.4's bound is a decay")
+    gains: list[float] = Field([0.25, 2.0, 4.0, 6.0, 8.0, 10.0, 12.0], min_length=2,
+                               description="gains g of the phase diagram (each >= 0)")
+    sigmas: list[float] = Field([0.0, 0.25, 0.5], min_length=2, description="σ_U of the phase diagram (each >= 0)")
+    phase_points: list[list[float]] = Field([[2.0, 0.0], [10.0, 0.0]],
+                                            description="(g, σ_U) where λ₁ is measured on the phase diagram")
+
+    @model_validator(mode="after")
+    def _check(self) -> "ExactConfig":
+        if self.model.attention_kind != "softmax" or any(m is not None for m in (self.model.Q, self.model.K, self.model.V)):
+            raise ValueError("model.attention_kind: the pair theory is derived for softmax attention with Q^T K = beta I, "
+                             "V = gamma I")
+        for name, values in (("betas", self.betas), ("gains", self.gains), ("sigmas", self.sigmas)):
+            low_ok = (lambda x: x > 0) if name == "betas" else (lambda x: x >= 0)
+            if not all(math.isfinite(x) and low_ok(x) for x in values):
+                raise ValueError(f"{name}: every value must be finite and {'> 0' if name == 'betas' else '>= 0'} "
+                                 f"(got {values})")
+        for p in self.phase_points:
+            if len(p) != 2 or not all(math.isfinite(x) and x >= 0 for x in p):
+                raise ValueError(f"phase_points: each point is [g, sigma_U], both finite and >= 0 (got {p})")
+        if self.spectrum_L % 4:
+            raise ValueError(f"spectrum_L: must be a multiple of 4 (steps L, L/2, L/4; got {self.spectrum_L})")
+        return self
+
+
+@dataclass(repr=False)
+class ExactResult(Result):
+    """The four parts (module docstring).
+
+    ``pair``: per β of ``betas`` (lists in that order) ``p_T`` (P(Z_T < 0), exact), ``p_T_free``
+    (the same without attention, the alternative), ``p_antipodal`` (T = ∞), ``below`` (pairs with
+    z_T < 0), ``n``, ``ci`` (Clopper–Pearson 95%), ``p_hat``; ``beta_star`` (None where the
+    antipode has no threshold); ``line``: ``beta`` (beta_grid,) and ``p_antipodal`` on it.
+    ``spectrum``: the [`SpectrumResult`][stochformer.experiments.spectrum.SpectrumResult].
+    ``energy``: ``times`` (k,), ``exact`` (k,), ``mean``, ``se`` (k,), ``bound`` (k,) =
+    E_β(μ_0)·e^{λ̄' t} at the measured mean start, ``rate`` (the exact long-time rate and its kind),
+    ``lambda_bar_prime``, ``n``. ``phase``: the [`GainPhase`][stochformer.model.kernel.GainPhase];
+    ``points``: per point g, σ_U, λ₁ predicted, measured, se, err."""
+
+    command: ClassVar[str] = "exact"
+    summary_name: ClassVar[str] = "exact.json"
+    config: ExactConfig
+    pair: dict
+    spectrum: SpectrumResult
+    energy: dict
+    phase: GainPhase
+    points: list[dict]
+    provenance: dict
+    elapsed_s: float
+
+    def to_dict(self) -> dict:
+        ph = self.phase
+        return to_jsonable({
+            "pair": self.pair, "spectrum": self.spectrum.to_dict(), "energy": self.energy,
+            "phase": {"gains": ph.gains, "sigmas": ph.sigmas, "lambda_1": ph.lambda_1,
+                      "g_c": [None if not math.isfinite(x) else float(x) for x in ph.g_c]},
+            "points": self.points, "d": self.config.model.d, "activation": self.config.model.activation})
+
+    def names(self) -> dict[str, dict[str, str]]:
+        return {
+            "p_below_exact": {"long_name": "exact P(Z_T < 0) of the pair (forward equation)", "units": "1"},
+            "p_below": {"long_name": "fraction of simulated pairs with z_T < 0", "units": "1"},
+            "p_antipodal": {"long_name": "probability of ending antipodal (scale function)", "units": "1"},
+            "energy_exact": {"long_name": "exact E[E_beta(mu_t)] without attention", "units": "1"},
+            "energy_mean": {"long_name": "simulated mean E_beta(mu_t)", "units": "1"},
+            "energy_se": {"long_name": "standard error of the simulated mean E_beta(mu_t)", "units": "1"},
+            "lambda_1_gain": {"long_name": "lambda_1 over the gain g and sigma_U (formula)", "units": RATE_UNITS},
+        }
+
+    def _dataset(self) -> xr.Dataset:
+        """``p_below_exact``, ``p_below``, ``p_antipodal`` (NaN where undefined): (beta,);
+        ``energy_exact``, ``energy_mean``, ``energy_se``: (time,); ``lambda_1_gain``: (sigma_U, gain)."""
+        pr, en, ph = self.pair, self.energy, self.phase
+        pa = [math.nan if x is None else x for x in pr["p_antipodal"]]
+        return xr.Dataset(
+            {"p_below_exact": ("beta", np.asarray(pr["p_T"])), "p_below": ("beta", np.asarray(pr["p_hat"])),
+             "p_antipodal": ("beta", np.asarray(pa, float)), "energy_exact": ("time", np.asarray(en["exact"])),
+             "energy_mean": ("time", np.asarray(en["mean"])), "energy_se": ("time", np.asarray(en["se"])),
+             "lambda_1_gain": (("sigma_U", "gain"), ph.lambda_1)},
+            coords={"beta": np.asarray(pr["beta"], float), "time": np.asarray(en["times"], float),
+                    "sigma_U": ph.sigmas, "gain": ph.gains})
+
+
+def pair_runs(cfg: ExactConfig, beta: float, seed: int) -> np.ndarray:
+    """The final overlaps z_T (batch,) of ``model.batch`` pairs started at cosine z0 with attention β."""
+    run = cfg.model.with_updates(beta=beta)
+    device, dtype = resolve_device(run.device), DTYPES[run.dtype]
+    g = make_generator(seed, device)
+    X0 = initial_tokens(InitConfig(kind="pair", cosine=cfg.z0), run.batch, 2, run.d, g, dtype, device)
+    X = solve(make_model(run, dtype, device), X0, run.T, run.L, SaveAt(stats=()), generator=g)["X_final"].values
+    X = np.asarray(X, dtype=float)
+    return np.einsum("bd,bd->b", X[:, 0], X[:, 1])
+
+
+def pair_part(cfg: ExactConfig, seed: int) -> dict:
+    """The two-token part: measured and exact P(Z_T < 0) per β, p_antipodal and β* (module docstring)."""
+    run = cfg.model
+    kern = make_kernel(run)
+    v = run.gamma_value
+    free = float(law(PairDiffusion(kern, 1.0, 0.0), cfg.z0, run.T).cdf(0.0))
+    out: dict[str, Any] = {key: [] for key in ("beta", "p_T", "p_T_free", "p_antipodal", "below", "n", "ci", "p_hat")}
+    for beta, s in zip(cfg.betas, child_seeds(seed, len(cfg.betas))):
+        pair = PairDiffusion(kern, beta, v)
+        z = pair_runs(cfg, beta, s)
+        k = int((z < 0).sum())
+        pa = pair.p_antipodal(cfg.z0)
+        out["beta"].append(beta)
+        out["p_T"].append(float(law(pair, cfg.z0, run.T).cdf(0.0)))
+        out["p_T_free"].append(free)
+        out["p_antipodal"].append(None if not math.isfinite(pa) else float(pa))
+        out["below"].append(k)
+        out["n"].append(len(z))
+        out["ci"].append(list(clopper_pearson_interval(k, len(z))))
+        out["p_hat"].append(k / len(z))
+    top = max(cfg.betas) * 1.25
+    grid = np.linspace(top / cfg.beta_grid, top, cfg.beta_grid)
+    line = [PairDiffusion(kern, float(b), v).p_antipodal(cfg.z0) for b in grid]
+    out["line"] = {"beta": grid.tolist(), "p_antipodal": [None if not math.isfinite(p) else float(p) for p in line]}
+    out["beta_star"] = PairDiffusion(kern, 1.0, v).beta_star
+    out.update({"z0": cfg.z0, "T": run.T, "v": v, "dt": run.T / run.L, "dynamics": run.dynamics})
+    return out
+
+
+def _spectrum_config(cfg: ExactConfig, seed: int, **updates: Any) -> SpectrumConfig:
+    run = cfg.model
+    model = {"dynamics": "sde", "activation": run.activation, "d": run.d, "sigma_U": run.sigma_U, "sigma_W": run.sigma_W,
+             "noise_scale": run.noise_scale, "gain": run.gain, "batch": cfg.spectrum_batch, "L": cfg.spectrum_L,
+             "T": cfg.spectrum_T, "seed": seed, "dtype": run.dtype, "device": run.device, **updates}
+    return SpectrumConfig.model_validate({"model": model})
+
+
+def energy_part(cfg: ExactConfig, seed: int) -> dict:
+    """The energy part: the exact E[E_β(μ^N_t)] from uniform tokens, its long-time rate and Theorem
+    1.4's bound, beside ``energy_batch`` runs of the limit SDE without attention."""
+    run = cfg.model
+    sig = {} if cfg.energy_sigma is None else {"sigma_U": cfg.energy_sigma, "sigma_W": cfg.energy_sigma}
+    erun = run.with_updates(attention=False, N=cfg.energy_N, batch=cfg.energy_batch, T=cfg.energy_T, L=cfg.energy_L,
+                            dynamics="sde", **sig)
+    pair = PairDiffusion(make_kernel(erun), 1.0, 0.0)
+    device, dtype = resolve_device(erun.device), DTYPES[erun.dtype]
+    g = make_generator(seed, device)
+    X0 = initial_tokens(InitConfig(kind="uniform"), erun.batch, erun.N, erun.d, g, dtype, device)
+    E = solve(make_model(erun, dtype, device), X0, erun.T, erun.L, SaveAt(stats=("energy",), every=cfg.energy_every,
+                                                         energy_beta=run.energy_beta), generator=g)["energy"]
+    values = np.asarray(E.values, dtype=float)  # (batch, k)
+    times = np.asarray(E["time"].values if "time" in E.coords else np.linspace(0, erun.T, values.shape[1]), dtype=float)
+    mean, se = mean_and_se(values)
+    exact = expected_energy(pair, times, erun.N, run.energy_beta)
+    rate = energy_decay_rate(pair, run.energy_beta)
+    ratio = values[:, -1] / values[:, 0]
+    r_mean, r_se = mean_and_se(ratio)
+    return {"times": times, "exact": exact, "mean": mean, "se": se, "n": erun.batch, "N": erun.N,
+            "bound": float(mean[0]) * np.exp(rate.lambda_bar_prime * times), "lambda_bar_prime": rate.lambda_bar_prime,
+            "rate": rate.rate, "rate_kind": rate.kind, "lambda_bar": rate.lambda_bar,
+            "ratio": float(r_mean), "ratio_se": float(r_se), "T": erun.T, "sigma_U": erun.sigma_U,
+            "sigma_W": erun.sigma_W, "energy_beta": run.energy_beta}
+
+
+@validated
+def run_exact(cfg: ExactConfig, progress: bool = False) -> ExactResult:
+    """The four parts of the module docstring for ``cfg`` (seeds split from ``model.seed``)."""
+    cfg = as_config(cfg, ExactConfig)
+    run = cfg.model
+    start = time.perf_counter()
+    s_pair, s_spec, s_energy, s_phase = child_seeds(run.seed, 4)
+    pair = pair_part(cfg, s_pair)
+    spectrum = run_spectrum(_spectrum_config(cfg, s_spec), progress=progress)
+    energy = energy_part(cfg, s_energy)
+    kern = make_kernel(run)
+    phase = gain_phase(kern, cfg.gains, cfg.sigmas)
+    points = []
+    for (g, s), seed in zip(cfg.phase_points, child_seeds(s_phase, max(1, len(cfg.phase_points)))):
+        res = run_spectrum(_spectrum_config(cfg, seed, gain=g, sigma_U=s), progress=progress)
+        points.append({"gain": g, "sigma_U": s, "predicted": float(res.predicted[0]), "measured": float(res.measured[0]),
+                       "se": float(res.se[0]), "err": float(res.err[0]), "n": cfg.spectrum_batch})
+    return ExactResult(config=cfg, pair=pair, spectrum=spectrum, energy=energy, phase=phase, points=points,
+                       provenance=provenance(resolve_device(run.device)), elapsed_s=time.perf_counter() - start)
