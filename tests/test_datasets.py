@@ -252,6 +252,14 @@ def _table(store):
                            sizes=dict(draws=400, pairs=8, energy_pairs=8, L=8, m=8, ds=[5], sigmas=[0.1]))
 
 
+def _exact(store):
+    from stochformer.experiments.exact import ExactConfig, run_exact
+
+    return run_exact(ExactConfig(model={"batch": 20, "L": 20}, betas=[0.5, 2.0], beta_grid=5, spectrum_batch=8,
+                                 spectrum_L=8, energy_batch=4, energy_L=10, energy_every=5, gains=[0.5, 8.0],
+                                 sigmas=[0.0, 0.5], phase_points=[[2.0, 0.0]]))
+
+
 #: the result of each experiment behind a report section, at its smallest size (``store``: a task folder)
 SECTION_RESULTS = {
     "MotionsResult": lambda store: _motions(),
@@ -260,6 +268,7 @@ SECTION_RESULTS = {
     "ClustersResult": _clusters,
     "ScenariosResult": _scenarios,
     "TableResult": _table,
+    "ExactResult": _exact,
 }
 #: the results whose datasets the command tests above check
 COMMAND_RESULTS = {"SimulationResult", "SyncResult", "PhaseResult", "SweepResult", "ConvergeResult", "BridgeResult",
@@ -272,6 +281,7 @@ SECTION_DIMS = {
     "ClustersResult": {"activation", "step", "sample", "token", "dim"},
     "ScenariosResult": {"scenario", "step"},
     "TableResult": {"row"},
+    "ExactResult": {"beta", "time", "sigma_U", "gain"},
 }
 
 

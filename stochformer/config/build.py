@@ -16,7 +16,6 @@ import torch
 from ..core import sphere
 from ..io.tokens import load_tokens
 from . import ATTENTION_METHODS, NOISE_METHODS, ConfigError, ExperimentConfig, InitConfig, RunConfig, make_part
-from ..integrate import custom_parts, describe
 from ..model.activations import ActivationLike
 from ..model.attention import DEFAULT_BLOCK, Attention, RandomBatchAttention, SoftmaxAttention, query_chunk
 from ..model.attention_variants import (
@@ -113,6 +112,8 @@ def model_record(model: Any) -> dict:
     they cannot be read: [`describe`][stochformer.integrate.describe]), and ``custom_parts``, where it
     holds parts not defined by stochformer ([`custom_parts`][stochformer.integrate.custom_parts]).
     The config's own model fields then describe the config, not the model that ran."""
+    from ..integrate import custom_parts, describe  # here: integrate loads xarray, which `rates` never needs
+
     return {"given": True, "description": describe(model), "custom_parts": custom_parts(model)}
 
 

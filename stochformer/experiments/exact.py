@@ -45,6 +45,7 @@ from ..io.store import to_jsonable
 from ..measure.stats import clopper_pearson_interval, mean_and_se
 from ..model.kernel import GainPhase, gain_phase
 from ..theory import PairDiffusion, energy_decay_rate, expected_energy, law
+from .preflight import FLOPS, STEP_OVERHEAD_S, Estimate
 from .spectrum import SpectrumConfig, SpectrumResult, run_spectrum
 
 
@@ -106,6 +107,22 @@ class ExactConfig(ExperimentConfig):
             raise ValueError(f"spectrum_L: must be a multiple of 4 (steps L, L/2, L/4; got {self.spectrum_L})")
         return self
 
+    def estimate(self, workers: int = 1) -> Estimate:
+        """Peak memory and rough time of the run (`preflight`): the pair runs (two tokens per
+        sample, one per β), the spectrum runs (the spectrum's and one per phase point: a d × d
+        frame per sample on the levels L, L/2, L/4) and the energy runs (the exact field's
+        N × N kernel and its factor per step); the theory lines cost milliseconds."""
+        d, B = self.model.d, self.model.batch
+        pair_steps = len(self.betas) * self.model.L
+        spectrum_steps = (1 + len(self.phase_points)) * self.spectrum_L * 7 // 4
+        n = self.energy_N
+        flops = (pair_steps * B * 40.0 * d + spectrum_steps * self.spectrum_batch * 12.0 * d**3
+                 + self.energy_L * self.energy_batch * (n**3 / 3 + 20.0 * n * n * d))
+        steps = pair_steps + spectrum_steps + self.energy_L
+        mem = 8.0 * max(8 * B * d, 8 * self.spectrum_batch * d * d, 3 * self.energy_batch * n * (n + d))
+        return Estimate(mem, steps * STEP_OVERHEAD_S + flops / FLOPS, "model.batch, spectrum_batch or energy_batch",
+                        "betas, model.L, spectrum_L, phase_points or energy_L")
+
 
 @dataclass(repr=False)
 class ExactResult(Result):
@@ -149,6 +166,18 @@ class ExactResult(Result):
             "energy_mean": {"long_name": "simulated mean E_beta(mu_t)", "units": "1"},
             "energy_se": {"long_name": "standard error of the simulated mean E_beta(mu_t)", "units": "1"},
             "lambda_1_gain": {"long_name": "lambda_1 over the gain g and sigma_U (formula)", "units": RATE_UNITS},
+        }
+
+    def names(self) -> dict[str, dict[str, str]]:
+        return {
+            "p_below_exact": {"long_name": "P(z_T < 0) of the pair diffusion (exact law at T)", "units": "1"},
+            "p_below": {"long_name": "fraction of simulated pairs with z_T < 0", "units": "1"},
+            "p_antipodal": {"long_name": "P(the pair ends antipodal) (scale function; NaN where undefined)", "units": "1"},
+            "energy_exact": {"long_name": "exact E[E_β(μ_t)] (backward equation)", "units": "1"},
+            "energy_mean": {"long_name": "E_β(μ_t): sample mean of the simulated runs", "units": "1"},
+            "energy_se": {"long_name": "E_β(μ_t): standard error of the mean", "units": "1"},
+            "lambda_1_gain": {"long_name": "top Lyapunov exponent λ_1 (formula) over gain and σ_U", "units": RATE_UNITS},
+            "gain": {"long_name": "gain g: std of the inner weights U", "units": "1"},
         }
 
     def _dataset(self) -> xr.Dataset:
