@@ -59,12 +59,61 @@ def _numbers(obj):
 # --------------------------------------------------------------------------- the tiny profile, end to end
 
 
+#: the breaches of the figure rules found in the tiny report's figures (`figure_audit.audit`), per figure
+_AUDITS: list[tuple[str, list[str]]] = []
+
+
 @pytest.fixture(scope="module")
 def tiny_report(tmp_path_factory) -> Path:
+    """The tiny report, with ``--format svg``; every figure is audited as it is saved as the page's PNG."""
+    from matplotlib.figure import Figure
+
+    from figure_audit import audit
+
+    save = Figure.savefig
+
+    def audited(fig, fname, *args, **kw):
+        if kw.get("format") == "png":
+            names = [ax.get_title() for ax in fig.axes if ax.get_title()] or [fig.get_suptitle()]
+            _AUDITS.append((" / ".join(names), audit(fig)))
+        return save(fig, fname, *args, **kw)
+
     out = tmp_path_factory.mktemp("tiny") / "report"
-    result = CliRunner().invoke(main, ["reproduce", "--profile", "tiny", "--out", str(out), "--quiet"])
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(Figure, "savefig", audited)
+        result = CliRunner().invoke(main, ["reproduce", "--profile", "tiny", "--out", str(out), "--quiet", "--format", "svg"])
     assert result.exit_code == 0, result.output
     return out
+
+
+@pytest.mark.slow
+def test_tiny_report_figures_keep_the_figure_rules(tiny_report: Path) -> None:
+    """Every figure of the tiny report: mathtext only inside $...$, no text under 7 pt, cell labels at
+    WCAG contrast >= 4.5 on their cells, legends covering no data, colour maps of monotone lightness."""
+    assert len(_AUDITS) >= len(registered())
+    bad = [f"{name}: {p}" for name, problems in _AUDITS for p in problems]
+    assert not bad, "\n".join(bad)
+
+
+@pytest.mark.slow
+def test_tiny_report_writes_every_figure_in_the_asked_format(tiny_report: Path) -> None:
+    """``--format svg``: one SVG file per figure of the page, ``figures/<section>-<figure>.svg``, listed in
+    results.json and in the folder's manifest; the page still embeds the PNG."""
+    from stochformer.io.outputs import verify
+
+    results = _strict_json(tiny_report / "results.json")
+    files = sorted(p.name for p in (tiny_report / "figures").iterdir())
+    expected = []
+    for rec in results["sections"]:
+        for fig in rec["figures"]:
+            assert fig["file"] == f"figures/{rec['name']}-{fig['name']}.svg"
+            head = (tiny_report / fig["file"]).read_bytes()[:400]
+            assert b"<svg" in head, fig["file"]
+            expected.append(Path(fig["file"]).name)
+    assert files == sorted(expected) and len(files) == sum(len(r["figures"]) for r in results["sections"])
+    page = (tiny_report / "index.html").read_text()
+    assert page.count("src='data:image/png;base64,") == len(files)
+    verify(tiny_report, "reproduce")  # every figure file is the report's own
 
 
 @pytest.mark.slow
@@ -248,6 +297,55 @@ def test_corrupt_or_foreign_cache_entry_is_recomputed(table_run, damage: str) ->
     assert rec["status"] == "computed"
     assert "corrupt or foreign" in rec["cache_note"]
     assert ResultStore(out / "cache").load(name, entry.stem.rsplit("-", 1)[1]) is not None
+
+
+def test_format_writes_files_and_never_overwrites_a_users_file(table_run) -> None:
+    """``fmt``: a section cached without that format is recomputed and its figures written as
+    ``figures/*.pdf``; png is always available (resume reuses); a file the report did not write
+    (a new one, or a figure file edited since) makes the rerun refuse before any work, and stays."""
+    from stochformer.io.outputs import OutputError
+
+    out, name, _, args = table_run
+    reproduce(**args, fmt="pdf")
+    assert _status(out, name)["status"] == "computed"
+    pdfs = sorted((out / "figures").glob("*.pdf"))
+    assert pdfs and all(p.read_bytes()[:5] == b"%PDF-" for p in pdfs)
+    reproduce(**args, resume=True, fmt="png")
+    assert _status(out, name)["status"] == "cached"
+    pngs = sorted((out / "figures").glob("*.png"))
+    assert [p.stem for p in pngs] == [p.stem for p in pdfs] and all(p.read_bytes()[:8] == PNG_MAGIC for p in pngs)
+    user = out / "figures" / "notes.txt"
+    user.write_text("mine")
+    with pytest.raises(OutputError, match="notes.txt"):
+        reproduce(**args, resume=True, fmt="png")
+    assert user.read_text() == "mine"
+    user.unlink()
+    pngs[0].write_bytes(b"edited")
+    with pytest.raises(OutputError, match=pngs[0].name):
+        reproduce(**args, resume=True, fmt="png", force=True)
+    assert pngs[0].read_bytes() == b"edited"
+
+
+def test_figure_files_refuse_a_file_that_appeared_during_the_run(table_run) -> None:
+    """The writer itself replaces only the report's own unchanged files: a file put at a figure's
+    path after the folder was checked raises WriteError naming it and is left alone."""
+    from stochformer.io.outputs import Manifest, WriteError
+    from stochformer.report.runner import write_figure_files
+
+    out, *_ = table_run
+    (png,) = re.findall(r"src='data:image/png;base64,([A-Za-z0-9+/=]+)'", (out / "index.html").read_text())[:1]
+    records = [{"name": "table", "status": "computed", "figures": [{"name": "late", "caption": "", "png": png}]}]
+    foreign = out / "figures" / "table-late.png"
+    foreign.parent.mkdir(exist_ok=True)
+    foreign.write_bytes(b"not ours")
+    manifest = Manifest.read(out)
+    assert manifest is not None
+    with pytest.raises(WriteError, match="table-late.png"):
+        write_figure_files(out, records, "png", manifest)
+    assert foreign.read_bytes() == b"not ours"
+    foreign.unlink()
+    write_figure_files(out, records, "png", manifest)
+    assert foreign.read_bytes()[:8] == PNG_MAGIC and records[0]["figures"][0]["file"] == "figures/table-late.png"
 
 
 def test_only_keeps_other_sections_from_the_cache(table_run) -> None:

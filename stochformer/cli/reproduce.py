@@ -11,6 +11,7 @@ from .common import (
     command_line,
     disk_check,
     experiment_options,
+    format_option,
     hold_output,
     interrupted_exit,
     print_config_and_exit,
@@ -39,9 +40,11 @@ def _listing() -> str:
 @click.option("--scheduler", default=None, metavar="SPEC",
               help="Where grids of independent runs go: serial (default), processes[:N], local-cluster:N or a Dask address.")
 @click.option("--list", "list_only", is_flag=True, help="List the sections and profiles, then exit.")
+@format_option
 @experiment_options
-def reproduce_cmd(profile, only, resume, scheduler, list_only, config_file, overrides, out, force, quiet) -> None:
-    """Run every experiment of SPEC §6 and write OUT/index.html (default report/) and OUT/results.json.
+def reproduce_cmd(profile, only, resume, scheduler, list_only, fmt, config_file, overrides, out, force, quiet) -> None:
+    """Run every experiment of SPEC §6 and write OUT/index.html (default report/) and OUT/results.json,
+    and every figure as OUT/figures/SECTION-FIGURE.FORMAT (--format; the page embeds the PNG).
 
     Overrides: --set SECTION.FIELD=VALUE changes one section (e.g. --set sync.L=500);
     --set FIELD=VALUE every section that has the field (e.g. --set seed=1)."""
@@ -81,7 +84,8 @@ def reproduce_cmd(profile, only, resume, scheduler, list_only, config_file, over
     kept = f"finished sections are kept in {out / 'cache'}; continue with: {resume_command(resume)}"
     try:
         report = reproduce(profile, out, only=only, resume=resume, overrides=overrides, config_file=config_file,
-                           scheduler=scheduler, force=force, progress=not quiet, command=command_line())
+                           scheduler=scheduler, force=force, progress=not quiet, command=command_line(),
+                           fmt=fmt)
     except WriteError as exc:
         raise click.ClickException(f"{exc}; {kept}") from None
     except (ConfigError, OutputError) as exc:
@@ -102,6 +106,6 @@ def reproduce_cmd(profile, only, resume, scheduler, list_only, config_file, over
 
 for _param in reproduce_cmd.params:  # the shared --out/--force help, in this command's terms
     if _param.name == "out":
-        _param.help = "Output folder (default report/): index.html, results.json and cache/."
+        _param.help = "Output folder (default report/): index.html, results.json, figures/ and cache/."
     elif _param.name == "force":
         _param.help = "Replace an existing report folder (only one stochformer created) instead of updating it."

@@ -159,17 +159,6 @@ class ExactResult(Result):
 
     def names(self) -> dict[str, dict[str, str]]:
         return {
-            "p_below_exact": {"long_name": "exact P(Z_T < 0) of the pair (forward equation)", "units": "1"},
-            "p_below": {"long_name": "fraction of simulated pairs with z_T < 0", "units": "1"},
-            "p_antipodal": {"long_name": "probability of ending antipodal (scale function)", "units": "1"},
-            "energy_exact": {"long_name": "exact E[E_beta(mu_t)] without attention", "units": "1"},
-            "energy_mean": {"long_name": "simulated mean E_beta(mu_t)", "units": "1"},
-            "energy_se": {"long_name": "standard error of the simulated mean E_beta(mu_t)", "units": "1"},
-            "lambda_1_gain": {"long_name": "lambda_1 over the gain g and sigma_U (formula)", "units": RATE_UNITS},
-        }
-
-    def names(self) -> dict[str, dict[str, str]]:
-        return {
             "p_below_exact": {"long_name": "P(z_T < 0) of the pair diffusion (exact law at T)", "units": "1"},
             "p_below": {"long_name": "fraction of simulated pairs with z_T < 0", "units": "1"},
             "p_antipodal": {"long_name": "P(the pair ends antipodal) (scale function; NaN where undefined)", "units": "1"},

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
 
-from .core import exponent_label, figure_axes, finish, integer_ticks, linear_band, log_band
+from .core import MIN_FONT_PT, SEQUENTIAL_CMAP, annotate_cells, exponent_label, figure_axes, finish, integer_ticks, linear_band, log_band
 from .sync import edges
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -46,24 +46,25 @@ def plot_repulsion(result: Any, axes: Optional[Any] = None) -> "Figure":
     """RepulsionResult: the final mean cosine over (γ, σ) with the criterion's boundary γ = λ₁(σ),
     each cell marked ✓ (criterion agrees), ✗ (disagrees) or ? (no clear prediction); the mean cosine
     against t at the probe σ for every γ (right)."""
+    from matplotlib.patheffects import Normal, Stroke
+
     c = result.config
     created = axes is None
     fig, ax = figure_axes(axes, (1, 2), (12.5, 4.8))
     g, s = np.asarray(c.gammas, float), np.asarray(c.sigmas, float)
     cos = result.grid("final_cosine")
-    mesh = ax[0, 0].pcolormesh(edges(g), edges(s), cos, shading="flat", cmap="viridis", vmin=-0.1, vmax=1.0)
+    mesh = ax[0, 0].pcolormesh(edges(g), edges(s), cos, shading="flat", cmap=SEQUENTIAL_CMAP, vmin=-0.1, vmax=1.0)
     fig.colorbar(mesh, ax=ax[0, 0], label="final mean pairwise cosine (from uniform tokens)")
     b = result.boundary
-    ax[0, 0].plot(b["gamma"], b["sigma"], "w-", lw=2, label=r"criterion boundary $\lambda_1 - \gamma = 0$ (sync to its right)")
+    ax[0, 0].plot(b["gamma"], b["sigma"], "w-", lw=2, path_effects=[Stroke(linewidth=3.5, foreground="k"), Normal()],
+                 label=r"criterion boundary $\lambda_1 - \gamma = 0$ (sync to its right)")
     agree = result.agreement()
     marks = {1: "✓", 0: "✗", -1: "?"}
-    for i, yy in enumerate(s):
-        for j, xx in enumerate(g):
-            ax[0, 0].text(xx, yy, f"{cos[i, j]:.2f} {marks[int(agree[i, j])]}", ha="center", va="center", fontsize=8,
-                          color="w" if cos[i, j] < 0.6 else "k")
+    labels = [[f"{cos[i, j]:.2f} {marks[int(agree[i, j])]}".replace("-", "−") for j in range(len(g))] for i in range(len(s))]
+    annotate_cells(ax[0, 0], mesh, g, s, cos, labels=labels)
     ax[0, 0].set(xlim=(edges(g)[0], edges(g)[-1]), xlabel=r"$\gamma$ (V = $\gamma$I)", ylabel=r"$\sigma$",
                  title=f"{c.model.dynamics}, {c.model.activation}, d = {c.model.d}, N = {c.model.N}, T = {c.model.T:g}")
-    ax[0, 0].legend(fontsize=7, loc="upper left")
+    ax[0, 0].legend(fontsize=MIN_FONT_PT, loc="lower left", bbox_to_anchor=(0.0, 1.08), borderaxespad=0.0, frameon=False)
     sig = c.probe[1]
     t = np.asarray(result.times)
     for k, gam in enumerate(c.gammas):

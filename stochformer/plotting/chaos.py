@@ -83,15 +83,16 @@ def plot_chaos(result: "ChaosResult", axes: Optional[Any] = None) -> "Figure":
     integer_ticks(ax, sizes)
     ax.legend(fontsize=7)
 
-    ax = axes[1, 0]
     dec = tab["decorrelation"]
-    if dec is None:
-        ax.set_axis_off()
-        ax.text(0.5, 0.5, "conditional decorrelation not run", ha="center", va="center", transform=ax.transAxes)
+    if dec is None:  # no empty panel: the reference measure moves left, the spare axes go
+        ax = axes[1, 0]
+        if created:
+            fig.delaxes(axes[1, 1])
+        else:
+            axes[1, 1].set_axis_off()
     else:
-        _plot_decorrelation(ax, dec, result.fits["decorrelation"])
-
-    ax = axes[1, 1]
+        _plot_decorrelation(axes[1, 0], dec, result.fits["decorrelation"])
+        ax = axes[1, 1]
     t = np.asarray(tab["record_times"])
     for i, d in enumerate(cfg.dims):
         row = tab["coupling"][str(d)]

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
 
-from .core import exponent_label, figure_axes, finish, integer_ticks
+from .core import SEQUENTIAL_CMAP, annotate_cells, exponent_label, figure_axes, finish, integer_ticks
 
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.figure import Figure
@@ -69,7 +69,7 @@ def plot_convergence(result: Any, axes: Optional[Any] = None) -> "Figure":
            ylabel=r"$\mathbb{E}\,\mathrm{sup}\,\frac{1}{N}\sum_i |X^i - \bar X^i|^2$",
            title="error against depth (± 2 SE)")
     integer_ticks(a1, L)
-    a1.legend(fontsize=7)
+    a1.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.15), frameon=False)
 
     top = int(np.argmax(L))
     e = f["exponent_m"]
@@ -84,16 +84,13 @@ def plot_convergence(result: Any, axes: Optional[Any] = None) -> "Figure":
     a2.minorticks_off()
     a2.set(yscale="log", xlabel="width $m$", ylabel="error",
            title=f"error against width; fit $a/L + b/m$: a = {add['a']['value']:.3g}, b = {add['b']['value']:.3g}")
-    a2.legend(fontsize=7)
+    a2.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.15), frameon=False)
 
     labels = [str(int(m)) if math.isfinite(m) else r"$\infty$" for m in widths]
-    im = a3.imshow(lay, origin="lower", aspect="auto", cmap="viridis", norm=LogNorm(vmin=lay.min(), vmax=lay.max()))
+    im = a3.imshow(lay, origin="lower", aspect="auto", cmap=SEQUENTIAL_CMAP, norm=LogNorm(vmin=lay.min(), vmax=lay.max()))
     a3.set_xticks(range(len(widths)), labels)
     a3.set_yticks(range(len(L)), [str(int(x)) for x in L])
-    for i in range(len(L)):
-        for j in range(len(widths)):
-            a3.text(j, i, f"{lay[i, j]:.1e}", ha="center", va="center", fontsize=6,
-                    color="w" if lay[i, j] < np.sqrt(lay.min() * lay.max()) else "k")
+    annotate_cells(a3, im, range(len(widths)), range(len(L)), lay, "{:.2g}", fontsize=9)
     a3.set(xlabel="width $m$", ylabel="depth $L$", title="layer-time error over $(L, m)$: → 0 along both edges")
     fig.colorbar(im, ax=a3, fraction=0.046)
     return finish(fig, created)

@@ -28,6 +28,67 @@ SYMBOLS = {
 }
 
 
+#: the smallest font size of any text on a figure of the report (cell annotations, legends), in points
+MIN_FONT_PT = 7.0
+#: the colour map of a magnitude: perceptually uniform, lightness increasing (readable in greyscale),
+#: colour-blind safe
+SEQUENTIAL_CMAP = "viridis"
+#: the colour map of a signed quantity (centred on 0 by a ``TwoSlopeNorm``): cividis, whose lightness
+#: increases monotonically, so the sign reads in greyscale and for every colour-vision deficiency
+SIGNED_CMAP = "cividis"
+#: relative luminance at which black and white text have the same contrast on a background
+#: (WCAG 2: (L + 0.05)/0.05 = 1.05/(L + 0.05), i.e. L = √(1.05·0.05) − 0.05 ≈ 0.179)
+LUMINANCE_SPLIT = (1.05 * 0.05) ** 0.5 - 0.05
+
+
+def relative_luminance(rgba: Sequence[float]) -> float:
+    """WCAG 2 relative luminance of an sRGB colour (components in [0, 1]):
+    L = 0.2126 R + 0.7152 G + 0.0722 B of the linearised channels c ↦ c/12.92 (c ≤ 0.04045) or
+    ((c + 0.055)/1.055)^2.4."""
+    lin = [c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in (float(v) for v in rgba[:3])]
+    return 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2]
+
+
+def text_colour(rgba: Sequence[float]) -> str:
+    """The text colour readable on a background ``rgba``: black above `LUMINANCE_SPLIT`, else white
+    (whichever has the larger WCAG contrast ratio)."""
+    return "k" if relative_luminance(rgba) > LUMINANCE_SPLIT else "w"
+
+
+def annotate_cells(ax: "Axes", mappable: Any, x: Any, y: Any, values: Any, fmt: str = "{:.2g}",
+                   fontsize: float = MIN_FONT_PT + 1, labels: Optional[Any] = None) -> list:
+    """Write ``values[i, j]`` (shape (len(y), len(x))) at ``(x[j], y[i])`` on a heat map drawn by
+    ``mappable`` (its colour map and norm give the cell's colour), each in the colour readable on
+    its cell ([`text_colour`][stochformer.plotting.core.text_colour]), at least `MIN_FONT_PT` points;
+    NaN cells are left blank. ``labels``: the text of each cell (same shape) instead of ``fmt``
+    applied to the value. Returns the text artists."""
+    values = np.asarray(values, float)
+    size = max(float(fontsize), MIN_FONT_PT)
+    texts = []
+    for i, yy in enumerate(np.asarray(y)):
+        for j, xx in enumerate(np.asarray(x)):
+            v = values[i, j]
+            if not np.isfinite(v):
+                continue
+            text = fmt.format(v).replace("-", "−") if labels is None else str(labels[i][j])
+            texts.append(ax.text(xx, yy, text, ha="center", va="center", fontsize=size,
+                                 color=text_colour(mappable.to_rgba(v))))
+    return texts
+
+
+def legend_below(fig: "Figure", axes: Any, ncol: int = 3, fontsize: float = MIN_FONT_PT + 1) -> Any:
+    """One legend for the whole figure, below its axes (so it covers no curve), with the entries
+    of every axes in ``axes`` once each (by label). Returns the legend, or None without entries."""
+    seen: dict[str, Any] = {}
+    for ax in np.ravel(axes):
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            seen.setdefault(label, handle)
+    if not seen:
+        return None
+    return fig.legend(list(seen.values()), list(seen), loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=ncol,
+                      fontsize=fontsize, frameon=False)
+
+
 def symbol(field: str) -> str:
     """The mathtext symbol of a config field (``"sigma_W"`` → ``$\\sigma_W$``), else the name."""
     return f"${SYMBOLS[field]}$" if field in SYMBOLS else field

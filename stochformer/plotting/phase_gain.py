@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
 
-from .core import assign, figure_axes, finish
+from .core import SIGNED_CMAP, assign, figure_axes, finish
 
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.figure import Figure
@@ -26,14 +26,14 @@ def plot_gain_phase(phase: Any, ax: Optional[Any] = None) -> "Figure":
     lam = phase.lambda_1
     lo, hi = float(np.min(lam)), float(np.max(lam))
     norm = TwoSlopeNorm(0.0, min(lo, -1e-12), max(hi, 1e-12))
-    mesh = a.pcolormesh(phase.gains, phase.sigmas, lam, cmap="RdBu_r", norm=norm, shading="nearest")
+    mesh = a.pcolormesh(phase.gains, phase.sigmas, lam, cmap=SIGNED_CMAP, norm=norm, shading="nearest")
     fig.colorbar(mesh, ax=a, label=r"$\lambda_1 = \frac{d-3}{2}\kappa'(1) - \frac{d-1}{2}\kappa(1)$")
     if lo < 0 < hi:
         a.contour(phase.gains, phase.sigmas, lam, levels=[0.0], colors="k", linewidths=1.2)
     found = np.isfinite(phase.g_c) & (phase.g_c <= phase.gains.max())
     a.plot(phase.g_c[found], phase.sigmas[found], "o", ms=3, color="k", mfc="w", label="$g_c$ (brentq), $\\lambda_1 = 0$")
     a.set(xlabel="gain $g$ (std of the inner weights $U$)", ylabel=r"$\sigma_U$", xlim=(phase.gains.min(), phase.gains.max()))
-    a.legend(fontsize=8, loc="upper left")
+    a.legend(fontsize=8, loc="lower left", bbox_to_anchor=(0.0, 1.02), borderaxespad=0.0, frameon=False)
     k = phase.kernel
     title = ", ".join([f"order to chaos: {k.name}"] + [assign(n, v) for n, v in (("d", k.d), ("sigma_W", k.sigma_W),
                                                                                    ("noise_scale", k.scale))])

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
 
-from .core import assign, figure_axes, finish, linear_band, log_band, symbol
+from .core import (MIN_FONT_PT, SEQUENTIAL_CMAP, SIGNED_CMAP, annotate_cells, assign, figure_axes, finish, legend_below,
+                   linear_band, log_band, symbol)
 
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.axes import Axes
@@ -37,7 +38,13 @@ def plot_sync(result: Any, axes: Optional[Any] = None) -> "Figure":
     fig, ax = figure_axes(axes, (1, 2), (11, 4))
     a1, a2 = ax[0]
     growth, growth_se = result.log_growth
-    linear_band(a1, t, growth, growth_se, "C0", f"measured: {m['lambda_1']:.4g} ± {m['lambda_1_se']:.2g} per unit $t$")
+    L = result.config.model.L
+    at_L = m.get(f"lambda_1_at_{L}_steps")
+    if at_L is None:  # not extrapolated: the value is the one of the curve
+        linear_band(a1, t, growth, growth_se, "C0", f"measured ($L = {L}$): {m['lambda_1']:.4g} ± {m['lambda_1_se']:.2g} per unit $t$")
+    else:  # the curve is at L steps; its Δt → 0 value has no curve of its own
+        linear_band(a1, t, growth, growth_se, "C0", f"measured ($L = {L}$): slope {at_L:.4g}")
+        a1.plot([], [], " ", label=rf"$\Delta t \to 0$: {m['lambda_1']:.4g} ± {m['lambda_1_se']:.2g} per unit $t$")
     if p["lambda_1_pred"] is not None:
         a1.plot(t, p["lambda_1_pred"] * t, "k--", label=rf"predicted $\lambda_1-\gamma$ = {p['lambda_1_pred']:.4g}")
     a1.set(xlabel="$t$ = layer · $T/L$", ylabel=r"mean of $\log(\delta_t/\delta_0)$", title="pair separation (renormalised)")
@@ -45,14 +52,22 @@ def plot_sync(result: Any, axes: Optional[Any] = None) -> "Figure":
     e0 = result.energy_near[0][0]
     tn = result.near_times
     near, near_se = result.energy_near
-    log_band(a2, tn, near, near_se, "C1", f"near sync: rate {m['energy_rate']:.4g} ± {m['energy_rate_se']:.2g}")
+    L_near = len(tn) - 1
+    near_at = m.get(f"energy_rate_at_{L_near}_steps")
+    if near_at is None:
+        log_band(a2, tn, near, near_se, "C1", f"near sync: rate {m['energy_rate']:.4g} ± {m['energy_rate_se']:.2g}")
+    else:
+        log_band(a2, tn, near, near_se, "C1", f"near sync ($L = {L_near}$): rate {near_at:.4g}; "
+                 rf"$\Delta t \to 0$: {m['energy_rate']:.4g} ± {m['energy_rate_se']:.2g}")
     if p["lambda_bar_pred"] is not None:
         a2.plot(tn, e0 * np.exp(p["lambda_bar_pred"] * tn), "C1--", label=rf"$\bar\lambda-2\gamma$ = {p['lambda_bar_pred']:.4g}")
     if result.energy_uniform is not None:
         mu = result.energy_uniform[0]
         uni, uni_se = result.energy_uniform
-        log_band(a2, t, uni, uni_se, "C2",
-                 f"uniform start: rate {m['energy_rate_uniform']:.4g} ± {m['energy_rate_uniform_se']:.2g}")
+        uni_at = m.get(f"energy_rate_uniform_at_{L}_steps")
+        tail = f"{m['energy_rate_uniform']:.4g} ± {m['energy_rate_uniform_se']:.2g}"
+        log_band(a2, t, uni, uni_se, "C2", f"uniform start: rate {tail}" if uni_at is None else
+                 f"uniform start ($L = {L}$): rate {uni_at:.4g}; " + rf"$\Delta t \to 0$: {tail}")
         bound = p.get("bound_pred")
         if bound is not None:
             a2.plot(t, mu[0] * np.exp(bound * t), "C2:", label=rf"bound $\varepsilon+\bar\lambda'$ = {bound:.4g}")
@@ -105,26 +120,29 @@ def plot_phase(result: Any, ax: Optional["Axes"] = None) -> "Figure":
     ax = axs[0, 0]
     x, y, v = result.x, result.y, result.value
     kw: dict[str, Any]
+    from matplotlib.colors import TwoSlopeNorm
+    from matplotlib.patheffects import Normal, Stroke
+
     if c.measure == "lyapunov":
         lim = np.nanmax(np.abs(v)) or 1.0
-        kw = dict(cmap="RdBu_r", vmin=-lim, vmax=lim)
+        kw = dict(cmap=SIGNED_CMAP, norm=TwoSlopeNorm(0.0, -lim, lim))
         label = r"measured $\hat\lambda_1$ (pair exponent, incl. attention)"
     else:
-        kw = dict(cmap="viridis", vmin=0.0, vmax=1.0)
+        kw = dict(cmap=SEQUENTIAL_CMAP, vmin=0.0, vmax=1.0)
         label = f"fraction synchronised at T (min cos ≥ 1 − {c.sync_tol:g})"
     mesh = ax.pcolormesh(edges(x), edges(y), v, shading="flat", **kw)
     fig.colorbar(mesh, ax=ax, label=label)
     if len(result.fine_x) > 1 and len(result.fine_y) > 1:
         for field, style, name in ((result.fine_lambda_1, "-", r"$\lambda_1-\gamma=0$"), (result.fine_lambda_bar, "--", r"$\bar\lambda-2\gamma=0$")):
             if np.nanmin(field) < 0 < np.nanmax(field):
-                ax.contour(result.fine_x, result.fine_y, field, levels=[0.0], colors="k", linestyles=style)
-                ax.plot([], [], "k" + style, label=name)
-    for i, yy in enumerate(y):
-        for j, xx in enumerate(x):
-            ax.text(xx, yy, f"{v[i, j]:.2g}", ha="center", va="center", fontsize=7)
+                halo = [Stroke(linewidth=3.0, foreground="w"), Normal()]  # readable on dark cells too
+                cs = ax.contour(result.fine_x, result.fine_y, field, levels=[0.0], colors="k", linestyles=style)
+                cs.set(path_effects=halo)
+                ax.plot([], [], "k" + style, label=name, path_effects=halo)
+    annotate_cells(ax, mesh, x, y, v)
     ax.set(xlabel=symbol(c.x_field), ylabel=symbol(c.y_field), title=phase_title(c))
     if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=8, loc="best")
+        ax.legend(fontsize=8, loc="lower left", bbox_to_anchor=(0.0, 1.08), ncol=2, borderaxespad=0.0, frameon=False)
     return finish(fig, created)
 
 
@@ -230,8 +248,12 @@ def plot_scenarios(result: Any, quantity: str = "mean_cosine", axes: Optional[An
                    ylabel=_QUANTITIES.get(quantity, quantity))
             if quantity == "energy":
                 ax.set_yscale("log")
-    axes[0, -1].legend(fontsize=6, ncol=2)
-    return finish(fig, created)
+    fig = finish(fig, created)
+    if created:
+        legend_below(fig, axes, ncol=len(styles))
+    else:
+        axes[0, -1].legend(fontsize=MIN_FONT_PT, ncol=2, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
+    return fig
 
 
 _QUANTITIES = {"mean_cosine": "mean cosine", "min_cosine": "min cosine", "energy": r"$E_\beta$"}
@@ -263,13 +285,29 @@ def plot_table(result: Any, axes: Optional[Any] = None) -> "Figure":
         for k, act in enumerate(dict.fromkeys(acts)):
             sel = np.array([a == act for a in acts])
             ax.errorbar(pred[sel], meas[sel], yerr=2 * se[sel], fmt="o", color=f"C{k}", label=act, ms=4)
-        lo, hi = min(pred.min(), meas.min()), max(pred.max(), meas.max())
-        ax.plot([lo, hi], [lo, hi], "k--", lw=0.8)
-        ax.set_xscale("symlog", linthresh=1e-2)
-        ax.set_yscale("symlog", linthresh=1e-2)
-        ax.set(xlabel=f"computed {name}", ylabel=f"measured {name} (transformer)")
-        ax.legend(fontsize=8)
+        lo, hi = diagonal_limits(pred, meas, 2 * se)
+        ax.plot([lo, hi], [lo, hi], "k--", lw=0.8, label="$y = x$")
+        ax.set(xlim=(lo, hi), ylim=(lo, hi), aspect="equal", xlabel=f"computed {name}",
+               ylabel=f"measured {name} (transformer)")
+        ax.legend(fontsize=8, loc="upper left")
     return finish(fig, created)
+
+
+def diagonal_limits(x: Any, y: Any, yerr: Any, margin: float = 0.08) -> tuple[float, float]:
+    """One range ``(lo, hi)`` for both axes of a measured-against-predicted plot: it holds every
+    ``x`` and every ``y ± yerr`` (finite ones) with ``margin`` of its width on each side, and is
+    never empty (a single point gets a width of 10% of its size, or 1), so ``y = x`` is the
+    diagonal of square axes."""
+    x, y, e = (np.asarray(a, float).ravel() for a in (x, y, yerr))
+    vals = np.concatenate([x, y - np.nan_to_num(e), y + np.nan_to_num(e)])
+    vals = vals[np.isfinite(vals)]
+    if vals.size == 0:
+        return -1.0, 1.0
+    lo, hi = float(vals.min()), float(vals.max())
+    width = hi - lo
+    if width <= 0:
+        width = 0.1 * abs(hi) or 1.0
+    return lo - margin * width, hi + margin * width
 
 
 def plot_cluster_course(result: Any, sample: int = 0, axes: Optional[Any] = None) -> "Figure":

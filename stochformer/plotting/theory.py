@@ -73,5 +73,6 @@ def plot_phase_measured(phase: Any, points: list[dict], ax: Optional[Any] = None
         up = pt["measured"] > 0
         a.plot(pt["gain"], pt["sigma_U"], "^" if up else "v", ms=9, color="C3" if up else "C0", mec="k")
         a.annotate(f"{pt['measured']:.2f} ({pt['predicted']:.2f})", (pt["gain"], pt["sigma_U"]), fontsize=7,
-                   xytext=(4, 4), textcoords="offset points")
+                   xytext=(4, 4), textcoords="offset points",  # on a white box: readable on any cell
+                   bbox=dict(boxstyle="round,pad=0.6", fc="w", ec="none", alpha=0.9))
     return fig

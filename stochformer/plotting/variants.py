@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
 
-from .core import figure_axes, finish, linear_band
+from .core import figure_axes, finish, integer_ticks, linear_band
 
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.figure import Figure
@@ -48,12 +48,13 @@ def plot_variants(numbers: dict, axes: Optional[Any] = None) -> "Figure":
         f = numbers["normalisation"][key]
         x = np.asarray(f["t"]) if key == "post" else np.log(f["t"])
         b.plot(x, np.log(f["one_minus_rho"]), color=color, label=f"{label}: slope {f['slope']['value']:.2f}")
-    b.set(xlabel="t or log t", ylabel="log(1 − ρ)", title="post-LN e^{−2t} vs pre-LN 1/t²")
+    b.set(xlabel="t or log t", ylabel="log(1 − ρ)", title=r"post-LN $e^{-2t}$ vs pre-LN $1/t^2$")
     b.legend(fontsize=8)
     rows = numbers["resampled"]["rows"]
     diff, se = np.array([r["diff"] for r in rows]), np.array([r["diff_se"] for r in rows])
     c.errorbar([r["L"] for r in rows], diff, yerr=2 * se, fmt="o-", capsize=3)
     c.axhline(0.0, color="k", lw=0.8)
-    c.set(xscale="log", xlabel="depth L", ylabel="final mean cos: resampled − averaged",
+    c.set(xscale="log", xlabel="depth $L$", ylabel="final mean cos: resampled − averaged",
           title="per-layer random attention")
+    integer_ticks(c, [r["L"] for r in rows])
     return finish(fig, created)

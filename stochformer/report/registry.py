@@ -10,10 +10,12 @@ functions.
 from __future__ import annotations
 
 import base64
+import contextlib
+import contextvars
 import io
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 from ..measure.verdict import Comparison, recompute
 
@@ -22,26 +24,59 @@ class SectionUnavailable(RuntimeError):
     """The experiment behind a section cannot be run here (raised by its ``run``)."""
 
 
+#: the formats a report figure can also be written in as a file (``reproduce --format``)
+FIGURE_FORMATS = ("png", "pdf", "svg")
+#: the resolution of the PNG embedded in the page (and of a ``--format png`` file), dots per inch
+PNG_DPI = 100
+#: the vector formats `figure_png` renders besides the PNG while a report asks for them
+_VECTOR_FORMATS: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar("vector_formats", default=())
+
+
+@contextlib.contextmanager
+def rendering_formats(formats: tuple[str, ...]) -> Iterator[None]:
+    """While the block runs, [`figure_png`][stochformer.report.registry.figure_png] also renders each
+    figure in ``formats`` (``"pdf"``, ``"svg"``; ``"png"`` is always rendered)."""
+    bad = [f for f in formats if f not in FIGURE_FORMATS]
+    if bad:
+        raise ValueError(f"format: unknown figure format(s) {', '.join(bad)}; valid: {', '.join(FIGURE_FORMATS)}")
+    token = _VECTOR_FORMATS.set(tuple(f for f in formats if f != "png"))
+    try:
+        yield
+    finally:
+        _VECTOR_FORMATS.reset(token)
+
+
 @dataclass
 class Figure:
-    """A figure of a section: ``png`` is the base64-encoded PNG embedded in the page."""
+    """A figure of a section: ``png`` is the base64-encoded PNG embedded in the page; ``files``
+    the same figure in further formats (format → base64 bytes), written beside the report by
+    ``reproduce --format``."""
 
     name: str
     caption: str
     png: str
+    files: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "caption": self.caption, "png": self.png}
+        return {"name": self.name, "caption": self.caption, "png": self.png, "files": dict(self.files)}
 
 
-def figure_png(fig, name: str, caption: str, dpi: int = 100) -> Figure:
-    """Render a matplotlib figure to an embedded PNG and close it."""
+def figure_png(fig, name: str, caption: str, dpi: int = PNG_DPI) -> Figure:
+    """Render a matplotlib figure to an embedded PNG (and to the vector formats asked for by
+    [`rendering_formats`][stochformer.report.registry.rendering_formats]) and close it."""
     import matplotlib.pyplot as plt
 
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
-    plt.close(fig)
-    return Figure(name, caption, base64.b64encode(buf.getvalue()).decode("ascii"))
+    def render(fmt: str) -> str:
+        buf = io.BytesIO()
+        fig.savefig(buf, format=fmt, dpi=dpi, bbox_inches="tight")
+        return base64.b64encode(buf.getvalue()).decode("ascii")
+
+    try:
+        png = render("png")
+        files = {fmt: render(fmt) for fmt in _VECTOR_FORMATS.get()}
+    finally:
+        plt.close(fig)
+    return Figure(name, caption, png, files)
 
 
 @dataclass

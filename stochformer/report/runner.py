@@ -13,6 +13,7 @@ The page and the JSON are rewritten after every section, so a long run can be wa
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import sys
@@ -31,16 +32,19 @@ from ..core.version import __version__
 from ..config import ConfigError, ExperimentConfig, RunConfig, build_config, load_toml
 from ..core.extras import MissingExtraError
 from ..io.store import ResultStore, atomic_write_bytes, config_key, source_hash, to_jsonable, write_json
-from ..io.outputs import WriteError, check_output_folder, own_folder, remove_own, remove_own_files, tracking
+from ..io.outputs import (Manifest, WriteError, check_output_folder, file_digest, own_folder, remove_own, remove_own_files,
+                          tracking)
 from ..io.names import describe
 from ..io.results import DATASET, write_dataset
 from ..core.runtime import provenance
 from . import sections  # noqa: F401  (registers the sections)
 from .profiles import DERIVED, PROFILES
-from .registry import Section, SectionContext, SectionUnavailable, registered
+from .registry import FIGURE_FORMATS, Section, SectionContext, SectionUnavailable, registered, rendering_formats
 from ..measure.verdict import STORED_NUMBERS, recompute
 
 CACHE_DIR = "cache"
+#: the folder of the report's figure files (``reproduce --format``): ``figures/<section>-<figure>.<format>``
+FIGURES_DIR = "figures"
 
 
 @dataclass
@@ -194,6 +198,8 @@ def _from_cache(hit: Any, record: dict) -> Optional[dict]:
     if not isinstance(hit, dict) or any(not isinstance(hit.get(k), t) for k, t in _CACHED_TYPES.items()):
         return None
     figures_ok = all(isinstance(f, dict) and all(isinstance(f.get(k), str) for k in ("name", "caption", "png"))
+                     and isinstance(f.get("files", {}), dict)
+                     and all(isinstance(k, str) and isinstance(v, str) for k, v in f.get("files", {}).items())
                      for f in hit["figures"])
     tables_ok = all(isinstance(t, dict) and isinstance(t.get("columns"), list) and isinstance(t.get("rows"), list)
                     and all(isinstance(r, list) for r in t["rows"]) for t in hit["tables"])
@@ -224,8 +230,66 @@ def _strip_figures(record: dict) -> dict:
     """The JSON copy of a record: figures by name and caption (the PNGs live in the page)."""
     out = dict(record)
     if "figures" in out:
-        out["figures"] = [{"name": f["name"], "caption": f["caption"]} for f in out["figures"]]
+        out["figures"] = [{"name": f["name"], "caption": f["caption"], **({"file": f["file"]} if "file" in f else {})}
+                          for f in out["figures"]]
     return out
+
+
+def figure_file_name(section: str, figure: str, fmt: str) -> str:
+    """``<section>-<figure>.<fmt>``, every character but letters, digits, ``-`` and ``_`` written ``_``."""
+    def clean(text: str) -> str:
+        return "".join(c if c.isascii() and (c.isalnum() or c in "-_") else "_" for c in text) or "_"
+    return f"{clean(section)}-{clean(figure)}.{fmt}"
+
+
+def _figure_bytes(fig: dict, fmt: str) -> Optional[bytes]:
+    """The bytes of ``fig`` in ``fmt``: the checked, re-encoded PNG for png, the stored file otherwise."""
+    from .render import safe_png
+
+    data = safe_png(fig.get("png")) if fmt == "png" else fig.get("files", {}).get(fmt)
+    if data is None:
+        return None
+    import base64
+    import binascii
+
+    try:
+        return base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        return None
+
+
+def write_figure_files(out: Path, records: list[dict], fmt: str, manifest: Manifest) -> None:
+    """Write every figure of the finished sections to ``out/figures/<section>-<figure>.<fmt>``
+    ([`figure_file_name`][stochformer.report.runner.figure_file_name]; a repeated name gets ``-2``, ...)
+    and note its path in the figure's record (``file``); a figure missing in ``fmt`` (a section
+    cached before without it) gets a note instead. A file already there is replaced only if this
+    report wrote it and it is unchanged since (listed in ``manifest`` with its size and hash);
+    anything else raises [`WriteError`][stochformer.io.outputs.WriteError] naming it and is left alone."""
+    used: set[str] = set()
+    for rec in records:
+        if rec.get("status") not in ("computed", "cached"):
+            continue
+        for fig in rec.get("figures", []):
+            name = figure_file_name(rec["name"], str(fig.get("name")), fmt)
+            stem, k = name[: -len(fmt) - 1], 2
+            while name in used:
+                name, k = f"{stem}-{k}.{fmt}", k + 1
+            used.add(name)
+            data = _figure_bytes(fig, fmt)
+            if data is None:
+                note = (f"figure {fig.get('name')} has no {fmt} file (cached without it: rerun the section "
+                        f"without --resume to write it)")
+                if note not in rec.setdefault("notes", []):
+                    rec["notes"].append(note)
+                continue
+            rel = f"{FIGURES_DIR}/{name}"
+            path = out / rel
+            if path.is_symlink() or (path.exists() and (not path.is_file() or file_digest(path) not in manifest.files.get(rel, set()))):
+                raise WriteError(f"--format: {path} exists and was not written by this report (or changed since); "
+                                 "it is left alone")
+            if not (path.is_file() and file_digest(path) == (len(data), hashlib.sha256(data).hexdigest())):
+                atomic_write_bytes(path, data)
+            fig["file"] = rel
 
 
 #: the numeric columns of a comparison row in the report's dataset (None is NaN there)
@@ -307,9 +371,11 @@ def report_json(ds: xr.Dataset) -> dict:
     return {**json.loads(ds.attrs["report"]), "sections": records}
 
 
-def _write_outputs(out: Path, report: dict) -> None:
+def _write_outputs(out: Path, report: dict, fmt: Optional[str] = None, manifest: Optional[Manifest] = None) -> None:
     from .render import render_html
 
+    if fmt is not None and manifest is not None:
+        write_figure_files(out, report["sections"], fmt, manifest)
     ds = report_dataset(report)
     write_dataset(ds, out / DATASET)
     write_json(out / "results.json", report_json(ds))
@@ -327,24 +393,35 @@ def reproduce(
     force: bool = False,
     progress: bool = False,
     command: str = "",
+    fmt: Optional[str] = None,
 ) -> dict:
     """Run the report's sections for ``profile`` into ``out`` and return the report (also written
     as ``out/results.json`` and ``out/index.html``).
 
     Sections not selected by ``only`` are shown from the cache when they were computed before with
-    the same config, version and source. ``force`` replaces an existing report folder. Raises
+    the same config, version and source. ``force`` replaces an existing report folder. ``fmt``
+    (``png``, ``pdf`` or ``svg``; None: none) also writes every figure as a file,
+    ``out/figures/<section>-<figure>.<fmt>`` ([`write_figure_files`][stochformer.report.runner.write_figure_files]);
+    the page embeds the PNG either way; a section cached without a figure in ``fmt`` is recomputed. Raises
     [`ConfigError`][stochformer.config.ConfigError] / [`OutputError`][stochformer.io.outputs.OutputError] before any work."""
+    if fmt is not None and fmt not in FIGURE_FORMATS:
+        raise ConfigError(f"--format: unknown figure format {fmt!r}; valid: {', '.join(FIGURE_FORMATS)}")
     planned = plan(profile, only, overrides, config_file)
     out = check_report_folder(out, force)
     if force:
         remove_own(out, "reproduce")
     manifest = own_folder(out, "reproduce")
-    with tracking(manifest):
-        return _reproduce(planned, profile, out, manifest, resume, scheduler, progress, command)
+    with tracking(manifest), rendering_formats(() if fmt is None else (fmt,)):
+        return _reproduce(planned, profile, out, manifest, resume, scheduler, progress, command, fmt)
+
+
+def _has_format(hit: dict, fmt: Optional[str]) -> bool:
+    """Whether every figure of a cached record can be written in ``fmt`` (png always can)."""
+    return fmt in (None, "png") or all(fmt in f.get("files", {}) for f in hit["figures"])
 
 
 def _reproduce(planned: list[Planned], profile: str, out: Path, manifest: Any, resume: bool, scheduler: Optional[str],
-               progress: bool, command: str) -> dict:
+               progress: bool, command: str, fmt: Optional[str] = None) -> dict:
     cache = ResultStore(out / CACHE_DIR)
     t0 = time.perf_counter()
     records: list[dict] = []
@@ -355,11 +432,14 @@ def _reproduce(planned: list[Planned], profile: str, out: Path, manifest: Any, r
         else:
             assert item.key is not None, "plan: every section without an error has its cache key"
             hit = _from_cache(cache.load(item.section.name, item.key), rec)
+            if hit is not None and item.selected and not _has_format(hit, fmt):
+                hit = None  # cached without this figure format: recomputed, not a corrupt entry
+                rec["cache_note"] = f"the cached section had no {fmt} figures and is recomputed"
             if hit is not None and (resume or not item.selected):
                 rec = {**hit, "status": "cached"}
             elif item.selected:
                 rec["status"] = "pending"
-                if hit is None and cache.entry_path(item.section.name, item.key).exists():
+                if hit is None and "cache_note" not in rec and cache.entry_path(item.section.name, item.key).exists():
                     rec["cache_note"] = "a cache entry for this section was corrupt or foreign and is recomputed"
             else:
                 rec["status"] = "not_run"
@@ -406,10 +486,10 @@ def _reproduce(planned: list[Planned], profile: str, out: Path, manifest: Any, r
                 tqdm.write(f"[{n}/{len(todo)}] {item.section.name}: {rec['status']} ({took})", file=sys.stderr)
             bar.update(1)
             report["elapsed_s"] = time.perf_counter() - t0
-            _write_outputs(out, report)
+            _write_outputs(out, report, fmt, manifest)
     finally:
         bar.close()
     report["elapsed_s"] = time.perf_counter() - t0
     report["complete"] = all(r["status"] in ("computed", "cached") for r in records)
-    _write_outputs(out, report)
+    _write_outputs(out, report, fmt, manifest)
     return report
