@@ -264,7 +264,7 @@ def write_figure_files(out: Path, records: list[dict], fmt: str, manifest: Manif
     and note its path in the figure's record (``file``); a figure missing in ``fmt`` (a section
     cached before without it) gets a note instead. A file already there is replaced only if this
     report wrote it and it is unchanged since (listed in ``manifest`` with its size and hash);
-    anything else raises [`WriteError`][stochformer.io.outputs.WriteError] naming it and is left alone."""
+    anything else raises `stochformer.io.outputs.WriteError` naming it and is left alone."""
     used: set[str] = set()
     for rec in records:
         if rec.get("status") not in ("computed", "cached"):
