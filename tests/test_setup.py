@@ -15,7 +15,8 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from stochformer.config import ConfigError, RunConfig
-from stochformer.config.build import Setup, check_model, make_model, make_noise, model_record, setup
+from stochformer.config.build import Setup, check_model, make_model, make_noise, model_record
+from stochformer.config.build import setup as run_setup  # a module-level name `setup` is a nose-style hook to pytest 7
 from stochformer.core.runtime import child_seeds, make_generator, named_seed
 from stochformer.experiments import simulate as simulate_module
 from stochformer.experiments import sync as sync_module
@@ -37,7 +38,7 @@ SMALL = dict(N=4, d=3, L=8, m=16, batch=3)
 def test_setup_hands_out_the_streams_the_runtime_functions_give(seed, other, n, dtype):
     # the run's generators and seeds are those of make_generator / child_seeds / named_seed: a run
     # that takes them from its Setup draws bit for bit what it drew before
-    env = setup(RunConfig(seed=seed, dtype=dtype))
+    env = run_setup(RunConfig(seed=seed, dtype=dtype))
     assert env == Setup(torch.device("cpu"), getattr(torch, dtype), seed)
     assert env.seeds(n) == child_seeds(seed, n) and env.seeds(n, other) == child_seeds(other, n)
     assert env.named_seed("attention_batch") == named_seed(seed, "attention_batch")
@@ -49,20 +50,20 @@ def test_setup_hands_out_the_streams_the_runtime_functions_give(seed, other, n, 
 
 def test_setup_of_an_experiment_reads_its_model_and_is_frozen_and_picklable():
     cfg = SyncConfig(model=dict(SMALL, seed=7, dtype="float32"))
-    env = setup(cfg)
+    env = run_setup(cfg)
     assert (env.seed, env.dtype, env.device) == (7, torch.float32, torch.device("cpu"))
     assert pickle.loads(pickle.dumps(env)) == env
     with pytest.raises(AttributeError):
         env.seed = 1  # type: ignore[misc]
     assert env.provenance()["device"].startswith("cpu")
     with pytest.raises(TypeError, match="cfg: setup takes a RunConfig or an ExperimentConfig"):
-        setup({"seed": 0})  # type: ignore[arg-type]
+        run_setup({"seed": 0})  # type: ignore[arg-type]
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
 def test_setup_refuses_cuda_where_there_is_none_naming_device():
     with pytest.raises(ValueError, match="device: 'cuda' requested but no CUDA device"):
-        setup(RunConfig(device="cuda"))
+        run_setup(RunConfig(device="cuda"))
 
 
 # --------------------------------------------------------------------------- model= of run_simulate

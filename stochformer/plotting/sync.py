@@ -137,7 +137,9 @@ def plot_phase(result: Any, ax: Optional["Axes"] = None) -> "Figure":
             if np.nanmin(field) < 0 < np.nanmax(field):
                 halo = [Stroke(linewidth=3.0, foreground="w"), Normal()]  # readable on dark cells too
                 cs = ax.contour(result.fine_x, result.fine_y, field, levels=[0.0], colors="k", linestyles=style)
-                cs.set(path_effects=halo)
+                # a ContourSet is one artist from matplotlib 3.8 on; before, its lines are its collections
+                for artist in ([cs] if hasattr(cs, "set_path_effects") else getattr(cs, "collections")):
+                    artist.set_path_effects(halo)
                 ax.plot([], [], "k" + style, label=name, path_effects=halo)
     annotate_cells(ax, mesh, x, y, v)
     ax.set(xlabel=symbol(c.x_field), ylabel=symbol(c.y_field), title=phase_title(c))
