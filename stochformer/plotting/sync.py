@@ -138,7 +138,7 @@ def plot_phase(result: Any, ax: Optional["Axes"] = None) -> "Figure":
                 halo = [Stroke(linewidth=3.0, foreground="w"), Normal()]  # readable on dark cells too
                 cs = ax.contour(result.fine_x, result.fine_y, field, levels=[0.0], colors="k", linestyles=style)
                 # a ContourSet is one artist from matplotlib 3.8 on; before, its lines are its collections
-                for artist in ([cs] if hasattr(cs, "set_path_effects") else getattr(cs, "collections")):
+                for artist in ([cs] if hasattr(cs, "set_path_effects") else cs.collections):  # type: ignore[union-attr]
                     artist.set_path_effects(halo)
                 ax.plot([], [], "k" + style, label=name, path_effects=halo)
     annotate_cells(ax, mesh, x, y, v)
