@@ -35,8 +35,8 @@ import xarray as xr
 from pydantic import Field, model_validator
 
 from ..config import ExperimentConfig, InitConfig, as_config
-from ..config.build import initial_tokens, make_kernel, make_model
-from ..core.runtime import DTYPES, child_seeds, make_generator, provenance, resolve_device
+from ..config.build import initial_tokens, make_kernel, make_model, setup
+from ..core.runtime import child_seeds
 from ..core.validation import validated
 from ..integrate import SaveAt, solve
 from ..io.names import RATE_UNITS
@@ -186,10 +186,10 @@ class ExactResult(Result):
 def pair_runs(cfg: ExactConfig, beta: float, seed: int) -> np.ndarray:
     """The final overlaps z_T (batch,) of ``model.batch`` pairs started at cosine z0 with attention β."""
     run = cfg.model.with_updates(beta=beta)
-    device, dtype = resolve_device(run.device), DTYPES[run.dtype]
-    g = make_generator(seed, device)
-    X0 = initial_tokens(InitConfig(kind="pair", cosine=cfg.z0), run.batch, 2, run.d, g, dtype, device)
-    X = solve(make_model(run, dtype, device), X0, run.T, run.L, SaveAt(stats=()), generator=g)["X_final"].values
+    env = setup(run)
+    g = env.generator(seed)
+    X0 = initial_tokens(InitConfig(kind="pair", cosine=cfg.z0), run.batch, 2, run.d, g, env.dtype, env.device)
+    X = solve(make_model(run, env.dtype, env.device), X0, run.T, run.L, SaveAt(stats=()), generator=g)["X_final"].values
     X = np.asarray(X, dtype=float)
     return np.einsum("bd,bd->b", X[:, 0], X[:, 1])
 
@@ -239,10 +239,10 @@ def energy_part(cfg: ExactConfig, seed: int) -> dict:
     erun = run.with_updates(attention=False, N=cfg.energy_N, batch=cfg.energy_batch, T=cfg.energy_T, L=cfg.energy_L,
                             dynamics="sde", **sig)
     pair = PairDiffusion(make_kernel(erun), 1.0, 0.0)
-    device, dtype = resolve_device(erun.device), DTYPES[erun.dtype]
-    g = make_generator(seed, device)
-    X0 = initial_tokens(InitConfig(kind="uniform"), erun.batch, erun.N, erun.d, g, dtype, device)
-    E = solve(make_model(erun, dtype, device), X0, erun.T, erun.L, SaveAt(stats=("energy",), every=cfg.energy_every,
+    env = setup(erun)
+    g = env.generator(seed)
+    X0 = initial_tokens(InitConfig(kind="uniform"), erun.batch, erun.N, erun.d, g, env.dtype, env.device)
+    E = solve(make_model(erun, env.dtype, env.device), X0, erun.T, erun.L, SaveAt(stats=("energy",), every=cfg.energy_every,
                                                          energy_beta=run.energy_beta), generator=g)["energy"]
     values = np.asarray(E.values, dtype=float)  # (batch, k)
     times = np.asarray(E["time"].values if "time" in E.coords else np.linspace(0, erun.T, values.shape[1]), dtype=float)
@@ -276,4 +276,4 @@ def run_exact(cfg: ExactConfig, progress: bool = False) -> ExactResult:
         points.append({"gain": g, "sigma_U": s, "predicted": float(res.predicted[0]), "measured": float(res.measured[0]),
                        "se": float(res.se[0]), "err": float(res.err[0]), "n": cfg.spectrum_batch})
     return ExactResult(config=cfg, pair=pair, spectrum=spectrum, energy=energy, phase=phase, points=points,
-                       provenance=provenance(resolve_device(run.device)), elapsed_s=time.perf_counter() - start)
+                       provenance=setup(run).provenance(), elapsed_s=time.perf_counter() - start)
