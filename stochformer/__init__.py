@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING as _TYPE_CHECKING
 if _TYPE_CHECKING:  # what the names below resolve to, for type checkers and IDEs (imported lazily at run time)
     from .core import sphere
     from .core.brownian import BrownianPath, Draws
+    from .core.progress import ProgressMeter
     from .integrate import Model, SaveAt, solve
     from .io.results import load
     from .model import (
@@ -59,6 +60,7 @@ if _os.environ.get("STOCHFORMER_OMP") != "keep" and "torch" not in _sys.modules:
 #: and the command line's ``--help`` stay free of torch)
 _WHERE = {
     "sphere": None, "BrownianPath": "core.brownian", "Draws": "core.brownian", "load": "io.results",
+    "ProgressMeter": "core.progress",
     "Model": "integrate", "SaveAt": "integrate", "solve": "integrate",
     **{name: "model" for name in ("ACTIVATIONS", "Attention", "EulerMaruyama", "ExactField", "LimitSDE", "NoiseKernel",
                                    "NoiseSource", "RandomFeatureField", "RandomMLP", "SoftmaxAttention",

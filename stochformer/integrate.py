@@ -24,7 +24,7 @@ from typing import Annotated, Any, Callable, Literal, Mapping, Optional, Protoco
 import numpy as np
 import torch
 import xarray as xr
-from .core.progress import tqdm
+from .core.progress import ProgressMeter
 from .io.names import NAMES, numeric_attrs
 from .io.names import describe as describe_dataset
 
@@ -205,15 +205,13 @@ def _keeper(every: int, at: Optional[Sequence[int]], steps: int) -> Callable[[in
 @overload
 def solve(model: Model, X0: torch.Tensor, T: float, steps: int, save: SaveAt = ..., seed: Optional[int] = ...,
           generator: Optional[torch.Generator] = ..., path: Optional[BrownianPath] = ..., hook: Optional[Hook] = ...,
-          progress: bool = ..., desc: str = ..., context: Any = ..., what: str = ...,
-          output: Literal["xarray"] = ...) -> xr.Dataset: ...
+          progress: Optional[ProgressMeter] = ..., output: Literal["xarray"] = ...) -> xr.Dataset: ...
 
 
 @overload
 def solve(model: Model, X0: torch.Tensor, T: float, steps: int, save: SaveAt = ..., seed: Optional[int] = ...,
           generator: Optional[torch.Generator] = ..., path: Optional[BrownianPath] = ..., hook: Optional[Hook] = ...,
-          progress: bool = ..., desc: str = ..., context: Any = ..., what: str = ...,
-          *, output: Literal["torch"]) -> dict[str, torch.Tensor]: ...
+          progress: Optional[ProgressMeter] = ..., *, output: Literal["torch"]) -> dict[str, torch.Tensor]: ...
 
 
 @validated
@@ -227,10 +225,7 @@ def solve(
     generator: Optional[torch.Generator] = None,
     path: Optional[BrownianPath] = None,
     hook: Optional[Hook] = None,
-    progress: Bool = False,
-    desc: str = "steps",
-    context: Any = None,
-    what: str = "tokens",
+    progress: Optional[ProgressMeter] = None,
     output: Literal["xarray", "torch"] = "xarray",
 ) -> Union[xr.Dataset, dict[str, torch.Tensor]]:
     r"""Step ``model`` ``steps`` times with $\Delta t = T/\text{steps}$ from the tokens ``X0``.
@@ -265,14 +260,9 @@ def solve(
     hook : callable, optional
         ``hook(k, X)`` after every step k (1..steps), returning the state to continue from (or None:
         X itself), e.g. the Lyapunov estimator's renormalisation.
-    progress : bool, optional
-        Show a progress bar.
-    desc : str, optional
-        The progress bar's label.
-    context : object, optional
-        The config, if any: a breakdown names its likely fields.
-    what : str, optional
-        What is stepped, in error messages.
+    progress : ProgressMeter, optional
+        How the run shows its progress ([`ProgressMeter`][stochformer.core.progress.ProgressMeter]:
+        a bar over the steps with its label); None: silently.
     output : {"xarray", "torch"}, optional
         ``"xarray"`` (the dataset) or ``"torch"``: a dict of the same variables and coordinates as
         tensors (``X_final`` (batch, N, d), ``X`` (batch, snapshot, N, d), each statistic and
@@ -297,7 +287,9 @@ def solve(
     TypeError
         An argument of the wrong type (e.g. X0 not a tensor, an array or a list).
     NonFiniteError
-        A non-finite state, naming the step and the likely fields of ``context``.
+        A non-finite state, naming the step and the model's likely parameters; a caller that built
+        the model from a config names the config's fields instead with
+        [`blamed_on`][stochformer.core.validation.blamed_on].
 
     Examples
     --------
@@ -316,8 +308,7 @@ def solve(
     if X0.device.type == "meta":
         raise ValueError("X0: is on the meta device (shapes only, no numbers); give tokens on 'cpu' or 'cuda'")
     X = X0
-    check_finite(X0.detach(), 0, context, what)
-    cause = model if context is None else context  # what a breakdown is blamed on
+    check_finite(X0.detach(), 0, model)
     on_sphere = bool(getattr(model, "on_sphere", True))
     if on_sphere:
         check_unit_rows("X0", X0)
@@ -342,7 +333,7 @@ def solve(
         # 1 (shared by the samples), B, or B/k for a model of k stacked parts each driven by the path
         raise ValueError(f"path: BrownianPath parts {path.parts} must lead with a divisor of the batch {B} of X0")
     dt = T / steps
-    with memory_errors(f"model: a run of {what} of shape {tuple(X0.shape)}", "batch, N or d, or the model's sizes "
+    with memory_errors(f"model: a run of tokens of shape {tuple(X0.shape)}", "batch, N or d, or the model's sizes "
                        "(width, features, attention draws)"):
         model.reset(B, d, generator, X0.dtype, X0.device)
         records: list[dict[str, torch.Tensor]] = []
@@ -367,11 +358,11 @@ def solve(
 
         keep(0, X)
         shape = X0.shape
-        for k in tqdm(range(1, steps + 1), desc=desc, disable=not progress, leave=False, mininterval=0.5):
+        for k in range(1, steps + 1) if progress is None else progress.track(range(1, steps + 1)):
             X = model.step(X, dt, step_draws(generator, path, k - 1, steps))
             if k == 1 or not torch.is_tensor(X) or X.shape != shape:
-                _first_step(model, X, X0, on_sphere, cause, what)
-            check_finite(X.detach(), k, cause, what)
+                _first_step(model, X, X0, on_sphere)
+            check_finite(X.detach(), k, model)
             if hook is not None:
                 new = hook(k, X)
                 if new is not None and (k == 1 or not torch.is_tensor(new) or new.shape != shape):
@@ -385,7 +376,7 @@ def solve(
     return ds
 
 
-def _first_step(model: Any, X: Any, X0: torch.Tensor, on_sphere: bool, cause: Any, what: str) -> None:
+def _first_step(model: Any, X: Any, X0: torch.Tensor, on_sphere: bool) -> None:
     """The first step's output: a user model's checked like any user callable; one of
     stochformer's own that leaves the sphere broke down numerically (a step too large for its
     parameters): `NonFiniteError` naming the likely cause."""
@@ -393,8 +384,8 @@ def _first_step(model: Any, X: Any, X0: torch.Tensor, on_sphere: bool, cause: An
     check_output(f"model.step ({callable_name(model)})", X, X0, unit=on_sphere and not own)
     off = rows_off_sphere(X) if on_sphere and own else None
     if off is not None:
-        raise NonFiniteError(f"{what} left the sphere at layer 1 (rows of norm {off[0]:.3g} to {off[1]:.3g}): the run was "
-                             f"stopped and nothing was written; likely cause: {likely_fields(cause)}")
+        raise NonFiniteError(f"{{what}} left the sphere at layer 1 (rows of norm {off[0]:.3g} to {off[1]:.3g})",
+                             likely_fields(model), "tokens")
 
 
 #: what the dataset's own variables and coordinates are (``long_name`` and ``units``, CF style:

@@ -47,7 +47,7 @@ from stochformer.integrate import SaveAt, custom_parts, describe, solve
 from stochformer.core.sphere import cluster, normalize, pair, uniform
 from stochformer.io.tokens import load_token_array, load_tokens
 from stochformer.measure.stats import fit_power_law_weighted, mean_and_se
-from stochformer.core.validation import NonFiniteError
+from stochformer.core.validation import NonFiniteError, blamed_on
 
 TOL = 1e-12
 
@@ -571,11 +571,13 @@ def test_solve_refuses_bad_input_and_stops_on_a_non_finite_state(tokens):
 
     with pytest.raises(NonFiniteError, match=r"^non-finite particles at layer 2: the run was stopped and nothing was "
                        r"written; likely cause: the step size and the scales of the attention and the noise$"):
-        solve(Blowup(), X0, 1.0, 3, seed=0, what="particles")
+        with blamed_on(None, "particles"):
+            solve(Blowup(), X0, 1.0, 3, seed=0)
     bad = X0.clone()
     bad[0, 0, 0] = math.nan
     with pytest.raises(NonFiniteError, match=r"^non-finite tokens at layer 0: .* likely cause: the step T/L and the scales"):
-        solve(Transformer(), bad, 1.0, 3, seed=0, context=RunConfig())
+        with blamed_on(RunConfig()):
+            solve(Transformer(), bad, 1.0, 3, seed=0)
 
 
 def weighted_fit_reference(N, y, se):

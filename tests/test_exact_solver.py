@@ -21,10 +21,12 @@ from stochformer.config import RunConfig
 from stochformer.model.noise import RandomFeatureField, RandomMLP
 from stochformer.model.sde import LimitSDE
 from stochformer.model.transformer import Transformer
+from stochformer.model import SoftmaxAttention
 from stochformer.integrate import SaveAt, custom_parts, describe, run_attrs, solve
 from stochformer.core.validation import part_name
 from stochformer.core.sphere import normalize
-from stochformer.core.validation import NonFiniteError, likely_fields
+from stochformer.core.progress import ProgressMeter
+from stochformer.core.validation import NonFiniteError, blamed_on, likely_fields
 
 TOL = 1e-12
 
@@ -101,35 +103,63 @@ class Blowup:
 
 
 def test_non_finite_state_names_what_is_stepped_and_the_likely_fields(tokens):
-    """A non-finite state stops the run with a message naming ``what`` is stepped, the step, and the
-    likely fields of ``context`` (the config) — at step 0 (the initial state) and at a later step."""
+    """A non-finite state stops the run with a message naming the state, the step, and the model's
+    likely parameters; within ``blamed_on(cfg, what)`` the caller's state name and the likely fields
+    of its config instead — at step 0 (the initial state) and at a later step."""
     cfg = RunConfig()
     cause, default = re.escape(likely_fields(cfg)), re.escape(likely_fields(None))
     assert cause != default
+    with pytest.raises(NonFiniteError, match=rf"^non-finite tokens at layer 2: .*; likely cause: {default}$"):
+        solve(Blowup(), tokens(1, 3, 3), 1.0, 3, seed=0)
     with pytest.raises(NonFiniteError, match=rf"^non-finite particles at layer 2: .*; likely cause: {cause}$"):
-        solve(Blowup(), tokens(1, 3, 3), 1.0, 3, seed=0, context=cfg, what="particles")
+        with blamed_on(cfg, "particles"):
+            solve(Blowup(), tokens(1, 3, 3), 1.0, 3, seed=0)
     bad = tokens(1, 3, 3).clone()
     bad[0, 1, 2] = math.inf
     with pytest.raises(NonFiniteError, match=rf"^non-finite particles at layer 0: .*; likely cause: {default}$"):
-        solve(Transformer(), bad, 1.0, 3, seed=0, what="particles")
+        with blamed_on(None, "particles"):
+            solve(Transformer(), bad, 1.0, 3, seed=0)
+    with pytest.raises(NonFiniteError, match=rf"^non-finite tokens at layer 0: .*; likely cause: {cause}$"):
+        with blamed_on(cfg):
+            solve(Transformer(), bad, 1.0, 3, seed=0)
+
+
+def test_a_model_with_large_parameters_is_blamed_by_them_unless_a_config_is_named(tokens):
+    """Without a config, the breakdown names the model's large parameters (here β = 1e6); an error of
+    a part's own first output (no state named) keeps its message within ``blamed_on``; the error
+    pickles whole (a run in another process)."""
+    import pickle
+
+    model = Transformer(attention=SoftmaxAttention(beta=1e6, gamma=1.0))
+    err = NonFiniteError("non-finite {what} at layer 2", likely_fields(model), "tokens")
+    assert "attention.beta = 1e+06" in str(err)
+    assert str(pickle.loads(pickle.dumps(err))) == str(err)
+    part = NonFiniteError("non-finite noise increment on its first call", "noise.scale = 1e+06")
+    with pytest.raises(NonFiniteError) as caught:
+        with blamed_on(RunConfig(), "particles"):
+            raise part
+    assert caught.value is part and str(part).endswith("likely cause: noise.scale = 1e+06")
 
 
 # ----------------------------------------------------------------- solve: the progress bar
 
 
 def test_progress_bar_only_when_asked_labelled_and_transient(tokens, capsys, monkeypatch):
-    """solve prints nothing by default; with ``progress=True`` it draws a bar on stderr labelled
-    ``desc`` (default "steps") that is erased when the run ends (the last line left blank). The
+    """solve prints nothing by default; with ``progress=ProgressMeter(desc)`` it draws a bar on stderr
+    labelled ``desc`` (default "steps") that is erased when the run ends (the last line left blank);
+    ``progress=True`` (the older flag) is refused naming the field. The
     captured stderr is not a terminal: the bar is forced (``STOCHFORMER_PROGRESS=always``)."""
     monkeypatch.setenv("STOCHFORMER_PROGRESS", "always")
     X0 = tokens(1, 2, 3)
     solve(Transformer(), X0, 1.0, 3, SaveAt(stats=()), seed=0)
     assert capsys.readouterr() == ("", "")
-    for kwargs, label in (({}, "steps"), ({"desc": "lyapunov"}, "lyapunov")):
-        solve(Transformer(), X0, 1.0, 3, SaveAt(stats=()), seed=0, progress=True, **kwargs)
+    for meter, label in ((ProgressMeter(), "steps"), (ProgressMeter("lyapunov"), "lyapunov")):
+        solve(Transformer(), X0, 1.0, 3, SaveAt(stats=()), seed=0, progress=meter)
         out, err = capsys.readouterr()
         assert out == "" and err.startswith(f"\r{label}:   0%|") and err.endswith("\r")
         assert "100%" not in err and err.split("\r")[-2].strip() == ""
+    with pytest.raises(TypeError, match=r"^progress: must be .*ProgressMeter.* \(got True\)$"):
+        solve(Transformer(), X0, 1.0, 3, SaveAt(stats=()), seed=0, progress=True)
 
 
 # ----------------------------------------------------------------- run metadata

@@ -20,14 +20,15 @@ import importlib.util
 import logging
 import os
 import sys
-from typing import Any, Literal, Optional
+from dataclasses import dataclass
+from typing import Any, Iterable, Iterator, Literal, Optional, TypeVar
 
 if importlib.util.find_spec("ipywidgets") is not None:
     from tqdm.auto import tqdm as _base
 else:
     from tqdm.std import tqdm as _base
 
-__all__ = ["tqdm", "logger", "get_logger", "configure_logging", "set_progress", "progress_mode", "PROGRESS_ENV"]
+__all__ = ["tqdm", "ProgressMeter", "logger", "get_logger", "configure_logging", "set_progress", "progress_mode", "PROGRESS_ENV"]
 
 #: the environment variable that overrides where progress bars are drawn: always, never or auto
 PROGRESS_ENV = "STOCHFORMER_PROGRESS"
@@ -85,6 +86,33 @@ class tqdm(_base):
             shown = mode == "always" or (mode == "auto" and (_notebook() or _is_terminal(kwargs.get("file") or sys.stderr)))
             disable = not shown
         super().__init__(*args, disable=disable, **kwargs)
+
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class ProgressMeter:
+    """How a run shows its progress (diffrax's ``progress_meter``): a `tqdm` bar over the steps,
+    labelled ``desc``, erased when the run ends, drawn where `set_progress` allows.
+
+    Parameters
+    ----------
+    desc : str, optional
+        The bar's label.
+
+    Examples
+    --------
+    >>> import stochformer as sf
+    >>> X0 = sf.sphere.uniform(batch=1, N=2, d=3, seed=0)
+    >>> out = sf.solve(sf.Transformer(), X0, T=1.0, steps=3, seed=0, progress=sf.ProgressMeter("layers"))
+    """
+
+    desc: str = "steps"
+
+    def track(self, steps: Iterable[T]) -> Iterator[T]:
+        """``steps``, counted on the bar as they are taken."""
+        return iter(tqdm(steps, desc=self.desc, leave=False, mininterval=0.5))
 
 
 class _Stderr(logging.StreamHandler):

@@ -81,7 +81,61 @@ def memory_errors(what: str, reduce: str) -> Iterator[None]:
 
 
 class NonFiniteError(ValueError):
-    """The state became NaN or infinite; the message names the layer and the likely fields."""
+    """The state became NaN or infinite; the message names what broke down, where, and the likely
+    cause.
+
+    Parameters
+    ----------
+    event : str
+        What happened and where, e.g. ``"non-finite {what} at layer 3"``; ``{what}`` stands for the
+        name of the state.
+    cause : str
+        The likely cause (`likely_fields`).
+    what : str, optional
+        The name of the state (None: the event names no state, e.g. a part's first output; such
+        an error is not re-blamed by `blamed_on`).
+    """
+
+    def __init__(self, event: str, cause: str, what: Optional[str] = None) -> None:
+        self.event, self.cause, self.what = event, cause, what
+        super().__init__(f"{event.replace('{what}', what or '')}: the run was stopped and nothing was written; "
+                         f"likely cause: {cause}")
+
+    def __reduce__(self) -> tuple:  # pickled whole (a run in another process), not by its message alone
+        return type(self), (self.event, self.cause, self.what)
+
+    def blamed(self, cfg: Any, what: Optional[str] = None) -> NonFiniteError:
+        """The same breakdown of the state, blamed on the likely fields of ``cfg`` (`likely_fields`;
+        None: the cause as before) and naming the state ``what`` (None: as before); an error that
+        names no state is returned as it is."""
+        if self.what is None:
+            return self
+        return NonFiniteError(self.event, self.cause if cfg is None else likely_fields(cfg), what or self.what)
+
+
+@contextlib.contextmanager
+def blamed_on(cfg: Any, what: Optional[str] = None) -> Iterator[None]:
+    """Within: a `NonFiniteError` of the state is re-raised naming the likely fields of ``cfg``,
+    the config a run was built from, instead of the model's parameters (None: those kept), and the
+    state as ``what`` (e.g. ``"particles"``; None: as raised). The run itself
+    ([`solve`][stochformer.integrate.solve]) knows only the model; the caller knows the config.
+
+    Examples
+    --------
+    >>> from stochformer.core.validation import NonFiniteError, blamed_on
+    >>> class Config:
+    ...     T, L, beta = 1.0, 10, 1e6
+    >>> try:
+    ...     with blamed_on(Config(), "particles"):
+    ...         raise NonFiniteError("non-finite {what} at layer 3", "unknown", "tokens")
+    ... except NonFiniteError as err:
+    ...     print(err)
+    non-finite particles at layer 3: the run was stopped and nothing was written; likely cause: beta = 1e+06
+    """
+    try:
+        yield
+    except NonFiniteError as err:
+        raise err.blamed(cfg, what) from None
 
 
 class ArgumentTypeError(TypeError, ValueError):
@@ -635,8 +689,7 @@ def first_output(seen: set, key: str, part: Any, out: Any, like: torch.Tensor) -
         own = (getattr(type(part), "__module__", "") or "").startswith("stochformer")
         if own and torch.is_tensor(out) and out.shape == like.shape and not bool(torch.isfinite(out).all()):
             found = ", ".join(_large_parameters(part, f"{key}.")) or "the step size and the part's scales"
-            raise NonFiniteError(f"non-finite {key} increment on its first call: the run was stopped and nothing was "
-                                 f"written; likely cause: {found}")
+            raise NonFiniteError(f"non-finite {key} increment on its first call", found)
         check_output(f"{key} ({callable_name(part)})", out, like)
         seen.add(key)
     return out
@@ -857,11 +910,11 @@ def likely_fields(cfg: Any) -> str:
 
 
 def check_finite(X: torch.Tensor, layer: int, cfg: Any = None, what: str = "tokens") -> torch.Tensor:
-    """Return ``X`` if every entry is finite; else raise `NonFiniteError` naming ``layer``
-    and the fields of ``cfg`` that likely caused it. One sum per call: a NaN or an infinity makes
+    """Return ``X`` if every entry is finite; else raise `NonFiniteError` naming ``what``, ``layer``
+    and the fields of ``cfg`` (a config, or a model: its large parameters) that likely caused it.
+    One sum per call: a NaN or an infinity makes
     the sum non-finite, and only then (or if finite entries overflow it) is every entry checked
     (``torch.isfinite`` is several passes over X: 10× the sum, about 3% of a layer)."""
     if not math.isfinite(float(X.sum())) and not bool(torch.isfinite(X).all()):
-        raise NonFiniteError(f"non-finite {what} at layer {layer}: the run was stopped and nothing was written; "
-                             f"likely cause: {likely_fields(cfg)}")
+        raise NonFiniteError(f"non-finite {{what}} at layer {layer}", likely_fields(cfg), what)
     return X

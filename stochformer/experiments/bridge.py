@@ -48,7 +48,7 @@ from ..core.runtime import child_seeds, make_generator, provenance
 from ..core.sphere import normalize
 from ..io.results import Result
 from ..measure.stats import mean_and_se
-from ..core.validation import check_finite, validated
+from ..core.validation import blamed_on, check_finite, validated
 from .preflight import FLOPS, STEP_OVERHEAD_S, Estimate
 
 
@@ -58,7 +58,8 @@ def cosine_curve(model, X0: torch.Tensor, T: float, steps: int, every: int, gene
     cosine of the normalised tokens (`cosine_stats`) at step 0 and every ``every`` steps,
     (batch, steps/every + 1)."""
     save = SaveAt(at=list(range(0, steps + 1, every)), stats=(), final=False, fn=lambda X: {"cosine": cosine_stats(X)[0]})
-    return torch.from_numpy(solve(model, X0, T, steps, save, generator=generator, what=what)["cosine"].values)
+    with blamed_on(None, what):
+        return torch.from_numpy(solve(model, X0, T, steps, save, generator=generator)["cosine"].values)
 
 
 def run_network(kind: str, X0: torch.Tensor, L: int, seed: int, **block) -> torch.Tensor:

@@ -59,7 +59,7 @@ from ..integrate import SaveAt, solve
 from ..core.sphere import uniform
 from ..measure.stats import fit_power_law, fit_power_law_weighted, loglog_slope, mean_and_se, tagged_correlation
 from ..tasks import Task, run_tasks
-from ..core.validation import validated
+from ..core.validation import blamed_on, validated
 from .preflight import FLOPS, KERNEL_ENTRY_FLOPS, STEP_OVERHEAD_S, Estimate, attention_matrices
 
 
@@ -208,8 +208,8 @@ def coupled_systems(cfg: ChaosConfig, run_cfg: RunConfig, X0: torch.Tensor, step
         sizes = [X0.shape[-2], *cfg.sizes]
         X = torch.cat([X0, *(X0[:, :n] for n in cfg.sizes)], dim=-2)
         model = make_grouped_particles(run_cfg, sizes, dtype, device, cfg.block, cfg.sdpa)
-        with cpu_threads_for(X.shape[-2]):
-            ds = solve(model, X, T, L, save, seed=s_noise, context=run_cfg, what="particles")
+        with cpu_threads_for(X.shape[-2]), blamed_on(run_cfg, "particles"):
+            ds = solve(model, X, T, L, save, seed=s_noise)
         return [list(part.unbind(1)) for part in torch.from_numpy(ds["X"].values).to(dtype).split(sizes, dim=2)]
     fld = make_field(run_cfg, 1, make_generator(s_field, device), dtype, device)
     # one field and one Brownian path (its increments, seeded by s_noise) drive every system
@@ -217,8 +217,8 @@ def coupled_systems(cfg: ChaosConfig, run_cfg: RunConfig, X0: torch.Tensor, step
 
     def run(X: torch.Tensor) -> list[torch.Tensor]:
         model = make_particles(run_cfg, fld, X.shape[-2], dtype, device, cfg.block, cfg.sdpa)
-        with cpu_threads_for(X.shape[-2]):
-            ds = solve(model, X, T, L, save, seed=s_noise, path=path, context=run_cfg, what="particles")
+        with cpu_threads_for(X.shape[-2]), blamed_on(run_cfg, "particles"):
+            ds = solve(model, X, T, L, save, seed=s_noise, path=path)
         return list(torch.from_numpy(ds["X"].values).to(dtype).unbind(1))
 
     return [run(X0)] + [run(X0[:, :n].clone()) for n in cfg.sizes]
@@ -234,7 +234,8 @@ def decorrelation_task(config: dict, n: int, seed: int) -> dict:
     fld = make_field(cfg.model, 1, env.generator(s_field), dtype, device)  # one field for all repeats
     X0 = uniform(cfg.decor_repeats, n, cfg.model.d, generator=env.generator(s_init + n), dtype=dtype, device=device)
     model = make_particles(cfg.model, fld, n, dtype, device, cfg.block, cfg.sdpa)
-    ds = solve(model, X0, cfg.model.T, cfg.model.L, SaveAt(stats=()), seed=s_noise, context=cfg.model, what="particles")  # increments from s_noise
+    with blamed_on(cfg.model, "particles"):
+        ds = solve(model, X0, cfg.model.T, cfg.model.L, SaveAt(stats=()), seed=s_noise)  # increments from s_noise
     X = torch.from_numpy(ds["X_final"].values).to(dtype)
     rho, se = tagged_correlation(X[:, 0], X[:, 1])
     return {"rho": rho, "se": se}

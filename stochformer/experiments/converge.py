@@ -45,7 +45,7 @@ from ..core.runtime import child_seeds
 from ..integrate import SaveAt, solve
 from ..measure.stats import bootstrap, fit_power_law, mean_and_se, resampled_se, t_interval
 from ..tasks import Task, run_tasks
-from ..core.validation import validated
+from ..core.validation import blamed_on, validated
 from .preflight import Estimate, attention_matrices, coupling_cost
 
 #: the two sups of the error
@@ -133,7 +133,8 @@ def _coupled_errors(cfg: RunConfig, depths: list[int], widths: list[int], refine
     mlps.append(ExactField(kernel))
     layers = _Lockstep([Transformer(attention, mlp, cfg.order) for mlp in mlps])
     keep = SaveAt(stats=(), tokens_every=1, final=False)
-    ds = solve(layers, X0.repeat(len(mlps), 1, 1), cfg.T, depth, keep, generator=g_w, path=path, context=cfg)
+    with blamed_on(cfg):
+        ds = solve(layers, X0.repeat(len(mlps), 1, 1), cfg.T, depth, keep, generator=g_w, path=path)
     Xs = torch.from_numpy(ds["X"].values).to(device, dtype).view(len(mlps), n, depth + 1, cfg.N, cfg.d)
 
     sup = {k: torch.zeros(len(mlps), n, dtype=torch.float64) for k in KINDS}
@@ -147,7 +148,8 @@ def _coupled_errors(cfg: RunConfig, depths: list[int], widths: list[int], refine
 
     sde = LimitSDE(attention, ExactField(kernel), INTEGRATORS[cfg.integrator], kernel.kappa1)
     measure(0, X0)
-    solve(sde, X0, cfg.T, r * depth, SaveAt(stats=(), final=False), generator=g_noise, path=path, hook=measure, context=cfg)
+    with blamed_on(cfg):
+        solve(sde, X0, cfg.T, r * depth, SaveAt(stats=(), final=False), generator=g_noise, path=path, hook=measure)
     return {k: v.tolist() for k, v in sup.items()}
 
 

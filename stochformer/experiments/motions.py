@@ -30,7 +30,8 @@ from ..model.two_point import one_point_mean, simulate_two_point
 from ..io.results import Result
 from ..integrate import SaveAt, solve
 from ..measure.stats import mean_and_se
-from ..core.validation import validated
+from ..core.progress import ProgressMeter
+from ..core.validation import blamed_on, validated
 from .sync import moment_rate
 from .preflight import FLOPS, Estimate, simulate_estimate
 
@@ -146,8 +147,9 @@ def run_motions(cfg: MotionsConfig, progress: bool = False) -> MotionsResult:
     times = np.zeros(0)
     for dyn, seed in zip(DYNAMICS, s_dyn):
         run = model.with_updates(dynamics=dyn)
-        ds = solve(make_model(run, dtype, device), X0, T, run.L, save, generator=env.generator(seed),
-                   progress=progress, desc=f"motions ({dyn})", context=run)
+        with blamed_on(run):
+            ds = solve(make_model(run, dtype, device), X0, T, run.L, save, generator=env.generator(seed),
+                       progress=ProgressMeter(f"motions ({dyn})") if progress else None)
         X = torch.from_numpy(ds["X"].values)  # (pairs, snapshots, 2, d)
         times = ds["snapshot_time"].values
         c = (X0[:, None, 0].cpu().double() * X[:, :, 0]).sum(-1).numpy()  # (pairs, snapshots)

@@ -33,7 +33,7 @@ from ..integrate import SaveAt, solve
 from ..core.sphere import gram
 from ..measure.stats import mean_and_se
 from ..tasks import Task, run_tasks
-from ..core.validation import validated
+from ..core.validation import blamed_on, validated
 from .sync import check_extrapolation, measure_lyapunov, predicted_rates
 from .preflight import Estimate, simulate_estimate
 
@@ -116,7 +116,8 @@ def phase_point(config: dict, measure: str, pairs: int, eps: float, sync_tol: fl
         return out
     gen = env.generator(seed)
     X0 = initial_tokens(cfg.init, cfg.batch, cfg.N, cfg.d, gen, env.dtype, env.device)
-    ds = solve(make_model(cfg, env.dtype, env.device), X0, cfg.T, cfg.L, SaveAt(stats=()), generator=gen, context=cfg)
+    with blamed_on(cfg):
+        ds = solve(make_model(cfg, env.dtype, env.device), X0, cfg.T, cfg.L, SaveAt(stats=()), generator=gen)
     G = gram(torch.from_numpy(ds["X_final"].values).to(env.dtype))
     G = G.abs() if up_to_sign else G
     iu = torch.triu_indices(cfg.N, cfg.N, offset=1, device=G.device)

@@ -45,7 +45,7 @@ from ..core.runtime import child_seeds
 from ..integrate import SaveAt, solve
 from ..measure.stats import mean_and_se
 from ..tasks import Task, run_tasks
-from ..core.validation import validated
+from ..core.validation import blamed_on, validated
 from .sync import check_extrapolation, energy_max, epsilon_of_gamma, measure_lyapunov, predicted_rates
 from .preflight import Estimate, simulate_estimate
 
@@ -159,7 +159,8 @@ def outcome_point(config: dict, seed: int, slope_time: float) -> dict:
     gen = env.generator(seed)
     X0 = initial_tokens(cfg.init, cfg.batch, cfg.N, cfg.d, gen, dtype, device)
     save = SaveAt(stats=("mean_cosine", "energy"), final=False, energy_beta=cfg.energy_beta)
-    ds = solve(make_model(cfg, dtype, device), X0, cfg.T, cfg.L, save, generator=gen, context=cfg)
+    with blamed_on(cfg):
+        ds = solve(make_model(cfg, dtype, device), X0, cfg.T, cfg.L, save, generator=gen)
     t, cos, energy = ds["time"].values, ds["mean_cosine"].values, ds["energy"].values
     early = t <= slope_time + 1e-12
     tt = t[early] - t[early].mean()
@@ -182,8 +183,9 @@ def flow_growth(config: dict, seed: int, spread: float) -> dict:
     device, dtype = env.device, env.dtype
     gen = env.generator(seed)
     X0 = initial_tokens(InitConfig(kind="cluster", spread=spread), cfg.batch, cfg.N, cfg.d, gen, dtype, device)
-    ds = solve(make_model(cfg, dtype, device), X0, cfg.T, cfg.L,
-               SaveAt(stats=("energy",), final=False, energy_beta=cfg.energy_beta), generator=gen, context=cfg)
+    with blamed_on(cfg):
+        ds = solve(make_model(cfg, dtype, device), X0, cfg.T, cfg.L,
+                   SaveAt(stats=("energy",), final=False, energy_beta=cfg.energy_beta), generator=gen)
     log_e = np.log(ds["energy"].values.mean(0))
     return {"max_rate": float(np.max(np.diff(log_e)) / cfg.dt), "times": ds["time"].values.tolist(),
             "log_energy": log_e.tolist()}

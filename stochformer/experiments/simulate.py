@@ -22,7 +22,8 @@ from ..model.attention import DEFAULT_BLOCK, query_chunk
 from ..io.results import Result
 from ..integrate import SaveAt, solve
 from ..measure.stats import mean_and_se
-from ..core.validation import validated
+from ..core.progress import ProgressMeter
+from ..core.validation import blamed_on, validated
 
 
 @dataclass(repr=False)
@@ -120,7 +121,8 @@ def run_simulate(cfg: RunConfig, progress: bool = False, activation: Optional[Ac
     if model is None:
         model = _model(cfg, env, block, activation)
     save = SaveAt(every=cfg.record_every, tokens_every=cfg.path_stride, energy_beta=cfg.energy_beta, block=block)
-    ds = solve(model, X0, cfg.T, cfg.L, save, generator=gen, progress=progress, desc=cfg.dynamics, context=cfg)
+    with blamed_on(cfg):
+        ds = solve(model, X0, cfg.T, cfg.L, save, generator=gen, progress=ProgressMeter(cfg.dynamics) if progress else None)
     ds.attrs["seed"] = cfg.seed
     meta: dict = {} if activation is None else {"activation_callable": activation_name(activation)}
     if given:

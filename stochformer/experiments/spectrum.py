@@ -57,7 +57,8 @@ from ..core.runtime import child_seeds, cpu_threads_for, make_generator
 from ..integrate import SaveAt, solve
 from ..core.sphere import uniform
 from ..measure.stats import bootstrap, mean_and_se, resampled_se
-from ..core.validation import validated
+from ..core.progress import ProgressMeter
+from ..core.validation import blamed_on, validated
 from .sync import EXTRAPOLATION_LEVELS, check_extrapolation, coupling_path, moment_rate_bootstrap, near_sync_horizon, richardson
 from .preflight import FLOPS, STEP_OVERHEAD_S, Estimate
 
@@ -207,9 +208,9 @@ def tangent_growth(flow: TangentFlow, S0: torch.Tensor, T: float, steps: int, ge
         squares[ell] = (total * total).sum(0)
         return S
 
-    with cpu_threads_for(0):
+    with cpu_threads_for(0), blamed_on(None, "a token and its tangent frame"):
         ds = solve(flow, S0, T, steps, SaveAt(stats=(), final=True), generator=generator, path=path, hook=renormalise,
-                   progress=progress, desc=f"spectrum ({steps} steps)", what="a token and its tangent frame")
+                   progress=ProgressMeter(f"spectrum ({steps} steps)") if progress else None)
     mean = sums / B
     se = ((squares - B * mean * mean).clamp_min(0) / (B - 1)).sqrt() / math.sqrt(B)
     final = torch.from_numpy(ds["X_final"].values)

@@ -50,7 +50,8 @@ from ..core.sphere import normalize, tangent, uniform
 from ..io.names import TIME_UNITS, numeric_attrs
 from ..io.results import Result
 from ..measure.stats import mean_and_se, resampled_se
-from ..core.validation import validated
+from ..core.progress import ProgressMeter
+from ..core.validation import blamed_on, validated
 from .preflight import Estimate, simulate_estimate
 
 
@@ -240,8 +241,9 @@ def benettin(
         before[0] = separation(X)
         return X
 
-    solve(model, X0, T, L, SaveAt(stats=(), final=False), generator=generator, path=path, hook=renormalise,
-          progress=progress, desc="lyapunov", what="pair tokens")
+    with blamed_on(None, "pair tokens"):
+        solve(model, X0, T, L, SaveAt(stats=(), final=False), generator=generator, path=path, hook=renormalise,
+              progress=ProgressMeter("lyapunov") if progress else None)
     return S.numpy()
 
 
@@ -472,8 +474,9 @@ def energy_paths(cfg: RunConfig, init: InitConfig, seed: int, progress: bool = F
     gen = env.generator(seed)
     X0 = initial_tokens(init, cfg.batch, cfg.N, cfg.d, gen, dtype, device)
     save = SaveAt(stats=("energy",), final=False, energy_beta=cfg.energy_beta)
-    ds = solve((make_model(cfg, dtype, device) if model is None else model), X0, cfg.T, cfg.L, save, generator=gen, progress=progress, desc="energy",
-               context=cfg)
+    with blamed_on(cfg):
+        ds = solve((make_model(cfg, dtype, device) if model is None else model), X0, cfg.T, cfg.L, save, generator=gen,
+                   progress=ProgressMeter("energy") if progress else None)
     return ds["energy"].values
 
 
@@ -494,8 +497,10 @@ def energy_levels(cfg: RunConfig, init: InitConfig, seed: int, progress: bool = 
     out = {}
     for k in EXTRAPOLATION_LEVELS:
         n = cfg.L // k
-        ds = solve((make_model(cfg, dtype, device, noise=noise) if model is None else model), X0, cfg.T, n, save, generator=env.generator(s_model),
-                   path=path, progress=progress, desc=f"energy ({n} steps)", context=cfg)
+        with blamed_on(cfg):
+            ds = solve((make_model(cfg, dtype, device, noise=noise) if model is None else model), X0, cfg.T, n, save,
+                       generator=env.generator(s_model), path=path,
+                       progress=ProgressMeter(f"energy ({n} steps)") if progress else None)
         out[n] = ds["energy"].values
     return out
 

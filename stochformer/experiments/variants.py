@@ -33,7 +33,7 @@ from ..core.runtime import child_seeds, make_generator
 from ..integrate import SaveAt, solve
 from ..core.sphere import normalize
 from ..measure.stats import mean_and_se
-from ..core.validation import validated
+from ..core.validation import blamed_on, validated
 from .preflight import FLOPS, STEP_OVERHEAD_S, Estimate, simulate_estimate
 
 # ----------------------------------------------------------------- deterministic flows
@@ -96,7 +96,8 @@ def attention_flow(X0: torch.Tensor, attention, dt: float, steps: int, norm: str
         return {"mean": c.mean(-1), "spread": c.amax(-1) - c.amin(-1)}
 
     save = SaveAt(at=list(range(0, steps + 1, every)), stats=(), final=False, fn=cosines)
-    ds = solve(AttentionFlow(attention, norm), X0, steps * dt, steps, save, seed=0, what="attention flow")
+    with blamed_on(None, "attention flow"):
+        ds = solve(AttentionFlow(attention, norm), X0, steps * dt, steps, save, seed=0)
     return ds["step"].values * dt, ds["mean"].values, ds["spread"].values
 
 
