@@ -124,6 +124,16 @@ def test_non_finite_state_names_what_is_stepped_and_the_likely_fields(tokens):
             solve(Transformer(), bad, 1.0, 3, seed=0)
 
 
+@pytest.mark.parametrize("field", ["sigma_W", "noise_scale", "gain"])
+def test_an_experiment_blames_a_breakdown_on_its_config_fields(field):
+    """run_simulate's breakdown names the config's field (``sigma_W = 1e+200``), not the model's
+    parameter (``noise.sigma_W``): the experiment blames its config around solve."""
+    from stochformer.experiments.simulate import run_simulate
+
+    with pytest.raises(NonFiniteError, match=rf"^tokens left the sphere at layer 1 .*likely cause: {field} = 1e\+200, "):
+        run_simulate(RunConfig(N=4, d=3, batch=1, L=3, **{field: 1e200}))
+
+
 def test_a_model_with_large_parameters_is_blamed_by_them_unless_a_config_is_named(tokens):
     """Without a config, the breakdown names the model's large parameters (here β = 1e6); an error of
     a part's own first output (no state named) keeps its message within ``blamed_on``; the error
