@@ -162,6 +162,26 @@ def test_a_model_with_resampled_attention_reused_for_a_run_gives_that_runs_numbe
     np.testing.assert_array_equal(runs[0], runs[2])
 
 
+def test_random_attentions_are_reset_by_their_protocol_and_keep_the_noise_draws():
+    """The attentions that draw are `RandomAttention`s (reset at every run), the deterministic
+    ones are not; a resampled attention leaves the run's generator to the noise: the MLP's draws of
+    a run with it are those of a run with the averaged drift (the resampled experiment's coupling),
+    so with σ = 0 (no randomness left in Q, K, V) the two runs agree to rounding."""
+    from stochformer.model.attention import RandomAttention, RandomBatchAttention
+    from stochformer.model.noise import RandomMLP
+    from stochformer.model.transformer import Transformer
+    from stochformer.integrate import SaveAt, solve
+
+    assert isinstance(ResampledAttention(3, 1.0, 1.0, 1.0), RandomAttention)
+    assert isinstance(RandomBatchAttention(Attention(beta=1.0, gamma=1.0), 2), RandomAttention)
+    assert not isinstance(Attention(beta=1.0, gamma=1.0), RandomAttention)
+    assert not isinstance(AveragedAttention.from_law(3, 1.0, 1.0, 1.0, 2, 0), RandomAttention)
+    X0 = normalize(torch.randn(2, 5, 3, generator=torch.Generator().manual_seed(1), dtype=F64))
+    runs = [solve(Transformer(att, RandomMLP(width=8)), X0, 1.0, 4, SaveAt(stats=()), seed=2)["X_final"].values
+            for att in (ResampledAttention(3, 1.0, 0.5, 0.0, seed=7), Attention(beta=1.0, gamma=0.5))]
+    np.testing.assert_allclose(runs[0], runs[1], rtol=0, atol=1e-12)
+
+
 @pytest.mark.parametrize("kind", ["multihead", "usa", "l2", "sinkhorn", "averaged"])
 def test_every_variant_runs_in_transformer_and_sde(kind):
     for dyn in ("transformer", "sde"):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Annotated, Optional, Protocol
+from typing import Annotated, Optional, Protocol, runtime_checkable
 
 import torch
 import torch.nn.functional as F
@@ -47,10 +47,9 @@ class Attention(Protocol):
     """What the models call: the drift field of the cloud at the queries (SPEC §1).
 
     Any callable ``attention(X, keys=None)`` with queries X (batch, n, d) and the cloud ``keys``
-    (default X) (batch, N, d), returning (batch, n, d), plugs in. An attention with state across
-    calls (random draws) also defines ``reset(batch, d, generator, dtype, device)``, which the models
-    call at the start of every run ([`start_run`][stochformer.model.attention.start_run]), so that a
-    model object reused for a run gives that run's numbers.
+    (default X) (batch, N, d), returning (batch, n, d), plugs in. An attention that draws random
+    numbers is a [`RandomAttention`][stochformer.model.attention.RandomAttention]: it also has
+    ``reset``, called at the start of every run.
 
     Examples
     --------
@@ -69,12 +68,30 @@ class Attention(Protocol):
         """Attn_μ(x_i) for queries X: (batch, n, d) against the cloud ``keys`` (default X): (batch, N, d)."""
 
 
+@runtime_checkable
+class RandomAttention(Attention, Protocol):
+    """An [`Attention`][stochformer.model.attention.Attention] that draws random numbers (per
+    layer or per call): ``reset(batch, d, generator, dtype, device)`` starts its draws again at
+    the start of every run, as a noise source's ``reset`` does, so that a model object reused for
+    a run with the same seed gives the same numbers.
+
+    stochformer's own (`RandomBatchAttention`, `ResampledAttention`) draw from a stream of their
+    own, seeded by their ``seed`` and started again by ``reset``, not from the run's generator:
+    the run's noise draws are then those of the same model with a deterministic attention (the
+    exact softmax, the averaged drift), so the two can be compared path by path. Drawing from the
+    run's generator would shift every later weight of the random MLP and decouple the comparison.
+    """
+
+    def reset(self, batch: int, d: int, generator: torch.Generator, dtype: torch.dtype, device) -> None:
+        """Start the draws of a run (the run's ``generator`` is there for draws of the run's own)."""
+
+
 def start_run(attention: Optional[Attention], batch: int, d: int, generator: torch.Generator, dtype: torch.dtype,
               device) -> None:
-    """The start of a run for ``attention``: its ``reset`` if it has one (a stateless attention has none)."""
-    reset = getattr(attention, "reset", None)
-    if reset is not None:
-        reset(batch, d, generator, dtype, device)
+    """The start of a run for ``attention``: a [`RandomAttention`][stochformer.model.attention.RandomAttention]
+    is reset; a deterministic one has nothing to start."""
+    if isinstance(attention, RandomAttention):
+        attention.reset(batch, d, generator, dtype, device)
 
 
 @validated

@@ -245,7 +245,9 @@ class ResampledAttention:
 
     def reset(self, batch, d, generator, dtype, device) -> None:
         """The start of a run: the draws start again from ``seed`` (a model object reused for a run
-        gives that run's numbers; the run's generator is not used)."""
+        gives that run's numbers). The run's generator is not used: the noise's draws stay those of
+        the averaged-drift model, for the path-by-path comparison (see
+        [`RandomAttention`][stochformer.model.attention.RandomAttention])."""
         self._gen = make_generator(self.seed, device)
 
     def draw(self, batch: int, dtype, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
