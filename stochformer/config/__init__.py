@@ -151,7 +151,14 @@ def make_part(spec: str, args: dict[str, Any], field: str, protocol: tuple[str, 
     (``"package.module:factory"``) names, called with the keywords ``args``; the result must have
     the methods ``protocol`` (``__call__`` for an attention; ``reset`` and ``increment`` for a noise
     source).
-    ``ValueError`` naming ``field`` otherwise."""
+    ``ValueError`` naming ``field`` otherwise.
+
+    A config calls it when it is validated (so a bad part fails before any work) and the builders
+    of [`build`][stochformer.config.build] call it again for each model (and once more for κ): a
+    part is built afresh for every model, never kept on the config, so that two models built from
+    one config (side by side in one experiment, or in other processes, where a built part need not
+    pickle) never share a part's per-run state. A factory should therefore be cheap and free of side
+    effects; to run one object, pass the model itself (``model=``)."""
     factory = import_object(spec, field)
     if not callable(factory):
         raise ValueError(f"{field}: {spec!r} names a {type(factory).__name__}, not a class or function")

@@ -33,13 +33,14 @@ import xarray as xr
 
 from ..measure.clusters import ClusterSummary, count_clusters, summarise_clusters
 from ..config import InitConfig, RunConfig, build_config
+from ..config.build import Setup, setup
 from ..measure.diagnostics import STATISTICS
 from ..io.names import RATE_UNITS, TIME_UNITS
 from ..io.store import to_jsonable
 from ..io.results import Result
 from ..model.activations import ODD_ACTIVATIONS
 from ..model.noise import RandomMLP
-from ..core.runtime import child_seeds, make_generator, provenance, resolve_device
+from ..core.runtime import child_seeds, provenance, resolve_device
 from ..measure.stats import mean_and_se
 from ..tasks import Task, run_tasks
 from ..core.validation import validated
@@ -303,12 +304,13 @@ TABLE_SIZES = {
 TABLE_ACTIVATIONS = ("relu", "sigmoid", "tanh", "silu")
 
 
-def measured_kernel(activation: str, d: int, sigma: float, m: int, draws: int, seed: int, h: float = 1e-3, device: str = "cpu") -> dict:
+def measured_kernel(activation: str, d: int, sigma: float, m: int, draws: int, seed: int, env: Setup,
+                    h: float = 1e-3) -> dict:
     """κ(1) = E|G(x)|²/d and κ'(1) ≈ E|G(x) − G(y)|²/(d|x − y|²) at |x − y| = h, over ``draws``
-    independent MLPs of width m (explicit weights), with SEs."""
-    dev = resolve_device(device)
-    gen = make_generator(seed, dev)
-    X = pair_start(draws, d, h, gen, torch.float64, dev)
+    independent MLPs of width m (explicit weights), with SEs; on the device of ``env`` (the run's
+    [`Setup`][stochformer.config.build.Setup]), in float64, from a generator seeded with ``seed``."""
+    gen = env.generator(seed)
+    X = pair_start(draws, d, h, gen, torch.float64, env.device)
     G = RandomMLP(m, activation, sigma, sigma, 1.0, mode="weights").increment(X, 1.0, gen)
     dist2 = ((X[:, 1] - X[:, 0]) ** 2).sum(-1)
     k, k_se = mean_and_se((G[:, 0] ** 2).sum(-1) / d)
@@ -327,7 +329,7 @@ def table_point(activation: str, d: int, sigma: float, sizes: dict, seed: int, d
     row = {"activation": activation, "d": d, "sigma": sigma, "T": T, "T_near": T_near, "L": sizes["L"], "m": sizes["m"],
            "kappa_pred": p["kappa"], "kappa_prime_pred": p["kappa_prime"], "lambda_1_pred": p["lambda_1_noise"],
            "lambda_bar_pred": p["lambda_bar_noise"]}
-    row.update(measured_kernel(activation, d, sigma, sizes["m"], sizes["draws"], s[0], device=device))
+    row.update(measured_kernel(activation, d, sigma, sizes["m"], sizes["draws"], s[0], setup(cfg)))
     lyap = measure_lyapunov(cfg.with_updates(T=T), sizes["pairs"], 1e-4, s[1])
     row.update(lambda_1=lyap["lambda_1"], lambda_1_se=lyap["lambda_1_se"], lambda_1_extrap_err=lyap["lambda_1_extrap_err"])
     near = cfg.with_updates(T=T_near, batch=sizes["energy_pairs"], seed=s[2])
