@@ -68,3 +68,13 @@ def replay():
 @pytest.fixture
 def gen() -> torch.Generator:
     return torch.Generator().manual_seed(1234)
+
+
+@pytest.fixture
+def float32_reference():
+    """The config of the float32 checks (tests/test_sync.py, tests/test_motions.py): d = 5,
+    σ_U = σ_W = 0.1, ReLU, width 256, no attention, T = 5, L = 100, seed 3; λ₁ = −0.13 (SPEC §5,
+    Proposition 1.5)."""
+    from stochformer.config import RunConfig
+
+    return RunConfig(d=5, sigma_U=0.1, sigma_W=0.1, m=256, T=5.0, L=100, attention=False, seed=3)

@@ -242,3 +242,28 @@ def test_cluster_diagnostics_on_constructed_clouds():
     n_pairs = 12 * 11 / 2
     assert s.frac_near_plus[0] == pytest.approx(2 * 15 / n_pairs) and s.frac_near_minus[0] == pytest.approx(36 / n_pairs)
     assert s.histogram.sum() == 2 * n_pairs
+
+
+# ----------------------------------------------------------------- λ₁ in float32
+
+
+@pytest.mark.parametrize("precision", [{"dtype": "float32"}, {"draw_precision": "float32"},
+                                       {"dtype": "float32", "dynamics": "sde"}])
+def test_lyapunov_exponent_in_float32(precision, float32_reference):
+    """λ̂₁ (Benettin, 256 pairs at separation 1e-4) within 5 SE of λ₁ = ((d−3)/2)κ' − ((d−1)/2)κ, for
+    the transformer and for the limit SDE (exact field: κ(X) and its root in float64), with float32
+    tokens or float32 draws (the measured comparison at larger sizes: docs/benchmarks.md, "Precision")."""
+    cfg = float32_reference.with_updates(**precision)
+    r = measure_lyapunov(cfg, pairs=256, eps=1e-4)
+    assert abs(r["lambda_1"] - predicted_rates(cfg)["lambda_1_pred"]) < 5 * r["lambda_1_se"]
+
+
+def test_lyapunov_fails_in_float32_through_a_gram_root(monkeypatch, float32_reference):
+    """The same test fails when float32 draws through Gram roots (their rounding floor √(m·ε) ≈ 6e-3
+    swamps a pair at 1e-4): the reason the float32 sampler takes the explicit routes."""
+    import stochformer.model.noise as noise_module
+
+    monkeypatch.setattr(noise_module, "_gram_roots_resolve", lambda dtype: True)
+    cfg = float32_reference.with_updates(dtype="float32")
+    r = measure_lyapunov(cfg, pairs=256, eps=1e-4)
+    assert abs(r["lambda_1"] - predicted_rates(cfg)["lambda_1_pred"]) > 10 * r["lambda_1_se"]
