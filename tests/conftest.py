@@ -1,4 +1,6 @@
-"""Shared fixtures: small token clouds and generators whose draws a test can replay."""
+"""Shared fixtures and helpers: small token clouds, generators whose draws a test can replay, the
+float32 reference config, and `close` (``from conftest import TOL, close``), the 1e-12 comparison
+of the pathwise and exact tests."""
 
 from __future__ import annotations
 
@@ -38,6 +40,20 @@ def _cache_key_dir(tmp_path_factory):
     mp.setenv("STOCHFORMER_CONFIG_DIR", str(tmp_path_factory.mktemp("config")))
     yield
     mp.undo()
+
+
+#: the agreement of the pathwise and exact tests with their references (float64)
+TOL = 1e-12
+
+
+def close(got, ref, tol: float = TOL) -> None:
+    """``got`` (a tensor or an array) equals ``ref`` (a tensor or an array) in shape and to ``tol``
+    in every entry (compared in float64)."""
+    got = got.detach().cpu().double().numpy() if torch.is_tensor(got) else np.asarray(got)
+    ref = ref.detach().cpu().double().numpy() if torch.is_tensor(ref) else np.asarray(ref)
+    assert got.shape == ref.shape, f"shape {got.shape}, reference {ref.shape}"
+    err = float(np.max(np.abs(got - ref)))
+    assert err < tol, f"max |code − reference| = {err:.3g}"
 
 
 def _tokens(batch: int, N: int, d: int, seed: int = 0) -> torch.Tensor:

@@ -49,14 +49,8 @@ from stochformer.io.tokens import load_token_array, load_tokens
 from stochformer.measure.stats import fit_power_law_weighted, mean_and_se
 from stochformer.core.validation import NonFiniteError, blamed_on
 
-TOL = 1e-12
+from conftest import TOL, close
 
-
-def close(got, ref, tol: float = TOL) -> None:
-    got = got.detach().numpy() if torch.is_tensor(got) else np.asarray(got)
-    assert got.shape == np.shape(ref)
-    err = float(np.max(np.abs(got - ref)))
-    assert err < tol, f"max |code − reference| = {err:.3g}"
 
 
 # ----------------------------------------------------------------- initial tokens

@@ -21,12 +21,9 @@ from stochformer.model.noise import (ExactField, RandomFeatureField, RandomMLP, 
                                      sqrt_psd, whiten)
 from stochformer.core.sphere import normalize
 
+from conftest import close
+
 F64 = torch.float64
-
-
-def close(got: torch.Tensor, ref: torch.Tensor, tol: float = 1e-12) -> None:
-    err = float((got.double() - ref.double()).abs().max())
-    assert got.shape == ref.shape and err < tol, f"max |code − reference| = {err:.3g}"
 
 
 # ----------------------------------------------------------------- NoiseKernel

@@ -43,7 +43,7 @@ from stochformer.integrate import SaveAt, solve
 from stochformer.core.sphere import gram, normalize, random_rotations, tangent, uniform
 from stochformer.measure.stats import mean_and_se
 
-TOL = 1e-12
+from conftest import close
 
 # ----------------------------------------------------------------- the reference (SPEC §1–§4)
 
@@ -113,13 +113,6 @@ def sym_root(K: np.ndarray) -> np.ndarray:
     """The symmetric square root of a symmetric positive definite matrix."""
     e, Vec = np.linalg.eigh(K)
     return Vec @ np.diag(np.sqrt(np.clip(e, 0.0, None))) @ Vec.T
-
-
-def close(got: torch.Tensor, ref: np.ndarray, tol: float = TOL) -> None:
-    got = got.detach().numpy()
-    assert got.shape == ref.shape
-    err = float(np.max(np.abs(got - ref)))
-    assert err < tol, f"max |code − reference| = {err:.3g}"
 
 
 def randn(g: torch.Generator, *shape: int) -> np.ndarray:

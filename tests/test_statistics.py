@@ -5,6 +5,7 @@ error, the rate functions and the choice between exact and sliced W₂²."""
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -12,6 +13,8 @@ import torch
 
 from stochformer.measure.distances import rate_function, sphere_rate, w2_exact, w2_sliced, w2_squared
 from stochformer.measure.stats import PowerFit, fit_power_law, fit_power_law_weighted, tagged_correlation
+
+from conftest import TOL, close
 
 N = np.array([8, 16, 32, 64])
 
@@ -173,3 +176,47 @@ def test_bootstrap_resamples_whole_samples_along_an_axis_from_the_seed():
         np.testing.assert_allclose(along_last[k], along_0[k], rtol=1e-15)
     se, (lo, hi) = interval([1.0, 2.0, 3.0, 4.0])
     assert se == pytest.approx(np.std([1, 2, 3, 4], ddof=1)) and (lo, hi) == pytest.approx((1.075, 3.925))
+
+
+# ----------------------------------------------------------------- fit_power_law_weighted: construction
+
+
+def test_weighted_power_fit_is_float64_whatever_the_input_dtype():
+    """Sizes, means and standard errors given in float32 give exactly the fit of the same values
+    widened to float64 (the law and its weights are evaluated in float64)."""
+    N = np.array([3.0, 10.0, 30.0, 100.0], dtype=np.float32)
+    y = (2.0 * N**-0.6 + np.array([0.01, -0.02, 0.004, 0.003])).astype(np.float32)
+    se = np.array([0.03, 0.02, 0.015, 0.01], dtype=np.float32)
+    f32 = fit_power_law_weighted(N, y, se)
+    f64 = fit_power_law_weighted(N.astype(np.float64), y.astype(np.float64), se.astype(np.float64))
+    close(np.array([f32.exponent, *f32.ci, f32.prefactor, f32.se]), np.array([f64.exponent, *f64.ci, f64.prefactor, f64.se]))
+
+
+def test_weighted_power_fit_interval_covers_where_the_means_are_unresolved():
+    """Quantity: the coverage of the 95% interval of the exponent over R = 300 seeded replicates of
+    two means ρ = 0.4/N at N = 4, 8 with Gaussian errors of SE 0.06 (the larger mean 1.7 SEs from 0:
+    the tiny chaos section's regime). Expected 0.95; tolerance 4.5 binomial SEs (±0.057)."""
+    rng = np.random.default_rng(21)
+    N, se, R = np.array([4.0, 8.0]), np.array([0.06, 0.06]), 300
+    hits = sum(lo <= 1.0 <= hi for lo, hi in (fit_power_law_weighted(N, 0.4 / N + se * rng.standard_normal(2), se).ci
+                                              for _ in range(R)))
+    assert abs(hits / R - 0.95) <= 4.5 * math.sqrt(0.95 * 0.05 / R), hits / R
+
+
+# ----------------------------------------------------------------- w2_exact: POT's iteration cap
+
+
+def test_w2_exact_returns_every_message_of_the_iteration_cap():
+    """With POT's iteration cap reached, the warning returned is every message POT gives, in order:
+    the warnings it emits, then the one in its log, joined by '; '; the value is POT's cost."""
+    ot = pytest.importorskip("ot")
+    r = np.random.default_rng(183)
+    X, Y = r.standard_normal((30, 3)), r.standard_normal((30, 3))
+    a = np.full(30, 1.0 / 30)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        cost, log = ot.emd2(a, a, ot.dist(X, Y), numItermax=3, log=True)
+    assert log["warning"]
+    res = w2_exact(X, Y, max_iter=3)
+    assert res.warning == "; ".join([str(w.message) for w in caught] + [log["warning"]])
+    assert abs(res.value - float(cost)) < TOL

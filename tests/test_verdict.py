@@ -479,3 +479,53 @@ def test_the_page_shows_every_verdict_state_the_family_level_and_the_error_rates
     summary = summary_table([record])
     assert "<th>inconclusive</th><th>not testable</th>" in summary
     assert summary.count("<td class='holds'>1</td>") == 1 and "<td class='untestable'>1</td>" in summary
+
+
+# ----------------------------------------------------------------- recompute: stored rows judged again
+
+
+def _row(quantity, **kw) -> dict:
+    """A stored row as Comparison.to_dict writes it (its stored fields; the verdict last)."""
+    base = {"quantity": quantity, "predicted": None, "measured": None, "ci": None, "rule": "matches", "tol": 0.0,
+            "note": "", "alternative": None, "reach": None, "n": None}
+    return base | kw
+
+
+def _stored(rows: list[dict]) -> list[dict]:
+    """The stored fields and the verdict of recomputed rows (the test's numbers are derived from them)."""
+    keys = ("quantity", "predicted", "measured", "ci", "rule", "tol", "note", "alternative", "reach", "n", "verdict")
+    return [{k: r[k] for k in keys} for r in rows]
+
+
+def test_recompute_derives_every_verdict_again():
+    """A valid stored row comes back as Comparison.from_dict(row).to_dict(): its stored verdict is
+    replaced by the one its numbers give (a CI away from the prediction fails; a contained one holds)."""
+    stored = [_row("far", predicted=1.0, measured=5.0, ci=[4.9, 5.1], verdict=HOLDS),
+              _row("near", predicted=1.0, measured=1.02, ci=[0.9, 1.1], verdict=FAILS)]
+    out = recompute(stored)
+    assert _stored(out) == [_row("far", predicted=1.0, measured=5.0, ci=(4.9, 5.1), verdict=FAILS),
+                            _row("near", predicted=1.0, measured=1.02, ci=(0.9, 1.1), verdict=HOLDS)]
+    assert out == [r.to_dict() for r in judge([Comparison.from_dict(r) for r in stored])]
+
+
+def test_recompute_turns_each_invalid_row_into_an_undetermined_row_that_says_so():
+    """A row that is not a valid Comparison (a bad number, an unknown field, no quantity, not a dict)
+    becomes exactly the row of Comparison(quantity or '?', None, note='invalid stored row'),
+    verdict 'undetermined'; the rows keep their order and a valid row among them is recomputed."""
+    invalid = _row("?", note="invalid stored row", verdict=UNDETERMINED)
+    stored = [{"quantity": "bad number", "predicted": "x", "verdict": HOLDS},
+              {"quantity": "unknown field", "predicted": 1.0, "colour": "red"},
+              {"predicted": 1.0, "measured": 1.0},
+              _row("ok", predicted=2.0, measured=2.0, verdict=FAILS),
+              {"quantity": "", "predicted": "x"},
+              "not a row", 5, None]
+    assert _stored(recompute(stored)) == [invalid | {"quantity": "bad number"}, invalid | {"quantity": "unknown field"},
+                                          invalid, _row("ok", predicted=2.0, measured=2.0, ci=(2.0, 2.0), verdict=HOLDS),
+                                          invalid, invalid, invalid, invalid]
+
+
+def test_recompute_of_a_table_that_is_not_a_list_is_empty():
+    """A stored table that is not a list (missing, a dict, a string) has no rows."""
+    for table in (None, {"quantity": "q", "predicted": 1.0}, "rows", 3):
+        assert recompute(table) == []
+    assert recompute([]) == []
