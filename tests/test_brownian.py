@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import stochformer as sf
+from stochformer.core.brownian import BrownianPath
 
 
 @settings(max_examples=25, deadline=None)
@@ -25,3 +26,19 @@ def test_path_shape_is_checked_before_it_is_used(batch, lead, n_off, d_off):
     else:
         with pytest.raises(ValueError, match="BrownianPath"):
             sf.solve(model, X0, 1.0, 4, seed=0, path=path)
+
+
+# ----------------------------------------------------------------- the path's device
+
+
+def test_seeded_brownian_path_draws_on_its_device_whatever_the_default_device():
+    """A seeded path draws its normals on its own device (the CPU), not on torch's default device:
+    under ``torch.device("meta")`` it gives the normals drawn without it (BrownianPath itself
+    refuses device="meta": a path of meta normals would hold no numbers)."""
+    ref = BrownianPath([(2, 3), (1, 3)], 4, seed=5)
+    with torch.device("meta"):
+        path = BrownianPath([(2, 3), (1, 3)], 4, seed=5)
+        got = [path.increment(k, 2) for k in (1, 0)]  # step 0 after step 1: the stream replayed
+    want = [ref.increment(k, 2) for k in (1, 0)]
+    for a, b in zip(sum(got, []), sum(want, [])):
+        assert a.device.type == "cpu" and torch.equal(a, b)

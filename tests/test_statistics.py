@@ -12,7 +12,9 @@ import pytest
 import torch
 
 from stochformer.measure.distances import rate_function, sphere_rate, w2_exact, w2_sliced, w2_squared
-from stochformer.measure.stats import PowerFit, fit_power_law, fit_power_law_weighted, tagged_correlation
+from stochformer.measure.stats import (
+    PowerFit, bootstrap, fit_power_law, fit_power_law_weighted, interval, loglog_slope, tagged_correlation,
+)
 
 from conftest import TOL, close
 
@@ -220,3 +222,48 @@ def test_w2_exact_returns_every_message_of_the_iteration_cap():
     res = w2_exact(X, Y, max_iter=3)
     assert res.warning == "; ".join([str(w.message) for w in caught] + [log["warning"]])
     assert abs(res.value - float(cost)) < TOL
+
+
+# ----------------------------------------------------------------- statistics in float64
+
+
+def _pair(rng: np.random.Generator, *shape: int) -> tuple[np.ndarray, np.ndarray]:
+    """Positive float32 values and the same values in float64 (exactly)."""
+    x32 = rng.uniform(0.5, 2.0, size=shape).astype(np.float32)
+    return x32, x32.astype(np.float64)
+
+
+def test_statistics_are_computed_in_float64_whatever_the_input_dtype():
+    """float32 inputs give exactly the results of the same values in float64: the statistics cast
+    first (a float32 log, mean or quantile would differ in the eighth digit)."""
+    rng = np.random.default_rng(0)
+    x32, x64 = _pair(rng, 6)
+    y32, y64 = _pair(rng, 6)
+    assert loglog_slope(x32, y64) == loglog_slope(x64, y64)
+    assert loglog_slope(x64, y32) == loglog_slope(x64, y64)
+    b32, b64 = _pair(rng, 50)
+    assert interval(b32) == interval(b64)
+    s32, s64 = _pair(rng, 40, 3)
+    for u, v in zip(bootstrap(lambda r: r.mean(0), s32, 5, 1), bootstrap(lambda r: r.mean(0), s64, 5, 1)):
+        assert np.array_equal(u, v)
+    N = [4, 8, 16, 32, 64]
+    S32, S64 = _pair(rng, 30, 5)
+    a, b = fit_power_law(N, S32, 200, 3), fit_power_law(N, S64, 200, 3)
+    assert (a.exponent, a.ci, a.prefactor, a.se) == (b.exponent, b.ci, b.prefactor, b.se)
+    N32 = np.asarray([3, 7, 11, 19, 37], np.float32)
+    y = 2.0 * (N32.astype(float) / 3) ** -0.8
+    a = fit_power_law_weighted(N32, y, 0.05 * y)
+    b = fit_power_law_weighted(N32.astype(float), y, 0.05 * y)
+    assert (a.exponent, a.ci, a.prefactor, a.se) == (b.exponent, b.ci, b.prefactor, b.se)
+
+
+def test_power_law_fit_defaults_to_2000_resamples_and_reports_their_se():
+    """The default bootstrap has 2000 resamples, and ``se`` is the std (ddof 1) of the resampled
+    exponents times √(S/(S − 1)) for S samples, finite."""
+    N = np.array([4.0, 8, 16, 32])
+    samples = np.random.default_rng(1).uniform(0.5, 1.5, size=(25, 4)) / N
+    default, explicit = fit_power_law(N, samples, seed=2), fit_power_law(N, samples, 2000, 2)
+    assert default == explicit and np.isfinite(default.se)
+    boots = [-loglog_slope(N, r)[0] for r in bootstrap(lambda r: r.mean(0), samples, 2000, 2)]
+    assert default.se == pytest.approx(float(np.std(boots, ddof=1)) * (25 / 24) ** 0.5, rel=1e-14)
+    assert fit_power_law(N, samples, 1999, 2) != default

@@ -1,13 +1,16 @@
-"""Exact checks of the noise kernel κ and the noise sources at the edges the pathwise reference
-tests leave free: cosines rounded past ±1, overflow messages, first-pivot Cholesky failures, ties of
-the MLP sampler's cost model, the float64 root of the exact field, the float32 draws and the
-draw-ahead of the MLP sampler, and the rejection rounds of the Gamma sampler. Each pins a
-documented behaviour that a surviving mutant of ``tools/mutation.py`` changed (docs/testing.md);
-values are exact or to 1e-12 in float64."""
+"""The noise sources (``model.noise``) and their kernel κ (``model.kernel``), exactly, at the edges
+the pathwise reference tests (tests/test_reference.py) leave free: cosines rounded past ±1,
+overflow messages, first-pivot Cholesky failures, ties of the MLP sampler's cost model, the
+float64 root of the exact field, the float32 draws and the draw-ahead of the MLP sampler, the
+rejection rounds of the Gamma sampler; the MLP noise's kernel and root in float64 for float32
+tokens, its reused pre-activation buffer, and every tensor made on the tokens' device whatever
+torch's default device. Values are exact or to 1e-12 in float64 (the laws, statistically:
+tests/test_kernel.py, tests/test_mlp_sampler.py)."""
 
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -17,8 +20,8 @@ from hypothesis import strategies as st
 
 from stochformer.core.brownian import BrownianPath, Draws
 from stochformer.model.kernel import NoiseKernel, first_moment_rate, lambda_bar_prime, theorem14_F
-from stochformer.model.noise import (ExactField, RandomFeatureField, RandomMLP, _clenshaw, _gamma, gram_output_cheaper,
-                                     sqrt_psd, whiten)
+from stochformer.model.noise import (WEIGHT_LAWS, ExactField, RandomFeatureField, RandomMLP, _clenshaw, _gamma,
+                                     draw_weights, gram_output_cheaper, sqrt_psd, whiten)
 from stochformer.core.sphere import normalize
 
 from conftest import close
@@ -278,3 +281,116 @@ def test_clenshaw_in_chunks_equals_the_whole_recurrence_bit_for_bit(size, seed):
     for c in coef[1:].flip(0):
         b1, b2 = 2 * x * b1 - b2 + c, b1
     assert torch.equal(_clenshaw(coef, x), x * b1 - b2 + coef[0])
+
+
+# ----------------------------------------------------------------- the MLP noise's precision
+
+
+def test_coupled_mlp_increment_takes_kernel_and_root_in_float64_for_float32_tokens(tokens):
+    """Driven by a float64 Brownian path, a float32 step is √dt·s·(K_m^{1/2} in float64, cast) @ Ξ
+    with K_m from the same inner weights in float64 and Ξ the path's normals cast to float32."""
+    X = tokens(3, 4, 5, seed=2).float()
+    mlp = RandomMLP(width=16, activation="tanh", sigma_U=0.3, sigma_W=0.2, scale=0.7)
+    path = BrownianPath((3, 4, 5), 1, seed=11)
+    got = mlp.increment(X, 0.25, Draws(torch.Generator().manual_seed(5), path))
+    assert got.dtype == torch.float32
+    K = mlp.empirical_kernel(X, torch.Generator().manual_seed(5), torch.float64)
+    xi = path.increment(0, 1)[0].float()
+    ref = 0.7 * 0.5 * (sqrt_psd(K).float() @ xi)
+    assert torch.equal(got, ref)
+    # the float32 kernel is not the same matrix (so the float64 one is what the step used)
+    K32 = mlp.empirical_kernel(X, torch.Generator().manual_seed(5), torch.float32)
+    assert not torch.equal(0.7 * 0.5 * (sqrt_psd(K32) @ xi), ref)
+
+
+@pytest.mark.parametrize("N, d, m", [(6, 3, 8), (3, 6, 40)])  # U drawn (d ≤ N) and the Cholesky path (d > N)
+def test_reused_preactivation_buffer_never_changes_a_step(N, d, m, tokens):
+    """One RandomMLP called with float64, then float32, then another batch size, then float64 again
+    gives exactly what a fresh one gives with the same generator state, without warnings (a buffer
+    of the wrong shape would be resized by torch with a warning, one of the wrong dtype refused)."""
+    shared = RandomMLP(width=m, activation="relu", sigma_U=0.5, sigma_W=0.1)
+    calls = [(2, torch.float64), (2, torch.float32), (3, torch.float32), (3, torch.float64), (2, torch.float64)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for seed, (B, dtype) in enumerate(calls):
+            X = tokens(B, N, d, seed=seed).to(dtype)
+            got = shared.increment(X, 0.1, torch.Generator().manual_seed(seed))
+            fresh = RandomMLP(width=m, activation="relu", sigma_U=0.5, sigma_W=0.1)
+            assert got.dtype == dtype
+            assert torch.equal(got, fresh.increment(X, 0.1, torch.Generator().manual_seed(seed)))
+
+
+@pytest.mark.parametrize("mode", ["gaussian", "weights"])
+@pytest.mark.parametrize("N, d, m", [(6, 3, 8), (3, 6, 40)])
+@pytest.mark.parametrize("synchronised", [False, True])  # singular Gram matrices: the fallback draws
+def test_mlp_noise_lives_on_the_tokens_device_whatever_the_default_device(mode, N, d, m, synchronised, tokens):
+    """Every tensor of a step is made on the tokens' device, not torch's default device: under
+    ``torch.device("meta")`` a step of CPU tokens gives exactly the step made without it."""
+    X = tokens(2, N, d, seed=3)
+    if synchronised:
+        X = X[:, :1].expand(-1, N, -1).clone()
+
+    def step() -> torch.Tensor:
+        return RandomMLP(width=m, sigma_U=0.4, sigma_W=0.3, mode=mode).increment(X, 0.1, torch.Generator().manual_seed(4))
+
+    ref = step()
+    with torch.device("meta"):
+        got = step()
+    assert got.device == X.device and torch.equal(got, ref)
+
+
+# ----------------------------------------------------------------- tensors on the device passed
+# The meta device stands for an accelerator: its tensors have shapes, dtypes and a device but no
+# values, so a tensor made on torch's default device (the CPU) instead of the one passed shows.
+
+@pytest.mark.parametrize("law", [law for law in WEIGHT_LAWS if law != "student_t"])
+def test_weights_are_drawn_on_the_device_of_like(law):
+    """draw_weights makes the weights on ``like``'s device, in its dtype (Student-t's Gamma step
+    keeps a data-dependent number of draws, which a meta tensor cannot: see the next test)."""
+    like = torch.empty(0, dtype=torch.float32, device="meta")
+    w = draw_weights((2, 3), torch.Generator().manual_seed(0), like, law)
+    assert w.device.type == "meta" and w.shape == (2, 3) and w.dtype == torch.float32
+
+
+@pytest.mark.parametrize("law", WEIGHT_LAWS)
+def test_weights_of_cpu_tokens_whatever_the_default_device(law):
+    """Under ``torch.device("meta")`` the weights of CPU tokens are the ones drawn without it, on
+    the CPU: every draw of every law, Student-t's Gamma variates and their buffer included, is made
+    on ``like``'s device, not on the default one."""
+    like = torch.empty(0, dtype=torch.float64)
+    ref = draw_weights((4, 5), torch.Generator().manual_seed(2), like, law)
+    with torch.device("meta"):
+        got = draw_weights((4, 5), torch.Generator().manual_seed(2), like, law)
+    assert got.device.type == "cpu" and torch.equal(got, ref)
+
+
+@pytest.mark.parametrize("sigma_W", [0.0, 0.3])
+def test_random_feature_field_lives_on_the_device_passed(sigma_W, tokens):
+    """A random-feature field drawn (by reset or draw) for device="meta" has its features u and b
+    on it, and a step of meta tokens is a meta tensor of their shape and dtype. A step of CPU
+    tokens under ``torch.device("meta")`` is the step made without it: the Brownian normals, B^0's
+    too, are drawn on the tokens' device (a meta tensor times a CPU one would still be meta)."""
+    for start in ("reset", "draw"):
+        field = RandomFeatureField(features=8, sigma_U=0.5, sigma_W=sigma_W, token_chunk=2)
+        getattr(field, start)(2, 3, torch.Generator().manual_seed(0), torch.float32, "meta")
+        assert field._u.device.type == field._b.device.type == "meta", start
+        assert field._u.shape == (2, 3, 8) and field._b.shape == (2, 1, 8) and field._u.dtype == torch.float32
+        X = torch.empty(2, 5, 3, dtype=torch.float32, device="meta")
+        out = field.increment(X, 0.1, torch.Generator().manual_seed(1))
+        assert out.device.type == "meta" and out.shape == X.shape and out.dtype == torch.float32
+    field = RandomFeatureField(features=8, sigma_U=0.5, sigma_W=sigma_W)
+    field.reset(2, 3, torch.Generator().manual_seed(0), torch.float64, "cpu")
+    X = tokens(2, 5, 3, seed=1)
+    ref = field.increment(X, 0.1, torch.Generator().manual_seed(1))
+    with torch.device("meta"):
+        got = field.increment(X, 0.1, torch.Generator().manual_seed(1))
+    assert got.device.type == "cpu" and torch.equal(got, ref)
+
+
+@pytest.mark.parametrize("mode", ["gaussian", "weights"])
+def test_mlp_features_live_on_the_tokens_device(mode):
+    """RandomMLP.hidden draws its normals on the tokens' device: meta tokens (N ≥ d, so U is drawn
+    and no Cholesky factor is needed) give meta features (batch, N, m) in their dtype."""
+    X = torch.empty(2, 5, 3, dtype=torch.float32, device="meta")
+    phi = RandomMLP(width=8, sigma_U=0.5, sigma_W=0.3, mode=mode).hidden(X, torch.Generator().manual_seed(0))
+    assert phi.device.type == "meta" and phi.shape == (2, 5, 8) and phi.dtype == torch.float32
