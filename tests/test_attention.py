@@ -1,6 +1,7 @@
 """The softmax attention of the layer (``model.attention``, SPEC §1) against its formula written
 out: β scales the queries' scores and γ the values, exactly (the products skipped at 1 and made
-at every other value). The pathwise reference of attention in the layer and the SDE:
+at every other value); chunked attention beyond the exponent range, ``from_matrices``' defaults
+and options, the query chunk's score block. The pathwise reference of attention in the layer and the SDE:
 tests/test_reference.py; the random-batch estimate: tests/test_random_batch.py; the variants of
 SPEC §7: tests/test_variants.py."""
 
@@ -8,8 +9,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
-from stochformer.model.attention import SoftmaxAttention
+from stochformer.model.attention import SoftmaxAttention, query_chunk
+
+from conftest import close
 
 
 def _attention(X: np.ndarray, beta: float, gamma: float) -> np.ndarray:
@@ -26,3 +30,58 @@ def test_attention_scales_queries_by_beta_and_values_by_gamma(beta, gamma, token
     got = SoftmaxAttention(beta=beta, gamma=gamma)(X).numpy()
     ref = np.stack([_attention(x, beta, gamma) for x in X.numpy()])
     np.testing.assert_allclose(got, ref, rtol=0, atol=1e-13)
+
+
+# ----------------------------------------------------------------- chunked attention beyond the exponent range, from_matrices, the query chunk
+
+
+def softmax_reference(Xq: np.ndarray, Xk: np.ndarray, beta: float) -> np.ndarray:
+    """Σ_j softmax_j(β⟨x_i, y_j⟩) y_j with the row maximum subtracted (exact for any β)."""
+    out = np.zeros_like(Xq)
+    for b in range(len(Xq)):
+        s = beta * Xq[b] @ Xk[b].T
+        w = np.exp(s - s.max(-1, keepdims=True))
+        out[b] = (w / w.sum(-1, keepdims=True)) @ Xk[b]
+    return out
+
+
+def test_chunked_attention_beyond_the_exponent_range():
+    """Chunked attention equals the softmax for scores far outside exp's range: queries opposite a
+    cloud of keys at β = 600 (every shifted score < −709 would underflow), and β = 1050 on two
+    tokens whose coordinates are spread over d = 32 (scores above 709 would overflow)."""
+    r = np.random.default_rng(43)
+    keys = np.array([1.0, 0.0, 0.0]) + 0.2 * r.standard_normal((2, 6, 3))
+    keys /= np.linalg.norm(keys, axis=-1, keepdims=True)
+    queries = -keys[:, :4] + 0.1 * r.standard_normal((2, 4, 3))
+    queries /= np.linalg.norm(queries, axis=-1, keepdims=True)
+    att = SoftmaxAttention(beta=600.0, gamma=1.0, chunk=2)
+    close(att(torch.from_numpy(queries), torch.from_numpy(keys)), softmax_reference(queries, keys, 600.0))
+    X = np.zeros((1, 2, 32))
+    X[0, 0, :16] = X[0, 1, 16:] = 0.25
+    X[0, 1, :16] = 1e-3
+    X /= np.linalg.norm(X, axis=-1, keepdims=True)
+    att = SoftmaxAttention(beta=1050.0, gamma=1.0, chunk=1)
+    close(att(torch.from_numpy(X)), softmax_reference(X, X, 1050.0))
+
+
+def test_attention_from_matrices_defaults_and_options():
+    """β = γ = 1 by default; a missing Q or K is the identity (A = Qᵀ or K); options and dtype are
+    passed on; without Q, K and V the scalar attention is used."""
+    d = 3
+    r = np.random.default_rng(44)
+    Q, K, V = (r.standard_normal((d, d)) for _ in range(3))
+    att = SoftmaxAttention.from_matrices(d)
+    assert (att.beta, att.gamma, att.A, att.V, att.chunk, att.sdpa) == (1.0, 1.0, None, None, None, False)
+    close(SoftmaxAttention.from_matrices(d, Q=Q).A, Q.T)
+    close(SoftmaxAttention.from_matrices(d, K=K).A, K)
+    close(SoftmaxAttention.from_matrices(d, Q=Q, K=K, V=V).V, V)
+    att = SoftmaxAttention.from_matrices(d, 2.0, 3.0, Q=Q.tolist(), dtype=torch.float32, chunk=5, sdpa=True)
+    assert (att.beta, att.gamma, att.chunk, att.sdpa, att.A.dtype, att.A.device.type) == (2.0, 3.0, 5, True, torch.float32, "cpu")
+    assert SoftmaxAttention.from_matrices(d, K=K.tolist(), dtype=torch.float32).A.dtype == torch.float32
+
+
+def test_query_chunk_keeps_a_score_block_within_block():
+    """Rows per chunk: at most block // N (so a chunk's scores fit in ``block`` entries), at least 1,
+    at most N."""
+    for N, block, rows in ((100, 50, 1), (100, 150, 1), (100, 250, 2), (10, 1000, 10), (1, 5, 1)):
+        assert query_chunk(N, block) == rows

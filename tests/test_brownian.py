@@ -13,8 +13,9 @@ from hypothesis import strategies as st
 
 import stochformer as sf
 from stochformer.core.brownian import BrownianPath, Draws
+from stochformer.core.brownian import as_draws
 
-from conftest import TOL
+from conftest import TOL, close
 
 
 @settings(max_examples=25, deadline=None)
@@ -87,3 +88,65 @@ def test_normals_on_the_device_asked_for(replay):
     path = BrownianPath((1, 3), 2, seed=4)
     z = Draws(gen, path, 1, 2).brownian((5, 3), torch.float32, "meta")
     assert z.device.type == "meta" and z.shape == (1, 3) and z.dtype == torch.float32
+
+
+# ----------------------------------------------------------------- a seeded path replayed, draws serving the path's parts
+
+
+def test_brownian_path_from_a_seed_replays_and_refuses():
+    """A path of fine normals from a seeded CPU generator (parts drawn in order at every fine
+    step); coarse increments q^{−½} Σ of their q fine normals, read in any order (an earlier step
+    replays the stream from its start); bad arguments refused with one message each."""
+    g = torch.Generator().manual_seed(11)
+    fine = [[torch.randn(2, 3, generator=g, dtype=torch.float64), torch.randn(1, 3, generator=g, dtype=torch.float64)]
+            for _ in range(4)]
+    path = BrownianPath([(2, 3), (1, 3)], 4, seed=11)
+    assert path.shape == [(2, 3), (1, 3)] and path.steps == 4 and path.dtype == torch.float64 and path.device.type == "cpu"
+    assert BrownianPath((2, 3), 4, seed=11).shape == (2, 3)
+    for k in (3, 1):
+        close(path.increment(k, 4)[1], fine[k][1].numpy())
+    for k in (1, 0):
+        for part in (0, 1):
+            close(path.increment(k, 2)[part], ((fine[2 * k][part] + fine[2 * k + 1][part]) / math.sqrt(2)).numpy())
+    close(path.increment(0, 1)[0], (sum(f[0] for f in fine) / 2).numpy())
+    p32 = BrownianPath((2,), 2, generator=torch.Generator().manual_seed(3), dtype=torch.float32)
+    assert p32.increment(1, 2)[0].dtype == torch.float32
+    with pytest.raises(ValueError, match=r"^steps: must be an integer >= 1 \(got 0\)$"):
+        BrownianPath((2,), 0, seed=1)
+    with pytest.raises(ValueError, match="^BrownianPath: give a seed or a generator$"):
+        BrownianPath((2,), 3)
+    with pytest.raises(ValueError, match=r"^normals: expected shape \(3, 2\), got \(3, 1\)$"):
+        BrownianPath((2,), 3, normals=torch.zeros(3, 1))
+    with pytest.raises(ValueError, match=r"^BrownianPath: step 4 outside 0\.\.3$"):
+        path.increment(4, 4)
+    with pytest.raises(ValueError, match=r"^BrownianPath: step -1 outside 0\.\.1$"):
+        path.increment(-1, 2)
+    with pytest.raises(ValueError, match=r"^BrownianPath: 0 steps do not divide the path's 4 fine steps$"):
+        path.increment(0, 0)
+    given = BrownianPath.from_normals(torch.arange(6.0).view(3, 2))
+    assert given.shape == (2,) and given.steps == 3 and given.dtype == torch.float32
+    close(given.increment(2, 3)[0], np.array([4.0, 5.0]))
+
+
+def test_draws_serve_the_path_parts_in_order(replay):
+    """Draws.brownian: fresh normals from the generator without a path (shape, dtype); with one,
+    the step's parts in order, converted to the dtype asked for, refusing a part of another shape
+    (but for leading axes that broadcast: equal, or one of them 1) or one more part than the path has."""
+    g = torch.Generator().manual_seed(12)
+    ref = replay(g)
+    z = Draws(g).brownian((2, 3), torch.float32, "cpu")
+    assert z.dtype == torch.float32 and torch.equal(z, torch.randn(2, 3, generator=ref, dtype=torch.float32))
+    path = BrownianPath([(2, 4, 3), (2, 1, 3)], 2, generator=torch.Generator().manual_seed(0))
+    draws = Draws(g, path, 1, 2)
+    assert draws.coupled and not Draws(g).coupled
+    a, b = path.increment(1, 2)
+    assert torch.equal(draws.brownian((1, 4, 3), torch.float64, "cpu"), a)
+    assert torch.equal(draws.brownian((2, 1, 3), torch.float32, "cpu"), b.float())
+    with pytest.raises(ValueError, match=r"^BrownianPath: the noise source needs normals of shape \(7, 1, 3\) \(part 0\); "):
+        Draws(g, path, 0, 2).brownian((7, 1, 3), torch.float64, "cpu")  # leading axes 7 and 2 do not broadcast
+    with pytest.raises(ValueError, match=r"^BrownianPath: the noise source needs normals of shape \(1, 1, 3\) \(part 2\); "
+                       r"the path has parts \[\(2, 4, 3\), \(2, 1, 3\)\]$"):
+        draws.brownian((1, 1, 3), torch.float64, "cpu")
+    with pytest.raises(ValueError, match=r"^BrownianPath: the noise source needs normals of shape \(1, 5, 3\) \(part 0\); "):
+        Draws(g, path, 0, 2).brownian((1, 5, 3), torch.float64, "cpu")
+    assert as_draws(g).generator is g and as_draws(g).path is None and as_draws(draws) is draws

@@ -11,6 +11,7 @@ import torch
 
 import stochformer.measure.diagnostics as diagnostics
 from stochformer.measure.diagnostics import cloud_summary
+from stochformer.measure.diagnostics import energy, mean_cosine, pair_statistics
 
 from conftest import close
 
@@ -51,3 +52,25 @@ def test_cloud_summary_forms_no_gram_block_over_its_budget(tokens, monkeypatch):
     assert len(shapes) > 1 and all(r * n <= 200 for _, r, n in shapes)
     assert sum(r for _, r, _ in shapes) == 50
     close(s["energy"], _energy_reference(X, 0.7).numpy())
+
+
+# ----------------------------------------------------------------- the statistics' defaults and shapes
+
+
+def test_energy_and_statistics_defaults_and_shapes(tokens):
+    """E_β's β is 1 by default, in ``energy`` and ``pair_statistics``; a Gram entry above 1 (rounding
+    of ⟨x, x⟩) counts as 1, so E_β ≥ 0 exactly: E = −½ e^β N⁻² Σ expm1(β(min(G_ij, 1) − 1)); the
+    mean cosine of an unbatched cloud (N, d) and of a (b₁, b₂, N, d) batch."""
+    X = tokens(2, 5, 3, seed=40)
+    assert torch.equal(energy(X), energy(X, 1.0))
+    for name in ("energy", "min_cosine", "mean_cosine"):
+        assert torch.equal(pair_statistics(X)[name], pair_statistics(X, 1.0)[name])
+    Y = (1 + 1e-9) * X  # ⟨y, y⟩ = 1 + 2e-9 > 1: rounding (unit rows to √ε are accepted)
+    G = np.minimum(np.einsum("bik,bjk->bij", Y.numpy(), Y.numpy()), 1.0)
+    ref = -0.5 * math.e * np.expm1(G - 1.0).sum((-1, -2)) / 25
+    close(energy(Y), ref)
+    close(pair_statistics(Y)["energy"], ref)
+    Xn = X.numpy()
+    ref_cos = [np.mean([float(np.dot(x[i], x[j])) for i in range(5) for j in range(i + 1, 5)]) for x in Xn]
+    close(mean_cosine(X[0]), np.array(ref_cos[0]))
+    close(mean_cosine(X.reshape(1, 2, 5, 3)), np.array([ref_cos]))

@@ -20,6 +20,9 @@ from scipy import integrate, special
 from stochformer.model.activations import ACTIVATIONS, LEAKY_RELU_SLOPE
 from stochformer.cli import main
 from stochformer.model.kernel import NoiseKernel, first_moment_rate, lambda_bar_prime, lyapunov_exponent, rates, theorem14_F
+from stochformer.model.activations import activation_name, get_activation
+
+from conftest import TOL, close
 
 CLOSED_FORMS = ["relu", "leaky_relu", "linear", "erf"]
 PARAMS = [(3, 0.0, 0.0), (5, 0.5, 0.3), (64, 0.1, 0.1)]  # (d, σ_U, σ_W)
@@ -292,3 +295,116 @@ def test_quadrature_route_is_accurate_at_large_variance():
     assert float((coarse - k.kappa(rho)).abs().max()) > 1e-3
     k1, k1p = k.moments_at_one
     assert abs(k.kappa1 - k1) < 1e-12 and abs(k.kappa1_prime - k1p) < 1e-12
+
+
+# ----------------------------------------------------------------- rates, lambda_bar_prime, closed forms of the kernel, activations by name
+
+
+def test_rates_arguments_and_overflow():
+    """β in (0, 700], γ finite, d ≥ 2, each refused with a message naming it; γ up to where λ̄ − 2γ
+    still fits in float64; rates beyond float64 refused naming the fields to reduce."""
+    k = NoiseKernel("relu", 5, 0.1, 0.2)
+    assert rates(k, beta=700.0).beta == 700.0
+    for beta, valid in ((0.0, "0.0"), (700.5, "700.5"), (math.nan, "nan")):
+        with pytest.raises(ValueError, match=rf"^beta: must be a finite number and > 0 and <= 700 \(got {valid}\)$"):
+            rates(k, beta=beta)
+    with pytest.raises(ValueError, match=r"^gamma: must be a finite number \(got inf\)$"):
+        rates(k, gamma=math.inf)
+    big = rates(k, gamma=7e307)
+    assert big.lambda_bar_total == big.lambda_bar - 1.4e308
+    for f in (lyapunov_exponent, first_moment_rate):
+        with pytest.raises(ValueError, match=r"^d: must be an integer >= 2 \(got 1\)$"):
+            f(1.0, 1.0, 1)
+    with pytest.raises(ValueError, match=r"^rates: the rates do not fit in float64 \(kappa\(1\) = 1e\+308, d = 5\); "
+                       r"reduce sigma_U, sigma_W, scale, d or gamma$"):
+        rates(NoiseKernel("relu", 5, 0.0, 1e154))
+
+
+def test_lambda_bar_prime_on_its_grid():
+    """λ̄' = −min(min F(u), −λ̄) over u = −1 + 2s (s on 4001 points of [0, 1), by default) and
+    1 − 10^(−1…−7) (200 points towards 1); β checked by name."""
+    k = NoiseKernel("tanh", 6, 0.2, 0.1)
+    lam_bar = first_moment_rate(k.kappa1, k.kappa1_prime, 6)
+    for grid in (4001, 11):
+        s = torch.linspace(0.0, 1.0, grid, dtype=torch.float64)[:-1]
+        u = torch.cat([-1 + 2 * s, 1 - torch.logspace(-1, -7, 200, dtype=torch.float64)])
+        ref = -min(float(theorem14_F(k, u, 1.5).min()), -lam_bar)
+        got = lambda_bar_prime(k, 1.5) if grid == 4001 else lambda_bar_prime(k, 1.5, grid)
+        assert abs(got - ref) < TOL
+    with pytest.raises(ValueError, match=r"^beta: must be a finite number and > 0 and <= 700 \(got 0\)$"):
+        lambda_bar_prime(k, 0)
+    lambda_bar_prime(k, 1.0, 3)
+    with pytest.raises(ValueError, match=r"^grid: must be an integer >= 3 and <= 10000000 \(got 2\)$"):
+        lambda_bar_prime(k, 1.0, 2)
+    for f in (rates, lambda_bar_prime):
+        with pytest.raises(ValueError, match=r"^kernel: must be a stochformer.NoiseKernel \(got 'relu'\)$"):
+            f("relu", 1.0)
+
+
+def kernel_reference(name: str, rho: float, d: int, sU: float, sW: float, s: float) -> tuple[float, float]:
+    """(κ(ρ), κ'(ρ)) from the closed forms of E[φ(V₁)φ(V₂)] and (1/d)E[φ'(V₁)φ'(V₂)], Var Vᵢ = v = 1/d + σ_U²,
+    Cov = c = ρ/d + σ_U²: arc-cosine (relu, leaky relu with slope a: φ = relu(x) − a relu(−x)), c
+    (linear), (2/π) arcsin(2c/(1 + 2v)) (erf), e^{−v} sinh c and e^{−v} cosh c (sin)."""
+    v, c = 1 / d + sU * sU, rho / d + sU * sU
+    th = math.acos(max(-1.0, min(1.0, c / v)))
+    arc = lambda t: v * (math.sin(t) + (math.pi - t) * math.cos(t)) / (2 * math.pi)  # noqa: E731
+    a = 0.01
+    base, prime = {
+        "relu": (arc(th), (math.pi - th) / (2 * math.pi)),
+        "leaky_relu": ((1 + a * a) * arc(th) - 2 * a * arc(math.pi - th), (1 + a * a) * (math.pi - th) / (2 * math.pi) + a * th / math.pi),
+        "linear": (c, 1.0),
+        "erf": (2 / math.pi * math.asin(2 * c / (1 + 2 * v)), 4 / math.pi / math.sqrt((1 + 2 * v) ** 2 - 4 * c * c)),
+        "sin": (math.exp(-v) * math.sinh(c), math.exp(-v) * math.cosh(c)),
+    }[name]
+    return s * s * (base + sW * sW), s * s * prime / d
+
+
+@pytest.mark.parametrize("name", ["relu", "leaky_relu", "linear", "erf", "sin"])
+def test_kernel_closed_forms_at_small_and_large_bias(name):
+    """κ and κ' against their closed forms for σ_U below and above 1 (the two ways of forming c/v),
+    ρ from −1 to 1, in one call on a tensor of cosines."""
+    rho = [-1.0, -0.3, 0.4, 1.0]
+    for d, sU, sW, s in ((3, 0.3, 0.2, 1.3), (4, 3.0, 0.5, 0.7)):
+        k = NoiseKernel(name, d, sU, sW, s)
+        ref = np.array([kernel_reference(name, r, d, sU, sW, s) for r in rho])
+        close(k.kappa(torch.tensor(rho, dtype=torch.float64)), ref[:, 0])
+        close(k.kappa_prime(rho), ref[:, 1])
+        assert k.kappa1 == float(k.kappa(1.0)) and k.kappa1_prime == float(k.kappa_prime(1.0))
+
+
+def test_kernel_huge_bias_and_refusals():
+    """With σ_U = 1e160 (σ_U² overflows) the erf kernel is 1 + σ_W² at every ρ and κ' is finite;
+    arguments and a κ beyond float64 are refused naming the field."""
+    k = NoiseKernel("erf", 3, 1e160, 0.5)
+    close(k.kappa(torch.tensor([-1.0, 0.0, 1.0])), np.full(3, 1.25))
+    assert 0 < float(k.kappa_prime(0.3)) < 1e-150
+    cases = {
+        "^d: must be an integer >= 2 and <= 9223372036854775807 \\(got 1\\)$": dict(d=1),
+        "^sigma_U: must be a finite number and >= 0 \\(got -0.1\\)$": dict(sigma_U=-0.1),
+        "^sigma_W: must be a finite number and >= 0 \\(got -0.1\\)$": dict(sigma_W=-0.1),
+        "^scale: must be a finite number and >= 0 \\(got -1.0\\)$": dict(scale=-1.0),
+        "^quad_points: must be an integer >= 2 and <= 1000 \\(got 1001\\)$": dict(quad_points=1001),
+        "^activation: unknown activation 'nope'; valid names are ": dict(activation="nope"),
+    }
+    for message, kw in cases.items():
+        with pytest.raises(ValueError, match=message):
+            NoiseKernel(**({"activation": "relu", "d": 3} | kw))
+    NoiseKernel("relu", 2, 0.0, 0.0, 0.0, quad_points=2)
+    k = NoiseKernel("relu", 3)
+    assert float(k.kappa(1 + 1e-7)) == float(k.kappa(1.0))  # rounding of a cosine is allowed
+    for bad in (1.01, math.nan, [0.2, -1.5]):
+        with pytest.raises(ValueError, match=r"^rho: must be cosines, finite numbers in \[-1, 1\]$"):
+            k.kappa(bad)
+    with pytest.raises(ValueError, match=r"^rho: must be cosines \(numbers in \[-1, 1\]\), got 'x'$"):
+        k.kappa_prime("x")
+    with pytest.raises(ValueError, match=r"^NoiseKernel: kappa does not fit in float64 for activation=relu, d=3, "
+                       r"sigma_U=1e\+160, sigma_W=0, scale=1; reduce sigma_U, sigma_W or scale$"):
+        NoiseKernel("relu", 3, 1e160).kappa(0.5)
+
+
+def test_get_activation_names_and_callables():
+    f = lambda x: x * 2  # noqa: E731
+    assert get_activation(f).__wrapped__ is f and get_activation("relu") is torch.relu and activation_name(f) == "<lambda>"
+    with pytest.raises(ValueError, match="^activation: unknown activation 'nope'; valid names are erf, gelu, leaky_relu, "
+                       r"linear, relu, sigmoid, silu, sin, tanh \(or an import string 'package.module:function', or any callable from the Python API\)$"):
+        get_activation("nope")

@@ -23,6 +23,7 @@ from stochformer.model.kernel import NoiseKernel, first_moment_rate, lambda_bar_
 from stochformer.model.noise import (WEIGHT_LAWS, ExactField, RandomFeatureField, RandomMLP, _clenshaw, _gamma,
                                      draw_weights, gram_output_cheaper, sqrt_psd, whiten)
 from stochformer.core.sphere import normalize
+from stochformer.model.noise import _cholesky, _gram_roots_resolve, _hidden_rank
 
 from conftest import close
 
@@ -394,3 +395,257 @@ def test_mlp_features_live_on_the_tokens_device(mode):
     X = torch.empty(2, 5, 3, dtype=torch.float32, device="meta")
     phi = RandomMLP(width=8, sigma_U=0.5, sigma_W=0.3, mode=mode).hidden(X, torch.Generator().manual_seed(0))
     assert phi.device.type == "meta" and phi.shape == (2, 5, 8) and phi.dtype == torch.float32
+
+
+# ----------------------------------------------------------------- the noise sources' draws, weight laws, the MLP sampler's routes and fallbacks, the exact field
+
+
+def test_random_feature_field_keeps_its_features_and_refuses_another_d():
+    """reset draws the features once; a second reset for the same d keeps them (the field is a
+    function of position), one for another d is refused naming both."""
+    field = RandomFeatureField("relu", features=7)
+    field.reset(2, 3, torch.Generator().manual_seed(0), torch.float64, "cpu")
+    u = field._u
+    field.reset(2, 3, torch.Generator().manual_seed(1), torch.float64, "cpu")
+    assert field._u is u
+    with pytest.raises(ValueError, match="^RandomFeatureField: drawn for d = 3, the tokens have d = 4$"):
+        field.reset(2, 4, torch.Generator().manual_seed(1), torch.float64, "cpu")
+
+
+def test_noise_sources_draw_only_their_documented_normals(replay, tokens):
+    """Without σ_W no b_W is drawn: after a step the generator is where the documented draws leave
+    it (the next layer's weights depend on it), and a path of one part (``path_shape``) suffices."""
+    B, N, d, m = 2, 3, 3, 5
+    X = tokens(B, N, d, seed=41)
+    gen = torch.Generator().manual_seed(2)
+    ref = replay(gen)
+    RandomMLP(m, "relu", mode="weights").increment(X, 0.1, gen)
+    torch.randn(B, m, d, generator=ref, dtype=torch.float64)  # U
+    torch.randn(B, m, d, generator=ref, dtype=torch.float64)  # W
+    assert torch.equal(gen.get_state(), ref.get_state())
+    field = RandomFeatureField("relu", features=m)
+    field.reset(B, d, gen, torch.float64, "cpu")
+    ref = replay(gen)
+    field.increment(X, 0.1, gen)
+    torch.randn(B, m, d, generator=ref, dtype=torch.float64)  # Z
+    assert torch.equal(gen.get_state(), ref.get_state())
+    Z = torch.randn(1, *field.path_shape(B, d)[0], generator=ref, dtype=torch.float64)
+    assert field.path_shape(B, d) == [(B, m, d)]
+    assert RandomFeatureField("relu", 5, sigma_W=0.5).path_shape(2, 3) == [(2, 5, 3), (2, 1, 3)]
+    got = field.increment(X, 0.1, Draws(gen, BrownianPath.from_normals(Z)))
+    close(got, math.sqrt(0.1) * (field.features_at(X) @ Z[0] / math.sqrt(m)).numpy())
+
+
+def test_random_feature_field_errors_before_use_and_for_a_wrong_batch(tokens):
+    X = tokens(2, 3, 3)
+    with pytest.raises(RuntimeError, match=r"^RandomFeatureField.draw\(...\) \(or reset\) must be called before use$"):
+        RandomFeatureField("relu", features=4).increment(X, 0.1, torch.Generator())
+    field = RandomFeatureField("relu", features=4)
+    field.reset(3, 3, torch.Generator().manual_seed(0), torch.float64, "cpu")
+    with pytest.raises(ValueError, match=r"^RandomFeatureField: tokens have batch 2 but the field has 3 samples \(need equal, or 1\)$"):
+        field.increment(X, 0.1, torch.Generator())
+
+
+def test_mlp_student_t_weights_and_empirical_kernel_dtype(replay, tokens):
+    """Explicit Student-t weights use the MLP's ν (U and W from ``draw_weights(…, ν)``); K_m is
+    returned in the dtype asked for (float64 for float32 tokens), else in the tokens' dtype."""
+    B, N, d, m, nu, dt, s = 2, 3, 4, 6, 9.0, 0.1, 1.3
+    X = tokens(B, N, d, seed=42)
+    mlp = RandomMLP(m, "tanh", scale=s, mode="weights", law="student_t", nu=nu)
+    gen = torch.Generator().manual_seed(3)
+    ref = replay(gen)
+    U = draw_weights((B, m, d), ref, X, "student_t", nu)
+    W = draw_weights((B, m, d), ref, X, "student_t", nu)
+    expect = s * math.sqrt(dt) * torch.tanh(X @ U.transpose(-1, -2) / math.sqrt(d)) @ W / math.sqrt(m)
+    close(mlp.increment(X, dt, gen), expect.numpy())
+    g = RandomMLP(m, "relu")
+    K = g.empirical_kernel(X.float(), torch.Generator().manual_seed(4), torch.float64)
+    assert K.dtype == torch.float64
+    assert g.empirical_kernel(X, torch.Generator().manual_seed(4)).dtype == torch.float64
+    assert g.empirical_kernel(X.float(), torch.Generator().manual_seed(4)).dtype == torch.float32
+
+
+def gamma_reference(a: float, n: int, g: torch.Generator) -> np.ndarray:
+    """Gamma(a, 1) by Marsaglia–Tsang: d = a − ⅓, c = 1/√(9d); candidates x ~ N(0, 1), u ~ U(0, 1)
+    in rounds of ⌊1.2·(still needed)⌋ + 16 (normals, then uniforms), v = (1 + c x)³, kept when
+    v > 0 and log u < x²/2 + d − d v + d log v, as d·v, in order."""
+    d = a - 1.0 / 3.0
+    c = 1.0 / math.sqrt(9.0 * d)
+    out: list[float] = []
+    while len(out) < n:
+        k = int(1.2 * (n - len(out))) + 16
+        x = torch.randn(k, generator=g, dtype=torch.float64).numpy()
+        u = torch.rand(k, generator=g, dtype=torch.float64).numpy()
+        for xi, ui in zip(x, u):
+            v = (1 + c * xi) ** 3
+            if v > 0 and math.log(ui) < 0.5 * xi * xi + d - d * v + d * math.log(v) and len(out) < n:
+                out.append(d * v)
+    return np.array(out)
+
+
+@pytest.mark.parametrize("law", ["gaussian", "rademacher", "uniform", "student_t"])
+def test_draw_weights_each_law(replay, law):
+    """Weights of mean 0 and variance 1 from the generator: N(0, 1); 2b − 1 with b ∈ {0, 1}
+    uniform; √3 (2u − 1); Student-t, t = z / √(2 Gamma(ν/2)/ν) · √((ν − 2)/ν), the normals z
+    first; ν = 5 by default (the config's ``student_nu``)."""
+    shape, like = (3, 40), torch.zeros(1, dtype=torch.float64)
+    for nu in (5.0, 9.0):
+        gen = torch.Generator().manual_seed(6)
+        ref = replay(gen)
+        got = draw_weights(shape, gen, like, law, nu) if nu != 5.0 else draw_weights(shape, gen, like, law)
+        if law == "gaussian":
+            expect = torch.randn(shape, generator=ref, dtype=torch.float64).numpy()
+        elif law == "rademacher":
+            expect = 2.0 * torch.randint(0, 2, shape, generator=ref).numpy() - 1.0
+            assert set(np.unique(expect)) == {-1.0, 1.0}
+        elif law == "uniform":
+            expect = math.sqrt(3.0) * (2 * torch.rand(shape, generator=ref, dtype=torch.float64).numpy() - 1)
+        else:
+            z = torch.randn(shape, generator=ref, dtype=torch.float64).numpy()
+            chi2 = gamma_reference(nu / 2, math.prod(shape), ref).reshape(shape) * 2 / nu
+            expect = z / np.sqrt(chi2) * math.sqrt((nu - 2) / nu)
+        assert got.dtype == torch.float64 and torch.equal(gen.get_state(), ref.get_state())
+        close(got, expect)
+    assert torch.equal(draw_weights(shape, torch.Generator().manual_seed(1), like),
+                       torch.randn(shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64))
+    assert draw_weights(shape, torch.Generator(), like.float(), law).dtype == torch.float32
+
+
+def test_draw_weights_errors():
+    like = torch.zeros(1, dtype=torch.float64)
+    with pytest.raises(ValueError, match="^weight_law: unknown law 'cauchy'; valid: gaussian, rademacher, uniform, student_t$"):
+        draw_weights((2,), torch.Generator(), like, "cauchy")
+    for nu in (4.0, 3.5):
+        with pytest.raises(ValueError, match=rf"^student_nu: must be > 4 for a finite fourth moment \(got {nu}\)$"):
+            draw_weights((2,), torch.Generator(), like, "student_t", nu)
+    assert torch.isfinite(draw_weights((50,), torch.Generator(), like, "student_t", 4.5)).all()
+
+
+def test_gram_output_cost_model():
+    """The output goes through the root of ΦΦᵀ when c N d + 2 m N² + N³/3 + 2 N² d < c m d + 2 m N d,
+    c the cost of a normal (100 flops on a CPU, 2 on CUDA and other devices), and never for m ≤ N;
+    Gram roots only in float64 (float32 draws U: d normals per hidden unit)."""
+    for device, c in (("cpu", 100.0), ("cuda", 2.0), ("meta", 2.0)):
+        for N in (1, 2, 3, 5, 8, 16, 40):
+            for d in (1, 2, 3, 4, 16, 64):
+                for m in (1, 2, 4, 8, 16, 64, 256, 1024):
+                    gram = c * N * d + 2 * m * N * N + N**3 / 3 + 2 * N * N * d
+                    expect = m > N and gram < c * m * d + 2 * m * N * d
+                    assert gram_output_cheaper(N, d, m, torch.device(device)) == expect, (device, N, d, m)
+    assert gram_output_cheaper(4, 4, 5, torch.device("cpu")) and not gram_output_cheaper(4, 4, 4, torch.device("cpu"))
+    assert _gram_roots_resolve(torch.float64) and not _gram_roots_resolve(torch.float32)
+    assert (_hidden_rank(3, 5, torch.float64), _hidden_rank(3, 5, torch.float32), _hidden_rank(5, 3, torch.float64)) == (3, 5, 3)
+
+
+def test_shifted_cholesky_per_matrix():
+    """Each Gram matrix K = AᵀA (A with ``inner`` rows) of a batch is factorised with its own shift
+    δ = inner · ε · max_i K_ii on the diagonal, so a rank-one K (synchronised tokens) factorises; a
+    zero matrix (every feature 0) is reported failed."""
+    r = np.random.default_rng(45)
+    A = r.standard_normal((2, 2, 6, 3)) * np.array([1.0, 1e6])[None, :, None, None]  # scales 1 and 1e12
+    K = np.einsum("xykn,xykm->xynm", A, A)
+    C, bad = _cholesky(torch.from_numpy(K.copy()), 6)  # it shifts K in place
+    assert bad is None
+    eps = np.finfo(np.float64).eps
+    for x in range(2):
+        for y in range(2):
+            ref = np.linalg.cholesky(K[x, y] + 6 * eps * K[x, y].diagonal().max() * np.eye(3))
+            close(C[x, y] / math.sqrt(K[x, y].diagonal().max()), ref / math.sqrt(K[x, y].diagonal().max()))
+    K0 = torch.zeros(2, 3, 3, dtype=torch.float64)
+    K0[1] = torch.eye(3)
+    _, bad = _cholesky(K0, 4)
+    assert bad.tolist() == [True, False]
+    J = torch.ones(2, 4, 4, dtype=torch.float64)  # synchronised tokens: rank 1, plain Cholesky fails
+    assert bool((torch.linalg.cholesky_ex(J)[1] > 0).all())
+    C, bad = _cholesky(J.clone(), 8)
+    assert bad is None
+    close(C @ C.transpose(-1, -2), (J + 8 * np.finfo(np.float64).eps * torch.eye(4, dtype=torch.float64)).numpy())
+
+
+def test_mlp_hidden_fallback_when_the_gram_root_fails(replay, tokens):
+    """Conditionally Gaussian features with d > N: a sample whose Y Yᵀ cannot be factorised (here a
+    zero cloud) gets pre-activations Y Uᵀ from m·d further normals drawn after the buffer (zero for
+    zero tokens, so Φ = φ(σ_U b_U)); the other sample keeps its route."""
+    B, N, d, m, sU = 2, 2, 4, 3, 0.5
+    X = tokens(B, N, d, seed=46)
+    X[0] = 0.0
+    mlp = RandomMLP(m, "tanh", sigma_U=sU)
+    gen = torch.Generator().manual_seed(7)
+    ref = replay(gen)
+    Phi = mlp.hidden(X, gen)
+    z = torch.randn(B * m * (N + 1), generator=ref, dtype=torch.float64)
+    torch.randn(m * d, generator=ref, dtype=torch.float64)
+    assert torch.equal(gen.get_state(), ref.get_state())
+    bU = z.view(B, N + 1, m)[:, N]  # per sample Zᵀ (N, m), then b_U
+    close(Phi[0], np.tanh(sU * bU[0].numpy())[None].repeat(N, 0))
+    assert torch.isfinite(Phi).all() and Phi.shape == (B, N, m)
+    with pytest.raises(ValueError, match=r"^weight_law: 'uniform' needs explicit weights \(mode = 'weights'\)$"):
+        RandomMLP(law="uniform")
+
+
+def test_mlp_output_fallback_when_phi_phi_t_is_singular(replay):
+    """Output through the root of ΦΦᵀ (m > N, float64): samples whose ΦΦᵀ cannot be factorised
+    (here zero clouds, Φ = relu(0) = 0) draw Φ Z' from m·d normals each after the buffer instead,
+    so their increment is the bias s √dt σ_W b_W alone."""
+    B, N, d, m, dt, sW = 3, 2, 4, 8, 0.1, 0.2
+    assert gram_output_cheaper(N, d, m, torch.device("cpu"))
+    X = torch.zeros(B, N, d, dtype=torch.float64)
+    X[2] = torch.eye(d, dtype=torch.float64)[:N]
+    gen = torch.Generator().manual_seed(8)
+    ref = replay(gen)
+    got = RandomMLP(m, "relu", sigma_W=sW).increment(X, dt, gen)
+    n_hid, n_out = B * m * N, B * N * d
+    z = torch.randn(n_hid + n_out + B * d, generator=ref, dtype=torch.float64)
+    torch.randn(2 * m * d, generator=ref, dtype=torch.float64)  # U for the two zero clouds
+    torch.randn(2 * m * d, generator=ref, dtype=torch.float64)  # Z' for their outputs
+    assert torch.equal(gen.get_state(), ref.get_state())
+    bW = z[n_hid + n_out:].view(B, 1, d)
+    close(got[:2], (math.sqrt(dt) * sW * bW[:2]).expand(2, N, d).numpy())
+
+
+def test_exact_field_covariance_roots_and_refusals(tokens):
+    """K(X)_ij = κ(⟨x_i, x_j⟩) of the tokens renormalised in float64 (clamped to [−1, 1]), returned in
+    the tokens' dtype; Chebyshev interpolation for a smooth κ equals κ to 1e-12; the increment's
+    root is taken in float64; a kernel for another d is refused. sqrt_psd: S Sᵀ = K, also where
+    the Cholesky factorisation fails (a singular matrix of the batch) or K has a rounding-negative
+    eigenvalue."""
+    X = tokens(2, 4, 3, seed=50)
+    for name in ("relu", "tanh"):
+        kern = NoiseKernel(name, 3, 0.2, 0.1)
+        field = ExactField(kern)
+        G = np.clip(np.einsum("bik,bjk->bij", X.numpy(), X.numpy()), -1, 1)
+        close(field.covariance(X), kern.kappa(torch.from_numpy(G)).numpy())
+        K32 = field.covariance(X.float())
+        assert K32.dtype == torch.float32
+        Xd = normalize(X.float().double())
+        close(K32.double(), kern.kappa((Xd @ Xd.transpose(-1, -2)).clamp(-1, 1)).float().double().numpy())
+        assert field.covariance(X.float(), torch.float64).dtype == torch.float64
+    xi = torch.randn(2, 4, 3, generator=torch.Generator().manual_seed(1), dtype=torch.float32)
+    field = ExactField(NoiseKernel("relu", 3), "cholesky")
+    got = field.increment(X.float(), 0.04, Draws(torch.Generator(), BrownianPath.from_normals(xi[None])))
+    S = torch.linalg.cholesky(field.covariance(X.float(), torch.float64)).float()
+    assert got.dtype == torch.float32
+    close(got.double(), (0.2 * (S @ xi)).double().numpy(), 1e-6)
+    with pytest.raises(ValueError, match="^ExactField: its kernel is for d = 3, the tokens have d = 4$"):
+        field.noise_kernel(4)
+    assert field.noise_kernel(3) is field.kernel
+    v = torch.tensor([[1.0, 2.0, 2.0], [1.0, 0.0, -1.0]], dtype=torch.float64)
+    K = torch.stack([v.T @ v, torch.eye(3, dtype=torch.float64)])  # rank 2, identity
+    K[0] -= 1e-14 * torch.eye(3, dtype=torch.float64)  # a rounding-negative eigenvalue
+    for method in ("symmetric", "cholesky"):
+        S = sqrt_psd(K, method)
+        assert torch.isfinite(S).all()
+        close(S @ S.transpose(-1, -2), (K + torch.stack([1e-14 * torch.eye(3, dtype=torch.float64), 0 * K[1]])).numpy(), 1e-12)
+    close(sqrt_psd(K[1:], "cholesky"), np.eye(3)[None])
+
+
+def test_gamma_sampler_against_marsaglia_tsang(replay):
+    """Gamma(a) for a = 1 (a tenth of the candidates rejected, some with v ≤ 0) and a = 2.5, 2000
+    variates in the requested shape, the generator left where the reference leaves it."""
+    for a, shape in ((1.0, (2000,)), (2.5, (40, 50))):
+        gen = torch.Generator().manual_seed(13)
+        ref = replay(gen)
+        got = _gamma(a, shape, gen, torch.zeros(1, dtype=torch.float64))
+        assert got.shape == shape
+        close(got.reshape(-1), gamma_reference(a, 2000, ref))
+        assert torch.equal(gen.get_state(), ref.get_state())

@@ -19,6 +19,9 @@ from stochformer.model.noise import ExactField, RandomFeatureField, RandomMLP, s
 from stochformer.model.sde import INTEGRATORS, LimitSDE, StratonovichHeun
 from stochformer.integrate import SaveAt, solve
 from stochformer.core.sphere import normalize, uniform
+from stochformer.model.transformer import Transformer
+
+from conftest import close
 
 F64 = torch.float64
 
@@ -247,3 +250,30 @@ def test_unknown_integrator_is_a_config_error():
     with pytest.raises(ConfigError, match="integrator"):
         build_config({}, ["integrator=geodesic"])
     assert RunConfig().integrator == "heun"
+
+
+# ----------------------------------------------------------------- reset and the Ito correction
+
+
+def test_limit_sde_reset_and_ito_correction(replay):
+    """reset draws the noise source's per-run state with the given batch, d, generator and dtype;
+    the Itô drift is −κ(1)(d − 1)/2 · x with κ(1) given, or the noise kernel's for the tokens' d."""
+    field = RandomFeatureField("relu", features=5, sigma_U=0.3)
+    sde = LimitSDE(None, field)
+    gen = torch.Generator().manual_seed(9)
+    ref = replay(gen)
+    sde.reset(2, 3, gen, torch.float32, "cpu")
+    u = torch.randn(2, 3, 5, generator=ref, dtype=torch.float32)
+    b = 0.3 * torch.randn(2, 1, 5, generator=ref, dtype=torch.float32)
+    assert field._u.dtype == torch.float32 and torch.equal(field._u, u) and torch.equal(field._b, b)
+    layer = Transformer(None, RandomFeatureField("relu", features=5, sigma_U=0.3))
+    layer.reset(2, 3, replay(ref), torch.float32, "cpu")
+    assert layer.noise._u.dtype == torch.float32 and torch.equal(layer.noise._u, torch.randn(2, 3, 5, generator=replay(ref), dtype=torch.float32))
+    mlp = RandomMLP(4, "tanh", 0.2, 0.1, 1.5)
+    sde = LimitSDE(None, mlp)
+    for d in (3, 4, 3):
+        X = torch.ones(2, 2, d, dtype=torch.float64)
+        close(sde.ito_correction(X), (-0.5 * NoiseKernel("tanh", d, 0.2, 0.1, 1.5).kappa1 * (d - 1) * X).numpy())
+    close(LimitSDE(None, mlp, kappa1=0.7).ito_correction(X), (-0.7 * X).numpy())
+    LimitSDE().reset(2, 3, gen, torch.float64, "cpu")  # no noise: nothing to draw
+    assert torch.equal(gen.get_state(), ref.get_state())

@@ -32,6 +32,9 @@ from stochformer.model import SoftmaxAttention
 from stochformer.model.noise import RandomFeatureField, RandomMLP
 from stochformer.model.sde import LimitSDE
 from stochformer.model.transformer import Transformer
+from stochformer.measure.diagnostics import mean_cosine, pair_statistics
+
+from conftest import close
 
 
 def _model() -> sf.Transformer:
@@ -354,3 +357,146 @@ def test_dataset_dimensions_and_coordinates(tokens):
         "token": ("token",), "dim": ("dim",)}
     assert ds.coords["sample"].values.tolist() == [0, 1] and ds.coords["snapshot"].values.tolist() == [0, 1]
     assert ds.coords["token"].values.tolist() == list(range(N)) and ds.coords["dim"].values.tolist() == list(range(d))
+
+
+# ----------------------------------------------------------------- what SaveAt keeps, bad input, the run's attributes and custom parts
+
+
+def test_save_schedule():
+    """Statistics every k steps plus step 0 and the last; explicit steps sorted and deduplicated,
+    each in 0..L (one message naming the range otherwise)."""
+    assert SaveAt(every=3).stat_steps(7) == [0, 3, 6, 7]
+    assert SaveAt(every=1).stat_steps(2) == [0, 1, 2]
+    assert SaveAt(every=4).stat_steps(8) == [0, 4, 8]
+    assert SaveAt(at=[5, 0, 2, 5]).stat_steps(5) == [0, 2, 5]
+    assert SaveAt(stats=()).stat_steps(5) == []
+    assert SaveAt(tokens_every=2).token_steps(5) == [0, 2, 4, 5]
+    assert SaveAt(tokens_at=[1]).token_steps(5) == [1]
+    for at, got in (([0, 3, 9], "0..9"), ([-1, 3], "-1..3"), ([2, 3, 9], "2..9"), ([-1], "-1..-1")):
+        with pytest.raises(ValueError, match=rf"^SaveAt: steps to save must lie in 0\.\.5 \(got {got}\)$"):
+            SaveAt(at=at).stat_steps(5)
+
+
+def test_solve_records_what_save_asks_and_describes_the_run(tokens):
+    """solve with a hook: the hook sees (k, X_k) and its result replaces X_k; statistics (β and
+    block from SaveAt) of the states at the saved steps, in float64 from the renormalised state
+    whatever the model's dtype; snapshots; time = step · Δt; attributes T, steps, seed, path and
+    the model's description (fields, tensors by shape and dtype, callables by name)."""
+    B, N, d, T, L = 2, 4, 3, 0.3, 3
+    X0 = tokens(B, N, d, seed=48)
+    A = torch.from_numpy(np.random.default_rng(49).standard_normal((d, d)))
+    model = Transformer(SoftmaxAttention(A=A, V=torch.eye(d, dtype=torch.float64)), None, "post_ln")
+    seen: list[int] = []
+
+    def hook(k, X):
+        seen.append(k)
+        return normalize(X + 0.1) if k == 2 else None
+
+    save = SaveAt(every=2, tokens_every=1, energy_beta=2.0, block=4)
+    ds = solve(model, X0, T, L, save, seed=5, hook=hook)
+    states = [X0]
+    for k in range(1, L + 1):
+        X = model.step(states[-1], T / L, torch.Generator())
+        states.append(normalize(X + 0.1) if k == 2 else X)
+    assert seen == [1, 2, 3]
+    close(ds["X_final"].values, states[-1].numpy())
+    close(ds["X"].values, torch.stack(states, 1).numpy())
+    assert ds["step"].values.tolist() == [0, 2, 3] and ds["snapshot_step"].values.tolist() == [0, 1, 2, 3]
+    assert ds["X"].dims == ("sample", "snapshot", "token", "dim") and ds["X_final"].dims == ("sample", "token", "dim")
+    assert ds["energy"].dims == ("sample", "time") and ds["step"].dims == ("time",) and ds["snapshot_time"].dims == ("snapshot",)
+    assert ds["sample"].values.tolist() == [0, 1] and ds["snapshot_step"].dims == ("snapshot",) and ds["time"].dims == ("time",)
+    close(ds["time"].values, np.array([0.0, 0.2, 0.3]))
+    close(ds["snapshot_time"].values, np.array([0.0, 0.1, 0.2, 0.3]))
+    for name in ("mean_cosine", "energy", "min_cosine"):
+        ref = torch.stack([pair_statistics(states[k], 2.0)[name] for k in (0, 2, 3)], -1)
+        close(ds[name].values, ref.numpy())
+    assert (ds.attrs["T"], ds.attrs["steps"], ds.attrs["seed"]) == (T, L, 5)
+    assert ds.attrs["path"] == "none (normals from the generator)" and json.loads(ds.attrs["custom_parts"]) == []
+    assert json.loads(ds.attrs["model"]) == {
+        "type": "stochformer.model.transformer.Transformer", "noise": None, "order": "post_ln",
+        "attention": {"type": "stochformer.model.attention.SoftmaxAttention", "beta": 1.0, "gamma": 1.0,
+                      "A": {"tensor": [3, 3], "dtype": "float64"}, "V": {"tensor": [3, 3], "dtype": "float64"},
+                      "chunk": None, "sdpa": False}}
+    assert describe([normalize, "x", 2]) == [{"callable": "stochformer.core.sphere.normalize"}, "x", 2]
+    assert describe(RandomMLP(4))["activation"] == "relu" and "_phi" not in describe(RandomMLP(4))
+    # float32 states: statistics of the state renormalised in float64
+    X32 = X0.float()
+    ds = solve(Transformer(None, None), X32, T, 1, SaveAt(), seed=5)
+    close(ds["mean_cosine"].values[:, 0], mean_cosine(normalize(X32.double())).numpy())
+    close(ds["min_cosine"].values[:, 0], pair_statistics(normalize(X32.double()))["min_cosine"].numpy())
+
+
+def test_solve_refuses_bad_input_and_stops_on_a_non_finite_state(tokens):
+    X0 = tokens(1, 3, 3)
+    with pytest.raises(ValueError, match=r"^seed: give a seed or a generator \(every run is seeded\)$"):
+        solve(Transformer(), X0, 1.0, 2)
+    with pytest.raises(ValueError, match=r"^X0: expected tokens of shape \(batch, N, d\), got \(3, 3\)$"):
+        solve(Transformer(), X0[0], 1.0, 2, seed=0)
+
+    class Blowup:
+        def reset(self, batch, d, generator, dtype, device):
+            pass
+
+        def step(self, X, dt, draws):
+            return X / 0.0 if draws.k == 1 else X
+
+    with pytest.raises(NonFiniteError, match=r"^non-finite particles at layer 2: the run was stopped and nothing was "
+                       r"written; likely cause: the step size and the scales of the attention and the noise$"):
+        with blamed_on(None, "particles"):
+            solve(Blowup(), X0, 1.0, 3, seed=0)
+    bad = X0.clone()
+    bad[0, 0, 0] = math.nan
+    with pytest.raises(NonFiniteError, match=r"^non-finite tokens at layer 0: .* likely cause: the step T/L and the scales"):
+        with blamed_on(RunConfig()):
+            solve(Transformer(), bad, 1.0, 3, seed=0)
+
+
+def gelu_tanh(x):
+    return torch.tanh(x) * 0.5
+
+
+@dataclass
+class Damped:
+    """A noise source defined outside stochformer (a dataclass with a public and a private field)."""
+
+    scale: float = 0.0
+    activation: object = gelu_tanh
+    _hidden: int = 3
+
+    def reset(self, batch, d, generator, dtype, device):
+        pass
+
+    def increment(self, X, dt, draws):
+        return self.scale * X
+
+
+def test_run_attributes_and_custom_parts(tokens):
+    """The attributes of a run with a generator and a path: seed "none", the path's repr, versions
+    and device; parts not defined by stochformer (a class, a callable, a dataclass's fields) are
+    listed by where they sit, named by module and qualified name; stochformer's own and the named
+    activations are not."""
+    X0 = tokens(1, 2, 3)
+    path = BrownianPath.from_normals(torch.zeros(2, 1, 2, 3, dtype=torch.float64))
+    model = LimitSDE(None, Damped(), kappa1=0.0)
+    ds = solve(model, X0, 1.0, 2, SaveAt(stats=()), generator=torch.Generator(), path=path)
+    assert "seed" not in ds.attrs and ds.attrs["path"] == repr(path) == "BrownianPath(shape=(1, 2, 3), steps=2)"
+    versions = json.loads(ds.attrs["versions"])
+    assert ds.attrs["device"] == versions["device"] and ds.attrs["device"].startswith("cpu") and versions["torch"] == torch.__version__
+    here = f"{__name__}"
+    assert json.loads(ds.attrs["custom_parts"]) == [f"model.noise: {here}.Damped", f"model.noise.activation: {here}.gelu_tanh"]
+    assert json.loads(ds.attrs["model"])["noise"] == {"type": f"{here}.Damped", "scale": 0.0,
+                                                      "activation": {"callable": f"{here}.gelu_tanh"}}
+    assert custom_parts(Transformer(SoftmaxAttention(), RandomMLP(4, "tanh"))) == []
+    assert custom_parts(RandomMLP(4, torch.relu)) == []  # a named activation passed as the function
+    assert custom_parts(Transformer(None, RandomMLP(4, gelu_tanh)), "m") == [f"m.noise.activation: {here}.gelu_tanh"]
+    assert custom_parts(Damped(), "x") == [f"x: {here}.Damped", f"x.activation: {here}.gelu_tanh"]
+    assert custom_parts(object(), "o") == ["o: builtins.object"]
+
+
+def test_save_at_refuses_bad_fields():
+    SaveAt(every=1, tokens_every=1)
+    for kw in ({"every": 0}, {"tokens_every": 0}):
+        with pytest.raises(ValueError, match=rf"^{next(iter(kw))}: must be an integer >= 1 \(got 0\)$"):
+            SaveAt(**kw)
+    with pytest.raises(ValueError, match=r"^stats: unknown names 'foo'; valid: mean_cosine, energy, min_cosine$"):
+        SaveAt(stats=("energy", "foo"))

@@ -15,6 +15,8 @@ from stochformer.measure.distances import rate_function, sphere_rate, w2_exact, 
 from stochformer.measure.stats import (
     PowerFit, bootstrap, fit_power_law, fit_power_law_weighted, interval, loglog_slope, tagged_correlation,
 )
+from stochformer.core.extras import MissingExtraError
+from stochformer.measure.stats import mean_and_se
 
 from conftest import TOL, close
 
@@ -267,3 +269,88 @@ def test_power_law_fit_defaults_to_2000_resamples_and_reports_their_se():
     boots = [-loglog_slope(N, r)[0] for r in bootstrap(lambda r: r.mean(0), samples, 2000, 2)]
     assert default.se == pytest.approx(float(np.std(boots, ddof=1)) * (25 / 24) ** 0.5, rel=1e-14)
     assert fit_power_law(N, samples, 1999, 2) != default
+
+
+# ----------------------------------------------------------------- mean and SE, exact W2, the weighted power fit against its construction
+
+
+def test_mean_and_se_numpy_and_torch_along_any_axis():
+    """Mean and SE = s/√n (s with n − 1) along ``axis``, for numpy (any axis, integer input) and torch;
+    SE = 0 for one sample, a proper SE from two on."""
+    v = np.array([[1, 2, 4], [2, 5, 4]])  # n = 2 along axis 0, n = 3 along axis 1
+    for values in (v, torch.from_numpy(v.astype(float))):
+        m, se = mean_and_se(values)
+        close(m, np.array([1.5, 3.5, 4.0]))
+        close(se, np.array([0.5, 1.5, 0.0]))
+        m, se = mean_and_se(values, axis=1)
+        close(m, np.array([7 / 3, 11 / 3]))
+        close(se, np.sqrt(np.array([7 / 3, 7 / 3]) / 3))
+        m, se = mean_and_se(values[:1])
+        close(se, np.zeros(3))
+        assert type(se) is type(m)
+
+
+def test_w2_exact_is_the_best_matching_and_reports_the_cap():
+    """Exact W₂² between two clouds of 4 points with uniform weights is the smallest mean squared
+    distance over the 4! matchings; the iteration cap's warning is returned, each message once per
+    occurrence joined by '; '; sliced W₂² is POT's sliced distance with 200 projections, squared."""
+    import itertools
+
+    ot = pytest.importorskip("ot")
+    r = np.random.default_rng(47)
+    X, Y = r.standard_normal((4, 3)), r.standard_normal((4, 3))
+    best = min(np.mean([np.sum((X[i] - Y[p[i]]) ** 2) for i in range(4)]) for p in itertools.permutations(range(4)))
+    res = w2_exact(X, Y)
+    assert (res.method, res.warning) == ("exact", None) and abs(res.value - best) < TOL
+    X, Y = r.standard_normal((30, 3)), r.standard_normal((30, 3))
+    capped = w2_exact(X, Y, max_iter=3)
+    parts = capped.warning.split("; ")
+    assert len(parts) >= 2 and all(p.startswith("numItermax reached before optimality") for p in parts)
+    sliced = w2_sliced(X, Y)
+    assert sliced.method == "sliced"
+    assert abs(sliced.value - float(ot.sliced_wasserstein_distance(X, Y, n_projections=200, p=2, seed=0)) ** 2) < TOL
+
+
+def weighted_fit_reference(N, y, se):
+    """By brute force: RSS(p) = min over C of Σ (y − C (N/N₀)^{−p})²/se² on a grid of spacing 10⁻⁴
+    over [−20, 20]; (p̂ the grid's minimiser, the hull of {p : RSS(p) − RSS(p̂) ≤ 3.8415} (χ²₁'s
+    95% quantile), C(p̂) · N₀^p̂)."""
+    x, w = N / N[0], 1.0 / se**2
+    p = np.linspace(-20.0, 20.0, 400001)
+    X = x[None, :] ** -p[:, None]
+    C = (w * y * X).sum(1) / (w * X * X).sum(1)
+    rss = (w * (y - C[:, None] * X) ** 2).sum(1)
+    k = int(np.argmin(rss))
+    inside = p[rss - rss[k] <= 3.841458820694124]
+    return p[k], (inside.min(), inside.max()), C[k] * N[0] ** p[k]
+
+
+def test_weighted_power_fit_against_its_construction():
+    """fit_power_law_weighted is the profiled weighted fit and profile-likelihood interval of its
+    docstring (to the brute-force grid's 10⁻⁴); on exact data y = 3 N^{−0.7} it returns p = 0.7 and
+    C = 3 with an interval around 0.7; unresolved means give an interval that reaches the search
+    range's ends; se is the interval's half-width over 1.96."""
+    N = np.array([8.0, 16.0, 32.0, 64.0])
+    for y, se in ((np.array([0.02, 0.3, 0.2, 0.12]), np.array([0.05, 0.04, 0.03, 0.02])),
+                  (3.0 * N**-0.6 + np.array([0.01, -0.02, 0.005, 0.0]), np.array([0.05, 0.04, 0.03, 0.02]))):
+        fit = fit_power_law_weighted(N, y, se)
+        p, (lo, hi), C = weighted_fit_reference(N, y, se)
+        assert abs(fit.exponent - p) < 2e-4 and abs(fit.ci[0] - lo) < 2e-4 and abs(fit.ci[1] - hi) < 2e-4
+        assert abs(fit.prefactor / C - 1) < 1e-3 and fit.se == pytest.approx((fit.ci[1] - fit.ci[0]) / 3.919927969, rel=1e-9)
+    exact = fit_power_law_weighted(N, 3.0 * N**-0.7, 1e-3 * N**-0.7)
+    assert abs(exact.exponent - 0.7) < 1e-9 and abs(exact.prefactor - 3.0) < 1e-9 and exact.ci[0] < 0.7 < exact.ci[1]
+    noise = fit_power_law_weighted(np.array([4.0, 8.0]), np.array([0.1, 0.05]), np.array([0.18, 0.18]))
+    assert noise.ci == (-20.0, 20.0)
+
+
+def test_w2_names_the_missing_extra(monkeypatch):
+    """Without POT, W₂ refuses with the feature's name and the extra to install."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "ot", None)  # import ot raises ImportError
+    X = np.zeros((2, 3))
+    for f, feature in ((w2_exact, "exact W₂"), (w2_sliced, "sliced W₂")):
+        with pytest.raises(MissingExtraError, match=rf"^{feature} needs POT, which is not installed: "
+                           r"install the extra stochformer\[ot\] \(or stochformer\[all\]\): "
+                           r"python -m pip install '\.\[ot\]' in the source tree$"):
+            f(X, X)
