@@ -289,7 +289,7 @@ def solve(
     NonFiniteError
         A non-finite state, naming the step and the model's likely parameters; a caller that built
         the model from a config names the config's fields instead with
-        [`blamed_on`][stochformer.core.validation.blamed_on].
+        ``stochformer.core.validation.blamed_on``.
 
     Examples
     --------

@@ -1,7 +1,10 @@
-"""A Brownian path given to ``solve`` must fit the noise it drives: its part shape equals the
-requested normals' shape but for a leading axis of 1 (broadcast over samples); anything else is a
-``ValueError`` naming the path, never a broadcasting error from deep inside a step. (A leading axis
-that divides the batch is left to the model: a stack of k parts reads it k times.)"""
+"""The Brownian path and the step's draws (``core.brownian``): a path given to ``solve`` must fit
+the noise it drives: its part shape equals the requested normals' shape but for a leading axis of
+1 (broadcast over samples); anything else is a ``ValueError`` naming the path, never a
+broadcasting error from deep inside a step. (A leading axis that divides the batch is left to the
+model: a stack of k parts reads it k times.) Exactly: a seeded path replayed and its refusals,
+the parts served in order by ``Draws``, the in-memory grid and its memory bound, and normals made
+on the device asked for whatever torch's default device."""
 
 import math
 

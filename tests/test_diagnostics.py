@@ -1,6 +1,6 @@
 """The measurements of a token cloud (``measure.diagnostics``) against SPEC §5's formulas: the
-cloud summary and its blocking. float64, deterministic (the pair statistics' pathwise references:
-tests/test_reference.py)."""
+cloud summary and its blocking, the pair statistics' defaults and shapes. float64, deterministic
+(the pair statistics' pathwise references: tests/test_reference.py)."""
 
 from __future__ import annotations
 

@@ -3,7 +3,9 @@
 Closed forms are checked three ways: against the package's own Gauss–Hermite path (a callable
 version of the same activation), against an independent scipy integration of the defining Gaussian
 integral, and against a finite difference of κ (for κ'). The rates are checked against the
-closed forms of Proposition 1.5 and the limit F(1⁻) = −λ̄ of Theorem 1.4.
+closed forms of Proposition 1.5 and the limit F(1⁻) = −λ̄ of Theorem 1.4. Exactly: κ and κ′
+against their closed forms at small and large bias, the rates' arguments and overflow, λ̄′ on its
+grid, and activations by name or callable.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""The limit SDE (SPEC §3): noise sources, integrators, unit norm, strong order, and the law of the
-deep wide transformer against the SDE."""
+"""The limit SDE (SPEC §3): noise sources, integrators, unit norm, strong order, its reset and Itô
+correction, and the law of the deep wide transformer against the SDE."""
 
 from __future__ import annotations
 

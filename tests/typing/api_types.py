@@ -13,9 +13,11 @@ def typed_entry_points() -> None:
     sf.solve(model, X0, T="five", steps=10, seed=0)  # type: ignore[call-overload]
     sf.solve(model, X0, T=1.0, steps=1.5, seed=0)  # type: ignore[call-overload]
     sf.solve(model, X0, T=1.0, steps=10, seed=0, output="numpy")  # type: ignore[call-overload]
+    sf.solve(model, X0, T=1.0, steps=10, seed=0, progress=True)  # type: ignore[call-overload]
     sf.SaveAt(every="often")  # type: ignore[arg-type]
     sf.RandomMLP(width=None)  # type: ignore[arg-type]
     ok = sf.solve(model, X0, T=1.0, steps=10, save=sf.SaveAt(every=5), seed=0)
     ok.mean_cosine.mean("sample")
+    sf.solve(model, X0, T=1.0, steps=10, seed=0, progress=sf.ProgressMeter("layers"))
     tensors = sf.solve(model, X0, T=1.0, steps=10, seed=0, output="torch")
     tensors["X_final"].sum().backward()
