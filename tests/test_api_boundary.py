@@ -298,7 +298,7 @@ def _nothing(x: Any, kw: dict) -> None:
 SPECS = [
     Spec("solve", sf.solve, lambda: dict(model=sf.Transformer(sf.SoftmaxAttention(), sf.RandomMLP(width=8)), X0=_tokens(),
                                          T=1.0, steps=3, save=sf.SaveAt(), seed=0, generator=None, path=None, hook=None,
-                                         progress=False), _solve_check, ("seed", "generator")),
+                                         progress=sf.ProgressMeter()), _solve_check, ("seed", "generator")),
     Spec("SaveAt", sf.SaveAt, lambda: dict(every=1, at=None, stats=("mean_cosine",), tokens_every=None, tokens_at=None,
                                            final=True, energy_beta=1.0, block=None), _save_check),
     Spec("sphere.uniform", sphere.uniform, lambda: dict(batch=2, N=3, d=3, seed=0, generator=None, dtype=torch.float64,
