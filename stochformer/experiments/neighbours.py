@@ -239,9 +239,11 @@ def logistic(u0: np.ndarray, tau: np.ndarray) -> np.ndarray:
 class OverlapCheck:
     """m(t) = |x̄|² of N tokens under [`HomogenizedAttention`][stochformer.model.homogenized.HomogenizedAttention]
     at β = 0: ``mean`` ± ``se`` over ``batch`` samples at ``times`` (t,), beside ``predicted``, the
-    mean over samples of the logistic from each sample's m(0) on τ = σ_V²(d − 1)t, and ``band``: half
-    the spread between the logistic on σ_V²(d − 2)t and on σ_V² d t (the O(1/d) range of the exact
-    drift, docs/neighbours.md), used as the rows' tolerance."""
+    mean over samples of the logistic from each sample's m(0) on τ = σ_V²(d − 1)t, and ``band``, the
+    rows' tolerance: half the spread between the logistic on σ_V²(d − 2)t and on σ_V² d t (the O(1/d)
+    range of the exact drift, docs/neighbours.md) plus ``lag``, the delay of E m behind the logistic
+    that the noise's own spread of m causes (`variance_lag`; O(t²/d), vanishing as d → ∞); ``m0``
+    each sample's m(0) (batch,)."""
 
     d: int
     N: int
@@ -253,6 +255,7 @@ class OverlapCheck:
     band: np.ndarray
     batch: int
     m0: Optional[np.ndarray] = None
+    lag: Optional[np.ndarray] = None
 
     def rows(self, predicted: Optional[np.ndarray] = None) -> list[Comparison]:
         """One ``matches`` row per time (``predicted``: a prediction to test in place of the logistic)."""
@@ -278,11 +281,31 @@ def mean_overlap(d: PositiveInt = 64, N: PositiveInt = 16, heads: PositiveInt = 
     m0 = _mean_overlap(X0)["m"].numpy()[:, None]
     out = solve(LimitSDE(noise=HomogenizedAttention(beta=0.0, heads=heads, sigma_V=sv)), X0, T=T, steps=steps,
                 seed=seed + 1, save=SaveAt(at=at, stats=(), final=False, fn=_mean_overlap))
-    mean, se = mean_and_se(out["m"].values, axis=0)
-    rate = sv * sv
-    pred = logistic(m0, rate * (d - 1) * times).mean(axis=0)
-    band = 0.5 * np.abs(logistic(m0, rate * d * times).mean(0) - logistic(m0, rate * (d - 2) * times).mean(0))
-    return OverlapCheck(d, N, sv, times, np.asarray(mean), np.asarray(se), pred, band, batch, m0[:, 0])
+    m = out["m"].values
+    mean, se = mean_and_se(m, axis=0)
+    tau = sv * sv * (d - 1) * times
+    curves = logistic(m0, tau)  # (batch, points): each sample's logistic
+    pred = curves.mean(axis=0)
+    band = 0.5 * np.abs(logistic(m0, sv * sv * d * times).mean(0) - logistic(m0, sv * sv * (d - 2) * times).mean(0))
+    spread = np.clip(m.var(axis=0, ddof=1) - curves.var(axis=0, ddof=1), 0.0, None)
+    grid = np.concatenate([[0.0], tau])
+    lag = variance_lag(grid, logistic(np.full(1, m0.mean()), grid), np.concatenate([[0.0], spread]))[1:]
+    return OverlapCheck(d, N, sv, times, np.asarray(mean), np.asarray(se), pred, band + lag, batch, m0[:, 0], lag)
+
+
+def variance_lag(tau: np.ndarray, u: np.ndarray, spread: np.ndarray) -> np.ndarray:
+    """The delay e(τ_k) of E m behind the logistic u, at the times ``tau`` (k,: 0 first, increasing),
+    caused by ``spread`` (k,), the variance of m across samples not due to their initial values
+    (0 at τ = 0): since E[m(1 − m)] = E m(1 − E m) − Var m, linearising u′ = u(1 − u) about u gives
+    e′ = (1 − 2u) e + Var m, so e(τ_k) = ∫₀^{τ_k} u′(τ_k)/u′(s) · Var m(s) ds (u′(τ)/u′(s) is the
+    flow's derivative), here by the trapezoid rule over ``tau``. Returns (k,), e(0) = 0."""
+    s, uu, v = (np.asarray(a, float) for a in (tau, u, spread))
+    du = uu * (1 - uu)
+    out = [0.0]
+    for k in range(1, len(s)):
+        f = du[k] / du[: k + 1] * v[: k + 1]
+        out.append(float(np.sum(0.5 * (f[1:] + f[:-1]) * np.diff(s[: k + 1]))))
+    return np.array(out)
 
 
 @dataclass(frozen=True)
@@ -390,7 +413,7 @@ class NeighboursConfig(StrictConfig):
     overlap_d: int = Field(64, ge=3, le=1024, description="dimension of the β = 0 homogenized run, in [3, 1024]")
     overlap_N: int = Field(16, ge=2, le=1024, description="tokens of the β = 0 homogenized run, in [2, 1024]")
     overlap_batch: int = Field(64, ge=3, description="samples of the β = 0 homogenized run (>= 3)")
-    overlap_steps: int = Field(100, ge=6, description="steps on t in [0, 3] of the β = 0 homogenized run (>= 6)")
+    overlap_steps: int = Field(400, ge=6, description="steps on t in [0, 3] of the β = 0 homogenized run (>= 6)")
     large_beta_pairs: int = Field(600, ge=3, description="pairs of the large-β homogenized run (>= 3)")
     large_beta_dt: float = Field(0.025, gt=0.0, le=0.1, description="step of the large-β homogenized run, in (0, 0.1]")
     value_points: list[list[float]] = Field([[3, 1.0], [4, 2.0], [4, 0.3]], min_length=1,
