@@ -41,24 +41,24 @@ def plot_logistic(overlap: dict, logistic: dict, ax: Optional["Axes"] = None) ->
 
 
 def plot_large_beta(large: dict, linear: dict, aligned: dict, axes: Optional[Sequence["Axes"]] = None) -> "Figure":
-    """Left: a pair under homogenized attention at large β, E z and E z² (± 2 SE) at the slow time
-    s = σ_V² t, against the exact law of du = −u(1−u²)ds + √2(1−u²)dB (``linear``: ``s``, ``z``,
-    ``z2``) and the frozen pair. Right: P(the pair ends aligned | u₀) by the scale function of the
+    """Left: a pair under homogenized attention at large β, E z − z₀ and E z² − z₀² (± 2 SE) at the
+    slow time s = σ_V² t, against the exact law of du = −u(1−u²)ds + √2(1−u²)dB (``linear``: ``s``,
+    ``z``, ``z2``) and the frozen pair (0). Right: P(the pair ends aligned | u₀) by the scale function of the
     linear kernel (quadrature) against arcsin(u₀)/π + ½ (``aligned``). ``axes``: two axes, or None."""
     created = axes is None
     fig, ax = figure_axes(axes, (1, 2), (10, 3.8))
     a, b = ax[0]
     s = np.asarray(linear["s"], float)
     z0 = large["z0"]
-    for key, colour, label in (("z", "C0", r"$\mathbb{E}\,z$"), ("z2", "C1", r"$\mathbb{E}\,z^2$")):
-        a.plot(np.concatenate([[0.0], s]), np.concatenate([[z0 if key == "z" else z0 * z0], linear[key]]), "-",
+    a.axhline(0.0, color="k", ls=":", lw=1, label="frozen pair")
+    for key, colour, label in (("z", "C0", r"$\mathbb{E}\,z - z_0$"), ("z2", "C1", r"$\mathbb{E}\,z^2 - z_0^2$")):
+        start = z0 if key == "z" else z0 * z0
+        a.plot(np.concatenate([[0.0], s]), np.concatenate([[0.0], np.asarray(linear[key], float) - start]), "-",
                color=colour, label=f"{label}: linear kernel, exact")
-        a.axhline(z0 if key == "z" else z0 * z0, color=colour, ls=":", lw=1)
         m, se = large["moments"][key]
-        a.errorbar([large["s"]], [m], yerr=[2 * se], fmt="o", color=colour, ms=5, capsize=3,
+        a.errorbar([large["s"]], [m - start], yerr=[2 * se], fmt="o", color=colour, ms=5, capsize=3,
                    label=f"{label}: simulated, {large['pairs']} pairs (± 2 SE)")
-    a.plot([], [], "k:", lw=1, label="frozen pair")
-    a.set(xlabel=r"$s = \sigma_V^2\,t = t/d$", ylabel="moment of the overlap",
+    a.set(xlabel=r"$s = \sigma_V^2\,t = t/d$", ylabel="change of the moment since $s = 0$",
           title=rf"$\beta_{{\rm eff}} = {large['beta']:g}$, $d = {large['d']}$, $z_0 = {z0:g}$")
     u0 = np.asarray(aligned["u0"], float)
     b.plot(u0, aligned["arcsin"], "k-", label=r"$\arcsin(u_0)/\pi + 1/2$ (published)")

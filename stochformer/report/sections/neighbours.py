@@ -33,7 +33,7 @@ def neighbours_output(res: NeighboursResult, seed: int) -> SectionOutput:
                    "Homogenized attention at β = 0: the mean overlap m(t) (± 2 SE) against the logistic law on "
                    "τ = σ_V²(d − 1)t, with the O(1/d) band the rows allow"),
         figure_png(plots.plot_large_beta(numbers["large_beta"], curves["linear"], curves["aligned"]), "neighbours-large-beta",
-                   "Homogenized attention at large β: a pair's E z and E z² on the slow time s = t/d against the linear "
+                   "Homogenized attention at large β: the change of a pair's E z and E z² on the slow time s = t/d against the linear "
                    "kernel's exact law (left); P(aligned | u₀) from the linear kernel's scale function against "
                    "arcsin(u₀)/π + ½ (right)"),
         figure_png(plots.plot_attractor(numbers["unforced"], numbers["forced"], curves), "neighbours-attractor",
