@@ -29,20 +29,20 @@ def neighbours_output(res: NeighboursResult, seed: int) -> SectionOutput:
     numbers = res.to_dict()
     curves = numbers["curves"]
     figs = [
-        figure_png(plots.plot_logistic(numbers["overlap"], curves["logistic"]), "neighbours-logistic",
+        figure_png(plots.plot_logistic(numbers["overlap"], curves["logistic"]), "logistic",
                    "Homogenized attention at β = 0: the mean overlap m(t) (± 2 SE) against the logistic law on "
                    "τ = σ_V²(d − 1)t, with the O(1/d) band the rows allow"),
-        figure_png(plots.plot_large_beta(numbers["large_beta"], curves["linear"], curves["aligned"]), "neighbours-large-beta",
+        figure_png(plots.plot_large_beta(numbers["large_beta"], curves["linear"], curves["aligned"]), "large-beta",
                    "Homogenized attention at large β: the change of a pair's E z and E z² on the slow time s = t/d against the linear "
                    "kernel's exact law (left); P(aligned | u₀) from the linear kernel's scale function against "
                    "arcsin(u₀)/π + ½ (right)"),
-        figure_png(plots.plot_attractor(numbers["unforced"], numbers["forced"], curves), "neighbours-attractor",
+        figure_png(plots.plot_attractor(numbers["unforced"], numbers["forced"], curves), "attractor",
                    "Random quadratic forms: E dist(X_t, A) simulated (± 2 SE), exact, and the published bounds "
                    "(π/√2)e^{−t/2} (unforced) and π e^{−λ_γ t} (forced, n = d)"),
-        figure_png(plots.plot_value_transition(curves["value"], numbers["value"]), "neighbours-value",
+        figure_png(plots.plot_value_transition(curves["value"], numbers["value"]), "value",
                    "Value-matrix noise: P(antipodal | z₀ = 0) over (β, d) from the scale function, zero left of the "
                    "threshold (d − 2) sech 2β = 1; the simulated fractions at the runs (predicted in brackets)"),
-        figure_png(plots.plot_contrast(numbers["contrast"]), "neighbours-contrast",
+        figure_png(plots.plot_contrast(numbers["contrast"]), "contrast",
                    "Common against independent noise of one ReLU kernel (λ₁ < 0): E z_T simulated (± 2 SE) and exact"),
     ]
     lb = numbers["large_beta"]
