@@ -10,7 +10,7 @@ from stochformer.report import registered
 REPORT_ORDER = [
     "clusters", "scenarios", "table", "convergence", "chaos", "chaos-exact", "sync", "motions", "phase-gamma",
     "phase-dim", "variants", "bridge", "joint-limit", "repulsion", "phase-transformer", "phase-dim-transformer",
-    "exact-theory",
+    "exact-theory", "neighbours",
 ]
 
 

@@ -517,4 +517,4 @@ def test_gpu_profile_plans_every_section_on_cuda_where_it_has_a_device(monkeypat
     devices = {n: getattr(getattr(c, "model", c), "device", None) for n, c in planned.items()}
     assert set(planned) == {s.name for s in registered()}
     assert {d for d in devices.values() if d is not None} == {"cuda"}
-    assert [n for n, d in devices.items() if d is None] == ["variants", "bridge"]
+    assert [n for n, d in devices.items() if d is None] == ["variants", "bridge", "neighbours"]

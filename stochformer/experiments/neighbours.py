@@ -25,18 +25,23 @@ quantities for random quadratic forms on the sphere and for independent noise on
 
 Each check has ``rows()``: [`Comparison`][stochformer.measure.verdict.Comparison] rows (predicted
 against measured, with their verdicts), which take an optional wrong prediction in place of the
-theory's (the tests show that the rule rejects it).
+theory's (the tests show that the rule rejects it). [`run_neighbours`][stochformer.experiments.neighbours.run_neighbours]
+runs every check at the sizes of a [`NeighboursConfig`][stochformer.experiments.neighbours.NeighboursConfig]
+(the report's ``neighbours`` section) and adds the exact curves its figures draw.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 import torch
+from pydantic import Field, field_validator
 
+from ..config import StrictConfig
+from ..core.runtime import child_seeds, provenance
 from ..core.sphere import uniform
 from ..core.validation import Cosine, NonNegativeFloat, PositiveFloat, PositiveInt, Seed, validated
 from ..integrate import SaveAt, solve
@@ -51,7 +56,7 @@ from ..model.sde import LimitSDE
 from ..model.value_noise import ValueNoise
 from ..theory.evolution import expectation
 from ..theory.pair import PairDiffusion
-from ..theory.value_noise import ValuePair
+from ..theory.value_noise import ValuePair, critical_beta
 
 
 def forcing_rate(gamma: float, n: float) -> float:
@@ -135,6 +140,26 @@ class AttractorCheck:
     def z(self) -> np.ndarray:
         return (self.mean - self.exact) / self.se
 
+    @property
+    def model(self) -> str:
+        return f"quadratic forms, d = {self.d}" + (f", γ = {self.gamma:g}" if self.gamma > 0 else "")
+
+    def rows(self, exact: Optional[np.ndarray] = None, bound: Optional[np.ndarray] = None) -> list[Comparison]:
+        """Per time: E dist(X_t, A) ``matches`` the exact value, and is ``at_most`` the published bound
+        (Student's t over the pairs). ``exact``, ``bound``: values to test in place of the theory's."""
+        ex = self.exact if exact is None else np.asarray(exact, float)
+        bd = self.bound if bound is None else np.asarray(bound, float)
+        law = "π e^{−λ_γ t}, λ_γ = 2γ²(n−1)/(γ²+4), n = d" if self.gamma > 0 else "(π/√2) e^{−t/2}"
+        rows = []
+        for t, e, b, m, s in zip(self.times, ex, bd, self.mean, self.se):
+            rows.append(Comparison.from_mean_se(f"E dist(X_t, A) at t = {t:g} ({self.model}) vs exact", float(e),
+                                                float(m), float(s), n=self.pairs,
+                                                note="exact: Kolmogorov equation of the pair kernel 2ρ + γ²"))
+            rows.append(Comparison.from_mean_se(f"E dist(X_t, A) at t = {t:g} ({self.model}) vs the published bound",
+                                                float(b), float(m), float(s), n=self.pairs, rule="at_most",
+                                                note=f"bound {law}"))
+        return judge(rows)
+
 
 @validated
 def attractor_distance(d: PositiveInt = 3, gamma: NonNegativeFloat = 0.0, T: PositiveFloat = 6.0,
@@ -166,6 +191,21 @@ class ContrastCheck:
     common_exact: float
     independent_exact: float
     lambda_1: float
+    pairs: int = 0
+
+    def rows(self, common: Optional[float] = None, independent: Optional[float] = None) -> list[Comparison]:
+        """E z_T under the common field ``matches`` its exact value (alternative: the independent
+        value) and under independent fields ``matches`` z₀ e^{−(d−1)κ(1)T} (alternative: the common
+        value); ``common``, ``independent``: values to test in place of these."""
+        pc = self.common_exact if common is None else float(common)
+        pi = self.independent_exact if independent is None else float(independent)
+        where = f"d = {self.d}, T = {self.T:g}, λ₁ = {self.lambda_1:.3g}"
+        return judge([
+            Comparison.from_mean_se(f"E z_T, common field ({where})", pc, *self.common, n=self.pairs,
+                                    alternative=self.independent_exact, note="exact: the pair diffusion of κ (SPEC §8)"),
+            Comparison.from_mean_se(f"E z_T, independent fields ({where})", pi, *self.independent, n=self.pairs,
+                                    alternative=self.common_exact, note="z₀ e^{−(d−1)κ(1)T}: no synchronisation"),
+        ])
 
 
 @validated
@@ -182,7 +222,7 @@ def independent_contrast(kernel: NoiseKernel, T: PositiveFloat = 4.0, steps: Pos
     pair = PairDiffusion(kernel)
     exact = float(expectation(pair, lambda z: z, [T], z0=z0)[0])
     indep = z0 * math.exp(-(d - 1) * kernel.kappa1 * T)
-    return ContrastCheck(d, float(T), res[0], res[1], exact, indep, float(pair.lambda_1))
+    return ContrastCheck(d, float(T), res[0], res[1], exact, indep, float(pair.lambda_1), pairs)
 
 
 # ----------------------------------------------------------------------------- homogenized transformers
@@ -199,9 +239,11 @@ def logistic(u0: np.ndarray, tau: np.ndarray) -> np.ndarray:
 class OverlapCheck:
     """m(t) = |x̄|² of N tokens under [`HomogenizedAttention`][stochformer.model.homogenized.HomogenizedAttention]
     at β = 0: ``mean`` ± ``se`` over ``batch`` samples at ``times`` (t,), beside ``predicted``, the
-    mean over samples of the logistic from each sample's m(0) on τ = σ_V²(d − 1)t, and ``band``: half
-    the spread between the logistic on σ_V²(d − 2)t and on σ_V² d t (the O(1/d) range of the exact
-    drift, docs/neighbours.md), used as the rows' tolerance."""
+    mean over samples of the logistic from each sample's m(0) on τ = σ_V²(d − 1)t, and ``band``, the
+    rows' tolerance: half the spread between the logistic on σ_V²(d − 2)t and on σ_V² d t (the O(1/d)
+    range of the exact drift, docs/neighbours.md) plus ``lag``, the delay of E m behind the logistic
+    that the noise's own spread of m causes (`variance_lag`; O(t²/d), vanishing as d → ∞); ``m0``
+    each sample's m(0) (batch,)."""
 
     d: int
     N: int
@@ -212,6 +254,8 @@ class OverlapCheck:
     predicted: np.ndarray
     band: np.ndarray
     batch: int
+    m0: Optional[np.ndarray] = None
+    lag: Optional[np.ndarray] = None
 
     def rows(self, predicted: Optional[np.ndarray] = None) -> list[Comparison]:
         """One ``matches`` row per time (``predicted``: a prediction to test in place of the logistic)."""
@@ -237,11 +281,31 @@ def mean_overlap(d: PositiveInt = 64, N: PositiveInt = 16, heads: PositiveInt = 
     m0 = _mean_overlap(X0)["m"].numpy()[:, None]
     out = solve(LimitSDE(noise=HomogenizedAttention(beta=0.0, heads=heads, sigma_V=sv)), X0, T=T, steps=steps,
                 seed=seed + 1, save=SaveAt(at=at, stats=(), final=False, fn=_mean_overlap))
-    mean, se = mean_and_se(out["m"].values, axis=0)
-    rate = sv * sv
-    pred = logistic(m0, rate * (d - 1) * times).mean(axis=0)
-    band = 0.5 * np.abs(logistic(m0, rate * d * times).mean(0) - logistic(m0, rate * (d - 2) * times).mean(0))
-    return OverlapCheck(d, N, sv, times, np.asarray(mean), np.asarray(se), pred, band, batch)
+    m = out["m"].values
+    mean, se = mean_and_se(m, axis=0)
+    tau = sv * sv * (d - 1) * times
+    curves = logistic(m0, tau)  # (batch, points): each sample's logistic
+    pred = curves.mean(axis=0)
+    band = 0.5 * np.abs(logistic(m0, sv * sv * d * times).mean(0) - logistic(m0, sv * sv * (d - 2) * times).mean(0))
+    spread = np.clip(m.var(axis=0, ddof=1) - curves.var(axis=0, ddof=1), 0.0, None)
+    grid = np.concatenate([[0.0], tau])
+    lag = variance_lag(grid, logistic(np.full(1, m0.mean()), grid), np.concatenate([[0.0], spread]))[1:]
+    return OverlapCheck(d, N, sv, times, np.asarray(mean), np.asarray(se), pred, band + lag, batch, m0[:, 0], lag)
+
+
+def variance_lag(tau: np.ndarray, u: np.ndarray, spread: np.ndarray) -> np.ndarray:
+    """The delay e(τ_k) of E m behind the logistic u, at the times ``tau`` (k,: 0 first, increasing),
+    caused by ``spread`` (k,), the variance of m across samples not due to their initial values
+    (0 at τ = 0): since E[m(1 − m)] = E m(1 − E m) − Var m, linearising u′ = u(1 − u) about u gives
+    e′ = (1 − 2u) e + Var m, so e(τ_k) = ∫₀^{τ_k} u′(τ_k)/u′(s) · Var m(s) ds (u′(τ)/u′(s) is the
+    flow's derivative), here by the trapezoid rule over ``tau``. Returns (k,), e(0) = 0."""
+    s, uu, v = (np.asarray(a, float) for a in (tau, u, spread))
+    du = uu * (1 - uu)
+    out = [0.0]
+    for k in range(1, len(s)):
+        f = du[k] / du[: k + 1] * v[: k + 1]
+        out.append(float(np.sum(0.5 * (f[1:] + f[:-1]) * np.diff(s[: k + 1]))))
+    return np.array(out)
 
 
 @dataclass(frozen=True)
@@ -310,10 +374,13 @@ class AntipodalCheck:
     predicted: float
 
     def rows(self, predicted: Optional[float] = None) -> list[Comparison]:
-        """One ``matches`` row, P(z_T < 0) with its Wilson interval against P(antipodal)."""
+        """One ``matches`` row, P(z_T < 0) with its Wilson interval against P(antipodal), judged against
+        the linear kernel's arccos(z₀)/π."""
         p = self.predicted if predicted is None else float(predicted)
         return judge([Comparison.from_fraction(f"P(antipodal), d = {self.d}, β = {self.beta:g}", p, self.antipodal,
-                                               self.pairs, tol=self.undecided)])
+                                               self.pairs, tol=self.undecided, alternative=math.acos(self.z0) / math.pi,
+                                               note="scale function of the pair diffusion; alternative arccos(z₀)/π "
+                                                    "(the linear kernel: large β, or d = 2); tol = the undecided fraction")])
 
 
 @validated
@@ -324,3 +391,158 @@ def value_antipodal(d: PositiveInt = 3, beta: PositiveFloat = 1.0, z0: Cosine = 
     z = simulate_pairs(ValueNoise(beta), pair_start(pairs, d, z0, seed), T, steps, [steps], seed + 1)["z"][:, 0]
     return AntipodalCheck(d, float(beta), float(z0), float(T), int((z < 0).sum()), pairs,
                           float((np.abs(z) < 1 - eps).mean()), float(ValuePair(beta, d).p_antipodal(z0)))
+
+
+# ----------------------------------------------------------------------------- all checks at once (report)
+
+
+class NeighboursConfig(StrictConfig):
+    """Sizes of [`run_neighbours`][stochformer.experiments.neighbours.run_neighbours]: the quadratic
+    forms (d, forcing γ, pairs, steps on t ≤ 2), independent against common noise (ReLU κ of noise
+    scale 2 on the circle and on S², pairs from z₀ = 0.5 to T = 4), the homogenized transformer at
+    β = 0 (d, N, samples) and at large β (pairs, step), and value-matrix noise at the (d, β) points
+    across the threshold (d − 2) sech 2β = 1 (pairs from z₀ = 0, T = 10), with the (β, d) grid of
+    its figure."""
+
+    quadratic_d: int = Field(3, ge=2, le=64, description="dimension of the quadratic-form runs, in [2, 64]")
+    gamma: float = Field(1.0, gt=0.0, le=10.0, description="forcing γ of the forced quadratic-form run, in (0, 10]")
+    attractor_pairs: int = Field(2000, ge=3, description="pairs of each quadratic-form run (>= 3)")
+    attractor_steps: int = Field(400, ge=4, description="steps on t in [0, 2] of the quadratic-form runs (>= 4)")
+    contrast_pairs: int = Field(1000, ge=3, description="pairs of each common/independent run (>= 3)")
+    contrast_steps: int = Field(400, ge=4, description="steps on t in [0, 4] of the common/independent runs (>= 4)")
+    overlap_d: int = Field(64, ge=3, le=1024, description="dimension of the β = 0 homogenized run, in [3, 1024]")
+    overlap_N: int = Field(16, ge=2, le=1024, description="tokens of the β = 0 homogenized run, in [2, 1024]")
+    overlap_batch: int = Field(64, ge=3, description="samples of the β = 0 homogenized run (>= 3)")
+    overlap_steps: int = Field(400, ge=6, description="steps on t in [0, 3] of the β = 0 homogenized run (>= 6)")
+    large_beta_pairs: int = Field(600, ge=3, description="pairs of the large-β homogenized run (>= 3)")
+    large_beta_dt: float = Field(0.025, gt=0.0, le=0.1, description="step of the large-β homogenized run, in (0, 0.1]")
+    value_points: list[list[float]] = Field([[3, 1.0], [4, 2.0], [4, 0.3]], min_length=1,
+                                            description="(d, β) of the value-noise runs: d an integer >= 2, β > 0")
+    value_pairs: int = Field(2000, ge=3, description="pairs of each value-noise run (>= 3)")
+    value_steps: int = Field(400, ge=4, description="steps on t in [0, 10] of the value-noise runs (>= 4)")
+    value_betas: list[float] = Field([0.25 * k for k in range(1, 13)], min_length=2,
+                                     description="β of the value-noise figure's grid (each > 0)")
+    value_dims: list[int] = Field(list(range(3, 13)), min_length=2, description="d of the value-noise figure's grid (each >= 2)")
+    seed: int = Field(0, ge=0, le=2**32 - 1)
+
+    @field_validator("value_points")
+    @classmethod
+    def _points(cls, v: list[list[float]]) -> list[list[float]]:
+        for p in v:
+            if len(p) != 2 or p[0] != int(p[0]) or p[0] < 2 or not p[1] > 0:
+                raise ValueError(f"each point is [d, beta] with d an integer >= 2 and beta > 0 (got {p})")
+        return v
+
+    @field_validator("value_betas")
+    @classmethod
+    def _betas(cls, v: list[float]) -> list[float]:
+        if not all(b > 0 for b in v):
+            raise ValueError(f"every beta must be > 0 (got {v})")
+        return v
+
+    @field_validator("value_dims")
+    @classmethod
+    def _dims(cls, v: list[int]) -> list[int]:
+        if not all(d >= 2 for d in v):
+            raise ValueError(f"every d must be >= 2 (got {v})")
+        return v
+
+
+#: the horizons of the report's runs: quadratic forms, common/independent, homogenized β = 0, value noise
+ATTRACTOR_T, CONTRAST_T, OVERLAP_T, VALUE_T = 2.0, 4.0, 3.0, 10.0
+#: the large-β homogenized run: d, β_eff, z₀ and the slow time s (t = s·d)
+LARGE_BETA_D, LARGE_BETA_BETA, LARGE_BETA_Z0, LARGE_BETA_S = 64, 200.0, -0.5, 0.08
+#: the times (points) kept on each curve of the report's runs
+POINTS = 4
+
+
+@dataclass(frozen=True)
+class NeighboursResult:
+    """Every check of [`run_neighbours`][stochformer.experiments.neighbours.run_neighbours] and the exact
+    curves of its figures (``curves``: plain lists), with the run's ``provenance``."""
+
+    unforced: AttractorCheck
+    forced: AttractorCheck
+    contrast: list[ContrastCheck]
+    overlap: OverlapCheck
+    large_beta: LargeBetaPairCheck
+    value: list[AntipodalCheck]
+    curves: dict
+    provenance: dict
+
+    def to_dict(self) -> dict:
+        """Every number, JSON-ready (arrays as lists)."""
+        def plain(obj: Any) -> Any:
+            if isinstance(obj, np.ndarray):
+                return obj.tolist()
+            if isinstance(obj, (np.floating, np.integer)):
+                return obj.item()
+            if isinstance(obj, dict):
+                return {k: plain(v) for k, v in obj.items()}
+            if isinstance(obj, (list, tuple)):
+                return [plain(v) for v in obj]
+            if hasattr(obj, "__dataclass_fields__"):
+                return {k: plain(getattr(obj, k)) for k in obj.__dataclass_fields__}
+            return obj
+
+        return plain({"unforced": self.unforced, "forced": self.forced, "contrast": self.contrast,
+                      "overlap": self.overlap, "large_beta": self.large_beta, "value": self.value,
+                      "curves": self.curves})
+
+    def rows(self) -> list[Comparison]:
+        """Every check's rows (their own predictions), judged as one family."""
+        rows = self.unforced.rows() + self.forced.rows()
+        for c in self.contrast:
+            rows += c.rows()
+        rows += self.overlap.rows() + self.large_beta.rows()
+        for v in self.value:
+            rows += v.rows()
+        return judge(rows)
+
+
+def _attractor_curves(d: int, gamma: float, z0: float, times: np.ndarray) -> dict:
+    pair = PairDiffusion(QuadraticField(gamma).pair_kernel(d))
+    exact = expectation(pair, angle if gamma > 0 else antipodal_angle, times, z0=z0, distances=True, levels=1)
+    bound = forced_bound(times, gamma, d) if gamma > 0 else unforced_bound(times)
+    return {"t": times, "exact": exact, "bound": bound}
+
+
+def run_neighbours(cfg: NeighboursConfig) -> NeighboursResult:
+    """Every check of this module at the sizes of ``cfg`` (seeds: independent children of
+    ``cfg.seed``), with the exact curves the figures draw: E dist on a grid of t, the logistic from
+    each sample's m(0), E z and E z² of the linear kernel over s, P(aligned | u₀) by the scale
+    function beside arcsin(u₀)/π + ½, and P(antipodal | z₀ = 0) of value noise over the (β, d) grid."""
+    seeds = iter(child_seeds(cfg.seed, 6 + len(cfg.value_points)))
+    d = cfg.quadratic_d
+    unforced = attractor_distance(d=d, gamma=0.0, T=ATTRACTOR_T, steps=cfg.attractor_steps, points=POINTS,
+                                  pairs=cfg.attractor_pairs, z0=0.0, seed=next(seeds))
+    forced = attractor_distance(d=d, gamma=cfg.gamma, T=ATTRACTOR_T, steps=cfg.attractor_steps, points=POINTS,
+                                pairs=cfg.attractor_pairs, z0=-0.99, seed=next(seeds))
+    contrast = [independent_contrast(NoiseKernel("relu", k, scale=2.0), T=CONTRAST_T, steps=cfg.contrast_steps,
+                                     pairs=cfg.contrast_pairs, z0=0.5, seed=next(seeds)) for k in (2, 3)]
+    overlap = mean_overlap(d=cfg.overlap_d, N=cfg.overlap_N, heads=2, T=OVERLAP_T, steps=cfg.overlap_steps,
+                           points=POINTS, batch=cfg.overlap_batch, seed=next(seeds))
+    large = large_beta_pair(d=LARGE_BETA_D, beta=LARGE_BETA_BETA, z0=LARGE_BETA_Z0, s=LARGE_BETA_S, dt=cfg.large_beta_dt,
+                            pairs=cfg.large_beta_pairs, seed=next(seeds))
+    value = [value_antipodal(d=int(k), beta=float(b), z0=0.0, T=VALUE_T, steps=cfg.value_steps, pairs=cfg.value_pairs,
+                             seed=next(seeds)) for k, b in cfg.value_points]
+
+    fine = np.linspace(ATTRACTOR_T / 40, ATTRACTOR_T, 40)
+    tau = np.linspace(0.0, OVERLAP_T, 61)
+    rate = overlap.sigma_V**2 * (overlap.d - 1)
+    m0 = overlap.m0 if overlap.m0 is not None else np.full(1, 1.0 / overlap.N)
+    s = np.linspace(0.0, 1.25 * large.s, 26)[1:]
+    linear = PairDiffusion(NoiseKernel("linear", large.d))
+    u0 = np.linspace(-0.95, 0.95, 39)
+    curves = {
+        "unforced": _attractor_curves(d, 0.0, 0.0, fine),
+        "forced": _attractor_curves(d, cfg.gamma, -0.99, fine),
+        "logistic": {"t": tau, "m": logistic(m0[:, None], rate * tau).mean(0)},
+        "linear": {"s": s, "z": expectation(linear, lambda z: z, s * large.d, z0=large.z0, levels=1),
+                   "z2": expectation(linear, lambda z: z * z, s * large.d, z0=large.z0, levels=1)},
+        "aligned": {"u0": u0, "scale_function": linear.p_diagonal(u0), "arcsin": np.arcsin(u0) / np.pi + 0.5},
+        "value": {"beta": list(cfg.value_betas), "d": list(cfg.value_dims),
+                  "p": [[ValuePair(float(b), int(k)).p_antipodal(0.0) for b in cfg.value_betas] for k in cfg.value_dims],
+                  "beta_c": [critical_beta(int(k)) for k in cfg.value_dims]},
+    }
+    return NeighboursResult(unforced, forced, contrast, overlap, large, value, curves, provenance("cpu"))

@@ -10,13 +10,14 @@ order of the page, and each registers its sections in its own order.
 - `variants`: SPEC §7 (``variants``, ``bridge``);
 - `beyond`: the paper's claims its figures do not show (``joint-limit``, ``repulsion``,
   ``phase-transformer``, ``phase-dim-transformer``);
-- `theory`: SPEC §8's exact results beside simulation (``exact-theory``).
+- `theory`: SPEC §8's exact results beside simulation (``exact-theory``);
+- `neighbours`: the neighbouring stochastic limits, each against its own prediction (``neighbours``).
 
 [`rows`][stochformer.report.sections.rows] holds the row builders and tolerances the sections share; it registers nothing.
 """
 
 from __future__ import annotations
 
-from . import paper, phase, variants, beyond, theory  # noqa: F401  (in the order of the report: they register themselves)
+from . import paper, phase, variants, beyond, theory, neighbours  # noqa: F401  (in the order of the report: they register themselves)
 
-__all__ = ["beyond", "paper", "phase", "theory", "variants"]
+__all__ = ["beyond", "neighbours", "paper", "phase", "theory", "variants"]
