@@ -45,9 +45,10 @@ from ..core.runtime import child_seeds, provenance
 from ..core.sphere import uniform
 from ..core.validation import Cosine, NonNegativeFloat, PositiveFloat, PositiveInt, Seed, validated
 from ..integrate import SaveAt, solve
-from ..measure.stats import mean_and_se
+from ..integrate import Model
+from ..measure.stats import OffsetPowerFit, fit_power_law_offset, mean_and_se
 from ..measure.verdict import Comparison, judge
-from ..model.homogenized import HomogenizedAttention
+from ..model.homogenized import HomogenizedAttention, HomogenizedLayers
 from ..model.independent import IndependentField
 from ..model.kernel import NoiseKernel
 from ..model.noise import ExactField, NoiseSource
@@ -105,8 +106,12 @@ def simulate_pairs(noise: NoiseSource, X0: torch.Tensor, T: float, steps: int, a
     """θ, π − θ and z of each pair at the steps ``at``: arrays (pairs, len(at)), stepped by
     [`solve`][stochformer.solve] on a [`LimitSDE`][stochformer.model.sde.LimitSDE] (Stratonovich Heun)
     with ``noise``."""
-    out = solve(LimitSDE(noise=noise), X0, T=T, steps=steps, seed=seed,
-                save=SaveAt(at=list(at), stats=(), final=False, fn=_angles))
+    return _pair_angles(LimitSDE(noise=noise), X0, T, steps, at, seed)
+
+
+def _pair_angles(model: Model, X0: torch.Tensor, T: float, steps: int, at: Sequence[int],
+                 seed: int) -> dict[str, np.ndarray]:
+    out = solve(model, X0, T=T, steps=steps, seed=seed, save=SaveAt(at=list(at), stats=(), final=False, fn=_angles))
     return {k: out[k].values for k in ("theta", "anti", "z")}
 
 
@@ -354,6 +359,77 @@ def large_beta_pair(d: PositiveInt = 64, beta: PositiveFloat = 200.0, z0: Cosine
     return LargeBetaPairCheck(d, float(beta), float(z0), float(s), moments, linear_pair_moments(d, z0, s), pairs)
 
 
+#: the weak-error exponent in η of the homogenized layers at a fixed time, as the issue states the
+#: error η·max(η, α) (α ∝ η at fixed H, σ_V, d), and that of a first-order weak error (the alternative)
+WEAK_EXPONENT, FIRST_ORDER = 2.0, 1.0
+
+
+@dataclass(frozen=True)
+class WeakErrorCheck:
+    """E z² of a pair under [`HomogenizedLayers`][stochformer.model.homogenized.HomogenizedLayers]
+    (the discrete layers, one per η) at the slow time s (t = s·d), from z0, for each η of ``etas``
+    (k,): ``mean`` ± ``se`` (k,) over ``pairs`` independent pairs per η (``mean_z``, ``se_z``: E z),
+    ``exact`` the limit's value (the linear kernel), and ``fit`` of E z²(η) ≈ E₀ + C η^p (E₀ free:
+    it absorbs the finite-d bias of the limit itself; docs/neighbours.md)."""
+
+    d: int
+    beta: float
+    z0: float
+    s: float
+    etas: np.ndarray
+    mean: np.ndarray
+    se: np.ndarray
+    mean_z: np.ndarray
+    se_z: np.ndarray
+    exact: float
+    fit: OffsetPowerFit
+    pairs: int
+
+    @property
+    def error(self) -> np.ndarray:
+        """E z²(η) − the linear kernel's value, (k,)."""
+        return self.mean - self.exact
+
+    def rows(self, predicted: Optional[float] = None) -> list[Comparison]:
+        """One ``matches`` row: the fitted exponent p (profile-likelihood 95% interval) against
+        `WEAK_EXPONENT` = 2, judged against the first-order exponent 1 (``predicted``: an exponent to
+        test in place of 2; its alternative is then 2)."""
+        p = WEAK_EXPONENT if predicted is None else float(predicted)
+        alt = WEAK_EXPONENT if p == FIRST_ORDER else FIRST_ORDER
+        etas = ", ".join(f"{e:g}" for e in self.etas)
+        return judge([Comparison(f"weak error exponent of E z²(s = {self.s:g}) in η (layers, d = {self.d}, η = {etas})",
+                                 p, self.fit.exponent, self.fit.ci, alternative=alt,
+                                 note=f"fit E₀ + C η^p, {self.pairs} pairs per η; η·max(η, α) with α ∝ η: 2; "
+                                      "first-order weak error: 1")])
+
+
+@validated
+def weak_error(d: PositiveInt = 64, beta: PositiveFloat = 200.0, z0: Cosine = -0.5, s: PositiveFloat = 0.08,
+               etas: Sequence[float] = (0.04, 0.08, 0.16, 0.32, 0.64), heads: PositiveInt = 1,
+               pairs: PositiveInt = 4000, seed: Seed = 0) -> WeakErrorCheck:
+    """The weak error of the discrete homogenized layers against their limit, over the residual
+    steps ``etas`` (at least 3 distinct values, each in (0, 1] and a whole number of layers in
+    t = s·d): E z and E z² of pairs from z0 after s·d/η layers (σ_V² = 1/d, σ_A = 1/√d, β_eff = β,
+    α = η σ_V²(d − 1)/H per head), each η from its own seed (independent means), and the fit of
+    E z²(η) = E₀ + C η^p ([`fit_power_law_offset`][stochformer.measure.stats.fit_power_law_offset])."""
+    T = s * d
+    grid = np.sort(np.asarray(etas, float))
+    layers = np.round(T / grid)
+    if len(np.unique(grid)) < 3 or not np.all((grid > 0) & (grid <= 1)) or np.any(np.abs(layers * grid - T) > 1e-9 * T):
+        raise ValueError(f"etas: at least 3 distinct values in (0, 1], each a whole number of layers in t = s·d = {T:g} "
+                         f"(got {list(etas)})")
+    noise = HomogenizedAttention(beta=beta, heads=heads, sigma_V=1.0 / math.sqrt(d))
+    X0 = pair_start(pairs, d, z0, seed)
+    stats = []
+    for eta, n, child in zip(grid, layers.astype(int), child_seeds(seed, len(grid))):
+        z = _pair_angles(HomogenizedLayers(noise), X0, n * float(eta), int(n), [int(n)], child)["z"][:, 0]
+        stats.append([*mean_and_se(z * z), *mean_and_se(z)])
+    m2, se2, m1, se1 = (np.array(c, float) for c in zip(*stats))
+    exact = linear_pair_moments(d, z0, s)["z2"]
+    return WeakErrorCheck(d, float(beta), float(z0), float(s), grid, m2, se2, m1, se1, exact,
+                          fit_power_law_offset(grid, m2, se2), pairs)
+
+
 # ----------------------------------------------------------------------------- value-matrix noise
 
 
@@ -423,6 +499,11 @@ class NeighboursConfig(StrictConfig):
     value_betas: list[float] = Field([0.25 * k for k in range(1, 13)], min_length=2,
                                      description="β of the value-noise figure's grid (each > 0)")
     value_dims: list[int] = Field(list(range(3, 13)), min_length=2, description="d of the value-noise figure's grid (each >= 2)")
+    weak_pairs: int = Field(4000, ge=0, description="pairs per η of the weak-error sweep of the homogenized layers "
+                                                     "(>= 3; 0: not run, its row not measured)")
+    weak_etas: list[float] = Field([0.04, 0.08, 0.16, 0.32, 0.64], min_length=4,
+                                   description="residual steps η of the weak-error sweep: at least 4, each in (0, 1] "
+                                               "and a whole number of layers in t = 5.12")
     seed: int = Field(0, ge=0, le=2**32 - 1)
 
     @field_validator("value_points")
@@ -438,6 +519,22 @@ class NeighboursConfig(StrictConfig):
     def _betas(cls, v: list[float]) -> list[float]:
         if not all(b > 0 for b in v):
             raise ValueError(f"every beta must be > 0 (got {v})")
+        return v
+
+    @field_validator("weak_pairs")
+    @classmethod
+    def _weak_pairs(cls, v: int) -> int:
+        if 0 < v < 3:
+            raise ValueError(f"weak_pairs must be 0 (not run) or >= 3 (got {v})")
+        return v
+
+    @field_validator("weak_etas")
+    @classmethod
+    def _weak_etas(cls, v: list[float]) -> list[float]:
+        T = LARGE_BETA_S * LARGE_BETA_D
+        if len(set(v)) < 4 or not all(0 < e <= 1 and abs(round(T / e) * e - T) <= 1e-9 * T for e in v):
+            raise ValueError(f"weak_etas must hold at least 4 distinct values in (0, 1], each a whole number of "
+                             f"layers in t = {T:g} (got {v})")
         return v
 
     @field_validator("value_dims")
@@ -467,6 +564,7 @@ class NeighboursResult:
     overlap: OverlapCheck
     large_beta: LargeBetaPairCheck
     value: list[AntipodalCheck]
+    weak: Optional[WeakErrorCheck]
     curves: dict
     provenance: dict
 
@@ -487,7 +585,7 @@ class NeighboursResult:
 
         return plain({"unforced": self.unforced, "forced": self.forced, "contrast": self.contrast,
                       "overlap": self.overlap, "large_beta": self.large_beta, "value": self.value,
-                      "curves": self.curves})
+                      "weak": self.weak, "curves": self.curves})
 
     def rows(self) -> list[Comparison]:
         """Every check's rows (their own predictions), judged as one family."""
@@ -497,7 +595,14 @@ class NeighboursResult:
         rows += self.overlap.rows() + self.large_beta.rows()
         for v in self.value:
             rows += v.rows()
+        rows += self.weak.rows() if self.weak is not None else [not_run_weak_error()]
         return judge(rows)
+
+
+def not_run_weak_error() -> Comparison:
+    """The weak-error row of a run without the sweep (``weak_pairs`` = 0): not measured."""
+    return Comparison("weak error exponent of E z² in η (homogenized layers)", WEAK_EXPONENT, alternative=FIRST_ORDER,
+                      note="not run at this size (the sweep costs tens of seconds)")
 
 
 def _attractor_curves(d: int, gamma: float, z0: float, times: np.ndarray) -> dict:
@@ -512,7 +617,7 @@ def run_neighbours(cfg: NeighboursConfig) -> NeighboursResult:
     ``cfg.seed``), with the exact curves the figures draw: E dist on a grid of t, the logistic from
     each sample's m(0), E z and E z² of the linear kernel over s, P(aligned | u₀) by the scale
     function beside arcsin(u₀)/π + ½, and P(antipodal | z₀ = 0) of value noise over the (β, d) grid."""
-    seeds = iter(child_seeds(cfg.seed, 6 + len(cfg.value_points)))
+    seeds = iter(child_seeds(cfg.seed, 7 + len(cfg.value_points)))
     d = cfg.quadratic_d
     unforced = attractor_distance(d=d, gamma=0.0, T=ATTRACTOR_T, steps=cfg.attractor_steps, points=POINTS,
                                   pairs=cfg.attractor_pairs, z0=0.0, seed=next(seeds))
@@ -526,6 +631,9 @@ def run_neighbours(cfg: NeighboursConfig) -> NeighboursResult:
                             pairs=cfg.large_beta_pairs, seed=next(seeds))
     value = [value_antipodal(d=int(k), beta=float(b), z0=0.0, T=VALUE_T, steps=cfg.value_steps, pairs=cfg.value_pairs,
                              seed=next(seeds)) for k, b in cfg.value_points]
+    weak = None if cfg.weak_pairs == 0 else weak_error(
+        d=LARGE_BETA_D, beta=LARGE_BETA_BETA, z0=LARGE_BETA_Z0, s=LARGE_BETA_S, etas=cfg.weak_etas, pairs=cfg.weak_pairs,
+        seed=next(seeds))
 
     fine = np.linspace(ATTRACTOR_T / 40, ATTRACTOR_T, 40)
     tau = np.linspace(0.0, OVERLAP_T, 61)
@@ -545,4 +653,4 @@ def run_neighbours(cfg: NeighboursConfig) -> NeighboursResult:
                   "p": [[ValuePair(float(b), int(k)).p_antipodal(0.0) for b in cfg.value_betas] for k in cfg.value_dims],
                   "beta_c": [critical_beta(int(k)) for k in cfg.value_dims]},
     }
-    return NeighboursResult(unforced, forced, contrast, overlap, large, value, curves, provenance("cpu"))
+    return NeighboursResult(unforced, forced, contrast, overlap, large, value, weak, curves, provenance("cpu"))

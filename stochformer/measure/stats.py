@@ -11,6 +11,8 @@
   rate law);
 - [`fit_power_law_weighted`][stochformer.measure.stats.fit_power_law_weighted]: means with standard errors that may be unresolved from 0 or
   negative: weighted least squares in linear space, profile-likelihood interval (the decorrelation);
+  [`fit_power_law_offset`][stochformer.measure.stats.fit_power_law_offset]: the same for a growth law above a free offset,
+  y ≈ E₀ + C x^p (a weak error above the bias of the limit it is measured against);
 - intervals valid at their sample size: [`t_interval`][stochformer.measure.stats.t_interval] (a mean of n >= 3 samples, Student's t),
   [`wilson_interval`][stochformer.measure.stats.wilson_interval] and [`clopper_pearson_interval`][stochformer.measure.stats.clopper_pearson_interval] (a fraction of independent trials).
   No interval is formed from fewer than `MIN_SAMPLES` samples (NaN).
@@ -187,6 +189,37 @@ def _profile_rss(x: np.ndarray, y: np.ndarray, w: np.ndarray, p: np.ndarray) -> 
     return C, (w * (y - C[:, None] * X) ** 2).sum(-1)
 
 
+def _profile_interval(rss: Callable[[np.ndarray], np.ndarray], grid: np.ndarray) -> tuple[float, float, float]:
+    """The minimiser p̂ of a profiled residual sum ``rss`` (exponents (k,) → (k,)) over ``grid``
+    (a grid search, then a bounded refinement within one spacing) and the hull (lo, hi) of every p
+    with rss(p) − rss(p̂) ≤ χ²₁(0.95), its ends refined by root finding between the grid points
+    inside and outside (an end of the grid where the hull reaches it: unbounded there)."""
+    from scipy.optimize import brentq, minimize_scalar
+
+    values = rss(grid)
+    k = int(np.argmin(values))
+    step = grid[1] - grid[0]
+
+    def rss_at(q: float) -> float:
+        return float(rss(np.array([q]))[0])
+
+    best = minimize_scalar(rss_at, method="bounded",
+                           bounds=(max(grid[0], grid[k] - step), min(grid[-1], grid[k] + step)), options={"xatol": 1e-12})
+    p_hat = float(best.x) if best.fun <= values[k] else float(grid[k])
+    rss_min = rss_at(p_hat)
+
+    def excess(q: float) -> float:
+        return rss_at(q) - rss_min - CHI2_1_95
+
+    inside = np.nonzero(values - rss_min <= CHI2_1_95)[0]
+    lo = hi = p_hat
+    if len(inside):  # the hull's ends, each refined between its grid point and the next one outside
+        first, last = int(inside[0]), int(inside[-1])
+        lo = min(p_hat, float(grid[0]) if first == 0 else brentq(excess, grid[first - 1], grid[first], xtol=1e-10))
+        hi = max(p_hat, float(grid[-1]) if last == len(grid) - 1 else brentq(excess, grid[last], grid[last + 1], xtol=1e-10))
+    return p_hat, float(lo), float(hi)
+
+
 @validated
 def fit_power_law_weighted(
     N: _Positive, y: Annotated[np.ndarray, Values(ndim=1)], se: Annotated[np.ndarray, Values(ndim=1, positive=True)],
@@ -200,34 +233,66 @@ def fit_power_law_weighted(
     3.84 (its hull, on the grid); where the means do not resolve the decay it reaches an end of
     the range (unbounded there), where a percentile bootstrap of refits would give a narrow
     interval that means nothing. ``se`` = the interval's half-width / 1.96."""
-    from scipy.optimize import brentq, minimize_scalar
-
     sizes, y, se = np.asarray(N, float), np.asarray(y, float), np.asarray(se, float)
     if not len(sizes) == len(y) == len(se) >= 2:
         raise ValueError(f"y, se: must have the length of N, at least 2 (got {len(sizes)}, {len(y)}, {len(se)})")
     x, w = sizes / sizes[0], 1.0 / se**2  # C is the value at the first size: a well-scaled parameter
-    grid = np.linspace(*PROFILE_RANGE, PROFILE_POINTS)
-    _, rss = _profile_rss(x, y, w, grid)
-    k = int(np.argmin(rss))
-    step = grid[1] - grid[0]
-
-    def rss_at(q: float) -> float:
-        return float(_profile_rss(x, y, w, np.array([q]))[1][0])
-
-    best = minimize_scalar(rss_at, method="bounded",
-                           bounds=(max(grid[0], grid[k] - step), min(grid[-1], grid[k] + step)), options={"xatol": 1e-12})
-    p_hat = float(best.x) if best.fun <= rss[k] else float(grid[k])
-    C, rss_min = (float(v[0]) for v in _profile_rss(x, y, w, np.array([p_hat])))
-    def excess(q: float) -> float:
-        return rss_at(q) - rss_min - CHI2_1_95
-
-    inside = np.nonzero(rss - rss_min <= CHI2_1_95)[0]
-    lo = hi = p_hat
-    if len(inside):  # the hull's ends, each refined between its grid point and the next one outside
-        first, last = int(inside[0]), int(inside[-1])
-        lo = min(p_hat, float(grid[0]) if first == 0 else brentq(excess, grid[first - 1], grid[first], xtol=1e-10))
-        hi = max(p_hat, float(grid[-1]) if last == len(grid) - 1 else brentq(excess, grid[last], grid[last + 1], xtol=1e-10))
+    p_hat, lo, hi = _profile_interval(lambda p: _profile_rss(x, y, w, p)[1], np.linspace(*PROFILE_RANGE, PROFILE_POINTS))
+    C = float(_profile_rss(x, y, w, np.array([p_hat]))[0][0])
     return PowerFit(p_hat, (float(lo), float(hi)), float(C * sizes[0] ** p_hat), (hi - lo) / (2 * 1.959963984540054))
+
+
+#: the growth exponents `fit_power_law_offset` searches (p > 0: at p = 0 the power is the offset)
+OFFSET_RANGE = (0.01, 8.0)
+
+
+@dataclass(frozen=True)
+class OffsetPowerFit(PowerFit):
+    """y ≈ offset + prefactor · x^{exponent} (a growth law above a constant, e.g. a weak error
+    above the bias of the limit it is measured against), with the exponent's 95% interval."""
+
+    offset: float = math.nan
+
+    def to_dict(self) -> dict:
+        return {**super().to_dict(), "offset": self.offset}
+
+
+def _offset_rss(x: np.ndarray, y: np.ndarray, w: np.ndarray, p: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For each exponent p (k,): the weighted least-squares (E₀, C) of y ≈ E₀ + C x^p (the 2 × 2
+    normal equations) and the residual sum Σ w (y − E₀ − C x^p)², each (k,)."""
+    X = x[None, :] ** p[:, None]  # (k, n)
+    s0, s1, s2 = w.sum(), (w * X).sum(-1), (w * X * X).sum(-1)
+    t0, t1 = (w * y).sum(), (w * y * X).sum(-1)
+    det = s0 * s2 - s1 * s1
+    C = (s0 * t1 - s1 * t0) / det
+    E0 = (t0 - s1 * C) / s0
+    return E0, C, (w * (y - E0[:, None] - C[:, None] * X) ** 2).sum(-1)
+
+
+@validated
+def fit_power_law_offset(
+    x: _Positive, y: Annotated[np.ndarray, Values(ndim=1)], se: Annotated[np.ndarray, Values(ndim=1, positive=True)],
+) -> OffsetPowerFit:
+    """Growth exponent p of means ``y`` (n,) with independent Gaussian standard errors ``se`` (n,)
+    against x (n,): weighted least squares of y ≈ E₀ + C x^p, the offset E₀ free. For fixed p the
+    model is linear in (E₀, C), which are profiled out exactly, so the fit is a search of
+    RSS(p) = min Σ w (y − E₀ − C x^p)² (w = 1/se²) over `OFFSET_RANGE`, with the profile-likelihood
+    95% interval of `fit_power_law_weighted` (an end of the range where the data do not bound p).
+    At least 3 points (with 2, any p fits exactly). ``se`` = the interval's half-width / 1.96.
+
+    Returns
+    -------
+    OffsetPowerFit
+        ``exponent`` p̂, ``ci``, ``prefactor`` C (at x = 1), ``offset`` E₀, ``se``.
+    """
+    xs, y, se = np.asarray(x, float), np.asarray(y, float), np.asarray(se, float)
+    if not len(xs) == len(y) == len(se) >= 3:
+        raise ValueError(f"y, se: must have the length of x, at least 3 (got {len(xs)}, {len(y)}, {len(se)})")
+    scale = xs.max()  # x/scale in (0, 1]: C is the value at the largest x, a well-scaled parameter
+    u, w = xs / scale, 1.0 / se**2
+    p_hat, lo, hi = _profile_interval(lambda p: _offset_rss(u, y, w, p)[2], np.linspace(*OFFSET_RANGE, 1597))
+    E0, C, _ = (float(v[0]) for v in _offset_rss(u, y, w, np.array([p_hat])))
+    return OffsetPowerFit(p_hat, (lo, hi), float(C / scale**p_hat), (hi - lo) / (2 * 1.959963984540054), None, E0)
 
 
 @validated

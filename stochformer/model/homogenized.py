@@ -47,6 +47,7 @@ from typing import Optional
 import torch
 
 from ..core.brownian import as_draws
+from ..core.sphere import normalize
 from ..core.validation import Bool, NonNegativeFloat, PositiveFloat, PositiveInt, validated
 from .kernel import NoiseKernel
 from .noise import Randomness, gamma_variates, sqrt_psd
@@ -140,6 +141,46 @@ class HomogenizedAttention:
         xi = draws.brownian((B, self.heads, N, d), X.dtype, X.device)
         out = sqrt_psd(a @ a.transpose(-1, -2)) @ xi
         return (self.sigma_V * math.sqrt(dt / self.heads)) * out.sum(dim=1)
+
+
+@dataclass
+class HomogenizedLayers:
+    r"""The discrete homogenized transformer itself, one layer per step of [`solve`][stochformer.solve]
+    (dt = η):
+
+    $$
+    x_i \leftarrow \mathrm{LN}\big(x_i + \Delta W_i\big), \qquad \Delta W_i = \sqrt{\eta/H}\,\sum_h V_h a^h_i
+    $$
+
+    (``attention``'s [`increment`][stochformer.model.homogenized.HomogenizedAttention.increment],
+    exact in law), with neither a tangent projection nor an Itô term: the layer of the module
+    docstring, whose weak error against the limit SDE is what a sweep over η measures
+    (docs/neighbours.md). [`EulerMaruyama`][stochformer.model.sde.EulerMaruyama] with dt = η is a
+    different scheme of the same limit: it projects ΔW to the tangent space and scales x by
+    1 − κ(1)(d − 1)η/2 before LN.
+
+    Parameters
+    ----------
+    attention : HomogenizedAttention
+        The random heads of every layer.
+
+    Examples
+    --------
+    >>> import stochformer as sf
+    >>> from stochformer.model.homogenized import HomogenizedAttention, HomogenizedLayers
+    >>> X0 = sf.sphere.uniform(batch=2, N=3, d=4, seed=0)
+    >>> sf.solve(HomogenizedLayers(HomogenizedAttention(beta=2.0)), X0, T=0.5, steps=5, seed=0).X_final.shape
+    (2, 3, 4)
+    """
+
+    attention: HomogenizedAttention
+
+    def reset(self, batch, d, generator, dtype, device) -> None:
+        self.attention.reset(batch, d, generator, dtype, device)
+
+    def step(self, X: torch.Tensor, dt: float, draws: Randomness) -> torch.Tensor:
+        """One layer at η = dt: X (batch, N, d) → (batch, N, d), unit rows."""
+        return normalize(X + self.attention.increment(X, dt, draws))
 
 
 def _gram_factor(lead: tuple[int, ...], d: int, generator: torch.Generator, like: torch.Tensor) -> torch.Tensor:
