@@ -356,3 +356,17 @@ def test_w2_names_the_missing_extra(monkeypatch):
                            r"install the extra stochformer\[ot\] \(or stochformer\[all\]\): "
                            r"python -m pip install '\.\[ot\]' in the source tree$"):
             f(X, X)
+
+
+def test_offset_fit_recovers_a_growth_law_above_an_offset():
+    """Exact means E₀ + C x^p (no noise) give back p, C and E₀; an interval that contains p; fewer
+    than 3 points are refused naming y."""
+    from stochformer.measure.stats import fit_power_law_offset
+
+    x = np.array([0.04, 0.08, 0.16, 0.32, 0.64])
+    for p, C, E0 in ((1.0, 0.05, 0.3), (2.0, -0.1, -0.2), (0.5, 0.02, 0.0)):
+        fit = fit_power_law_offset(x, E0 + C * x**p, np.full(5, 1e-3))
+        assert abs(fit.exponent - p) < 1e-5 and abs(fit.prefactor - C) < 1e-6 and abs(fit.offset - E0) < 1e-6
+        assert fit.ci[0] <= p <= fit.ci[1] and fit.to_dict()["offset"] == fit.offset
+    with pytest.raises(ValueError, match="y"):
+        fit_power_law_offset(x[:2], x[:2], np.full(2, 1e-3))
