@@ -66,11 +66,12 @@ class HomogenizedAttention:
     is the step's Brownian normals (batch, H, N, d) from
     [`Draws.brownian`][stochformer.core.brownian.Draws.brownian] (a
     [`BrownianPath`][stochformer.core.brownian.BrownianPath] of that shape couples runs); the W part
-    comes from the step's generator (weights outside the path). With the
-    [`EulerMaruyama`][stochformer.model.sde.EulerMaruyama] integrator and dt = η,
-    [`solve`][stochformer.solve] runs the discrete model layer by layer (its Itô term is radial and
-    removed by LN); the default Heun integrator is consistent with the same limit (the increment is
-    evaluated once, at X).
+    comes from the step's generator (weights outside the path). The discrete layers themselves,
+    x ← LN(x + ΔW) with dt = η, are [`HomogenizedLayers`][stochformer.model.homogenized.HomogenizedLayers];
+    in a [`LimitSDE`][stochformer.model.sde.LimitSDE], the
+    [`EulerMaruyama`][stochformer.model.sde.EulerMaruyama] integrator (which projects ΔW and scales x
+    by its Itô term before LN) and the default Heun integrator (the increment evaluated once, at X)
+    are schemes of the same limit.
 
     Parameters
     ----------
