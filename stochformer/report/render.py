@@ -12,6 +12,7 @@ import binascii
 import html
 import io
 import json
+import re
 from typing import Any, Optional
 
 from ..measure.verdict import (
@@ -57,6 +58,40 @@ def safe_png(data: Any) -> Optional[str]:
     except (binascii.Error, ValueError, OSError, SyntaxError, Image.DecompressionBombError):
         return None
     return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+#: an innermost braced exponent or index, ``^{…}`` / ``_{…}`` (no brace inside), a parenthesised
+#: exponent ``^(N,L,m)`` (kept with its parentheses) or a one-character exponent ``^β``; indices
+#: without braces are left alone (``energy_beta`` is a name, not c with index e)
+_SCRIPT = re.compile(r"([\^_])\{([^{}]*)\}|\^(\([^()]*\)|[^\s{}^_(),;.&<>])")
+
+
+def maths(text: Any) -> str:
+    """Text with the pseudo-LaTeX of the claims typeset as HTML: escaped, then each ``^{…}`` as a
+    superscript and each ``_{…}`` as a subscript (nested ones from the inside out), ``^x`` of one
+    character and ``^(…)`` as a superscript.
+
+    The page keeps no scripts and loads nothing, so formulas are set with ``<sup>``/``<sub>`` rather
+    than KaTeX or MathJax; Unicode letters (λ̄', κ, ε) are already the symbols.
+
+    Parameters
+    ----------
+    text : Any
+        A claim, note or caption (``None`` gives the empty string).
+
+    Returns
+    -------
+    str
+        Safe HTML: ``maths("e^{−κ(1)(d−1)t/2}")`` is ``"e<sup>−κ(1)(d−1)t/2</sup>"``.
+    """
+    out = escape(text)
+    while True:
+        new = _SCRIPT.sub(lambda m: (f"<sup>{m.group(3)}</sup>" if m.group(3) is not None
+                                     else f"<{'sup' if m.group(1) == '^' else 'sub'}>{m.group(2)}</"
+                                          f"{'sup' if m.group(1) == '^' else 'sub'}>"), out)
+        if new == out:
+            return out
+        out = new
 
 
 def _seconds(x: Any) -> str:
@@ -139,12 +174,12 @@ def comparison_table(rows: list[dict]) -> str:
         cls = _VERDICT_CLASS.get(r["verdict"], "none")
         reach = f" (reach {fmt(r['reach'])})" if r.get("reach") is not None else ""
         body.append(
-            f"<tr><td class='q'>{escape(r['quantity'])}</td><td class='q'>{escape(r.get('hypothesis', ''))}</td>"
+            f"<tr><td class='q'>{maths(r['quantity'])}</td><td class='q'>{maths(r.get('hypothesis', ''))}</td>"
             f"<td>{fmt(r['predicted'])}</td><td>{fmt(r.get('alternative'))}</td><td>{fmt(r['measured'])}</td>"
             f"<td>{_ci(r.get('ci'))}</td><td>{fmt(r.get('n'))}</td><td>{escape(r['rule'])}{escape(reach)}</td>"
             f"<td>{fmt(r['tol'])}</td><td>{_p(r.get('p_value'))}</td><td>{_p(r.get('p_adjusted'))}</td>"
             f"<td class='q'>{escape(_errors(r))}</td>"
-            f"<td class='{cls}'>{escape(r['verdict'])}</td><td class='q'>{escape(r.get('note') or '')}</td></tr>"
+            f"<td class='{cls}'>{escape(r['verdict'])}</td><td class='q'>{maths(r.get('note') or '')}</td></tr>"
         )
     family = max((r["family"] for r in judged if r.get("p_adjusted") is not None), default=0)
     level = (f"<p class='small'>The {family} tested rows of this section are one family: Holm's adjustment of their "
@@ -188,7 +223,7 @@ def section(rec: dict) -> str:
     name = escape(rec["name"])
     parts = [f"<section id='{name}'><h2>{escape(rec['title'])} <span class='small'>({escape(rec['spec'])}; "
              f"<code>--only {name}</code>)</span></h2>",
-             f"<div class='claim'><b>Claim.</b> {escape(rec['claim'])}</div>"]
+             f"<div class='claim'><b>Claim.</b> {maths(rec['claim'])}</div>"]
     status = rec["status"]
     if status in ("failed", "unavailable", "not_run", "pending"):
         text = {
@@ -217,11 +252,11 @@ def section(rec: dict) -> str:
                              "a valid PNG.</p>")
                 continue
             parts.append(f"<figure><img alt='{escape(fig.get('name'))}' src='data:image/png;base64,{png}'>"
-                         f"<figcaption>{escape(fig.get('caption'))}</figcaption></figure>")
+                         f"<figcaption>{maths(fig.get('caption'))}</figcaption></figure>")
         parts.append(comparison_table(rec.get("comparisons", [])))
         parts.extend(data_table(t) for t in rec.get("tables", []))
         for note in rec.get("notes", []):
-            parts.append(f"<p class='small'>{escape(note)}</p>")
+            parts.append(f"<p class='small'>{maths(note)}</p>")
         parts.append("<details><summary>exact config, seeds, versions</summary>"
                      f"<p class='small'>cache key {escape(str(rec.get('key')))}</p>"
                      f"<b>config</b>{_json_block(rec.get('config'))}<b>seeds</b>{_json_block(rec.get('seeds', {}))}"
