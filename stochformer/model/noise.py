@@ -562,6 +562,11 @@ class ExactField:
         to ~1e-7, which on the diagonal would swamp 1 − cosine of close tokens."""
         Xd = normalize(X.to(torch.float64))
         G = (Xd @ Xd.transpose(-1, -2)).clamp(-1.0, 1.0)
+        if G.requires_grad:
+            # ⟨x_i, x_i⟩ = 1 for every unit x_i, so the diagonal's derivative is 0; kept in the graph it
+            # would meet arccos's infinite slope at 1 in the ReLU kernel (∞·0 = NaN). Same values.
+            eye = torch.eye(G.shape[-1], dtype=torch.bool, device=G.device)
+            G = torch.where(eye, G.detach(), G)
         K = self.kernel.kappa(G) if self._cheb is None else _clenshaw(self._cheb.to(G.device), G)
         return K.to(dtype or X.dtype)
 
@@ -597,7 +602,13 @@ CLENSHAW_CHUNK = 1 << 15
 
 
 def _clenshaw(coef: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """Σ_k c_k T_k(x) elementwise by Clenshaw's recurrence, `CLENSHAW_CHUNK` entries at a time."""
+    """Σ_k c_k T_k(x) elementwise by Clenshaw's recurrence, `CLENSHAW_CHUNK` entries at a time (in
+    reused buffers; where x needs a gradient, out of place: the same operations, so the same values)."""
+    if x.requires_grad and torch.is_grad_enabled():
+        b1, b2 = torch.zeros_like(x), torch.zeros_like(x)
+        for ck in coef[1:].flip(0).tolist():
+            b1, b2 = 2 * x * b1 - b2 + ck, b1
+        return x * b1 - b2 + float(coef[0])
     flat = x.reshape(-1)
     out = torch.empty_like(flat)
     c = coef[1:].flip(0).tolist()
