@@ -7,7 +7,8 @@ classes it defines under a name without a leading underscore; of a class, the fu
 itself (properties are attributes). A member documents
 
 * a ``Parameters`` section where it takes any (besides ``self``/``cls``, ``*args``/``**kwargs``);
-  a class documents its constructor's there (or, a dataclass, its fields under ``Attributes``); a
+  a class documents its constructor's there (or, a dataclass or named tuple, its fields under
+  ``Attributes``); a
   pydantic model is exempt, its fields are listed from their descriptions (griffe-pydantic), and so
   is a protocol class, which has no constructor of its own;
 * a ``Returns`` (or ``Yields``) section where its return annotation is not ``None``.
@@ -88,8 +89,8 @@ def gaps(qualname: str, obj: Any) -> Iterator[str]:
     if inspect.isclass(obj):
         if issubclass(obj, pydantic.BaseModel) or getattr(obj, "_is_protocol", False):
             return
-        if _parameters(obj) and not (section(doc, "Parameters")
-                                     or (dataclasses.is_dataclass(obj) and section(doc, "Attributes"))):
+        record = dataclasses.is_dataclass(obj) or (issubclass(obj, tuple) and hasattr(obj, "_fields"))
+        if _parameters(obj) and not (section(doc, "Parameters") or (record and section(doc, "Attributes"))):
             yield f"{qualname}: Parameters"
         return
     if _parameters(obj) and not section(doc, "Parameters"):
