@@ -47,7 +47,7 @@ PENDING = frozenset({
     "stochformer.model.independent", "stochformer.model.quadratic", "stochformer.model.rng",
     "stochformer.model.tangent", "stochformer.model.two_point", "stochformer.model.value_noise",
     "stochformer.plotting.chaos", "stochformer.plotting.core",
-    "stochformer.plotting.phase_gain", "stochformer.plotting.sweep",
+    "stochformer.plotting.phase_gain",
     "stochformer.plotting.sync", "stochformer.plotting.theory", "stochformer.report.profiles",
     "stochformer.report.registry", "stochformer.report.render", "stochformer.report.runner",
     "stochformer.report.sections.rows", "stochformer.report.sections.theory",
