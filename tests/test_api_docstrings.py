@@ -51,9 +51,7 @@ PENDING = frozenset({
     "stochformer.plotting.sync", "stochformer.plotting.theory", "stochformer.report.profiles",
     "stochformer.report.registry", "stochformer.report.render", "stochformer.report.runner",
     "stochformer.report.sections.rows", "stochformer.report.sections.theory",
-    "stochformer.tasks", "stochformer.tasks.base", "stochformer.tasks.parallel", "stochformer.theory",
-    "stochformer.theory.energy", "stochformer.theory.evolution", "stochformer.theory.pair",
-    "stochformer.theory.value_noise",
+    "stochformer.tasks", "stochformer.tasks.base", "stochformer.tasks.parallel",
 })
 
 
