@@ -36,13 +36,35 @@ MAX_FIGURE_PIXELS = 50_000_000
 
 
 def escape(text: Any) -> str:
-    """Any value as HTML text (quotes escaped too, so it is safe inside attributes)."""
+    """Any value as HTML text (quotes escaped too, so it is safe inside attributes).
+
+    Parameters
+    ----------
+    text : Any
+        Any value (None: empty).
+
+    Returns
+    -------
+    str
+        Safe HTML.
+    """
     return html.escape("" if text is None else str(text), quote=True)
 
 
 def safe_png(data: Any) -> Optional[str]:
     """``data`` (base64 text) decoded, checked to be one PNG image of reasonable size, and
-    re-encoded from its pixels; None when it is anything else."""
+    re-encoded from its pixels; None when it is anything else.
+
+    Parameters
+    ----------
+    data : Any
+        Base64 text.
+
+    Returns
+    -------
+    str or None
+        The re-encoded PNG as base64.
+    """
     from PIL import Image
 
     try:
@@ -129,7 +151,18 @@ _COUNTED = ((HOLDS, "holds", "holds"), (FAILS, "does not hold", "fails"), (INCON
 
 
 def fmt(x: Any) -> str:
-    """A number with 4 significant digits (integers as they are); ``—`` for missing."""
+    """A number with 4 significant digits (integers as they are); ``—`` for missing.
+
+    Parameters
+    ----------
+    x : Any
+        A number, None or text.
+
+    Returns
+    -------
+    str
+        Safe HTML.
+    """
     if x is None:
         return "—"
     if isinstance(x, bool) or isinstance(x, int):
@@ -162,7 +195,18 @@ def _errors(r: dict) -> str:
 
 
 def comparison_table(rows: list[dict]) -> str:
-    """The predicted-vs-measured table of a section (its rows judged as one family)."""
+    """The predicted-vs-measured table of a section (its rows judged as one family).
+
+    Parameters
+    ----------
+    rows : list of dict
+        The section's stored rows.
+
+    Returns
+    -------
+    str
+        The HTML table.
+    """
     if not rows:
         return ""
     head = ("<tr><th class='q'>quantity</th><th class='q'>hypothesis</th><th>predicted</th><th>alternative a</th>"
@@ -188,7 +232,18 @@ def comparison_table(rows: list[dict]) -> str:
 
 
 def data_table(table: dict) -> str:
-    """A further table of a section: ``{"title", "columns", "rows"}``."""
+    """A further table of a section: ``{"title", "columns", "rows"}``.
+
+    Parameters
+    ----------
+    table : dict
+        ``{"title", "columns", "rows"}``.
+
+    Returns
+    -------
+    str
+        The HTML table.
+    """
     head = "".join(f"<th>{escape(str(c))}</th>" for c in table["columns"])
     body = "".join("<tr>" + "".join(f"<td>{fmt(v)}</td>" for v in row) + "</tr>" for row in table["rows"])
     return f"<p><b>{escape(table.get('title', ''))}</b></p><table><tr>{head}</tr>{body}</table>"
@@ -199,7 +254,18 @@ def _count(rec: dict) -> dict[str, int]:
 
 
 def summary_table(records: list[dict]) -> str:
-    """One line per section: status, run time and verdict counts."""
+    """One line per section: status, run time and verdict counts.
+
+    Parameters
+    ----------
+    records : list of dict
+        The section records.
+
+    Returns
+    -------
+    str
+        The HTML table.
+    """
     rows = []
     for rec in records:
         c = _count(rec)
@@ -219,7 +285,18 @@ def _json_block(obj: Any) -> str:
 
 
 def section(rec: dict) -> str:
-    """The HTML of one section record (see ``runner.reproduce``)."""
+    """The HTML of one section record (see ``runner.reproduce``).
+
+    Parameters
+    ----------
+    rec : dict
+        A section record.
+
+    Returns
+    -------
+    str
+        The HTML.
+    """
     name = escape(rec["name"])
     parts = [f"<section id='{name}'><h2>{escape(rec['title'])} <span class='small'>({escape(rec['spec'])}; "
              f"<code>--only {name}</code>)</span></h2>",
@@ -288,7 +365,18 @@ HOWTO = (
 
 
 def render_html(report: dict) -> str:
-    """The whole page for ``report`` (the dict returned by ``runner.reproduce``)."""
+    """The whole page for ``report`` (the dict returned by ``runner.reproduce``).
+
+    Parameters
+    ----------
+    report : dict
+        The report.
+
+    Returns
+    -------
+    str
+        The self-contained HTML page.
+    """
     records = report["sections"]
     prov = report.get("provenance", {})
     rules = "".join(f"<li><b>{escape(k)}</b> (H: {escape(HYPOTHESES[k])}): {escape(v)}</li>" for k, v in RULES.items())
