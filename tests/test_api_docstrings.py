@@ -8,16 +8,13 @@ itself (properties are attributes). A member documents
 
 * a ``Parameters`` section where it takes any (besides ``self``/``cls``, ``*args``/``**kwargs``);
   a class documents its constructor's there (or, a dataclass or named tuple, its fields under
-  ``Attributes``); a
-  pydantic model is exempt, its fields are listed from their descriptions (griffe-pydantic), and so
-  is a protocol class, which has no constructor of its own;
+  ``Attributes``); a pydantic model is exempt, its fields are listed from their descriptions
+  (griffe-pydantic), and so is a protocol class, which has no constructor of its own;
 * a ``Returns`` (or ``Yields``) section where its return annotation is not ``None``.
 
-``inspect.getdoc`` is the docstring read, so a method that implements a documented protocol method
-without a docstring of its own inherits the protocol's, as the reader of ``help()`` sees it.
-
-The modules in `PENDING` do not satisfy this yet: their test is a strict expected failure, so it
-fails as soon as one of them does (then it leaves the list), and the list can only shrink.
+``inspect.getdoc`` is the docstring read, so a method that overrides a documented method of a base
+class without a docstring of its own inherits the base's (a result's ``to_dict``, ``names``), as
+the reader of ``help()`` sees it.
 """
 
 from __future__ import annotations
@@ -33,11 +30,6 @@ import pydantic
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-
-#: the modules whose docstrings do not have the sections yet (the list only shrinks: see the module docstring)
-PENDING = frozenset({ "stochformer.report.runner",
-    "stochformer.report.sections.rows", "stochformer.report.sections.theory",
-})
 
 
 def documented_modules() -> list[str]:
@@ -109,7 +101,6 @@ def module_gaps(module_name: str) -> list[str]:
 def test_the_walk_sees_the_api():
     modules = documented_modules()
     assert "stochformer.integrate" in modules and "stochformer.interop" in modules and len(modules) > 40
-    assert not PENDING - set(modules), "PENDING names a module the site no longer renders"
     walked = {q for m in modules for q, _ in members(m)}
     import stochformer
 
@@ -184,9 +175,7 @@ def test_the_rule_finds_a_missing_section():
         del sys.modules["fake_api"]
 
 
-@pytest.mark.parametrize("module_name", [
-    pytest.param(m, marks=pytest.mark.xfail(strict=True, reason="numpydoc sections not written yet"))
-    if m in PENDING else m for m in documented_modules()])
+@pytest.mark.parametrize("module_name", documented_modules())
 def test_public_callables_document_parameters_and_returns(module_name):
     missing = module_gaps(module_name)
     assert not missing, f"{len(missing)} public callables lack numpydoc sections:\n" + "\n".join(missing)
