@@ -457,6 +457,12 @@ def lyapunov_exponent(kappa: FiniteFloat, kappa_prime: FiniteFloat, d: Annotated
     ------
     ValueError
         If λ₁ does not fit in float64.
+
+    Examples
+    --------
+    >>> from stochformer.model.kernel import lyapunov_exponent
+    >>> lyapunov_exponent(kappa=1.0, kappa_prime=0.5, d=4)
+    -1.25
     """
     return _fits("lyapunov_exponent", 0.5 * (d - 3) * kappa_prime - 0.5 * (d - 1) * kappa)
 
@@ -487,6 +493,12 @@ def first_moment_rate(kappa: FiniteFloat, kappa_prime: FiniteFloat, d: Annotated
     ------
     ValueError
         If λ̄ does not fit in float64.
+
+    Examples
+    --------
+    >>> from stochformer.model.kernel import first_moment_rate
+    >>> first_moment_rate(kappa=1.0, kappa_prime=0.5, d=4)
+    0.5
     """
     return _fits("first_moment_rate", (d - 1) * kappa_prime - (d - 3) * kappa)
 
@@ -514,6 +526,12 @@ def lyapunov_spectrum(kappa: FiniteFloat, kappa_prime: FiniteFloat, d: Annotated
     -------
     list of float
         λ_1, …, λ_{d−1}.
+
+    Examples
+    --------
+    >>> from stochformer.model.kernel import lyapunov_spectrum
+    >>> lyapunov_spectrum(kappa=1.0, kappa_prime=0.5, d=4)
+    [-1.25, -1.75, -2.25]
     """
     half = 0.5 * (d - 1)
     return [_fits("lyapunov_spectrum", 0.5 * (d - 1 - 2 * i) * kappa_prime - half * kappa) for i in range(1, d)]
