@@ -44,7 +44,19 @@ class ClusterSpectrum(NamedTuple):
     system, block a = 0 the consensus mode and a ≥ 1 the relative modes (the frame's column order,
     `cluster_spectrum`); ``centre`` (batch, d − 1) of one token at the cluster's centre on the
     same draws; ``shift`` the predicted shift c = −log(1 + γΔt)/Δt of the relative modes;
-    ``spread`` (batch,) the largest distance of a token from the centre at the end."""
+    ``spread`` (batch,) the largest distance of a token from the centre at the end.
+
+    Attributes
+    ----------
+    tokens : torch.Tensor, shape (batch, N, d − 1)
+        The N-token system's exponents per block.
+    centre : torch.Tensor, shape (batch, d − 1)
+        One token's exponents at the centre.
+    shift : float
+        The predicted shift c of the relative modes.
+    spread : torch.Tensor, shape (batch,)
+        The cluster's largest distance to its centre at T.
+    """
 
     tokens: torch.Tensor
     centre: torch.Tensor
@@ -53,7 +65,18 @@ class ClusterSpectrum(NamedTuple):
 
     def predicted(self, shift: Optional[float] = None) -> torch.Tensor:
         """The prediction from the centre's exponents (batch, N, d − 1): block 0 λ_i, blocks a ≥ 1
-        λ_i + c (``shift``, default the model's c)."""
+        λ_i + c (``shift``, default the model's c).
+
+        Parameters
+        ----------
+        shift : float, optional
+            c (default the model's).
+
+        Returns
+        -------
+        torch.Tensor, shape (batch, N, d − 1)
+            The predicted exponents.
+        """
         c = self.shift if shift is None else shift
         N = self.tokens.shape[-2]
         offsets = torch.tensor([0.0] + [c] * (N - 1), dtype=self.centre.dtype).view(1, N, 1)
@@ -90,7 +113,34 @@ def cluster_spectrum(model: Transformer, jet: MLPJet, N: PositiveInt, d: Positiv
     ``steps`` layers of ``model`` (a `Transformer` whose attention has
     V = γI; its noise source is not used: ``jet``'s explicit weights are, ``mode = "weights"``) with
     Δt = T/steps; ``batch`` independent samples from ``seed``. The attention's γ is read from the
-    model (``model.attention.gamma``)."""
+    model (``model.attention.gamma``).
+
+    Parameters
+    ----------
+    model : Transformer
+        The layer (attention V = γI).
+    jet : MLPJet
+        The noise's jet (explicit weights).
+    N : int
+        Tokens.
+    d : int
+        Token dimension.
+    T : float
+        The horizon.
+    steps : int
+        Layers.
+    batch : int
+        Samples.
+    seed : int, optional
+        The seed.
+    spread : float, optional
+        The initial cluster's radius.
+
+    Returns
+    -------
+    ClusterSpectrum
+        The exponents and their prediction.
+    """
     if N < 2 or d < 2:
         raise ValueError(f"N, d: a cluster needs N >= 2 tokens in d >= 2 (got N = {N}, d = {d})")
     if model.order != "post_ln":

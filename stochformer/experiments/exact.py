@@ -111,7 +111,18 @@ class ExactConfig(ExperimentConfig):
         """Peak memory and rough time of the run (`preflight`): the pair runs (two tokens per
         sample, one per β), the spectrum runs (the spectrum's and one per phase point: a d × d
         frame per sample on the levels L, L/2, L/4) and the energy runs (the exact field's
-        N × N kernel and its factor per step); the theory lines cost milliseconds."""
+        N × N kernel and its factor per step); the theory lines cost milliseconds.
+
+        Parameters
+        ----------
+        workers : int, optional
+            Processes the run's tasks are spread over.
+
+        Returns
+        -------
+        Estimate
+            Peak memory (bytes) and a rough time.
+        """
         d, B = self.model.d, self.model.batch
         pair_steps = len(self.betas) * self.model.L
         spectrum_steps = (1 + len(self.phase_points)) * self.spectrum_L * 7 // 4
@@ -136,7 +147,27 @@ class ExactResult(Result):
     ``energy``: ``times`` (k,), ``exact`` (k,), ``mean``, ``se`` (k,), ``bound`` (k,) =
     E_β(μ_0)·e^{λ̄' t} at the measured mean start, ``rate`` (the exact long-time rate and its kind),
     ``lambda_bar_prime``, ``n``. ``phase``: the [`GainPhase`][stochformer.model.kernel.GainPhase];
-    ``points``: per point g, σ_U, λ₁ predicted, measured, se, err."""
+    ``points``: per point g, σ_U, λ₁ predicted, measured, se, err.
+
+    Attributes
+    ----------
+    config : ExactConfig
+        The configuration run.
+    pair : dict
+        The two-token part.
+    spectrum : SpectrumResult
+        The spectrum part.
+    energy : dict
+        The energy part.
+    phase : GainPhase
+        The gain phase diagram.
+    points : list of dict
+        The measured phase points.
+    provenance : dict
+        Versions, platform and device.
+    elapsed_s : float
+        The run time in seconds.
+    """
 
     command: ClassVar[str] = "exact"
     summary_name: ClassVar[str] = "exact.json"
@@ -184,7 +215,22 @@ class ExactResult(Result):
 
 
 def pair_runs(cfg: ExactConfig, beta: float, seed: int) -> np.ndarray:
-    """The final overlaps z_T (batch,) of ``model.batch`` pairs started at cosine z0 with attention β."""
+    """The final overlaps z_T (batch,) of ``model.batch`` pairs started at cosine z0 with attention β.
+
+    Parameters
+    ----------
+    cfg : ExactConfig
+        The configuration.
+    beta : float
+        The attention's β.
+    seed : int
+        The seed.
+
+    Returns
+    -------
+    numpy.ndarray, shape (batch,)
+        z_T.
+    """
     run = cfg.model.with_updates(beta=beta)
     env = setup(run)
     g = env.generator(seed)
@@ -195,7 +241,20 @@ def pair_runs(cfg: ExactConfig, beta: float, seed: int) -> np.ndarray:
 
 
 def pair_part(cfg: ExactConfig, seed: int) -> dict:
-    """The two-token part: measured and exact P(Z_T < 0) per β, p_antipodal and β* (module docstring)."""
+    """The two-token part: measured and exact P(Z_T < 0) per β, p_antipodal and β* (module docstring).
+
+    Parameters
+    ----------
+    cfg : ExactConfig
+        The configuration.
+    seed : int
+        The seed.
+
+    Returns
+    -------
+    dict
+        Per β, the measured and exact probabilities, and the theory's line.
+    """
     run = cfg.model
     kern = make_kernel(run)
     v = run.gamma_value
@@ -233,7 +292,20 @@ def _spectrum_config(cfg: ExactConfig, seed: int, **updates: Any) -> SpectrumCon
 
 def energy_part(cfg: ExactConfig, seed: int) -> dict:
     """The energy part: the exact E[E_β(μ^N_t)] from uniform tokens, its long-time rate and Theorem
-    1.4's bound, beside ``energy_batch`` runs of the limit SDE without attention."""
+    1.4's bound, beside ``energy_batch`` runs of the limit SDE without attention.
+
+    Parameters
+    ----------
+    cfg : ExactConfig
+        The configuration.
+    seed : int
+        The seed.
+
+    Returns
+    -------
+    dict
+        The exact and measured energies, the rate and the bound.
+    """
     run = cfg.model
     sig = {} if cfg.energy_sigma is None else {"sigma_U": cfg.energy_sigma, "sigma_W": cfg.energy_sigma}
     erun = run.with_updates(attention=False, N=cfg.energy_N, batch=cfg.energy_batch, T=cfg.energy_T, L=cfg.energy_L,
@@ -260,7 +332,20 @@ def energy_part(cfg: ExactConfig, seed: int) -> dict:
 
 @validated
 def run_exact(cfg: ExactConfig, progress: bool = False) -> ExactResult:
-    """The four parts of the module docstring for ``cfg`` (seeds split from ``model.seed``)."""
+    """The four parts of the module docstring for ``cfg`` (seeds split from ``model.seed``).
+
+    Parameters
+    ----------
+    cfg : ExactConfig
+        A validated configuration.
+    progress : bool, optional
+        Show progress bars (on a terminal).
+
+    Returns
+    -------
+    ExactResult
+        The four parts.
+    """
     cfg = as_config(cfg, ExactConfig)
     run = cfg.model
     start = time.perf_counter()

@@ -39,7 +39,20 @@ CPU_ROWS = 64
 
 def query_chunk(N: int, block: int = DEFAULT_BLOCK) -> int:
     """Query rows per attention chunk so that a (chunk, N) score block has at most ``block``
-    entries (at least one row): working memory O(block + N d) per sample."""
+    entries (at least one row): working memory O(block + N d) per sample.
+
+    Parameters
+    ----------
+    N : int
+        Keys (tokens of the cloud), >= 1.
+    block : int, optional
+        The most score entries formed at once.
+
+    Returns
+    -------
+    int
+        Query rows per chunk, in 1..N.
+    """
     return max(1, min(N, block // N))
 
 
@@ -89,7 +102,23 @@ class RandomAttention(Attention, Protocol):
 def start_run(attention: Optional[Attention], batch: int, d: int, generator: torch.Generator, dtype: torch.dtype,
               device) -> None:
     """The start of a run for ``attention``: a [`RandomAttention`][stochformer.model.attention.RandomAttention]
-    is reset; a deterministic one has nothing to start."""
+    is reset; a deterministic one has nothing to start.
+
+    Parameters
+    ----------
+    attention : Attention or None
+        The attention (None: no attention, nothing to do).
+    batch : int
+        Independent samples of the run.
+    d : int
+        Token dimension.
+    generator : torch.Generator
+        The run's generator.
+    dtype : torch.dtype
+        The tokens' dtype.
+    device : str or torch.device
+        The tokens' device.
+    """
     if isinstance(attention, RandomAttention):
         attention.reset(batch, d, generator, dtype, device)
 
@@ -176,7 +205,32 @@ class SoftmaxAttention:
     ) -> "SoftmaxAttention":
         """From query, key and value matrices (nested lists, arrays or tensors, d × d, finite; a
         missing Q or K is the identity): A = Qᵀ K and V; without Q, K the score matrix is βI,
-        without V the value γI."""
+        without V the value γI.
+
+        Parameters
+        ----------
+        d : int
+            Token dimension, >= 2.
+        beta : float, optional
+            The score scale where neither Q nor K is given.
+        gamma : float, optional
+            The value scale where V is not given.
+        Q, K, V : array_like, optional
+            d × d finite matrices.
+        dtype : torch.dtype, optional
+            The matrices' dtype.
+        device : str or torch.device, optional
+            Their device.
+        chunk : int, optional
+            Query rows per chunk (None: all at once).
+        sdpa : bool, optional
+            Use ``torch.nn.functional.scaled_dot_product_attention``.
+
+        Returns
+        -------
+        SoftmaxAttention
+            The attention with ``A`` and ``V`` set (or β, γ).
+        """
         check_int("d", d, 2)
 
         def as_t(M: object, name: str) -> torch.Tensor:
@@ -195,7 +249,20 @@ class SoftmaxAttention:
     def flops(self, N: int, d: int) -> float:
         """Matrix-product flops of self-attention on N tokens in dimension d, per sample: the scores
         (β X Xᵀ, a symmetric product, N(N+1)d; with A the queries X A, 2Nd², and 2N²d) and their
-        product with the values (2N²d, and 2Nd² for X Vᵀ with V)."""
+        product with the values (2N²d, and 2Nd² for X Vᵀ with V).
+
+        Parameters
+        ----------
+        N : int
+            Tokens.
+        d : int
+            Token dimension.
+
+        Returns
+        -------
+        float
+            Flops per sample.
+        """
         scores = N * (N + 1.0) * d if self.A is None else 2.0 * N * d * (d + N)
         return scores + 2.0 * N * N * d + (0.0 if self.V is None else 2.0 * N * d * d)
 
@@ -267,7 +334,17 @@ class RandomBatchAttention:
     [`SoftmaxAttention`][stochformer.model.attention.SoftmaxAttention]; its ``chunk`` and ``sdpa`` do not apply). ``p``: tokens per batch
     (≥ 2). The permutations come from the piece's own generator, seeded with ``seed`` and started
     again at every run ([`reset`][stochformer.model.attention.RandomBatchAttention.reset]), so the run's noise draws are the same as with the exact
-    attention: the two can be compared path by path. Only self-attention (``keys=None``)."""
+    attention: the two can be compared path by path. Only self-attention (``keys=None``).
+
+    Parameters
+    ----------
+    exact : SoftmaxAttention
+        The attention whose scores and values are used.
+    p : int
+        Tokens per batch, >= 2.
+    seed : int, optional
+        Seed of the permutations, started again at every run.
+    """
 
     exact: SoftmaxAttention
     p: Annotated[int, Int(2)]
@@ -283,12 +360,39 @@ class RandomBatchAttention:
         return self.exact.d
 
     def reset(self, batch, d, generator, dtype, device) -> None:
-        """The start of a run: the permutations start again from ``seed``."""
+        """The start of a run: the permutations start again from ``seed``.
+
+        Parameters
+        ----------
+        batch : int
+            Independent samples of the run.
+        d : int
+            Token dimension.
+        generator : torch.Generator
+            The run's generator.
+        dtype : torch.dtype
+            The tokens' dtype.
+        device : str or torch.device
+            The tokens' device.
+        """
         self._gen = make_generator(self.seed, device)
 
     def flops(self, N: int, d: int) -> float:
         """Matrix-product flops per sample: 4 N p d for the scores and their product with the values
-        (plus the d × d products of A and V, as in [`SoftmaxAttention.flops`][stochformer.model.attention.SoftmaxAttention.flops])."""
+        (plus the d × d products of A and V, as in [`SoftmaxAttention.flops`][stochformer.model.attention.SoftmaxAttention.flops]).
+
+        Parameters
+        ----------
+        N : int
+            Tokens.
+        d : int
+            Token dimension.
+
+        Returns
+        -------
+        float
+            Flops per sample.
+        """
         extra = (0.0 if self.exact.A is None else 2.0 * N * d * d) + (0.0 if self.exact.V is None else 2.0 * N * d * d)
         return 4.0 * N * min(self.p, N) * d + extra
 

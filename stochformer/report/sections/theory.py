@@ -37,7 +37,18 @@ ENERGY_RTOL = 0.10
 def pair_rows(pair: dict) -> list[Comparison]:
     """One row per β: the fraction of pairs with z_T < 0 (Clopper–Pearson 95% interval) "matches" the
     exact P(Z_T < 0) with tol `PAIR_TOL`, judged against the pair without attention (the
-    alternative: attention plays no part); fewer than ``MIN_SAMPLES`` pairs: inconclusive."""
+    alternative: attention plays no part); fewer than ``MIN_SAMPLES`` pairs: inconclusive.
+
+    Parameters
+    ----------
+    pair : dict
+        ``ExactResult.pair``.
+
+    Returns
+    -------
+    list of Comparison
+        The rows.
+    """
     rows = []
     star = pair.get("beta_star")
     for i, beta in enumerate(pair["beta"]):
@@ -60,7 +71,18 @@ def pair_rows(pair: dict) -> list[Comparison]:
 
 def spectrum_rows(spec: dict) -> list[Comparison]:
     """Every λ̂_i (Δt → 0) against SPEC §8's λ_i, and the sum rule and the mean spacing κ', as
-    [`extrapolated_rate_row`][stochformer.report.sections.rows.extrapolated_rate_row] (Student's t over the samples)."""
+    [`extrapolated_rate_row`][stochformer.report.sections.rows.extrapolated_rate_row] (Student's t over the samples).
+
+    Parameters
+    ----------
+    spec : dict
+        The spectrum part of ``ExactResult.to_dict()``.
+
+    Returns
+    -------
+    list of Comparison
+        The rows.
+    """
     n = spec["samples"]
     rows = [extrapolated_rate_row(f"λ̂_{i + 1} vs λ_{i + 1} = ((d−1−2i)/2)κ' − ((d−1)/2)κ (d = {spec['d']})", p, m, s, e, n=n)
             for i, (m, s, e, p) in enumerate(zip(spec["measured"], spec["se"], spec["err"], spec["predicted"]))]
@@ -73,7 +95,18 @@ def spectrum_rows(spec: dict) -> list[Comparison]:
 def energy_rows(energy: dict) -> list[Comparison]:
     """The measured E[E_β(μ_t)] at every kept t > 0 "matches" the exact value (tol `ENERGY_RTOL`·exact,
     Student's t over the runs), and Theorem 1.4's bound on the measured mean rate
-    log(mean E_T/E_0)/T "at_most" λ̄' (delta-method SE), judged against no decay when λ̄' < 0."""
+    log(mean E_T/E_0)/T "at_most" λ̄' (delta-method SE), judged against no decay when λ̄' < 0.
+
+    Parameters
+    ----------
+    energy : dict
+        ``ExactResult.energy``.
+
+    Returns
+    -------
+    list of Comparison
+        The rows.
+    """
     n = energy["n"]
     rows = [rate_row(f"E[E_β(μ_t)] at t = {t:g} (N = {energy['N']}) vs exact", p, m, s, ENERGY_RTOL, n=n,
                      note=f"exact: backward equation, every pair the pair diffusion; tol = {ENERGY_RTOL:g}·exact "
@@ -95,7 +128,18 @@ def energy_rows(energy: dict) -> list[Comparison]:
 
 def phase_rows(points: list[dict]) -> list[Comparison]:
     """At every measured (g, σ_U): λ̂₁ (Δt → 0) "matches" the formula's λ₁ (tol 3%), and its sign is
-    the predicted phase ("below" 0 on the ordered side λ₁ < 0, "above" 0 on the chaotic side)."""
+    the predicted phase ("below" 0 on the ordered side λ₁ < 0, "above" 0 on the chaotic side).
+
+    Parameters
+    ----------
+    points : list of dict
+        ``ExactResult.points``.
+
+    Returns
+    -------
+    list of Comparison
+        The rows.
+    """
     rows = []
     for pt in points:
         where = f"g = {pt['gain']:g}, σ_U = {pt['sigma_U']:g}"
@@ -112,7 +156,18 @@ def phase_rows(points: list[dict]) -> list[Comparison]:
 
 def theory_rows(numbers: dict) -> list[Comparison]:
     """Every row of the section from [`ExactResult`][stochformer.experiments.exact.ExactResult]'s
-    ``to_dict()``: `pair_rows`, `spectrum_rows`, `energy_rows`, `phase_rows`."""
+    ``to_dict()``: `pair_rows`, `spectrum_rows`, `energy_rows`, `phase_rows`.
+
+    Parameters
+    ----------
+    numbers : dict
+        ``ExactResult.to_dict()``.
+
+    Returns
+    -------
+    list of Comparison
+        The rows.
+    """
     return (pair_rows(numbers["pair"]) + spectrum_rows(numbers["spectrum"]) + energy_rows(numbers["energy"])
             + phase_rows(numbers["points"]))
 
