@@ -20,8 +20,8 @@ the reader of ``help()`` sees it.
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import inspect
+import pkgutil
 import re
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -75,23 +75,27 @@ def gaps(qualname: str, obj: Any) -> Iterator[str]:
 
 
 def members(module_name: str) -> Iterator[tuple[str, Any]]:
-    """The public functions and classes of a module and the functions its public classes define."""
-    module = importlib.import_module(module_name)
-    names = getattr(module, "__all__", None) or [
-        n for n, o in vars(module).items()
-        if not n.startswith("_") and (inspect.isfunction(o) or inspect.isclass(o)) and o.__module__ == module_name]
-    for name in names:
-        obj = getattr(module, name)
+    """The public functions and classes of a module (or the one object a page renders by its dotted
+    name) and the functions its public classes define."""
+    target = pkgutil.resolve_name(module_name)
+    if inspect.ismodule(target):
+        names = getattr(target, "__all__", None) or [
+            n for n, o in vars(target).items()
+            if not n.startswith("_") and (inspect.isfunction(o) or inspect.isclass(o)) and o.__module__ == module_name]
+        objects = [(f"{module_name}.{name}", getattr(target, name)) for name in names]
+    else:
+        objects = [(module_name, target)]
+    for qualname, obj in objects:
         if inspect.ismodule(obj) or not callable(obj):
             continue
-        yield f"{module_name}.{name}", obj
+        yield qualname, obj
         if inspect.isclass(obj):
             for attr, value in vars(obj).items():
                 if attr.startswith("_"):
                     continue
                 function = value.__func__ if isinstance(value, (staticmethod, classmethod)) else value
                 if inspect.isfunction(function):
-                    yield f"{module_name}.{name}.{attr}", getattr(obj, attr)
+                    yield f"{qualname}.{attr}", getattr(obj, attr)
 
 
 def module_gaps(module_name: str) -> list[str]:
