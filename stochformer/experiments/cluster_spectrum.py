@@ -51,7 +51,7 @@ from ..measure.stats import mean_and_se
 from ..measure.verdict import Comparison, judge, quantile
 from ..model.attention import SoftmaxAttention, start_run
 from ..model.kernel import NoiseKernel, lyapunov_exponent
-from ..model.sde import LimitSDE
+from ..model.sde import LimitSDE, StratonovichHeun
 from ..model.tangent import (ExactJet, FieldJet, MLPJet, affine_field, closed_form_tangent, frame_state, reorthonormalise, step_map,
                              tangent_frame)
 from ..model.transformer import Transformer
@@ -239,7 +239,7 @@ def cluster_stability(activation: str, d: Annotated[int, Int(3)], sigma: NonNega
     kernel = NoiseKernel(activation, d, sigma_U=sigma, sigma_W=sigma)
     lam1 = lyapunov_exponent(kernel.kappa1, kernel.kappa1_prime, d)
     jet = ExactJet(kernel)
-    r = cluster_spectrum(LimitSDE(SoftmaxAttention(beta=beta, gamma=-delta), jet, "heun"), jet, N, d, T, steps, batch, seed,
+    r = cluster_spectrum(LimitSDE(SoftmaxAttention(beta=beta, gamma=-delta), jet, StratonovichHeun()), jet, N, d, T, steps, batch, seed,
                          spread=spread, k=1)
     mean, se = mean_and_se(r.tokens[:, 1:, 0].mean(-1))
     return ClusterStability(activation, d, sigma, delta, lam1, lam1 < -delta, float(mean), float(se), batch,
