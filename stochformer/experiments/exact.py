@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import Any, ClassVar, Optional
+from typing import Any, Callable, ClassVar, Optional
 
 import numpy as np
 import xarray as xr
@@ -192,6 +192,35 @@ def pair_runs(cfg: ExactConfig, beta: float, seed: int) -> np.ndarray:
     X = solve(make_model(run, env.dtype, env.device), X0, run.T, run.L, SaveAt(stats=()), generator=g)["X_final"].values
     X = np.asarray(X, dtype=float)
     return np.einsum("bd,bd->b", X[:, 0], X[:, 1])
+
+
+#: Richardson weights of the values at L, L/2 (first order in Δt) and L, L/2, L/4 (second order)
+RICHARDSON_WEIGHTS = {2: (2.0, -1.0), 3: (8 / 3, -2.0, 1 / 3)}
+
+
+def extrapolated_pair_means(cfg: ExactConfig, beta: float, statistics: dict[str, Callable[[np.ndarray], np.ndarray]],
+                            seed: int, levels: int = 2) -> dict[str, dict[str, Any]]:
+    """Means over ``model.batch`` pairs of each statistic of z_T (``statistics``: name ↦ a function of the
+    final overlaps (batch,) ↦ (batch,)), from independent runs on L, L/2 (, L/4) steps (``levels``
+    2 or 3), extrapolated to Δt → 0 by Richardson's weights (`RICHARDSON_WEIGHTS`: a bias a·Δt
+    (+ b·Δt²)); its SE √(Σ w_i² SE_i²). Per statistic: ``value``, ``se``, and ``by_level`` the
+    (steps, mean, se) it came from."""
+    if levels not in RICHARDSON_WEIGHTS or cfg.model.L % (2 ** (levels - 1)):
+        raise ValueError(f"levels: 2 or 3, with model.L a multiple of 2^(levels - 1) (got {levels}, L = {cfg.model.L})")
+    weights = RICHARDSON_WEIGHTS[levels]
+    per_level = []
+    for i, s in enumerate(child_seeds(seed, levels)):
+        steps = cfg.model.L // 2 ** i
+        z = pair_runs(cfg.model_copy(update={"model": cfg.model.with_updates(L=steps)}), beta, s)
+        per_level.append((steps, {name: mean_and_se(f(z)) for name, f in statistics.items()}))
+    out = {}
+    for name in statistics:
+        means = [float(level[name][0]) for _, level in per_level]
+        ses = [float(level[name][1]) for _, level in per_level]
+        out[name] = {"value": float(sum(w * m for w, m in zip(weights, means))),
+                     "se": math.sqrt(sum((w * e) ** 2 for w, e in zip(weights, ses))),
+                     "by_level": [(steps, m, e) for (steps, _), m, e in zip(per_level, means, ses)]}
+    return out
 
 
 def pair_part(cfg: ExactConfig, seed: int) -> dict:
