@@ -16,6 +16,9 @@ Four parts, each an exact prediction and a measurement that can disagree with it
   ([`expected_energy`][stochformer.theory.expected_energy]), its long-time rate
   ([`energy_decay_rate`][stochformer.theory.energy_decay_rate]) and Theorem 1.4's bound
   E_β(μ_0)·e^{λ̄' t}, beside the limit SDE's ``energy_batch`` runs of ``energy_N`` tokens.
+* **Clusters under repulsive attention** (``cluster_settings``, none by default): N = 4 tokens near
+  consensus with V = −δI in the limit SDE, the relative modes' top exponent against the criterion
+  λ₁ < −δ ([`cluster_stability`][stochformer.experiments.cluster_spectrum.cluster_stability]).
 * **The order-to-chaos phase diagram** over the gain g and σ_U from the formula
   ([`gain_phase`][stochformer.model.kernel.gain_phase]), with λ̂₁ measured by Benettin's method at
   the points ``phase_points``.
@@ -43,9 +46,10 @@ from ..io.names import RATE_UNITS
 from ..io.results import Result
 from ..io.store import to_jsonable
 from ..measure.stats import clopper_pearson_interval, mean_and_se
-from ..model.kernel import GainPhase, gain_phase
+from ..model.kernel import GainPhase, NoiseKernel, gain_phase
 from ..theory import PairDiffusion, energy_decay_rate, expected_energy, law
 from .preflight import FLOPS, STEP_OVERHEAD_S, Estimate
+from .cluster_spectrum import cluster_stability
 from .spectrum import SpectrumConfig, SpectrumResult, run_spectrum
 
 
@@ -89,6 +93,12 @@ class ExactConfig(ExperimentConfig):
     sigmas: list[float] = Field([0.0, 0.25, 0.5], min_length=2, description="σ_U of the phase diagram (each >= 0)")
     phase_points: list[list[float]] = Field([[2.0, 0.0], [10.0, 0.0]],
                                             description="(g, σ_U) where λ₁ is measured on the phase diagram")
+    cluster_settings: list[list[Any]] = Field(
+        [], description="(activation, d, σ_U = σ_W) where a cluster under V = −δI is measured against λ₁ < −δ "
+        "(the paper's Figure 2–6 settings: experiments.cluster_spectrum.PAPER_SETTINGS); [] for none")
+    cluster_delta: float = Field(1.0, gt=0.0, description="δ of the clusters' repulsive attention V = −δI (> 0)")
+    cluster_batch: int = Field(16, ge=3, description="samples per cluster setting (>= 3)")
+    cluster_steps: int = Field(150, ge=1, description="steps of the cluster runs over T = 5 (>= 1)")
 
     @model_validator(mode="after")
     def _check(self) -> "ExactConfig":
@@ -103,6 +113,11 @@ class ExactConfig(ExperimentConfig):
         for p in self.phase_points:
             if len(p) != 2 or not all(math.isfinite(x) and x >= 0 for x in p):
                 raise ValueError(f"phase_points: each point is [g, sigma_U], both finite and >= 0 (got {p})")
+        for c in self.cluster_settings:
+            if (len(c) != 3 or not isinstance(c[0], str) or isinstance(c[1], bool) or not isinstance(c[1], int) or c[1] < 3
+                    or isinstance(c[2], bool) or not isinstance(c[2], (int, float)) or not (math.isfinite(c[2]) and c[2] >= 0)):
+                raise ValueError(f"cluster_settings: each is [activation, d >= 3, sigma >= 0] (got {c})")
+            NoiseKernel(c[0], c[1], sigma_U=float(c[2]), sigma_W=float(c[2]))  # an unknown activation is named here, before any run
         if self.spectrum_L % 4:
             raise ValueError(f"spectrum_L: must be a multiple of 4 (steps L, L/2, L/4; got {self.spectrum_L})")
         return self
@@ -136,7 +151,9 @@ class ExactResult(Result):
     ``energy``: ``times`` (k,), ``exact`` (k,), ``mean``, ``se`` (k,), ``bound`` (k,) =
     E_β(μ_0)·e^{λ̄' t} at the measured mean start, ``rate`` (the exact long-time rate and its kind),
     ``lambda_bar_prime``, ``n``. ``phase``: the [`GainPhase`][stochformer.model.kernel.GainPhase];
-    ``points``: per point g, σ_U, λ₁ predicted, measured, se, err."""
+    ``points``: per point g, σ_U, λ₁ predicted, measured, se, err. ``clusters``: per setting of
+    ``cluster_settings`` the [`ClusterStability`][stochformer.experiments.cluster_spectrum.ClusterStability]
+    as a dict."""
 
     command: ClassVar[str] = "exact"
     summary_name: ClassVar[str] = "exact.json"
@@ -146,6 +163,7 @@ class ExactResult(Result):
     energy: dict
     phase: GainPhase
     points: list[dict]
+    clusters: list[dict]
     provenance: dict
     elapsed_s: float
 
@@ -155,7 +173,7 @@ class ExactResult(Result):
             "pair": self.pair, "spectrum": self.spectrum.to_dict(), "energy": self.energy,
             "phase": {"gains": ph.gains, "sigmas": ph.sigmas, "lambda_1": ph.lambda_1,
                       "g_c": [None if not math.isfinite(x) else float(x) for x in ph.g_c]},
-            "points": self.points, "d": self.config.model.d, "activation": self.config.model.activation})
+            "points": self.points, "clusters": self.clusters, "d": self.config.model.d, "activation": self.config.model.activation})
 
     def names(self) -> dict[str, dict[str, str]]:
         return {
@@ -289,11 +307,11 @@ def energy_part(cfg: ExactConfig, seed: int) -> dict:
 
 @validated
 def run_exact(cfg: ExactConfig, progress: bool = False) -> ExactResult:
-    """The four parts of the module docstring for ``cfg`` (seeds split from ``model.seed``)."""
+    """The parts of the module docstring for ``cfg`` (seeds split from ``model.seed``)."""
     cfg = as_config(cfg, ExactConfig)
     run = cfg.model
     start = time.perf_counter()
-    s_pair, s_spec, s_energy, s_phase = child_seeds(run.seed, 4)
+    s_pair, s_spec, s_energy, s_phase, s_cluster = child_seeds(run.seed, 5)  # the first four as before: spawn is by index
     pair = pair_part(cfg, s_pair)
     spectrum = run_spectrum(_spectrum_config(cfg, s_spec), progress=progress)
     energy = energy_part(cfg, s_energy)
@@ -304,5 +322,8 @@ def run_exact(cfg: ExactConfig, progress: bool = False) -> ExactResult:
         res = run_spectrum(_spectrum_config(cfg, seed, gain=g, sigma_U=s), progress=progress)
         points.append({"gain": g, "sigma_U": s, "predicted": float(res.predicted[0]), "measured": float(res.measured[0]),
                        "se": float(res.se[0]), "err": float(res.err[0]), "n": cfg.spectrum_batch})
-    return ExactResult(config=cfg, pair=pair, spectrum=spectrum, energy=energy, phase=phase, points=points,
+    clusters = [cluster_stability(a, d, float(sig), delta=cfg.cluster_delta, steps=cfg.cluster_steps, batch=cfg.cluster_batch,
+                                  seed=seed)._asdict()
+                for (a, d, sig), seed in zip(cfg.cluster_settings, child_seeds(s_cluster, max(1, len(cfg.cluster_settings))))]
+    return ExactResult(config=cfg, pair=pair, spectrum=spectrum, energy=energy, phase=phase, points=points, clusters=clusters,
                        provenance=setup(run).provenance(), elapsed_s=time.perf_counter() - start)
