@@ -29,7 +29,7 @@ def main() -> None:
     args = parser.parse_args()
     start, levels = time.perf_counter(), {}
     for L, seed in zip((100, 200, 400), child_seeds(args.seed, 3)):
-        cfg = ExactConfig.model_validate({"energy_batch": args.runs, "energy_L": L, "energy_every": L // 4})
+        cfg = ExactConfig.model_validate({"energy_batch": args.runs, "energy_L": L, "energy_every": L // 4, "energy_levels": 1})
         e = energy_part(cfg, seed)
         gap, se = e["mean"][1:] / e["exact"][1:] - 1, e["se"][1:] / e["exact"][1:]
         levels[L] = {"dt": 2.0 / L, "times": e["times"][1:].tolist(), "exact": e["exact"][1:].tolist(), "gap": gap.tolist(),

@@ -85,6 +85,8 @@ class ExactConfig(ExperimentConfig):
     energy_T: float = Field(2.0, gt=0.0, description="horizon of the energy runs (> 0)")
     energy_L: int = Field(200, ge=1, description="steps of the energy runs (>= 1)")
     energy_every: int = Field(50, ge=1, description="the energy is kept every energy_every steps (>= 1)")
+    energy_levels: int = Field(2, ge=1, le=2, description="1: the energy runs on energy_L steps; 2: also on energy_L/2 "
+                               "(independent runs) and the mean extrapolated to Δt → 0 (energy_L, energy_every even)")
     energy_sigma: Optional[float] = Field(
         1.0, ge=0.0, description="σ_U = σ_W of the energy runs (>= 0; None: the model's own): biases make the noise "
         "coercive (λ̄' < 0), where Theorem 1.4's bound is a decay")
@@ -118,6 +120,9 @@ class ExactConfig(ExperimentConfig):
                     or isinstance(c[2], bool) or not isinstance(c[2], (int, float)) or not (math.isfinite(c[2]) and c[2] >= 0)):
                 raise ValueError(f"cluster_settings: each is [activation, d >= 3, sigma >= 0] (got {c})")
             NoiseKernel(c[0], c[1], sigma_U=float(c[2]), sigma_W=float(c[2]))  # an unknown activation is named here, before any run
+        if self.energy_levels == 2 and (self.energy_L % 2 or self.energy_every % 2):
+            raise ValueError(f"energy_L, energy_every: must be even for energy_levels = 2 (steps L and L/2; got "
+                             f"{self.energy_L}, {self.energy_every})")
         if self.spectrum_L % 4:
             raise ValueError(f"spectrum_L: must be a multiple of 4 (steps L, L/2, L/4; got {self.spectrum_L})")
         return self
@@ -131,9 +136,10 @@ class ExactConfig(ExperimentConfig):
         pair_steps = len(self.betas) * self.model.L
         spectrum_steps = (1 + len(self.phase_points)) * self.spectrum_L * 7 // 4
         n = self.energy_N
+        energy_steps = self.energy_L * (3 if self.energy_levels == 2 else 2) // 2
         flops = (pair_steps * B * 40.0 * d + spectrum_steps * self.spectrum_batch * 12.0 * d**3
-                 + self.energy_L * self.energy_batch * (n**3 / 3 + 20.0 * n * n * d))
-        steps = pair_steps + spectrum_steps + self.energy_L
+                 + energy_steps * self.energy_batch * (n**3 / 3 + 20.0 * n * n * d))
+        steps = pair_steps + spectrum_steps + energy_steps
         mem = 8.0 * max(8 * B * d, 8 * self.spectrum_batch * d * d, 3 * self.energy_batch * n * (n + d))
         return Estimate(mem, steps * STEP_OVERHEAD_S + flops / FLOPS, "model.batch, spectrum_batch or energy_batch",
                         "betas, model.L, spectrum_L, phase_points or energy_L")
@@ -278,27 +284,44 @@ def _spectrum_config(cfg: ExactConfig, seed: int, **updates: Any) -> SpectrumCon
     return SpectrumConfig.model_validate({"model": model})
 
 
+def _energy_values(erun: Any, steps: int, every: int, energy_beta: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """The times (k,) and E_β(μ_t) (batch, k) of ``erun.batch`` runs of ``erun`` from uniform tokens on ``steps`` steps."""
+    env = setup(erun)
+    g = env.generator(seed)
+    X0 = initial_tokens(InitConfig(kind="uniform"), erun.batch, erun.N, erun.d, g, env.dtype, env.device)
+    E = solve(make_model(erun, env.dtype, env.device), X0, erun.T, steps, SaveAt(stats=("energy",), every=every,
+                                                        energy_beta=energy_beta), generator=g)["energy"]
+    values = np.asarray(E.values, dtype=float)
+    times = np.asarray(E["time"].values if "time" in E.coords else np.linspace(0, erun.T, values.shape[1]), dtype=float)
+    return times, values
+
+
 def energy_part(cfg: ExactConfig, seed: int) -> dict:
     """The energy part: the exact E[E_β(μ^N_t)] from uniform tokens, its long-time rate and Theorem
-    1.4's bound, beside ``energy_batch`` runs of the limit SDE without attention."""
+    1.4's bound, beside ``energy_batch`` runs of the limit SDE without attention on ``energy_L`` steps
+    and, with ``energy_levels = 2``, as many independent runs on ``energy_L/2`` steps: the mean is then
+    2m(L) − m(L/2) (the Heun step's first-order bias removed; docs/theory.md measures it), its SE
+    √(4 SE_L² + SE_{L/2}²); ``mean_by_level`` keeps both. The mean rate (``ratio``) is the finest level's."""
     run = cfg.model
     sig = {} if cfg.energy_sigma is None else {"sigma_U": cfg.energy_sigma, "sigma_W": cfg.energy_sigma}
     erun = run.with_updates(attention=False, N=cfg.energy_N, batch=cfg.energy_batch, T=cfg.energy_T, L=cfg.energy_L,
                             dynamics="sde", **sig)
     pair = PairDiffusion(make_kernel(erun), 1.0, 0.0)
-    env = setup(erun)
-    g = env.generator(seed)
-    X0 = initial_tokens(InitConfig(kind="uniform"), erun.batch, erun.N, erun.d, g, env.dtype, env.device)
-    E = solve(make_model(erun, env.dtype, env.device), X0, erun.T, erun.L, SaveAt(stats=("energy",), every=cfg.energy_every,
-                                                         energy_beta=run.energy_beta), generator=g)["energy"]
-    values = np.asarray(E.values, dtype=float)  # (batch, k)
-    times = np.asarray(E["time"].values if "time" in E.coords else np.linspace(0, erun.T, values.shape[1]), dtype=float)
-    mean, se = mean_and_se(values)
+    seeds = [seed] + child_seeds(seed, 1) if cfg.energy_levels == 2 else [seed]
+    levels = [_energy_values(erun, cfg.energy_L // 2**i, cfg.energy_every // 2**i, run.energy_beta, s) for i, s in enumerate(seeds)]
+    times, values = levels[0]
+    stats = [mean_and_se(v) for _, v in levels]
+    if len(levels) == 2:
+        w = RICHARDSON_WEIGHTS[2]
+        mean, se = w[0] * stats[0][0] + w[1] * stats[1][0], np.hypot(w[0] * stats[0][1], w[1] * stats[1][1])
+    else:
+        mean, se = stats[0]
     exact = expected_energy(pair, times, erun.N, run.energy_beta)
     rate = energy_decay_rate(pair, run.energy_beta)
     ratio = values[:, -1] / values[:, 0]
     r_mean, r_se = mean_and_se(ratio)
     return {"times": times, "exact": exact, "mean": mean, "se": se, "n": erun.batch, "N": erun.N,
+            "levels": [cfg.energy_L // 2**i for i in range(len(levels))], "mean_by_level": [m for m, _ in stats],
             "bound": float(mean[0]) * np.exp(rate.lambda_bar_prime * times), "lambda_bar_prime": rate.lambda_bar_prime,
             "rate": rate.rate, "rate_kind": rate.kind, "lambda_bar": rate.lambda_bar,
             "ratio": float(r_mean), "ratio_se": float(r_se), "T": erun.T, "sigma_U": erun.sigma_U,
