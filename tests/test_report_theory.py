@@ -150,6 +150,7 @@ def test_section_output_is_finite_and_registered(tiny):
     ("betas", [1.0, -1.0], "betas: every value must be finite and > 0"),
     ("phase_points", [[1.0]], "phase_points: each point is"),
     ("spectrum_L", 30, "spectrum_L: must be a multiple of 4"),
+    ("energy_L", 101, "energy_L, energy_every: must be even"),
     ("cluster_settings", [["relu", 2, 0.0]], "cluster_settings: each is"),
     ("cluster_settings", [["relu", 5, -0.1]], "cluster_settings: each is"),
     ("cluster_settings", [["nonesuch", 5, 0.0]], "activation"),
@@ -173,3 +174,14 @@ def test_cluster_rows_follow_the_criterion_and_a_wrong_one_does_not_hold():
     assert [r.verdict for r in cluster_rows([base])] == [HOLDS]
     assert [r.verdict for r in cluster_rows([{**base, "predicted_stable": False}])] == [FAILS]
     assert [r.verdict for r in cluster_rows([{**base, "measured": -0.01, "se": 0.05}])] == [INCONCLUSIVE]
+
+
+def test_energy_mean_is_extrapolated_from_two_step_sizes(tiny):
+    """The section's energy mean is 2m(L) − m(L/2) of the two levels' independent runs (the Heun step's
+    first-order bias removed), the SE √(4 SE_L² + SE_{L/2}²) ≥ 2 SE_L; the levels are L and L/2."""
+    cfg, _, numbers = tiny
+    e = numbers["energy"]
+    assert e["levels"] == [cfg.energy_L, cfg.energy_L // 2]
+    m_fine, m_coarse = (np.asarray(m) for m in e["mean_by_level"])
+    np.testing.assert_allclose(e["mean"], 2 * m_fine - m_coarse, rtol=1e-12)
+    assert np.all(np.asarray(e["se"])[1:] > 0)
