@@ -57,3 +57,31 @@ def test_stationary_law_of_a_repulsive_pair_with_biases(dynamics, pairs, refine)
 def test_levels_are_checked():
     with pytest.raises(ValueError, match="levels: 2 or 3"):
         extrapolated_pair_means(_config("sde", 10, L=6), 1.0, {"below": _below}, seed=0, levels=3)
+
+
+@pytest.mark.slow
+def test_chaotic_side_has_the_stationary_overlap_law_and_no_synchronisation():
+    """erf, d = 4, no biases, gain g = 20 > g_c = 8.007, no attention: pairs started at z0 = 0.9 do not
+    synchronise; E z_T² and P(|z_T| > 0.9) at T = 12 (4000 pairs, L = 960 and 480: near the ends the step
+    needs κ'Δt small, κ' = 6.36) against the stationary law (0.6325, 0.4587; the exact law at T is within
+    10⁻³ of it); the synchronising pair without the gain (g = 1: 0.9125, 0.8712) is rejected.
+    benchmarks/exact_pairs.py --parts chaos runs it at 20 000 pairs (docs/theory.md)."""
+    from scipy.integrate import quad
+
+    from stochformer.model.kernel import NoiseKernel, critical_gain
+
+    gc = critical_gain(NoiseKernel("erf", 4))
+    assert gc is not None and 20.0 > 2 * gc
+    cfg = ExactConfig.model_validate({"model": {"dynamics": "sde", "batch": 4000, "T": 12.0, "L": 960, "gain": 20.0,
+                                                "gamma": 0.0}, "z0": 0.9})
+    m = extrapolated_pair_means(cfg, 1.0, {"second": lambda z: z * z, "tails": lambda z: (abs(z) > 0.9).astype(float)}, seed=6)
+    chaotic = PairDiffusion(make_kernel(cfg.model), 1.0, 0.0)
+    st = chaotic.stationary()
+    assert st.exists and chaotic.diagonal.kind == "repelling"
+    tails = quad(st.pdf, 0.9, 1.0, limit=200)[0] + quad(st.pdf, -1.0, -0.9, limit=200)[0]
+    tame = law(PairDiffusion(NoiseKernel("erf", 4), 1.0, 0.0), 0.9, 12.0)
+    for key, predicted, wrong in (("second", st.sd**2 + st.mean**2, None), ("tails", tails, tame.cdf(-0.9) + 1 - tame.cdf(0.9))):
+        assert abs(m[key]["value"] - predicted) < Z_MAX * m[key]["se"], (key, predicted, m[key])
+        if wrong is not None:
+            assert abs(m[key]["value"] - wrong) > Z_MAX * m[key]["se"]
+    assert m["second"]["value"] < 0.8  # far from synchronised (E z² → 1 on the ordered side)
