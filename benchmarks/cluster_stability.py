@@ -8,7 +8,7 @@ the top relative exponent must lie below 0 where the criterion predicts a stable
 0 where it predicts one that spreads. Prints a Markdown table (docs/spectrum.md) and, with
 ``--json PATH``, every number.
 
-    python benchmarks/cluster_stability.py [--batch 16] [--steps 150] [--json out.json]
+    python benchmarks/cluster_stability.py [--batch 16] [--steps 150] [--limit K] [--json out.json]
 """
 
 from __future__ import annotations
@@ -26,11 +26,12 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=150)
     parser.add_argument("--N", type=int, default=4)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--limit", type=int, default=None, help="only the first LIMIT settings")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     start = time.perf_counter()
     results = [cluster_stability(a, d, s, N=args.N, steps=args.steps, batch=args.batch, seed=args.seed + i)
-               for i, (a, d, s) in enumerate(PAPER_SETTINGS)]
+               for i, (a, d, s) in enumerate(PAPER_SETTINGS[:args.limit])]
     rows = stability_rows(results)
     print("| activation | d | σ | λ₁ | −δ | predicted | λ₁ + δ | measured (± SE) | contracted | verdict |")
     print("|---|---|---|---|---|---|---|---|---|---|")
