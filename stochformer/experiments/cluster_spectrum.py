@@ -233,9 +233,30 @@ def cluster_stability(activation: str, d: Annotated[int, Int(3)], sigma: NonNega
                       batch: Annotated[int, Int(2)] = 16, seed: Seed = 0, beta: FiniteFloat = 1.0,
                       spread: PositiveFloat = 1e-6) -> ClusterStability:
     """The stability criterion λ₁ < −δ (SPEC §8) at one setting: N tokens within ``spread`` of a
-    point, attention QᵀK = βI, V = −δI, the limit SDE (Heun, the exact field's jet, σ_U = σ_W =
-    ``sigma``) over T on ``steps`` steps, ``batch`` samples; the top exponent of the relative modes
-    by `cluster_spectrum` with k = 1 (prediction λ₁ + δ: the cluster contracts iff it is < 0)."""
+    point, attention QᵀK = βI, V = −δI, the limit SDE (Heun, the exact field's jet); the top
+    exponent of the relative modes by `cluster_spectrum` with k = 1, predicted λ₁ + δ: the cluster
+    contracts iff it is < 0.
+
+    Parameters
+    ----------
+    activation : str
+        The MLP's activation (a name of `stochformer.model.activations`).
+    d : int
+        Dimension, >= 3.
+    sigma : float
+        σ_U = σ_W, >= 0.
+    delta : float
+        δ > 0 of the repulsive attention V = −δI.
+    N, T, steps, batch, seed, beta, spread
+        Tokens (>= 2), horizon, Heun steps, samples (>= 2), seed, the attention's β, the initial
+        distance from the centre.
+
+    Returns
+    -------
+    ClusterStability
+        λ₁ from the formula (SPEC §5), the prediction, and the measured mean and SE over ``batch``
+        samples.
+    """
     kernel = NoiseKernel(activation, d, sigma_U=sigma, sigma_W=sigma)
     lam1 = lyapunov_exponent(kernel.kappa1, kernel.kappa1_prime, d)
     jet = ExactJet(kernel)
@@ -247,9 +268,21 @@ def cluster_stability(activation: str, d: Annotated[int, Int(3)], sigma: NonNega
 
 
 def stability_rows(results: Sequence[ClusterStability], predicted_stable: Optional[Sequence[bool]] = None) -> list[Comparison]:
-    """One row per setting, judged as one family: the relative modes' top exponent is ``below`` 0
-    where the criterion predicts a stable cluster, ``above`` 0 where it predicts one that spreads;
-    ``predicted_stable`` replaces the criterion's predictions (to test the rule on a wrong one)."""
+    """One row per setting, judged as one family (Holm; `stochformer.measure.verdict`).
+
+    Parameters
+    ----------
+    results : sequence of ClusterStability
+        The measured settings.
+    predicted_stable : sequence of bool, optional
+        Replaces the criterion's predictions λ₁ < −δ (to test the rule on a wrong one).
+
+    Returns
+    -------
+    list of Comparison
+        Per setting: the relative modes' top exponent (95% Student's t interval over its samples)
+        ``below`` 0 where a stable cluster is predicted, ``above`` 0 where one that spreads.
+    """
     stable = [r.predicted_stable for r in results] if predicted_stable is None else list(predicted_stable)
     rows = []
     for r, s in zip(results, stable):

@@ -224,11 +224,31 @@ RICHARDSON_WEIGHTS = {2: (2.0, -1.0), 3: (8 / 3, -2.0, 1 / 3)}
 
 def extrapolated_pair_means(cfg: ExactConfig, beta: float, statistics: dict[str, Callable[[np.ndarray], np.ndarray]],
                             seed: int, levels: int = 2) -> dict[str, dict[str, Any]]:
-    """Means over ``model.batch`` pairs of each statistic of z_T (``statistics``: name ↦ a function of the
-    final overlaps (batch,) ↦ (batch,)), from independent runs on L, L/2 (, L/4) steps (``levels``
-    2 or 3), extrapolated to Δt → 0 by Richardson's weights (`RICHARDSON_WEIGHTS`: a bias a·Δt
-    (+ b·Δt²)); its SE √(Σ w_i² SE_i²). Per statistic: ``value``, ``se``, and ``by_level`` the
-    (steps, mean, se) it came from."""
+    """Means of statistics of the final overlaps z_T over ``model.batch`` pairs started at cosine
+    ``z0`` (`pair_runs`), extrapolated to Δt → 0.
+
+    Independent runs on L, L/2 (, L/4) steps (L = ``model.L``) give means m_i with standard errors
+    SE_i; the extrapolated value is Σ w_i m_i with Richardson's weights (`RICHARDSON_WEIGHTS`:
+    (2, −1) removes a bias a·Δt, (8/3, −2, 1/3) also b·Δt²) and its SE √(Σ w_i² SE_i²).
+
+    Parameters
+    ----------
+    cfg : ExactConfig
+        The pair runs (``model``: dynamics, kernel, γ, T, L, batch; ``z0``).
+    beta : float
+        The attention's β.
+    statistics : dict of str to callable
+        name ↦ f, f mapping z_T (batch,) to per-pair values (batch,).
+    seed : int
+        Seed of the runs (one child seed per level).
+    levels : {2, 3}
+        Step sizes; ``model.L`` must be a multiple of 2^(levels − 1).
+
+    Returns
+    -------
+    dict
+        Per statistic: ``value``, ``se`` and ``by_level``, the (steps, mean, se) behind it.
+    """
     if levels not in RICHARDSON_WEIGHTS or cfg.model.L % (2 ** (levels - 1)):
         raise ValueError(f"levels: 2 or 3, with model.L a multiple of 2^(levels - 1) (got {levels}, L = {cfg.model.L})")
     weights = RICHARDSON_WEIGHTS[levels]
