@@ -321,7 +321,8 @@ def energy_part(cfg: ExactConfig, seed: int) -> dict:
     1.4's bound, beside ``energy_batch`` runs of the limit SDE without attention on ``energy_L`` steps
     and, with ``energy_levels = 2``, as many independent runs on ``energy_L/2`` steps: the mean is then
     2m(L) − m(L/2) (the Heun step's first-order bias removed; docs/theory.md measures it), its SE
-    √(4 SE_L² + SE_{L/2}²); ``mean_by_level`` keeps both. The mean rate (``ratio``) is the finest level's."""
+    √(4 SE_L² + SE_{L/2}²); ``mean_by_level`` keeps both. The mean rate (``ratio``) and the bound's
+    start E_β(μ_0) are the finest level's."""
     run = cfg.model
     sig = {} if cfg.energy_sigma is None else {"sigma_U": cfg.energy_sigma, "sigma_W": cfg.energy_sigma}
     erun = run.with_updates(attention=False, N=cfg.energy_N, batch=cfg.energy_batch, T=cfg.energy_T, L=cfg.energy_L,
@@ -342,7 +343,7 @@ def energy_part(cfg: ExactConfig, seed: int) -> dict:
     r_mean, r_se = mean_and_se(ratio)
     return {"times": times, "exact": exact, "mean": mean, "se": se, "n": erun.batch, "N": erun.N,
             "levels": [cfg.energy_L // 2**i for i in range(len(levels))], "mean_by_level": [m for m, _ in stats],
-            "bound": float(mean[0]) * np.exp(rate.lambda_bar_prime * times), "lambda_bar_prime": rate.lambda_bar_prime,
+            "bound": float(stats[0][0][0]) * np.exp(rate.lambda_bar_prime * times), "lambda_bar_prime": rate.lambda_bar_prime,
             "rate": rate.rate, "rate_kind": rate.kind, "lambda_bar": rate.lambda_bar,
             "ratio": float(r_mean), "ratio_se": float(r_se), "T": erun.T, "sigma_U": erun.sigma_U,
             "sigma_W": erun.sigma_W, "energy_beta": run.energy_beta}
