@@ -106,8 +106,14 @@ class ClusterSpectrum(NamedTuple):
         return self.centre[:, :k].unsqueeze(1) + offsets
 
     def relative_gap(self) -> torch.Tensor:
-        """The measured shift per sample (batch,): the mean over the relative blocks and the frame
-        of tokens − centre (the prediction: ``shift``)."""
+        """The measured shift per sample: the mean over the relative blocks and the frame of
+        tokens − centre (the prediction: ``shift``).
+
+        Returns
+        -------
+        torch.Tensor, shape (batch,)
+            The shift measured in each sample.
+        """
         k = self.tokens.shape[-1]
         return (self.tokens[:, 1:] - self.centre[:, None, :k]).mean((-1, -2))
 
@@ -235,7 +241,31 @@ class ClusterStability(NamedTuple):
     (λ₁ < −δ), ``measured`` the mean over samples of the relative modes' top exponent (prediction
     λ₁ + δ), ``se`` its standard error over ``n`` samples, ``centre`` the measured λ̂₁ of the
     centre, ``contracted`` the fraction of samples whose tokens ended closer to the centre than
-    they started."""
+    they started.
+
+    Attributes
+    ----------
+    activation : str
+        φ.
+    d : int
+        Token dimension.
+    sigma : float
+        σ_U = σ_W.
+    delta : float
+        The repulsion δ (V = −δI).
+    lambda_1 : float
+        The formula's λ₁ of one token.
+    predicted_stable : bool
+        λ₁ < −δ.
+    measured, se : float
+        The relative modes' top exponent (mean over samples) and its standard error.
+    n : int
+        Samples.
+    centre : float
+        The measured λ̂₁ of the centre.
+    contracted : float
+        The fraction of samples that contracted.
+    """
 
     activation: str
     d: int
