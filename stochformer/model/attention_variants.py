@@ -28,7 +28,7 @@ from typing import Annotated, Optional
 
 import torch
 
-from ..core.runtime import make_generator
+from .attention import reset_stream, running_stream
 from ..core.validation import (
     DeviceLike,
     FiniteFloat,
@@ -228,15 +228,21 @@ def _softmax_average(X: torch.Tensor, keys: torch.Tensor, Q: torch.Tensor, K: to
 @dataclass
 class ResampledAttention:
     """Per-layer random attention: every call draws, for each sample of the batch,
-    Q = √β I + σ Z_Q/√d, K = √β I + σ Z_K/√d, V = γ I + σ Z_V/√d (Z i.i.d. N(0, 1)) from its own
-    generator seeded with ``seed``, and returns Σ_j softmax_j(⟨Q x_i, K x_j⟩) V x_j. One call is
-    one layer (the post-LN transformer calls attention once per layer)."""
+    Q = √β I + σ Z_Q/√d, K = √β I + σ Z_K/√d, V = γ I + σ Z_V/√d (Z i.i.d. N(0, 1)), and returns
+    Σ_j softmax_j(⟨Q x_i, K x_j⟩) V x_j. One call is one layer (the post-LN transformer calls
+    attention once per layer).
+
+    ``seed``: None (the default) draws from the run's attention stream, given to
+    [`reset`][stochformer.model.attention_variants.ResampledAttention.reset] at the start of every
+    run (see [`RandomAttention`][stochformer.model.attention.RandomAttention]): the draws change
+    with the run's seed and leave the run's generator to the noise. An integer fixes the draws
+    instead: every run starts again from ``seed``."""
 
     d: PositiveInt
     beta: NonNegativeFloat = 1.0
     gamma: FiniteFloat = 1.0
     std: NonNegativeFloat = 1.0
-    seed: Seed = 0
+    seed: Optional[Seed] = None
     _gen: Optional[torch.Generator] = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -244,18 +250,16 @@ class ResampledAttention:
         check_memory("d", 8.0 * self.d * self.d)  # its identity and per-sample draws are d x d
 
     def reset(self, batch, d, generator, dtype, device) -> None:
-        """The start of a run: the draws start again from ``seed`` (a model object reused for a run
-        gives that run's numbers). The run's generator is not used: the noise's draws stay those of
-        the averaged-drift model, for the path-by-path comparison (see
-        [`RandomAttention`][stochformer.model.attention.RandomAttention])."""
-        self._gen = make_generator(self.seed, device)
+        """The start of a run: the draws come from ``generator`` (the run's attention stream), or
+        start again from ``seed`` when one is fixed (a model object reused for a run with the same
+        seed gives that run's numbers)."""
+        self._gen = reset_stream(self.seed, generator, device)
 
     def draw(self, batch: int, dtype, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(Q, K, V), each (batch, d, d), from the piece's generator."""
-        if self._gen is None:
-            self._gen = make_generator(self.seed, device)
+        """(Q, K, V), each (batch, d, d), from the run's draws (or from ``seed`` outside a run)."""
+        gen = self._gen = running_stream("ResampledAttention", self._gen, self.seed, device)
         eye = torch.eye(self.d, dtype=dtype, device=device)
-        Z = torch.randn(3, batch, self.d, self.d, generator=self._gen, dtype=dtype, device=device)
+        Z = torch.randn(3, batch, self.d, self.d, generator=gen, dtype=dtype, device=device)
         Z = Z * (self.std / math.sqrt(self.d))
         s = math.sqrt(self.beta)
         return s * eye + Z[0], s * eye + Z[1], self.gamma * eye + Z[2]
