@@ -217,10 +217,13 @@ def test_runs_of_one_resampled_model_with_other_seeds_draw_other_attention(seeds
     from stochformer.integrate import SaveAt, solve
 
     X0 = normalize(torch.randn(2, 4, 3, generator=torch.Generator().manual_seed(L), dtype=F64))
+    from stochformer.experiments.variants import AttentionFlow
+
     for fixed in (None, 5):
-        model = Transformer(ResampledAttention(3, 1.0, 1.0, 1.0, seed=fixed), None)
-        runs = [solve(model, X0, 1.0, L, SaveAt(stats=(), final=True), seed=s)["X_final"].values for s in seeds]
-        assert np.array_equal(runs[0], runs[1]) == (fixed is not None)
+        for model in (Transformer(ResampledAttention(3, 1.0, 1.0, 1.0, seed=fixed), None),
+                      AttentionFlow(ResampledAttention(3, 1.0, 1.0, 1.0, seed=fixed))):
+            runs = [solve(model, X0, 1.0, L, SaveAt(stats=(), final=True), seed=s)["X_final"].values for s in seeds]
+            assert np.array_equal(runs[0], runs[1]) == (fixed is not None), type(model).__name__
 
 
 def test_a_resampled_attention_outside_a_run_needs_a_seed():

@@ -26,6 +26,7 @@ from scipy import stats
 
 from ..config.build import initial_tokens, make_model, make_noise, setup
 from ..config import ExperimentConfig, StrictConfig, as_config
+from ..model.attention import start_run
 from ..model.attention_variants import AveragedAttention, MultiHeadAttention, ResampledAttention
 from ..model.noise import RandomMLP
 from ..model.transformer import Transformer
@@ -73,7 +74,8 @@ class AttentionFlow:
         return self.norm == "post"
 
     def reset(self, batch: int, d: int, generator: torch.Generator, dtype: torch.dtype, device) -> None:
-        """Nothing to draw."""
+        """The start of a run: a random attention starts its draws (the run's attention stream)."""
+        start_run(self.attention, batch, d, generator, dtype, device)
 
     def step(self, X: torch.Tensor, dt: float, draws: object) -> torch.Tensor:
         return normalize(X + dt * self.attention(X)) if self.norm == "post" else X + dt * self.attention(normalize(X))
