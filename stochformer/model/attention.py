@@ -88,12 +88,11 @@ class RandomAttention(Attention, Protocol):
         """Start the draws of a run from ``generator``, the run's attention stream."""
 
 
-def start_run(attention: Optional[Attention], batch: int, d: int, generator: torch.Generator, dtype: torch.dtype,
-              device) -> None:
+def start_run(attention: object, batch: int, d: int, generator: torch.Generator, dtype: torch.dtype, device) -> None:
     """The start of a run with the run's ``generator`` for ``attention``: a
     [`RandomAttention`][stochformer.model.attention.RandomAttention] is reset with the run's
     ``"attention"`` stream ([`stream`][stochformer.core.runtime.stream]; the run's generator is not
-    drawn from); a deterministic one has nothing to start."""
+    drawn from); any other ``attention`` (a deterministic callable, None) has nothing to start."""
     if isinstance(attention, RandomAttention):
         attention.reset(batch, d, stream(generator, "attention", device), dtype, device)
 
