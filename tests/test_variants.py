@@ -224,6 +224,9 @@ def test_runs_of_one_resampled_model_with_other_seeds_draw_other_attention(seeds
                       AttentionFlow(ResampledAttention(3, 1.0, 1.0, 1.0, seed=fixed))):
             runs = [solve(model, X0, 1.0, L, SaveAt(stats=(), final=True), seed=s)["X_final"].values for s in seeds]
             assert np.array_equal(runs[0], runs[1]) == (fixed is not None), type(model).__name__
+            # a run given a generator in place of the seed: the stream of the seed it was started with
+            given = solve(model, X0, 1.0, L, SaveAt(stats=(), final=True), generator=make_generator(seeds[0]))
+            np.testing.assert_array_equal(given["X_final"].values, runs[0])
 
 
 def test_a_resampled_attention_outside_a_run_needs_a_seed():
