@@ -334,9 +334,13 @@ def solve(
         What is kept ([`SaveAt`][stochformer.integrate.SaveAt]); by default every statistic at every
         step and the final state.
     seed : int, optional
-        The run's seed (weights, features, and the Brownian normals unless ``path`` is given).
+        The run's seed (weights, features, and the Brownian normals unless ``path`` is given; a
+        random attention draws from the run's ``"attention"`` stream, seeded from it by
+        [`stream`][stochformer.core.runtime.stream]).
     generator : torch.Generator, optional
-        In place of ``seed``: the run's random numbers, on X0's device.
+        In place of ``seed``: the run's random numbers, on X0's device. The streams of random parts
+        derive from the seed it was started with (``generator.initial_seed()``), not from its
+        current state.
     path : BrownianPath, optional
         A [`BrownianPath`][stochformer.core.brownian.BrownianPath] whose fine steps are a multiple of
         ``steps``, shared with other runs for a coupling.

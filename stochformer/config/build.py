@@ -318,7 +318,7 @@ def make_attention(
     exact = SoftmaxAttention.from_matrices(cfg.d, cfg.beta, cfg.gamma_value, cfg.Q, cfg.K, cfg.V, dtype, device, chunk, sdpa)
     if cfg.attention_batch is None:
         return exact
-    return RandomBatchAttention(exact, cfg.attention_batch, named_seed(cfg.seed, "attention_batch"))
+    return RandomBatchAttention(exact, cfg.attention_batch)  # permutations from the run's attention stream
 
 
 def _matrix(cfg: RunConfig, name: str, default: torch.Tensor) -> torch.Tensor:
@@ -349,7 +349,7 @@ def make_variant(cfg: RunConfig, dtype=torch.float64, device="cpu") -> Attention
     eye = torch.eye(cfg.d, dtype=dtype, device=device)
     gamma = cfg.gamma_value
     if kind == "resampled":
-        return ResampledAttention(cfg.d, cfg.beta, gamma, cfg.attention_std, child_seeds(cfg.seed, 1)[0])
+        return ResampledAttention(cfg.d, cfg.beta, gamma, cfg.attention_std)  # Q, K, V from the run's attention stream
     if kind == "averaged":
         return AveragedAttention.from_law(cfg.d, cfg.beta, gamma, cfg.attention_std, cfg.attention_draws,
                                           cfg.attention_seed, dtype, device)

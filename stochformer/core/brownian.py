@@ -16,7 +16,9 @@ transformer widths read the same layer normals).
 
 [`Draws`][stochformer.core.brownian.Draws] is what a noise source receives at one step: the run's ``generator`` for draws that
 are not part of the path (MLP weights, random features), and [`Draws.brownian`][stochformer.core.brownian.Draws.brownian], the step's
-Brownian normals: from the path if there is one, else fresh from the generator.
+Brownian normals: from the path if there is one, else fresh from the generator. A random part that
+must not move the run's generator (a random attention) draws from the run's stream of its own name,
+[`Draws.stream`][stochformer.core.brownian.Draws.stream], derived from the run's seed.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from typing import Annotated, Optional, Union
 
 import torch
 
+from .runtime import stream
 from .validation import RealTensor, DeviceLike, FloatDtype, NonNegativeInt, PositiveInt, Seed, Shape, check_memory, same_device, validated
 
 
@@ -280,6 +283,22 @@ class Draws:
         z = self.path.increment(self.k, self.n)[self._part]
         self._part += 1
         return z.to(dtype=dtype, device=device)
+
+    def stream(self, name: str) -> torch.Generator:
+        """The run's stream of its random part ``name``, beside ``generator`` (drawing from it does
+        not move the generator): [`stochformer.core.runtime.stream`][stochformer.core.runtime.stream].
+
+        Parameters
+        ----------
+        name : str
+            The part, e.g. ``"attention"``.
+
+        Returns
+        -------
+        torch.Generator
+            A fresh generator, the same for the same run seed and name.
+        """
+        return stream(self.generator, name)
 
     @property
     def coupled(self) -> bool:

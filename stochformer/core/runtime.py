@@ -156,6 +156,35 @@ def named_seed(seed: int, name: str) -> int:
     return int(np.random.SeedSequence(entropy).generate_state(1, dtype=np.uint64)[0] >> np.uint64(1))
 
 
+def stream(generator: torch.Generator, name: str, device: torch.device | str | None = None) -> torch.Generator:
+    """The generator of a run's random part ``name``: seeded with
+    ``named_seed(generator.initial_seed(), name)``, on ``device`` (default: the generator's).
+
+    A part of a run that draws beside the run's generator (a resampled attention's Q, K, V, a
+    random-batch attention's permutations) draws from this stream: its numbers change with the
+    run's seed, and the run's generator is left untouched, so the other parts' draws (the MLP's
+    weights, the Brownian normals) are those of the same run without that part. The stream depends
+    on the seed the run's generator was started with (``initial_seed``, the ``seed`` of
+    [`make_generator`][stochformer.core.runtime.make_generator] or the last ``manual_seed``), not on
+    how far the generator has been drawn.
+
+    Parameters
+    ----------
+    generator : torch.Generator
+        The run's generator.
+    name : str
+        The part, e.g. ``"attention"``: different names give independent streams.
+    device : str or torch.device, optional
+        Where the stream draws (default: the generator's device).
+
+    Returns
+    -------
+    torch.Generator
+        A fresh generator, the same for the same seed and name.
+    """
+    return make_generator(named_seed(generator.initial_seed(), name), generator.device if device is None else device)
+
+
 @contextlib.contextmanager
 def cpu_threads_for(tokens: int, small: int = 1024) -> Iterator[None]:
     """One torch CPU thread while handling fewer than ``small`` tokens in all (the per-operation

@@ -13,7 +13,7 @@ from typing import Annotated, Optional, Protocol, runtime_checkable
 import torch
 import torch.nn.functional as F
 
-from ..core.runtime import make_generator
+from ..core.runtime import make_generator, stream
 from ..core.validation import (
     Bool,
     DeviceLike,
@@ -26,6 +26,7 @@ from ..core.validation import (
     check_int,
     check_parts,
     check_tensor,
+    same_device,
     validated,
 )
 
@@ -84,43 +85,59 @@ class Attention(Protocol):
 @runtime_checkable
 class RandomAttention(Attention, Protocol):
     """An [`Attention`][stochformer.model.attention.Attention] that draws random numbers (per
-    layer or per call): ``reset(batch, d, generator, dtype, device)`` starts its draws again at
-    the start of every run, as a noise source's ``reset`` does, so that a model object reused for
-    a run with the same seed gives the same numbers.
+    layer or per call): ``reset(batch, d, generator, dtype, device)`` starts its draws at the start
+    of every run, as a noise source's ``reset`` does.
 
-    stochformer's own (`RandomBatchAttention`, `ResampledAttention`) draw from a stream of their
-    own, seeded by their ``seed`` and started again by ``reset``, not from the run's generator:
-    the run's noise draws are then those of the same model with a deterministic attention (the
-    exact softmax, the averaged drift), so the two can be compared path by path. Drawing from the
-    run's generator would shift every later weight of the random MLP and decouple the comparison.
+    The ``generator`` it receives is the run's ``"attention"`` stream,
+    [`stream(run_generator, "attention")`][stochformer.core.runtime.stream], not the run's generator
+    itself: its draws change with the run's seed (runs of one model object with seeds 0, 1, …
+    are independent), the same seed on the same object gives the same numbers, and the run's
+    generator is left to the noise, whose draws are then those of the same model with a
+    deterministic attention (the exact softmax, the averaged drift), so that the two can be
+    compared path by path.
     """
 
     def reset(self, batch: int, d: int, generator: torch.Generator, dtype: torch.dtype, device) -> None:
-        """Start the draws of a run (the run's ``generator`` is there for draws of the run's own)."""
+        """Start the draws of a run from ``generator``, the run's attention stream.
+
+        Parameters
+        ----------
+        batch : int
+            Independent samples of the run.
+        d : int
+            Token dimension.
+        generator : torch.Generator
+            The run's attention stream.
+        dtype : torch.dtype
+            The tokens' dtype.
+        device : str or torch.device
+            The tokens' device.
+        """
 
 
-def start_run(attention: Optional[Attention], batch: int, d: int, generator: torch.Generator, dtype: torch.dtype,
-              device) -> None:
-    """The start of a run for ``attention``: a [`RandomAttention`][stochformer.model.attention.RandomAttention]
-    is reset; a deterministic one has nothing to start.
+def start_run(attention: object, batch: int, d: int, generator: torch.Generator, dtype: torch.dtype, device) -> None:
+    """The start of a run with the run's ``generator`` for ``attention``: a
+    [`RandomAttention`][stochformer.model.attention.RandomAttention] is reset with the run's
+    ``"attention"`` stream ([`stream`][stochformer.core.runtime.stream]; the run's generator is not
+    drawn from); any other ``attention`` (a deterministic callable, None) has nothing to start.
 
     Parameters
     ----------
-    attention : Attention or None
-        The attention (None: no attention, nothing to do).
+    attention : object
+        The attention (None or a deterministic callable: nothing to do).
     batch : int
         Independent samples of the run.
     d : int
         Token dimension.
     generator : torch.Generator
-        The run's generator.
+        The run's generator (not drawn from).
     dtype : torch.dtype
         The tokens' dtype.
     device : str or torch.device
         The tokens' device.
     """
     if isinstance(attention, RandomAttention):
-        attention.reset(batch, d, generator, dtype, device)
+        attention.reset(batch, d, stream(generator, "attention", device), dtype, device)
 
 
 @validated
@@ -332,9 +349,11 @@ class RandomBatchAttention:
 
     ``exact``: the attention whose scores and values are used (β, γ or A, V of
     [`SoftmaxAttention`][stochformer.model.attention.SoftmaxAttention]; its ``chunk`` and ``sdpa`` do not apply). ``p``: tokens per batch
-    (≥ 2). The permutations come from the piece's own generator, seeded with ``seed`` and started
-    again at every run ([`reset`][stochformer.model.attention.RandomBatchAttention.reset]), so the run's noise draws are the same as with the exact
-    attention: the two can be compared path by path. Only self-attention (``keys=None``).
+    (≥ 2). ``seed``: None (the default) draws the permutations from the run's attention stream
+    (given to [`reset`][stochformer.model.attention.RandomBatchAttention.reset] at the start of every
+    run: they change with the run's seed, and the run's noise draws are the same as with the exact
+    attention, so the two can be compared path by path); an integer fixes them instead, the same in
+    every run. Only self-attention (``keys=None``).
 
     Parameters
     ----------
@@ -343,12 +362,12 @@ class RandomBatchAttention:
     p : int
         Tokens per batch, >= 2.
     seed : int, optional
-        Seed of the permutations, started again at every run.
+        None: the run's attention stream; an integer: fixed permutations, the same in every run.
     """
 
     exact: SoftmaxAttention
     p: Annotated[int, Int(2)]
-    seed: Seed = 0
+    seed: Optional[Seed] = None
     _gen: Optional[torch.Generator] = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -360,7 +379,8 @@ class RandomBatchAttention:
         return self.exact.d
 
     def reset(self, batch, d, generator, dtype, device) -> None:
-        """The start of a run: the permutations start again from ``seed``.
+        """The start of a run: the permutations are drawn from ``generator`` (the run's attention
+        stream), or start again from ``seed`` when one is fixed.
 
         Parameters
         ----------
@@ -369,13 +389,13 @@ class RandomBatchAttention:
         d : int
             Token dimension.
         generator : torch.Generator
-            The run's generator.
+            The run's attention stream.
         dtype : torch.dtype
             The tokens' dtype.
         device : str or torch.device
             The tokens' device.
         """
-        self._gen = make_generator(self.seed, device)
+        self._gen = reset_stream(self.seed, generator, device)
 
     def flops(self, N: int, d: int) -> float:
         """Matrix-product flops per sample: 4 N p d for the scores and their product with the values
@@ -403,9 +423,8 @@ class RandomBatchAttention:
         B, N, d = X.shape
         if N < 2:
             raise ValueError(f"RandomBatchAttention: needs N >= 2 tokens, each attending to others (got N = {N})")
-        if self._gen is None or self._gen.device != X.device:
-            self._gen = make_generator(self.seed, X.device)
-        perm = torch.stack([torch.randperm(N, generator=self._gen, device=X.device) for _ in range(B)])
+        gen = self._gen = running_stream("RandomBatchAttention", self._gen, self.seed, X.device)
+        perm = torch.stack([torch.randperm(N, generator=gen, device=X.device) for _ in range(B)])
         rows = (perm + N * torch.arange(B, device=X.device).unsqueeze(-1)).flatten()  # into (B·N, ·)
         Xp = X.reshape(B * N, d).index_select(0, rows).view(B, N, d)
         q, vals = self.exact._queries(Xp), self.exact._values(Xp)
@@ -418,6 +437,59 @@ class RandomBatchAttention:
                                     vals[:, :head].reshape(B, n_full, self.p, e)).reshape(B, head, e)
         out[:, head:] = _within(q[:, head:].unsqueeze(1), Xp[:, head:].unsqueeze(1), vals[:, head:].unsqueeze(1)).squeeze(1)
         return torch.empty_like(out).view(B * N, e).index_copy_(0, rows, out.view(B * N, e)).view(B, N, e)
+
+
+def reset_stream(seed: Optional[int], generator: torch.Generator, device) -> torch.Generator:
+    """A random attention's generator for a run: ``generator`` (the run's attention stream), or a
+    fresh one from a fixed ``seed``.
+
+    Parameters
+    ----------
+    seed : int or None
+        The attention's fixed seed (None: the run's stream).
+    generator : torch.Generator
+        The run's attention stream.
+    device : str or torch.device
+        Where a fresh generator draws.
+
+    Returns
+    -------
+    torch.Generator
+        The generator of the run's draws.
+    """
+    return generator if seed is None else make_generator(seed, device)
+
+
+def running_stream(owner: str, gen: Optional[torch.Generator], seed: Optional[int], device) -> torch.Generator:
+    """The generator a random attention draws from at a call on ``device``: the one of its run, or
+    (called outside a run) a fresh one from its fixed ``seed``.
+
+    Parameters
+    ----------
+    owner : str
+        The attention's class name, for the message.
+    gen : torch.Generator or None
+        The generator its run's ``reset`` gave it.
+    seed : int or None
+        Its fixed seed.
+    device : str or torch.device
+        Where the call draws.
+
+    Returns
+    -------
+    torch.Generator
+        The generator to draw from.
+
+    Raises
+    ------
+    RuntimeError
+        Neither a run's generator on ``device`` nor a seed, naming ``owner``.
+    """
+    if gen is not None and same_device(gen.device, device):
+        return gen
+    if seed is None:
+        raise RuntimeError(f"{owner}: no draws on {device}: a run starts them (reset, called by solve), or give a seed")
+    return make_generator(seed, device)
 
 
 def _within(q: torch.Tensor, keys: torch.Tensor, vals: torch.Tensor) -> torch.Tensor:

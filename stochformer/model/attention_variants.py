@@ -28,7 +28,7 @@ from typing import Annotated, Optional
 
 import torch
 
-from ..core.runtime import make_generator
+from .attention import reset_stream, running_stream
 from ..core.validation import (
     DeviceLike,
     FiniteFloat,
@@ -308,9 +308,15 @@ def _softmax_average(X: torch.Tensor, keys: torch.Tensor, Q: torch.Tensor, K: to
 @dataclass
 class ResampledAttention:
     """Per-layer random attention: every call draws, for each sample of the batch,
-    Q = √β I + σ Z_Q/√d, K = √β I + σ Z_K/√d, V = γ I + σ Z_V/√d (Z i.i.d. N(0, 1)) from its own
-    generator seeded with ``seed``, and returns Σ_j softmax_j(⟨Q x_i, K x_j⟩) V x_j. One call is
-    one layer (the post-LN transformer calls attention once per layer).
+    Q = √β I + σ Z_Q/√d, K = √β I + σ Z_K/√d, V = γ I + σ Z_V/√d (Z i.i.d. N(0, 1)), and returns
+    Σ_j softmax_j(⟨Q x_i, K x_j⟩) V x_j. One call is one layer (the post-LN transformer calls
+    attention once per layer).
+
+    ``seed``: None (the default) draws from the run's attention stream, given to
+    [`reset`][stochformer.model.attention_variants.ResampledAttention.reset] at the start of every
+    run (see [`RandomAttention`][stochformer.model.attention.RandomAttention]): the draws change
+    with the run's seed and leave the run's generator to the noise. An integer fixes the draws
+    instead: every run starts again from ``seed``.
 
     Parameters
     ----------
@@ -323,14 +329,14 @@ class ResampledAttention:
     std : float, optional
         σ, the fluctuation's scale, >= 0.
     seed : int, optional
-        Seed of its generator, started again at every run.
+        None: the run's attention stream; an integer: fixed draws, the same in every run.
     """
 
     d: PositiveInt
     beta: NonNegativeFloat = 1.0
     gamma: FiniteFloat = 1.0
     std: NonNegativeFloat = 1.0
-    seed: Seed = 0
+    seed: Optional[Seed] = None
     _gen: Optional[torch.Generator] = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -338,10 +344,9 @@ class ResampledAttention:
         check_memory("d", 8.0 * self.d * self.d)  # its identity and per-sample draws are d x d
 
     def reset(self, batch, d, generator, dtype, device) -> None:
-        """The start of a run: the draws start again from ``seed`` (a model object reused for a run
-        gives that run's numbers). The run's generator is not used: the noise's draws stay those of
-        the averaged-drift model, for the path-by-path comparison (see
-        [`RandomAttention`][stochformer.model.attention.RandomAttention]).
+        """The start of a run: the draws come from ``generator`` (the run's attention stream), or
+        start again from ``seed`` when one is fixed (a model object reused for a run with the same
+        seed gives that run's numbers).
 
         Parameters
         ----------
@@ -350,16 +355,16 @@ class ResampledAttention:
         d : int
             Token dimension.
         generator : torch.Generator
-            The run's generator.
+            The run's attention stream.
         dtype : torch.dtype
             The tokens' dtype.
         device : str or torch.device
             The tokens' device.
         """
-        self._gen = make_generator(self.seed, device)
+        self._gen = reset_stream(self.seed, generator, device)
 
     def draw(self, batch: int, dtype, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Draw the matrices of one layer from the piece's generator.
+        """Draw the matrices of one layer from the run's attention stream (or from ``seed``).
 
         Parameters
         ----------
@@ -375,10 +380,9 @@ class ResampledAttention:
         tuple of torch.Tensor
             (Q, K, V), each (batch, d, d).
         """
-        if self._gen is None:
-            self._gen = make_generator(self.seed, device)
+        gen = self._gen = running_stream("ResampledAttention", self._gen, self.seed, device)
         eye = torch.eye(self.d, dtype=dtype, device=device)
-        Z = torch.randn(3, batch, self.d, self.d, generator=self._gen, dtype=dtype, device=device)
+        Z = torch.randn(3, batch, self.d, self.d, generator=gen, dtype=dtype, device=device)
         Z = Z * (self.std / math.sqrt(self.d))
         s = math.sqrt(self.beta)
         return s * eye + Z[0], s * eye + Z[1], self.gamma * eye + Z[2]

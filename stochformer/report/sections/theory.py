@@ -164,7 +164,18 @@ def phase_rows(points: list[dict]) -> list[Comparison]:
 def cluster_rows(clusters: list[dict]) -> list[Comparison]:
     """Per measured setting, a cluster under V = −δI: the relative modes' top exponent "below" 0 where
     λ₁ < −δ predicts a stable cluster, "above" 0 where it predicts one that spreads
-    ([`stability_rows`][stochformer.experiments.cluster_spectrum.stability_rows])."""
+    ([`stability_rows`][stochformer.experiments.cluster_spectrum.stability_rows]).
+
+    Parameters
+    ----------
+    clusters : list of dict
+        ``ExactResult.clusters`` (each a `ClusterStability` as a dict).
+
+    Returns
+    -------
+    list of Comparison
+        The rows.
+    """
     return stability_rows([ClusterStability(**c) for c in clusters])
 
 
