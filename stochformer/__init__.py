@@ -23,6 +23,7 @@ from .core.version import __version__
 import importlib as _importlib
 import os as _os
 import sys as _sys
+from types import ModuleType as _ModuleType
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 
 if _TYPE_CHECKING:  # what the names below resolve to, for type checkers and IDEs (imported lazily at run time)
@@ -79,5 +80,7 @@ def __getattr__(name: str) -> object:
 
 
 def __dir__() -> list[str]:
-    """The public names: the lazily imported API, the version and the OpenMP defaults (no helpers)."""
-    return sorted({"__version__", *__all__} | {n for n in globals() if not n.startswith("_")})
+    """The public names: the lazily imported API, the version and the OpenMP defaults (no helpers, and
+    no subpackage that an import has bound to the package, such as ``core``)."""
+    return sorted({"__version__", *__all__}
+                  | {n for n, v in globals().items() if not n.startswith("_") and not isinstance(v, _ModuleType)})

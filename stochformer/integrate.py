@@ -83,9 +83,42 @@ class Model(Protocol):
     True
     """
 
-    def reset(self, batch: int, d: int, generator: torch.Generator, dtype: torch.dtype, device) -> None: ...
+    def reset(self, batch: int, d: int, generator: torch.Generator, dtype: torch.dtype, device) -> None:
+        """Start a run: draw the per-run state (frozen weights, features) from ``generator``.
 
-    def step(self, X: torch.Tensor, dt: float, draws: Draws) -> torch.Tensor: ...
+        Parameters
+        ----------
+        batch : int
+            Independent samples of the run.
+        d : int
+            Token dimension.
+        generator : torch.Generator
+            The run's generator, on ``device``.
+        dtype : torch.dtype
+            The state's dtype.
+        device : str or torch.device
+            The state's device.
+        """
+        ...
+
+    def step(self, X: torch.Tensor, dt: float, draws: Draws) -> torch.Tensor:
+        """One step (one layer) of size ``dt``.
+
+        Parameters
+        ----------
+        X : torch.Tensor, shape (batch, N, d)
+            The state (unit rows for a model on the sphere).
+        dt : float
+            The step, T/steps.
+        draws : Draws
+            The step's randomness: the generator, and the shared Brownian path if any.
+
+        Returns
+        -------
+        torch.Tensor, shape (batch, N, d)
+            The state one step later.
+        """
+        ...
 
 
 #: ``hook(k, X)`` after step k (1..steps): returns the state to continue from (or None: X itself)
@@ -96,8 +129,17 @@ Observables = Callable[[torch.Tensor], Mapping[str, torch.Tensor]]
 
 @dataclass(frozen=True)
 class GradStates(TensorCheck):
-    """`States`, checked the same way, but a tensor that requires
-    grad is handed on as it is (its graph kept for ``output="torch"``)."""
+    """The check of [`solve`][stochformer.integrate.solve]'s initial state: as for any state
+    (batch, N, d), but a tensor that requires grad is handed on as it is (its graph kept for
+    ``output="torch"``).
+
+    Parameters
+    ----------
+    dims, low, unit, bounds, leading, what, finite
+        As for every tensor check (``stochformer.core.validation.TensorCheck``): the dims' names,
+        their least sizes, unit rows, bounds on the values, extra leading dims, the description
+        in messages and whether the values must be finite.
+    """
 
     def __call__(self, name: str, value: Any) -> torch.Tensor:
         checked = super().__call__(name, value)
@@ -166,20 +208,61 @@ class SaveAt:
     fn: Optional[Observables] = None
 
     def stat_steps(self, steps: int) -> list[int]:
+        """The steps at which the statistics (and ``fn``) are recorded.
+
+        Parameters
+        ----------
+        steps : int
+            The run's number of steps.
+
+        Returns
+        -------
+        list of int
+            Increasing steps in 0..steps (``every``: with 0 and ``steps``); empty if nothing is recorded.
+        """
         return _schedule(self.every, self.at, steps) if self.records() else []
 
     def records(self) -> bool:
-        """Whether anything is recorded at the statistics' steps (statistics or ``fn``)."""
+        """Whether anything is recorded at the statistics' steps.
+
+        Returns
+        -------
+        bool
+            True where ``stats`` is not empty or ``fn`` is given.
+        """
         return bool(self.stats) or self.fn is not None
 
     def token_steps(self, steps: int) -> list[int]:
+        """The steps at which the token states are kept (variable ``X``).
+
+        Parameters
+        ----------
+        steps : int
+            The run's number of steps.
+
+        Returns
+        -------
+        list of int
+            Increasing steps in 0..steps; empty without ``tokens_every`` or ``tokens_at``.
+        """
         if self.tokens_every is None and self.tokens_at is None:
             return []
         return _schedule(self.tokens_every or steps, self.tokens_at, steps)
 
     def keeps(self, steps: int) -> tuple[Callable[[int], bool], Callable[[int], bool]]:
         """Whether step k's statistics and tokens are kept: the rules of `stat_steps` and
-        `token_steps` as tests, without listing every step of a long run."""
+        `token_steps` as tests, without listing every step of a long run.
+
+        Parameters
+        ----------
+        steps : int
+            The run's number of steps.
+
+        Returns
+        -------
+        tuple of two callables
+            ``(stats(k), tokens(k))``, each True where step k is kept.
+        """
         never: Callable[[int], bool] = lambda k: False  # noqa: E731
         stats = _keeper(self.every, self.at, steps) if self.records() else never
         tokens = never if self.tokens_every is None and self.tokens_at is None else \
@@ -251,9 +334,13 @@ def solve(
         What is kept ([`SaveAt`][stochformer.integrate.SaveAt]); by default every statistic at every
         step and the final state.
     seed : int, optional
-        The run's seed (weights, features, and the Brownian normals unless ``path`` is given).
+        The run's seed (weights, features, and the Brownian normals unless ``path`` is given; a
+        random attention draws from the run's ``"attention"`` stream, seeded from it by
+        [`stream`][stochformer.core.runtime.stream]).
     generator : torch.Generator, optional
-        In place of ``seed``: the run's random numbers, on X0's device.
+        In place of ``seed``: the run's random numbers, on X0's device. The streams of random parts
+        derive from the seed it was started with (``generator.initial_seed()``), not from its
+        current state.
     path : BrownianPath, optional
         A [`BrownianPath`][stochformer.core.brownian.BrownianPath] whose fine steps are a multiple of
         ``steps``, shared with other runs for a coupling.
@@ -476,7 +563,19 @@ def _dataset(X, records, stat_steps, snapshots, token_steps, dt, save: SaveAt) -
 
 def describe(obj: Any) -> Any:
     """A JSON-able description of a model part: its class and fields; tensors by shape;
-    callables by ``module.name`` and their parameters (`callable_record`). Parts not defined by stochformer are listed by [`custom_parts`][stochformer.integrate.custom_parts]."""
+    callables by ``module.name`` and their parameters (`callable_record`). Parts not defined by
+    stochformer are listed by [`custom_parts`][stochformer.integrate.custom_parts].
+
+    Parameters
+    ----------
+    obj : Any
+        A model or a part of one (dataclass, tensor, number, string, sequence, callable).
+
+    Returns
+    -------
+    dict, list, str, int, float, bool or None
+        The description (never a memory address), recursively for a dataclass's fields.
+    """
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         out = {"type": part_name(type(obj))}
         for f in dataclasses.fields(obj):
@@ -496,7 +595,21 @@ def describe(obj: Any) -> Any:
 
 
 def custom_parts(obj: Any, where: str = "model") -> list[str]:
-    """Where ``obj`` holds classes or callables that are not stochformer's own (user parts)."""
+    """Where ``obj`` holds classes or callables that are not stochformer's own (user parts).
+
+    Parameters
+    ----------
+    obj : Any
+        A model or a part of one.
+    where : str, optional
+        The dotted name ``obj`` is reached by (the prefix of each entry).
+
+    Returns
+    -------
+    list of str
+        ``"where.field: module.name"`` for each user part (an activation in ``sf.ACTIVATIONS`` counts
+        as stochformer's own).
+    """
     out: list[str] = []
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         if not _own(type(obj)):
@@ -521,7 +634,21 @@ def _own(obj: Any) -> bool:
 
 def run_attrs(model: Any, **extra: Any) -> dict[str, Any]:
     """Dataset attributes of a run: the model's description and custom parts, provenance
-    (versions, device) and ``extra`` (T, steps, seed, path ...), as NetCDF-safe values."""
+    (versions, device) and ``extra`` (T, steps, seed, path ...), as NetCDF-safe values.
+
+    Parameters
+    ----------
+    model : Any
+        The model run ([`describe`][stochformer.integrate.describe]).
+    **extra : Any
+        Further attributes; ``device`` and ``path`` are read, numbers are stored as numbers (a seed
+        up to 2⁶⁴ − 1 as uint64) and None is left out.
+
+    Returns
+    -------
+    dict
+        ``model`` and ``custom_parts`` (JSON), ``path``, ``versions`` (JSON), ``device`` and ``extra``.
+    """
     device = extra.pop("device", "cpu")
     path = extra.pop("path", None)
     prov = provenance(device)

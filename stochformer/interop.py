@@ -46,6 +46,15 @@ __all__ = ["DenseTorchsdeSDE", "GivenPath", "TorchsdeSDE", "from_torchsde_browni
 class TorchsdeSDE:
     """The limit SDE on flat states ``y`` (batch, N·d) for torchsde (see the module docstring).
 
+    Parameters
+    ----------
+    sde : LimitSDE
+        The limit SDE (its attention and noise source).
+    shape : tuple of int
+        (batch, N, d) of the tokens.
+    field_shape : tuple of int
+        (batch, m, d): the Brownian channels of one sample read as m rows of d.
+
     Attributes
     ----------
     noise_type, sde_type : str
@@ -76,15 +85,48 @@ class TorchsdeSDE:
 
     # ------------------------------------------------------------------ layout
     def unflatten(self, y: torch.Tensor) -> torch.Tensor:
-        """Flat states (..., batch, N·d) → tokens (..., batch, N, d)."""
+        """Flat states as tokens.
+
+        Parameters
+        ----------
+        y : torch.Tensor, shape (..., batch, N·d)
+            Flat states (token i's coordinates at i·d .. i·d + d − 1).
+
+        Returns
+        -------
+        torch.Tensor, shape (..., batch, N, d)
+            The same numbers as tokens (a view where possible).
+        """
         return y.reshape(*y.shape[:-1], self.shape[1], self.shape[2])
 
     def flatten(self, X: torch.Tensor) -> torch.Tensor:
-        """Tokens (..., batch, N, d) → flat states (..., batch, N·d)."""
+        """Tokens as flat states, the inverse of `unflatten`.
+
+        Parameters
+        ----------
+        X : torch.Tensor, shape (..., batch, N, d)
+            Tokens.
+
+        Returns
+        -------
+        torch.Tensor, shape (..., batch, N·d)
+            The same numbers, flat.
+        """
         return X.reshape(*X.shape[:-2], self.state_size)
 
     def project(self, y: torch.Tensor) -> torch.Tensor:
-        """Each token of flat states (..., batch, N·d) scaled back to unit norm."""
+        r"""Each token of flat states scaled back to unit norm (the projection after an Euler step).
+
+        Parameters
+        ----------
+        y : torch.Tensor, shape (..., batch, N·d)
+            Flat states.
+
+        Returns
+        -------
+        torch.Tensor, shape (..., batch, N·d)
+            $\mathrm{LN}$ of each token, flat.
+        """
         return self.flatten(normalize(self.unflatten(y)))
 
     @property
@@ -100,7 +142,21 @@ class TorchsdeSDE:
 
     # ------------------------------------------------------------------ coefficients
     def coefficients(self, X: torch.Tensor) -> torch.Tensor:
-        """A(X) (batch, N, m) with field increment ΔW = A(X) ΔB, ΔB read as (batch, m, d)."""
+        r"""The coefficients A(X) of the field's increment $\Delta W = A(X)\,\Delta B$, with $\Delta B$
+        read as (batch, m, d): $K(X)^{1/2}$ for the exact field (m = N), the scaled features
+        $\sigma\,\phi(\cdot)/\sqrt{M}$ (and $\sigma\sigma_W$ for B⁰) for random features, zeros
+        without noise.
+
+        Parameters
+        ----------
+        X : torch.Tensor, shape (batch, N, d)
+            Unit tokens.
+
+        Returns
+        -------
+        torch.Tensor, shape (batch, N, m)
+            A(X).
+        """
         noise = self.sde.noise
         B, N, d = X.shape
         if noise is None:
@@ -115,12 +171,44 @@ class TorchsdeSDE:
 
     # ------------------------------------------------------------------ torchsde's contract
     def f(self, t: Any, y: torch.Tensor) -> torch.Tensor:
-        """Itô drift P Attn − κ(1)(d−1)/2 x: y (batch, N·d) → (batch, N·d)."""
+        r"""The Itô drift of the limit SDE (SPEC §3),
+
+        $$
+        f(x_i) = P_{x_i}\,\mathrm{Attn}_i(X) - \frac{\kappa(1)\,(d-1)}{2}\, x_i .
+        $$
+
+        Parameters
+        ----------
+        t : float or torch.Tensor
+            The time (unused: the limit SDE is autonomous).
+        y : torch.Tensor, shape (batch, N·d)
+            Flat states.
+
+        Returns
+        -------
+        torch.Tensor, shape (batch, N·d)
+            The drift, flat.
+        """
         X = self.unflatten(y)
         return self.flatten(self.sde.attention_drift(X) + self.sde.ito_correction(X))
 
     def g_prod(self, t: Any, y: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        """g(y) v = P_x (A(X) V): y (batch, N·d), v (batch, m·d) → (batch, N·d)."""
+        r"""The diffusion applied to a vector, $g(y)\,v = P_x\,(A(X)\,V)$ with V = v read as (batch, m, d).
+
+        Parameters
+        ----------
+        t : float or torch.Tensor
+            The time (unused: the limit SDE is autonomous).
+        y : torch.Tensor, shape (batch, N·d)
+            Flat states.
+        v : torch.Tensor, shape (batch, m·d)
+            Brownian increments.
+
+        Returns
+        -------
+        torch.Tensor, shape (batch, N·d)
+            g(y) v, tangent to each token.
+        """
         X = self.unflatten(y)
         if self.sde.noise is None:
             return torch.zeros_like(y)
@@ -128,11 +216,40 @@ class TorchsdeSDE:
         return self.flatten(tangent(X, self.coefficients(X) @ V))
 
     def f_and_g_prod(self, t: Any, y: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(f(y), g(y) v) in one call (what torchsde's Euler asks for)."""
+        """(f(y), g(y) v) in one call (what torchsde's Euler asks for).
+
+        Parameters
+        ----------
+        t : float or torch.Tensor
+            The time (unused: the limit SDE is autonomous).
+        y : torch.Tensor, shape (batch, N·d)
+            Flat states.
+        v : torch.Tensor, shape (batch, m·d)
+            Brownian increments.
+
+        Returns
+        -------
+        tuple of torch.Tensor
+            `f` and `g_prod`, each (batch, N·d).
+        """
         return self.f(t, y), self.g_prod(t, y, v)
 
     def diffusion(self, t: Any, y: torch.Tensor) -> torch.Tensor:
-        """The dense g(y) (batch, N·d, m·d): g[(i, a), (k, c)] = A_ik (P_{x_i})_ac (memory (N·d)·(m·d) per sample)."""
+        r"""The dense diffusion matrix, $g_{(i,a),(k,c)} = A_{ik}\,(P_{x_i})_{ac}$ (memory (N·d)·(m·d)
+        per sample).
+
+        Parameters
+        ----------
+        t : float or torch.Tensor
+            The time (unused: the limit SDE is autonomous).
+        y : torch.Tensor, shape (batch, N·d)
+            Flat states.
+
+        Returns
+        -------
+        torch.Tensor, shape (batch, N·d, m·d)
+            g(y).
+        """
         X = self.unflatten(y)
         B, N, d = X.shape
         P = torch.eye(d, dtype=X.dtype, device=X.device) - X.unsqueeze(-1) * X.unsqueeze(-2)  # (B, N, d, d)
@@ -141,10 +258,33 @@ class TorchsdeSDE:
 
 
 class DenseTorchsdeSDE(TorchsdeSDE):
-    """`TorchsdeSDE` with the dense ``g(t, y)`` (batch, N·d, m·d) as well."""
+    """`TorchsdeSDE` with the dense ``g(t, y)`` (batch, N·d, m·d) as well.
+
+    Parameters
+    ----------
+    sde : LimitSDE
+        The limit SDE.
+    shape : tuple of int
+        (batch, N, d) of the tokens.
+    field_shape : tuple of int
+        (batch, m, d) of the Brownian channels.
+    """
 
     def g(self, t: Any, y: torch.Tensor) -> torch.Tensor:
-        """The dense diffusion matrix, `TorchsdeSDE.diffusion`."""
+        """The dense diffusion matrix, `TorchsdeSDE.diffusion`.
+
+        Parameters
+        ----------
+        t : float or torch.Tensor
+            The time (unused: the limit SDE is autonomous).
+        y : torch.Tensor, shape (batch, N·d)
+            Flat states.
+
+        Returns
+        -------
+        torch.Tensor, shape (batch, N·d, m·d)
+            g(y).
+        """
         return self.diffusion(t, y)
 
 
@@ -260,7 +400,13 @@ def sdeint_projected(
 class GivenPath(BrownianPath):
     """A [`BrownianPath`][stochformer.core.brownian.BrownianPath] of several parts given as tensors
     (``normals[j]``: (steps, *part_j)), e.g. a random-feature field's B^k and B⁰; step k of n
-    is q^{−1/2} Σ of its q = steps/n fine normals, as for any path."""
+    is q^{−1/2} Σ of its q = steps/n fine normals, as for any path.
+
+    Parameters
+    ----------
+    normals : sequence of torch.Tensor
+        One tensor (steps, *part) per part, the same number of fine steps in each, i.i.d. N(0, 1).
+    """
 
     def __init__(self, normals: Sequence[torch.Tensor]):
         first = normals[0]

@@ -94,3 +94,30 @@ def float32_reference():
     from stochformer.config import RunConfig
 
     return RunConfig(d=5, sigma_U=0.1, sigma_W=0.1, m=256, T=5.0, L=100, attention=False, seed=3)
+
+
+#: address space a module's process may add under ``bounded_address_space``: a hostile size then
+#: fails to allocate (a clean error) instead of bringing the machine's memory down
+HEADROOM = 6 << 30
+
+
+@pytest.fixture(scope="module")
+def bounded_address_space():
+    """From its first use to the end of the module, the process runs under an address-space limit
+    of what it maps now + HEADROOM (tests of refusals of huge sizes: a regression that allocates
+    fails with a MemoryError instead of exhausting the machine)."""
+    try:
+        import resource
+
+        with open("/proc/self/status") as fh:
+            vm = next(int(line.split()[1]) * 1024 for line in fh if line.startswith("VmSize:"))
+    except (ImportError, OSError, StopIteration):
+        yield
+        return
+    old = resource.getrlimit(resource.RLIMIT_AS)
+    limit = vm + HEADROOM if old[1] == resource.RLIM_INFINITY else min(vm + HEADROOM, old[1])
+    resource.setrlimit(resource.RLIMIT_AS, (limit, old[1]))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, old)

@@ -148,10 +148,15 @@ def test_results_save_and_load(tmp_path):
 
 def test_dir_lists_the_api_and_no_helpers():
     """``dir(stochformer)`` is the public API (every name of ``__all__`` resolves), the version and
-    the OpenMP defaults: none of the package's own helpers (``importlib``, ``os``, ``sys``, ``Any``)."""
+    the OpenMP defaults: none of the package's own helpers (``importlib``, ``os``, ``sys``, ``Any``),
+    and no subpackage bound to the package by an import (``core``, ``model``, ``integrate``)."""
+    import stochformer.integrate  # noqa: F401  (binds the subpackages to the package)
+    import stochformer.model  # noqa: F401
+
     names = dir(sf)
     assert set(sf.__all__) <= set(names) and "__version__" in names
-    assert not {"importlib", "os", "sys", "Any"} & set(names)
+    assert not {"importlib", "os", "sys", "Any", "core", "model", "integrate"} & set(names), names
+    assert set(names) == set(sf.__all__) | {"__version__", "OMP_DEFAULTS"}, names
     assert all(not n.startswith("_") or n == "__version__" for n in names), names
     for name in sf.__all__:
         assert getattr(sf, name) is not None

@@ -153,3 +153,30 @@ def test_draws_serve_the_path_parts_in_order(replay):
     with pytest.raises(ValueError, match=r"^BrownianPath: the noise source needs normals of shape \(1, 5, 3\) \(part 0\); "):
         Draws(g, path, 0, 2).brownian((1, 5, 3), torch.float64, "cpu")
     assert as_draws(g).generator is g and as_draws(g).path is None and as_draws(draws) is draws
+
+
+# ----------------------------------------------------------------- a run's named streams
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 2**63 - 1), other=st.integers(0, 2**63 - 1), ahead=st.integers(0, 5),
+       name=st.sampled_from(["attention", "features", "a"]))
+def test_a_runs_stream_depends_on_its_seed_and_name_only(seed, other, ahead, name):
+    """``stream(generator, name)``: the same for the same start seed and name however far the run's
+    generator has drawn (it is not drawn from), different for another seed or name; ``Draws.stream``
+    is that stream."""
+    from stochformer.core.runtime import make_generator, stream
+
+    def first(g: torch.Generator) -> torch.Tensor:
+        return torch.randn(4, generator=g, dtype=torch.float64)
+
+    g = make_generator(seed)
+    state = g.get_state()
+    want = first(stream(g, name))
+    assert torch.equal(g.get_state(), state)  # the run's generator is not moved
+    torch.randn(ahead, generator=g)
+    assert torch.equal(first(stream(g, name)), want)
+    assert torch.equal(first(Draws(g).stream(name)), want)
+    assert not torch.equal(first(stream(g, name + "'")), want)
+    if other != seed:
+        assert not torch.equal(first(stream(make_generator(other), name)), want)

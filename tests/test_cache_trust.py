@@ -8,17 +8,21 @@ reuses old entries."""
 from __future__ import annotations
 
 import base64
+import html
 import io
 import json
+import re
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from stochformer.io.store import ResultStore, key_dir
 from stochformer.io.outputs import Manifest, OutputError, file_digest
 from stochformer.report import reproduce
 from stochformer.report import registry
-from stochformer.report.render import safe_png
+from stochformer.report.render import escape, maths, safe_png
 from stochformer.report.registry import Section, SectionOutput, figure_png
 from stochformer.measure.verdict import FAILS, HOLDS, Comparison, recompute
 
@@ -177,3 +181,36 @@ def test_keys_include_the_source_hash(monkeypatch) -> None:
     monkeypatch.setattr(tasks, "source_hash", lambda: "changed")
     assert all(key[x.section.name] != x.key for x in plan("tiny") if x.key is not None)
     assert Task("t", json.dumps, {"obj": 1}).cache_key != task
+
+
+_TAG = re.compile(r"</?(?:sup|sub)>")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet="ab ^_{}()<>&'\"β−2", max_size=40))
+def test_report_maths_adds_only_balanced_script_tags(text: str) -> None:
+    """Typesetting ``^{…}``/``_{…}`` inserts nothing but balanced <sup>/<sub> pairs: with them removed
+    the page shows the escaped text less the consumed markers, and no other markup gets through."""
+    out = maths(text)
+    assert "<" not in _TAG.sub("", out) and ">" not in _TAG.sub("", out)
+    depth = 0
+    for tag in _TAG.findall(out):
+        depth += -1 if tag.startswith("</") else 1
+        assert depth >= 0
+    assert depth == 0
+    plain = html.unescape(_TAG.sub("", out))
+    assert re.sub(r"[\^_{}]", "", plain) == re.sub(r"[\^_{}]", "", text)
+
+
+def test_every_registered_claim_is_typeset_without_raw_exponents() -> None:
+    """The claims of the report (e^{λ̄' t}, c_N e^{c_N T²}, μ^(N,L,m)) show as superscripts, not as
+    pseudo-LaTeX; plain escaping (the page before) leaves them raw."""
+    import stochformer.report.sections  # noqa: F401  (registers the sections)
+
+    assert maths("e^{−κ(1)(d−1)t/2}") == "e<sup>−κ(1)(d−1)t/2</sup>"
+    assert maths("c_N e^{c_N e^{−2t}} energy_beta X_{ℓ+1}^i") == "c_N e<sup>c_N e<sup>−2t</sup></sup> energy_beta X<sub>ℓ+1</sub><sup>i</sup>"
+    claims = [s.claim for s in registry.registered()]
+    raw = re.compile(r"\^|_\{")
+    assert sum(bool(raw.search(escape(c))) for c in claims) >= 5  # the check below has something to find
+    left = [c for c in claims if raw.search(maths(c))]
+    assert not left, f"claims with raw exponents in the page: {left}"

@@ -1,12 +1,17 @@
 """Configuration, validation and the ``simulate`` command's outputs.
 
 Every invalid input must give ONE clear error naming the field and its valid range, before any
-work, and leave no output folder behind."""
+work, and leave no output folder behind. A FIFO, a device, a folder or an oversized file as
+``--config``, ``init.path`` or to ``stochformer.load`` is refused at once (a regression fails by
+timeout instead of hanging)."""
 
 from __future__ import annotations
 
 import json
 import math
+import os
+import re
+import signal
 from pathlib import Path
 
 import numpy as np
@@ -160,6 +165,16 @@ def test_npy_init_errors(tmp_path):
         res = CliRunner().invoke(main, ["simulate", "--quiet", "--out", str(out), *sum((["--set", o] for o in over), [])])
         assert res.exit_code != 0 and "init.path" in res.output and text in res.output
         assert not out.exists()
+
+
+def test_npy_of_large_entries_normalises(tmp_path, monkeypatch) -> None:
+    """Entries near 1e308 are scaled before normalising (no overflow, a finite run)."""
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "large.npy"
+    np.save(path, np.full((4, 3), 1e308) * (np.arange(1, 5)[:, None] / 4))
+    res = CliRunner().invoke(main, ["simulate", "--quiet", "--set", "N=4", "--set", "L=3", "--set", "batch=2",
+                                    "--set", "init.kind=npy", "--set", f"init.path={path}", "--out", "o-large"])
+    assert res.exit_code == 0 and not re.search(r"\b(nan|inf|infinity)\b", res.output, re.I), res.output
 
 
 def test_config_file_errors(tmp_path):
@@ -378,3 +393,92 @@ def test_a_sweep_axis_repeating_a_value_written_differently_is_refused(field: st
     values = [a, *others, b]
     with pytest.raises(ValueError, match=rf"grid\.{field}: repeated values"):
         SweepConfig(grid={field: values})
+
+
+# --- inputs that are not regular files, or too big --------------------------------------------
+
+
+def _special_inputs(tmp_path: Path) -> dict[str, Path]:
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    (tmp_path / "folder").mkdir()
+    big = tmp_path / "big.toml"
+    with open(big, "wb") as fh:
+        fh.truncate(5 << 20)  # sparse: 5 MiB, more than a config may be
+    return {"FIFO": fifo, "character device": Path("/dev/zero"), "folder": tmp_path / "folder", "more than": big}
+
+
+@pytest.mark.parametrize("how", ["config", "sweep-config", "init.path", "load"])
+def test_special_or_huge_input_files_are_refused_at_once(tmp_path: Path, monkeypatch, how: str) -> None:
+    """In process with a watchdog: each must be refused within seconds (SIGALRM fails a hang)."""
+    import stochformer
+
+    monkeypatch.chdir(tmp_path)
+    old = signal.signal(signal.SIGALRM, lambda *a: (_ for _ in ()).throw(TimeoutError("blocked on an input file")))
+    try:
+        for kind, path in _special_inputs(tmp_path).items():
+            signal.alarm(20)
+            if how == "load":
+                with pytest.raises((ValueError, FileNotFoundError)) as exc:
+                    stochformer.load(path)
+                text = str(exc.value)
+            else:
+                args = {"config": ["simulate", *FAST, "--config", str(path), "--out", "o"],
+                        "sweep-config": ["sweep", "--config", str(path), "--out", "o"],
+                        "init.path": ["simulate", *FAST, "--set", "init.kind=npy", "--set", f"init.path={path}", "--out", "o"]}[how]
+                res = CliRunner().invoke(main, args)
+                text = res.output
+                assert res.exit_code == 2 and "Traceback" not in text, text
+            signal.alarm(0)
+            if kind == "more than" and how in ("init.path", "load"):
+                assert "cannot read" in text or "more than" in text or "not a" in text, text
+            else:
+                assert kind in text, (kind, text)
+            assert not (tmp_path / "o").exists()
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def test_token_file_larger_than_the_config_implies_is_refused(tmp_path: Path) -> None:
+    from stochformer.io.tokens import load_token_array
+
+    path = tmp_path / "x.npy"
+    np.save(path, np.ones((4, 3)))
+    with open(path, "ab") as fh:
+        fh.truncate(path.stat().st_size + (1 << 20))  # 1 MiB of padding after a (4, 3) array
+    with pytest.raises(ValueError, match="init.path: .* more than"):
+        load_token_array(path, 2, 4, 3)
+    np.save(path, np.ones((4, 3)))
+    assert load_token_array(path, 2, 4, 3).shape == (4, 3)
+
+
+# --------------------------------------------------------------------------- --set parsing
+
+
+@pytest.mark.usefixtures("bounded_address_space")
+@settings(max_examples=30, deadline=None, database=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(depth=st.integers(33, 60000), field=st.sampled_from(["N", "Q", "init.center", "model.d"]),
+       open_=st.sampled_from(["[", "{a="]))
+def test_deeply_nested_values_are_one_short_error(depth: int, field: str, open_: str) -> None:
+    """A --set value nested deeper than the limit (up to 60 000 levels) is one clean line naming
+    the field (no RecursionError), and a long value is never echoed in full."""
+    from stochformer.config import ConfigError, apply_overrides
+
+    close = "]" if open_ == "[" else "}"
+    with pytest.raises(ConfigError, match=rf"^--set {field}: the value nests lists or tables more than 32 levels deep$"):
+        apply_overrides({}, [f"{field}={open_ * depth}1{close * depth}"])
+
+
+@pytest.mark.usefixtures("bounded_address_space")
+@settings(max_examples=20, deadline=None, database=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(length=st.integers(1000, 200_000), where=st.sampled_from(["value", "key"]),
+       command=st.sampled_from(["simulate", "sync"]))
+def test_long_values_and_keys_are_not_echoed(length: int, where: str, command: str) -> None:
+    """A 100 k-character value or field name gives one error line of bounded length."""
+    text = "x" * length
+    item = f"activation={text}" if where == "value" else f"{text}=3"
+    item = item if command == "simulate" or where == "key" else f"model.{item}"
+    res = CliRunner().invoke(main, [command, "--quiet", "--set", item, "--out", "unused-out"])
+    errors = [line for line in res.output.splitlines() if line.startswith("Error:")]
+    assert res.exit_code == 2 and len(errors) == 1 and len(res.output) < 3000, res.output[:500]

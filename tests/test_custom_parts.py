@@ -1,13 +1,17 @@
 """A user's own activation named by an import string ``"package.module:function"`` in a config
 (TOML, ``--set``, every experiment's ``model``): it reaches the kernel, the model and the record
 exactly as the callable itself does, and a string that does not name a callable is one clear
-``activation`` error before any work."""
+``activation`` error before any work. A part of one's own (activation, attention, hook, noise
+source, step) whose output has the wrong shape, dtype or device, or is not finite, is refused on
+its first call naming it."""
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 import textwrap
+from typing import Any, Callable
 
 import numpy as np
 import pytest
@@ -15,6 +19,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import stochformer as sf
 from stochformer.config import ConfigError, RunConfig, build_config
 from stochformer.config.build import make_kernel
 from stochformer.core.validation import import_object
@@ -232,3 +237,98 @@ def test_the_command_line_takes_parts_by_import_string(parts_module):
                           "--out", str(parts_module / "bad")], capture_output=True, text=True, env=env)
     assert bad.returncode == 2 and "attention_kind" in bad.stderr and "Traceback" not in bad.stderr
     assert not (parts_module / "bad").exists()
+
+
+# --------------------------------------------------------------------------- user callables
+
+
+BAD_OUTPUTS = {
+    "drops a token": lambda Y: Y[..., :-1, :],
+    "drops a coordinate": lambda Y: Y[..., :-1],
+    "adds an axis": lambda Y: Y.unsqueeze(0),
+    "is a scalar": lambda Y: Y.sum(),
+    "keeps one row": lambda Y: Y[..., :1, :],
+    "is NaN": lambda Y: Y * math.nan,
+    "is infinite": lambda Y: Y / 0.0,
+    "is a numpy array": lambda Y: Y.detach().numpy(),
+    "is a list": lambda Y: Y.tolist(),
+    # the right shape, but not the dtype or device of the input (float64 tokens on the CPU)
+    "is float32": lambda Y: Y.float(),
+    "is float16": lambda Y: Y.half(),
+    "is bfloat16": lambda Y: Y.bfloat16(),
+    "is integer": lambda Y: Y.round().long(),
+    "is bool": lambda Y: Y > 0,
+    "is complex": lambda Y: Y.to(torch.complex128),
+    "is on the meta device": lambda Y: Y.to("meta"),
+}
+
+
+def _named(fn: Callable, name: str) -> Callable:
+    fn.__name__ = fn.__qualname__ = name
+    return fn
+
+
+def _model_with(kind: str, bad: Callable) -> tuple[Any, dict]:
+    """A run whose user callable of ``kind`` returns ``bad(what it should return)``."""
+    fn_name = f"user_{kind}"
+    if kind == "activation":
+        return sf.Transformer(None, sf.RandomMLP(width=8, activation=_named(lambda x: bad(torch.tanh(x)), fn_name))), {}
+    if kind == "feature activation":
+        return sf.LimitSDE(None, sf.RandomFeatureField(activation=_named(lambda x: bad(torch.tanh(x)), fn_name), features=8)), {}
+    if kind == "attention":
+        return sf.Transformer(_named(lambda X, keys=None: bad(X.flip(-2)), fn_name), None), {}
+    if kind == "sde attention":
+        return sf.LimitSDE(_named(lambda X, keys=None: bad(X.flip(-2)), fn_name), None), {}
+    if kind == "hook":
+        return sf.Transformer(), {"hook": _named(lambda k, X: bad(X), fn_name)}
+
+    class UserNoise:
+        def reset(self, batch, d, generator, dtype, device):
+            pass
+
+        def increment(self, X, dt, draws):
+            return bad(math.sqrt(dt) * torch.ones_like(X))
+
+        def noise_kernel(self, d):
+            return sf.NoiseKernel("linear", d)
+
+    class UserStep:
+        def reset(self, batch, d, generator, dtype, device):
+            pass
+
+        def step(self, X, dt, draws):
+            return bad(X.flip(-2))
+
+    UserNoise.__qualname__, UserStep.__qualname__ = f"user_{kind}", f"user_{kind}"
+    if kind == "noise":
+        return sf.LimitSDE(None, UserNoise()), {}
+    if kind == "mlp":
+        return sf.Transformer(None, UserNoise()), {}
+    return UserStep(), {}
+
+
+KINDS = {"activation": "activation", "feature activation": "activation", "attention": "attention", "sde attention": "attention",
+         "hook": "hook", "noise": "noise", "mlp": "noise", "step": "model.step"}
+
+
+@settings(max_examples=130, deadline=None, database=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(kind=st.sampled_from(list(KINDS)), bad=st.sampled_from(list(BAD_OUTPUTS)), N=st.integers(2, 4), d=st.integers(2, 4))
+def test_a_user_callable_of_wrong_shape_or_nan_is_refused_naming_it(kind: str, bad: str, N: int, d: int) -> None:
+    """An activation, attention, hook, noise source or step function whose output has the wrong
+    shape (or type), another dtype or device than its input (integer, bool, complex, half or
+    float32 numbers for float64 tokens, the meta device) or is not finite is refused on its first
+    call, naming what it is and the callable (never broadcast, never a NaN run, never torch's error)."""
+    model, extra = _model_with(kind, BAD_OUTPUTS[bad])
+    with pytest.raises(ValueError) as exc:
+        sf.solve(model, sf.sphere.uniform(batch=2, N=N, d=d, seed=0), 1.0, 3, seed=0, **extra)
+    text = str(exc.value)
+    assert KINDS[kind] in text and f"user_{kind}" in text, text
+
+
+def test_a_user_callable_of_the_right_shape_runs() -> None:
+    """The same callables returning the right shape and finite numbers run (the check costs
+    nothing later: one first call)."""
+    for kind in KINDS:
+        model, extra = _model_with(kind, lambda Y: Y)
+        ds = sf.solve(model, sf.sphere.uniform(batch=2, N=3, d=3, seed=0), 1.0, 3, seed=0, **extra)
+        assert np.all(np.isfinite(ds["mean_cosine"].values)), kind

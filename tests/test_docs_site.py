@@ -113,9 +113,11 @@ def _documented_beyond_all() -> list[object]:
     from stochformer.config import RunConfig
     from stochformer.experiments.phase import run_phase
     from stochformer.experiments.simulate import run_simulate
+    from stochformer.model.kernel import critical_gain, first_moment_rate, lyapunov_exponent, lyapunov_spectrum
     from stochformer.theory import PairDiffusion, energy_decay_rate, expected_energy
 
-    return [sphere.uniform, RunConfig, run_simulate, run_phase, PairDiffusion, expected_energy, energy_decay_rate]
+    return [sphere.uniform, RunConfig, run_simulate, run_phase, PairDiffusion, expected_energy, energy_decay_rate,
+            lyapunov_exponent, first_moment_rate, lyapunov_spectrum, critical_gain]
 
 
 def test_the_public_api_examples_run():

@@ -504,22 +504,6 @@ def test_hypothesis_kernel_arguments(world, kw: dict) -> None:
 
 # --------------------------------------------------------------------------- summary (last)
 
-def test_fixed_points_of_the_closed_forms() -> None:
-    """Large biases that stay finite are computed, not refused: κ(1) → E[φ²] + σ_W² for bounded φ."""
-    assert NoiseKernel("tanh", 3, 1e300).kappa1 == pytest.approx(1.0, abs=1e-12)
-    assert NoiseKernel("erf", 3, 1e155).kappa1 == pytest.approx(1.0, abs=1e-12)
-    assert NoiseKernel("erf", 3, 1e155).kappa1_prime == pytest.approx(0.0, abs=1e-12)
-    assert NoiseKernel("sigmoid", 3, 1e300, 0.5).kappa1 == pytest.approx(0.5 + 0.25, abs=1e-9)
-
-
-def test_npy_of_large_entries_normalises(world) -> None:
-    """Entries near 1e308 are scaled before normalising (no overflow, a finite run)."""
-    path = _npy(world["scratch"], "large", np.full((4, 3), 1e308) * (np.arange(1, 5)[:, None] / 4))
-    res = CliRunner().invoke(main, ["simulate", "--quiet", "--set", "N=4", "--set", "L=3", "--set", "batch=2",
-                                    "--set", "init.kind=npy", "--set", f"init.path={path}", "--out", "o-large"])
-    assert res.exit_code == 0 and not NONFINITE.search(res.output), res.output
-
-
 def test_zz_summary(world) -> None:
     """The counts of this module: printed, written to hostile-summary.json, and checked (including
     that nothing changed outside the scratch folder and the files placed in it survived)."""

@@ -410,3 +410,11 @@ def test_get_activation_names_and_callables():
     with pytest.raises(ValueError, match="^activation: unknown activation 'nope'; valid names are erf, gelu, leaky_relu, "
                        r"linear, relu, sigmoid, silu, sin, tanh \(or an import string 'package.module:function', or any callable from the Python API\)$"):
         get_activation("nope")
+
+
+def test_fixed_points_of_the_closed_forms() -> None:
+    """Large biases that stay finite are computed, not refused: κ(1) → E[φ²] + σ_W² for bounded φ."""
+    assert NoiseKernel("tanh", 3, 1e300).kappa1 == pytest.approx(1.0, abs=1e-12)
+    assert NoiseKernel("erf", 3, 1e155).kappa1 == pytest.approx(1.0, abs=1e-12)
+    assert NoiseKernel("erf", 3, 1e155).kappa1_prime == pytest.approx(0.0, abs=1e-12)
+    assert NoiseKernel("sigmoid", 3, 1e300, 0.5).kappa1 == pytest.approx(0.5 + 0.25, abs=1e-9)

@@ -1,10 +1,27 @@
 """Output folders that cannot destroy or collide: unsafe paths refused, --force only on
 stochformer's own folders (a valid manifest bound to the folder), one run per folder at a time, writability checked before any work,
-Ctrl-C that keeps what finished and says how to resume."""
+Ctrl-C that keeps what finished and says how to resume.
+
+Faults end in one line and a clean folder, with real processes where the fault is a process's:
+
+- A full disk: a real tmpfs (mounted here when permitted, else skipped with the reason) filled
+  while a real ``simulate`` or ``sweep`` computes; and, everywhere, a write failing with ENOSPC at
+  every write position of a run (fault injection). One line naming the file, no traceback, no
+  temporary file or partial folder, no lock; finished tasks kept; the rerun (or ``--resume``) completes.
+- A read-only file system: refused before any work; turned read-only mid-run: one line.
+- Ctrl-C or SIGTERM inside a finaliser (a garbage collection) is raised again, never lost.
+- SIGTERM and SIGHUP at seeded random moments of a real ``simulate`` and ``sweep``: exit status
+  128 + the signal's number, one line saying what was kept and the command to continue, no stale
+  lock, and that command then completes.
+- ``kill -9`` of a ``sweep --workers 2``: its worker processes are gone within seconds.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -137,7 +154,7 @@ def _wait_for(predicate, proc: subprocess.Popen, timeout: float = 120.0) -> None
     while not predicate():
         assert proc.poll() is None, proc.communicate()
         assert time.monotonic() < end, "timed out"
-        time.sleep(0.05)
+        time.sleep(0.02)
 
 
 def test_two_processes_on_one_out_and_ctrl_c(tmp_path: Path) -> None:
@@ -206,3 +223,340 @@ def test_dask_connect_fails_fast_naming_the_address(monkeypatch) -> None:
     monkeypatch.setenv(TIMEOUT_ENV, "soon")
     with pytest.raises(ValueError, match=TIMEOUT_ENV):
         _connect("tcp://127.0.0.1:1")
+
+
+PY = [sys.executable, "-m", "stochformer"]
+SWEEP_FILE = "samples = 6\nsamples_per_task = 1\n[model]\nL = {L}\nN = 4\nm = 8\nrecord_every = {every}\n"
+
+
+def _lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.strip()]
+
+
+def _leftovers(folder: Path) -> list[str]:
+    """Temporary files, partial folders and locks anywhere below ``folder``."""
+    return [str(p) for p in folder.rglob("*") if p.name.endswith((".tmp", ".partial", ".lock"))]
+
+
+@contextlib.contextmanager
+def tmpfs(where: Path, size: str):
+    """A tmpfs of ``size`` mounted at ``where``; the test is skipped if mounting is not permitted."""
+    where.mkdir(parents=True, exist_ok=True)
+    res = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)], capture_output=True, text=True)
+    if res.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({res.stderr.strip() or 'mount failed'}); the injected faults cover ENOSPC")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], capture_output=True)
+
+
+def _fill(folder: Path, leave: int = 4096) -> None:
+    """Fill the file system of ``folder`` up to ``leave`` bytes."""
+    st = os.statvfs(folder)
+    with open(folder / "ballast", "wb") as fh:
+        with contextlib.suppress(OSError):
+            fh.write(b"\0" * max(0, st.f_bavail * st.f_frsize - leave))
+
+
+# --- a full disk ----------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", ["simulate", "sweep"])
+def test_disk_full_on_a_real_tmpfs(tmp_path: Path, command: str) -> None:
+    with tmpfs(tmp_path / "disk", "24m") as disk:
+        (tmp_path / "s.toml").write_text(SWEEP_FILE.format(L=20000, every=10))
+        out = disk / "run"
+        args = (["simulate", "--quiet", "--set", "L=30000", "--set", "N=8", "--set", "batch=4", "--set", "m=8", "--set",
+                 "record_every=10", "--out", str(out)] if command == "simulate" else
+                ["sweep", "--config", str(tmp_path / "s.toml"), "--quiet", "--scheduler", "serial", "--out", str(out)])
+        proc = subprocess.Popen([*PY, *args], env=_env(), cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        _wait_for(lambda: lock_path(out).exists(), proc)  # every check passed: the run computes now
+        if command == "sweep":
+            _wait_for(lambda: len(list((out / "tasks").glob("*.json"))) >= 1, proc)
+        _fill(disk)
+        stdout, stderr = proc.communicate(timeout=300)
+        lines = _lines(stderr)
+        assert proc.returncode == 1 and len(lines) == 1, stderr
+        assert "No space left on device [errno 28]" in lines[0] and "Traceback" not in stderr
+        assert not _leftovers(disk), _leftovers(disk)
+        if command == "sweep":
+            assert "finished tasks are kept in" in lines[0] and "--resume" in lines[0]
+            kept = len(list((out / "tasks").glob("*.json")))
+            assert kept >= 1
+        else:
+            assert not out.exists()
+        (disk / "ballast").unlink()
+        again = args + (["--resume"] if command == "sweep" else [])
+        res = subprocess.run([*PY, *again], env=_env(), cwd=tmp_path, capture_output=True, text=True, timeout=600)
+        assert res.returncode == 0, res.stderr
+        assert is_own(out, command) and not _leftovers(disk)
+
+
+@pytest.mark.slow
+def test_too_little_free_space_is_refused_before_any_work(tmp_path: Path) -> None:
+    with tmpfs(tmp_path / "disk", "8m") as disk:
+        res = subprocess.run([*PY, "simulate", *FAST, "--out", str(disk / "run")], env=_env(), cwd=tmp_path,
+                             capture_output=True, text=True, timeout=120)
+        assert res.returncode == 2 and "free where" in res.stderr and "Traceback" not in res.stderr, res.stderr
+        assert sorted(p.name for p in disk.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_read_only_file_system(tmp_path: Path) -> None:
+    with tmpfs(tmp_path / "disk", "64m") as disk:
+        (disk / "sub").mkdir()
+        remount = subprocess.run(["mount", "-o", "remount,ro", str(disk)], capture_output=True, text=True)
+        if remount.returncode != 0:
+            pytest.skip(f"cannot remount read-only ({remount.stderr.strip()})")
+        res = subprocess.run([*PY, "simulate", *FAST, "--out", str(disk / "sub" / "run")], env=_env(), cwd=tmp_path,
+                             capture_output=True, text=True, timeout=120)
+        assert res.returncode == 2 and "Read-only file system" in res.stderr and "Traceback" not in res.stderr, res.stderr
+        subprocess.run(["mount", "-o", "remount,rw", str(disk)], check=True)
+        subprocess.run(["rmdir", str(disk / "sub")], check=True)
+        # a sweep into the (empty) mount point itself: its lock is outside, its tasks inside
+        (tmp_path / "s.toml").write_text(SWEEP_FILE.format(L=3000, every=100))
+        args = ["sweep", "--config", "s.toml", "--quiet", "--scheduler", "serial", "--out", str(disk)]
+        proc = subprocess.Popen([*PY, *args], env=_env(), cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        _wait_for(lambda: len(list((disk / "tasks").glob("*.json"))) >= 1, proc)
+        end = time.monotonic() + 30
+        while subprocess.run(["mount", "-o", "remount,ro", str(disk)], capture_output=True).returncode != 0:
+            assert time.monotonic() < end and proc.poll() is None, "could not remount read-only mid-run"
+            time.sleep(0.01)
+        _, stderr = proc.communicate(timeout=300)
+        lines = _lines(stderr)
+        assert proc.returncode == 1 and len(lines) == 1 and "Read-only file system [errno 30]" in lines[0], stderr
+        assert "finished tasks are kept in" in lines[0] and "Traceback" not in stderr
+        subprocess.run(["mount", "-o", "remount,rw", str(disk)], check=True)
+        assert not lock_path(disk).exists()
+        res = subprocess.run([*PY, *args, "--resume"], env=_env(), cwd=tmp_path, capture_output=True, text=True, timeout=600)
+        assert res.returncode == 0 and is_own(disk, "sweep"), res.stderr
+
+
+def _count_writes(monkeypatch) -> list[int]:
+    """Count the files written through ``stochformer.io.outputs.writing`` (the one way files are written)."""
+    import stochformer.io.outputs as outputs
+
+    calls: list[int] = []
+    original = outputs.file_digest
+
+    def counted(path):
+        calls.append(1)
+        return original(path)
+
+    monkeypatch.setattr(outputs, "file_digest", counted)
+    return calls
+
+
+def _fail_write(monkeypatch, at: int, code: int = errno.ENOSPC) -> None:
+    """Make the ``at``-th file written through ``writing`` fail as a full disk would (after its data went to the temporary file)."""
+    import stochformer.io.outputs as outputs
+
+    original, seen = outputs.file_digest, []
+
+    def failing(path):
+        seen.append(1)
+        if len(seen) == at:
+            raise OSError(code, os.strerror(code), str(path))
+        return original(path)
+
+    monkeypatch.setattr(outputs, "file_digest", failing)
+
+
+@pytest.mark.parametrize("command", ["simulate", "sweep"])
+def test_a_write_failing_at_every_position_ends_cleanly(tmp_path: Path, monkeypatch, command: str) -> None:
+    """Injected ENOSPC at the k-th file a run writes, for every k: exit 1, one line naming the file
+    and the errno, no temporary file or partial folder or lock; a sweep keeps its finished tasks
+    and ``--resume`` completes it; a simulate leaves nothing."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "s.toml").write_text(SWEEP_FILE.format(L=3, every=1).replace("samples = 6", "samples = 3"))
+    args = ["simulate", *FAST] if command == "simulate" else ["sweep", "--config", "s.toml", "--quiet", "--scheduler", "serial"]
+    calls = _count_writes(monkeypatch)
+    assert CliRunner().invoke(main, [*args, "--out", "count"]).exit_code == 0
+    total = len(calls)
+    monkeypatch.undo()
+    monkeypatch.chdir(tmp_path)
+    assert total >= 4
+    for k in range(1, total + 1):
+        out = f"run{k}"
+        _fail_write(monkeypatch, k)
+        res = CliRunner().invoke(main, [*args, "--out", out])
+        monkeypatch.undo()
+        monkeypatch.chdir(tmp_path)
+        lines = [line for line in _lines(res.output) if not line.startswith("sweep: ")]
+        assert res.exit_code == 1 and len(lines) == 1 and "Traceback" not in res.output, (k, res.output)
+        assert "No space left on device [errno 28]; the disk is full" in lines[0], lines[0]
+        assert not _leftovers(tmp_path), (k, _leftovers(tmp_path))
+        if command == "simulate":
+            assert not (tmp_path / out).exists()
+        else:
+            if (tmp_path / out).exists():
+                res = CliRunner().invoke(main, [*args, "--out", out, "--resume"])
+                assert res.exit_code == 0 and is_own(tmp_path / out, "sweep"), res.output
+
+
+# --- signals --------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_signal_at_a_random_moment_of_simulate(tmp_path: Path, sig: int, seed: int) -> None:
+    """The signal lands at a seeded random moment after the checks (computing, writing, or after
+    the end): an interrupted run exits 128 + signum with one line, leaves no lock and no partial
+    folder, and the same command then completes."""
+    delay = random.Random(seed * 31 + sig).uniform(0.0, 2.5)
+    out = tmp_path / "run"
+    args = ["simulate", "--quiet", "--set", "L=400", "--set", "N=16", "--set", "batch=8", "--set", "m=32", "--out", str(out)]
+    proc = subprocess.Popen([*PY, *args], env=_env(), cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _wait_for(lambda: lock_path(out).exists(), proc)
+    time.sleep(delay)
+    with contextlib.suppress(ProcessLookupError):
+        proc.send_signal(sig)
+    _, stderr = proc.communicate(timeout=120)
+    assert not lock_path(out).exists() and not _leftovers(tmp_path), _leftovers(tmp_path)
+    if proc.returncode in (0, -sig) and is_own(out, "simulate"):
+        return  # finished before the signal (-sig: it came while the interpreter exited, every file in place)
+    assert proc.returncode == 128 + sig, (delay, proc.returncode, stderr)
+    lines = _lines(stderr)
+    assert len(lines) == 1 and lines[0].startswith(f"interrupted by {signal.Signals(sig).name}: "), stderr
+    assert "stochformer simulate" in lines[0] and not out.exists()
+    res = subprocess.run([*PY, *args], env=_env(), cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0 and is_own(out, "simulate"), res.stderr
+
+
+@pytest.mark.slow
+def test_ctrl_c_at_any_moment_from_the_start_ends_cleanly(tmp_path: Path) -> None:
+    """Ctrl-C (SIGINT) at seeded random moments from the process's start: while Python starts, the
+    command line is read, the checks run, the run computes or writes. Each ends with status 130 and
+    one line (or, before stochformer's code runs at all, killed by the signal with nothing created, or
+    after it has ended, killed while the interpreter shuts down with its folder complete), or finishes;
+    never click's "Aborted!", a traceback, a lock or a partial folder."""
+    rng = random.Random(2)
+    args = ["simulate", "--quiet", "--set", "L=200", "--set", "N=16", "--set", "batch=8", "--set", "m=32"]
+    for k, delay in enumerate(sorted(rng.uniform(0.0, 4.0) for _ in range(8))):
+        out = tmp_path / f"run{k}"
+        proc = subprocess.Popen([*PY, *args, "--out", str(out)], env=_env(), cwd=tmp_path, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        time.sleep(delay)
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=120)
+        assert not lock_path(out).exists() and not _leftovers(tmp_path), (delay, _leftovers(tmp_path))
+        if proc.returncode == 0:
+            assert is_own(out, "simulate"), delay
+            continue
+        if proc.returncode == -signal.SIGINT:  # Python's own ending: before the command line was read
+            # (nothing created) or after the command ended, while the interpreter shuts down (its folder complete)
+            assert not out.exists() or is_own(out, "simulate"), (delay, stderr)
+            continue
+        assert not out.exists(), (delay, proc.returncode, stderr)
+        lines = _lines(stderr)
+        assert proc.returncode == 130 and len(lines) == 1 and lines[0].startswith("interrupted: "), (delay, stderr)
+
+
+#: A child that runs the command line with a signal raised inside the K-th garbage collection once
+#: stochformer handles that signal (fault injection: a signal that lands in a finaliser, where Python would drop
+#: the KeyboardInterrupt it raises, print "Exception ignored" and run on).
+IN_A_FINALISER = """
+import gc, signal, sys
+from stochformer.cli import main
+sig, k = int(sys.argv[1]), int(sys.argv[2])
+def fire(phase, info, seen=[0]):
+    seen[0] += phase == "start" and callable(signal.getsignal(sig))
+    if seen[0] == k and phase == "start":
+        signal.raise_signal(sig)
+        for _ in range(10):  # bytecode in the callback, where the handler runs
+            pass
+gc.callbacks.append(fire)
+main(sys.argv[3:], prog_name="stochformer")
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_inside_a_finaliser_is_not_lost(tmp_path: Path, sig: int) -> None:
+    """A Ctrl-C or SIGTERM that arrives while a garbage collection (a finaliser) runs, at seeded
+    random collections of a real ``simulate``, still ends it: status 128 + the signal's number, one
+    line, no "Exception ignored", nothing written; never a run that goes on as if not interrupted."""
+    rng = random.Random(int(sig))
+    args = ["simulate", "--quiet", "--set", "L=20000", "--set", "N=8", "--set", "batch=2", "--set", "m=8"]
+    for k in sorted(rng.sample(range(1, 60), 3)):
+        out = tmp_path / f"run{k}"
+        res = subprocess.run([sys.executable, "-c", IN_A_FINALISER, str(int(sig)), str(k), *args, "--out", str(out)],
+                             env=_env(), cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        lines = _lines(res.stderr)
+        assert res.returncode == 128 + sig, (k, res.returncode, res.stderr[-2000:])
+        assert len(lines) == 1 and lines[0].startswith("interrupted"), (k, res.stderr)
+        assert not out.exists() and not lock_path(out).exists() and not _leftovers(tmp_path), k
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_signal_during_a_sweep_keeps_tasks_and_resumes(tmp_path: Path, sig: int) -> None:
+    (tmp_path / "s.toml").write_text(SWEEP_FILE.format(L=3000, every=100))
+    out = tmp_path / "sw"
+    args = ["sweep", "--config", "s.toml", "--quiet", "--workers", "2", "--out", str(out)]
+    proc = subprocess.Popen([*PY, *args], env=_env(), cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _wait_for(lambda: len(list((out / "tasks").glob("*.json"))) >= 1, proc, timeout=300)
+    time.sleep(random.Random(sig).uniform(0.0, 0.5))
+    proc.send_signal(sig)
+    _, stderr = proc.communicate(timeout=120)
+    if proc.returncode == 0:
+        pytest.skip("the sweep finished before the signal")
+    lines = _lines(stderr)
+    assert proc.returncode == 128 + sig and len(lines) == 1, stderr
+    assert lines[0].startswith(f"interrupted by {signal.Signals(sig).name}: finished tasks are kept in {out / 'tasks'}")
+    resume = lines[0].split("continue with: ", 1)[1].split()
+    assert resume[:2] == ["stochformer", "sweep"] and resume[-1] == "--resume"
+    assert not lock_path(out).exists() and not _leftovers(tmp_path)
+    res = subprocess.run([*PY, *resume[1:]], env=_env(), cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0 and is_own(out, "sweep"), res.stderr
+
+
+def _children(pid: int) -> set[int]:
+    """The live descendants of ``pid`` (zombies excluded), from /proc."""
+    kids, found = {pid}, set()
+    for _ in range(4):
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                with contextlib.suppress(OSError, IndexError, ValueError):
+                    fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                    if int(fields[1]) in kids and fields[0] != "Z":
+                        found.add(int(entry.name))
+        kids |= found
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
+def test_killed_parent_takes_its_workers_with_it(tmp_path: Path) -> None:
+    (tmp_path / "s.toml").write_text(SWEEP_FILE.format(L=200000, every=10000))
+    proc = subprocess.Popen([*PY, "sweep", "--config", "s.toml", "--quiet", "--workers", "2", "--out", str(tmp_path / "sw")],
+                            env=_env(), cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    end = time.monotonic() + 120
+    while len(workers := _children(proc.pid)) < 3:  # two workers and the resource tracker
+        assert proc.poll() is None and time.monotonic() < end, proc.communicate()
+        time.sleep(0.1)
+    time.sleep(0.5)
+    workers = _children(proc.pid)
+    proc.kill()
+    proc.wait(timeout=30)
+    end = time.monotonic() + 10
+    while any(_alive(p) for p in workers) and time.monotonic() < end:
+        time.sleep(0.1)
+    left = [p for p in workers if _alive(p)]
+    for p in left:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(p, signal.SIGKILL)
+    assert not left, f"{len(left)} of {len(workers)} child processes outlived their killed parent"

@@ -1,5 +1,7 @@
 """The pre-flight size check: the memory estimate against measured peaks, and refusals before
-any allocation (one line with the estimate, the limit and the field to change)."""
+any allocation (one line with the estimate, the limit and the field to change): huge sizes of
+every command's config drawn by Hypothesis are refused before the experiment function is
+entered, and in a child process under a tight address-space limit nothing is allocated."""
 
 from __future__ import annotations
 
@@ -8,9 +10,11 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from click.testing import CliRunner
 
@@ -180,3 +184,148 @@ def test_every_experiment_config_estimates_itself() -> None:
         assert isinstance(one, Estimate) and isinstance(two, Estimate), cls.__name__
         assert math.isfinite(one.bytes) and one.bytes > 0 and math.isfinite(one.seconds) and one.seconds > 0, cls.__name__
         assert two.bytes >= one.bytes, cls.__name__
+
+
+# --------------------------------------------------------------------------- pre-flight sizes
+
+
+def _cfg(command: str, overrides: list[str]) -> Any:
+    from stochformer.config import build_config
+    from stochformer.experiments.bridge import BridgeConfig
+    from stochformer.experiments.chaos import ChaosConfig
+    from stochformer.experiments.converge import ConvergeConfig
+    from stochformer.experiments.joint import JointConfig
+    from stochformer.experiments.motions import MotionsConfig
+    from stochformer.experiments.phase import PhaseConfig
+    from stochformer.experiments.repulsion import RepulsionConfig
+    from stochformer.experiments.sweep import SweepConfig
+    from stochformer.experiments.sync import SyncConfig
+    from stochformer.experiments.variants import ResampledConfig, VariantsConfig
+
+    models = {"simulate": None, "sync": SyncConfig, "phase": PhaseConfig, "sweep": SweepConfig, "converge": ConvergeConfig,
+              "chaos": ChaosConfig, "motions": MotionsConfig, "joint": JointConfig, "repulsion": RepulsionConfig,
+              "bridge": BridgeConfig, "resampled": ResampledConfig, "variants": VariantsConfig}
+    model = models[command]
+    return build_config(None, overrides, model=model) if model else build_config(None, overrides)
+
+
+#: for every command, the fields a huge value is drawn for (a size, or a grid that contains one)
+HUGE = {
+    "simulate": ["d={}", "N={}", "batch={}", "m={}", "L={}", "dynamics=sde noise=random_features features={}",
+                 "attention_kind=averaged d={s}", "attention_kind=resampled d={s}", "attention_kind=multihead d={e}"],
+    "sync": ["model.d={}", "model.N={}", "pairs={}", "model.L={}"],
+    "phase": ["x_field=d x_values=[3,{}]", "x_field=L x_values=[4,{L}]", "x_field=N x_values=[2,{}]", "x_field=m x_values=[{}]"],
+    "sweep": ['grid={{"d"=[3,{}]}}', 'grid={{"N"=[4,{}]}}', 'grid={{"L"=[2,{}]}}', "samples={} samples_per_task={}"],
+    "converge": ["widths=[2,{}]", "depths=[1,{}]", "model.N={}", "model.batch={}"],
+    "chaos": ["model.N={}", "model.features={}", "dims=[3,{}]", "decor_repeats={}"],
+    "motions": ["reference_paths={}", "model.batch={}", "model.m={}", "model.L={}"],
+    "joint": ["model.d={}", "N_ref={}", "path_N=[16,32,{}]", "model.batch={}", "iterated_N={}"],
+    "repulsion": ["model.N={}", "model.batch={}", "pairs={}"],
+    "bridge": ["d={e}", "m={}", "depths=[1,{}]", "samples={}"],
+    "resampled": ["model.d={s}", "model.batch={}", "depths=[2,{}]"],
+    "variants": ["law_d={}", "law_m={}", "attention_draws={}", "samples={}"],
+}
+
+
+def _huge(pattern: str, big: int, side: int) -> list[str]:
+    """The overrides of ``pattern`` with a huge size ``big`` (``side``: a matrix side, d)."""
+    return pattern.format(big, big, s=side, e=4 * side, L=4 * big).split(" ")
+
+
+@st.composite
+def huge_overrides(draw: Any, commands: Any = None) -> tuple[str, list[str]]:
+    command = draw(st.sampled_from(sorted(commands or HUGE)))
+    pattern = draw(st.sampled_from(HUGE[command]))
+    return command, _huge(pattern, draw(st.integers(10**9, 10**12)), draw(st.integers(10**5, 10**7)))
+
+
+@pytest.mark.usefixtures("bounded_address_space")
+@settings(max_examples=70, deadline=None, database=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(item=huge_overrides())
+def test_the_preflight_refuses_huge_sizes_of_every_command(item: tuple) -> None:
+    """A huge size (or a grid holding one) in any command's config is refused with one SizeError
+    naming what to reduce (or a ConfigError for a value outside its range), by the estimate alone."""
+    from stochformer.config import ConfigError
+    from stochformer.experiments.preflight import SizeError, check_size
+
+    command, overrides = item
+    try:
+        cfg = _cfg(command, overrides)
+    except ConfigError as exc:
+        assert str(exc) and len(str(exc)) < 1000
+        return
+    with pytest.raises(SizeError, match=r"^size check: this run (needs|would take) about .* reduce "):
+        check_size(cfg, max_memory=8 << 30, max_hours=12.0)
+
+
+CLI_RUNS = {"simulate": "stochformer.experiments.simulate.run_simulate", "sync": "stochformer.experiments.sync.run_sync",
+            "phase": "stochformer.experiments.phase.run_phase", "converge": "stochformer.experiments.converge.run_converge",
+            "chaos": "stochformer.experiments.chaos.run_chaos", "sweep": "stochformer.experiments.sweep.run_sweep",
+            "bridge": "stochformer.experiments.bridge.run_bridge"}
+
+
+@pytest.mark.usefixtures("bounded_address_space")
+@settings(max_examples=25, deadline=None, database=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(item=huge_overrides(commands=[c for c in CLI_RUNS if c != "sweep"]))
+def test_the_command_line_refuses_before_the_experiment_starts(item: tuple, tmp_path_factory: Any) -> None:
+    """Through the command line the same sizes end in one 'size check' line (exit 2) and the
+    experiment function is never entered; no output folder is made."""
+    command, overrides = item
+    entered = []
+    with pytest.MonkeyPatch.context() as mp:
+        module, name = CLI_RUNS[command].rsplit(".", 1)
+        mp.setattr(f"{module}.{name}", lambda *a, **k: entered.append(1))
+        out = tmp_path_factory.mktemp("o") / "out"
+        res = CliRunner().invoke(main, [command, "--quiet", *sum((["--set", o] for o in overrides), []), "--out", str(out)])
+    errors = [line for line in res.output.splitlines() if line.startswith("Error:")]
+    assert res.exit_code == 2 and len(errors) == 1 and not entered and not out.exists(), res.output
+    assert "size check" in errors[0] or "invalid configuration" in errors[0], errors[0]
+
+
+CHILD = r"""
+import json, resource, sys
+from click.testing import CliRunner
+from stochformer.cli import main
+import stochformer.experiments.simulate, stochformer.experiments.sync, stochformer.experiments.phase  # noqa: F401
+import stochformer.experiments.sweep, stochformer.experiments.converge, stochformer.experiments.chaos  # noqa: F401
+def vm():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmSize:"):
+            return int(line.split()[1]) * 1024
+limit = vm() + (768 << 20)  # what the process maps now and 768 MiB: far below any refused run
+resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+for args in json.loads(sys.argv[1]):
+    res = CliRunner().invoke(main, args)
+    print(json.dumps({"args": args, "code": res.exit_code, "out": res.output[-400:],
+                      "exc": type(res.exception).__name__ if res.exception and not isinstance(res.exception, SystemExit) else None}),
+          flush=True)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs Linux /proc to size the address-space limit")
+def test_refused_runs_allocate_nothing_under_a_tight_address_space_limit(tmp_path: Path) -> None:
+    """In a child process whose address space is limited to what it maps plus 768 MiB, huge runs
+    drawn from the strategy (grids over d and L, d × d matrices, sweeps) end in the size check's
+    line: an allocation of the sizes refused would fail with a MemoryError instead."""
+    rng = np.random.default_rng(0)  # one drawn size for every pattern of every command with a command line
+    cases = [(c, _huge(p, int(rng.integers(10**9, 10**12)), int(rng.integers(10**5, 10**7))))
+             for c in CLI_RUNS if c != "sweep" for p in HUGE[c]]
+    cases += [("simulate", ["d=1000000000"]), ("phase", ["x_field=d", "x_values=[3,100000000]"]),
+              ("phase", ["x_field=L", "x_values=[4,4000000000]"])]
+    sweep = tmp_path / "sweep.toml"
+    sweep.write_text('samples = 2\nsamples_per_task = 2\n[grid]\nd = [3, 100000000]\n')
+    args = [[c, "--quiet", *sum((["--set", o] for o in ov), []), "--out", str(tmp_path / f"o{i}")] for i, (c, ov) in enumerate(cases)]
+    args.append(["sweep", "--config", str(sweep), "--quiet", "--scheduler", "serial", "--out", str(tmp_path / "os")])
+    # the control: past the size check the same kind of run does hit the limit (the test can fail)
+    control = ["simulate", "--quiet", "--set", "d=100000000", "--no-size-check", "--out", str(tmp_path / "oc")]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, "-c", CHILD, json.dumps([*args, control])], capture_output=True, text=True, env=env,
+                          timeout=300)
+    rows = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert proc.returncode == 0 and len(rows) == len(args) + 1, proc.stderr[-2000:]
+    *rows, last = rows
+    assert last["code"] != 0 and "size check" not in last["out"], last
+    for row in rows:
+        assert row["code"] == 2 and row["exc"] is None, row
+        assert "size check" in row["out"] or "invalid configuration" in row["out"], row

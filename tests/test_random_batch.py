@@ -93,7 +93,31 @@ def test_matrices_of_the_exact_attention_are_used():
     S = (X @ Q.T) @ (X @ K.T).transpose(-1, -2)
     S.diagonal(dim1=-2, dim2=-1).fill_(-math.inf)
     ref = torch.softmax(S, -1) @ (X @ V.T)
-    torch.testing.assert_close(RandomBatchAttention(exact, 12)(X), ref, rtol=0, atol=1e-12)
+    torch.testing.assert_close(RandomBatchAttention(exact, 12, seed=0)(X), ref, rtol=0, atol=1e-12)
+
+
+@settings(max_examples=10, deadline=None)
+@given(seeds=st.lists(st.integers(0, 2**63 - 1), min_size=2, max_size=2, unique=True), L=st.integers(1, 3))
+def test_runs_of_one_model_draw_their_partitions_from_the_run(seeds, L):
+    """A model object with random-batch attention: the same seed gives the same numbers, reused
+    run after run; another seed other partitions (the run's attention stream), so the final tokens
+    (no noise: they depend on the seed only through the partitions) differ; the run's generator is
+    left as the exact attention leaves it (the noise's draws are the same)."""
+    from stochformer.core.runtime import make_generator
+    from stochformer.integrate import SaveAt, solve
+    from stochformer.model.noise import RandomMLP
+    from stochformer.model.transformer import Transformer
+
+    X0 = uniform(1, 40, 3, generator=torch.Generator().manual_seed(L))
+    model = Transformer(RandomBatchAttention(SoftmaxAttention(beta=2.0), 4), None)
+    runs = [solve(model, X0, 1.0, L, SaveAt(stats=(), final=True), seed=s)["X_final"].values for s in (*seeds, seeds[0])]
+    assert np.array_equal(runs[0], runs[2]) and not np.array_equal(runs[0], runs[1])
+    ends = []
+    for att in (RandomBatchAttention(SoftmaxAttention(beta=2.0), 4), SoftmaxAttention(beta=2.0)):
+        g = make_generator(seeds[0])
+        solve(Transformer(att, RandomMLP(width=8)), X0, 1.0, L, SaveAt(stats=(), final=True), generator=g)
+        ends.append(g.get_state())
+    assert torch.equal(ends[0], ends[1])
 
 
 @pytest.mark.parametrize("N, p", [(400, 8), (400, 32), (401, 50), (1000, 3)])
@@ -145,6 +169,7 @@ def test_particle_step_with_random_batches_tracks_the_exact_one():
     X = uniform(1, 256, 4, generator=torch.Generator().manual_seed(2))
     rb = make_particles(cfg, None, 256)
     ex = make_particles(cfg.with_updates(attention_batch=None), None, 256)
+    rb.reset(1, 4, torch.Generator().manual_seed(0), X.dtype, X.device)  # a run's start: the batches' stream
     a, b = rb.step(X, cfg.dt, torch.Generator().manual_seed(0)), ex.step(X, cfg.dt, torch.Generator().manual_seed(0))
     torch.testing.assert_close(torch.linalg.vector_norm(a, dim=-1), torch.ones(1, 256, dtype=a.dtype))
     gap = float((a - b).norm(dim=-1).max())

@@ -45,7 +45,7 @@ def test_rows_at_tiny_sizes_hold_or_are_inconclusive_and_their_count(tiny):
     rows = theory_rows(numbers)
     d = cfg.model.d
     kept = sum(1 for t in numbers["energy"]["times"] if t > 0)
-    assert len(rows) == len(cfg.betas) + (d - 1) + 2 + kept + 1 + 2 * len(cfg.phase_points)
+    assert len(rows) == len(cfg.betas) + (d - 1) + 2 + kept + 1 + 2 * len(cfg.phase_points) + len(cfg.cluster_settings)
     v = verdicts(rows)
     assert FAILS not in v and v.count(HOLDS) >= len(rows) // 2
     # the predictions are the theory's own: P(Z_T < 0) of the exact law, the antipode's threshold
@@ -150,6 +150,10 @@ def test_section_output_is_finite_and_registered(tiny):
     ("betas", [1.0, -1.0], "betas: every value must be finite and > 0"),
     ("phase_points", [[1.0]], "phase_points: each point is"),
     ("spectrum_L", 30, "spectrum_L: must be a multiple of 4"),
+    ("energy_L", 101, "energy_L, energy_every: must be even"),
+    ("cluster_settings", [["relu", 2, 0.0]], "cluster_settings: each is"),
+    ("cluster_settings", [["relu", 5, -0.1]], "cluster_settings: each is"),
+    ("cluster_settings", [["nonesuch", 5, 0.0]], "activation"),
 ])
 def test_bad_config_names_the_field(field, value, match):
     with pytest.raises((ValueError, ConfigError), match=match):
@@ -157,3 +161,27 @@ def test_bad_config_names_the_field(field, value, match):
     with pytest.raises((ValueError, ConfigError), match="model.N"):
         ExactConfig(model={"N": 3})
     assert np.isfinite(ExactConfig().z0)
+
+
+def test_cluster_rows_follow_the_criterion_and_a_wrong_one_does_not_hold():
+    """The section's cluster rows on stored numbers (the measurement itself: tests/test_cluster_spectrum.py):
+    a setting predicted stable whose relative exponent is clearly negative holds, and the same numbers
+    stored with the wrong prediction (spreads) do not hold; too few samples are inconclusive."""
+    from stochformer.report.sections.theory import cluster_rows
+
+    base = {"activation": "sigmoid", "d": 64, "sigma": 0.0, "delta": 1.0, "lambda_1": -7.876, "predicted_stable": True,
+            "measured": -5.4, "se": 0.05, "n": 16, "centre": -6.3, "contracted": 1.0}
+    assert [r.verdict for r in cluster_rows([base])] == [HOLDS]
+    assert [r.verdict for r in cluster_rows([{**base, "predicted_stable": False}])] == [FAILS]
+    assert [r.verdict for r in cluster_rows([{**base, "measured": -0.01, "se": 0.05}])] == [INCONCLUSIVE]
+
+
+def test_energy_mean_is_extrapolated_from_two_step_sizes(tiny):
+    """The section's energy mean is 2m(L) − m(L/2) of the two levels' independent runs (the Heun step's
+    first-order bias removed), the SE √(4 SE_L² + SE_{L/2}²) ≥ 2 SE_L; the levels are L and L/2."""
+    cfg, _, numbers = tiny
+    e = numbers["energy"]
+    assert e["levels"] == [cfg.energy_L, cfg.energy_L // 2]
+    m_fine, m_coarse = (np.asarray(m) for m in e["mean_by_level"])
+    np.testing.assert_allclose(e["mean"], 2 * m_fine - m_coarse, rtol=1e-12)
+    assert np.all(np.asarray(e["se"])[1:] > 0)

@@ -127,7 +127,7 @@ def test_sinkhorn_doubly_stochastic_and_against_direct_iteration():
 def test_resampled_draws_and_averaged_drift():
     """σ = 0: the resampled attention is the softmax one; a bank of one draw equals that draw."""
     X, _ = _tokens()
-    r = ResampledAttention(4, beta=1.5, gamma=-1.0, std=0.0)
+    r = ResampledAttention(4, beta=1.5, gamma=-1.0, std=0.0, seed=0)
     torch.testing.assert_close(r(X), Attention(beta=1.5, gamma=-1.0)(X), rtol=0, atol=1e-12)
     r = ResampledAttention(4, beta=1.0, gamma=1.0, std=1.0, seed=3)
     Q, K, V = ResampledAttention(4, 1.0, 1.0, 1.0, seed=3).draw(2, F64, "cpu")
@@ -139,11 +139,12 @@ def test_resampled_draws_and_averaged_drift():
 
 
 @settings(max_examples=12, deadline=None)
-@given(seed=st.integers(0, 2**31 - 1), attn_seed=st.integers(0, 2**31 - 1), sde=st.booleans(), L=st.integers(1, 6))
+@given(seed=st.integers(0, 2**31 - 1), attn_seed=st.none() | st.integers(0, 2**31 - 1), sde=st.booleans(),
+       L=st.integers(1, 6))
 def test_a_model_with_resampled_attention_reused_for_a_run_gives_that_runs_numbers(seed, attn_seed, sde, L):
     """The same seed on the same model object gives the same numbers, run after run, and those of a
-    fresh model: the resampled attention's draws start again at every run (its ``reset``); the
-    transformer and the SDE, with their MLP noise."""
+    fresh model: the resampled attention's draws start again at every run (its ``reset``, from the
+    run's attention stream or from a fixed seed); the transformer and the SDE, with their MLP noise."""
     from stochformer.model.noise import ExactField, RandomMLP
     from stochformer.model.sde import LimitSDE
     from stochformer.model.transformer import Transformer
@@ -178,8 +179,61 @@ def test_random_attentions_are_reset_by_their_protocol_and_keep_the_noise_draws(
     assert not isinstance(AveragedAttention.from_law(3, 1.0, 1.0, 1.0, 2, 0), RandomAttention)
     X0 = normalize(torch.randn(2, 5, 3, generator=torch.Generator().manual_seed(1), dtype=F64))
     runs = [solve(Transformer(att, RandomMLP(width=8)), X0, 1.0, 4, SaveAt(stats=()), seed=2)["X_final"].values
-            for att in (ResampledAttention(3, 1.0, 0.5, 0.0, seed=7), Attention(beta=1.0, gamma=0.5))]
+            for att in (ResampledAttention(3, 1.0, 0.5, 0.0), Attention(beta=1.0, gamma=0.5))]
     np.testing.assert_allclose(runs[0], runs[1], rtol=0, atol=1e-12)
+
+
+@settings(max_examples=10, deadline=None)
+@given(seeds=st.lists(st.integers(0, 2**63 - 1), min_size=2, max_size=2, unique=True), std=st.floats(0.0, 2.0),
+       sde=st.booleans(), L=st.integers(1, 4))
+def test_a_resampled_attention_leaves_the_runs_generator_to_the_noise(seeds, std, sde, L):
+    """Whatever σ, a run with the resampled attention draws from the run's generator exactly what
+    the same run with the averaged drift draws (the generator ends in the same state), so the
+    noise's draws (MLP weights, field normals) of the two are the same: the resampled experiment's
+    path-by-path coupling. Its Q, K, V come from the run's attention stream."""
+    from stochformer.model.noise import ExactField, RandomMLP
+    from stochformer.model.sde import LimitSDE
+    from stochformer.model.transformer import Transformer
+    from stochformer.integrate import SaveAt, solve
+
+    X0 = normalize(torch.randn(2, 4, 3, generator=torch.Generator().manual_seed(seeds[1] % 2**32), dtype=F64))
+    ends = []
+    for att in (ResampledAttention(3, 1.0, 0.5, std), AveragedAttention.from_law(3, 1.0, 0.5, std, 2, 0)):
+        model = LimitSDE(att, ExactField(NoiseKernel("relu", 3, 0.0, 0.0))) if sde else Transformer(att, RandomMLP(width=8))
+        g = make_generator(seeds[0])
+        solve(model, X0, 1.0, L, SaveAt(stats=(), final=True), generator=g)
+        ends.append(g.get_state())
+    assert torch.equal(ends[0], ends[1])
+
+
+@settings(max_examples=10, deadline=None)
+@given(seeds=st.lists(st.integers(0, 2**63 - 1), min_size=2, max_size=2, unique=True), L=st.integers(1, 4))
+def test_runs_of_one_resampled_model_with_other_seeds_draw_other_attention(seeds, L):
+    """One model object run with two seeds draws two different sequences of Q, K, V (the run's
+    attention stream): a Monte Carlo over run seeds is over independent attention draws. Without
+    noise the final tokens depend on the seed only through the attention, so they differ; with a
+    fixed ``seed`` on the attention they are equal."""
+    from stochformer.model.transformer import Transformer
+    from stochformer.integrate import SaveAt, solve
+
+    X0 = normalize(torch.randn(2, 4, 3, generator=torch.Generator().manual_seed(L), dtype=F64))
+    from stochformer.experiments.variants import AttentionFlow
+
+    for fixed in (None, 5):
+        for model in (Transformer(ResampledAttention(3, 1.0, 1.0, 1.0, seed=fixed), None),
+                      AttentionFlow(ResampledAttention(3, 1.0, 1.0, 1.0, seed=fixed))):
+            runs = [solve(model, X0, 1.0, L, SaveAt(stats=(), final=True), seed=s)["X_final"].values for s in seeds]
+            assert np.array_equal(runs[0], runs[1]) == (fixed is not None), type(model).__name__
+            # a run given a generator in place of the seed: the stream of the seed it was started with
+            given = solve(model, X0, 1.0, L, SaveAt(stats=(), final=True), generator=make_generator(seeds[0]))
+            np.testing.assert_array_equal(given["X_final"].values, runs[0])
+
+
+def test_a_resampled_attention_outside_a_run_needs_a_seed():
+    """Called without a run (no ``reset``) and without a fixed seed it has no draws: one error."""
+    X, _ = _tokens()
+    with pytest.raises(RuntimeError, match="ResampledAttention: no draws"):
+        ResampledAttention(4, 1.0, 1.0, 1.0)(X)
 
 
 @pytest.mark.parametrize("kind", ["multihead", "usa", "l2", "sinkhorn", "averaged"])

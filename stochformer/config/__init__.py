@@ -43,7 +43,15 @@ MAX_GRID_POINTS = 100_000
 
 def check_grid_size(n_points: int, fields: str) -> None:
     """``ValueError`` naming ``fields`` (the axes) when a grid has more than `MAX_GRID_POINTS`
-    points: refused before its points are built, checked or sized."""
+    points: refused before its points are built, checked or sized.
+
+    Parameters
+    ----------
+    n_points : int
+        The grid's points.
+    fields : str
+        The axes, for the message.
+    """
     if n_points > MAX_GRID_POINTS:
         raise ValueError(f"{fields}: {n_points} grid points; a grid has at most {MAX_GRID_POINTS} "
                          "(split it into several runs)")
@@ -80,7 +88,15 @@ def _too_big(value: Any) -> bool:
 
 
 def check_depth(data: Any, where: str) -> None:
-    """``ConfigError`` naming ``where`` if lists and tables nest more than `MAX_DEPTH` deep."""
+    """``ConfigError`` naming ``where`` if lists and tables nest more than `MAX_DEPTH` deep.
+
+    Parameters
+    ----------
+    data : Any
+        Parsed configuration data.
+    where : str
+        Where it comes from, for the message.
+    """
     if _depth(data) > MAX_DEPTH:
         raise ConfigError(f"{where}: lists and tables nest more than {MAX_DEPTH} levels deep")
 
@@ -158,7 +174,24 @@ def make_part(spec: str, args: dict[str, Any], field: str, protocol: tuple[str, 
     part is built afresh for every model, never kept on the config, so that two models built from
     one config (side by side in one experiment, or in other processes, where a built part need not
     pickle) never share a part's per-run state. A factory should therefore be cheap and free of side
-    effects; to run one object, pass the model itself (``model=``)."""
+    effects; to run one object, pass the model itself (``model=``).
+
+    Parameters
+    ----------
+    spec : str
+        ``"package.module:factory"``.
+    args : dict
+        Keyword arguments of the factory.
+    field : str
+        The config field, for messages.
+    protocol : tuple of str
+        The methods the part must have.
+
+    Returns
+    -------
+    Any
+        The part.
+    """
     factory = import_object(spec, field)
     if not callable(factory):
         raise ValueError(f"{field}: {spec!r} names a {type(factory).__name__}, not a class or function")
@@ -351,7 +384,18 @@ class RunConfig(StrictConfig):
         return self.T / self.L
 
     def with_updates(self, **updates: Any) -> "RunConfig":
-        """A validated copy with top-level or dotted fields replaced."""
+        """A validated copy with top-level or dotted fields replaced.
+
+        Parameters
+        ----------
+        **updates : Any
+            Field name (dotted for a nested field) → value.
+
+        Returns
+        -------
+        RunConfig
+            The validated copy.
+        """
         return build_config(self.model_dump(mode="json"), [f"{k}={json.dumps(v)}" for k, v in updates.items()])
 
 
@@ -434,7 +478,20 @@ def closest_fields(name: str, model: Any) -> list[str]:
     """The valid field names of ``model`` closest to the unknown ``name`` (``difflib``, case
     ignored, ratio >= `SUGGEST_CUTOFF`, at most `SUGGEST_COUNT`, best first), with the
     fields of its nested configs as dotted names (``N`` given to an experiment suggests ``model.N``).
-    An exact match of a nested field comes first; an empty list when nothing is close."""
+    An exact match of a nested field comes first; an empty list when nothing is close.
+
+    Parameters
+    ----------
+    name : str
+        The unknown field.
+    model : type of pydantic.BaseModel
+        The config class.
+
+    Returns
+    -------
+    list of str
+        Suggestions, best first.
+    """
     fields = getattr(model, "model_fields", None) or {}
     candidates = list(fields)
     for outer, info in fields.items():
@@ -539,7 +596,18 @@ def _nesting(text: str) -> int:
 
 def parse_value(text: str) -> Any:
     """Parse an override value: JSON/TOML literal (numbers, booleans, arrays), else a string;
-    ``ConfigError`` for a value nested more than `MAX_DEPTH` deep."""
+    ``ConfigError`` for a value nested more than `MAX_DEPTH` deep.
+
+    Parameters
+    ----------
+    text : str
+        The text after ``=`` of ``--set FIELD=VALUE``.
+
+    Returns
+    -------
+    Any
+        The value.
+    """
     text = text.strip()
     if _nesting(text) > MAX_DEPTH:
         raise ConfigError(f"the value nests lists or tables more than {MAX_DEPTH} levels deep")
@@ -552,7 +620,20 @@ def parse_value(text: str) -> Any:
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """Apply ``a.b=VALUE`` strings to a nested dict (returns a new dict)."""
+    """Apply ``a.b=VALUE`` strings to a nested dict (returns a new dict).
+
+    Parameters
+    ----------
+    data : dict
+        The nested configuration.
+    overrides : list of str
+        ``FIELD=VALUE`` strings, nested fields dotted.
+
+    Returns
+    -------
+    dict
+        A new nested dict.
+    """
     out = json.loads(json.dumps(data, default=str))
     for item in overrides:
         if "=" not in item:
@@ -580,7 +661,18 @@ CONFIG_MAX_BYTES = 4 << 20
 
 def load_toml(path: Union[str, Path]) -> dict[str, Any]:
     """Read a TOML config file (a regular file of at most `CONFIG_MAX_BYTES`), raising
-    [`ConfigError`][stochformer.config.ConfigError] if it is missing, unreadable, too big, or not a regular file."""
+    [`ConfigError`][stochformer.config.ConfigError] if it is missing, unreadable, too big, or not a regular file.
+
+    Parameters
+    ----------
+    path : str or pathlib.Path
+        The file.
+
+    Returns
+    -------
+    dict
+        Its tables and values.
+    """
     from ..io.outputs import InputError, read_input
 
     p = Path(path)
@@ -595,7 +687,20 @@ def load_toml(path: Union[str, Path]) -> dict[str, Any]:
 
 
 def validate(model: type[BaseModel], data: dict[str, Any]) -> Any:
-    """Validate ``data`` against ``model``, turning pydantic's errors into one [`ConfigError`][stochformer.config.ConfigError]."""
+    """Validate ``data`` against ``model``, turning pydantic's errors into one [`ConfigError`][stochformer.config.ConfigError].
+
+    Parameters
+    ----------
+    model : type of pydantic.BaseModel
+        The config class.
+    data : dict
+        The fields.
+
+    Returns
+    -------
+    Any
+        The validated ``model``.
+    """
     check_depth(data, "config")
     try:
         return model.model_validate(data)
@@ -605,7 +710,22 @@ def validate(model: type[BaseModel], data: dict[str, Any]) -> Any:
 
 def as_config(cfg: Any, model: type[BaseModel] = RunConfig, name: str = "cfg") -> Any:
     """``cfg`` if it is a ``model``; a dict of its fields validated ([`ConfigError`][stochformer.config.ConfigError]); anything
-    else is a ``ValueError`` naming the argument (for the experiments' Python API)."""
+    else is a ``ValueError`` naming the argument (for the experiments' Python API).
+
+    Parameters
+    ----------
+    cfg : Any
+        A config or a dict of its fields.
+    model : type of pydantic.BaseModel, optional
+        The config class.
+    name : str, optional
+        The argument's name, for messages.
+
+    Returns
+    -------
+    Any
+        The validated ``model``.
+    """
     if isinstance(cfg, model):
         return cfg
     if isinstance(cfg, dict):
@@ -621,7 +741,24 @@ def build_config(
 ) -> Any:
     """Defaults ← ``base`` ← ``config_file`` ← ``overrides``, validated into ``model``. For a
     [`RunConfig`][stochformer.config.RunConfig], a ``[model]`` table of the file or overrides (``--set model.N=4``) holds the
-    config's own fields, as in an experiment's file (a field given there and at the top level is an error)."""
+    config's own fields, as in an experiment's file (a field given there and at the top level is an error).
+
+    Parameters
+    ----------
+    base : dict, optional
+        Fields over the defaults.
+    overrides : list of str, optional
+        ``FIELD=VALUE`` strings (``--set``).
+    config_file : str or pathlib.Path, optional
+        A TOML file.
+    model : type of pydantic.BaseModel, optional
+        The config class.
+
+    Returns
+    -------
+    Any
+        The validated ``model``.
+    """
     given: dict[str, Any] = load_toml(config_file) if config_file is not None else {}
     given = _unwrap_model(apply_overrides(given, list(overrides or [])), model)
     return validate(model, _deep_merge(dict(base or {}), given))
@@ -699,7 +836,18 @@ def _toml_table(data: dict[str, Any], path: list[str], out: list[str]) -> None:
 
 def to_toml(data: dict[str, Any]) -> str:
     """A TOML document of ``data`` (plain JSON-like values; ``None`` left out as a comment): read back
-    by [`load_toml`][stochformer.config.load_toml] to the same values."""
+    by [`load_toml`][stochformer.config.load_toml] to the same values.
+
+    Parameters
+    ----------
+    data : dict
+        Nested JSON-like values.
+
+    Returns
+    -------
+    str
+        The TOML document.
+    """
     out: list[str] = []
     _toml_table(data, [], out)
     return "\n".join(out).lstrip("\n") + "\n"
@@ -708,7 +856,20 @@ def to_toml(data: dict[str, Any]) -> str:
 def dump_config(cfg: Any, fmt: str = "toml") -> str:
     """The validated config ``cfg`` (or a dict of configs: one table each) as ``toml`` (readable
     with ``--config``: it validates to the same config) or ``json`` (one object), every field
-    included, defaults too."""
+    included, defaults too.
+
+    Parameters
+    ----------
+    cfg : Any
+        A validated config, or a dict name → config.
+    fmt : {"toml", "json"}, optional
+        The format.
+
+    Returns
+    -------
+    str
+        The document.
+    """
     if isinstance(cfg, BaseModel):
         data = cfg.model_dump(mode="json")
     else:

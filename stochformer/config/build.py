@@ -45,37 +45,112 @@ class Setup:
     a run that takes its generators from here draws bit for bit what it drew before).
 
     Built by [`setup`][stochformer.config.build.setup]; frozen and picklable, so a run passes one
-    down to every measurement it makes."""
+    down to every measurement it makes.
+
+    Parameters
+    ----------
+    device : torch.device
+        Where the run's tensors live.
+    dtype : torch.dtype
+        Their dtype.
+    seed : int
+        The run's root seed.
+    """
 
     device: torch.device
     dtype: torch.dtype
     seed: int
 
     def generator(self, seed: Optional[int] = None) -> torch.Generator:
-        """A generator on ``device`` seeded with ``seed`` (default: the run's seed)."""
+        """A generator on ``device`` seeded with ``seed`` (default: the run's seed).
+
+        Parameters
+        ----------
+        seed : int, optional
+            The seed (default: the run's).
+
+        Returns
+        -------
+        torch.Generator
+            A generator on ``device``.
+        """
         return make_generator(self.seed if seed is None else seed, self.device)
 
     def seeds(self, n: int, seed: Optional[int] = None) -> list[int]:
-        """``n`` independent seeds derived from ``seed`` (default: the run's seed), by ``child_seeds``."""
+        """``n`` independent seeds derived from ``seed`` (default: the run's seed), by ``child_seeds``.
+
+        Parameters
+        ----------
+        n : int
+            How many.
+        seed : int, optional
+            The parent seed (default: the run's).
+
+        Returns
+        -------
+        list of int
+            Independent seeds.
+        """
         return child_seeds(self.seed if seed is None else seed, n)
 
     def generators(self, n: int, seed: Optional[int] = None) -> list[torch.Generator]:
-        """``n`` generators on ``device``, one per seed of [`seeds`][stochformer.config.build.Setup.seeds]."""
+        """``n`` generators on ``device``, one per seed of [`seeds`][stochformer.config.build.Setup.seeds].
+
+        Parameters
+        ----------
+        n : int
+            How many.
+        seed : int, optional
+            The parent seed (default: the run's).
+
+        Returns
+        -------
+        list of torch.Generator
+            Generators on ``device``.
+        """
         return [make_generator(s, self.device) for s in self.seeds(n, seed)]
 
     def named_seed(self, name: str) -> int:
-        """The seed of the run's part ``name`` (``named_seed(seed, name)``)."""
+        """The seed of the run's part ``name`` (``named_seed(seed, name)``).
+
+        Parameters
+        ----------
+        name : str
+            The part's name.
+
+        Returns
+        -------
+        int
+            Its seed.
+        """
         return named_seed(self.seed, name)
 
     def provenance(self) -> dict:
-        """Versions, platform and this device, as every result records them (`runtime.provenance`)."""
+        """Versions, platform and this device, as every result records them (`runtime.provenance`).
+
+        Returns
+        -------
+        dict
+            Versions, platform and device.
+        """
         return provenance(self.device)
 
 
 def setup(cfg: Union[RunConfig, ExperimentConfig]) -> Setup:
     """The [`Setup`][stochformer.config.build.Setup] of a run: ``device`` (``cpu``, ``cuda``, ``cuda:i``;
     an error naming ``device`` if CUDA is absent), ``dtype`` and ``seed`` of ``cfg`` (of
-    ``cfg.model`` for an experiment's config), resolved once."""
+    ``cfg.model`` for an experiment's config), resolved once.
+
+    Parameters
+    ----------
+    cfg : RunConfig or ExperimentConfig
+        A validated configuration.
+
+    Returns
+    -------
+    Setup
+        Device, dtype and seed.
+    """
     run = cfg.model if isinstance(cfg, ExperimentConfig) else cfg
     if not isinstance(run, RunConfig):
         raise TypeError(f"cfg: setup takes a RunConfig or an ExperimentConfig (got {type(cfg).__name__})")
@@ -92,7 +167,22 @@ def check_model(model: Any, cfg: RunConfig, prefix: str = "") -> Union[Transform
     [`LimitSDE`][stochformer.model.sde.LimitSDE] for ``dynamics = "sde"`` (else ``TypeError``
     naming ``model`` and what is accepted), whose attention and noise source, where they state a
     dimension, are built for the config's ``d`` (else ``ConfigError`` naming ``d``, as ``model.d``
-    with ``prefix = "model."`` for an experiment's config)."""
+    with ``prefix = "model."`` for an experiment's config).
+
+    Parameters
+    ----------
+    model : Any
+        The model given by hand.
+    cfg : RunConfig
+        A validated configuration.
+    prefix : str, optional
+        Prepended to the argument's name in messages.
+
+    Returns
+    -------
+    Transformer or LimitSDE
+        ``model``, checked.
+    """
     accepted = MODEL_CLASSES[cfg.dynamics]
     if not isinstance(model, accepted):
         others = " or ".join(f"a {c.__name__} for dynamics = {k!r}" for k, c in MODEL_CLASSES.items())
@@ -111,7 +201,18 @@ def model_record(model: Any) -> dict:
     name and fields; callables by qualified name and parameters, or an ``"unrecorded"`` mark where
     they cannot be read: [`describe`][stochformer.integrate.describe]), and ``custom_parts``, where it
     holds parts not defined by stochformer ([`custom_parts`][stochformer.integrate.custom_parts]).
-    The config's own model fields then describe the config, not the model that ran."""
+    The config's own model fields then describe the config, not the model that ran.
+
+    Parameters
+    ----------
+    model : Any
+        The model given by hand.
+
+    Returns
+    -------
+    dict
+        ``model`` (its description) and ``custom_parts``.
+    """
     from ..integrate import custom_parts, describe  # here: integrate loads xarray, which `rates` never needs
 
     return {"given": True, "description": describe(model), "custom_parts": custom_parts(model)}
@@ -121,7 +222,30 @@ def model_record(model: Any) -> dict:
 def initial_tokens(
     init: InitConfig, batch: int, N: int, d: int, generator: torch.Generator, dtype=torch.float64, device="cpu"
 ) -> torch.Tensor:
-    """Initial tokens X₀: (batch, N, d), unit rows, as described by ``init``."""
+    """Initial tokens X₀: (batch, N, d), unit rows, as described by ``init``.
+
+    Parameters
+    ----------
+    init : InitConfig
+        The initial law (``uniform``, ``cluster``, ``pair`` or a file).
+    batch : int
+        Samples.
+    N : int
+        Tokens per sample.
+    d : int
+        Token dimension.
+    generator : torch.Generator
+        The run's generator.
+    dtype : torch.dtype, optional
+        The tensors' dtype.
+    device : str or torch.device, optional
+        Their device.
+
+    Returns
+    -------
+    torch.Tensor, shape (batch, N, d)
+        Unit rows.
+    """
     kw = dict(generator=generator, dtype=dtype, device=device)
     if init.kind == "uniform":
         return sphere.uniform(batch, N, d, **kw)
@@ -138,7 +262,20 @@ KERNEL_FIELDS = {"d": "d", "sigma_U": "sigma_U", "sigma_W": "sigma_W", "noise_sc
 
 def make_kernel(cfg: RunConfig, activation: Optional[ActivationLike] = None) -> NoiseKernel:
     """κ for the config's activation (or the callable ``activation``) and ``KERNEL_FIELDS``; for a
-    noise source of one's own (an import string), the kernel its ``noise_kernel(d)`` states."""
+    noise source of one's own (an import string), the kernel its ``noise_kernel(d)`` states.
+
+    Parameters
+    ----------
+    cfg : RunConfig
+        A validated configuration.
+    activation : str or callable, optional
+        φ replacing the config's.
+
+    Returns
+    -------
+    NoiseKernel
+        κ.
+    """
     if ":" in cfg.noise:
         part = make_part(cfg.noise, cfg.noise_args, "noise", NOISE_METHODS)
         if not callable(getattr(part, "noise_kernel", None)):
@@ -152,7 +289,26 @@ def make_attention(
     cfg: RunConfig, dtype=torch.float64, device="cpu", chunk: Optional[int] = None, sdpa: bool = False
 ) -> Optional[Attention]:
     """The config's attention (None when ``attention = false``); an ``attention_kind`` other than
-    softmax is built by [`make_variant`][stochformer.config.build.make_variant] (dense; ``chunk`` and ``sdpa`` apply to softmax)."""
+    softmax is built by [`make_variant`][stochformer.config.build.make_variant] (dense; ``chunk`` and ``sdpa`` apply to softmax).
+
+    Parameters
+    ----------
+    cfg : RunConfig
+        A validated configuration.
+    dtype : torch.dtype, optional
+        The tensors' dtype.
+    device : str or torch.device, optional
+        Their device.
+    chunk : int, optional
+        Query rows per chunk (softmax).
+    sdpa : bool, optional
+        Fused attention (softmax).
+
+    Returns
+    -------
+    Attention or None
+        The attention.
+    """
     if not cfg.attention:
         return None
     if ":" in cfg.attention_kind:
@@ -162,7 +318,7 @@ def make_attention(
     exact = SoftmaxAttention.from_matrices(cfg.d, cfg.beta, cfg.gamma_value, cfg.Q, cfg.K, cfg.V, dtype, device, chunk, sdpa)
     if cfg.attention_batch is None:
         return exact
-    return RandomBatchAttention(exact, cfg.attention_batch, named_seed(cfg.seed, "attention_batch"))
+    return RandomBatchAttention(exact, cfg.attention_batch)  # permutations from the run's attention stream
 
 
 def _matrix(cfg: RunConfig, name: str, default: torch.Tensor) -> torch.Tensor:
@@ -173,12 +329,27 @@ def _matrix(cfg: RunConfig, name: str, default: torch.Tensor) -> torch.Tensor:
 def make_variant(cfg: RunConfig, dtype=torch.float64, device="cpu") -> Attention:
     """The attention of ``cfg.attention_kind`` (any kind but ``softmax``), from β, γ, Q, K, V and
     the variant's own fields. Defaults: Q = K = √β I (L²: √(β/2) I, so that on the sphere it is
-    softmax(β⟨x, y⟩)), V = γ I; explicit Q, K, V replace them (then a missing Q or K is I)."""
+    softmax(β⟨x, y⟩)), V = γ I; explicit Q, K, V replace them (then a missing Q or K is I).
+
+    Parameters
+    ----------
+    cfg : RunConfig
+        A validated configuration.
+    dtype : torch.dtype, optional
+        The tensors' dtype.
+    device : str or torch.device, optional
+        Their device.
+
+    Returns
+    -------
+    Attention
+        The variant's attention.
+    """
     kind = cfg.attention_kind
     eye = torch.eye(cfg.d, dtype=dtype, device=device)
     gamma = cfg.gamma_value
     if kind == "resampled":
-        return ResampledAttention(cfg.d, cfg.beta, gamma, cfg.attention_std, child_seeds(cfg.seed, 1)[0])
+        return ResampledAttention(cfg.d, cfg.beta, gamma, cfg.attention_std)  # Q, K, V from the run's attention stream
     if kind == "averaged":
         return AveragedAttention.from_law(cfg.d, cfg.beta, gamma, cfg.attention_std, cfg.attention_draws,
                                           cfg.attention_seed, dtype, device)
@@ -205,7 +376,18 @@ RF_CROSSOVER_N = 92.0
 def noise_kind(cfg: RunConfig) -> str:
     """The resolved noise source name: ``auto`` → mlp_gaussian for the transformer; for the SDE the
     exact field below the crossover N*(features) = RF_CROSSOVER_N · features/1024, random
-    features (of width ``features``) from it on."""
+    features (of width ``features``) from it on.
+
+    Parameters
+    ----------
+    cfg : RunConfig
+        A validated configuration.
+
+    Returns
+    -------
+    str
+        The noise source's name.
+    """
     if cfg.noise != "auto":
         return cfg.noise
     if cfg.dynamics == "transformer":
@@ -214,7 +396,22 @@ def noise_kind(cfg: RunConfig) -> str:
 
 
 def make_noise(cfg: RunConfig, activation: Optional[ActivationLike] = None, token_chunk: Optional[int] = None) -> Optional[NoiseSource]:
-    """The noise source of ``cfg`` (None without MLP); ``activation``: a callable replacing cfg's."""
+    """The noise source of ``cfg`` (None without MLP); ``activation``: a callable replacing cfg's.
+
+    Parameters
+    ----------
+    cfg : RunConfig
+        A validated configuration.
+    activation : str or callable, optional
+        φ replacing the config's.
+    token_chunk : int, optional
+        Tokens per chunk of a random-feature field.
+
+    Returns
+    -------
+    NoiseSource or None
+        The noise source.
+    """
     if not cfg.mlp or cfg.noise_scale == 0:
         return None
     kind = noise_kind(cfg)
@@ -244,7 +441,28 @@ def make_model(
 
     ``attention`` / ``noise``: prebuilt pieces (a chunked attention, a field shared between
     systems) used instead of building them from ``cfg``; ``activation``: any callable φ replacing
-    ``cfg.activation``."""
+    ``cfg.activation``.
+
+    Parameters
+    ----------
+    cfg : RunConfig
+        A validated configuration.
+    dtype : torch.dtype, optional
+        The tensors' dtype.
+    device : str or torch.device, optional
+        Their device.
+    attention : Attention, optional
+        A prebuilt attention.
+    noise : NoiseSource, optional
+        A prebuilt noise source.
+    activation : str or callable, optional
+        φ replacing the config's.
+
+    Returns
+    -------
+    Transformer or LimitSDE
+        The model.
+    """
     attention = attention if attention is not None else make_attention(cfg, dtype, device)
     noise = noise if noise is not None else make_noise(cfg, activation)
     if cfg.dynamics == "transformer":
@@ -258,7 +476,28 @@ def make_field(
 ) -> RandomFeatureField:
     """``fields`` independent random-feature fields of width ``cfg.features`` (activation, σ_U,
     σ_W, noise scale, gain from ``cfg``), their features drawn now from ``generator``: a field to share
-    between systems of any N (SPEC §4)."""
+    between systems of any N (SPEC §4).
+
+    Parameters
+    ----------
+    cfg : RunConfig
+        A validated configuration.
+    fields : int
+        Independent fields (1: one shared by every sample).
+    generator : torch.Generator
+        Draws the features.
+    dtype : torch.dtype, optional
+        The tensors' dtype.
+    device : str or torch.device, optional
+        Their device.
+    token_chunk : int, optional
+        Tokens per chunk.
+
+    Returns
+    -------
+    RandomFeatureField
+        The field, drawn.
+    """
     field = RandomFeatureField(
         activation=cfg.activation, features=cfg.features, sigma_U=cfg.sigma_U, sigma_W=cfg.sigma_W,
         scale=cfg.noise_scale, token_chunk=token_chunk, gain=cfg.gain,
@@ -273,7 +512,30 @@ def make_particles(
 ) -> LimitSDE:
     """The mean-field particle system (SPEC §4): the limit SDE of ``cfg`` for N tokens with
     memory-linear attention (query chunks sized by [`query_chunk`][stochformer.model.attention.query_chunk], or fused SDPA; a variant's
-    attention is dense) driven by ``field``."""
+    attention is dense) driven by ``field``.
+
+    Parameters
+    ----------
+    cfg : RunConfig
+        A validated configuration.
+    field : RandomFeatureField or None
+        The field driving the particles (None: the config's noise).
+    N : int
+        Tokens.
+    dtype : torch.dtype, optional
+        The tensors' dtype.
+    device : str or torch.device, optional
+        Their device.
+    block : int, optional
+        Score entries per attention chunk.
+    sdpa : bool, optional
+        Fused attention.
+
+    Returns
+    -------
+    LimitSDE
+        The particle system.
+    """
     if cfg.dynamics != "sde":
         raise ValueError("dynamics: the particle solver integrates the limit SDE (dynamics = 'sde')")
     use_field = cfg.mlp and cfg.noise_scale > 0
@@ -290,7 +552,28 @@ def make_grouped_particles(
     """Systems of ``sizes`` tokens stepped as one concatenated cloud (batch, Σ sizes, d), all driven
     by the exact field of ``cfg`` drawn jointly at every point ([`JointField`][stochformer.model.grouped.JointField]),
     each attending only to its own tokens ([`GroupedAttention`][stochformer.model.grouped.GroupedAttention]): the
-    exact-field coupling of Proposition 1.2 (SPEC §3–§4)."""
+    exact-field coupling of Proposition 1.2 (SPEC §3–§4).
+
+    Parameters
+    ----------
+    cfg : RunConfig
+        A validated configuration.
+    sizes : list of int
+        The systems' token counts.
+    dtype : torch.dtype, optional
+        The tensors' dtype.
+    device : str or torch.device, optional
+        Their device.
+    block : int, optional
+        Score entries per attention chunk.
+    sdpa : bool, optional
+        Fused attention.
+
+    Returns
+    -------
+    LimitSDE
+        The concatenated systems.
+    """
     if cfg.dynamics != "sde":
         raise ValueError("dynamics: the particle solver integrates the limit SDE (dynamics = 'sde')")
     attention = make_attention(cfg, dtype, device, query_chunk(max(sizes), block), sdpa)

@@ -16,7 +16,9 @@ transformer widths read the same layer normals).
 
 [`Draws`][stochformer.core.brownian.Draws] is what a noise source receives at one step: the run's ``generator`` for draws that
 are not part of the path (MLP weights, random features), and [`Draws.brownian`][stochformer.core.brownian.Draws.brownian], the step's
-Brownian normals: from the path if there is one, else fresh from the generator.
+Brownian normals: from the path if there is one, else fresh from the generator. A random part that
+must not move the run's generator (a random attention) draws from the run's stream of its own name,
+[`Draws.stream`][stochformer.core.brownian.Draws.stream], derived from the run's seed.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from typing import Annotated, Optional, Union
 
 import torch
 
+from .runtime import stream
 from .validation import RealTensor, DeviceLike, FloatDtype, NonNegativeInt, PositiveInt, Seed, Shape, check_memory, same_device, validated
 
 
@@ -118,7 +121,19 @@ class BrownianPath:
 
     @classmethod
     def from_normals(cls, normals: torch.Tensor) -> "BrownianPath":
-        """The path whose fine normals are ``normals``: (steps, *shape)."""
+        """The path whose fine normals are given.
+
+        Parameters
+        ----------
+        normals : torch.Tensor, shape (steps, *shape)
+            The i.i.d. N(0, 1) normals of each fine step (e.g. a torchsde or diffrax path's
+            increments divided by √Δt).
+
+        Returns
+        -------
+        BrownianPath
+            A path of ``steps`` fine steps and that ``shape``, which reads ``normals`` as they are.
+        """
         return cls(tuple(normals.shape[1:]), normals.shape[0], normals=normals)
 
     def _fine(self, s: int) -> list[torch.Tensor]:
@@ -135,8 +150,33 @@ class BrownianPath:
                 return z
 
     def increment(self, k: int, n: int) -> list[torch.Tensor]:
-        """The normals of step ``k`` of ``n`` equal steps, one tensor per part: q^{−1/2} Σ of the
-        q = steps/n fine normals inside it, i.i.d. N(0, 1)."""
+        r"""The normals of step ``k`` of ``n`` equal steps, one tensor per part: with
+        $q$ = ``steps``/n fine steps in each,
+
+        $$
+        \Xi^{(n)}_k = q^{-1/2} \sum_{s = kq}^{(k+1)q - 1} \Xi_s ,
+        $$
+
+        again i.i.d. $\mathcal N(0, 1)$, so that $\sqrt{T/n}\,\Xi^{(n)}_k$ is the Brownian increment
+        over the step whatever n (the coupling of step sizes).
+
+        Parameters
+        ----------
+        k : int
+            The step, in 0..n−1.
+        n : int
+            The number of steps, a divisor of the path's fine ``steps``.
+
+        Returns
+        -------
+        list of torch.Tensor
+            One tensor per part, of the part's shape.
+
+        Raises
+        ------
+        ValueError
+            If n does not divide ``steps`` or k is out of range.
+        """
         if n < 1 or self.steps % n:
             raise ValueError(f"BrownianPath: {n} steps do not divide the path's {self.steps} fine steps")
         if not 0 <= k < n:
@@ -210,10 +250,29 @@ class Draws:
             raise ValueError(f"k: must be < n = {self.n} (got {self.k})")
 
     def brownian(self, shape: tuple[int, ...], dtype: torch.dtype, device: Union[str, torch.device]) -> torch.Tensor:
-        """N(0, 1) normals of ``shape`` driving the Brownian part of this step: the path's (of the
-        path's shape, which may differ from ``shape`` in the leading axis where the two broadcast:
-        equal, or either of them 1), else fresh from the generator. ``ValueError`` naming the path
-        otherwise."""
+        """N(0, 1) normals driving the Brownian part of this step: the path's next part, or fresh
+        from the generator without a path.
+
+        Parameters
+        ----------
+        shape : tuple of int
+            The shape the noise source needs. A path's part may differ from it in the leading axis
+            where the two broadcast (equal, or either of them 1).
+        dtype : torch.dtype
+            The dtype of the normals returned.
+        device : str or torch.device
+            Their device.
+
+        Returns
+        -------
+        torch.Tensor
+            Standard normals of ``shape`` (of the path's part's shape with a path).
+
+        Raises
+        ------
+        ValueError
+            Naming the path, where its next part does not fit ``shape``.
+        """
         if self.path is None:
             return torch.randn(*shape, generator=self.generator, dtype=dtype, device=device)
         parts = self.path.parts
@@ -224,6 +283,22 @@ class Draws:
         z = self.path.increment(self.k, self.n)[self._part]
         self._part += 1
         return z.to(dtype=dtype, device=device)
+
+    def stream(self, name: str) -> torch.Generator:
+        """The run's stream of its random part ``name``, beside ``generator`` (drawing from it does
+        not move the generator): [`stochformer.core.runtime.stream`][stochformer.core.runtime.stream].
+
+        Parameters
+        ----------
+        name : str
+            The part, e.g. ``"attention"``.
+
+        Returns
+        -------
+        torch.Generator
+            A fresh generator, the same for the same run seed and name.
+        """
+        return stream(self.generator, name)
 
     @property
     def coupled(self) -> bool:
@@ -237,13 +312,42 @@ def _broadcasts(a: int, b: int) -> bool:
 
 
 def step_draws(generator: torch.Generator, path: Optional[BrownianPath], k: int, n: int) -> Draws:
-    """The [`Draws`][stochformer.core.brownian.Draws] of step k of n from arguments already checked ([`solve`][stochformer.solve]
-    makes one per step: the constructor's checks would cost a few µs each)."""
+    """The [`Draws`][stochformer.core.brownian.Draws] of step k of n from arguments already checked
+    ([`solve`][stochformer.solve] makes one per step: the constructor's checks would cost a few µs
+    each).
+
+    Parameters
+    ----------
+    generator : torch.Generator
+        The run's generator.
+    path : BrownianPath or None
+        The shared Brownian path, if any.
+    k : int
+        The step, in 0..n−1.
+    n : int
+        The number of steps of the run.
+
+    Returns
+    -------
+    Draws
+        The randomness of the step.
+    """
     draws = Draws.__new__(Draws)
     Draws.__init__.__wrapped__(draws, generator, path, k, n)  # type: ignore[attr-defined]  # set by @validated's functools.wraps
     return draws
 
 
 def as_draws(rng: Union[torch.Generator, Draws]) -> Draws:
-    """A [`Draws`][stochformer.core.brownian.Draws] from a bare generator (no path) or as it is."""
+    """The randomness of a step, from a bare generator (no path) or as it is.
+
+    Parameters
+    ----------
+    rng : torch.Generator or Draws
+        What a noise source was given.
+
+    Returns
+    -------
+    Draws
+        ``rng`` itself, or the draws of one step from the generator without a path.
+    """
     return rng if isinstance(rng, Draws) else Draws(rng)

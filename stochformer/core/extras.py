@@ -21,7 +21,20 @@ class MissingExtraError(ImportError):
 
 def require(module: str, feature: str) -> ModuleType:
     """Import the optional ``module`` (a key of `OPTIONAL`) needed by ``feature``, or raise
-    [`MissingExtraError`][stochformer.core.extras.MissingExtraError] saying which extra to install."""
+    [`MissingExtraError`][stochformer.core.extras.MissingExtraError] saying which extra to install.
+
+    Parameters
+    ----------
+    module : str
+        The optional module's name.
+    feature : str
+        What needs it, for the message.
+
+    Returns
+    -------
+    types.ModuleType
+        The module.
+    """
     extra, dist = OPTIONAL[module]
     try:
         return importlib.import_module(module)

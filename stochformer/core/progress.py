@@ -111,7 +111,18 @@ class ProgressMeter:
     desc: str = "steps"
 
     def track(self, steps: Iterable[T]) -> Iterator[T]:
-        """``steps``, counted on the bar as they are taken."""
+        """``steps``, counted on the bar as they are taken.
+
+        Parameters
+        ----------
+        steps : iterable
+            What the loop steps through.
+
+        Returns
+        -------
+        iterator
+            The same items, in order.
+        """
         return iter(tqdm(steps, desc=self.desc, leave=False, mininterval=0.5))
 
 

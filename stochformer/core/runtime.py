@@ -19,20 +19,56 @@ DTYPES = {"float64": torch.float64, "float32": torch.float32}
 
 
 def resolve_device(name: str) -> torch.device:
-    """``cpu``, ``cuda`` or ``cuda:i``; a clear error if CUDA is asked for and absent."""
+    """``cpu``, ``cuda`` or ``cuda:i``; a clear error if CUDA is asked for and absent.
+
+    Parameters
+    ----------
+    name : str
+        ``cpu``, ``cuda`` or ``cuda:i``.
+
+    Returns
+    -------
+    torch.device
+        The device.
+    """
     if name.startswith("cuda") and not torch.cuda.is_available():
         raise ValueError(f"device: {name!r} requested but no CUDA device is available (use device = 'cpu')")
     return torch.device(name)
 
 
 def make_generator(seed: int, device: torch.device | str = "cpu") -> torch.Generator:
-    """A torch generator on ``device`` seeded with ``seed`` (same seed, same device ⇒ same numbers)."""
+    """A torch generator on ``device`` seeded with ``seed`` (same seed, same device ⇒ same numbers).
+
+    Parameters
+    ----------
+    seed : int
+        The seed.
+    device : str or torch.device, optional
+        The generator's device.
+
+    Returns
+    -------
+    torch.Generator
+        The seeded generator.
+    """
     g = torch.Generator(device=device)
     g.manual_seed(int(seed))
     return g
 
 
 def device_description(device: torch.device | str) -> str:
+    """The device in words: a GPU's name, or a CPU's processor and torch's thread count.
+
+    Parameters
+    ----------
+    device : str or torch.device
+        The device.
+
+    Returns
+    -------
+    str
+        Its description.
+    """
     device = torch.device(device)
     if device.type == "cuda":
         return f"{device} ({torch.cuda.get_device_name(device)})"
@@ -52,7 +88,18 @@ SCIENTIFIC_PACKAGES = ("scipy", "xarray", "pydantic", "matplotlib", "h5netcdf", 
 
 def provenance(device: torch.device | str) -> dict:
     """Package versions (torch, numpy and its BLAS, every distribution of `SCIENTIFIC_PACKAGES`), Python,
-    platform and device, for the output's ``config.json``."""
+    platform and device, for the output's ``config.json``.
+
+    Parameters
+    ----------
+    device : str or torch.device
+        The run's device.
+
+    Returns
+    -------
+    dict
+        Versions, Python, platform and device.
+    """
     return {**_versions(), "device": device_description(device)}
 
 
@@ -72,22 +119,90 @@ def _versions() -> dict:
 def child_seeds(seed: int, n: int) -> list[int]:
     """``n`` independent, deterministic seeds derived from ``seed`` (numpy SeedSequence.spawn).
 
-    Use these for sub-runs and parts of the samples so that results do not depend on how work is split."""
+    Use these for sub-runs and parts of the samples so that results do not depend on how work is split.
+
+    Parameters
+    ----------
+    seed : int
+        The parent seed.
+    n : int
+        How many.
+
+    Returns
+    -------
+    list of int
+        The seeds.
+    """
     return [int(s.generate_state(1, dtype=np.uint64)[0] >> np.uint64(1)) for s in np.random.SeedSequence(seed).spawn(n)]
 
 
 def named_seed(seed: int, name: str) -> int:
     """A deterministic seed for the part ``name`` of a run with ``seed``, independent of every
-    [`child_seeds`][stochformer.core.runtime.child_seeds] stream of that seed (SeedSequence entropy [seed, crc32(name)])."""
+    [`child_seeds`][stochformer.core.runtime.child_seeds] stream of that seed (SeedSequence entropy [seed, crc32(name)]).
+
+    Parameters
+    ----------
+    seed : int
+        The run's seed.
+    name : str
+        The part's name.
+
+    Returns
+    -------
+    int
+        The part's seed.
+    """
     entropy = [int(seed), zlib.crc32(name.encode())]
     return int(np.random.SeedSequence(entropy).generate_state(1, dtype=np.uint64)[0] >> np.uint64(1))
+
+
+def stream(generator: torch.Generator, name: str, device: torch.device | str | None = None) -> torch.Generator:
+    """The generator of a run's random part ``name``: seeded with
+    ``named_seed(generator.initial_seed(), name)``, on ``device`` (default: the generator's).
+
+    A part of a run that draws beside the run's generator (a resampled attention's Q, K, V, a
+    random-batch attention's permutations) draws from this stream: its numbers change with the
+    run's seed, and the run's generator is left untouched, so the other parts' draws (the MLP's
+    weights, the Brownian normals) are those of the same run without that part. The stream depends
+    on the seed the run's generator was started with (``initial_seed``, the ``seed`` of
+    [`make_generator`][stochformer.core.runtime.make_generator] or the last ``manual_seed``), not on
+    how far the generator has been drawn.
+
+    Parameters
+    ----------
+    generator : torch.Generator
+        The run's generator.
+    name : str
+        The part, e.g. ``"attention"``: different names give independent streams.
+    device : str or torch.device, optional
+        Where the stream draws (default: the generator's device).
+
+    Returns
+    -------
+    torch.Generator
+        A fresh generator, the same for the same seed and name.
+    """
+    return make_generator(named_seed(generator.initial_seed(), name), generator.device if device is None else device)
 
 
 @contextlib.contextmanager
 def cpu_threads_for(tokens: int, small: int = 1024) -> Iterator[None]:
     """One torch CPU thread while handling fewer than ``small`` tokens in all (the per-operation
     cost of a parallel region then exceeds the work; on a busy machine by orders of magnitude),
-    the current setting otherwise."""
+    the current setting otherwise.
+
+    Parameters
+    ----------
+    tokens : int
+        Tokens handled in all.
+    small : int, optional
+        Below this, one thread.
+
+    Yields
+    ------
+    None
+        The block runs with that thread count; the previous one is restored after.
+    """
     old = torch.get_num_threads()
     if tokens < small:
         torch.set_num_threads(1)

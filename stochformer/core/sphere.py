@@ -34,17 +34,56 @@ _D_MIN = 2
 
 
 def normalize(X: torch.Tensor) -> torch.Tensor:
-    """LN(v) = v/|v| on the last axis (the idealised LayerNorm of SPEC §1)."""
+    r"""The idealised LayerNorm of SPEC §1, $\mathrm{LN}(v) = v/|v|$, on the last axis.
+
+    Parameters
+    ----------
+    X : torch.Tensor, shape (..., d)
+        Non-zero vectors (a zero row gives NaN).
+
+    Returns
+    -------
+    torch.Tensor, shape (..., d)
+        The rows scaled to unit norm, same dtype and device.
+    """
     return X / torch.linalg.vector_norm(X, dim=-1, keepdim=True)
 
 
 def tangent(X: torch.Tensor, V: torch.Tensor) -> torch.Tensor:
-    """P_x v = v − ⟨x, v⟩ x, rowwise. X: (..., d) unit rows, V: (..., d)."""
+    r"""The projection onto the tangent space of the sphere at x, rowwise:
+
+    $$
+    P_x v = v - \langle x, v\rangle\, x .
+    $$
+
+    Parameters
+    ----------
+    X : torch.Tensor, shape (..., d)
+        Unit rows (the base points).
+    V : torch.Tensor, shape (..., d)
+        The vectors to project (broadcast against ``X``).
+
+    Returns
+    -------
+    torch.Tensor, shape (..., d)
+        $P_x v$, orthogonal to each row of ``X``.
+    """
     return V - (X * V).sum(-1, keepdim=True) * X
 
 
 def gram(X: torch.Tensor) -> torch.Tensor:
-    """Cosines ⟨x_i, x_j⟩: (batch, N, d) → (batch, N, N)."""
+    r"""The Gram matrix of the tokens, $G_{ij} = \langle x_i, x_j\rangle$ (cosines for unit rows).
+
+    Parameters
+    ----------
+    X : torch.Tensor, shape (batch, N, d)
+        Tokens.
+
+    Returns
+    -------
+    torch.Tensor, shape (batch, N, N)
+        Symmetric, with the squared norms on the diagonal.
+    """
     return X @ X.transpose(-1, -2)
 
 
@@ -108,7 +147,27 @@ def uniform(
 @validated
 def random_rotations(batch: PositiveInt, d: PositiveInt, generator: torch.Generator, dtype: FloatDtype = torch.float64,
                      device: DeviceLike = "cpu") -> torch.Tensor:
-    """Haar-distributed orthogonal matrices (batch, d, d) (QR with the sign fix)."""
+    """Haar-distributed orthogonal matrices: the Q of the QR decomposition of a standard Gaussian
+    matrix, its columns' signs fixed by the diagonal of R (so the law is exactly Haar).
+
+    Parameters
+    ----------
+    batch : int
+        Number of matrices, >= 1.
+    d : int
+        Their size, >= 1.
+    generator : torch.Generator
+        The generator to draw from, on ``device``.
+    dtype : torch.dtype, optional
+        float32 or float64 (the default).
+    device : str or torch.device, optional
+        Where the matrices live.
+
+    Returns
+    -------
+    torch.Tensor, shape (batch, d, d)
+        Orthogonal matrices.
+    """
     _gen(None, generator, device)
     check_memory("batch, d", 4.0 * batch * d * d * dtype.itemsize)
     A = torch.randn(batch, d, d, generator=generator, dtype=dtype, device=device)
@@ -122,8 +181,35 @@ def cluster(
     seed: Optional[Seed] = None, generator: Optional[torch.Generator] = None, dtype: FloatDtype = torch.float64,
     device: DeviceLike = "cpu",
 ) -> torch.Tensor:
-    """Tokens LN(c + spread · g), g standard Gaussian, around the unit vector c of ``center``
-    (default e₁; d finite numbers, not all 0): (batch, N, d)."""
+    r"""Tokens clustered around one direction: $x = \mathrm{LN}(c + s\,g)$ with g standard Gaussian
+    in $\mathbb{R}^d$, c the unit vector of ``center`` and s = ``spread``.
+
+    Parameters
+    ----------
+    batch : int
+        Independent samples, >= 1.
+    N : int
+        Tokens per sample, >= 1.
+    d : int
+        Token dimension, >= 2.
+    spread : float, optional
+        s >= 0: 0 puts every token at c; large s tends to the uniform law.
+    center : sequence of float, optional
+        d finite numbers, not all 0 (normalised); default $e_1$.
+    seed : int, optional
+        Seed of a fresh generator (give ``seed`` or ``generator``).
+    generator : torch.Generator, optional
+        The generator to draw from, on ``device``.
+    dtype : torch.dtype, optional
+        float32 or float64 (the default).
+    device : str or torch.device, optional
+        Where the tokens live.
+
+    Returns
+    -------
+    torch.Tensor, shape (batch, N, d)
+        Unit rows.
+    """
     check_int("d", d, _D_MIN)
     check_memory("batch, N, d", 3.0 * batch * N * d * dtype.itemsize)
     kw: dict[str, Any] = dict(dtype=dtype, device=device)
@@ -145,7 +231,31 @@ def pair(
     batch: PositiveInt, d: PositiveInt, cosine: Cosine = 0.5, seed: Optional[Seed] = None,
     generator: Optional[torch.Generator] = None, dtype: FloatDtype = torch.float64, device: DeviceLike = "cpu",
 ) -> torch.Tensor:
-    """Two tokens at ``cosine`` (in [−1, 1]), randomly rotated per sample: (batch, 2, d)."""
+    r"""Two tokens with $\langle x_1, x_2\rangle$ = ``cosine``, the pair rotated by an independent
+    Haar rotation per sample (so each token is uniform on the sphere).
+
+    Parameters
+    ----------
+    batch : int
+        Independent samples, >= 1.
+    d : int
+        Token dimension, >= 2.
+    cosine : float, optional
+        The pair's cosine, in [−1, 1].
+    seed : int, optional
+        Seed of a fresh generator (give ``seed`` or ``generator``).
+    generator : torch.Generator, optional
+        The generator to draw from, on ``device``.
+    dtype : torch.dtype, optional
+        float32 or float64 (the default).
+    device : str or torch.device, optional
+        Where the tokens live.
+
+    Returns
+    -------
+    torch.Tensor, shape (batch, 2, d)
+        Unit rows.
+    """
     check_int("d", d, _D_MIN)
     check_memory("batch, d", 4.0 * batch * d * d * dtype.itemsize)
     kw: dict[str, Any] = dict(dtype=dtype, device=device)

@@ -113,12 +113,35 @@ class ChaosConfig(ExperimentConfig):
         return self
 
     def samples_for(self, d: int) -> int:
+        """Samples of the coupling in dimension d.
+
+        Parameters
+        ----------
+        d : int
+            Token dimension.
+
+        Returns
+        -------
+        int
+            The samples.
+        """
         return self.model.batch if d == self.model.d else self.dims_batch
 
     def estimate(self, workers: int = 1) -> Estimate:
         """Peak memory and rough time of the run (`preflight`): the reference and
         the N-systems under one field (random features, or the exact field's joint K), the exact OT plans
-        and the decorrelation's repeats."""
+        and the decorrelation's repeats.
+
+        Parameters
+        ----------
+        workers : int, optional
+            Processes the run's tasks are spread over.
+
+        Returns
+        -------
+        Estimate
+            Peak memory (bytes) and a rough time.
+        """
         run = self.model
         s = 8
         rows = min(run.N, max(1, DEFAULT_BLOCK // run.features))
@@ -148,7 +171,26 @@ def coupling_task(config: dict, d: int, seed: int, with_w2: bool, keep_cloud: bo
     """One sample in dimension d: reference of N_ref tokens and the coupled N-systems (first N
     initial points, same field, same increments; [`coupled_systems`][stochformer.experiments.chaos.coupled_systems]). JSON-able result, per
     recorded time t: ``err2[t][k]`` for ``sizes[k]``, ``w2`` / ``sw2`` at the W₂ times, reference
-    summaries."""
+    summaries.
+
+    Parameters
+    ----------
+    config : dict
+        The ChaosConfig fields.
+    d : int
+        Token dimension.
+    seed : int
+        The sample's seed.
+    with_w2 : bool
+        Also compute W₂ at the W₂ times.
+    keep_cloud : bool
+        Keep the clouds for the figures.
+
+    Returns
+    -------
+    dict
+        JSON-able errors, distances and summaries per time.
+    """
     cfg = validate(ChaosConfig, config)
     run_cfg = cfg.model.model_copy(update={"d": d})
     env = setup(run_cfg)
@@ -200,7 +242,28 @@ def coupled_systems(cfg: ChaosConfig, run_cfg: RunConfig, X0: torch.Tensor, step
     driven by one field (``run_cfg.noise``: random features drawn from ``s_field``, one Brownian path
     from ``s_noise``; or the exact field, all systems concatenated and stepped once by
     [`make_grouped_particles`][stochformer.config.build.make_grouped_particles], normals from ``s_noise``). Per system, its
-    states at ``steps``: a list of (1, n, d)."""
+    states at ``steps``: a list of (1, n, d).
+
+    Parameters
+    ----------
+    cfg : ChaosConfig
+        The experiment's configuration.
+    run_cfg : RunConfig
+        The model's configuration in dimension d.
+    X0 : torch.Tensor, shape (1, N_ref, d)
+        The reference's initial tokens.
+    steps : list of int
+        The recorded steps.
+    s_field : int
+        Seed of the random features.
+    s_noise : int
+        Seed of the normals.
+
+    Returns
+    -------
+    list of list of torch.Tensor
+        Per system (reference first), its states at ``steps``.
+    """
     dtype, device = X0.dtype, X0.device
     save = SaveAt(stats=(), tokens_at=steps, final=False)
     T, L = run_cfg.T, run_cfg.L
@@ -226,7 +289,22 @@ def coupled_systems(cfg: ChaosConfig, run_cfg: RunConfig, X0: torch.Tensor, step
 
 def decorrelation_task(config: dict, n: int, seed: int) -> dict:
     """One field held fixed, ``decor_repeats`` independent uniform clouds of n tokens: correlation
-    of tokens 1 and 2 at time T over the repeats, with its standard error."""
+    of tokens 1 and 2 at time T over the repeats, with its standard error.
+
+    Parameters
+    ----------
+    config : dict
+        The ChaosConfig fields.
+    n : int
+        Tokens per cloud.
+    seed : int
+        The field's seed.
+
+    Returns
+    -------
+    dict
+        The correlation and its SE.
+    """
     cfg = validate(ChaosConfig, config)
     env = setup(cfg.model)
     device, dtype = env.device, env.dtype
@@ -246,7 +324,21 @@ def decorrelation_task(config: dict, n: int, seed: int) -> dict:
 
 @dataclass(repr=False)
 class ChaosResult(Result):
-    """Every table of the chaos experiment (numpy arrays; see [`run_chaos`][stochformer.experiments.chaos.run_chaos])."""
+    """Every table of the chaos experiment (numpy arrays; see [`run_chaos`][stochformer.experiments.chaos.run_chaos]).
+
+    Attributes
+    ----------
+    config : ChaosConfig
+        The configuration run.
+    coupling, decorrelation, fits : dict
+        The tables.
+    provenance : dict
+        Versions, platform and device.
+    elapsed_s : float
+        The run time in seconds.
+    clouds : dict
+        Clouds kept for the figures.
+    """
 
     command: ClassVar[str] = "chaos"
     summary_name: ClassVar[str] = "chaos.json"
@@ -412,7 +504,24 @@ def run_chaos(
 ) -> ChaosResult:
     """The three measurements of the module docstring. ``store``: folder of finished tasks (one per
     sample and dimension, one per decorrelation field and size), so a killed run resumes;
-    ``scheduler``: as in [`run_tasks`][stochformer.tasks.run_tasks]."""
+    ``scheduler``: as in [`run_tasks`][stochformer.tasks.run_tasks].
+
+    Parameters
+    ----------
+    cfg : ChaosConfig
+        A validated configuration.
+    progress : bool, optional
+        Show progress bars (on a terminal).
+    store : str or pathlib.Path, optional
+        A folder of finished tasks, so a killed run resumes.
+    scheduler : str, optional
+        Where the tasks run (as for ``run_tasks``).
+
+    Returns
+    -------
+    ChaosResult
+        The tables and fits.
+    """
     cfg = as_config(cfg, ChaosConfig)
     require(*NEEDS)  # before any work
     env = setup(cfg)

@@ -88,7 +88,18 @@ class ConvergeConfig(ExperimentConfig):
     def estimate(self, workers: int = 1) -> Estimate:
         """Peak memory and rough time of the run (`preflight`): the
         transformer–SDE coupling of every width and depth (`coupling_cost`) and the attention's
-        matrices."""
+        matrices.
+
+        Parameters
+        ----------
+        workers : int, optional
+            Processes the run's tasks are spread over.
+
+        Returns
+        -------
+        Estimate
+            Peak memory (bytes) and a rough time.
+        """
         run = self.model
         mem, seconds = coupling_cost(run.N, run.d, run.batch, self.samples_per_task, self.widths, self.depths, self.refine)
         mem += 8.0 * attention_matrices(run, min(self.samples_per_task, run.batch), run.N)[0]
@@ -171,7 +182,27 @@ def _interval(point: float, boots: list, samples: int) -> dict:
 @dataclass(repr=False)
 class ConvergeResult(Result):
     """Per-sample errors ``errors[kind]``: (n_depths, n_widths + 1, samples), widths in the order of
-    ``widths`` and m = ∞ last; the fits with their intervals in ``fits``."""
+    ``widths`` and m = ∞ last; the fits with their intervals in ``fits``.
+
+    Attributes
+    ----------
+    config : ConvergeConfig
+        The configuration run.
+    depths : list of int
+        The depths L.
+    widths : list of float
+        The widths m (m = ∞ last in ``errors``).
+    errors : dict
+        Kind → per-sample errors (n_depths, n_widths + 1, samples).
+    fits : dict
+        The fits with their intervals.
+    provenance : dict
+        Versions, platform and device.
+    elapsed_s : float
+        The run time in seconds.
+    meta : dict
+        Further record entries.
+    """
 
     command: ClassVar[str] = "converge"
     summary_name: ClassVar[str] = "convergence.json"
@@ -185,11 +216,28 @@ class ConvergeResult(Result):
     meta: dict = field(default_factory=dict)
 
     def mean_se(self, kind: str) -> tuple[np.ndarray, np.ndarray]:
-        """Sample mean and its SE over samples: (n_depths, n_widths + 1) each."""
+        """Sample mean and its SE over samples: (n_depths, n_widths + 1) each.
+
+        Parameters
+        ----------
+        kind : str
+            The error's kind (a key of ``errors``).
+
+        Returns
+        -------
+        tuple of numpy.ndarray
+            (mean, SE), each (n_depths, n_widths + 1).
+        """
         return mean_and_se(self.errors[kind], axis=-1)
 
     def table(self) -> list[dict]:
-        """One row per (L, m): mean error and SE for both sups (m = None for ∞)."""
+        """One row per (L, m): mean error and SE for both sups (m = None for ∞).
+
+        Returns
+        -------
+        list of dict
+            One row per quantity.
+        """
         rows = []
         stats = {k: self.mean_se(k) for k in KINDS}
         for i, L in enumerate(self.depths):
@@ -240,7 +288,26 @@ def fit_convergence(depths: list[int], widths: list[float], errors: dict[str, np
       finite m; ``exponent_L_continuous``: continuous-time error at m = ∞;
     - ``exponent_m``: layer-time error against the finite m at the largest L;
     - ``additive_layer``: err ≈ a/L + b/m; ``additive_continuous``: err ≈ a·log L/L + b/m, both
-      over the whole grid (m = ∞ included), with the largest relative residual."""
+      over the whole grid (m = ∞ included), with the largest relative residual.
+
+    Parameters
+    ----------
+    depths : list of int
+        The depths L.
+    widths : list of float
+        The widths m.
+    errors : dict
+        Kind → per-sample errors (n_depths, n_widths + 1, samples).
+    n_boot : int
+        Bootstrap resamples.
+    seed : int
+        Seed of the resampling.
+
+    Returns
+    -------
+    dict
+        The fits by name, each with its interval.
+    """
     L = np.asarray(depths, dtype=float)
     finite = [j for j, m in enumerate(widths) if math.isfinite(m)]
     m_fin = np.asarray([widths[j] for j in finite])

@@ -16,6 +16,9 @@ Four parts, each an exact prediction and a measurement that can disagree with it
   ([`expected_energy`][stochformer.theory.expected_energy]), its long-time rate
   ([`energy_decay_rate`][stochformer.theory.energy_decay_rate]) and Theorem 1.4's bound
   E_β(μ_0)·e^{λ̄' t}, beside the limit SDE's ``energy_batch`` runs of ``energy_N`` tokens.
+* **Clusters under repulsive attention** (``cluster_settings``, none by default): N = 4 tokens near
+  consensus with V = −δI in the limit SDE, the relative modes' top exponent against the criterion
+  λ₁ < −δ ([`cluster_stability`][stochformer.experiments.cluster_spectrum.cluster_stability]).
 * **The order-to-chaos phase diagram** over the gain g and σ_U from the formula
   ([`gain_phase`][stochformer.model.kernel.gain_phase]), with λ̂₁ measured by Benettin's method at
   the points ``phase_points``.
@@ -28,7 +31,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import Any, ClassVar, Optional
+from typing import Any, Callable, ClassVar, Optional
 
 import numpy as np
 import xarray as xr
@@ -43,9 +46,10 @@ from ..io.names import RATE_UNITS
 from ..io.results import Result
 from ..io.store import to_jsonable
 from ..measure.stats import clopper_pearson_interval, mean_and_se
-from ..model.kernel import GainPhase, gain_phase
+from ..model.kernel import GainPhase, NoiseKernel, gain_phase
 from ..theory import PairDiffusion, energy_decay_rate, expected_energy, law
 from .preflight import FLOPS, STEP_OVERHEAD_S, Estimate
+from .cluster_spectrum import cluster_stability
 from .spectrum import SpectrumConfig, SpectrumResult, run_spectrum
 
 
@@ -81,6 +85,8 @@ class ExactConfig(ExperimentConfig):
     energy_T: float = Field(2.0, gt=0.0, description="horizon of the energy runs (> 0)")
     energy_L: int = Field(200, ge=1, description="steps of the energy runs (>= 1)")
     energy_every: int = Field(50, ge=1, description="the energy is kept every energy_every steps (>= 1)")
+    energy_levels: int = Field(2, ge=1, le=2, description="1: the energy runs on energy_L steps; 2: also on energy_L/2 "
+                               "(independent runs) and the mean extrapolated to Δt → 0 (energy_L, energy_every even)")
     energy_sigma: Optional[float] = Field(
         1.0, ge=0.0, description="σ_U = σ_W of the energy runs (>= 0; None: the model's own): biases make the noise "
         "coercive (λ̄' < 0), where Theorem 1.4's bound is a decay")
@@ -89,6 +95,12 @@ class ExactConfig(ExperimentConfig):
     sigmas: list[float] = Field([0.0, 0.25, 0.5], min_length=2, description="σ_U of the phase diagram (each >= 0)")
     phase_points: list[list[float]] = Field([[2.0, 0.0], [10.0, 0.0]],
                                             description="(g, σ_U) where λ₁ is measured on the phase diagram")
+    cluster_settings: list[list[Any]] = Field(
+        [], description="(activation, d, σ_U = σ_W) where a cluster under V = −δI is measured against λ₁ < −δ "
+        "(the paper's Figure 2–6 settings: experiments.cluster_spectrum.PAPER_SETTINGS); [] for none")
+    cluster_delta: float = Field(1.0, gt=0.0, description="δ of the clusters' repulsive attention V = −δI (> 0)")
+    cluster_batch: int = Field(16, ge=3, description="samples per cluster setting (>= 3)")
+    cluster_steps: int = Field(150, ge=1, description="steps of the cluster runs over T = 5 (>= 1)")
 
     @model_validator(mode="after")
     def _check(self) -> "ExactConfig":
@@ -103,6 +115,14 @@ class ExactConfig(ExperimentConfig):
         for p in self.phase_points:
             if len(p) != 2 or not all(math.isfinite(x) and x >= 0 for x in p):
                 raise ValueError(f"phase_points: each point is [g, sigma_U], both finite and >= 0 (got {p})")
+        for c in self.cluster_settings:
+            if (len(c) != 3 or not isinstance(c[0], str) or isinstance(c[1], bool) or not isinstance(c[1], int) or c[1] < 3
+                    or isinstance(c[2], bool) or not isinstance(c[2], (int, float)) or not (math.isfinite(c[2]) and c[2] >= 0)):
+                raise ValueError(f"cluster_settings: each is [activation, d >= 3, sigma >= 0] (got {c})")
+            NoiseKernel(c[0], c[1], sigma_U=float(c[2]), sigma_W=float(c[2]))  # an unknown activation is named here, before any run
+        if self.energy_levels == 2 and (self.energy_L % 2 or self.energy_every % 2):
+            raise ValueError(f"energy_L, energy_every: must be even for energy_levels = 2 (steps L and L/2; got "
+                             f"{self.energy_L}, {self.energy_every})")
         if self.spectrum_L % 4:
             raise ValueError(f"spectrum_L: must be a multiple of 4 (steps L, L/2, L/4; got {self.spectrum_L})")
         return self
@@ -111,14 +131,26 @@ class ExactConfig(ExperimentConfig):
         """Peak memory and rough time of the run (`preflight`): the pair runs (two tokens per
         sample, one per β), the spectrum runs (the spectrum's and one per phase point: a d × d
         frame per sample on the levels L, L/2, L/4) and the energy runs (the exact field's
-        N × N kernel and its factor per step); the theory lines cost milliseconds."""
+        N × N kernel and its factor per step); the theory lines cost milliseconds.
+
+        Parameters
+        ----------
+        workers : int, optional
+            Processes the run's tasks are spread over.
+
+        Returns
+        -------
+        Estimate
+            Peak memory (bytes) and a rough time.
+        """
         d, B = self.model.d, self.model.batch
         pair_steps = len(self.betas) * self.model.L
         spectrum_steps = (1 + len(self.phase_points)) * self.spectrum_L * 7 // 4
         n = self.energy_N
+        energy_steps = self.energy_L * (3 if self.energy_levels == 2 else 2) // 2
         flops = (pair_steps * B * 40.0 * d + spectrum_steps * self.spectrum_batch * 12.0 * d**3
-                 + self.energy_L * self.energy_batch * (n**3 / 3 + 20.0 * n * n * d))
-        steps = pair_steps + spectrum_steps + self.energy_L
+                 + energy_steps * self.energy_batch * (n**3 / 3 + 20.0 * n * n * d))
+        steps = pair_steps + spectrum_steps + energy_steps
         mem = 8.0 * max(8 * B * d, 8 * self.spectrum_batch * d * d, 3 * self.energy_batch * n * (n + d))
         return Estimate(mem, steps * STEP_OVERHEAD_S + flops / FLOPS, "model.batch, spectrum_batch or energy_batch",
                         "betas, model.L, spectrum_L, phase_points or energy_L")
@@ -136,7 +168,31 @@ class ExactResult(Result):
     ``energy``: ``times`` (k,), ``exact`` (k,), ``mean``, ``se`` (k,), ``bound`` (k,) =
     E_β(μ_0)·e^{λ̄' t} at the measured mean start, ``rate`` (the exact long-time rate and its kind),
     ``lambda_bar_prime``, ``n``. ``phase``: the [`GainPhase`][stochformer.model.kernel.GainPhase];
-    ``points``: per point g, σ_U, λ₁ predicted, measured, se, err."""
+    ``points``: per point g, σ_U, λ₁ predicted, measured, se, err. ``clusters``: per setting of
+    ``cluster_settings`` the [`ClusterStability`][stochformer.experiments.cluster_spectrum.ClusterStability]
+    as a dict.
+
+    Attributes
+    ----------
+    config : ExactConfig
+        The configuration run.
+    pair : dict
+        The two-token part.
+    spectrum : SpectrumResult
+        The spectrum part.
+    energy : dict
+        The energy part.
+    phase : GainPhase
+        The gain phase diagram.
+    points : list of dict
+        The measured phase points.
+    clusters : list of dict
+        The cluster-stability settings measured (`ClusterStability` as dicts).
+    provenance : dict
+        Versions, platform and device.
+    elapsed_s : float
+        The run time in seconds.
+    """
 
     command: ClassVar[str] = "exact"
     summary_name: ClassVar[str] = "exact.json"
@@ -146,6 +202,7 @@ class ExactResult(Result):
     energy: dict
     phase: GainPhase
     points: list[dict]
+    clusters: list[dict]
     provenance: dict
     elapsed_s: float
 
@@ -155,7 +212,7 @@ class ExactResult(Result):
             "pair": self.pair, "spectrum": self.spectrum.to_dict(), "energy": self.energy,
             "phase": {"gains": ph.gains, "sigmas": ph.sigmas, "lambda_1": ph.lambda_1,
                       "g_c": [None if not math.isfinite(x) else float(x) for x in ph.g_c]},
-            "points": self.points, "d": self.config.model.d, "activation": self.config.model.activation})
+            "points": self.points, "clusters": self.clusters, "d": self.config.model.d, "activation": self.config.model.activation})
 
     def names(self) -> dict[str, dict[str, str]]:
         return {
@@ -184,7 +241,22 @@ class ExactResult(Result):
 
 
 def pair_runs(cfg: ExactConfig, beta: float, seed: int) -> np.ndarray:
-    """The final overlaps z_T (batch,) of ``model.batch`` pairs started at cosine z0 with attention β."""
+    """The final overlaps z_T (batch,) of ``model.batch`` pairs started at cosine z0 with attention β.
+
+    Parameters
+    ----------
+    cfg : ExactConfig
+        The configuration.
+    beta : float
+        The attention's β.
+    seed : int
+        The seed.
+
+    Returns
+    -------
+    numpy.ndarray, shape (batch,)
+        z_T.
+    """
     run = cfg.model.with_updates(beta=beta)
     env = setup(run)
     g = env.generator(seed)
@@ -194,8 +266,70 @@ def pair_runs(cfg: ExactConfig, beta: float, seed: int) -> np.ndarray:
     return np.einsum("bd,bd->b", X[:, 0], X[:, 1])
 
 
+#: Richardson weights of the values at L, L/2 (first order in Δt) and L, L/2, L/4 (second order)
+RICHARDSON_WEIGHTS = {2: (2.0, -1.0), 3: (8 / 3, -2.0, 1 / 3)}
+
+
+def extrapolated_pair_means(cfg: ExactConfig, beta: float, statistics: dict[str, Callable[[np.ndarray], np.ndarray]],
+                            seed: int, levels: int = 2) -> dict[str, dict[str, Any]]:
+    """Means of statistics of the final overlaps z_T over ``model.batch`` pairs started at cosine
+    ``z0`` (`pair_runs`), extrapolated to Δt → 0.
+
+    Independent runs on L, L/2 (, L/4) steps (L = ``model.L``) give means m_i with standard errors
+    SE_i; the extrapolated value is Σ w_i m_i with Richardson's weights (`RICHARDSON_WEIGHTS`:
+    (2, −1) removes a bias a·Δt, (8/3, −2, 1/3) also b·Δt²) and its SE √(Σ w_i² SE_i²).
+
+    Parameters
+    ----------
+    cfg : ExactConfig
+        The pair runs (``model``: dynamics, kernel, γ, T, L, batch; ``z0``).
+    beta : float
+        The attention's β.
+    statistics : dict of str to callable
+        name ↦ f, f mapping z_T (batch,) to per-pair values (batch,).
+    seed : int
+        Seed of the runs (one child seed per level).
+    levels : {2, 3}
+        Step sizes; ``model.L`` must be a multiple of 2^(levels − 1).
+
+    Returns
+    -------
+    dict
+        Per statistic: ``value``, ``se`` and ``by_level``, the (steps, mean, se) behind it.
+    """
+    if levels not in RICHARDSON_WEIGHTS or cfg.model.L % (2 ** (levels - 1)):
+        raise ValueError(f"levels: 2 or 3, with model.L a multiple of 2^(levels - 1) (got {levels}, L = {cfg.model.L})")
+    weights = RICHARDSON_WEIGHTS[levels]
+    per_level = []
+    for i, s in enumerate(child_seeds(seed, levels)):
+        steps = cfg.model.L // 2 ** i
+        z = pair_runs(cfg.model_copy(update={"model": cfg.model.with_updates(L=steps)}), beta, s)
+        per_level.append((steps, {name: mean_and_se(f(z)) for name, f in statistics.items()}))
+    out = {}
+    for name in statistics:
+        means = [float(level[name][0]) for _, level in per_level]
+        ses = [float(level[name][1]) for _, level in per_level]
+        out[name] = {"value": float(sum(w * m for w, m in zip(weights, means))),
+                     "se": math.sqrt(sum((w * e) ** 2 for w, e in zip(weights, ses))),
+                     "by_level": [(steps, m, e) for (steps, _), m, e in zip(per_level, means, ses)]}
+    return out
+
+
 def pair_part(cfg: ExactConfig, seed: int) -> dict:
-    """The two-token part: measured and exact P(Z_T < 0) per β, p_antipodal and β* (module docstring)."""
+    """The two-token part: measured and exact P(Z_T < 0) per β, p_antipodal and β* (module docstring).
+
+    Parameters
+    ----------
+    cfg : ExactConfig
+        The configuration.
+    seed : int
+        The seed.
+
+    Returns
+    -------
+    dict
+        Per β, the measured and exact probabilities, and the theory's line.
+    """
     run = cfg.model
     kern = make_kernel(run)
     v = run.gamma_value
@@ -231,28 +365,59 @@ def _spectrum_config(cfg: ExactConfig, seed: int, **updates: Any) -> SpectrumCon
     return SpectrumConfig.model_validate({"model": model})
 
 
+def _energy_values(erun: Any, steps: int, every: int, energy_beta: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """The times (k,) and E_β(μ_t) (batch, k) of ``erun.batch`` runs of ``erun`` from uniform tokens on ``steps`` steps."""
+    env = setup(erun)
+    g = env.generator(seed)
+    X0 = initial_tokens(InitConfig(kind="uniform"), erun.batch, erun.N, erun.d, g, env.dtype, env.device)
+    E = solve(make_model(erun, env.dtype, env.device), X0, erun.T, steps, SaveAt(stats=("energy",), every=every,
+                                                        energy_beta=energy_beta), generator=g)["energy"]
+    values = np.asarray(E.values, dtype=float)
+    times = np.asarray(E["time"].values if "time" in E.coords else np.linspace(0, erun.T, values.shape[1]), dtype=float)
+    return times, values
+
+
 def energy_part(cfg: ExactConfig, seed: int) -> dict:
     """The energy part: the exact E[E_β(μ^N_t)] from uniform tokens, its long-time rate and Theorem
-    1.4's bound, beside ``energy_batch`` runs of the limit SDE without attention."""
+    1.4's bound, beside ``energy_batch`` runs of the limit SDE without attention on ``energy_L`` steps
+    and, with ``energy_levels = 2``, as many independent runs on ``energy_L/2`` steps: the mean is then
+    2m(L) − m(L/2) (the Heun step's first-order bias removed; docs/theory.md measures it), its SE
+    √(4 SE_L² + SE_{L/2}²); ``mean_by_level`` keeps both. The mean rate (``ratio``) and the bound's
+    start E_β(μ_0) are the finest level's.
+
+    Parameters
+    ----------
+    cfg : ExactConfig
+        The configuration.
+    seed : int
+        The seed.
+
+    Returns
+    -------
+    dict
+        The exact and measured energies, the rate and the bound.
+    """
     run = cfg.model
     sig = {} if cfg.energy_sigma is None else {"sigma_U": cfg.energy_sigma, "sigma_W": cfg.energy_sigma}
     erun = run.with_updates(attention=False, N=cfg.energy_N, batch=cfg.energy_batch, T=cfg.energy_T, L=cfg.energy_L,
                             dynamics="sde", **sig)
     pair = PairDiffusion(make_kernel(erun), 1.0, 0.0)
-    env = setup(erun)
-    g = env.generator(seed)
-    X0 = initial_tokens(InitConfig(kind="uniform"), erun.batch, erun.N, erun.d, g, env.dtype, env.device)
-    E = solve(make_model(erun, env.dtype, env.device), X0, erun.T, erun.L, SaveAt(stats=("energy",), every=cfg.energy_every,
-                                                         energy_beta=run.energy_beta), generator=g)["energy"]
-    values = np.asarray(E.values, dtype=float)  # (batch, k)
-    times = np.asarray(E["time"].values if "time" in E.coords else np.linspace(0, erun.T, values.shape[1]), dtype=float)
-    mean, se = mean_and_se(values)
+    seeds = [seed] + child_seeds(seed, 1) if cfg.energy_levels == 2 else [seed]
+    levels = [_energy_values(erun, cfg.energy_L // 2**i, cfg.energy_every // 2**i, run.energy_beta, s) for i, s in enumerate(seeds)]
+    times, values = levels[0]
+    stats = [mean_and_se(v) for _, v in levels]
+    if len(levels) == 2:
+        w = RICHARDSON_WEIGHTS[2]
+        mean, se = w[0] * stats[0][0] + w[1] * stats[1][0], np.hypot(w[0] * stats[0][1], w[1] * stats[1][1])
+    else:
+        mean, se = stats[0]
     exact = expected_energy(pair, times, erun.N, run.energy_beta)
     rate = energy_decay_rate(pair, run.energy_beta)
     ratio = values[:, -1] / values[:, 0]
     r_mean, r_se = mean_and_se(ratio)
     return {"times": times, "exact": exact, "mean": mean, "se": se, "n": erun.batch, "N": erun.N,
-            "bound": float(mean[0]) * np.exp(rate.lambda_bar_prime * times), "lambda_bar_prime": rate.lambda_bar_prime,
+            "levels": [cfg.energy_L // 2**i for i in range(len(levels))], "mean_by_level": [m for m, _ in stats],
+            "bound": float(stats[0][0][0]) * np.exp(rate.lambda_bar_prime * times), "lambda_bar_prime": rate.lambda_bar_prime,
             "rate": rate.rate, "rate_kind": rate.kind, "lambda_bar": rate.lambda_bar,
             "ratio": float(r_mean), "ratio_se": float(r_se), "T": erun.T, "sigma_U": erun.sigma_U,
             "sigma_W": erun.sigma_W, "energy_beta": run.energy_beta}
@@ -260,11 +425,24 @@ def energy_part(cfg: ExactConfig, seed: int) -> dict:
 
 @validated
 def run_exact(cfg: ExactConfig, progress: bool = False) -> ExactResult:
-    """The four parts of the module docstring for ``cfg`` (seeds split from ``model.seed``)."""
+    """The parts of the module docstring for ``cfg`` (seeds split from ``model.seed``).
+
+    Parameters
+    ----------
+    cfg : ExactConfig
+        A validated configuration.
+    progress : bool, optional
+        Show progress bars (on a terminal).
+
+    Returns
+    -------
+    ExactResult
+        The parts.
+    """
     cfg = as_config(cfg, ExactConfig)
     run = cfg.model
     start = time.perf_counter()
-    s_pair, s_spec, s_energy, s_phase = child_seeds(run.seed, 4)
+    s_pair, s_spec, s_energy, s_phase, s_cluster = child_seeds(run.seed, 5)  # the first four as before: spawn is by index
     pair = pair_part(cfg, s_pair)
     spectrum = run_spectrum(_spectrum_config(cfg, s_spec), progress=progress)
     energy = energy_part(cfg, s_energy)
@@ -275,5 +453,8 @@ def run_exact(cfg: ExactConfig, progress: bool = False) -> ExactResult:
         res = run_spectrum(_spectrum_config(cfg, seed, gain=g, sigma_U=s), progress=progress)
         points.append({"gain": g, "sigma_U": s, "predicted": float(res.predicted[0]), "measured": float(res.measured[0]),
                        "se": float(res.se[0]), "err": float(res.err[0]), "n": cfg.spectrum_batch})
-    return ExactResult(config=cfg, pair=pair, spectrum=spectrum, energy=energy, phase=phase, points=points,
+    clusters = [cluster_stability(a, d, float(sig), delta=cfg.cluster_delta, steps=cfg.cluster_steps, batch=cfg.cluster_batch,
+                                  seed=seed)._asdict()
+                for (a, d, sig), seed in zip(cfg.cluster_settings, child_seeds(s_cluster, max(1, len(cfg.cluster_settings))))]
+    return ExactResult(config=cfg, pair=pair, spectrum=spectrum, energy=energy, phase=phase, points=points, clusters=clusters,
                        provenance=setup(run).provenance(), elapsed_s=time.perf_counter() - start)

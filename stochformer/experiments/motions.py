@@ -61,7 +61,18 @@ class MotionsConfig(ExperimentConfig):
 
     def estimate(self, workers: int = 1) -> Estimate:
         """Peak memory and rough time of the run (`preflight`): both dynamics on
-        the pairs, and the scalar reference diffusion."""
+        the pairs, and the scalar reference diffusion.
+
+        Parameters
+        ----------
+        workers : int, optional
+            Processes the run's tasks are spread over.
+
+        Returns
+        -------
+        Estimate
+            Peak memory (bytes) and a rough time.
+        """
         runs = [simulate_estimate(self.model.with_updates(dynamics=k)) for k in ("sde", "transformer")]
         ref = 8.0 * 4 * self.reference_paths
         seconds = sum(e.seconds for e in runs) + self.reference_paths * self.reference_steps * 50 / FLOPS
@@ -74,7 +85,23 @@ class MotionsResult(Result):
     """``times``: (snapshots,); ``one_point[dyn]``: (mean, se) of ⟨x₀, X_t⟩ per snapshot;
     ``measured[dyn]``: the one-point rate and value at T, the mean and tail of u_T (each with its SE);
     ``reference``: the scalar diffusion's mean and tail of u_T with SEs; ``predicted``: the one-point
-    rate −κ(1)(d−1)/2 and e^{−κ(1)(d−1)T/2}, κ(1), d."""
+    rate −κ(1)(d−1)/2 and e^{−κ(1)(d−1)T/2}, κ(1), d.
+
+    Attributes
+    ----------
+    config : MotionsConfig
+        The configuration run.
+    times : numpy.ndarray, shape (snapshots,)
+        The snapshot times.
+    one_point : dict
+        Dynamics → (mean, SE) of ⟨x₀, X_t⟩.
+    u_final : dict
+        Dynamics → the samples of u_T.
+    u_reference : numpy.ndarray
+        u_T of the scalar diffusion.
+    measured, reference, predicted : dict
+        The measured laws, the reference's and the closed forms.
+    """
 
     command: ClassVar[str] = "motions"
     summary_name: ClassVar[str] = "motions.json"
@@ -118,7 +145,20 @@ def _mean_se(x: np.ndarray) -> tuple[float, float]:
 
 def law_of_u(u: np.ndarray, threshold: float) -> dict:
     """Mean and P(u > threshold) of samples ``u`` with their SEs, the number of samples ``n`` and
-    of those above the threshold ``tail_count`` (for a binomial interval of the tail)."""
+    of those above the threshold ``tail_count`` (for a binomial interval of the tail).
+
+    Parameters
+    ----------
+    u : numpy.ndarray
+        Samples.
+    threshold : float
+        The tail's threshold.
+
+    Returns
+    -------
+    dict
+        ``u_mean``, ``u_mean_se``, ``tail``, ``tail_se``, ``n``, ``tail_count``.
+    """
     mean, se = _mean_se(u)
     above = np.asarray(u) > threshold
     tail, tail_se = _mean_se(above)
@@ -128,7 +168,20 @@ def law_of_u(u: np.ndarray, threshold: float) -> dict:
 
 @validated
 def run_motions(cfg: MotionsConfig, progress: bool = False) -> MotionsResult:
-    """Measure the one- and two-point motions on the limit SDE and the transformer (module docstring)."""
+    """Measure the one- and two-point motions on the limit SDE and the transformer (module docstring).
+
+    Parameters
+    ----------
+    cfg : MotionsConfig
+        A validated configuration.
+    progress : bool, optional
+        Show progress bars (on a terminal).
+
+    Returns
+    -------
+    MotionsResult
+        The measured and predicted motions.
+    """
     cfg = as_config(cfg, MotionsConfig)
     start = time.perf_counter()
     model = cfg.model

@@ -61,29 +61,96 @@ from ..theory.value_noise import ValuePair, critical_beta
 
 
 def forcing_rate(gamma: float, n: float) -> float:
-    """λ_γ = 2γ²(n − 1)/(γ² + 4), the rate of the forced bound E dist ≤ π e^{−λ_γ t}."""
+    """λ_γ = 2γ²(n − 1)/(γ² + 4), the rate of the forced bound E dist ≤ π e^{−λ_γ t}.
+
+    Parameters
+    ----------
+    gamma : float
+        The forcing γ.
+    n : float
+        The dimension n of the published bound.
+
+    Returns
+    -------
+    float
+        λ_γ.
+    """
     return 2.0 * gamma**2 * (n - 1) / (gamma**2 + 4.0)
 
 
 def unforced_bound(t: np.ndarray) -> np.ndarray:
-    """(π/√2) e^{−t/2}, the bound on E dist(X_t, A) without forcing."""
+    """(π/√2) e^{−t/2}, the bound on E dist(X_t, A) without forcing.
+
+    Parameters
+    ----------
+    t : numpy.ndarray
+        Times.
+
+    Returns
+    -------
+    numpy.ndarray
+        The bound, of t's shape.
+    """
     return math.pi / math.sqrt(2.0) * np.exp(-0.5 * np.asarray(t, float))
 
 
 def forced_bound(t: np.ndarray, gamma: float, n: float) -> np.ndarray:
-    """π e^{−λ_γ t} with λ_γ = `forcing_rate` (γ, n)."""
+    """π e^{−λ_γ t} with λ_γ = `forcing_rate` (γ, n).
+
+    Parameters
+    ----------
+    t : numpy.ndarray
+        Times.
+    gamma : float
+        The forcing γ.
+    n : float
+        The dimension n of the bound.
+
+    Returns
+    -------
+    numpy.ndarray
+        The bound, of t's shape.
+    """
     return math.pi * np.exp(-forcing_rate(gamma, n) * np.asarray(t, float))
 
 
 def quadratic_generator(z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The coefficients of L₀ f = −2z(1−z²) f′ + 2(1−z²)² f″ (drift, ½ · diffusion) at cosines z."""
+    """The coefficients of L₀ f = −2z(1−z²) f′ + 2(1−z²)² f″ (drift, ½ · diffusion) at cosines z.
+
+    Parameters
+    ----------
+    z : numpy.ndarray
+        Cosines.
+
+    Returns
+    -------
+    tuple of numpy.ndarray
+        (drift, ½ · diffusion), of z's shape.
+    """
     z = np.asarray(z, float)
     return -2.0 * z * (1 - z * z), 2.0 * (1 - z * z) ** 2
 
 
 def pair_start(pairs: int, d: int, z0: Optional[float], seed: int) -> torch.Tensor:
     """Two tokens per sample (pairs, 2, d): independent uniform points (z0 None) or e₁ and
-    z0 e₁ + √(1 − z0²) e₂ (the laws used are rotation invariant)."""
+    z0 e₁ + √(1 − z0²) e₂ (the laws used are rotation invariant).
+
+    Parameters
+    ----------
+    pairs : int
+        Samples.
+    d : int
+        Token dimension.
+    z0 : float or None
+        The pairs' cosine (None: independent uniform tokens).
+    seed : int
+        The seed.
+
+    Returns
+    -------
+    torch.Tensor, shape (pairs, 2, d)
+        The pairs.
+    """
     if z0 is None:
         return uniform(pairs, 2, d, seed=seed)
     X = torch.zeros(pairs, 2, d, dtype=torch.float64)
@@ -105,7 +172,28 @@ def simulate_pairs(noise: NoiseSource, X0: torch.Tensor, T: float, steps: int, a
                    seed: int) -> dict[str, np.ndarray]:
     """θ, π − θ and z of each pair at the steps ``at``: arrays (pairs, len(at)), stepped by
     [`solve`][stochformer.solve] on a [`LimitSDE`][stochformer.model.sde.LimitSDE] (Stratonovich Heun)
-    with ``noise``."""
+    with ``noise``.
+
+    Parameters
+    ----------
+    noise : NoiseSource
+        The field.
+    X0 : torch.Tensor, shape (pairs, 2, d)
+        The pairs.
+    T : float
+        The horizon.
+    steps : int
+        Steps.
+    at : sequence of int
+        The recorded steps.
+    seed : int
+        The seed.
+
+    Returns
+    -------
+    dict of str to numpy.ndarray
+        ``theta``, ``anti`` (π − θ) and ``z``, each (pairs, len(at)).
+    """
     return _pair_angles(LimitSDE(noise=noise), X0, T, steps, at, seed)
 
 
@@ -117,12 +205,38 @@ def _pair_angles(model: Model, X0: torch.Tensor, T: float, steps: int, at: Seque
 
 def angle(w: np.ndarray, y: np.ndarray) -> np.ndarray:
     """θ = 2 arcsin √(w/2) from w = 1 − z (and y = 1 + z, unused): the angle, accurate near z = 1
-    (the form [`expectation`][stochformer.theory.evolution.expectation] takes with ``distances``)."""
+    (the form [`expectation`][stochformer.theory.evolution.expectation] takes with ``distances``).
+
+    Parameters
+    ----------
+    w : numpy.ndarray
+        1 − z.
+    y : numpy.ndarray
+        1 + z.
+
+    Returns
+    -------
+    numpy.ndarray
+        θ.
+    """
     return 2 * np.arcsin(np.sqrt(np.clip(w / 2, 0.0, 1.0)))
 
 
 def antipodal_angle(w: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """min(θ, π − θ) from w = 1 − z and y = 1 + z: the distance to the antipodal pair {±y}."""
+    """min(θ, π − θ) from w = 1 − z and y = 1 + z: the distance to the antipodal pair {±y}.
+
+    Parameters
+    ----------
+    w : numpy.ndarray
+        1 − z.
+    y : numpy.ndarray
+        1 + z.
+
+    Returns
+    -------
+    numpy.ndarray
+        min(θ, π − θ).
+    """
     return np.minimum(angle(w, y), angle(y, w))
 
 
@@ -130,7 +244,25 @@ def antipodal_angle(w: np.ndarray, y: np.ndarray) -> np.ndarray:
 class AttractorCheck:
     """E dist(X_t, A) at ``times`` (t,): ``mean`` ± ``se`` over ``pairs`` simulated pairs, the exact
     ``exact`` (Kolmogorov equation of the pair kernel) and ``bound`` (the published one; forced:
-    with n = d, the reading of docs/neighbours.md); ``z`` the z-scores (mean − exact)/se."""
+    with n = d, the reading of docs/neighbours.md); ``z`` the z-scores (mean − exact)/se.
+
+    Attributes
+    ----------
+    d : int
+        Token dimension.
+    gamma : float
+        The forcing γ.
+    times : numpy.ndarray, shape (t,)
+        The times.
+    mean, se : numpy.ndarray, shape (t,)
+        The simulated mean and its SE.
+    exact : numpy.ndarray, shape (t,)
+        The exact value.
+    bound : numpy.ndarray, shape (t,)
+        The published bound.
+    pairs : int
+        Simulated pairs.
+    """
 
     d: int
     gamma: float
@@ -171,7 +303,32 @@ def attractor_distance(d: PositiveInt = 3, gamma: NonNegativeFloat = 0.0, T: Pos
                        steps: PositiveInt = 600, points: PositiveInt = 3, pairs: PositiveInt = 8000,
                        z0: Optional[Cosine] = 0.0, seed: Seed = 0) -> AttractorCheck:
     """E dist(X_t, A) at ``points`` equally spaced times up to T for random quadratic forms with
-    forcing γ (module docstring): from z0 (None: independent uniform tokens)."""
+    forcing γ (module docstring): from z0 (None: independent uniform tokens).
+
+    Parameters
+    ----------
+    d : int, optional
+        Token dimension.
+    gamma : float, optional
+        The forcing γ, >= 0.
+    T : float, optional
+        The horizon.
+    steps : int, optional
+        Steps.
+    points : int, optional
+        Times checked.
+    pairs : int, optional
+        Simulated pairs.
+    z0 : float, optional
+        The initial cosine (None: uniform tokens).
+    seed : int, optional
+        The seed.
+
+    Returns
+    -------
+    AttractorCheck
+        Simulated, exact and bound.
+    """
     at = [round(steps * (k + 1) / points) for k in range(points)]
     times = np.array(at, float) * T / steps
     sim = simulate_pairs(QuadraticField(gamma), pair_start(pairs, d, z0, seed), T, steps, at, seed + 1)
@@ -187,7 +344,21 @@ def attractor_distance(d: PositiveInt = 3, gamma: NonNegativeFloat = 0.0, T: Pos
 class ContrastCheck:
     """E z_T ± SE for pairs from z0 under the common field (``common``) and independent fields
     (``independent``) of one kernel, beside the exact values ``common_exact`` (the pair diffusion)
-    and ``independent_exact`` = z0 e^{−(d−1)κ(1)T}; ``lambda_1`` of the kernel (SPEC §5)."""
+    and ``independent_exact`` = z0 e^{−(d−1)κ(1)T}; ``lambda_1`` of the kernel (SPEC §5).
+
+    Attributes
+    ----------
+    d : int
+        Token dimension.
+    T : float
+        The horizon.
+    common, independent : tuple of float
+        (E z_T, SE) under one field and under independent fields.
+    common_exact, independent_exact : float
+        The exact values.
+    lambda_1 : float
+        The kernel's λ₁.
+    """
 
     d: int
     T: float
@@ -216,7 +387,28 @@ class ContrastCheck:
 @validated
 def independent_contrast(kernel: NoiseKernel, T: PositiveFloat = 4.0, steps: PositiveInt = 400,
                          pairs: PositiveInt = 4000, z0: Cosine = 0.5, seed: Seed = 0) -> ContrastCheck:
-    """The overlap E z_T of two tokens driven by one field and by independent fields of ``kernel``."""
+    """The overlap E z_T of two tokens driven by one field and by independent fields of ``kernel``.
+
+    Parameters
+    ----------
+    kernel : NoiseKernel
+        κ.
+    T : float, optional
+        The horizon.
+    steps : int, optional
+        Steps.
+    pairs : int, optional
+        Simulated pairs.
+    z0 : float, optional
+        The initial cosine.
+    seed : int, optional
+        The seed.
+
+    Returns
+    -------
+    ContrastCheck
+        Both overlaps and their exact values.
+    """
     d = kernel.d
     X0 = pair_start(pairs, d, z0, seed)
     res = []
@@ -234,7 +426,20 @@ def independent_contrast(kernel: NoiseKernel, T: PositiveFloat = 4.0, steps: Pos
 
 
 def logistic(u0: np.ndarray, tau: np.ndarray) -> np.ndarray:
-    """The solution u0 e^τ/(1 − u0 + u0 e^τ) of u′ = u(1 − u): broadcast over u0 and τ."""
+    """The solution u0 e^τ/(1 − u0 + u0 e^τ) of u′ = u(1 − u): broadcast over u0 and τ.
+
+    Parameters
+    ----------
+    u0 : numpy.ndarray
+        Initial values.
+    tau : numpy.ndarray
+        Times (broadcast against u0).
+
+    Returns
+    -------
+    numpy.ndarray
+        u(τ).
+    """
     u0, tau = np.asarray(u0, float), np.asarray(tau, float)
     e = np.exp(tau)
     return u0 * e / (1 - u0 + u0 * e)
@@ -248,7 +453,27 @@ class OverlapCheck:
     rows' tolerance: half the spread between the logistic on σ_V²(d − 2)t and on σ_V² d t (the O(1/d)
     range of the exact drift, docs/neighbours.md) plus ``lag``, the delay of E m behind the logistic
     that the noise's own spread of m causes (`variance_lag`; O(t²/d), vanishing as d → ∞); ``m0``
-    each sample's m(0) (batch,)."""
+    each sample's m(0) (batch,).
+
+    Attributes
+    ----------
+    d, N : int
+        Token dimension and tokens.
+    sigma_V : float
+        The value noise's scale.
+    times : numpy.ndarray, shape (t,)
+        The times.
+    mean, se : numpy.ndarray, shape (t,)
+        m(t) and its SE.
+    predicted, band : numpy.ndarray, shape (t,)
+        The logistic prediction and the rows' tolerance.
+    batch : int
+        Samples.
+    m0 : numpy.ndarray, shape (batch,), optional
+        Each sample's m(0).
+    lag : numpy.ndarray, shape (t,), optional
+        The delay of E m behind the logistic from the spread of m (`variance_lag`).
+    """
 
     d: int
     N: int
@@ -263,7 +488,18 @@ class OverlapCheck:
     lag: Optional[np.ndarray] = None
 
     def rows(self, predicted: Optional[np.ndarray] = None) -> list[Comparison]:
-        """One ``matches`` row per time (``predicted``: a prediction to test in place of the logistic)."""
+        """One ``matches`` row per time (``predicted``: a prediction to test in place of the logistic).
+
+        Parameters
+        ----------
+        predicted : numpy.ndarray, optional
+            A prediction per time in place of the logistic.
+
+        Returns
+        -------
+        list of Comparison
+            The rows, judged by the report's rules.
+        """
         p = self.predicted if predicted is None else np.asarray(predicted, float)
         return judge([Comparison.from_mean_se(f"m(t = {t:g})", float(pi), float(m), float(s), n=self.batch, tol=float(b))
                       for t, pi, m, s, b in zip(self.times, p, self.mean, self.se, self.band)])
@@ -278,7 +514,34 @@ def mean_overlap(d: PositiveInt = 64, N: PositiveInt = 16, heads: PositiveInt = 
                  T: PositiveFloat = 3.0, steps: PositiveInt = 150, points: PositiveInt = 3, batch: PositiveInt = 64,
                  seed: Seed = 0) -> OverlapCheck:
     """m(t) at β = 0 (module docstring) from uniform tokens, at ``points`` equally spaced times up to
-    T (σ_V None: 1/√d, so τ ≈ t)."""
+    T (σ_V None: 1/√d, so τ ≈ t).
+
+    Parameters
+    ----------
+    d : int, optional
+        Token dimension.
+    N : int, optional
+        Tokens.
+    heads : int, optional
+        Heads.
+    sigma_V : float, optional
+        The value noise's scale (None: 1/√d).
+    T : float, optional
+        The horizon.
+    steps : int, optional
+        Steps.
+    points : int, optional
+        Times checked.
+    batch : int, optional
+        Samples.
+    seed : int, optional
+        The seed.
+
+    Returns
+    -------
+    OverlapCheck
+        Measured and predicted m(t).
+    """
     sv = 1.0 / math.sqrt(d) if sigma_V is None else float(sigma_V)
     at = [round(steps * (k + 1) / points) for k in range(points)]
     times = np.array(at, float) * T / steps
@@ -317,7 +580,25 @@ def variance_lag(tau: np.ndarray, u: np.ndarray, spread: np.ndarray) -> np.ndarr
 class LargeBetaPairCheck:
     """A pair under [`HomogenizedAttention`][stochformer.model.homogenized.HomogenizedAttention] at large β
     from z0, at the time t = s/σ_V² (s on the scale of du = −u(1−u²)ds + √2(1−u²)dB): E z and E z² ±
-    SE beside the exact law of the linear kernel κ(u) = σ_V² u (``exact_z``, ``exact_z2``)."""
+    SE beside the exact law of the linear kernel κ(u) = σ_V² u (``exact_z``, ``exact_z2``).
+
+    Attributes
+    ----------
+    d : int
+        Token dimension.
+    beta : float
+        The attention's β.
+    z0 : float
+        The initial cosine.
+    s : float
+        The time on the diffusion's scale.
+    moments : dict
+        ``z`` and ``z2`` → (mean, SE).
+    exact : dict
+        ``z`` and ``z2`` → exact value.
+    pairs : int
+        Simulated pairs.
+    """
 
     d: int
     beta: float
@@ -328,7 +609,18 @@ class LargeBetaPairCheck:
     pairs: int
 
     def rows(self, predicted: Optional[dict[str, float]] = None) -> list[Comparison]:
-        """``matches`` rows for E z and E z² (``predicted``: values to test in place of the exact law)."""
+        """``matches`` rows for E z and E z² (``predicted``: values to test in place of the exact law).
+
+        Parameters
+        ----------
+        predicted : dict, optional
+            Values to test in place of the exact law.
+
+        Returns
+        -------
+        list of Comparison
+            The rows, judged by the report's rules.
+        """
         p = self.exact if predicted is None else predicted
         return judge([Comparison.from_mean_se(f"E {k}(s = {self.s:g})", float(p[k]), m, se, n=self.pairs)
                       for k, (m, se) in self.moments.items()])
@@ -336,7 +628,22 @@ class LargeBetaPairCheck:
 
 def linear_pair_moments(d: int, z0: float, s: float) -> dict[str, float]:
     """E z and E z² at time s of du = −u(1−u²)ds + √2(1−u²)dB (the pair diffusion of the linear
-    kernel κ(u) = u/d at time s·d: [`expectation`][stochformer.theory.evolution.expectation])."""
+    kernel κ(u) = u/d at time s·d: [`expectation`][stochformer.theory.evolution.expectation]).
+
+    Parameters
+    ----------
+    d : int
+        Token dimension.
+    z0 : float
+        The initial cosine.
+    s : float
+        The time.
+
+    Returns
+    -------
+    dict
+        ``z`` and ``z2``.
+    """
     pair = PairDiffusion(NoiseKernel("linear", d))
     vals = [float(expectation(pair, f, [s * d], z0=z0)[0]) for f in (lambda z: z, lambda z: z * z)]
     return {"z": vals[0], "z2": vals[1]}
@@ -347,7 +654,32 @@ def large_beta_pair(d: PositiveInt = 64, beta: PositiveFloat = 200.0, z0: Cosine
                     dt: PositiveFloat = 0.05, heads: PositiveInt = 1, pairs: PositiveInt = 4000,
                     seed: Seed = 0) -> LargeBetaPairCheck:
     """E z and E z² of pairs from z0 at the time t = s·d, σ_V² = 1/d, σ_A = 1/√d (β_eff = β), step dt
-    (α = dt σ_V² (d − 1)/H per head)."""
+    (α = dt σ_V² (d − 1)/H per head).
+
+    Parameters
+    ----------
+    d : int, optional
+        Token dimension.
+    beta : float, optional
+        The attention's β.
+    z0 : float, optional
+        The initial cosine.
+    s : float, optional
+        The time on the diffusion's scale.
+    dt : float, optional
+        The step.
+    heads : int, optional
+        Heads.
+    pairs : int, optional
+        Simulated pairs.
+    seed : int, optional
+        The seed.
+
+    Returns
+    -------
+    LargeBetaPairCheck
+        Measured and exact moments.
+    """
     T = s * d
     steps = max(1, round(T / dt))
     noise = HomogenizedAttention(beta=beta, heads=heads, sigma_V=1.0 / math.sqrt(d))
@@ -438,7 +770,25 @@ class AntipodalCheck:
     """Pairs from z0 under [`ValueNoise`][stochformer.model.value_noise.ValueNoise] at T: ``antipodal``
     of ``pairs`` ended with z_T < 0; ``undecided`` the fraction with |z_T| < 1 − ``eps`` (not yet at an
     end: the rows' tolerance); ``predicted`` P(antipodal | z0) of
-    [`ValuePair`][stochformer.theory.value_noise.ValuePair]."""
+    [`ValuePair`][stochformer.theory.value_noise.ValuePair].
+
+    Attributes
+    ----------
+    d : int
+        Token dimension.
+    beta : float
+        The attention's β.
+    z0 : float
+        The initial cosine.
+    T : float
+        The horizon.
+    antipodal, pairs : int
+        Pairs ended antipodal, and all pairs.
+    undecided : float
+        The fraction not yet at an end.
+    predicted : float
+        P(antipodal | z0).
+    """
 
     d: int
     beta: float
@@ -451,7 +801,18 @@ class AntipodalCheck:
 
     def rows(self, predicted: Optional[float] = None) -> list[Comparison]:
         """One ``matches`` row, P(z_T < 0) with its Wilson interval against P(antipodal), judged against
-        the linear kernel's arccos(z₀)/π."""
+        the linear kernel's arccos(z₀)/π.
+
+        Parameters
+        ----------
+        predicted : float, optional
+            A probability to test in place of the theory's.
+
+        Returns
+        -------
+        list of Comparison
+            The rows, judged by the report's rules.
+        """
         p = self.predicted if predicted is None else float(predicted)
         return judge([Comparison.from_fraction(f"P(antipodal), d = {self.d}, β = {self.beta:g}", p, self.antipodal,
                                                self.pairs, tol=self.undecided, alternative=math.acos(self.z0) / math.pi,
@@ -463,7 +824,32 @@ class AntipodalCheck:
 def value_antipodal(d: PositiveInt = 3, beta: PositiveFloat = 1.0, z0: Cosine = 0.0, T: PositiveFloat = 10.0,
                     steps: PositiveInt = 400, pairs: PositiveInt = 2000, eps: PositiveFloat = 0.01,
                     seed: Seed = 0) -> AntipodalCheck:
-    """The fraction of pairs from z0 that end antipodal under value-matrix noise at β in dimension d."""
+    """The fraction of pairs from z0 that end antipodal under value-matrix noise at β in dimension d.
+
+    Parameters
+    ----------
+    d : int, optional
+        Token dimension.
+    beta : float, optional
+        The attention's β.
+    z0 : float, optional
+        The initial cosine.
+    T : float, optional
+        The horizon.
+    steps : int, optional
+        Steps.
+    pairs : int, optional
+        Simulated pairs.
+    eps : float, optional
+        Pairs with |z_T| < 1 − eps are undecided.
+    seed : int, optional
+        The seed.
+
+    Returns
+    -------
+    AntipodalCheck
+        The counts and the prediction.
+    """
     z = simulate_pairs(ValueNoise(beta), pair_start(pairs, d, z0, seed), T, steps, [steps], seed + 1)["z"][:, 0]
     return AntipodalCheck(d, float(beta), float(z0), float(T), int((z < 0).sum()), pairs,
                           float((np.abs(z) < 1 - eps).mean()), float(ValuePair(beta, d).p_antipodal(z0)))

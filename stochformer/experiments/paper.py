@@ -122,7 +122,31 @@ class ClustersResult(_PaperResult):
     """Per activation: the statistics against layer, the final [`ClusterSummary`][stochformer.experiments.paper.ClusterSummary] and the
     cluster-count time course ``courses[act]`` ([`cluster_course`][stochformer.experiments.paper.cluster_course]: ``times``, ``counts``
     (batch, snapshots) over [0, T]; ``horizon`` the predicted attractor time, ``lambda_1``; and
-    ``long_times``, ``long_counts`` of the attractor run to that horizon)."""
+    ``long_times``, ``long_counts`` of the attractor run to that horizon).
+
+    Attributes
+    ----------
+    size : str
+        The size profile.
+    sizes : dict
+        The sizes run.
+    tol : float
+        The clustering tolerance.
+    curves : dict
+        Activation → statistics against layer.
+    clusters : dict
+        Activation → its final ClusterSummary.
+    final : dict
+        Activation → final tokens.
+    seed : int
+        The root seed.
+    elapsed_s : float
+        The run time in seconds.
+    device : str
+        Where it ran.
+    courses : dict
+        Activation → the cluster-count time course.
+    """
 
     size: str
     sizes: dict
@@ -157,7 +181,28 @@ class ClustersResult(_PaperResult):
 def run_clusters(size: Size = "quick", seed: int = 0, tol: float = 0.05, progress: bool = False, device: str = "cpu",
                  sizes: Optional[dict] = None) -> ClustersResult:
     """SPEC §6 item 1: ReLU and tanh on S³ (d = 4), no attention, no biases, uniform tokens.
-    ``sizes`` overrides entries of ``CLUSTER_SIZES[size]``."""
+    ``sizes`` overrides entries of ``CLUSTER_SIZES[size]``.
+
+    Parameters
+    ----------
+    size : {"quick", "paper"} or str, optional
+        The size profile.
+    seed : int, optional
+        The root seed.
+    progress : bool, optional
+        Show progress bars (on a terminal).
+    tol : float, optional
+        The clustering tolerance.
+    device : str, optional
+        Where the runs are stepped.
+    sizes : dict, optional
+        Overrides of the profile's sizes.
+
+    Returns
+    -------
+    ClustersResult
+        Curves, clusters and courses per activation.
+    """
     _check_size(size)
     start = time.perf_counter()
     sizes = {**CLUSTER_SIZES[size], **(sizes or {})}
@@ -186,7 +231,26 @@ def cluster_course(cfg: RunConfig, data: xr.Dataset, tol: float, snapshots: int,
     ``cfg.seed + 1``) at the same step T/L up to the attractor horizon predicted from e^{λ₁T}
     ([`attractor_horizon`][stochformer.experiments.paper.attractor_horizon], rounded up to whole snapshots), where the claim is one cluster.
     Returns JSON-able times, counts (batch, snapshots), ``horizon``, ``lambda_1``, ``long_times``,
-    ``long_counts`` (empty when the horizon is infinite)."""
+    ``long_counts`` (empty when the horizon is infinite).
+
+    Parameters
+    ----------
+    cfg : RunConfig
+        The run's configuration.
+    data : xarray.Dataset
+        Its dataset (token snapshots ``X``).
+    tol : float
+        The clustering tolerance.
+    snapshots : int
+        Snapshots of the second run.
+    progress : bool, optional
+        Show progress bars (on a terminal).
+
+    Returns
+    -------
+    dict
+        ``times``, ``counts``, ``horizon``, ``lambda_1``, ``long_times``, ``long_counts``.
+    """
     odd = cfg.activation in ODD_ACTIVATIONS
     p = predicted_rates(cfg, with_bound=False)
     horizon = attractor_horizon(p["lambda_1_noise"], p["kappa"], p["kappa_prime"], cfg.N, tol)
@@ -206,7 +270,26 @@ def attractor_horizon(lambda_1: float, kappa: float, kappa_prime: float, N: int,
     e^{λ₁T}: linearised, the log chordal distance of a pair is a Brownian motion with drift λ₁ and
     variance rate κ + κ' (``sync.near_sync_horizon``) started at log √2 (uniform tokens); the slowest
     of the P = N(N−1)/2 pairs is below √(2 tol) once λ₁T + z_P √((κ + κ')T) ≤ log √tol,
-    z_P = Φ⁻¹(1 − 1/P). ``inf`` when λ₁ ≥ 0."""
+    z_P = Φ⁻¹(1 − 1/P). ``inf`` when λ₁ ≥ 0.
+
+    Parameters
+    ----------
+    lambda_1 : float
+        λ₁.
+    kappa : float
+        κ(1).
+    kappa_prime : float
+        κ'(1).
+    N : int
+        Tokens.
+    tol : float
+        The clustering tolerance.
+
+    Returns
+    -------
+    float
+        The horizon (inf where λ₁ >= 0).
+    """
     from scipy.stats import norm
 
     if lambda_1 >= 0:
@@ -227,7 +310,18 @@ SCENARIO_GAMMAS = (1.0, 0.0, -1.0)
 
 
 def scenario_point(config: dict) -> dict:
-    """One scenario (a task): mean ± SE over samples of mean/min cosine and E_β per layer."""
+    """One scenario (a task): mean ± SE over samples of mean/min cosine and E_β per layer.
+
+    Parameters
+    ----------
+    config : dict
+        The scenario's RunConfig fields.
+
+    Returns
+    -------
+    dict
+        Per statistic, mean and SE per layer (JSON-able).
+    """
     res = run_simulate(RunConfig.model_validate(config))
     return to_jsonable({"layers": res.data["step"].values, **_curves({k: res.data[k].values for k in STATISTICS})})
 
@@ -235,7 +329,25 @@ def scenario_point(config: dict) -> dict:
 @dataclass(repr=False)
 class ScenariosResult(_PaperResult):
     """``runs[key]``: the curves of scenario ``key = activation/d/sigma/gamma``; ``keys`` their grid
-    coordinates."""
+    coordinates.
+
+    Attributes
+    ----------
+    size : str
+        The size profile.
+    sizes : dict
+        The sizes run.
+    keys : dict
+        Scenario key → its grid coordinates.
+    runs : dict
+        Scenario key → its curves.
+    seed : int
+        The root seed.
+    elapsed_s : float
+        The run time in seconds.
+    device : str
+        Where it ran.
+    """
 
     size: str
     sizes: dict
@@ -248,7 +360,13 @@ class ScenariosResult(_PaperResult):
     summary_name: ClassVar[str] = "scenarios.json"
 
     def final_table(self) -> list[dict]:
-        """One row per scenario: its coordinates and the final mean cosine, min cosine and E_β."""
+        """One row per scenario: its coordinates and the final mean cosine, min cosine and E_β.
+
+        Returns
+        -------
+        list of dict
+            One row per quantity.
+        """
         rows = []
         for k, coords in self.keys.items():
             r = self.runs[k]
@@ -276,7 +394,30 @@ class ScenariosResult(_PaperResult):
 def run_scenarios(size: Size = "quick", seed: int = 0, progress: bool = False, store: Optional[Path | str] = None,
                   scheduler: Optional[str] = None, device: str = "cpu", sizes: Optional[dict] = None) -> ScenariosResult:
     """SPEC §6 item 2: every activation (and no MLP) × d × σ × γ, uniform tokens, β = 1.
-    ``sizes`` overrides entries of ``SCENARIO_SIZES[size]``."""
+    ``sizes`` overrides entries of ``SCENARIO_SIZES[size]``.
+
+    Parameters
+    ----------
+    size : {"quick", "paper"} or str, optional
+        The size profile.
+    seed : int, optional
+        The root seed.
+    progress : bool, optional
+        Show progress bars (on a terminal).
+    store : str or pathlib.Path, optional
+        A folder of finished tasks, so a killed run resumes.
+    scheduler : str, optional
+        Where the tasks run (as for ``run_tasks``).
+    device : str, optional
+        Where the runs are stepped.
+    sizes : dict, optional
+        Overrides of the profile's sizes.
+
+    Returns
+    -------
+    ScenariosResult
+        The curves of every scenario.
+    """
     _check_size(size)
     start = time.perf_counter()
     sz = {**SCENARIO_SIZES[size], **(sizes or {})}
@@ -307,8 +448,33 @@ TABLE_ACTIVATIONS = ("relu", "sigmoid", "tanh", "silu")
 def measured_kernel(activation: str, d: int, sigma: float, m: int, draws: int, seed: int, env: Setup,
                     h: float = 1e-3) -> dict:
     """κ(1) = E|G(x)|²/d and κ'(1) ≈ E|G(x) − G(y)|²/(d|x − y|²) at |x − y| = h, over ``draws``
-    independent MLPs of width m (explicit weights), with SEs; on the device of ``env`` (the run's
-    [`Setup`][stochformer.config.build.Setup]), in float64, from a generator seeded with ``seed``."""
+    independent MLPs of width m (explicit weights), with SEs, in float64, from a generator seeded
+    with ``seed``.
+
+    Parameters
+    ----------
+    activation : str
+        φ.
+    d : int
+        Token dimension.
+    sigma : float
+        σ_U = σ_W.
+    m : int
+        The MLP's width.
+    draws : int
+        Independent MLPs.
+    seed : int
+        The seed.
+    env : Setup
+        The run's [`Setup`][stochformer.config.build.Setup] (its device).
+    h : float, optional
+        The distance |x − y|.
+
+    Returns
+    -------
+    dict
+        ``kappa``, ``kappa_se``, ``kappa_prime``, ``kappa_prime_se``.
+    """
     gen = env.generator(seed)
     X = pair_start(draws, d, h, gen, torch.float64, env.device)
     G = RandomMLP(m, activation, sigma, sigma, 1.0, mode="weights").increment(X, 1.0, gen)
@@ -319,7 +485,28 @@ def measured_kernel(activation: str, d: int, sigma: float, m: int, draws: int, s
 
 
 def table_point(activation: str, d: int, sigma: float, sizes: dict, seed: int, device: str = "cpu") -> dict:
-    """One row of the paper's table (a task): computed and measured κ, κ', λ₁, λ̄ (transformer)."""
+    """One row of the paper's table (a task): computed and measured κ, κ', λ₁, λ̄ (transformer).
+
+    Parameters
+    ----------
+    activation : str
+        φ.
+    d : int
+        Token dimension.
+    sigma : float
+        σ_U = σ_W.
+    sizes : dict
+        The sizes run.
+    seed : int
+        The seed.
+    device : str, optional
+        Where it runs.
+
+    Returns
+    -------
+    dict
+        The row.
+    """
     s = child_seeds(seed, 3)
     cfg = build_config({"N": 2, "d": d, "activation": activation, "sigma_U": sigma, "sigma_W": sigma, "attention": False,
                         "m": sizes["m"], "L": sizes["L"], "T": 1.0, "device": device})
@@ -342,7 +529,23 @@ def table_point(activation: str, d: int, sigma: float, sizes: dict, seed: int, d
 
 @dataclass(repr=False)
 class TableResult(_PaperResult):
-    """Rows of the paper's table: for each quantity q, ``q_pred`` (computed), ``q`` and ``q_se`` (measured)."""
+    """Rows of the paper's table: for each quantity q, ``q_pred`` (computed), ``q`` and ``q_se`` (measured).
+
+    Attributes
+    ----------
+    size : str
+        The size profile.
+    sizes : dict
+        The sizes run.
+    rows : list of dict
+        The rows.
+    seed : int
+        The root seed.
+    elapsed_s : float
+        The run time in seconds.
+    device : str
+        Where it ran.
+    """
 
     size: str
     sizes: dict
@@ -363,7 +566,13 @@ class TableResult(_PaperResult):
         return xr.Dataset(data, coords={"row": np.arange(len(self.rows))})
 
     def markdown(self) -> str:
-        """The table in Markdown: computed | measured ± SE for every quantity."""
+        """The table in Markdown: computed | measured ± SE for every quantity.
+
+        Returns
+        -------
+        str
+            The Markdown table.
+        """
         head = "| φ | d | σ | κ(1) | measured | κ'(1) | measured | λ₁ | measured | λ̄ | measured |"
         lines = [head, "|" + "---|" * 11]
         for r in self.rows:
@@ -379,7 +588,32 @@ def run_table(size: Size = "quick", seed: int = 0, progress: bool = False, store
               scheduler: Optional[str] = None, device: str = "cpu", activations: tuple[str, ...] = TABLE_ACTIVATIONS,
               sizes: Optional[dict] = None) -> TableResult:
     """SPEC §6 item 3: the table for ReLU, sigmoid, tanh, SiLU at d ∈ {5, 64, 128}, σ ∈ {0, 0.1}.
-    ``sizes`` overrides entries of ``TABLE_SIZES[size]``."""
+    ``sizes`` overrides entries of ``TABLE_SIZES[size]``.
+
+    Parameters
+    ----------
+    size : {"quick", "paper"} or str, optional
+        The size profile.
+    seed : int, optional
+        The root seed.
+    progress : bool, optional
+        Show progress bars (on a terminal).
+    store : str or pathlib.Path, optional
+        A folder of finished tasks, so a killed run resumes.
+    scheduler : str, optional
+        Where the tasks run (as for ``run_tasks``).
+    device : str, optional
+        Where the runs are stepped.
+    activations : tuple of str, optional
+        The activations.
+    sizes : dict, optional
+        Overrides of the profile's sizes.
+
+    Returns
+    -------
+    TableResult
+        The rows.
+    """
     _check_size(size)
     start = time.perf_counter()
     sz = {**TABLE_SIZES[size], **(sizes or {})}

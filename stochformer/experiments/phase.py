@@ -79,7 +79,18 @@ class PhaseConfig(ExperimentConfig):
         return self
 
     def point(self, x: float, y: float) -> RunConfig:
-        """The validated [`RunConfig`][stochformer.config.RunConfig] at grid point (x, y) (raises ConfigError naming the field)."""
+        """The validated [`RunConfig`][stochformer.config.RunConfig] at grid point (x, y) (raises ConfigError naming the field).
+
+        Parameters
+        ----------
+        x, y : float
+            The values of the two swept fields.
+
+        Returns
+        -------
+        RunConfig
+            The configuration at that point.
+        """
         updates = {}
         for name, value in ((self.x_field, x), (self.y_field, y)):
             for field in PSEUDO_FIELDS.get(name, (name,)):
@@ -89,7 +100,18 @@ class PhaseConfig(ExperimentConfig):
 
     def estimate(self, workers: int = 1) -> Estimate:
         """Peak memory and rough time of the run (`preflight`): every grid
-        point's simulate estimate (pairs for the exponent, L, L/2, L/4 steps when extrapolated)."""
+        point's simulate estimate (pairs for the exponent, L, L/2, L/4 steps when extrapolated).
+
+        Parameters
+        ----------
+        workers : int, optional
+            Processes the run's tasks are spread over.
+
+        Returns
+        -------
+        Estimate
+            Peak memory (bytes) and a rough time.
+        """
         batch = 2 * self.pairs if self.measure == "lyapunov" else self.model.batch
         steps = 1.75 if self.measure == "lyapunov" and self.extrapolate else 1.0  # L, L/2, L/4
         per = [simulate_estimate(self.point(x, y), batch=batch) for x in self.x_values for y in self.y_values]
@@ -104,7 +126,32 @@ class PhaseConfig(ExperimentConfig):
 def phase_point(config: dict, measure: str, pairs: int, eps: float, sync_tol: float, up_to_sign: bool, seed: int,
                 extrapolate: bool = False) -> dict:
     """One grid point (a task: module-level, JSON-able in and out); ``err``: the Δt → 0
-    extrapolation error of λ̂₁ (0 when not extrapolated)."""
+    extrapolation error of λ̂₁ (0 when not extrapolated).
+
+    Parameters
+    ----------
+    config : dict
+        The point's RunConfig fields.
+    measure : {"lyapunov", "sync_fraction"}
+        What is measured.
+    pairs : int
+        Pairs of the Lyapunov estimate.
+    eps : float
+        Their renormalised separation.
+    sync_tol : float
+        Tolerance of the synchronisation test.
+    up_to_sign : bool
+        Count antipodal tokens as synchronised.
+    seed : int
+        The point's seed.
+    extrapolate : bool, optional
+        Extrapolate Δt → 0.
+
+    Returns
+    -------
+    dict
+        ``value``, ``se``, ``err`` and the predicted λ₁, λ̄ there (JSON-able).
+    """
     cfg = RunConfig.model_validate(config)
     env = setup(cfg)
     pred = predicted_rates(cfg, with_bound=False)
@@ -133,7 +180,19 @@ class PhaseResult(Result):
     ``pred_*``: the predictions at the grid points;
     ``fine_x``, ``fine_y``, ``fine_lambda_1``, ``fine_lambda_bar``: predictions on the fine grid;
     ``value_at_L``: the measured value at the model's own L steps (before the Δt → 0 extrapolation:
-    the finite-depth value; None for results stored without it)."""
+    the finite-depth value; None for results stored without it).
+
+    Attributes
+    ----------
+    config : PhaseConfig
+        The configuration run.
+    x, y : numpy.ndarray
+        The grid's axes.
+    value, se, err : numpy.ndarray, shape (ny, nx)
+        Measured value, SE and extrapolation error.
+    pred_lambda_1, pred_lambda_bar : numpy.ndarray, shape (ny, nx)
+        Predictions at the grid points.
+    """
 
     command: ClassVar[str] = "phase"
     summary_name: ClassVar[str] = "phase.json"
@@ -155,7 +214,13 @@ class PhaseResult(Result):
 
     def agreement(self) -> dict:
         """For ``lyapunov``: grid points where sign(measured) = sign(predicted λ₁ − γ), and those whose
-        |measured − predicted| ≤ 3 √(SE² + err²); for ``sync_fraction``: points with fraction ≥ ½ exactly where λ₁ − γ < 0."""
+        |measured − predicted| ≤ 3 √(SE² + err²); for ``sync_fraction``: points with fraction ≥ ½ exactly where λ₁ − γ < 0.
+
+        Returns
+        -------
+        dict
+            Counts of agreeing points and the grid's size.
+        """
         pred = self.pred_lambda_1
         if self.config.measure == "lyapunov":
             same = np.sign(self.value) == np.sign(pred)
@@ -179,7 +244,13 @@ class PhaseResult(Result):
         return "lambda_1" if self.config.measure == "lyapunov" else "sync_fraction"
 
     def names(self) -> dict[str, dict[str, str]]:
-        """The fine grid's axes and predictions, and the measured value at L steps."""
+        """The fine grid's axes and predictions, and the measured value at L steps.
+
+        Returns
+        -------
+        dict of str to dict
+            Variable name → ``{"long_name": ..., "units": ...}``.
+        """
         c, q = self.config, self.quantity
         out = {f"fine_{f}": {"long_name": f"{axis_description(f, RunConfig)['long_name']} (fine grid of the predictions)",
                              "units": axis_description(f, RunConfig)["units"]} for f in (c.x_field, c.y_field)}

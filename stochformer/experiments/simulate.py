@@ -29,7 +29,21 @@ from ..core.validation import blamed_on, validated
 @dataclass(repr=False)
 class SimulationResult(Result):
     """What [`run_simulate`][stochformer.experiments.simulate.run_simulate] returns: the config, the dataset of [`stochformer.solve`][stochformer.solve]
-    (statistics ``(sample, time)``, token paths ``X``, ``X_final``) and the run's provenance."""
+    (statistics ``(sample, time)``, token paths ``X``, ``X_final``) and the run's provenance.
+
+    Attributes
+    ----------
+    config : RunConfig
+        The configuration run.
+    data : xarray.Dataset
+        The dataset of ``solve``.
+    provenance : dict
+        Versions, platform and device.
+    elapsed_s : float
+        The run time in seconds.
+    meta : dict
+        Further record entries.
+    """
 
     command: ClassVar[str] = "simulate"
     config: RunConfig
@@ -46,7 +60,13 @@ class SimulationResult(Result):
         return ds
 
     def summary(self) -> dict:
-        """Per recorded layer: sample mean and SE of mean cosine, E_β and min cosine."""
+        """Per recorded layer: sample mean and SE of mean cosine, E_β and min cosine.
+
+        Returns
+        -------
+        dict
+            ``layers`` (the recorded steps) and, per statistic ``NAME``, ``NAME`` and ``NAME_se`` (per layer).
+        """
         ds = self._dataset()
         out: dict = {"layers": ds["step"].values}
         for name in STATISTICS:

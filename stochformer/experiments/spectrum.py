@@ -132,7 +132,18 @@ class SpectrumConfig(ExperimentConfig):
     def estimate(self, workers: int = 1) -> Estimate:
         """Peak memory and rough time of [`run_spectrum`][stochformer.experiments.spectrum.run_spectrum] (`preflight`):
         every level (steps L, L/2, L/4; widths m, m/2, m/4) keeps the top vector's log-growth at every
-        step, and one step holds the frame, the jet and (transformer) the hidden units of the widest width."""
+        step, and one step holds the frame, the jet and (transformer) the hidden units of the widest width.
+
+        Parameters
+        ----------
+        workers : int, optional
+            Processes the run's tasks are spread over.
+
+        Returns
+        -------
+        Estimate
+            Peak memory (bytes) and a rough time.
+        """
         run = self.model
         B, d, m = run.batch, run.d, run.m
         tr = run.dynamics == "transformer"
@@ -153,7 +164,22 @@ def spectrum_flow(cfg: RunConfig, width: Optional[int] = None, jacobian: Jacobia
     ``cfg.m``): the transformer's layer with the jet of the random MLP (``noise = "mlp"``: explicit
     weights; otherwise the conditional Gaussian jet driven by Brownian normals), or the SDE with the
     exact field's jet and ``cfg.integrator``. A narrower ``width`` draws cfg.m hidden units and uses
-    its first ``width`` (``MLPJet.draw_width``): the widths of one seed are nested networks."""
+    its first ``width`` (``MLPJet.draw_width``): the widths of one seed are nested networks.
+
+    Parameters
+    ----------
+    cfg : RunConfig
+        A validated configuration.
+    width : int, optional
+        The MLP's width in place of ``cfg.m``.
+    jacobian : {"closed_form", "autodiff"}, optional
+        How the tangent map is applied.
+
+    Returns
+    -------
+    TangentFlow
+        The flow.
+    """
     kernel = make_kernel(cfg)
     jet: FieldJet
     if cfg.dynamics == "sde":
@@ -169,7 +195,18 @@ def spectrum_flow(cfg: RunConfig, width: Optional[int] = None, jacobian: Jacobia
 
 
 def uses_path(flow: TangentFlow) -> bool:
-    """Whether the flow's jet is driven by Brownian normals (the exact field; the MLP's Gaussian jet)."""
+    """Whether the flow's jet is driven by Brownian normals (the exact field; the MLP's Gaussian jet).
+
+    Parameters
+    ----------
+    flow : TangentFlow
+        The flow.
+
+    Returns
+    -------
+    bool
+        True where a Brownian path can drive it.
+    """
     return isinstance(flow.jet, ExactJet) or flow.jet.mode == "gaussian"
 
 
@@ -177,7 +214,19 @@ class Growth(NamedTuple):
     """The log-growth of one Benettin run of ``steps`` steps over [0, T]: ``rates`` (samples, k)
     Σ log R_ii/T per sample; ``log_norm`` (samples, steps + 1) the cumulative log|v_t/v_0| of the
     top vector (Σ log R_11); ``volume_mean``, ``volume_se`` (steps + 1, k) the mean and SE over
-    samples of the cumulative Σ log R_ii; ``final`` (samples, 1 + k, d) the last state."""
+    samples of the cumulative Σ log R_ii; ``final`` (samples, 1 + k, d) the last state.
+
+    Attributes
+    ----------
+    rates : numpy.ndarray, shape (samples, k)
+        Σ log R_ii / T per sample.
+    log_norm : numpy.ndarray, shape (samples, steps + 1)
+        The top vector's cumulative log-growth.
+    volume_mean, volume_se : numpy.ndarray, shape (steps + 1, k)
+        Mean and SE of the cumulative Σ log R_ii.
+    final : torch.Tensor, shape (samples, 1 + k, d)
+        The last state.
+    """
 
     rates: np.ndarray
     log_norm: np.ndarray
@@ -193,7 +242,30 @@ def tangent_growth(flow: TangentFlow, S0: torch.Tensor, T: float, steps: int, ge
     every step by a hook ([`reorthonormalise`][stochformer.model.tangent.reorthonormalise]) and accumulating
     log R_ii. ``path``: a shared Brownian path (couplings across step sizes and widths). Runs on one
     torch thread: the per-sample products are d × d, where a second thread costs more than it gives
-    (measured 3–12× slower on two busy cores; docs/spectrum.md, "Cost")."""
+    (measured 3–12× slower on two busy cores; docs/spectrum.md, "Cost").
+
+    Parameters
+    ----------
+    flow : TangentFlow
+        The flow.
+    S0 : torch.Tensor, shape (samples, 1 + k, d)
+        A token and an orthonormal tangent frame.
+    T : float
+        The horizon.
+    steps : int
+        Steps.
+    generator : torch.Generator
+        The run's generator.
+    path : BrownianPath, optional
+        A shared Brownian path.
+    progress : bool, optional
+        Show progress bars (on a terminal).
+
+    Returns
+    -------
+    Growth
+        The log-growth.
+    """
     B, k = S0.shape[0], S0.shape[1] - 1
     total = torch.zeros(B, k, dtype=torch.float64)
     top = torch.zeros(B, steps + 1, dtype=torch.float64)
@@ -218,7 +290,26 @@ def tangent_growth(flow: TangentFlow, S0: torch.Tensor, T: float, steps: int, ge
 
 
 def initial_state(batch: int, d: int, seed: int, dtype: torch.dtype = torch.float64, device: Any = "cpu") -> torch.Tensor:
-    """A uniform token and a uniform orthonormal frame of its d − 1 tangent vectors: (batch, d, d)."""
+    """A uniform token and a uniform orthonormal frame of its d − 1 tangent vectors: (batch, d, d).
+
+    Parameters
+    ----------
+    batch : int
+        Samples.
+    d : int
+        Token dimension.
+    seed : int
+        The seed.
+    dtype : torch.dtype, optional
+        The state's dtype.
+    device : str or torch.device, optional
+        Its device.
+
+    Returns
+    -------
+    torch.Tensor, shape (batch, d, d)
+        [x; frame].
+    """
     gen = make_generator(seed, device)
     x = uniform(batch, 1, d, generator=gen, dtype=dtype, device=device)
     return frame_state(x, tangent_frame(x, generator=gen))
@@ -228,7 +319,28 @@ def spectrum_levels(cfg: RunConfig, seed: int, extrapolate: bool = True, width_l
                     jacobian: Jacobian = "closed_form", progress: bool = False) -> dict[tuple[int, int], Growth]:
     """The Benettin runs of ``cfg`` from the same initial tokens and frames: {(width, steps): Growth}
     at steps L (and L/2, L/4 with ``extrapolate``) and, with ``width_levels``, widths m, m/2, m/4
-    (width 0 for the SDE), all driven by one Brownian path where the jet takes one."""
+    (width 0 for the SDE), all driven by one Brownian path where the jet takes one.
+
+    Parameters
+    ----------
+    cfg : RunConfig
+        A validated configuration.
+    seed : int
+        The seed.
+    extrapolate : bool, optional
+        Also L/2 and L/4 steps.
+    width_levels : bool, optional
+        Also widths m/2 and m/4.
+    jacobian : {"closed_form", "autodiff"}, optional
+        How the tangent map is applied.
+    progress : bool, optional
+        Show progress bars (on a terminal).
+
+    Returns
+    -------
+    dict
+        (width, steps) → Growth.
+    """
     env = setup(cfg)
     device, dtype = env.device, env.dtype
     s_init, s_model, s_path = env.seeds(3, seed)
@@ -251,7 +363,18 @@ def extrapolate_levels(values: dict[tuple[int, int], Any]) -> tuple[Any, Any]:
     (when three, L, L/2, L/4) at each width, then over the widths (when three); ``values``:
     {(width, steps): value}, the values numbers or arrays (combined element by element). Returns the
     value and its extrapolation error: the errors in steps (at the widest width) and in width, in
-    quadrature (0 for one level)."""
+    quadrature (0 for one level).
+
+    Parameters
+    ----------
+    values : dict
+        (width, steps) → value.
+
+    Returns
+    -------
+    tuple
+        (the extrapolated value, its error).
+    """
     widths = sorted({w for w, _ in values})
     per_width = {}
     err_steps = 0.0
@@ -290,7 +413,22 @@ def _level_name(key: tuple[int, int]) -> str:
 
 
 def moment_window(T: float, coarsest: int, horizon: float) -> tuple[int, float]:
-    """Steps of the coarsest level inside [0, horizon] (at least 1) and the window's length."""
+    """Steps of the coarsest level inside [0, horizon] (at least 1) and the window's length.
+
+    Parameters
+    ----------
+    T : float
+        The horizon.
+    coarsest : int
+        Steps of the coarsest level.
+    horizon : float
+        The window's end.
+
+    Returns
+    -------
+    tuple
+        (steps, the window's length).
+    """
     steps = max(1, math.floor(coarsest * horizon / T + 1e-9))
     return steps, steps * T / coarsest
 
@@ -300,7 +438,22 @@ def moment_window(T: float, coarsest: int, horizon: float) -> tuple[int, float]:
 
 def predicted_spectrum(kappa: float, kappa_prime: float, d: int) -> dict:
     """SPEC §8's closed forms: the spectrum λ_i, its sum −(d−1)κ'/2 − (d−1)²κ/2, the spacing κ', the
-    variance rate κ + κ' of log|v_t|, g(2) = λ̄ and the stability index p* = −2λ₁/(κ + κ')."""
+    variance rate κ + κ' of log|v_t|, g(2) = λ̄ and the stability index p* = −2λ₁/(κ + κ').
+
+    Parameters
+    ----------
+    kappa : float
+        κ(1).
+    kappa_prime : float
+        κ'(1).
+    d : int
+        Token dimension.
+
+    Returns
+    -------
+    dict
+        The closed forms by name.
+    """
     spectrum = lyapunov_spectrum(kappa, kappa_prime, d)
     return {"spectrum": spectrum, "sum": -0.5 * (d - 1) * kappa_prime - 0.5 * (d - 1) ** 2 * kappa,
             "spacing": kappa_prime, "variance_rate": kappa + kappa_prime,
@@ -321,7 +474,23 @@ class SpectrumResult(Result):
     and g(2), each a dict with measured, se, err, predicted; ``levels``: the exponents' means per
     level; ``predictions``: [`predicted_spectrum`][stochformer.experiments.spectrum.predicted_spectrum]; ``times`` (steps + 1,) of the finest level,
     with ``volume`` (mean, se) (steps + 1, k) the cumulative Σ log R_ii and ``log_norm`` (mean, se)
-    (steps + 1,) of the top vector there."""
+    (steps + 1,) of the top vector there.
+
+    Attributes
+    ----------
+    config : SpectrumConfig
+        The configuration run.
+    measured, se, err, predicted : numpy.ndarray, shape (k,)
+        Per exponent.
+    law : dict
+        The sum, spacing, variance rate and g(2), each measured, se, err, predicted.
+    levels, predictions : dict
+        Per-level means; the predictions.
+    times : numpy.ndarray
+        The time axis.
+    volume : tuple of numpy.ndarray
+        (mean, SE) of the cumulative Σ log R_ii.
+    """
 
     command: ClassVar[str] = "spectrum"
     summary_name: ClassVar[str] = "spectrum.json"
@@ -346,7 +515,13 @@ class SpectrumResult(Result):
 
     def to_dict(self) -> dict:
         """``spectrum.json``: the lists ``measured``, ``se``, ``err``, ``predicted``, ``z`` (index i − 1
-        for λ_i), the finite-time law and sum rule in ``law``, the per-level means, the predictions."""
+        for λ_i), the finite-time law and sum rule in ``law``, the per-level means, the predictions.
+
+        Returns
+        -------
+        dict
+            JSON-able.
+        """
         run = self.config.model
         return to_jsonable({"measured": self.measured, "se": self.se, "err": self.err, "predicted": self.predicted,
                             "z": self.z, "law": self.law, "levels": self.levels, "predictions": self.predictions,
@@ -354,7 +529,13 @@ class SpectrumResult(Result):
                             "extrapolated_width": self.config.width_levels, "samples": run.batch})
 
     def table(self) -> list[dict]:
-        """Rows (quantity, measured, se, err, predicted, z) for every exponent and the law."""
+        """Rows (quantity, measured, se, err, predicted, z) for every exponent and the law.
+
+        Returns
+        -------
+        list of dict
+            One row per quantity.
+        """
         rows: list[dict[str, Any]] = [{"quantity": f"lambda_{i + 1}", "measured": float(m), "se": float(s), "err": float(e),
                  "predicted": float(p)} for i, (m, s, e, p) in enumerate(zip(self.measured, self.se, self.err, self.predicted))]
         names = {"sum": "sum of the spectrum", "spacing": "mean spacing (kappa')",
@@ -393,7 +574,20 @@ class SpectrumResult(Result):
 def run_spectrum(cfg: SpectrumConfig, progress: bool = False) -> SpectrumResult:
     """Measure the d − 1 exponents of one token's tangent flow (Benettin), the sum rule, the spacing
     and the finite-time law of the top vector for ``cfg.model.dynamics``; return them beside SPEC
-    §8's closed forms (module docstring)."""
+    §8's closed forms (module docstring).
+
+    Parameters
+    ----------
+    cfg : SpectrumConfig
+        A validated configuration.
+    progress : bool, optional
+        Show progress bars (on a terminal).
+
+    Returns
+    -------
+    SpectrumResult
+        The measured spectrum beside the predictions.
+    """
     cfg = as_config(cfg, SpectrumConfig)
     run = cfg.model
     start = time.perf_counter()

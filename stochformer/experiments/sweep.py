@@ -140,7 +140,18 @@ class SweepConfig(ExperimentConfig):
 
     def estimate(self, workers: int = 1) -> Estimate:
         """Peak memory and rough time of the run (`preflight`): every point's
-        simulate estimate at its task's batch, the largest task on each worker, and the merged dataset."""
+        simulate estimate at its task's batch, the largest task on each worker, and the merged dataset.
+
+        Parameters
+        ----------
+        workers : int, optional
+            Processes the run's tasks are spread over.
+
+        Returns
+        -------
+        Estimate
+            Peak memory (bytes) and a rough time.
+        """
         plan = plan_sweep(self)
         per = [simulate_estimate(c, batch=plan.task_sizes[0]) for c in plan.configs]
         n_layers = max(c.L // c.record_every + 2 for c in plan.configs)
@@ -151,14 +162,43 @@ class SweepConfig(ExperimentConfig):
         return Estimate(task_mem * workers + dataset, seconds, field, "samples, grid size, model.L or model.N")
 
 def load_sweep(path: Path | str, overrides: Optional[list[str]] = None) -> SweepConfig:
-    """Read and validate a sweep file (TOML); ``overrides`` as ``--set FIELD=VALUE``."""
+    """Read and validate a sweep file (TOML); ``overrides`` as ``--set FIELD=VALUE``.
+
+    Parameters
+    ----------
+    path : str or pathlib.Path
+        The TOML file.
+    overrides : list of str, optional
+        ``FIELD=VALUE`` strings.
+
+    Returns
+    -------
+    SweepConfig
+        The validated sweep.
+    """
     return build_config(None, list(overrides or []), path, model=SweepConfig)
 
 
 @dataclass
 class SweepPlan:
     """The resolved sweep: ``configs[i]`` is flat point ``i`` (points outer, grid in C order),
-    ``shape`` the point/grid shape, ``dims`` its dimension names."""
+    ``shape`` the point/grid shape, ``dims`` its dimension names.
+
+    Attributes
+    ----------
+    config : SweepConfig
+        The sweep.
+    dims : list of str
+        The dimension names.
+    shape : tuple of int
+        The point/grid shape.
+    coords : dict
+        Dimension → values.
+    configs : list of RunConfig
+        One per flat point.
+    task_sizes : list of int
+        Samples per task.
+    """
 
     config: SweepConfig
     dims: list[str]
@@ -168,7 +208,13 @@ class SweepPlan:
     task_sizes: list[int]
 
     def tasks(self) -> list[Task]:
-        """One task per (point, part of its samples), with its own seed (see the module docstring)."""
+        """One task per (point, part of its samples), with its own seed (see the module docstring).
+
+        Returns
+        -------
+        list of Task
+            The tasks, each with its own seed.
+        """
         point_seeds = child_seeds(self.config.model.seed, len(self.configs))
         out = []
         for i, (cfg, pseed) in enumerate(zip(self.configs, point_seeds)):
@@ -199,7 +245,18 @@ def _resolve(base: RunConfig, updates: dict[str, Any], where: str) -> RunConfig:
 
 
 def plan_sweep(cfg: SweepConfig) -> SweepPlan:
-    """Resolve and validate every point of the sweep (``ConfigError`` naming the axis and value)."""
+    """Resolve and validate every point of the sweep (``ConfigError`` naming the axis and value).
+
+    Parameters
+    ----------
+    cfg : SweepConfig
+        The sweep.
+
+    Returns
+    -------
+    SweepPlan
+        Every point resolved.
+    """
     base = cfg.model
     for name, values in cfg.grid.items():  # each value alone, for a message naming it
         for k, v in enumerate(values):
@@ -236,7 +293,18 @@ def _torch_threads(n: int) -> Iterator[None]:
 def simulate_task(config: dict) -> dict:
     """One task: ``simulate`` with ``config`` (batch = the task's samples, seed = the task's seed)
     on one CPU thread (so the numbers do not depend on the worker's thread count; parallelism comes
-    from the tasks). Returns ``{"times": [...], stat: (batch, n_times) lists, "elapsed_s", "device"}``."""
+    from the tasks). Returns ``{"times": [...], stat: (batch, n_times) lists, "elapsed_s", "device"}``.
+
+    Parameters
+    ----------
+    config : dict
+        The task's RunConfig fields.
+
+    Returns
+    -------
+    dict
+        Times, per-sample statistics, run time and device.
+    """
     cfg = validate(RunConfig, config)
     with _torch_threads(1):
         res = run_simulate(cfg)
@@ -252,7 +320,20 @@ def simulate_task(config: dict) -> dict:
 def merge_tasks(plan: SweepPlan, results: dict[str, dict]) -> xarray.Dataset:
     """The labelled dataset: per-sample statistics ``(*dims, sample, time)`` and their sample
     mean and SE ``(*dims, time)``, time t = ℓ T/L in the units of T (the union of the points'
-    recorded times; those a point does not have, with a swept ``L``, ``T`` or ``record_every``, are NaN)."""
+    recorded times; those a point does not have, with a swept ``L``, ``T`` or ``record_every``, are NaN).
+
+    Parameters
+    ----------
+    plan : SweepPlan
+        The resolved sweep.
+    results : dict
+        Task key → its result.
+
+    Returns
+    -------
+    xarray.Dataset
+        The labelled dataset.
+    """
     import xarray as xr
 
     tasks = plan.tasks()
@@ -303,7 +384,21 @@ def _step_coordinate(plan: SweepPlan, times: list[float]) -> tuple[Any, np.ndarr
 
 @dataclass(repr=False)
 class SweepResult(Result):
-    """What [`run_sweep`][stochformer.experiments.sweep.run_sweep] returns: config, merged dataset, provenance and bookkeeping."""
+    """What [`run_sweep`][stochformer.experiments.sweep.run_sweep] returns: config, merged dataset, provenance and bookkeeping.
+
+    Attributes
+    ----------
+    config : SweepConfig
+        The sweep.
+    data : xarray.Dataset
+        The merged dataset.
+    provenance : dict
+        Versions, platform and device.
+    elapsed_s : float
+        The run time in seconds.
+    meta : dict
+        Bookkeeping.
+    """
 
     command: ClassVar[str] = "sweep"
     config: SweepConfig
@@ -313,7 +408,13 @@ class SweepResult(Result):
     meta: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
-        """JSON-able summary: axes, and per point the mean ± SE of each statistic at the last time."""
+        """JSON-able summary: axes, and per point the mean ± SE of each statistic at the last time.
+
+        Returns
+        -------
+        dict
+            JSON-able.
+        """
         ds = self.data
         last = ds.isel(time=-1)
         final = {}
@@ -333,7 +434,13 @@ class SweepResult(Result):
         )
 
     def names(self) -> dict[str, dict[str, str]]:
-        """The swept fields' descriptions ([`axis_description`][stochformer.io.names.axis_description])."""
+        """The swept fields' descriptions ([`axis_description`][stochformer.io.names.axis_description]).
+
+        Returns
+        -------
+        dict of str to dict
+            Variable name → ``{"long_name": ..., "units": ...}``.
+        """
         return {str(k): axis_description(str(k), RunConfig) for k in self.data.coords if k not in NAMES}
 
     def _dataset(self) -> Any:

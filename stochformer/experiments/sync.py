@@ -92,14 +92,33 @@ class SyncConfig(ExperimentConfig):
 
     def estimate(self, workers: int = 1) -> Estimate:
         """Peak memory and rough time of the run (`preflight`): the pairs and the
-        energy runs at the model's size, three runs (L, L/2, L/4)."""
+        energy runs at the model's size, three runs (L, L/2, L/4).
+
+        Parameters
+        ----------
+        workers : int, optional
+            Processes the run's tasks are spread over.
+
+        Returns
+        -------
+        Estimate
+            Peak memory (bytes) and a rough time.
+        """
         e = simulate_estimate(self.model, batch=max(self.model.batch, 2 * self.pairs))
         e.memory_fields = "pairs, model.batch or model.N" if e.memory_fields.startswith("N or batch") else e.memory_fields
         return Estimate(e.bytes, e.seconds * 3, e.memory_fields, "model.L, pairs, model.batch or the grid")
 
 
 def check_extrapolation(L: int, extrapolate: bool) -> None:
-    """The Δt → 0 extrapolation runs L, L/2 and L/4 steps: L must be a multiple of 4."""
+    """The Δt → 0 extrapolation runs L, L/2 and L/4 steps: L must be a multiple of 4.
+
+    Parameters
+    ----------
+    L : int
+        Layers.
+    extrapolate : bool
+        Whether the extrapolation runs.
+    """
     if extrapolate and L % EXTRAPOLATION_LEVELS[-1]:
         raise ValueError(f"model.L: must be a multiple of {EXTRAPOLATION_LEVELS[-1]} for the Δt → 0 extrapolation "
                          f"(L, L/2, L/4 steps; got {L}), or set extrapolate = false")
@@ -111,7 +130,18 @@ def check_extrapolation(L: int, extrapolate: bool) -> None:
 def attention_gamma(cfg: RunConfig) -> Optional[float]:
     """γ of the near-synchronisation attention terms: 0 without attention, γ for V = γI, None when V
     is an explicit matrix or the attention is a variant other than L² (equal to softmax on the
-    sphere) (no closed form derived; SPEC §7)."""
+    sphere) (no closed form derived; SPEC §7).
+
+    Parameters
+    ----------
+    cfg : RunConfig
+        A validated configuration.
+
+    Returns
+    -------
+    float or None
+        γ.
+    """
     if not cfg.attention:
         return 0.0
     return cfg.gamma_value if cfg.V is None and cfg.attention_kind in ("softmax", "l2") else None
@@ -121,7 +151,20 @@ def near_sync_horizon(kappa: float, kappa_prime: float) -> float:
     """1/(2(κ + κ')): near synchronisation 1 − ⟨x, y⟩ of a pair is close to a geometric Brownian motion
     whose log has variance 4(κ + κ') t (SPEC §5 two-point motion); the sample mean of n such paths
     estimates the first moment well only while that variance is O(1), so the first-moment rate is
-    measured on t ≤ 1/(2(κ + κ')) (log-variance ≤ 2). ``inf`` without noise."""
+    measured on t ≤ 1/(2(κ + κ')) (log-variance ≤ 2). ``inf`` without noise.
+
+    Parameters
+    ----------
+    kappa : float
+        κ(1).
+    kappa_prime : float
+        κ'(1).
+
+    Returns
+    -------
+    float
+        The horizon.
+    """
     return math.inf if kappa + kappa_prime <= 0 else 1.0 / (2.0 * (kappa + kappa_prime))
 
 
@@ -136,7 +179,20 @@ KINKED_CHORD = 1e-4
 
 def near_sync_spread(activation, d: int) -> float:
     """Per-coordinate spread of the near-synchronisation cluster, chosen from the kernel's regularity
-    at u = 1: SMOOTH_SPREAD for a smooth activation, KINKED_CHORD/√d for a kinked one or a callable."""
+    at u = 1: SMOOTH_SPREAD for a smooth activation, KINKED_CHORD/√d for a kinked one or a callable.
+
+    Parameters
+    ----------
+    activation : str or callable
+        φ.
+    d : int
+        Token dimension.
+
+    Returns
+    -------
+    float
+        The spread.
+    """
     if isinstance(activation, str) and activation not in KINKED_ACTIVATIONS:
         return SMOOTH_SPREAD
     return KINKED_CHORD / math.sqrt(d)
@@ -144,7 +200,18 @@ def near_sync_spread(activation, d: int) -> float:
 
 def epsilon_of_gamma(gamma: float) -> float:
     """Assumption 2's ε for V = γI, Qᵀ K = βI with β the energy's β (**derived**,
-    `stochformer.experiments.repulsion`): 0 for γ ≥ 0, −2γ otherwise."""
+    `stochformer.experiments.repulsion`): 0 for γ ≥ 0, −2γ otherwise.
+
+    Parameters
+    ----------
+    gamma : float
+        The attention's γ.
+
+    Returns
+    -------
+    float
+        ε.
+    """
     return max(0.0, -2.0 * gamma)
 
 
@@ -152,7 +219,18 @@ def epsilon(cfg: RunConfig) -> tuple[Optional[float], str]:
     """Assumption 2's ε for the attention of ``cfg`` and why: 0 without attention, max(0, −2γ) for
     softmax (or L²) attention with Qᵀ K = βI, V = γI and β = ``energy_beta`` (the energy's β);
     None where it is not derived (an explicit Q, K or V, another variant, or β ≠ energy_beta: the
-    energy of the flow is then not E_β and ε = 2δ does not follow)."""
+    energy of the flow is then not E_β and ε = 2δ does not follow).
+
+    Parameters
+    ----------
+    cfg : RunConfig
+        A validated configuration.
+
+    Returns
+    -------
+    tuple
+        (ε or None, the reason).
+    """
     if not cfg.attention:
         return 0.0, "no attention: ε = 0"
     if cfg.attention_kind not in ("softmax", "l2") or any(getattr(cfg, k) is not None for k in ("Q", "K", "V")):
@@ -167,7 +245,20 @@ def epsilon(cfg: RunConfig) -> tuple[Optional[float], str]:
 def energy_max(N: int, beta: float) -> float:
     """The largest E_β of N unit tokens: ½(1 − 1/N)(e^β − e^{−β/(N−1)}) (the diagonal gives e^β/N;
     by Jensen the mean of e^{β⟨x_i, x_j⟩} over i ≠ j is at least e^{β·mean}, and the mean cosine
-    over i ≠ j is at least −1/(N − 1))."""
+    over i ≠ j is at least −1/(N − 1)).
+
+    Parameters
+    ----------
+    N : int
+        Tokens, >= 2.
+    beta : float
+        The energy's β.
+
+    Returns
+    -------
+    float
+        The largest E_β.
+    """
     return 0.5 * (1 - 1 / N) * (math.exp(beta) - math.exp(-beta / (N - 1)))
 
 
@@ -176,7 +267,20 @@ def predicted_rates(cfg: RunConfig, with_bound: bool = True) -> dict[str, Any]:
     ``lambda_1_pred = λ₁ − γ``, ``lambda_bar_pred = λ̄ − 2γ``, Theorem 1.4's ``λ̄'`` (noise only),
     Assumption 2's ``epsilon`` ([`epsilon`][stochformer.experiments.sync.epsilon], with ``epsilon_note``) and the bound
     ``bound_pred = ε + λ̄'`` (None where ε is not derived). Without noise (``mlp = false`` or s = 0)
-    the noise terms are 0."""
+    the noise terms are 0.
+
+    Parameters
+    ----------
+    cfg : RunConfig
+        A validated configuration.
+    with_bound : bool, optional
+        Also compute Theorem 1.4's λ̄' (a search over u).
+
+    Returns
+    -------
+    dict
+        The predictions by name (None where not derived).
+    """
     if cfg.mlp and cfg.noise_scale > 0:
         kern = make_kernel(cfg)
         k, kp = kern.kappa1, kern.kappa1_prime
@@ -205,18 +309,65 @@ def predicted_rates(cfg: RunConfig, with_bound: bool = True) -> dict[str, Any]:
 
 
 def separation(X: torch.Tensor) -> torch.Tensor:
-    """Chordal distance |x₁ − x₀| of a pair X: (batch, 2, d) → (batch,)."""
+    """Chordal distance |x₁ − x₀| of a pair X: (batch, 2, d) → (batch,).
+
+    Parameters
+    ----------
+    X : torch.Tensor, shape (batch, 2, d)
+        Pairs.
+
+    Returns
+    -------
+    torch.Tensor, shape (batch,)
+        |x₁ − x₀|.
+    """
     return torch.linalg.vector_norm(X[:, 1] - X[:, 0], dim=-1)
 
 
 def companion(x: torch.Tensor, direction: torch.Tensor, eps: float) -> torch.Tensor:
-    """LN(x + eps·u), u the unit tangent part of ``direction`` at x: (batch, d) → (batch, d)."""
+    """LN(x + eps·u), u the unit tangent part of ``direction`` at x: (batch, d) → (batch, d).
+
+    Parameters
+    ----------
+    x : torch.Tensor, shape (batch, d)
+        Unit tokens.
+    direction : torch.Tensor, shape (batch, d)
+        Directions (their tangent part is used).
+    eps : float
+        The distance.
+
+    Returns
+    -------
+    torch.Tensor, shape (batch, d)
+        Unit tokens near x.
+    """
     u = tangent(x, direction)
     return normalize(x + eps * u / torch.linalg.vector_norm(u, dim=-1, keepdim=True))
 
 
 def pair_start(batch: int, d: int, eps: float, generator: torch.Generator, dtype=torch.float64, device="cpu") -> torch.Tensor:
-    """A uniform token and a companion at distance ≈ eps in a uniform tangent direction: (batch, 2, d)."""
+    """A uniform token and a companion at distance ≈ eps in a uniform tangent direction: (batch, 2, d).
+
+    Parameters
+    ----------
+    batch : int
+        Pairs.
+    d : int
+        Token dimension.
+    eps : float
+        The initial distance.
+    generator : torch.Generator
+        The draws.
+    dtype : torch.dtype, optional
+        The tokens' dtype.
+    device : str or torch.device, optional
+        Their device.
+
+    Returns
+    -------
+    torch.Tensor, shape (batch, 2, d)
+        The pairs.
+    """
     x = uniform(batch, 1, d, generator=generator, dtype=dtype, device=device)[:, 0]
     v = torch.randn(batch, d, generator=generator, dtype=dtype, device=device)
     return torch.stack([x, companion(x, v, eps)], dim=1)
@@ -230,7 +381,32 @@ def benettin(
     (a [`solve`][stochformer.solve] hook).
 
     X0: (batch, 2, d); ``path``: a shared Brownian path (couplings across step sizes). Returns S:
-    (batch, L+1), S[:, 0] = 0, S[:, ℓ] = Σ_{k<ℓ} log(δ_{k+1}/δ_k⁺)."""
+    (batch, L+1), S[:, 0] = 0, S[:, ℓ] = Σ_{k<ℓ} log(δ_{k+1}/δ_k⁺).
+
+    Parameters
+    ----------
+    model : Model
+        The step.
+    X0 : torch.Tensor, shape (batch, 2, d)
+        The pairs.
+    T : float
+        The horizon.
+    L : int
+        Steps.
+    generator : torch.Generator
+        The run's generator.
+    eps : float
+        The renormalised separation.
+    progress : bool, optional
+        Show progress bars (on a terminal).
+    path : BrownianPath, optional
+        A shared Brownian path.
+
+    Returns
+    -------
+    numpy.ndarray, shape (batch, L + 1)
+        S, the cumulative log-growth.
+    """
     S = torch.zeros(X0.shape[0], L + 1, dtype=torch.float64)
     before = [separation(X0)]
 
@@ -248,13 +424,41 @@ def benettin(
 
 
 def endpoint_rate(S: np.ndarray, T: float) -> tuple[float, float]:
-    """λ̂ = mean(S_T)/T and its SE std(S_T)/(T√n), from S: (n, n_times)."""
+    """λ̂ = mean(S_T)/T and its SE std(S_T)/(T√n), from S: (n, n_times).
+
+    Parameters
+    ----------
+    S : numpy.ndarray, shape (n, n_times)
+        Cumulative log-growth.
+    T : float
+        The horizon.
+
+    Returns
+    -------
+    tuple of float
+        (λ̂, SE).
+    """
     end = S[:, -1]
     return float(end.mean() / T), float(end.std(ddof=1) / (T * math.sqrt(len(end))))
 
 
 def log_mean_slope(t: np.ndarray, values: np.ndarray, mask: Optional[np.ndarray] = None) -> float:
-    """Least-squares slope of log(mean over samples) against t. values: (n, n_times)."""
+    """Least-squares slope of log(mean over samples) against t. values: (n, n_times).
+
+    Parameters
+    ----------
+    t : numpy.ndarray, shape (n_times,)
+        Times.
+    values : numpy.ndarray, shape (n, n_times)
+        Positive paths.
+    mask : numpy.ndarray of bool, shape (n_times,), optional
+        The times fitted (default: all).
+
+    Returns
+    -------
+    float
+        The slope.
+    """
     mask = np.ones(len(t), bool) if mask is None else mask
     y = np.log(values[:, mask].mean(axis=0))
     return float(np.polyfit(t[mask], y, 1)[0])
@@ -265,7 +469,26 @@ def moment_rate(
 ) -> tuple[float, float]:
     """First-moment rate of positive paths ``values: (n, n_times)`` at times ``t``: the slope of
     log(sample mean) against t (on ``mask``), and its bootstrap SE over the n samples
-    ([`stochformer.measure.stats.resampled_se`][stochformer.measure.stats.resampled_se])."""
+    ([`stochformer.measure.stats.resampled_se`][stochformer.measure.stats.resampled_se]).
+
+    Parameters
+    ----------
+    t : numpy.ndarray, shape (n_times,)
+        Times.
+    values : numpy.ndarray, shape (n, n_times)
+        Positive paths.
+    mask : numpy.ndarray of bool, shape (n_times,), optional
+        The times fitted (default: all).
+    n_boot : int, optional
+        Bootstrap resamples.
+    seed : int, optional
+        Seed of the resampling.
+
+    Returns
+    -------
+    tuple of float
+        (rate, SE).
+    """
     rate, boot = moment_rate_bootstrap(t, values, mask, n_boot, seed)
     return rate, resampled_se(boot, values.shape[0])
 
@@ -275,7 +498,26 @@ def moment_rate_bootstrap(
 ) -> tuple[float, np.ndarray]:
     """[`moment_rate`][stochformer.experiments.sync.moment_rate]'s slope and its ``n_boot`` bootstrap slopes (resampling whole paths; the
     resampled indices depend only on ``seed``, n_boot and n, so runs of the same samples at other
-    step sizes are resampled jointly)."""
+    step sizes are resampled jointly).
+
+    Parameters
+    ----------
+    t : numpy.ndarray, shape (n_times,)
+        Times.
+    values : numpy.ndarray, shape (n, n_times)
+        Positive paths.
+    mask : numpy.ndarray of bool, shape (n_times,), optional
+        The times fitted (default: all).
+    n_boot : int, optional
+        Bootstrap resamples.
+    seed : int, optional
+        Seed of the resampling.
+
+    Returns
+    -------
+    tuple
+        (rate, the bootstrap slopes (n_boot,)).
+    """
     mask = np.ones(len(t), bool) if mask is None else mask
     rate = log_mean_slope(t, values, mask)
     rng = np.random.default_rng(seed)
@@ -298,7 +540,19 @@ class SyncResult(Result):
     """Measured and predicted rates for one config (see [`run_sync`][stochformer.experiments.sync.run_sync]).
 
     ``times``: (L+1,) times t = ℓ T/L (``near_times`` for the near-synchronisation run); ``log_growth``: (mean, se) of the cumulative log-separation;
-    ``energy_near`` / ``energy_uniform``: (mean, se) of E_β per time (None if not run)."""
+    ``energy_near`` / ``energy_uniform``: (mean, se) of E_β per time (None if not run).
+
+    Attributes
+    ----------
+    config : SyncConfig
+        The configuration run.
+    measured, predicted : dict
+        The rates measured (with SEs) and their closed forms.
+    times, near_times : numpy.ndarray
+        The time axes.
+    log_growth, energy_near, energy_uniform : tuple of numpy.ndarray
+        (mean, SE) curves.
+    """
 
     command: ClassVar[str] = "sync"
     summary_name: ClassVar[str] = "sync.json"
@@ -317,7 +571,13 @@ class SyncResult(Result):
     meta: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
-        """``sync.json``: the measured rates with SEs beside the predictions and the curves."""
+        """``sync.json``: the measured rates with SEs beside the predictions and the curves.
+
+        Returns
+        -------
+        dict
+            JSON-able.
+        """
         curves = {
             "times": self.times,
             "log_growth_mean": self.log_growth[0],
@@ -335,7 +595,13 @@ class SyncResult(Result):
         predicted, ``n`` (the paths behind an energy rate's SE, for Student's t; None for λ₁, a mean
         over many pairs), ``rule``: "matches" or, for Theorem 1.4's bound ε + λ̄', "at_most"; z =
         (measured − predicted)/√(SE² + err²) for a "matches" row only (None for the bound: an
-        inequality has no z-score); ``reach``: the largest rate the observable can show, for the bound)."""
+        inequality has no z-score); ``reach``: the largest rate the observable can show, for the bound).
+
+        Returns
+        -------
+        list of dict
+            One row per quantity.
+        """
         m, p = self.measured, self.predicted
         limit = ", Δt → 0" if self.config.extrapolate else ""
         rows = [
@@ -399,7 +665,18 @@ def richardson(values: dict[int, _Extrapolated]) -> tuple[_Extrapolated, _Extrap
     """Extrapolate a quantity with a bias a·Δt + b·Δt² + … in Δt = T/n to Δt → 0 from its values at
     n = L, L/2, L/4 steps (``values: {n: value}``; arrays work too, element by element): the
     second-order Richardson value (8λ(L) − 6λ(L/2) + λ(L/4))/3, and as its extrapolation error the
-    distance to the first-order value 2λ(L) − λ(L/2) (what the Δt² term moved it)."""
+    distance to the first-order value 2λ(L) − λ(L/2) (what the Δt² term moved it).
+
+    Parameters
+    ----------
+    values : dict
+        n → value (a number or an array) at n = L, L/2, L/4.
+
+    Returns
+    -------
+    tuple
+        (the extrapolated value, its error).
+    """
     L = max(values)
     a, b, c = values[L], values[L // 2], values[L // 4]
     second = (8 * a - 6 * b + c) / 3
@@ -408,7 +685,28 @@ def richardson(values: dict[int, _Extrapolated]) -> tuple[_Extrapolated, _Extrap
 
 def coupling_path(noise, shape: tuple[int, ...], steps: int, seed: int, dtype, device) -> Optional[BrownianPath]:
     """The one Brownian path of the Δt → 0 extrapolation: normals of the noise source's shape for
-    tokens ``shape = (batch, N, d)`` on ``steps`` fine steps (None without noise)."""
+    tokens ``shape = (batch, N, d)`` on ``steps`` fine steps (None without noise).
+
+    Parameters
+    ----------
+    noise : NoiseSource or None
+        The noise source.
+    shape : tuple of int
+        (batch, N, d) of the tokens.
+    steps : int
+        Fine steps.
+    seed : int
+        The path's seed.
+    dtype : torch.dtype
+        The normals' dtype.
+    device : str or torch.device
+        Their device.
+
+    Returns
+    -------
+    BrownianPath or None
+        The path.
+    """
     if noise is None:
         return None
     parts = noise.path_shape(shape[0], shape[-1]) if hasattr(noise, "path_shape") else shape
@@ -432,7 +730,32 @@ def measure_lyapunov(cfg: RunConfig, pairs: int, eps: float = 1e-4, seed: Option
 
     ``env``: the run's [`Setup`][stochformer.config.build.Setup] (default ``setup(cfg)``); ``model``: a
     model stepped instead of the config's (checked by the caller, [`check_model`][stochformer.config.build.check_model]),
-    the same object at every step count."""
+    the same object at every step count.
+
+    Parameters
+    ----------
+    cfg : RunConfig
+        A validated configuration.
+    pairs : int
+        Pairs (the batch).
+    eps : float, optional
+        The renormalised separation.
+    seed : int, optional
+        The seed (default: the config's).
+    progress : bool, optional
+        Show progress bars (on a terminal).
+    extrapolate : bool, optional
+        Also run L/2 and L/4 steps and extrapolate Δt → 0.
+    env : Setup, optional
+        The run's device, dtype and seeds (default: resolved from ``cfg``).
+    model : Transformer or LimitSDE, optional
+        A model built by hand, stepped instead of the one ``cfg`` describes.
+
+    Returns
+    -------
+    dict
+        λ̂₁, its SE (and extrapolation error) and the mean/SE curve, JSON-able.
+    """
     cfg = cfg.model_copy(update={"N": 2, "init": InitConfig(kind="pair")})
     check_extrapolation(cfg.L, extrapolate)
     env = env or setup(cfg)
@@ -468,7 +791,28 @@ def measure_lyapunov(cfg: RunConfig, pairs: int, eps: float = 1e-4, seed: Option
 def energy_paths(cfg: RunConfig, init: InitConfig, seed: int, progress: bool = False, env: Optional[Setup] = None,
                  model: GivenModel = None) -> np.ndarray:
     """E_β per sample and layer for ``cfg`` started from ``init``: (batch, L+1). ``env``, ``model``:
-    as for [`measure_lyapunov`][stochformer.experiments.sync.measure_lyapunov]."""
+    as for [`measure_lyapunov`][stochformer.experiments.sync.measure_lyapunov].
+
+    Parameters
+    ----------
+    cfg : RunConfig
+        A validated configuration.
+    init : InitConfig
+        The initial tokens' law.
+    seed : int
+        The seed.
+    progress : bool, optional
+        Show progress bars (on a terminal).
+    env : Setup, optional
+        The run's device, dtype and seeds (default: resolved from ``cfg``).
+    model : Transformer or LimitSDE, optional
+        A model built by hand, stepped instead of the one ``cfg`` describes.
+
+    Returns
+    -------
+    numpy.ndarray, shape (batch, L + 1)
+        E_β per sample and layer.
+    """
     env = env or setup(cfg)
     dtype, device = env.dtype, env.device
     gen = env.generator(seed)
@@ -485,7 +829,28 @@ def energy_levels(cfg: RunConfig, init: InitConfig, seed: int, progress: bool = 
     """E_β per sample and step for ``cfg`` started from ``init`` at n = L, L/2, L/4 steps
     (`EXTRAPOLATION_LEVELS`): the same initial tokens, driven by one [`BrownianPath`][stochformer.experiments.sync.BrownianPath]
     (common random numbers, as [`measure_lyapunov`][stochformer.experiments.sync.measure_lyapunov]): ``{n: (batch, n+1)}``; L a multiple of 4.
-    ``env``, ``model``: as for ``measure_lyapunov``."""
+    ``env``, ``model``: as for ``measure_lyapunov``.
+
+    Parameters
+    ----------
+    cfg : RunConfig
+        A validated configuration.
+    init : InitConfig
+        The initial tokens' law.
+    seed : int
+        The seed.
+    progress : bool, optional
+        Show progress bars (on a terminal).
+    env : Setup, optional
+        The run's device, dtype and seeds (default: resolved from ``cfg``).
+    model : Transformer or LimitSDE, optional
+        A model built by hand, stepped instead of the one ``cfg`` describes.
+
+    Returns
+    -------
+    dict
+        n → E_β paths (batch, n + 1).
+    """
     check_extrapolation(cfg.L, True)
     env = env or setup(cfg)
     dtype, device = env.dtype, env.device
@@ -512,7 +877,26 @@ def extrapolated_moment_rate(T: float, levels: dict[int, np.ndarray], fit_from: 
     n = L, L/2, L/4 ([`energy_levels`][stochformer.experiments.sync.energy_levels]): ``rate`` the [`richardson`][stochformer.experiments.sync.richardson] value, ``err`` its
     extrapolation error, ``se`` the SD of the same combination of the jointly resampled bootstrap
     slopes, and ``steps``: {n: rate at n steps}. ``paths``: the number S of paths; ``se`` is
-    [`stochformer.measure.stats.resampled_se`][stochformer.measure.stats.resampled_se] of S samples (for Student's t with S − 1 degrees of freedom)."""
+    [`stochformer.measure.stats.resampled_se`][stochformer.measure.stats.resampled_se] of S samples (for Student's t with S − 1 degrees of freedom).
+
+    Parameters
+    ----------
+    T : float
+        The horizon.
+    levels : dict
+        n → paths (batch, n + 1).
+    fit_from : float, optional
+        Fit on t >= fit_from·T.
+    n_boot : int, optional
+        Bootstrap resamples.
+    seed : int, optional
+        Seed of the resampling.
+
+    Returns
+    -------
+    dict
+        ``rate``, ``se``, ``err`` and the fit window.
+    """
     rates, boots = {}, {}
     for n, values in levels.items():
         t = np.arange(n + 1) * (T / n)
@@ -529,7 +913,26 @@ def extrapolated_moment_rate(T: float, levels: dict[int, np.ndarray], fit_from: 
 def growth_reach(t: np.ndarray, energy_mean: np.ndarray, mask: np.ndarray, N: int, beta: float) -> Optional[float]:
     """The largest rate at which the mean energy can grow over the fit window ``mask`` of times ``t``:
     from its value at the window's start to [`energy_max`][stochformer.experiments.sync.energy_max] over the window's length (None when
-    the window is empty or the energy is not positive there)."""
+    the window is empty or the energy is not positive there).
+
+    Parameters
+    ----------
+    t : numpy.ndarray
+        Times.
+    energy_mean : numpy.ndarray
+        The mean energy at t.
+    mask : numpy.ndarray of bool
+        The fit window.
+    N : int
+        Tokens.
+    beta : float
+        The energy's β.
+
+    Returns
+    -------
+    float or None
+        The largest rate.
+    """
     idx = np.nonzero(mask)[0]
     if len(idx) < 2 or not energy_mean[idx[0]] > 0:
         return None
@@ -555,7 +958,22 @@ def run_sync(cfg: SyncConfig, progress: bool = False, model: GivenModel = None) 
     ``TypeError`` naming ``model``, ``ConfigError`` naming ``model.d``); the predictions still come
     from ``cfg.model``, and ``result.meta["model"]`` records the model
     ([`model_record`][stochformer.config.build.model_record]). ``model = make_model(cfg.model)``
-    gives the numbers of the run without it."""
+    gives the numbers of the run without it.
+
+    Parameters
+    ----------
+    cfg : SyncConfig
+        A validated configuration.
+    progress : bool, optional
+        Show progress bars (on a terminal).
+    model : Transformer or LimitSDE, optional
+        A model built by hand.
+
+    Returns
+    -------
+    SyncResult
+        The measured rates beside the predictions.
+    """
     cfg = as_config(cfg, SyncConfig)
     run = cfg.model
     if model is not None:

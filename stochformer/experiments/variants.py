@@ -26,6 +26,7 @@ from scipy import stats
 
 from ..config.build import initial_tokens, make_model, make_noise, setup
 from ..config import ExperimentConfig, StrictConfig, as_config
+from ..model.attention import start_run
 from ..model.attention_variants import AveragedAttention, MultiHeadAttention, ResampledAttention
 from ..model.noise import RandomMLP
 from ..model.transformer import Transformer
@@ -73,7 +74,8 @@ class AttentionFlow:
         return self.norm == "post"
 
     def reset(self, batch: int, d: int, generator: torch.Generator, dtype: torch.dtype, device) -> None:
-        """Nothing to draw."""
+        """The start of a run: a random attention starts its draws (the run's attention stream)."""
+        start_run(self.attention, batch, d, generator, dtype, device)
 
     def step(self, X: torch.Tensor, dt: float, draws: object) -> torch.Tensor:
         return normalize(X + dt * self.attention(X)) if self.norm == "post" else X + dt * self.attention(normalize(X))
@@ -217,13 +219,14 @@ def _run_layers(X0: torch.Tensor, model: Transformer, T: float, L: int, gen: tor
 @validated
 def run_resampled(cfg: ResampledConfig, progress: bool = False) -> ResampledResult:
     """The resampled-attention transformer at every depth and the averaged-drift one at the largest
-    (both from the same X₀, each depth's MLP from the same seed)."""
+    (both from the same X₀, each depth's MLP from the same seed; the resampled Q, K, V from that
+    run's attention stream, so the MLP's draws are the reference's)."""
     cfg = as_config(cfg, ResampledConfig)
     run = cfg.model
     start = time.perf_counter()
     env = setup(run)
     device, dtype = env.device, env.dtype
-    s_init, s_mlp, s_attn = env.seeds(3)
+    s_init, s_mlp = env.seeds(2)
     X0 = initial_tokens(run.init, run.batch, run.N, run.d, env.generator(s_init), dtype, device)
     depths = sorted(cfg.depths)
     top = depths[-1]
@@ -234,7 +237,7 @@ def run_resampled(cfg: ResampledConfig, progress: bool = False) -> ResampledResu
         ref = _run_layers(X0, Transformer(avg, make_noise(run), run.order), run.T, top, env.generator(s_mlp))
         final, curves, sq = {}, {}, {}
         for L in depths:
-            attn = ResampledAttention(run.d, run.beta, gamma, run.attention_std, s_attn)
+            attn = ResampledAttention(run.d, run.beta, gamma, run.attention_std)  # draws: the run's attention stream
             c = _run_layers(X0, Transformer(attn, make_noise(run), run.order), run.T, L, env.generator(s_mlp))
             curves[L], final[L] = c, c[:, -1]
             sq[L] = ((c - ref[:, :: top // L][:, : L + 1]) ** 2).max(-1) if top % L == 0 else (c[:, -1] - ref[:, -1]) ** 2

@@ -81,7 +81,20 @@ SUFFIXES: dict[str, str] = {
 def description(name: str, own: Mapping[str, Mapping[str, str]] = {}) -> Optional[dict[str, str]]:
     """``{"long_name", "units"}`` of ``name``: from ``own`` (a dataset's own names), then
     `NAMES`, then as a suffix of `SUFFIXES` on a name found so (``energy_near_se``:
-    the standard error of ``energy_near``; an SE of a mean keeps the mean's units); None if unknown."""
+    the standard error of ``energy_near``; an SE of a mean keeps the mean's units); None if unknown.
+
+    Parameters
+    ----------
+    name : str
+        A variable or coordinate name.
+    own : mapping, optional
+        A dataset's own names, looked up first.
+
+    Returns
+    -------
+    dict or None
+        ``{"long_name", "units"}``.
+    """
     for table in (own, NAMES):
         if name in table:
             return dict(table[name])
@@ -97,7 +110,20 @@ def axis_description(field: str, model: Any = None) -> dict[str, str]:
     """The description of a config field used as an axis (a sweep's or the phase diagram's): from
     `NAMES`, else the field's own description in ``model`` (a pydantic model class, e.g.
     [`RunConfig`][stochformer.config.RunConfig]; a dotted name ``init.spread`` by its last part), else
-    "config field <name>"; units "1" unless the table says otherwise."""
+    "config field <name>"; units "1" unless the table says otherwise.
+
+    Parameters
+    ----------
+    field : str
+        The config field (dotted for a nested one).
+    model : type of pydantic.BaseModel, optional
+        The config class it belongs to.
+
+    Returns
+    -------
+    dict
+        ``{"long_name", "units"}``.
+    """
     if field in NAMES:
         return dict(NAMES[field])
     last = field.rsplit(".", 1)[-1]
@@ -110,7 +136,20 @@ def describe(ds: Any, own: Mapping[str, Mapping[str, str]] = {}) -> Any:
     """``ds`` (an ``xarray.Dataset``, changed in place and returned) with an index coordinate
     ``0 … n−1`` on every dim that has none, and ``long_name`` / ``units`` (CF style) on every
     variable and coordinate that has none yet, from [`description`][stochformer.io.names.description] (``own`` first). A name
-    found nowhere is left without (``tests/test_datasets.py`` fails on it)."""
+    found nowhere is left without (``tests/test_datasets.py`` fails on it).
+
+    Parameters
+    ----------
+    ds : xarray.Dataset
+        The data.
+    own : mapping, optional
+        The dataset's own names, looked up first.
+
+    Returns
+    -------
+    xarray.Dataset
+        ``ds``.
+    """
     for dim, size in ds.sizes.items():
         if dim not in ds.coords:
             ds.coords[dim] = np.arange(size)
@@ -128,7 +167,18 @@ def attr_value(value: Any) -> Any:
     """A NetCDF attribute for ``value``, read back as the same kind of value: a number as a number
     (an integer as int64, or uint64 above 2⁶³ − 1: seeds reach 2⁶⁴ − 1; a bool as 0 or 1), a string
     as itself, a list of numbers as an array, anything else (a dict, a nested list) as its JSON
-    text. None has no attribute: return None and leave the attribute out."""
+    text. None has no attribute: return None and leave the attribute out.
+
+    Parameters
+    ----------
+    value : Any
+        A value of a run record.
+
+    Returns
+    -------
+    Any
+        The attribute, or None to leave it out.
+    """
     if value is None or isinstance(value, (str, float, np.floating)):
         return value
     if isinstance(value, (bool, np.bool_)):
@@ -144,6 +194,17 @@ def attr_value(value: Any) -> Any:
 
 
 def numeric_attrs(attrs: Mapping[str, Any]) -> dict[str, Any]:
-    """``attrs`` as NetCDF attributes ([`attr_value`][stochformer.io.names.attr_value]), the None ones left out."""
+    """``attrs`` as NetCDF attributes ([`attr_value`][stochformer.io.names.attr_value]), the None ones left out.
+
+    Parameters
+    ----------
+    attrs : mapping
+        Name → value.
+
+    Returns
+    -------
+    dict
+        Name → NetCDF attribute.
+    """
     out = {k: attr_value(v) for k, v in attrs.items()}
     return {k: v for k, v in out.items() if v is not None}

@@ -112,7 +112,22 @@ def open_input(path: Path | str, option: str, max_bytes: int) -> BinaryIO:
     missing or unreadable file, anything but a regular file (a FIFO, a device, a socket or a folder
     is refused without being read or blocking on), or a file of more than ``max_bytes`` bytes.
     Read what it returns with `read_limited` (or a reader that stops at the file's end): a
-    file that grows after the check is cut at the limit, not read on."""
+    file that grows after the check is cut at the limit, not read on.
+
+    Parameters
+    ----------
+    path : str or pathlib.Path
+        The file.
+    option : str
+        The option it came from, for messages.
+    max_bytes : int
+        The largest size accepted.
+
+    Returns
+    -------
+    BinaryIO
+        The open file.
+    """
     p = Path(path)
     try:
         st = os.stat(p)  # before opening: a device is never opened

@@ -35,7 +35,26 @@ DATASET = "dataset.nc"
 
 
 def run_record(command: str, config: Any, provenance: dict, elapsed_s: float, **extra: Any) -> dict:
-    """The provenance block written as ``config.json`` by every command."""
+    """The provenance block written as ``config.json`` by every command.
+
+    Parameters
+    ----------
+    command : str
+        The command's name.
+    config : Any
+        The validated config.
+    provenance : dict
+        Versions, platform and device.
+    elapsed_s : float
+        The run time in seconds.
+    **extra : Any
+        Further entries (a result's ``meta``).
+
+    Returns
+    -------
+    dict
+        The record, JSON-able.
+    """
     return {
         "command": command,
         "config": config.model_dump(mode="json") if hasattr(config, "model_dump") else config,
@@ -49,7 +68,18 @@ def run_record(command: str, config: Any, provenance: dict, elapsed_s: float, **
 
 
 def seed_of(config: Any) -> Any:
-    """The run's seed: ``seed`` of a config (or of its ``model``, for an experiment's config)."""
+    """The run's seed: ``seed`` of a config (or of its ``model``, for an experiment's config).
+
+    Parameters
+    ----------
+    config : Any
+        A config (or an experiment's config with a ``model``).
+
+    Returns
+    -------
+    int or None
+        The seed.
+    """
     if isinstance(config, dict):
         return config.get("seed", (config.get("model") or {}).get("seed"))
     return getattr(getattr(config, "model", config), "seed", getattr(config, "seed", None))
@@ -77,7 +107,15 @@ def write_dataset(ds: xr.Dataset, path: Path | str) -> None:
     """Write ``ds`` as NetCDF-4 (h5netcdf, a required dependency; ``xarray.open_dataset(path)`` reads
     it back) atomically (`stochformer.io.outputs.writing`), after checking the free space for it.
     A full disk (found before writing when the free space is less than the dataset) or a read-only
-    folder raises `WriteError` and leaves no temporary file."""
+    folder raises `WriteError` and leaves no temporary file.
+
+    Parameters
+    ----------
+    ds : xarray.Dataset
+        The data.
+    path : str or pathlib.Path
+        The file.
+    """
     path = Path(path)
     if free_bytes(path.parent) < 1.1 * ds.nbytes + (1 << 20):  # a full disk found before HDF5 writes a byte
         raise write_error(path, OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)))
@@ -112,22 +150,47 @@ class Result:
         raise NotImplementedError
 
     def to_dict(self) -> dict:  # pragma: no cover - interface
+        """The result's summary JSON (``summary_name``).
+
+        Returns
+        -------
+        dict
+            JSON-able numbers and lists.
+        """
         raise NotImplementedError
 
     def names(self) -> dict[str, dict[str, str]]:
         """The dataset's own names (``long_name`` and ``units``) beside the shared table
-        `NAMES` (none by default)."""
+        `NAMES` (none by default).
+
+        Returns
+        -------
+        dict of str to dict
+            Variable name → ``{"long_name": ..., "units": ...}``.
+        """
         return {}
 
     def record(self) -> dict:
-        """``config.json``: command, config, seed, versions, device, run time (and ``meta``)."""
+        """``config.json``: command, config, seed, versions, device, run time (and ``meta``).
+
+        Returns
+        -------
+        dict
+            The record (`run_record`).
+        """
         return run_record(self.command, self.config, self.provenance, self.elapsed_s, **getattr(self, "meta", {}))
 
     def to_dataset(self) -> xr.Dataset:
         """The labelled data (every variable and coordinate described, every dim indexed:
         [`describe`][stochformer.io.names.describe]) with the run record in its attributes: numbers as
         numbers (the seed an integer, uint64 above 2⁶³ − 1), nested values as JSON strings, None left
-        out ([`attr_value`][stochformer.io.names.attr_value])."""
+        out ([`attr_value`][stochformer.io.names.attr_value]).
+
+        Returns
+        -------
+        xarray.Dataset
+            The dataset written as ``dataset.nc``.
+        """
         ds = describe(self._dataset().copy(), self.names())
         ds.attrs = numeric_attrs(ds.attrs)
         rec = self.record()
@@ -142,7 +205,13 @@ class Result:
         return ds
 
     def save(self, folder: Path | str) -> None:
-        """Write config.json, dataset.nc and the summary JSON into ``folder``."""
+        """Write config.json, dataset.nc and the summary JSON into ``folder``.
+
+        Parameters
+        ----------
+        folder : str or pathlib.Path
+            An existing folder.
+        """
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         write_json(folder / "config.json", self.record())

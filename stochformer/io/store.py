@@ -44,7 +44,18 @@ __all__ = ["InputError", "OutputError", "ResultStore", "atomic_write_bytes", "ca
 
 
 def to_jsonable(obj: Any) -> Any:
-    """numpy/torch scalars and arrays → lists and floats; non-finite floats → None."""
+    """numpy/torch scalars and arrays → lists and floats; non-finite floats → None.
+
+    Parameters
+    ----------
+    obj : Any
+        Nested dicts, lists, numbers, arrays and tensors.
+
+    Returns
+    -------
+    Any
+        The same structure, JSON-able.
+    """
     if hasattr(obj, "detach"):
         obj = obj.detach().cpu().numpy()
     if isinstance(obj, np.ndarray):
@@ -68,7 +79,15 @@ JSON_MAX_BYTES = 256 << 20
 
 
 def atomic_write_bytes(path: Path | str, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically (see `stochformer.io.outputs.writing`)."""
+    """Write ``data`` to ``path`` atomically (see `stochformer.io.outputs.writing`).
+
+    Parameters
+    ----------
+    path : str or pathlib.Path
+        The file.
+    data : bytes
+        Its content.
+    """
     with writing(path) as tmp:
         with open(tmp, "wb") as fh:
             fh.write(data)
@@ -77,11 +96,35 @@ def atomic_write_bytes(path: Path | str, data: bytes) -> None:
 
 
 def write_json(path: Path | str, obj: Any) -> None:
+    """Write ``obj`` (made JSON-able: `to_jsonable`) to ``path`` as indented JSON, atomically.
+
+    Parameters
+    ----------
+    path : str or pathlib.Path
+        The file.
+    obj : Any
+        The value.
+    """
     atomic_write_bytes(path, (json.dumps(to_jsonable(obj), indent=2) + "\n").encode())
 
 
 def read_json(path: Path | str, option: str = "json", max_bytes: int = JSON_MAX_BYTES) -> Any:
-    """A JSON file read with [`open_input`][stochformer.io.outputs.open_input] (a regular file of at most ``max_bytes``)."""
+    """A JSON file read with [`open_input`][stochformer.io.outputs.open_input] (a regular file of at most ``max_bytes``).
+
+    Parameters
+    ----------
+    path : str or pathlib.Path
+        The file.
+    option : str, optional
+        The option it came from, for messages.
+    max_bytes : int, optional
+        The largest size read.
+
+    Returns
+    -------
+    Any
+        The parsed JSON.
+    """
     with open_input(path, option, max_bytes) as fh:
         return json.loads(read_limited(fh, option, max_bytes, str(path)))
 
@@ -93,7 +136,22 @@ def output_folder(out: Path | str, force: bool = False, command: str = "") -> It
 
     An existing non-empty ``out`` is replaced only with ``force``, and only if it is wholly
     ``command``'s own unchanged output (`verify`, checked again at the
-    moment of replacing); an empty ``out`` is replaced. On failure, what was written is removed."""
+    moment of replacing); an empty ``out`` is replaced. On failure, what was written is removed.
+
+    Parameters
+    ----------
+    out : str or pathlib.Path
+        The output folder.
+    force : bool, optional
+        Replace a non-empty folder of this command's own output.
+    command : str, optional
+        The command writing it.
+
+    Yields
+    ------
+    pathlib.Path
+        The temporary folder to write into.
+    """
     out = check_output_folder(out, force, command=command or None, need=0)  # again, now: what changed during the run
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -118,7 +176,13 @@ def output_folder(out: Path | str, force: bool = False, command: str = "") -> It
 @functools.lru_cache(maxsize=1)
 def source_hash() -> str:
     """A hash of the package's source files: part of every cache and task-store key, so changed
-    code never reuses results stored by other code under the same version number."""
+    code never reuses results stored by other code under the same version number.
+
+    Returns
+    -------
+    str
+        The hex digest.
+    """
     root = Path(__file__).resolve().parent
     h = hashlib.sha256()
     for path in sorted(root.rglob("*.py")):
@@ -127,7 +191,18 @@ def source_hash() -> str:
 
 
 def config_key(payload: Any) -> str:
-    """A stable hash of a JSON-able payload (resolved config + version)."""
+    """A stable hash of a JSON-able payload (resolved config + version).
+
+    Parameters
+    ----------
+    payload : Any
+        JSON-able.
+
+    Returns
+    -------
+    str
+        The hex digest.
+    """
     blob = json.dumps(to_jsonable(payload), sort_keys=True, separators=(",", ":")).encode()
     return hashlib.sha256(blob).hexdigest()[:20]
 
@@ -163,7 +238,13 @@ def _read_key(path: Path) -> Optional[bytes]:
 def cache_key_bytes() -> bytes:
     """The secret that signs every [`ResultStore`][stochformer.io.store.ResultStore] entry: ``key_dir()/key``, created (mode
     0600) on first use. Where it cannot be read or created, a key of this process alone is used
-    (entries are then reused only within the process: a resumed run recomputes them)."""
+    (entries are then reused only within the process: a resumed run recomputes them).
+
+    Returns
+    -------
+    bytes
+        The key.
+    """
     return _key_at(str(key_dir() / "key"))
 
 
@@ -200,6 +281,11 @@ class ResultStore:
     of [`cache_key_bytes`][stochformer.io.store.cache_key_bytes] (kept outside every output folder). An entry whose signature does
     not match (edited, forged, corrupt, truncated, from another config/version, or signed with
     another key) is ignored and recomputed.
+
+    Parameters
+    ----------
+    folder : str or pathlib.Path
+        The store's folder.
     """
 
     def __init__(self, folder: Path | str):
@@ -209,7 +295,20 @@ class ResultStore:
         return self.folder / f"{name}-{key}.json"
 
     def entry_path(self, name: str, key: str) -> Path:
-        """Where the entry ``name`` with ``key`` is (or would be) stored."""
+        """Where the entry ``name`` with ``key`` is (or would be) stored.
+
+        Parameters
+        ----------
+        name : str
+            The entry's name.
+        key : str
+            Its key (a hash of the resolved config, version and source).
+
+        Returns
+        -------
+        pathlib.Path
+            The entry's file.
+        """
         return self._path(name, key)
 
     @staticmethod
@@ -219,11 +318,40 @@ class ResultStore:
 
     @staticmethod
     def signature(name: str, key: str, result: Any) -> str:
-        """The HMAC of an entry under [`cache_key_bytes`][stochformer.io.store.cache_key_bytes]."""
+        """The HMAC of an entry under [`cache_key_bytes`][stochformer.io.store.cache_key_bytes].
+
+        Parameters
+        ----------
+        name : str
+            The entry's name.
+        key : str
+            Its key (a hash of the resolved config, version and source).
+        result : Any
+            The JSON-able result.
+
+        Returns
+        -------
+        str
+            The hex HMAC-SHA256.
+        """
         blob = json.dumps([name, key, result], sort_keys=True, separators=(",", ":")).encode()
         return hmac.new(cache_key_bytes(), blob, hashlib.sha256).hexdigest()
 
     def load(self, name: str, key: str) -> Optional[Any]:
+        """The stored result of ``name`` with ``key``, or None where there is none or its signature does not verify.
+
+        Parameters
+        ----------
+        name : str
+            The entry's name.
+        key : str
+            Its key (a hash of the resolved config, version and source).
+
+        Returns
+        -------
+        Any or None
+            The result.
+        """
         path = self._path(name, key)
         try:
             entry = read_json(path, "cache entry")
@@ -235,5 +363,16 @@ class ResultStore:
         return None
 
     def store(self, name: str, key: str, result: Any) -> None:
+        """Store ``result`` (made JSON-able) as the signed entry ``name`` with ``key``, atomically.
+
+        Parameters
+        ----------
+        name : str
+            The entry's name.
+        key : str
+            Its key (a hash of the resolved config, version and source).
+        result : Any
+            The result.
+        """
         result = to_jsonable(result)
         write_json(self._path(name, key), {"name": name, "key": key, "hmac": self.signature(name, key, result), "result": result})

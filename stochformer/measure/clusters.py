@@ -25,7 +25,22 @@ def _batched(X) -> torch.Tensor:
 def cluster_labels(X, tol: float = 1e-2, up_to_sign: bool = False) -> np.ndarray:
     """Cluster label of every token: (batch, N) ints, clusters numbered 0, 1, ... by first token.
     ``up_to_sign``: clusters of points of projective space {x, −x} (linked when |cos| ≥ 1 − tol),
-    so two antipodal clusters are one."""
+    so two antipodal clusters are one.
+
+    Parameters
+    ----------
+    X : torch.Tensor or numpy.ndarray, shape (batch, N, d)
+        Token clouds, unit rows.
+    tol : float, optional
+        Tokens with cosine >= 1 − tol are linked (single linkage).
+    up_to_sign : bool, optional
+        Link x and −x too (clusters of projective space).
+
+    Returns
+    -------
+    numpy.ndarray, shape (batch, N)
+        Integer labels.
+    """
     G = gram(_batched(X)).cpu().numpy()
     G = np.abs(G) if up_to_sign else G
     labels = np.empty(G.shape[:2], dtype=np.int64)
@@ -36,12 +51,40 @@ def cluster_labels(X, tol: float = 1e-2, up_to_sign: bool = False) -> np.ndarray
 
 def count_clusters(X, tol: float = 1e-2, up_to_sign: bool = False) -> np.ndarray:
     """Number of clusters per sample at tolerance ``tol`` (of projective space with ``up_to_sign``):
-    (batch,) ints."""
+    (batch,) ints.
+
+    Parameters
+    ----------
+    X : torch.Tensor or numpy.ndarray, shape (batch, N, d)
+        Token clouds, unit rows.
+    tol : float, optional
+        Tokens with cosine >= 1 − tol are linked (single linkage).
+    up_to_sign : bool, optional
+        Link x and −x too (clusters of projective space).
+
+    Returns
+    -------
+    numpy.ndarray, shape (batch,)
+        Clusters per sample.
+    """
     return cluster_labels(X, tol, up_to_sign).max(axis=1) + 1
 
 
 def cluster_centres(X, labels: np.ndarray) -> list[np.ndarray]:
-    """Per sample, the normalised mean of each cluster: a list of (n_clusters_b, d) arrays."""
+    """Per sample, the normalised mean of each cluster: a list of (n_clusters_b, d) arrays.
+
+    Parameters
+    ----------
+    X : torch.Tensor or numpy.ndarray, shape (batch, N, d)
+        Token clouds, unit rows.
+    labels : numpy.ndarray, shape (batch, N)
+        Labels of [`cluster_labels`][stochformer.measure.clusters.cluster_labels].
+
+    Returns
+    -------
+    list of numpy.ndarray
+        Per sample, (n_clusters, d) unit centres.
+    """
     Xb = _batched(X)
     out = []
     for b in range(Xb.shape[0]):
@@ -53,7 +96,20 @@ def cluster_centres(X, labels: np.ndarray) -> list[np.ndarray]:
 
 
 def antipodal_pairs(X, tol: float = 1e-2) -> np.ndarray:
-    """Number of pairs of clusters whose centres have cosine ≤ −1 + tol, per sample: (batch,)."""
+    """Number of pairs of clusters whose centres have cosine ≤ −1 + tol, per sample: (batch,).
+
+    Parameters
+    ----------
+    X : torch.Tensor or numpy.ndarray, shape (batch, N, d)
+        Token clouds, unit rows.
+    tol : float, optional
+        The clustering tolerance, and how close to −1 a centres' cosine must be.
+
+    Returns
+    -------
+    numpy.ndarray, shape (batch,)
+        Antipodal cluster pairs per sample.
+    """
     labels = cluster_labels(X, tol)
     counts = []
     for C in cluster_centres(X, labels):
@@ -63,7 +119,18 @@ def antipodal_pairs(X, tol: float = 1e-2) -> np.ndarray:
 
 
 def pair_cosines(X) -> np.ndarray:
-    """Cosines ⟨x_i, x_j⟩ over pairs i < j: (batch, N(N−1)/2)."""
+    """Cosines ⟨x_i, x_j⟩ over pairs i < j: (batch, N(N−1)/2).
+
+    Parameters
+    ----------
+    X : torch.Tensor or numpy.ndarray, shape (batch, N, d)
+        Token clouds, unit rows.
+
+    Returns
+    -------
+    numpy.ndarray, shape (batch, N(N−1)/2)
+        The cosines, pairs in row-major order of i < j.
+    """
     G = gram(_batched(X))
     i, j = torch.triu_indices(G.shape[-1], G.shape[-1], offset=1, device=G.device)
     return G[:, i, j].cpu().numpy()
@@ -75,7 +142,21 @@ class ClusterSummary:
 
     ``n_projective``: clusters of points {x, −x} of projective space (an antipodal pair counts once);
     ``frac_near_plus`` / ``frac_near_minus``: fraction of pairs with cosine ≥ 1 − tol / ≤ −1 + tol;
-    ``histogram``: counts of all pair cosines in ``bins`` (pooled over samples)."""
+    ``histogram``: counts of all pair cosines in ``bins`` (pooled over samples).
+
+    Attributes
+    ----------
+    tol : float
+        The clustering tolerance.
+    n_clusters, n_projective, n_antipodal : numpy.ndarray, shape (batch,)
+        Clusters, clusters of projective space and antipodal cluster pairs.
+    frac_near_plus, frac_near_minus : numpy.ndarray, shape (batch,)
+        Fractions of pairs near +1 and −1.
+    bins : numpy.ndarray
+        The histogram's edges on [−1, 1].
+    histogram : numpy.ndarray
+        Counts of the pair cosines, pooled over samples.
+    """
 
     tol: float
     n_clusters: np.ndarray
@@ -87,11 +168,33 @@ class ClusterSummary:
     histogram: np.ndarray
 
     def to_dict(self) -> dict:
+        """The summary as JSON-able values.
+
+        Returns
+        -------
+        dict
+            The fields, arrays as lists.
+        """
         return {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in asdict(self).items()}
 
 
 def summarise_clusters(X, tol: float = 1e-2, bins: int = 40) -> ClusterSummary:
-    """Clusters, antipodal cluster pairs and the distribution of pair cosines of X: (batch, N, d)."""
+    """Clusters, antipodal cluster pairs and the distribution of pair cosines of X: (batch, N, d).
+
+    Parameters
+    ----------
+    X : torch.Tensor or numpy.ndarray, shape (batch, N, d)
+        Token clouds, unit rows.
+    tol : float, optional
+        The clustering tolerance.
+    bins : int, optional
+        Bins of the histogram of pair cosines.
+
+    Returns
+    -------
+    ClusterSummary
+        The per-sample counts and the pooled histogram.
+    """
     cos = pair_cosines(X)
     edges = np.linspace(-1.0, 1.0, bins + 1)
     hist, _ = np.histogram(np.clip(cos, -1.0, 1.0), bins=edges)

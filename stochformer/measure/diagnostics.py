@@ -24,7 +24,18 @@ def _pairs(X: torch.Tensor) -> None:
 
 @validated
 def mean_cosine(X: Clouds) -> torch.Tensor:
-    """Mean of ⟨x_i, x_j⟩ over pairs i < j. Uses |Σ x_i|² = N + 2 Σ_{i<j} ⟨x_i, x_j⟩ (O(N d))."""
+    """Mean of ⟨x_i, x_j⟩ over pairs i < j. Uses |Σ x_i|² = N + 2 Σ_{i<j} ⟨x_i, x_j⟩ (O(N d)).
+
+    Parameters
+    ----------
+    X : torch.Tensor, shape (..., N, d)
+        Token clouds, unit rows.
+
+    Returns
+    -------
+    torch.Tensor, shape (...)
+        The mean pairwise cosine (1 at synchronisation), in X's dtype.
+    """
     _pairs(X)
     return _mean_cosine(X)
 
@@ -41,7 +52,22 @@ def energy(X: Clouds, beta: EnergyBeta = 1.0, chunk: Optional[PositiveInt] = Non
 
     Computed as ½ e^β ∫∫ (1 − e^{β(⟨x,y⟩−1)}) with expm1, so values near synchronisation are
     accurate to relative rounding. ``chunk``: rows of the Gram matrix formed at once (memory
-    O(chunk · N) instead of O(N²), for many tokens)."""
+    O(chunk · N) instead of O(N²), for many tokens).
+
+    Parameters
+    ----------
+    X : torch.Tensor, shape (..., N, d)
+        Token clouds, unit rows.
+    beta : float, optional
+        The inverse temperature β, in (0, 700].
+    chunk : int, optional
+        Gram rows formed at once (None: all).
+
+    Returns
+    -------
+    torch.Tensor, shape (...)
+        E_β(μ) per cloud (0 at synchronisation).
+    """
     return _energy(X, beta, chunk)
 
 
@@ -65,13 +91,35 @@ def _energy_sum(G: torch.Tensor, beta: float) -> torch.Tensor:
 @validated
 def mean_token(X: Clouds) -> torch.Tensor:
     """The mean token ∫ x μ(dx) (not normalised): (batch, N, d) → (batch, d). Its squared norm is
-    ∫∫ ⟨x, y⟩ μ(dx) μ(dy), 1 exactly at synchronisation."""
+    ∫∫ ⟨x, y⟩ μ(dx) μ(dy), 1 exactly at synchronisation.
+
+    Parameters
+    ----------
+    X : torch.Tensor, shape (..., N, d)
+        Token clouds, unit rows.
+
+    Returns
+    -------
+    torch.Tensor, shape (..., d)
+        The mean token.
+    """
     return X.mean(dim=-2)
 
 
 @validated
 def min_cosine(X: Clouds) -> torch.Tensor:
-    """Minimum of ⟨x_i, x_j⟩ over pairs i < j."""
+    """Minimum of ⟨x_i, x_j⟩ over pairs i < j.
+
+    Parameters
+    ----------
+    X : torch.Tensor, shape (..., N, d)
+        Token clouds, unit rows.
+
+    Returns
+    -------
+    torch.Tensor, shape (...)
+        The smallest pairwise cosine.
+    """
     return unchecked_pair_statistics(X)["min_cosine"]
 
 
@@ -80,13 +128,43 @@ def pair_statistics(X: Clouds, energy_beta: EnergyBeta = 1.0, block: Optional[Po
     """The three per-sample statistics of ``summary.json``: mean_cosine, energy, min_cosine.
 
     One pass over the Gram matrix, formed ``block // N`` rows at a time when ``block`` (entries)
-    is given, so memory stays O(block + N d) for many tokens; at once otherwise."""
+    is given, so memory stays O(block + N d) for many tokens; at once otherwise.
+
+    Parameters
+    ----------
+    X : torch.Tensor, shape (..., N, d)
+        Token clouds, unit rows.
+    energy_beta : float, optional
+        β of the energy, in (0, 700].
+    block : int, optional
+        Gram entries formed at once (None: all).
+
+    Returns
+    -------
+    dict of str to torch.Tensor
+        ``mean_cosine``, ``energy``, ``min_cosine``, each of shape (...).
+    """
     return unchecked_pair_statistics(X, energy_beta, block)
 
 
 def unchecked_pair_statistics(X: torch.Tensor, energy_beta: float = 1.0, block: Optional[int] = None) -> dict[str, torch.Tensor]:
     """The per-sample statistics of [`pair_statistics`][stochformer.measure.diagnostics.pair_statistics] (mean_cosine, energy, min_cosine) of
-    tokens already checked, without checking them again (the solver's records)."""
+    tokens already checked, without checking them again (the solver's records).
+
+    Parameters
+    ----------
+    X : torch.Tensor, shape (..., N, d)
+        Token clouds, already checked.
+    energy_beta : float, optional
+        β of the energy.
+    block : int, optional
+        Gram entries formed at once (None: all).
+
+    Returns
+    -------
+    dict of str to torch.Tensor
+        ``mean_cosine``, ``energy``, ``min_cosine``, each of shape (...).
+    """
     _pairs(X)
     N = X.shape[-2]
     rows = N if block is None else max(1, min(N, block // N))
@@ -106,7 +184,22 @@ def unchecked_pair_statistics(X: torch.Tensor, energy_beta: float = 1.0, block: 
 @validated
 def cloud_summary(X: Clouds, beta: EnergyBeta = 1.0, block: PositiveInt = DEFAULT_BLOCK) -> dict[str, torch.Tensor]:
     """Large-N statistics of token clouds X: (batch, N, d): E_β (blocked, no (N, N) matrix), the
-    mean token (batch, d) and its norm |∫x dμ| (batch,)."""
+    mean token (batch, d) and its norm |∫x dμ| (batch,).
+
+    Parameters
+    ----------
+    X : torch.Tensor, shape (..., N, d)
+        Token clouds, unit rows.
+    beta : float, optional
+        β of the energy, in (0, 700].
+    block : int, optional
+        Gram entries formed at once.
+
+    Returns
+    -------
+    dict of str to torch.Tensor
+        ``energy`` (batch,), ``mean_token`` (batch, d) and ``mean_token_norm`` (batch,).
+    """
     m = X.mean(dim=-2)
     return {
         "energy": _energy(X, beta, chunk=query_chunk(X.shape[-2], block)),

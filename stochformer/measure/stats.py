@@ -50,7 +50,20 @@ def mean_and_se(values: np.ndarray, axis: int = 0) -> tuple[np.ndarray, np.ndarr
 @validated
 def mean_and_se(values: Annotated[Array, Values(missing=True)], axis: int = 0) -> tuple[Array, Array]:
     """Sample mean and standard error of the mean along ``axis`` (SE = 0 for one sample); torch
-    in, torch out. A NaN marks a missing value: the mean and SE it enters are NaN."""
+    in, torch out. A NaN marks a missing value: the mean and SE it enters are NaN.
+
+    Parameters
+    ----------
+    values : numpy.ndarray or torch.Tensor
+        Independent samples along ``axis`` (NaN: missing).
+    axis : int, optional
+        The samples' axis.
+
+    Returns
+    -------
+    tuple
+        (mean, SE), each ``values`` without ``axis``, of its type.
+    """
     n = values.shape[_axis(values, axis)]
     if torch.is_tensor(values):
         mean = values.mean(axis)
@@ -67,7 +80,26 @@ def bootstrap(statistic: Callable[[np.ndarray], Any], samples: _Values, n_boot: 
               axis: int = 0) -> list:
     """``statistic`` of ``n_boot`` resamples of ``samples``: independent samples along ``axis``
     drawn with replacement (everything else resampled jointly). The rows come from ``seed`` and
-    the number of samples alone, so fits given the same seed resample the same samples."""
+    the number of samples alone, so fits given the same seed resample the same samples.
+
+    Parameters
+    ----------
+    statistic : callable
+        Maps resampled samples (the shape of ``samples``) to a value.
+    samples : numpy.ndarray
+        Independent samples along ``axis``.
+    n_boot : int
+        Resamples.
+    seed : int
+        Seed of the resampled rows.
+    axis : int, optional
+        The samples' axis.
+
+    Returns
+    -------
+    list
+        ``statistic`` of each resample.
+    """
     samples = np.asarray(samples, dtype=float)
     n = samples.shape[_axis(samples, axis)]
     where: list = [slice(None)] * samples.ndim
@@ -81,7 +113,18 @@ def bootstrap(statistic: Callable[[np.ndarray], Any], samples: _Values, n_boot: 
 @validated
 def interval(boots: Annotated[Sequence[float], Values(ndim=1, empty=True)]) -> tuple[float, tuple[float, float]]:
     """The bootstrap SE and 95% percentile interval of the resampled values ``boots`` (NaN when
-    there are too few)."""
+    there are too few).
+
+    Parameters
+    ----------
+    boots : sequence of float
+        Resampled values of a statistic (NaN ignored).
+
+    Returns
+    -------
+    tuple
+        (SE, (low, high)).
+    """
     b = np.asarray(boots, dtype=float)
     lo, hi = np.quantile(b, [0.025, 0.975]) if len(b) else (math.nan, math.nan)
     return (float(np.std(b, ddof=1)) if len(b) > 1 else math.nan), (float(lo), float(hi))
@@ -91,7 +134,20 @@ def resampled_se(boots: Union[Sequence[float], np.ndarray], samples: int) -> flo
     """The SE of a statistic of ``samples`` independent samples from its resampled values ``boots``:
     their SD (ddof 1) times √(S/(S − 1)), since resampling S samples gives the plug-in SD (a
     sample variance with divisor S); with it, an interval takes Student's t with S − 1 degrees of
-    freedom. NaN for fewer than 2 samples or values."""
+    freedom. NaN for fewer than 2 samples or values.
+
+    Parameters
+    ----------
+    boots : sequence of float
+        Resampled values of the statistic.
+    samples : int
+        S, the independent samples resampled.
+
+    Returns
+    -------
+    float
+        The SE (NaN for fewer than 2 samples or values).
+    """
     b = np.asarray(boots, dtype=float)
     if samples < 2 or len(b) < 2:
         return math.nan
@@ -102,7 +158,21 @@ def resampled_se(boots: Union[Sequence[float], np.ndarray], samples: int) -> flo
 class PowerFit:
     """y ≈ C x^{−exponent}: least-squares slope of log(mean y) on log x, with the bootstrap SE of
     the exponent, its 95% interval and ``n``, the number of samples behind it where the interval
-    is Student's t (None for an interval from independent means with normal errors)."""
+    is Student's t (None for an interval from independent means with normal errors).
+
+    Attributes
+    ----------
+    exponent : float
+        p in y ≈ C x^{−p}.
+    ci : tuple of float
+        Its 95% interval.
+    prefactor : float
+        C.
+    se : float
+        The exponent's SE.
+    n : int or None
+        Samples behind a Student-t interval.
+    """
 
     exponent: float
     ci: tuple[float, float]
@@ -111,13 +181,31 @@ class PowerFit:
     n: Optional[int] = None
 
     def to_dict(self) -> dict:
+        """The fit as JSON-able values.
+
+        Returns
+        -------
+        dict
+            ``exponent``, ``ci`` (a list), ``prefactor`` and ``n``.
+        """
         return {"exponent": self.exponent, "ci": list(self.ci), "prefactor": self.prefactor, "n": self.n}
 
 
 @validated
 def loglog_slope(x: _Positive, y: _Positive) -> tuple[float, float]:
     """Slope and intercept of the least-squares line through (log x, log y): x, y positive, of one
-    length >= 2."""
+    length >= 2.
+
+    Parameters
+    ----------
+    x, y : array_like
+        Positive numbers of one length >= 2.
+
+    Returns
+    -------
+    tuple of float
+        (slope, intercept).
+    """
     if len(x) != len(y) or len(x) < 2:
         raise ValueError(f"y: must have the length of x, at least 2 (got {len(x)} and {len(y)})")
     return _loglog_slope(x, y)
@@ -144,7 +232,28 @@ def fit_power_law(
     (n,), ``samples`` are instead n independent positive means with these standard errors and the
     bootstrap is parametric (y + se·ξ, ξ standard normal, or Student's t with n − 1 degrees of
     freedom when each mean is of ``n`` samples), with its percentile interval. Resamples with a
-    non-positive mean are discarded. Fewer than `MIN_SAMPLES` samples give no interval (NaN)."""
+    non-positive mean are discarded. Fewer than `MIN_SAMPLES` samples give no interval (NaN).
+
+    Parameters
+    ----------
+    x : array_like, shape (n,)
+        Positive abscissae.
+    samples : numpy.ndarray, shape (S, n) or (n,)
+        Independent samples at every x, or n means with ``se``.
+    n_boot : int, optional
+        Resamples.
+    seed : int, optional
+        Seed of the resampling.
+    se : numpy.ndarray, shape (n,), optional
+        Standard errors of the means (the parametric bootstrap).
+    n : int, optional
+        Samples behind each mean (Student's t in the parametric bootstrap).
+
+    Returns
+    -------
+    PowerFit
+        Exponent, interval, prefactor, SE and n.
+    """
     shape, points = np.shape(samples), len(x)
     if se is None and (len(shape) != 2 or shape[1] != points):
         raise ValueError(f"samples: must be (S, n) samples at the n = {points} values of x (got shape {shape})")
@@ -232,7 +341,22 @@ def fit_power_law_weighted(
     The 95% interval is the profile-likelihood one: every p with RSS(p) − RSS(p̂) ≤ χ²₁(0.95) =
     3.84 (its hull, on the grid); where the means do not resolve the decay it reaches an end of
     the range (unbounded there), where a percentile bootstrap of refits would give a narrow
-    interval that means nothing. ``se`` = the interval's half-width / 1.96."""
+    interval that means nothing. ``se`` = the interval's half-width / 1.96.
+
+    Parameters
+    ----------
+    N : array_like, shape (n,)
+        Positive sizes.
+    y : numpy.ndarray, shape (n,)
+        Means (any sign).
+    se : numpy.ndarray, shape (n,)
+        Their standard errors, positive.
+
+    Returns
+    -------
+    PowerFit
+        Exponent, profile-likelihood interval, prefactor and SE.
+    """
     sizes, y, se = np.asarray(N, float), np.asarray(y, float), np.asarray(se, float)
     if not len(sizes) == len(y) == len(se) >= 2:
         raise ValueError(f"y, se: must have the length of N, at least 2 (got {len(sizes)}, {len(y)}, {len(se)})")
@@ -303,7 +427,18 @@ def tagged_correlation(A: Annotated[torch.Tensor, Values(ndim=2)], B: Annotated[
 
     (the trace of the cross-covariance over the geometric mean of the total variances; for d = 1
     Pearson's correlation), with its delta-method standard error std(⟨Ã_r, B̃_r⟩)/(√R ·
-    denominator), exact to first order near ρ = 0."""
+    denominator), exact to first order near ρ = 0.
+
+    Parameters
+    ----------
+    A, B : torch.Tensor, shape (R, d)
+        Paired draws.
+
+    Returns
+    -------
+    tuple of float
+        (ρ, SE).
+    """
     A, B = torch.as_tensor(A).double(), torch.as_tensor(B).double()
     if A.shape != B.shape or A.shape[0] < 2:
         raise ValueError(f"B: must have the shape (R, d) of A with R >= 2 draws (got {tuple(A.shape)} and {tuple(B.shape)})")
@@ -329,7 +464,24 @@ def _trials(successes: int, trials: int) -> tuple[int, int]:
 
 def t_interval(mean: float, se: float, n: int, level: float = 0.95) -> tuple[float, float]:
     """The interval mean ± t·se of a mean of ``n`` independent samples, t the two-sided ``level``
-    quantile of Student's t with n − 1 degrees of freedom; (NaN, NaN) for n < `MIN_SAMPLES`."""
+    quantile of Student's t with n − 1 degrees of freedom; (NaN, NaN) for n < `MIN_SAMPLES`.
+
+    Parameters
+    ----------
+    mean : float
+        The sample mean.
+    se : float
+        Its standard error.
+    n : int
+        Samples.
+    level : float, optional
+        The two-sided coverage, in (0, 1).
+
+    Returns
+    -------
+    tuple of float
+        (low, high).
+    """
     from scipy.stats import t
 
     n = check_int("n", n, 1)
@@ -342,7 +494,22 @@ def t_interval(mean: float, se: float, n: int, level: float = 0.95) -> tuple[flo
 def wilson_interval(successes: int, trials: int, level: float = 0.95) -> tuple[float, float]:
     """Wilson's score interval of a fraction ``successes``/``trials`` of independent trials: inside
     [0, 1] and close to its level at any size (also at 0 or ``trials`` successes); (NaN, NaN) for
-    fewer than `MIN_SAMPLES` trials."""
+    fewer than `MIN_SAMPLES` trials.
+
+    Parameters
+    ----------
+    successes : int
+        Successes, in 0..trials.
+    trials : int
+        Independent trials.
+    level : float, optional
+        The two-sided coverage, in (0, 1).
+
+    Returns
+    -------
+    tuple of float
+        (low, high) in [0, 1].
+    """
     from scipy.stats import norm
 
     k, n = _trials(successes, trials)
@@ -357,7 +524,22 @@ def wilson_interval(successes: int, trials: int, level: float = 0.95) -> tuple[f
 
 def clopper_pearson_interval(successes: int, trials: int, level: float = 0.95) -> tuple[float, float]:
     """The Clopper–Pearson (exact binomial) interval of ``successes``/``trials``: coverage at least
-    ``level`` for every true fraction; (NaN, NaN) for fewer than `MIN_SAMPLES` trials."""
+    ``level`` for every true fraction; (NaN, NaN) for fewer than `MIN_SAMPLES` trials.
+
+    Parameters
+    ----------
+    successes : int
+        Successes, in 0..trials.
+    trials : int
+        Independent trials.
+    level : float, optional
+        The two-sided coverage, in (0, 1).
+
+    Returns
+    -------
+    tuple of float
+        (low, high) in [0, 1].
+    """
     from scipy.stats import beta
 
     k, n = _trials(successes, trials)
@@ -372,7 +554,22 @@ def clopper_pearson_interval(successes: int, trials: int, level: float = 0.95) -
 def newcombe_interval(k1: int, n1: int, k2: int, n2: int, level: float = 0.95) -> tuple[float, float]:
     """Newcombe's hybrid score interval of the difference k1/n1 − k2/n2 of two independent
     fractions, from their [`wilson_interval`][stochformer.measure.stats.wilson_interval] s: valid at small counts and near 0 or 1;
-    (NaN, NaN) when either has fewer than `MIN_SAMPLES` trials."""
+    (NaN, NaN) when either has fewer than `MIN_SAMPLES` trials.
+
+    Parameters
+    ----------
+    k1, n1 : int
+        Successes and trials of the first fraction.
+    k2, n2 : int
+        Those of the second.
+    level : float, optional
+        The two-sided coverage, in (0, 1).
+
+    Returns
+    -------
+    tuple of float
+        (low, high) of k1/n1 − k2/n2.
+    """
     (k1, n1), (k2, n2) = _trials(k1, n1), _trials(k2, n2)
     (l1, u1), (l2, u2) = wilson_interval(k1, n1, level), wilson_interval(k2, n2, level)
     p1, p2 = k1 / n1, k2 / n2

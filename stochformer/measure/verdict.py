@@ -93,7 +93,18 @@ def _finite(*values: Optional[float]) -> bool:
 
 def quantile(n: Optional[int]) -> float:
     """The two-sided 95% quantile of a row's interval: 1.96, or Student's t with n − 1 degrees of
-    freedom for a mean of n samples."""
+    freedom for a mean of n samples.
+
+    Parameters
+    ----------
+    n : int or None
+        Samples behind the mean (None: normal errors).
+
+    Returns
+    -------
+    float
+        The quantile.
+    """
     if n is None:
         return Z95
     from scipy.stats import t
@@ -123,7 +134,21 @@ class RowTest:
     the row alone (not measured, undetermined, inconclusive for too few samples, not testable) or
     None; ``p_value`` (None when ``state`` is set); ``low_power``: the interval is too wide to tell
     p from the alternative; ``on_side``: for ``below``/``above``, the whole interval is on the
-    predicted side of p; ``power``: the approximate power against the alternative."""
+    predicted side of p; ``power``: the approximate power against the alternative.
+
+    Attributes
+    ----------
+    state : str or None
+        A verdict fixed by the row alone.
+    p_value : float or None
+        The row's p-value.
+    low_power : bool
+        The interval cannot tell p from the alternative.
+    on_side : bool
+        For ``below``/``above``: the whole interval is on the predicted side.
+    power : float or None
+        The approximate power against the alternative.
+    """
 
     state: Optional[str]
     p_value: Optional[float] = None
@@ -135,7 +160,22 @@ class RowTest:
 def default_alternative(rule: str, p: float, tol: float) -> Optional[float]:
     """The alternative of a row that states none: p ± max(ALT_RTOL·|p|, 2·tol), above p for
     ``at_most``, below for ``at_least`` (None for ``below``/``above``, whose alternative is the other
-    side of p)."""
+    side of p).
+
+    Parameters
+    ----------
+    rule : {"matches", "at_most", "at_least", "below", "above"}
+        The rule (`RULES`).
+    p : float
+        The prediction.
+    tol : float
+        The tolerance.
+
+    Returns
+    -------
+    float or None
+        The alternative.
+    """
     if rule in ("below", "above"):
         return None
     shift = max(ALT_RTOL * abs(p), 2 * tol)
@@ -157,14 +197,56 @@ def _excess(rule: str, p: float, m: float, tol: float) -> tuple[float, bool]:
 
 
 def cannot_fail(rule: str, p: float, tol: float, reach: float) -> bool:
-    """True when ``rule`` would not fail even if the observable showed its ``reach`` exactly."""
+    """True when ``rule`` would not fail even if the observable showed its ``reach`` exactly.
+
+    Parameters
+    ----------
+    rule : {"matches", "at_most", "at_least", "below", "above"}
+        The rule (`RULES`).
+    p : float
+        The prediction.
+    tol : float
+        The tolerance.
+    reach : float
+        The most extreme value the observable can show.
+
+    Returns
+    -------
+    bool
+        Whether the rule cannot fail.
+    """
     return _excess(rule, p, reach, tol)[0] <= 0
 
 
 def row_test(rule: str, predicted: Optional[float], measured: Optional[float], lo: Optional[float], hi: Optional[float],
              tol: float = 0.0, alternative: Optional[float] = None, reach: Optional[float] = None,
              n: Optional[int] = None) -> RowTest:
-    """The row's own test (see [`RowTest`][stochformer.measure.verdict.RowTest] and the module docstring)."""
+    """The row's own test (see [`RowTest`][stochformer.measure.verdict.RowTest] and the module docstring).
+
+    Parameters
+    ----------
+    rule : {"matches", "at_most", "at_least", "below", "above"}
+        The rule (`RULES`).
+    predicted : float or None
+        p, the prediction.
+    measured : float or None
+        The measured value.
+    lo, hi : float or None
+        Its 95% interval.
+    tol : float, optional
+        The tolerance.
+    alternative : float, optional
+        The alternative a (default `default_alternative`).
+    reach : float, optional
+        The most extreme value the observable can show in the rule's direction.
+    n : int, optional
+        Samples behind a Student-t interval.
+
+    Returns
+    -------
+    RowTest
+        The row's own test.
+    """
     if rule not in RULES:
         raise ValueError(f"rule: unknown rule {rule!r}; valid: {', '.join(RULES)}")
     if n is not None and n < MIN_SAMPLES:
@@ -208,7 +290,18 @@ def holm(p_values: list[float]) -> list[float]:
     """Holm's step-down adjusted p-values, in the order given: sorted ascending, the i-th smallest
     (from 0) becomes max over j ≤ i of min(1, (k − j)·p_(j)). A row fails when its adjusted value is
     below the family level; the chance of any false failure is then at most that level for any
-    dependence between the rows."""
+    dependence between the rows.
+
+    Parameters
+    ----------
+    p_values : list of float
+        The family's p-values.
+
+    Returns
+    -------
+    list of float
+        The adjusted p-values, in the order given.
+    """
     k = len(p_values)
     order = sorted(range(k), key=lambda i: p_values[i])
     out = [1.0] * k
@@ -227,7 +320,20 @@ def _tested_p(t: RowTest) -> float:
 
 
 def family_verdicts(tests: list[RowTest], rules: list[str]) -> list[tuple[str, Optional[float]]]:
-    """(verdict, Holm-adjusted p-value) of each row of one family (module docstring, steps 4–5)."""
+    """(verdict, Holm-adjusted p-value) of each row of one family (module docstring, steps 4–5).
+
+    Parameters
+    ----------
+    tests : list of RowTest
+        The rows' own tests.
+    rules : list of str
+        Their rules.
+
+    Returns
+    -------
+    list of tuple
+        (verdict, adjusted p-value or None) per row.
+    """
     tested = [i for i, t in enumerate(tests) if t.state is None]
     adjusted = dict(zip(tested, holm([_tested_p(tests[i]) for i in tested])))
     out: list[tuple[str, Optional[float]]] = []
@@ -251,7 +357,26 @@ def family_verdicts(tests: list[RowTest], rules: list[str]) -> list[tuple[str, O
 def decide(rule: str, predicted: Optional[float], lo: Optional[float], hi: Optional[float], tol: float = 0.0,
            **kw) -> str:
     """The verdict of one row alone (a family of one) for prediction p and 95% CI [lo, hi]; ``kw``:
-    ``measured``, ``alternative``, ``reach``, ``n``."""
+    ``measured``, ``alternative``, ``reach``, ``n``.
+
+    Parameters
+    ----------
+    rule : {"matches", "at_most", "at_least", "below", "above"}
+        The rule (`RULES`).
+    predicted : float or None
+        p.
+    lo, hi : float or None
+        The 95% interval.
+    tol : float, optional
+        The tolerance.
+    **kw : Any
+        ``measured``, ``alternative``, ``reach``, ``n``.
+
+    Returns
+    -------
+    str
+        The verdict.
+    """
     t = row_test(rule, predicted, kw.pop("measured", None), lo, hi, tol, **kw)
     return family_verdicts([t], [rule])[0][0]
 
@@ -263,7 +388,31 @@ class Comparison:
     (default [`default_alternative`][stochformer.measure.verdict.default_alternative]), ``reach`` the most extreme value the observable can show
     in the rule's direction (a bound beyond it is not testable), ``n`` the samples behind a sample
     mean (Student's t; fewer than `MIN_SAMPLES` give no interval). ``verdict`` and the test's
-    numbers are computed, for the row alone; [`recompute`][stochformer.measure.verdict.recompute] judges a section's rows as a family."""
+    numbers are computed, for the row alone; [`recompute`][stochformer.measure.verdict.recompute] judges a section's rows as a family.
+
+    Parameters
+    ----------
+    quantity : str
+        What is compared.
+    predicted : float or None
+        p, from theory.
+    measured : float, optional
+        The measured value.
+    ci : tuple of float, optional
+        Its 95% interval (lo, hi).
+    rule : {"matches", "at_most", "at_least", "below", "above"}
+        The rule, default ``matches`` (`RULES`).
+    tol : float, optional
+        The tolerance.
+    note : str, optional
+        A note shown beside the row.
+    alternative : float, optional
+        The alternative a.
+    reach : float, optional
+        The most extreme value the observable can show.
+    n : int, optional
+        Samples behind a Student-t interval.
+    """
 
     quantity: str
     predicted: Optional[float]
@@ -312,7 +461,13 @@ class Comparison:
 
     def own_test(self) -> RowTest:
         """The row's own test ([`row_test`][stochformer.measure.verdict.row_test]); a measurement that was made but is not finite is
-        undetermined."""
+        undetermined.
+
+        Returns
+        -------
+        RowTest
+            The row's own test.
+        """
         lo, hi = self.ci if self.ci is not None else (None, None)
         if self._attempted and (self.n is None or self.n >= MIN_SAMPLES) and (lo is None or hi is None):
             return RowTest(UNDETERMINED)
@@ -323,7 +478,28 @@ class Comparison:
                      **kw) -> "Comparison":
         """A row from a sample mean and its standard error: CI = mean ± q·SE, q = 1.96, or Student's
         t quantile with n − 1 degrees of freedom for a mean of ``n`` samples (no interval for
-        n < `MIN_SAMPLES`)."""
+        n < `MIN_SAMPLES`).
+
+        Parameters
+        ----------
+        quantity : str
+            What is compared.
+        predicted : float or None
+            p.
+        mean : float
+            The sample mean.
+        se : float
+            Its standard error.
+        n : int, optional
+            Samples (Student's t).
+        **kw : Any
+            Further fields of the row.
+
+        Returns
+        -------
+        Comparison
+            The row.
+        """
         if n is not None and n < MIN_SAMPLES:
             return cls(quantity, predicted, mean, None, n=n, **kw)
         h = quantile(n) * se
@@ -332,7 +508,24 @@ class Comparison:
     @classmethod
     def from_samples(cls, quantity: str, predicted: Optional[float], samples, **kw) -> "Comparison":
         """A row from independent samples (any shape, flattened): their mean, SE and count
-        (Student's t interval)."""
+        (Student's t interval).
+
+        Parameters
+        ----------
+        quantity : str
+            What is compared.
+        predicted : float or None
+            p.
+        samples : array_like
+            Independent samples.
+        **kw : Any
+            Further fields of the row.
+
+        Returns
+        -------
+        Comparison
+            The row.
+        """
         import numpy as np
 
         x = np.asarray(samples, dtype=float).ravel()
@@ -342,7 +535,26 @@ class Comparison:
     @classmethod
     def from_fraction(cls, quantity: str, predicted: Optional[float], successes: int, trials: int, **kw) -> "Comparison":
         """A row from a count of ``successes`` in ``trials`` independent trials: the fraction with its
-        Wilson score interval ([`stochformer.measure.stats.wilson_interval`][stochformer.measure.stats.wilson_interval])."""
+        Wilson score interval ([`stochformer.measure.stats.wilson_interval`][stochformer.measure.stats.wilson_interval]).
+
+        Parameters
+        ----------
+        quantity : str
+            What is compared.
+        predicted : float or None
+            p.
+        successes : int
+            Successes.
+        trials : int
+            Independent trials.
+        **kw : Any
+            Further fields of the row.
+
+        Returns
+        -------
+        Comparison
+            The row.
+        """
         from .stats import wilson_interval
 
         if trials < MIN_SAMPLES:
@@ -351,6 +563,13 @@ class Comparison:
         return cls(quantity, predicted, successes / trials, (lo, hi), **kw)
 
     def to_dict(self) -> dict:
+        """The row as stored: its fields, the hypothesis of its rule, then the derived fields (verdict last).
+
+        Returns
+        -------
+        dict
+            JSON-able.
+        """
         out = asdict(self)
         out["hypothesis"] = HYPOTHESES.get(self.rule, "")
         for key in DERIVED:  # the derived fields last, the verdict at the very end
@@ -359,6 +578,18 @@ class Comparison:
 
     @classmethod
     def from_dict(cls, data: dict) -> "Comparison":
+        """A row from its stored form (the derived fields dropped: they are derived again).
+
+        Parameters
+        ----------
+        data : dict
+            A row of `to_dict`.
+
+        Returns
+        -------
+        Comparison
+            The row.
+        """
         data = {k: v for k, v in data.items() if k not in DERIVED}
         if data.get("ci") is not None:
             data["ci"] = tuple(data["ci"])
@@ -375,7 +606,18 @@ def _clean(x: Optional[float]) -> Optional[float]:
 
 def judge(rows: list[Comparison]) -> list[Comparison]:
     """``rows`` judged as one family (in place; returned): every verdict after Holm's adjustment
-    over the family's p-values (module docstring)."""
+    over the family's p-values (module docstring).
+
+    Parameters
+    ----------
+    rows : list of Comparison
+        One family.
+
+    Returns
+    -------
+    list of Comparison
+        ``rows``, judged.
+    """
     tests = [r.own_test() for r in rows]
     for r, t, v in zip(rows, tests, family_verdicts(tests, [r.rule for r in rows])):
         r._judge(t, v, sum(x.state is None for x in tests))
@@ -385,7 +627,18 @@ def judge(rows: list[Comparison]) -> list[Comparison]:
 def recompute(rows: list) -> list[dict]:
     """The rows of a stored table (one section: one family) with every verdict derived again from
     the rows' own numbers, so a stored verdict is never trusted; a row that is not a valid
-    [`Comparison`][stochformer.measure.verdict.Comparison] becomes an ``undetermined`` row saying so (and is no part of the family)."""
+    [`Comparison`][stochformer.measure.verdict.Comparison] becomes an ``undetermined`` row saying so (and is no part of the family).
+
+    Parameters
+    ----------
+    rows : list
+        Stored rows (dicts).
+
+    Returns
+    -------
+    list of dict
+        The rows with their verdicts derived again.
+    """
     out: list[tuple[Comparison, bool]] = []
     for row in rows if isinstance(rows, list) else []:
         try:
@@ -405,7 +658,18 @@ def _invalid(name: str) -> Comparison:
 
 
 def counts(rows: list[dict]) -> dict[str, int]:
-    """How many rows have each verdict of `VERDICTS` (rows as [`recompute`][stochformer.measure.verdict.recompute] returns them)."""
+    """How many rows have each verdict of `VERDICTS` (rows as [`recompute`][stochformer.measure.verdict.recompute] returns them).
+
+    Parameters
+    ----------
+    rows : list of dict
+        Judged rows.
+
+    Returns
+    -------
+    dict of str to int
+        Verdict → count.
+    """
     out = dict.fromkeys(VERDICTS, 0)
     for r in rows:
         if r.get("verdict") in out:

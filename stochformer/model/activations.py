@@ -57,7 +57,24 @@ KINKED_ACTIVATIONS = frozenset({"relu", "leaky_relu"})
 def get_activation(activation: ActivationLike) -> Activation:
     """Return the elementwise function for a name in `ACTIVATIONS` or a callable; a user's
     callable comes back checked on its first call (it must return a finite tensor of its input's
-    shape: ``ValueError`` naming it otherwise)."""
+    shape: ``ValueError`` naming it otherwise).
+
+    Parameters
+    ----------
+    activation : str or callable
+        A name in `ACTIVATIONS`, an import string ``"package.module:function"``, or an elementwise
+        ``Tensor -> Tensor`` callable.
+
+    Returns
+    -------
+    callable
+        The elementwise function φ.
+
+    Raises
+    ------
+    ValueError
+        An unknown name (listing the valid ones), or an import string that names no callable.
+    """
     if callable(activation):
         return activation if any(activation is fn for fn in ACTIVATIONS.values()) else _first_call_checked(activation)
     if isinstance(activation, str) and ":" in activation:
@@ -92,7 +109,18 @@ def _first_call_checked(fn: Activation) -> Activation:
 def activation_name(activation: ActivationLike) -> str:
     """A printable name: the registry name, the callable's ``__name__``, a partial's ``f(k=v, …)``,
     an instance's own repr, or where that repr is the default one ``Class(name=value, …)`` with its
-    recorded parameters (`callable_record`; never a memory address)."""
+    recorded parameters (`callable_record`; never a memory address).
+
+    Parameters
+    ----------
+    activation : str or callable
+        As for [`get_activation`][stochformer.model.activations.get_activation].
+
+    Returns
+    -------
+    str
+        The name.
+    """
     if isinstance(activation, str):
         return activation
     if hasattr(activation, "__name__"):

@@ -13,7 +13,7 @@ from typing import Annotated, Optional, Protocol, runtime_checkable
 import torch
 import torch.nn.functional as F
 
-from ..core.runtime import make_generator
+from ..core.runtime import make_generator, stream
 from ..core.validation import (
     Bool,
     DeviceLike,
@@ -26,6 +26,7 @@ from ..core.validation import (
     check_int,
     check_parts,
     check_tensor,
+    same_device,
     validated,
 )
 
@@ -39,7 +40,20 @@ CPU_ROWS = 64
 
 def query_chunk(N: int, block: int = DEFAULT_BLOCK) -> int:
     """Query rows per attention chunk so that a (chunk, N) score block has at most ``block``
-    entries (at least one row): working memory O(block + N d) per sample."""
+    entries (at least one row): working memory O(block + N d) per sample.
+
+    Parameters
+    ----------
+    N : int
+        Keys (tokens of the cloud), >= 1.
+    block : int, optional
+        The most score entries formed at once.
+
+    Returns
+    -------
+    int
+        Query rows per chunk, in 1..N.
+    """
     return max(1, min(N, block // N))
 
 
@@ -71,27 +85,59 @@ class Attention(Protocol):
 @runtime_checkable
 class RandomAttention(Attention, Protocol):
     """An [`Attention`][stochformer.model.attention.Attention] that draws random numbers (per
-    layer or per call): ``reset(batch, d, generator, dtype, device)`` starts its draws again at
-    the start of every run, as a noise source's ``reset`` does, so that a model object reused for
-    a run with the same seed gives the same numbers.
+    layer or per call): ``reset(batch, d, generator, dtype, device)`` starts its draws at the start
+    of every run, as a noise source's ``reset`` does.
 
-    stochformer's own (`RandomBatchAttention`, `ResampledAttention`) draw from a stream of their
-    own, seeded by their ``seed`` and started again by ``reset``, not from the run's generator:
-    the run's noise draws are then those of the same model with a deterministic attention (the
-    exact softmax, the averaged drift), so the two can be compared path by path. Drawing from the
-    run's generator would shift every later weight of the random MLP and decouple the comparison.
+    The ``generator`` it receives is the run's ``"attention"`` stream,
+    [`stream(run_generator, "attention")`][stochformer.core.runtime.stream], not the run's generator
+    itself: its draws change with the run's seed (runs of one model object with seeds 0, 1, …
+    are independent), the same seed on the same object gives the same numbers, and the run's
+    generator is left to the noise, whose draws are then those of the same model with a
+    deterministic attention (the exact softmax, the averaged drift), so that the two can be
+    compared path by path.
     """
 
     def reset(self, batch: int, d: int, generator: torch.Generator, dtype: torch.dtype, device) -> None:
-        """Start the draws of a run (the run's ``generator`` is there for draws of the run's own)."""
+        """Start the draws of a run from ``generator``, the run's attention stream.
+
+        Parameters
+        ----------
+        batch : int
+            Independent samples of the run.
+        d : int
+            Token dimension.
+        generator : torch.Generator
+            The run's attention stream.
+        dtype : torch.dtype
+            The tokens' dtype.
+        device : str or torch.device
+            The tokens' device.
+        """
 
 
-def start_run(attention: Optional[Attention], batch: int, d: int, generator: torch.Generator, dtype: torch.dtype,
-              device) -> None:
-    """The start of a run for ``attention``: a [`RandomAttention`][stochformer.model.attention.RandomAttention]
-    is reset; a deterministic one has nothing to start."""
+def start_run(attention: object, batch: int, d: int, generator: torch.Generator, dtype: torch.dtype, device) -> None:
+    """The start of a run with the run's ``generator`` for ``attention``: a
+    [`RandomAttention`][stochformer.model.attention.RandomAttention] is reset with the run's
+    ``"attention"`` stream ([`stream`][stochformer.core.runtime.stream]; the run's generator is not
+    drawn from); any other ``attention`` (a deterministic callable, None) has nothing to start.
+
+    Parameters
+    ----------
+    attention : object
+        The attention (None or a deterministic callable: nothing to do).
+    batch : int
+        Independent samples of the run.
+    d : int
+        Token dimension.
+    generator : torch.Generator
+        The run's generator (not drawn from).
+    dtype : torch.dtype
+        The tokens' dtype.
+    device : str or torch.device
+        The tokens' device.
+    """
     if isinstance(attention, RandomAttention):
-        attention.reset(batch, d, generator, dtype, device)
+        attention.reset(batch, d, stream(generator, "attention", device), dtype, device)
 
 
 @validated
@@ -176,7 +222,32 @@ class SoftmaxAttention:
     ) -> "SoftmaxAttention":
         """From query, key and value matrices (nested lists, arrays or tensors, d × d, finite; a
         missing Q or K is the identity): A = Qᵀ K and V; without Q, K the score matrix is βI,
-        without V the value γI."""
+        without V the value γI.
+
+        Parameters
+        ----------
+        d : int
+            Token dimension, >= 2.
+        beta : float, optional
+            The score scale where neither Q nor K is given.
+        gamma : float, optional
+            The value scale where V is not given.
+        Q, K, V : array_like, optional
+            d × d finite matrices.
+        dtype : torch.dtype, optional
+            The matrices' dtype.
+        device : str or torch.device, optional
+            Their device.
+        chunk : int, optional
+            Query rows per chunk (None: all at once).
+        sdpa : bool, optional
+            Use ``torch.nn.functional.scaled_dot_product_attention``.
+
+        Returns
+        -------
+        SoftmaxAttention
+            The attention with ``A`` and ``V`` set (or β, γ).
+        """
         check_int("d", d, 2)
 
         def as_t(M: object, name: str) -> torch.Tensor:
@@ -195,7 +266,20 @@ class SoftmaxAttention:
     def flops(self, N: int, d: int) -> float:
         """Matrix-product flops of self-attention on N tokens in dimension d, per sample: the scores
         (β X Xᵀ, a symmetric product, N(N+1)d; with A the queries X A, 2Nd², and 2N²d) and their
-        product with the values (2N²d, and 2Nd² for X Vᵀ with V)."""
+        product with the values (2N²d, and 2Nd² for X Vᵀ with V).
+
+        Parameters
+        ----------
+        N : int
+            Tokens.
+        d : int
+            Token dimension.
+
+        Returns
+        -------
+        float
+            Flops per sample.
+        """
         scores = N * (N + 1.0) * d if self.A is None else 2.0 * N * d * (d + N)
         return scores + 2.0 * N * N * d + (0.0 if self.V is None else 2.0 * N * d * d)
 
@@ -265,13 +349,25 @@ class RandomBatchAttention:
 
     ``exact``: the attention whose scores and values are used (β, γ or A, V of
     [`SoftmaxAttention`][stochformer.model.attention.SoftmaxAttention]; its ``chunk`` and ``sdpa`` do not apply). ``p``: tokens per batch
-    (≥ 2). The permutations come from the piece's own generator, seeded with ``seed`` and started
-    again at every run ([`reset`][stochformer.model.attention.RandomBatchAttention.reset]), so the run's noise draws are the same as with the exact
-    attention: the two can be compared path by path. Only self-attention (``keys=None``)."""
+    (≥ 2). ``seed``: None (the default) draws the permutations from the run's attention stream
+    (given to [`reset`][stochformer.model.attention.RandomBatchAttention.reset] at the start of every
+    run: they change with the run's seed, and the run's noise draws are the same as with the exact
+    attention, so the two can be compared path by path); an integer fixes them instead, the same in
+    every run. Only self-attention (``keys=None``).
+
+    Parameters
+    ----------
+    exact : SoftmaxAttention
+        The attention whose scores and values are used.
+    p : int
+        Tokens per batch, >= 2.
+    seed : int, optional
+        None: the run's attention stream; an integer: fixed permutations, the same in every run.
+    """
 
     exact: SoftmaxAttention
     p: Annotated[int, Int(2)]
-    seed: Seed = 0
+    seed: Optional[Seed] = None
     _gen: Optional[torch.Generator] = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -283,12 +379,40 @@ class RandomBatchAttention:
         return self.exact.d
 
     def reset(self, batch, d, generator, dtype, device) -> None:
-        """The start of a run: the permutations start again from ``seed``."""
-        self._gen = make_generator(self.seed, device)
+        """The start of a run: the permutations are drawn from ``generator`` (the run's attention
+        stream), or start again from ``seed`` when one is fixed.
+
+        Parameters
+        ----------
+        batch : int
+            Independent samples of the run.
+        d : int
+            Token dimension.
+        generator : torch.Generator
+            The run's attention stream.
+        dtype : torch.dtype
+            The tokens' dtype.
+        device : str or torch.device
+            The tokens' device.
+        """
+        self._gen = reset_stream(self.seed, generator, device)
 
     def flops(self, N: int, d: int) -> float:
         """Matrix-product flops per sample: 4 N p d for the scores and their product with the values
-        (plus the d × d products of A and V, as in [`SoftmaxAttention.flops`][stochformer.model.attention.SoftmaxAttention.flops])."""
+        (plus the d × d products of A and V, as in [`SoftmaxAttention.flops`][stochformer.model.attention.SoftmaxAttention.flops]).
+
+        Parameters
+        ----------
+        N : int
+            Tokens.
+        d : int
+            Token dimension.
+
+        Returns
+        -------
+        float
+            Flops per sample.
+        """
         extra = (0.0 if self.exact.A is None else 2.0 * N * d * d) + (0.0 if self.exact.V is None else 2.0 * N * d * d)
         return 4.0 * N * min(self.p, N) * d + extra
 
@@ -299,9 +423,8 @@ class RandomBatchAttention:
         B, N, d = X.shape
         if N < 2:
             raise ValueError(f"RandomBatchAttention: needs N >= 2 tokens, each attending to others (got N = {N})")
-        if self._gen is None or self._gen.device != X.device:
-            self._gen = make_generator(self.seed, X.device)
-        perm = torch.stack([torch.randperm(N, generator=self._gen, device=X.device) for _ in range(B)])
+        gen = self._gen = running_stream("RandomBatchAttention", self._gen, self.seed, X.device)
+        perm = torch.stack([torch.randperm(N, generator=gen, device=X.device) for _ in range(B)])
         rows = (perm + N * torch.arange(B, device=X.device).unsqueeze(-1)).flatten()  # into (B·N, ·)
         Xp = X.reshape(B * N, d).index_select(0, rows).view(B, N, d)
         q, vals = self.exact._queries(Xp), self.exact._values(Xp)
@@ -314,6 +437,59 @@ class RandomBatchAttention:
                                     vals[:, :head].reshape(B, n_full, self.p, e)).reshape(B, head, e)
         out[:, head:] = _within(q[:, head:].unsqueeze(1), Xp[:, head:].unsqueeze(1), vals[:, head:].unsqueeze(1)).squeeze(1)
         return torch.empty_like(out).view(B * N, e).index_copy_(0, rows, out.view(B * N, e)).view(B, N, e)
+
+
+def reset_stream(seed: Optional[int], generator: torch.Generator, device) -> torch.Generator:
+    """A random attention's generator for a run: ``generator`` (the run's attention stream), or a
+    fresh one from a fixed ``seed``.
+
+    Parameters
+    ----------
+    seed : int or None
+        The attention's fixed seed (None: the run's stream).
+    generator : torch.Generator
+        The run's attention stream.
+    device : str or torch.device
+        Where a fresh generator draws.
+
+    Returns
+    -------
+    torch.Generator
+        The generator of the run's draws.
+    """
+    return generator if seed is None else make_generator(seed, device)
+
+
+def running_stream(owner: str, gen: Optional[torch.Generator], seed: Optional[int], device) -> torch.Generator:
+    """The generator a random attention draws from at a call on ``device``: the one of its run, or
+    (called outside a run) a fresh one from its fixed ``seed``.
+
+    Parameters
+    ----------
+    owner : str
+        The attention's class name, for the message.
+    gen : torch.Generator or None
+        The generator its run's ``reset`` gave it.
+    seed : int or None
+        Its fixed seed.
+    device : str or torch.device
+        Where the call draws.
+
+    Returns
+    -------
+    torch.Generator
+        The generator to draw from.
+
+    Raises
+    ------
+    RuntimeError
+        Neither a run's generator on ``device`` nor a seed, naming ``owner``.
+    """
+    if gen is not None and same_device(gen.device, device):
+        return gen
+    if seed is None:
+        raise RuntimeError(f"{owner}: no draws on {device}: a run starts them (reset, called by solve), or give a seed")
+    return make_generator(seed, device)
 
 
 def _within(q: torch.Tensor, keys: torch.Tensor, vals: torch.Tensor) -> torch.Tensor:

@@ -28,7 +28,7 @@ from typing import Annotated, Optional
 
 import torch
 
-from ..core.runtime import make_generator
+from .attention import reset_stream, running_stream
 from ..core.validation import (
     DeviceLike,
     FiniteFloat,
@@ -75,10 +75,19 @@ def _bmat(M: torch.Tensor) -> torch.Tensor:
 @validated
 @dataclass(frozen=True)
 class MultiHeadAttention:
-    """H softmax heads with an output projection (SPEC §7).
+    r"""H softmax heads with an output projection (SPEC §7).
 
-    ``Q, K, V``: (H, d_h, d); ``O``: (H, d, d_h). Attn(x_i) = Σ_h O_h Σ_j softmax_j(⟨Q_h x_i,
-    K_h x_j⟩) V_h x_j."""
+    $$
+    \mathrm{Attn}(x_i) = \sum_h O_h \sum_j \mathrm{softmax}_j(\langle Q_h x_i, K_h x_j\rangle)\, V_h x_j .
+    $$
+
+    Parameters
+    ----------
+    Q, K, V : torch.Tensor, shape (H, d_h, d)
+        Each head's query, key and value matrices.
+    O : torch.Tensor, shape (H, d, d_h)
+        Each head's output projection.
+    """
 
     Q: HeadMatrices
     K: HeadMatrices
@@ -109,7 +118,20 @@ class MultiHeadAttention:
     def split(cls, Q: Matrix, K: Matrix, V: Matrix, heads: PositiveInt) -> "MultiHeadAttention":
         """Heads from d×d matrices: head h takes rows h·d_h … (h+1)·d_h − 1 of Q, K, V (d_h = d/H)
         and O concatenates the heads (O_h = the columns of I for those rows). H = 1 is the single
-        head ⟨Q x, K y⟩, V."""
+        head ⟨Q x, K y⟩, V.
+
+        Parameters
+        ----------
+        Q, K, V : torch.Tensor, shape (d, d)
+            Query, key and value matrices.
+        heads : int
+            H, a divisor of d.
+
+        Returns
+        -------
+        MultiHeadAttention
+            The H heads.
+        """
         _same("MultiHeadAttention.split", Q=Q, K=K, V=V)
         d = Q.shape[-1]
         if d % heads:
@@ -123,7 +145,19 @@ class MultiHeadAttention:
 @validated
 @dataclass(frozen=True)
 class UnnormalisedAttention:
-    """USA: (1/N) Σ_j e^{⟨Q x_i, K x_j⟩} V x_j with ``A = Qᵀ K`` (d, d) and ``V`` (d, d)."""
+    r"""Unnormalised self-attention (USA),
+
+    $$
+    \mathrm{Attn}(x_i) = \frac{1}{N} \sum_j e^{\langle x_i, A x_j\rangle}\, V x_j, \qquad A = Q^\top K .
+    $$
+
+    Parameters
+    ----------
+    A : torch.Tensor, shape (d, d)
+        The score matrix Qᵀ K.
+    V : torch.Tensor, shape (d, d)
+        The value matrix.
+    """
 
     A: Matrix
     V: Matrix
@@ -145,7 +179,13 @@ class UnnormalisedAttention:
 @dataclass(frozen=True)
 class L2Attention:
     """Σ_j softmax_j(−|Q x_i − K x_j|²) V x_j; ``Q, K, V``: (d, d). With Q = K = √(β/2) I and unit
-    tokens the weights equal softmax_j(β⟨x_i, x_j⟩) (−(β/2)|x − y|² = β⟨x, y⟩ − β)."""
+    tokens the weights equal softmax_j(β⟨x_i, x_j⟩) (−(β/2)|x − y|² = β⟨x, y⟩ − β).
+
+    Parameters
+    ----------
+    Q, K, V : torch.Tensor, shape (d, d)
+        Query, key and value matrices.
+    """
 
     Q: Matrix
     K: Matrix
@@ -170,7 +210,22 @@ def sinkhorn_log(scores: RealTensor, iters: _Iters, tol: Optional[PositiveFloat]
     """log P for P = diag(a) e^{scores} diag(b) with row sums 1/n and column sums 1/N:
     scores (..., n, N). Alternating row and column normalisations in log space, ``iters`` times
     at most, stopping early once every row sum is within ``tol`` of 1/n (after a column step the
-    columns are exact)."""
+    columns are exact).
+
+    Parameters
+    ----------
+    scores : torch.Tensor, shape (..., n, N)
+        The log-kernel, finite.
+    iters : int
+        The most normalisation rounds (row, then column).
+    tol : float, optional
+        Stop once every row sum is within ``tol`` of 1/n.
+
+    Returns
+    -------
+    torch.Tensor, shape (..., n, N)
+        log P.
+    """
     if scores.dim() < 2:
         raise ValueError(f"scores: expected a tensor of shape (..., n, N), got shape {tuple(scores.shape)}")
     return _sinkhorn_log(scores, iters, tol)
@@ -193,7 +248,19 @@ def _sinkhorn_log(scores: torch.Tensor, iters: int, tol: Optional[float] = None)
 class SinkhornAttention:
     """Attn(x_i) = Σ_j S_ij V x_j, S = n·P with P of [`sinkhorn_log`][stochformer.model.attention_variants.sinkhorn_log] applied to
     ⟨Q x_i, K x_j⟩ = x_iᵀ A x_j: rows of S sum to 1, columns to n/N (doubly stochastic for n = N).
-    ``iters`` normalisation rounds, or fewer once ``tol`` is met."""
+    ``iters`` normalisation rounds, or fewer once ``tol`` is met.
+
+    Parameters
+    ----------
+    A : torch.Tensor, shape (d, d)
+        The score matrix Qᵀ K.
+    V : torch.Tensor, shape (d, d)
+        The value matrix.
+    iters : int, optional
+        The most Sinkhorn rounds.
+    tol : float, optional
+        Stop once the row sums are within ``tol``.
+    """
 
     A: Matrix
     V: Matrix
@@ -208,7 +275,20 @@ class SinkhornAttention:
         return int(self.A.shape[-1])
 
     def weights(self, X: torch.Tensor, keys: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """S: (batch, n, N)."""
+        """The doubly stochastic weights S = n·P.
+
+        Parameters
+        ----------
+        X : torch.Tensor, shape (batch, n, d)
+            The queries.
+        keys : torch.Tensor, optional, shape (batch, N, d)
+            The cloud (default X).
+
+        Returns
+        -------
+        torch.Tensor, shape (batch, n, N)
+            S, rows summing to 1.
+        """
         keys = X if keys is None else keys
         logP = _sinkhorn_log((X @ self.A) @ keys.transpose(-1, -2), self.iters, self.tol)
         return logP.exp() * X.shape[-2]
@@ -228,15 +308,35 @@ def _softmax_average(X: torch.Tensor, keys: torch.Tensor, Q: torch.Tensor, K: to
 @dataclass
 class ResampledAttention:
     """Per-layer random attention: every call draws, for each sample of the batch,
-    Q = √β I + σ Z_Q/√d, K = √β I + σ Z_K/√d, V = γ I + σ Z_V/√d (Z i.i.d. N(0, 1)) from its own
-    generator seeded with ``seed``, and returns Σ_j softmax_j(⟨Q x_i, K x_j⟩) V x_j. One call is
-    one layer (the post-LN transformer calls attention once per layer)."""
+    Q = √β I + σ Z_Q/√d, K = √β I + σ Z_K/√d, V = γ I + σ Z_V/√d (Z i.i.d. N(0, 1)), and returns
+    Σ_j softmax_j(⟨Q x_i, K x_j⟩) V x_j. One call is one layer (the post-LN transformer calls
+    attention once per layer).
+
+    ``seed``: None (the default) draws from the run's attention stream, given to
+    [`reset`][stochformer.model.attention_variants.ResampledAttention.reset] at the start of every
+    run (see [`RandomAttention`][stochformer.model.attention.RandomAttention]): the draws change
+    with the run's seed and leave the run's generator to the noise. An integer fixes the draws
+    instead: every run starts again from ``seed``.
+
+    Parameters
+    ----------
+    d : int
+        Token dimension, >= 2.
+    beta : float, optional
+        The mean score scale β, >= 0.
+    gamma : float, optional
+        The mean value scale γ.
+    std : float, optional
+        σ, the fluctuation's scale, >= 0.
+    seed : int, optional
+        None: the run's attention stream; an integer: fixed draws, the same in every run.
+    """
 
     d: PositiveInt
     beta: NonNegativeFloat = 1.0
     gamma: FiniteFloat = 1.0
     std: NonNegativeFloat = 1.0
-    seed: Seed = 0
+    seed: Optional[Seed] = None
     _gen: Optional[torch.Generator] = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -244,18 +344,45 @@ class ResampledAttention:
         check_memory("d", 8.0 * self.d * self.d)  # its identity and per-sample draws are d x d
 
     def reset(self, batch, d, generator, dtype, device) -> None:
-        """The start of a run: the draws start again from ``seed`` (a model object reused for a run
-        gives that run's numbers). The run's generator is not used: the noise's draws stay those of
-        the averaged-drift model, for the path-by-path comparison (see
-        [`RandomAttention`][stochformer.model.attention.RandomAttention])."""
-        self._gen = make_generator(self.seed, device)
+        """The start of a run: the draws come from ``generator`` (the run's attention stream), or
+        start again from ``seed`` when one is fixed (a model object reused for a run with the same
+        seed gives that run's numbers).
+
+        Parameters
+        ----------
+        batch : int
+            Independent samples of the run.
+        d : int
+            Token dimension.
+        generator : torch.Generator
+            The run's attention stream.
+        dtype : torch.dtype
+            The tokens' dtype.
+        device : str or torch.device
+            The tokens' device.
+        """
+        self._gen = reset_stream(self.seed, generator, device)
 
     def draw(self, batch: int, dtype, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(Q, K, V), each (batch, d, d), from the piece's generator."""
-        if self._gen is None:
-            self._gen = make_generator(self.seed, device)
+        """Draw the matrices of one layer from the run's attention stream (or from ``seed``).
+
+        Parameters
+        ----------
+        batch : int
+            Independent draws.
+        dtype : torch.dtype
+            Their dtype.
+        device : str or torch.device
+            Their device.
+
+        Returns
+        -------
+        tuple of torch.Tensor
+            (Q, K, V), each (batch, d, d).
+        """
+        gen = self._gen = running_stream("ResampledAttention", self._gen, self.seed, device)
         eye = torch.eye(self.d, dtype=dtype, device=device)
-        Z = torch.randn(3, batch, self.d, self.d, generator=self._gen, dtype=dtype, device=device)
+        Z = torch.randn(3, batch, self.d, self.d, generator=gen, dtype=dtype, device=device)
         Z = Z * (self.std / math.sqrt(self.d))
         s = math.sqrt(self.beta)
         return s * eye + Z[0], s * eye + Z[1], self.gamma * eye + Z[2]
@@ -272,7 +399,15 @@ class ResampledAttention:
 class AveragedAttention:
     """The averaged drift of [`ResampledAttention`][stochformer.model.attention_variants.ResampledAttention],
     b̄(x_i, μ) = γ E_{Q,K}[Σ_j softmax_j(⟨Q x_i, K x_j⟩) x_j], by the mean over ``Q, K``:
-    (M, d, d), a fixed bank of M draws (the same for every sample and step)."""
+    (M, d, d), a fixed bank of M draws (the same for every sample and step).
+
+    Parameters
+    ----------
+    Q, K : torch.Tensor, shape (M, d, d)
+        The bank of draws.
+    gamma : float, optional
+        The value scale γ.
+    """
 
     Q: Matrices
     K: Matrices
@@ -289,7 +424,32 @@ class AveragedAttention:
     @validated
     def from_law(cls, d: PositiveInt, beta: NonNegativeFloat, gamma: FiniteFloat, std: NonNegativeFloat, draws: PositiveInt,
                  seed: Seed, dtype: FloatDtype = torch.float64, device: DeviceLike = "cpu") -> "AveragedAttention":
-        """A bank of ``draws`` (Q, K) from the law of [`ResampledAttention`][stochformer.model.attention_variants.ResampledAttention] (seeded by ``seed``)."""
+        """A bank of ``draws`` (Q, K) from the law of [`ResampledAttention`][stochformer.model.attention_variants.ResampledAttention] (seeded by ``seed``).
+
+        Parameters
+        ----------
+        d : int
+            Token dimension.
+        beta : float
+            The mean score scale β, >= 0.
+        gamma : float
+            The value scale γ.
+        std : float
+            σ, >= 0.
+        draws : int
+            M, the bank's size.
+        seed : int
+            Seed of the draws.
+        dtype : torch.dtype, optional
+            The bank's dtype.
+        device : str or torch.device, optional
+            Its device.
+
+        Returns
+        -------
+        AveragedAttention
+            The averaged drift over the bank.
+        """
         check_memory("draws, d", 4.0 * draws * d * d * dtype.itemsize)
         Q, K, _ = ResampledAttention(d, beta, gamma, std, seed).draw(draws, dtype, device)
         return cls(Q, K, gamma)

@@ -42,7 +42,15 @@ def _check_sizes(sizes: Sequence[int], N: Optional[int] = None) -> tuple[int, ..
 @dataclass(frozen=True)
 class GroupedAttention:
     """Attention within each of the consecutive groups of ``sizes`` tokens: X (batch, Σ sizes, d)
-    → (batch, Σ sizes, d), rows of group g = ``attention(X_g)`` (one call per group; no token loop)."""
+    → (batch, Σ sizes, d), rows of group g = ``attention(X_g)`` (one call per group; no token loop).
+
+    Parameters
+    ----------
+    attention : Attention
+        The attention applied within each group.
+    sizes : tuple of int
+        The groups' sizes, in token order.
+    """
 
     attention: Attention
     sizes: tuple[int, ...]
@@ -51,6 +59,21 @@ class GroupedAttention:
         object.__setattr__(self, "sizes", _check_sizes(self.sizes))
 
     def reset(self, batch, d, generator, dtype, device) -> None:
+        """Start a run of the inner attention (its ``reset`` if it has one).
+
+        Parameters
+        ----------
+        batch : int
+            Independent samples of the run.
+        d : int
+            Token dimension.
+        generator : torch.Generator
+            The run's generator.
+        dtype : torch.dtype
+            The tokens' dtype.
+        device : str or torch.device
+            The tokens' device.
+        """
         start_run(self.attention, batch, d, generator, dtype, device)
 
     def __call__(self, X: torch.Tensor, keys: Optional[torch.Tensor] = None) -> torch.Tensor:
@@ -69,19 +92,63 @@ class JointField:
 
     S is the Cholesky factor of K + δI with δ = n_u · ε · max K_ii, the rounding error of K's entries
     (the law changes only at float precision; close but distinct tokens make K singular to
-    rounding); a matrix whose factorisation still fails gets the symmetric root (eigh)."""
+    rounding); a matrix whose factorisation still fails gets the symmetric root (eigh).
+
+    Parameters
+    ----------
+    field : ExactField
+        The field.
+    """
 
     field: ExactField  # gives κ and K(X); its own ``sqrt_method`` is not used
 
     def reset(self, batch, d, generator, dtype, device) -> None:
+        """Start a run of the field.
+
+        Parameters
+        ----------
+        batch : int
+            Independent samples of the run.
+        d : int
+            Token dimension.
+        generator : torch.Generator
+            The run's generator.
+        dtype : torch.dtype
+            The tokens' dtype.
+        device : str or torch.device
+            The tokens' device.
+        """
         self.field.reset(batch, d, generator, dtype, device)
 
     def noise_kernel(self, d: int) -> NoiseKernel:
+        """The field's kernel.
+
+        Parameters
+        ----------
+        d : int
+            Token dimension.
+
+        Returns
+        -------
+        NoiseKernel
+            κ of the field in dimension d.
+        """
         return self.field.noise_kernel(d)
 
     def root(self, X: torch.Tensor) -> torch.Tensor:
         """S with S Sᵀ = K(X) + δI (lower triangular unless the Cholesky factorisation failed):
-        X (n, d), distinct rows → (n, n), float64."""
+        X (n, d), distinct rows → (n, n), float64.
+
+        Parameters
+        ----------
+        X : torch.Tensor, shape (n, d)
+            Distinct points.
+
+        Returns
+        -------
+        torch.Tensor, shape (n, n)
+            S, float64.
+        """
         K = self.field.covariance(X.unsqueeze(0), torch.float64)[0]
         diag = K.diagonal()
         diag.add_(diag.amax(), alpha=K.shape[-1] * torch.finfo(K.dtype).eps)
@@ -89,7 +156,18 @@ class JointField:
 
     def distinct(self, X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Indices of the first occurrence of each distinct row of X (n, d), in increasing order,
-        and for every row the position of its distinct row in that list: (n_u,), (n,)."""
+        and for every row the position of its distinct row in that list: (n_u,), (n,).
+
+        Parameters
+        ----------
+        X : torch.Tensor, shape (n, d)
+            Points.
+
+        Returns
+        -------
+        tuple of torch.Tensor
+            The first occurrences (n_u,) and each row's distinct index (n,).
+        """
         _, inverse = torch.unique(X, dim=0, return_inverse=True)
         first = torch.full((int(inverse.max()) + 1,), X.shape[0], dtype=torch.long, device=X.device)
         first.scatter_reduce_(0, inverse, torch.arange(X.shape[0], device=X.device), reduce="amin")
@@ -100,7 +178,22 @@ class JointField:
 
     def increment(self, X: torch.Tensor, dt: float, draws: Randomness) -> torch.Tensor:
         """ΔW at every point of X (batch, n, d) → (batch, n, d); one matrix K per sample, over its
-        distinct points, in float64 whatever X's dtype."""
+        distinct points, in float64 whatever X's dtype.
+
+        Parameters
+        ----------
+        X : torch.Tensor, shape (batch, N, d)
+            The tokens.
+        dt : float
+            The step.
+        draws : torch.Generator or Draws
+            The step's randomness.
+
+        Returns
+        -------
+        torch.Tensor, shape (batch, N, d)
+            ΔW at the tokens.
+        """
         xi = as_draws(draws).brownian(X.shape, X.dtype, X.device)
         out = torch.empty_like(X)
         for b in range(X.shape[0]):  # samples (each its own matrix)

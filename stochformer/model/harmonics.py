@@ -87,18 +87,70 @@ class HarmonicField:
         """c = Σ_i γ^{2i}, the one-point speed (dφ² = c dt)."""
         return sum(self.gamma ** (2 * i) for i in range(1, len(self.harmonics) + 1))
 
-    def reset(self, batch, d, generator, dtype, device) -> None:  # stateless: only the dimension is checked
+    def reset(self, batch, d, generator, dtype, device) -> None:
+        """The start of a run: the field is stateless, so only the dimension is checked.
+
+        Parameters
+        ----------
+        batch : int
+            Independent samples of the run.
+        d : int
+            Token dimension (2: the circle).
+        generator : torch.Generator
+            The run's generator (unused).
+        dtype : torch.dtype
+            The tokens' dtype.
+        device : str or torch.device
+            The tokens' device.
+
+        Raises
+        ------
+        ValueError
+            ``d`` is not 2.
+        """
         self.noise_kernel(d)
 
     def noise_kernel(self, d: int) -> NoiseKernel:
         """A kernel with κ(1) = c (`speed`), the one-point motion's, which gives the Itô correction:
-        κ(ρ) = cρ (linear φ, s² = 2c). The two-point motion is not this kernel's (module docstring)."""
+        κ(ρ) = cρ (linear φ, s² = 2c). The two-point motion is not this kernel's (module docstring).
+
+        Parameters
+        ----------
+        d : int
+            Token dimension; only 2 (the circle).
+
+        Returns
+        -------
+        NoiseKernel
+            The linear kernel with κ(1) = c.
+        """
         if d != 2:
             raise ValueError(f"HarmonicField: tokens on the circle (d = 2), got d = {d}")
         return NoiseKernel("linear", 2, scale=math.sqrt(2 * self.speed))
 
     def increment(self, X: torch.Tensor, dt: float, draws: Randomness) -> torch.Tensor:
-        """x^⊥ √dt Σ_i γ^i (cos(k_i φ) ξ_{i,1} + sin(k_i φ) ξ_{i,2}): X (batch, N, 2) → (batch, N, 2)."""
+        r"""The field's increment over one step, in the tangent direction $x^\perp$:
+
+        $$
+        \Delta W(x) = x^\perp \sqrt{\Delta t}\sum_i \gamma^i\big(\cos(k_i\varphi)\,\xi_{i,1} + \sin(k_i\varphi)\,\xi_{i,2}\big),
+        $$
+
+        φ the angle of x, ξ standard normals shared by all tokens of a sample.
+
+        Parameters
+        ----------
+        X : torch.Tensor, shape (batch, N, 2)
+            Tokens on the circle.
+        dt : float
+            The step.
+        draws : Draws or torch.Generator
+            The step's randomness (the Brownian normals).
+
+        Returns
+        -------
+        torch.Tensor, shape (batch, N, 2)
+            The increment.
+        """
         if X.shape[-1] != 2:
             self.noise_kernel(X.shape[-1])
         m = len(self.harmonics)

@@ -105,21 +105,71 @@ class HomogenizedAttention:
     tied: Bool = True
 
     def reset(self, batch, d, generator, dtype, device) -> None:  # stateless: weights are fresh in every layer
+        """Start a run: the heads are drawn fresh at every step, nothing lives across steps.
+
+        Parameters
+        ----------
+        batch : int
+            Independent samples of the run.
+        d : int
+            Token dimension.
+        generator : torch.Generator
+            The run's generator.
+        dtype : torch.dtype
+            The tokens' dtype.
+        device : str or torch.device
+            The tokens' device.
+        """
         pass
 
     def noise_kernel(self, d: int) -> NoiseKernel:
         """The linear kernel κ(u) = σ_V² u (linear φ, s = σ_V √d): the field of the large-β limit
         (a_i = x_i), whose κ(1) = σ_V² is the one-point speed where |a_i| = 1 (it enters only the
-        Euler integrator's radial term)."""
+        Euler integrator's radial term).
+
+        Parameters
+        ----------
+        d : int
+            Token dimension.
+
+        Returns
+        -------
+        NoiseKernel
+            κ of the field in dimension d.
+        """
         return NoiseKernel("linear", d, scale=self.sigma_V * math.sqrt(d))
 
     def effective_beta(self, d: int) -> float:
-        """β_eff = β d σ_A² (β for the default σ_A = 1/√d)."""
+        """β_eff = β d σ_A² (β for the default σ_A = 1/√d).
+
+        Parameters
+        ----------
+        d : int
+            Token dimension.
+
+        Returns
+        -------
+        float
+            β_eff.
+        """
         s2 = 1.0 / d if self.sigma_A is None else self.sigma_A**2
         return self.beta * d * s2
 
     def outputs(self, X: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-        """The attention outputs a^h_i of H freshly drawn heads: X (batch, N, d) → (batch, H, N, d)."""
+        """The attention outputs a^h_i of H freshly drawn heads: X (batch, N, d) → (batch, H, N, d).
+
+        Parameters
+        ----------
+        X : torch.Tensor, shape (batch, N, d)
+            The tokens.
+        generator : torch.Generator
+            Draws the heads.
+
+        Returns
+        -------
+        torch.Tensor, shape (batch, H, N, d)
+            The outputs a^h_i.
+        """
         B, N, d = X.shape
         if self.beta == 0.0:
             return X.mean(dim=1, keepdim=True).unsqueeze(1).expand(B, self.heads, N, d)
@@ -135,7 +185,22 @@ class HomogenizedAttention:
         return w @ X.unsqueeze(1)
 
     def increment(self, X: torch.Tensor, dt: float, draws: Randomness) -> torch.Tensor:
-        """√(dt/H) σ_V Σ_h G_h^{1/2} Ξ_h, G_h = a^h a^hᵀ: X (batch, N, d) → (batch, N, d)."""
+        """√(dt/H) σ_V Σ_h G_h^{1/2} Ξ_h, G_h = a^h a^hᵀ: X (batch, N, d) → (batch, N, d).
+
+        Parameters
+        ----------
+        X : torch.Tensor, shape (batch, N, d)
+            The tokens.
+        dt : float
+            The step.
+        draws : torch.Generator or Draws
+            The step's randomness.
+
+        Returns
+        -------
+        torch.Tensor, shape (batch, N, d)
+            ΔW at the tokens.
+        """
         draws = as_draws(draws)
         B, N, d = X.shape
         a = self.outputs(X, draws.generator)

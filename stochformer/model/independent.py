@@ -65,16 +65,57 @@ class IndependentField:
         return int(self.kernel.d)
 
     def reset(self, batch, d, generator, dtype, device) -> None:  # stateless: only the dimension is checked
+        """Start a run: the field is stateless.
+
+        Parameters
+        ----------
+        batch : int
+            Independent samples of the run.
+        d : int
+            Token dimension.
+        generator : torch.Generator
+            The run's generator.
+        dtype : torch.dtype
+            The tokens' dtype.
+        device : str or torch.device
+            The tokens' device.
+        """
         self.noise_kernel(d)
 
     def noise_kernel(self, d: int) -> NoiseKernel:
-        """κ of each token's own field (its κ(1) gives the Itô correction)."""
+        """κ of each token's own field (its κ(1) gives the Itô correction).
+
+        Parameters
+        ----------
+        d : int
+            Token dimension.
+
+        Returns
+        -------
+        NoiseKernel
+            κ of the field in dimension d.
+        """
         if d != self.kernel.d:
             raise ValueError(f"IndependentField: its kernel is for d = {self.kernel.d}, the tokens have d = {d}")
         return self.kernel
 
     def increment(self, X: torch.Tensor, dt: float, draws: Randomness) -> torch.Tensor:
-        """√(κ(1) dt) Ξ: X (batch, N, d) → (batch, N, d), independent across tokens."""
+        """√(κ(1) dt) Ξ: X (batch, N, d) → (batch, N, d), independent across tokens.
+
+        Parameters
+        ----------
+        X : torch.Tensor, shape (batch, N, d)
+            The tokens.
+        dt : float
+            The step.
+        draws : torch.Generator or Draws
+            The step's randomness.
+
+        Returns
+        -------
+        torch.Tensor, shape (batch, N, d)
+            ΔW at the tokens.
+        """
         if X.shape[-1] != self.kernel.d:
             self.noise_kernel(X.shape[-1])
         xi = as_draws(draws).brownian(X.shape, X.dtype, X.device)

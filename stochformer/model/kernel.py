@@ -289,7 +289,24 @@ class NoiseKernel:
         return g.detach()
 
     def kappa(self, rho) -> torch.Tensor:
-        """κ(ρ), float64, same shape as ``rho``."""
+        r"""The noise kernel $\kappa(\rho) = s^2\,(\mathbb{E}[\phi(V_1)\phi(V_2)] + \sigma_W^2)$ (SPEC §2)
+        at cosines ρ.
+
+        Parameters
+        ----------
+        rho : float, sequence or torch.Tensor
+            Cosines in [−1, 1] (rounding beyond allowed up to 1e-6).
+
+        Returns
+        -------
+        torch.Tensor
+            κ(ρ), float64, the shape of ``rho``.
+
+        Raises
+        ------
+        ValueError
+            If ``rho`` is not cosines, or κ is beyond float64 (naming the fields).
+        """
         rho = _as_rho(rho)
         r, v = self._corr(rho), self.variance
         name = self.activation if isinstance(self.activation, str) else None
@@ -315,7 +332,30 @@ class NoiseKernel:
         return (2 * (g2 * rho / self.d / s2 + a) / (1 / s2 + 2 * g2 / self.d / s2 + 2 * a)).clamp(-1.0, 1.0)
 
     def kappa_prime(self, rho) -> torch.Tensor:
-        """κ'(ρ) = (s² g²/d) E[φ'(V₁) φ'(V₂)] (Price's theorem), float64."""
+        r"""The kernel's slope by Price's theorem,
+
+        $$
+        \kappa'(\rho) = \frac{s^2 g^2}{d}\, \mathbb{E}[\phi'(V_1)\,\phi'(V_2)] ,
+        $$
+
+        in closed form for relu, leaky_relu, linear and erf, by Mehler's series or Gauss–Hermite
+        quadrature otherwise.
+
+        Parameters
+        ----------
+        rho : float, sequence or torch.Tensor
+            Cosines in [−1, 1].
+
+        Returns
+        -------
+        torch.Tensor
+            κ'(ρ), float64, the shape of ``rho``.
+
+        Raises
+        ------
+        ValueError
+            If ``rho`` is not cosines, or κ' is beyond float64 (naming the fields).
+        """
         rho = _as_rho(rho)
         name = self.activation if isinstance(self.activation, str) else None
         if name in ("relu", "leaky_relu"):
@@ -353,6 +393,21 @@ class Rates:
 
     ``lambda_1_total = lambda_1 − γ`` and ``lambda_bar_total = lambda_bar − 2γ`` add the derived
     near-synchronisation attention terms for Qᵀ K = βI, V = γI.
+
+    Attributes
+    ----------
+    kappa, kappa_prime : float
+        κ(1) and κ'(1).
+    lambda_1 : float
+        The pair's Lyapunov exponent λ₁ (noise only).
+    lambda_bar : float
+        The first-moment rate λ̄ (noise only).
+    lambda_bar_prime : float
+        λ̄', the energy rate of Theorem 1.4 at β.
+    lambda_1_total, lambda_bar_total : float
+        λ₁ − γ and λ̄ − 2γ.
+    beta, gamma : float
+        The energy's β and the attention's γ these were computed for.
     """
 
     kappa: FiniteFloat
@@ -366,18 +421,85 @@ class Rates:
     gamma: FiniteFloat
 
     def to_dict(self) -> dict[str, float]:
+        """The fields as a dict.
+
+        Returns
+        -------
+        dict of str to float
+            Field name → value (JSON-able).
+        """
         return asdict(self)
 
 
 @validated
 def lyapunov_exponent(kappa: FiniteFloat, kappa_prime: FiniteFloat, d: Annotated[int, Int(2)]) -> float:
-    """λ₁ = ((d−3)/2) κ'(1) − ((d−1)/2) κ(1)."""
+    r"""The Lyapunov exponent of a near-synchronised pair under the noise alone (SPEC §5),
+
+    $$
+    \lambda_1 = \frac{d-3}{2}\,\kappa'(1) - \frac{d-1}{2}\,\kappa(1) .
+    $$
+
+    Parameters
+    ----------
+    kappa : float
+        κ(1), the noise's variance per coordinate and unit time (finite).
+    kappa_prime : float
+        κ'(1), the kernel's slope at 1 (finite).
+    d : int
+        Token dimension, >= 2.
+
+    Returns
+    -------
+    float
+        λ₁ (< 0: synchronisation by noise).
+
+    Raises
+    ------
+    ValueError
+        If λ₁ does not fit in float64.
+
+    Examples
+    --------
+    >>> from stochformer.model.kernel import lyapunov_exponent
+    >>> lyapunov_exponent(kappa=1.0, kappa_prime=0.5, d=4)
+    -1.25
+    """
     return _fits("lyapunov_exponent", 0.5 * (d - 3) * kappa_prime - 0.5 * (d - 1) * kappa)
 
 
 @validated
 def first_moment_rate(kappa: FiniteFloat, kappa_prime: FiniteFloat, d: Annotated[int, Int(2)]) -> float:
-    """λ̄ = (d−1) κ'(1) − (d−3) κ(1)."""
+    r"""The first-moment rate of the pair's distance (SPEC §5),
+
+    $$
+    \bar\lambda = (d-1)\,\kappa'(1) - (d-3)\,\kappa(1) .
+    $$
+
+    Parameters
+    ----------
+    kappa : float
+        κ(1), the noise's variance per coordinate and unit time (finite).
+    kappa_prime : float
+        κ'(1), the kernel's slope at 1 (finite).
+    d : int
+        Token dimension, >= 2.
+
+    Returns
+    -------
+    float
+        λ̄, also the mean-square growth rate g(2) of a tangent vector.
+
+    Raises
+    ------
+    ValueError
+        If λ̄ does not fit in float64.
+
+    Examples
+    --------
+    >>> from stochformer.model.kernel import first_moment_rate
+    >>> first_moment_rate(kappa=1.0, kappa_prime=0.5, d=4)
+    0.5
+    """
     return _fits("first_moment_rate", (d - 1) * kappa_prime - (d - 3) * kappa)
 
 
@@ -389,16 +511,58 @@ def lyapunov_spectrum(kappa: FiniteFloat, kappa_prime: FiniteFloat, d: Annotated
         λ_i = ((d − 1 − 2i)/2) κ'(1) − ((d − 1)/2) κ(1),   i = 1, …, d − 1.
 
     Equally spaced by κ'(1); λ_1 is [`lyapunov_exponent`][stochformer.model.kernel.lyapunov_exponent]; the sum rule
-    Σ λ_i = −(d−1) κ'(1)/2 − (d−1)² κ(1)/2 is the rate of log-volume of a (d−1)-frame."""
+    Σ λ_i = −(d−1) κ'(1)/2 − (d−1)² κ(1)/2 is the rate of log-volume of a (d−1)-frame.
+
+    Parameters
+    ----------
+    kappa : float
+        κ(1), the noise's variance per coordinate and unit time (finite).
+    kappa_prime : float
+        κ'(1), the kernel's slope at 1 (finite).
+    d : int
+        Token dimension, >= 2.
+
+    Returns
+    -------
+    list of float
+        λ_1, …, λ_{d−1}.
+
+    Examples
+    --------
+    >>> from stochformer.model.kernel import lyapunov_spectrum
+    >>> lyapunov_spectrum(kappa=1.0, kappa_prime=0.5, d=4)
+    [-1.25, -1.75, -2.25]
+    """
     half = 0.5 * (d - 1)
     return [_fits("lyapunov_spectrum", 0.5 * (d - 1 - 2 * i) * kappa_prime - half * kappa) for i in range(1, d)]
 
 
 @validated
 def moment_exponent(p: FiniteFloat, kappa: FiniteFloat, kappa_prime: FiniteFloat, d: Annotated[int, Int(2)]) -> float:
-    """g(p) = p λ₁ + p² (κ(1) + κ'(1))/2: E|v_t|^p = |v_0|^p e^{g(p) t} for a tangent vector v of one
+    r"""g(p) = p λ₁ + p² (κ(1) + κ'(1))/2: E|v_t|^p = |v_0|^p e^{g(p) t} for a tangent vector v of one
     token (SPEC §8: log|v_t| is a Brownian motion with drift λ₁ and variance rate κ + κ'). g(2) is
-    [`first_moment_rate`][stochformer.model.kernel.first_moment_rate] λ̄, the mean-square growth rate of the input–output Jacobian."""
+    [`first_moment_rate`][stochformer.model.kernel.first_moment_rate] λ̄, the mean-square growth rate of the input–output Jacobian.
+
+    $$
+    g(p) = p\,\lambda_1 + \frac{p^2}{2}\,(\kappa(1) + \kappa'(1)) .
+    $$
+
+    Parameters
+    ----------
+    p : float
+        The moment's order (finite).
+    kappa : float
+        κ(1), the noise's variance per coordinate and unit time (finite).
+    kappa_prime : float
+        κ'(1), the kernel's slope at 1 (finite).
+    d : int
+        Token dimension, >= 2.
+
+    Returns
+    -------
+    float
+        g(p).
+    """
     return _fits("moment_exponent", p * lyapunov_exponent(kappa, kappa_prime, d) + 0.5 * p * p * (kappa + kappa_prime))
 
 
@@ -406,7 +570,22 @@ def moment_exponent(p: FiniteFloat, kappa: FiniteFloat, kappa_prime: FiniteFloat
 def stability_index(kappa: FiniteFloat, kappa_prime: FiniteFloat, d: Annotated[int, Int(2)]) -> float:
     """p* = −2λ₁/(κ(1) + κ'(1)), the root p ≠ 0 of g(p) ([`moment_exponent`][stochformer.model.kernel.moment_exponent]): for λ₁ < 0 the
     moments E|v_t|^p decay for 0 < p < p* and grow for p > p* (SPEC §8). NaN without noise
-    (κ + κ' = 0: g ≡ 0)."""
+    (κ + κ' = 0: g ≡ 0).
+
+    Parameters
+    ----------
+    kappa : float
+        κ(1), the noise's variance per coordinate and unit time (finite).
+    kappa_prime : float
+        κ'(1), the kernel's slope at 1 (finite).
+    d : int
+        Token dimension, >= 2.
+
+    Returns
+    -------
+    float
+        p*, or NaN without noise.
+    """
     spread = kappa + kappa_prime
     if spread == 0:
         return math.nan
@@ -421,7 +600,27 @@ def _fits(name: str, rate: float) -> float:
 
 @validated
 def theorem14_F(kernel: NoiseKernel, u, beta: EnergyBeta) -> torch.Tensor:
-    """F(u) = β e^{βu} G(u) / (e^β − e^{βu}), G = G₀ + β G₁ (SPEC §5), for u in [−1, 1)."""
+    r"""The function of Theorem 1.4 whose infimum gives the energy rate (SPEC §5):
+
+    $$
+    F(u) = \frac{\beta\, e^{\beta u}\,(G_0(u) + \beta\, G_1(u))}{e^\beta - e^{\beta u}}, \quad
+    G_0 = \kappa(u)(d - 2 + u^2) - \kappa(1)(d-1)u, \quad G_1 = (1 - u^2)(\kappa(1) - u\,\kappa(u)).
+    $$
+
+    Parameters
+    ----------
+    kernel : NoiseKernel
+        The noise kernel.
+    u : float, sequence or torch.Tensor
+        Cosines in [−1, 1) (F has a pole at 1).
+    beta : float
+        The energy's inverse temperature β, in (0, 700].
+
+    Returns
+    -------
+    torch.Tensor
+        F(u), float64, the shape of ``u``.
+    """
     u = _as_rho(u)
     if not bool((u < 1).all()):
         raise ValueError("u: must be cosines in [-1, 1) (F has a pole at u = 1)")
@@ -438,7 +637,24 @@ def _theorem14_F(kernel: NoiseKernel, u: torch.Tensor, beta: float) -> torch.Ten
 
 @validated
 def lambda_bar_prime(kernel: NoiseKernel, beta: EnergyBeta, grid: Annotated[int, Int(3, 10**7)] = 4001) -> float:
-    """λ̄' = −inf_{u∈[−1,1)} F(u), on a grid refined towards u = 1, with the limit F(1⁻) = −λ̄."""
+    r"""The energy rate of Theorem 1.4, $\bar\lambda' = -\inf_{u\in[-1,1)} F(u)$
+    ([`theorem14_F`][stochformer.model.kernel.theorem14_F]), on a grid refined towards u = 1, with
+    the limit $F(1^-) = -\bar\lambda$.
+
+    Parameters
+    ----------
+    kernel : NoiseKernel
+        The noise kernel.
+    beta : float
+        The energy's inverse temperature β, in (0, 700].
+    grid : int, optional
+        Uniform points on [−1, 1] (besides 200 geometric ones towards 1), 3..10⁷.
+
+    Returns
+    -------
+    float
+        λ̄' (an upper bound on the growth rate of E E_β(μ_t)).
+    """
     s = torch.linspace(0.0, 1.0, grid, dtype=_F64)[:-1]
     u = torch.cat([-1 + 2 * s, 1 - torch.logspace(-1, -7, 200, dtype=_F64)])
     f_min = float(_theorem14_F(kernel, u, beta).min())
@@ -519,7 +735,20 @@ GAIN_GRID_LOW = 1e-4
 def gain_exponent(kernel: NoiseKernel, g: NonNegativeFloat) -> float:
     """λ₁(g) = ((d−3)/2) κ'(1) − ((d−1)/2) κ(1) of ``kernel`` with its gain replaced by g (SPEC §8:
     the inner weights U of variance g², so Var V = g²/d + σ_U² and κ'(1) = (s² g²/d) E[φ'(V)²]),
-    from [`NoiseKernel.moments_at_one`][stochformer.model.kernel.NoiseKernel.moments_at_one] (accurate at any g, also without a closed form)."""
+    from [`NoiseKernel.moments_at_one`][stochformer.model.kernel.NoiseKernel.moments_at_one] (accurate at any g, also without a closed form).
+
+    Parameters
+    ----------
+    kernel : NoiseKernel
+        φ, d, σ_U, σ_W and the scale s (its own gain is replaced).
+    g : float
+        The gain, >= 0.
+
+    Returns
+    -------
+    float
+        λ₁ at gain g.
+    """
     k = replace(kernel, gain=g)
     return lyapunov_exponent(*k.moments_at_one, k.d)
 
@@ -544,7 +773,28 @@ def critical_gain(
     (λ₁ = −s²(g²/d + (d−1)(σ_U² + σ_W²)/2)) and for ReLU (κ'(1) = s² g²/(2d) ≤ κ(1)): None; for an
     odd φ without biases and d ≥ 4, λ₁ ≈ −s² g²/d < 0 at small g and λ₁ > 0 at large g, one root.
 
-    Example: ``critical_gain(NoiseKernel("erf", 4))`` ≈ 8.0069."""
+    Parameters
+    ----------
+    kernel : NoiseKernel
+        φ, d, σ_U, σ_W and the scale s.
+    g_max : float, optional
+        The largest gain searched, > 0.
+    grid : int, optional
+        Points of the geometric grid, 3..10⁶.
+    xtol : float, optional
+        The root's absolute tolerance, > 0.
+
+    Returns
+    -------
+    float or None
+        g_c, or None where λ₁ keeps one sign on (0, g_max].
+
+    Examples
+    --------
+    >>> from stochformer.model.kernel import NoiseKernel, critical_gain
+    >>> round(critical_gain(NoiseKernel("erf", 4)), 4)
+    8.0069
+    """
     import scipy.optimize
 
     prev_g, prev = 0.0, 0.0  # the last grid point where λ₁ ≠ 0, and λ₁ there
@@ -565,7 +815,21 @@ class GainPhase:
 
     ``gains`` (n_g,), ``sigmas`` (n_σ,), ``lambda_1`` (n_σ, n_g) with row j at σ_U = sigmas[j];
     ``g_c`` (n_σ,): [`critical_gain`][stochformer.model.kernel.critical_gain] at each σ_U (NaN where None), the zero contour of
-    ``lambda_1``; ``kernel``: φ, d, σ_W and s (its gain and σ_U replaced on the grid)."""
+    ``lambda_1``; ``kernel``: φ, d, σ_W and s (its gain and σ_U replaced on the grid).
+
+    Attributes
+    ----------
+    kernel : NoiseKernel
+        The kernel the grid varies.
+    gains : numpy.ndarray, shape (n_g,)
+        The gains g.
+    sigmas : numpy.ndarray, shape (n_σ,)
+        The bias scales σ_U.
+    lambda_1 : numpy.ndarray, shape (n_σ, n_g)
+        λ₁ at (σ_U, g).
+    g_c : numpy.ndarray, shape (n_σ,)
+        The critical gain at each σ_U (NaN where none).
+    """
 
     kernel: NoiseKernel
     gains: np.ndarray
@@ -578,7 +842,24 @@ class GainPhase:
 def gain_phase(kernel: NoiseKernel, gains, sigmas, g_max: Annotated[float, Real(0.0, low_open=True)] = G_MAX) -> GainPhase:
     """The phase diagram of the order-to-chaos transition over (g, σ_U) from the formula λ₁ =
     ((d−3)/2) κ'(1) − ((d−1)/2) κ(1) (SPEC §8): λ₁ at every grid point and g_c(σ_U) (λ₁ > 0: no
-    synchronisation by noise). ``gains``, ``sigmas``: 1-D sequences of finite numbers ≥ 0."""
+    synchronisation by noise).
+
+    Parameters
+    ----------
+    kernel : NoiseKernel
+        φ, d, σ_W and s (gain and σ_U are replaced on the grid).
+    gains : sequence of float
+        Gains g, finite, >= 0 (1-D).
+    sigmas : sequence of float
+        Bias scales σ_U, finite, >= 0 (1-D).
+    g_max : float, optional
+        The largest gain searched for g_c, > 0.
+
+    Returns
+    -------
+    GainPhase
+        λ₁ on the grid and g_c(σ_U).
+    """
     g = np.asarray(gains, dtype=float).reshape(-1)
     s = np.asarray(sigmas, dtype=float).reshape(-1)
     for name, arr in (("gains", g), ("sigmas", s)):

@@ -43,7 +43,19 @@ class LayerNormals(NamedTuple):
     """The normals of one [`RandomMLP`][stochformer.model.noise.RandomMLP] call (``mode="gaussian"``) as views per sample:
     ``hidden`` (batch, r, m), or (batch, r + 1, m) with b_U's normals as its last row when σ_U > 0;
     ``output`` (batch, N, d) through the root of ΦΦᵀ (``gram``) or (batch, m, d); ``bias_W``
-    (batch, 1, d), None when σ_W is 0."""
+    (batch, 1, d), None when σ_W is 0.
+
+    Attributes
+    ----------
+    hidden : torch.Tensor, shape (batch, r, m) or (batch, r + 1, m)
+        The normals of the hidden layer (b_U's as the last row when σ_U > 0).
+    output : torch.Tensor or None
+        The output normals, (batch, N, d) through the Gram root or (batch, m, d).
+    bias_W : torch.Tensor or None, shape (batch, 1, d)
+        b_W's normals (None when σ_W is 0).
+    gram : bool
+        Whether ``output`` goes through the root of ΦΦᵀ.
+    """
 
     hidden: torch.Tensor
     output: Optional[torch.Tensor]
@@ -51,7 +63,18 @@ class LayerNormals(NamedTuple):
     gram: bool = False
 
     def samples(self, a: int, b: int) -> "LayerNormals":
-        """Those of samples a..b−1."""
+        """The normals of samples a..b−1.
+
+        Parameters
+        ----------
+        a, b : int
+            The first sample and one past the last.
+
+        Returns
+        -------
+        LayerNormals
+            Views of the same memory.
+        """
         output, bias_W = self.output, self.bias_W
         return LayerNormals(self.hidden[a:b], None if output is None else output[a:b],
                             None if bias_W is None else bias_W[a:b], self.gram)
@@ -81,14 +104,53 @@ class NoiseSource(Protocol):
     """
 
     def reset(self, batch: int, d: int, generator: torch.Generator, dtype: torch.dtype, device) -> None:
-        """Draw any state that lives for a whole run (one per sample)."""
+        """Draw any state that lives for a whole run (one per sample).
+
+        Parameters
+        ----------
+        batch : int
+            Independent samples of the run.
+        d : int
+            Token dimension.
+        generator : torch.Generator
+            The run's generator.
+        dtype : torch.dtype
+            The tokens' dtype.
+        device : str or torch.device
+            The tokens' device.
+        """
 
     def increment(self, X: torch.Tensor, dt: float, draws: Randomness) -> torch.Tensor:
-        """ΔW at the tokens: X (batch, N, d) → (batch, N, d); its Brownian normals from
-        ``as_draws(draws).brownian(...)``."""
+        """ΔW at the tokens; its Brownian normals from ``as_draws(draws).brownian(...)``.
+
+        Parameters
+        ----------
+        X : torch.Tensor, shape (batch, N, d)
+            The tokens.
+        dt : float
+            The step.
+        draws : torch.Generator or Draws
+            The step's randomness (a shared Brownian path, if any, through ``draws.brownian``).
+
+        Returns
+        -------
+        torch.Tensor, shape (batch, N, d)
+            ΔW at the tokens.
+        """
 
     def noise_kernel(self, d: int) -> NoiseKernel:
-        """κ of the field in dimension d (its κ(1) gives the Itô correction of the limit SDE)."""
+        """κ of the field in dimension d (its κ(1) gives the Itô correction of the limit SDE).
+
+        Parameters
+        ----------
+        d : int
+            Token dimension.
+
+        Returns
+        -------
+        NoiseKernel
+            κ of the field in dimension d.
+        """
 
 
 def sqrt_psd(K: torch.Tensor, method: Literal["symmetric", "cholesky"] = "symmetric") -> torch.Tensor:
@@ -97,6 +159,18 @@ def sqrt_psd(K: torch.Tensor, method: Literal["symmetric", "cholesky"] = "symmet
     ``symmetric``: K^{1/2} by eigh, negative eigenvalues (rounding) clamped to 0; robust when K is
     nearly singular (synchronised tokens). ``cholesky``: lower-triangular, falling back to the
     symmetric root for the matrices whose factorisation fails.
+
+    Parameters
+    ----------
+    K : torch.Tensor, shape (..., n, n)
+        Symmetric positive semi-definite matrices.
+    method : {"symmetric", "cholesky"}, optional
+        Which root.
+
+    Returns
+    -------
+    torch.Tensor, shape (..., n, n)
+        S with S Sᵀ = K (up to rounding and the clamped negative eigenvalues).
     """
     if method == "cholesky":
         L, info = torch.linalg.cholesky_ex(K)
@@ -118,7 +192,22 @@ def whiten(K: torch.Tensor, G: torch.Tensor, generator: torch.Generator) -> torc
     """The standard normals Ξ behind a Gaussian G ~ N(0, K) (per column): Ξ = K^{−1/2} G on the range
     of K (the symmetric root of [`sqrt_psd`][stochformer.model.noise.sqrt_psd], so K^{1/2} Ξ = G there) and fresh N(0, 1) normals
     from ``generator`` on its null space (eigenvalues below `WHITEN_RTOL` · max), so that Ξ is
-    exactly standard normal whatever the rank. K (n, n), G (n, d) → (n, d), float64."""
+    exactly standard normal whatever the rank.
+
+    Parameters
+    ----------
+    K : torch.Tensor, shape (n, n)
+        The covariance of G's columns (PSD).
+    G : torch.Tensor, shape (n, d)
+        A Gaussian sample, each column N(0, K).
+    generator : torch.Generator
+        Draws the normals of the null space.
+
+    Returns
+    -------
+    torch.Tensor, shape (n, d)
+        Ξ, float64, i.i.d. N(0, 1).
+    """
     evals, evecs = _eigh(K.to(torch.float64))
     keep = evals > WHITEN_RTOL * evals.abs().max()
     coef = evecs.transpose(-1, -2) @ G.to(torch.float64)
@@ -150,7 +239,31 @@ WEIGHT_LAWS = ("gaussian", "rademacher", "uniform", "student_t")
 def draw_weights(shape, generator: torch.Generator, like: torch.Tensor, law: str = "gaussian", nu: float = 5.0) -> torch.Tensor:
     """i.i.d. entries of mean 0 and variance 1 from ``law``: N(0, 1); ±1 (Rademacher); uniform on
     [−√3, √3]; Student-t with ν > 4 degrees of freedom times √((ν − 2)/ν) (finite fourth moment
-    3(ν − 2)/(ν − 4))."""
+    3(ν − 2)/(ν − 4)).
+
+    Parameters
+    ----------
+    shape : sequence of int
+        The shape drawn.
+    generator : torch.Generator
+        The generator drawn from.
+    like : torch.Tensor
+        Gives the dtype and device.
+    law : {"gaussian", "rademacher", "uniform", "student_t"}, optional
+        The law (`WEIGHT_LAWS`).
+    nu : float, optional
+        Student-t's degrees of freedom, > 4.
+
+    Returns
+    -------
+    torch.Tensor
+        i.i.d. entries of ``shape``, mean 0, variance 1.
+
+    Raises
+    ------
+    ValueError
+        An unknown law, or ν <= 4.
+    """
     kw: dict[str, Any] = dict(generator=generator, dtype=like.dtype, device=like.device)
     if law == "gaussian":
         return torch.randn(*shape, **kw)
@@ -191,7 +304,24 @@ def _gamma(a: float, shape, generator: torch.Generator, like: torch.Tensor) -> t
 
 def gamma_variates(a: float, shape: tuple[int, ...], generator: torch.Generator, like: torch.Tensor) -> torch.Tensor:
     """Gamma(a, 1) variates of ``shape`` (a >= 1) from ``generator`` only (Marsaglia–Tsang; torch's
-    own gamma sampler takes no generator), in ``like``'s dtype and device."""
+    own gamma sampler takes no generator), in ``like``'s dtype and device.
+
+    Parameters
+    ----------
+    a : float
+        The shape parameter, >= 1.
+    shape : tuple of int
+        The shape drawn.
+    generator : torch.Generator
+        The generator drawn from.
+    like : torch.Tensor
+        Gives the dtype and device.
+
+    Returns
+    -------
+    torch.Tensor
+        Gamma(a, 1) variates.
+    """
     if not a >= 1:
         raise ValueError(f"a: must be >= 1 (got {a})")
     return _gamma(a, shape, generator, like)
@@ -286,14 +416,54 @@ class RandomMLP:
         self._work: Optional[torch.Tensor] = None  # the pre-activations of [`increment`][stochformer.model.noise.RandomMLP.increment], kept across layers
 
     def reset(self, batch, d, generator, dtype, device) -> None:
+        """Start a run: the MLP draws fresh weights at every layer, so only its buffer of normals
+        is emptied.
+
+        Parameters
+        ----------
+        batch : int
+            Independent samples of the run.
+        d : int
+            Token dimension.
+        generator : torch.Generator
+            The run's generator.
+        dtype : torch.dtype
+            The tokens' dtype.
+        device : str or torch.device
+            The tokens' device.
+        """
         self._draw.reset()
 
     def noise_kernel(self, d: int) -> NoiseKernel:
+        """κ of the MLP's field (SPEC §2).
+
+        Parameters
+        ----------
+        d : int
+            Token dimension.
+
+        Returns
+        -------
+        NoiseKernel
+            κ of the field in dimension d.
+        """
         return NoiseKernel(self.activation, d, self.sigma_U, self.sigma_W, self.scale, gain=self.gain)
 
     def hidden(self, X: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-        """Φ = φ(g U x/√d + b_U) with fresh U, b_U: X (batch, N, d) → (batch, N, m), row i the
-        features of token i."""
+        """The hidden layer Φ = φ(g U x/√d + b_U) with fresh U, b_U.
+
+        Parameters
+        ----------
+        X : torch.Tensor, shape (batch, N, d)
+            The tokens.
+        generator : torch.Generator
+            Draws U and b_U.
+
+        Returns
+        -------
+        torch.Tensor, shape (batch, N, m)
+            Row i the features of token i.
+        """
         if self.mode == "gaussian":
             B, N, d = X.shape
             z = self._draw(self._n_hidden(B, N, d, X.dtype), generator, X.dtype, X.device)
@@ -306,15 +476,46 @@ class RandomMLP:
         return self._phi(pre)
 
     def empirical_kernel(self, X: torch.Tensor, generator: torch.Generator, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
-        """K_m = ΦΦᵀ/m + σ_W² for fresh inner weights: (batch, N, N) (SPEC §3 coupling), in ``dtype``
-        (default X's)."""
+        """The empirical kernel K_m = ΦΦᵀ/m + σ_W² for fresh inner weights (SPEC §3 coupling).
+
+        Parameters
+        ----------
+        X : torch.Tensor, shape (batch, N, d)
+            The tokens.
+        generator : torch.Generator
+            Draws the inner weights.
+        dtype : torch.dtype, optional
+            The result's dtype (default X's).
+
+        Returns
+        -------
+        torch.Tensor, shape (batch, N, N)
+            K_m.
+        """
         Phi = self.hidden(X, generator).to(dtype or X.dtype)
         return Phi @ Phi.transpose(-1, -2) / self.width + self.sigma_W**2
 
     def cost(self, N: int, d: int, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float64) -> dict[str, float]:
         """Work of one ``mode="gaussian"`` call per sample at N tokens in dimension d: ``normals``
         drawn and matrix-product ``flops``, for rooflines: 2nkp per general product, n(n+1)k per
-        symmetric one (Y Yᵀ, ΦΦᵀ) or triangular one (C Z, S Z''), n³/3 per Cholesky."""
+        symmetric one (Y Yᵀ, ΦΦᵀ) or triangular one (C Z, S Z''), n³/3 per Cholesky.
+
+        Parameters
+        ----------
+        N : int
+            Tokens.
+        d : int
+            Token dimension.
+        device : str or torch.device, optional
+            Where it runs (the cheaper output path depends on it).
+        dtype : torch.dtype, optional
+            The tokens' dtype.
+
+        Returns
+        -------
+        dict
+            ``{"normals": float, "flops": float}`` per sample.
+        """
         m, r = self.width, _hidden_rank(N, d, dtype)
         normals = m * r + m * (self.sigma_U > 0) + d * (self.sigma_W > 0)
         sym = N * (N + 1.0)
@@ -336,8 +537,21 @@ class RandomMLP:
         return self._n_hidden(B, N, d, dtype) + B * d * ((N if gram else self.width) + (self.sigma_W > 0))
 
     def normals(self, X: torch.Tensor, generator: torch.Generator) -> LayerNormals:
-        """The normals of one ``mode="gaussian"`` call at X (batch, N, d), drawn now: they do not
-        depend on the tokens, only on their shape."""
+        """The normals of one ``mode="gaussian"`` call at X, drawn now: they do not depend on the
+        tokens, only on their shape.
+
+        Parameters
+        ----------
+        X : torch.Tensor, shape (batch, N, d)
+            The tokens (their shape, dtype and device).
+        generator : torch.Generator
+            Draws the normals.
+
+        Returns
+        -------
+        LayerNormals
+            Views per sample into one buffer.
+        """
         B, N, d = X.shape
         return self._split(self._draw(self._n_call(B, N, d, X.dtype, X.device), generator, X.dtype, X.device), X)
 
@@ -391,7 +605,23 @@ class RandomMLP:
         """With a Brownian path (``draws`` a coupled [`Draws`][stochformer.core.brownian.Draws]) the conditional Gaussian law is
         driven by the path's normals Ξ (batch, N, d) through the symmetric root,
         √dt s K_m^{1/2} Ξ with K_m = ΦΦᵀ/m + σ_W² (the coupling of SPEC §3). K_m and its root are
-        computed in float64 whatever X's dtype (`_gram_roots_resolve`)."""
+        computed in float64 whatever X's dtype (`_gram_roots_resolve`). Without a path: the MLP's
+        increment √dt s G^m(X), by ``mode``.
+
+        Parameters
+        ----------
+        X : torch.Tensor, shape (batch, N, d)
+            The tokens.
+        dt : float
+            The step.
+        draws : torch.Generator or Draws
+            The step's randomness (a shared Brownian path, if any, through ``draws.brownian``).
+
+        Returns
+        -------
+        torch.Tensor, shape (batch, N, d)
+            ΔW at the tokens.
+        """
         draws = as_draws(draws)
         generator = draws.generator
         if draws.coupled:
@@ -409,7 +639,26 @@ class RandomMLP:
         """The increment of ``mode="gaussian"`` at X (batch, N, d) from the normals ``z`` of
         [`normals`][stochformer.model.noise.RandomMLP.normals] (or a slice of them over the samples). The pre-activations go into
         ``work`` (batch, N, m) (default: memory kept across layers). ``generator`` draws the
-        redraws of numerically singular samples; None: [`NeedsDraws`][stochformer.model.noise.NeedsDraws] is raised instead."""
+        redraws of numerically singular samples; None: [`NeedsDraws`][stochformer.model.noise.NeedsDraws] is raised instead.
+
+        Parameters
+        ----------
+        X : torch.Tensor, shape (batch, N, d)
+            The tokens.
+        dt : float
+            The step.
+        z : LayerNormals
+            The step's normals.
+        generator : torch.Generator or None
+            Draws the redraws.
+        work : torch.Tensor, optional, shape (batch, N, m)
+            Memory for the pre-activations.
+
+        Returns
+        -------
+        torch.Tensor, shape (batch, N, d)
+            ΔW at the tokens.
+        """
         B, N, d = X.shape
         m = self.width
         Phi = self._hidden_from(X, z, generator, self.workspace(X) if work is None else work)  # (B, N, m)
@@ -430,7 +679,18 @@ class RandomMLP:
     def workspace(self, X: torch.Tensor) -> torch.Tensor:
         """Memory for the pre-activations at X (batch, N, d): (batch, N, m), the same at every
         layer (a fresh multi-MB tensor per layer may come as fresh pages from the OS each time:
-        page faults; glibc's heuristics)."""
+        page faults; glibc's heuristics).
+
+        Parameters
+        ----------
+        X : torch.Tensor, shape (batch, N, d)
+            The tokens (their shape, dtype and device).
+
+        Returns
+        -------
+        torch.Tensor, shape (batch, N, m)
+            Uninitialised memory, kept by the MLP.
+        """
         shape, like = (*X.shape[:2], self.width), X
         w = self._work
         if w is None or w.shape != shape or w.dtype != like.dtype or w.device != like.device:
@@ -489,7 +749,24 @@ def _output_through_gram(N: int, d: int, m: int, device: torch.device, dtype: to
 
 def gram_output_cheaper(N: int, d: int, m: int, device: Union[torch.device, str]) -> bool:
     """Whether drawing the MLP output through a root of the N × N Gram ΦΦᵀ (N·d normals,
-    2mN² + N³/3 + 2N²d flops) costs less than through Φ Z' (m·d normals, 2mNd flops)."""
+    2mN² + N³/3 + 2N²d flops) costs less than through Φ Z' (m·d normals, 2mNd flops).
+
+    Parameters
+    ----------
+    N : int
+        Tokens.
+    d : int
+        Token dimension.
+    m : int
+        The MLP's width.
+    device : str or torch.device
+        Where it runs (a normal's cost in flops depends on it).
+
+    Returns
+    -------
+    bool
+        True where the Gram route is cheaper.
+    """
     if m <= N:
         return False
     c = _NORMAL_COST_FLOPS.get(torch.device(device).type, 2.0)
@@ -547,28 +824,93 @@ class ExactField:
         """The token dimension of its kernel (None for a kernel without one)."""
         return getattr(self.kernel, "d", None)
 
-    def reset(self, batch, d, generator, dtype, device) -> None:  # stateless: only the dimension is checked
+    def reset(self, batch, d, generator, dtype, device) -> None:
+        """Start a run: the field is stateless, only the dimension is checked.
+
+        Parameters
+        ----------
+        batch : int
+            Independent samples of the run.
+        d : int
+            Token dimension.
+        generator : torch.Generator
+            The run's generator.
+        dtype : torch.dtype
+            The tokens' dtype.
+        device : str or torch.device
+            The tokens' device.
+
+        Raises
+        ------
+        ValueError
+            If d is not the kernel's.
+        """
         if self.d is not None:
             self.noise_kernel(d)
 
     def noise_kernel(self, d: int) -> NoiseKernel:
+        """Its kernel, checked against the tokens' dimension.
+
+        Parameters
+        ----------
+        d : int
+            Token dimension.
+
+        Returns
+        -------
+        NoiseKernel
+            κ of the field in dimension d.
+        """
         if d != self.kernel.d:
             raise ValueError(f"ExactField: its kernel is for d = {self.kernel.d}, the tokens have d = {d}")
         return self.kernel
 
     def covariance(self, X: torch.Tensor, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
-        """K(X): (batch, N, N), computed in float64 and returned in ``dtype`` (default X's). The
-        cosines are those of the tokens renormalised in float64: a float32 token's norm is 1 only
-        to ~1e-7, which on the diagonal would swamp 1 − cosine of close tokens."""
+        r"""The covariance of the field at the tokens, $K_{ij} = \kappa(\langle x_i, x_j\rangle)$,
+        computed in float64. The cosines are those of the tokens renormalised in float64: a float32
+        token's norm is 1 only to ~1e-7, which on the diagonal would swamp 1 − cosine of close tokens.
+
+        Parameters
+        ----------
+        X : torch.Tensor, shape (batch, N, d)
+            The tokens.
+        dtype : torch.dtype, optional
+            The result's dtype (default X's).
+
+        Returns
+        -------
+        torch.Tensor, shape (batch, N, N)
+            K(X), differentiable in X (the diagonal, 1 for unit tokens, out of the graph).
+        """
         Xd = normalize(X.to(torch.float64))
         G = (Xd @ Xd.transpose(-1, -2)).clamp(-1.0, 1.0)
+        if G.requires_grad:
+            # ⟨x_i, x_i⟩ = 1 for every unit x_i, so the diagonal's derivative is 0; kept in the graph it
+            # would meet arccos's infinite slope at 1 in the ReLU kernel (∞·0 = NaN). Same values.
+            eye = torch.eye(G.shape[-1], dtype=torch.bool, device=G.device)
+            G = torch.where(eye, G.detach(), G)
         K = self.kernel.kappa(G) if self._cheb is None else _clenshaw(self._cheb.to(G.device), G)
         return K.to(dtype or X.dtype)
 
     def increment(self, X: torch.Tensor, dt: float, draws: Randomness) -> torch.Tensor:
         """√dt K(X)^{1/2} Ξ with Ξ (batch, N, d) the step's Brownian normals; K and its root in
         float64 whatever X's dtype (in float32 the root could not tell close tokens apart:
-        `_gram_roots_resolve`)."""
+        `_gram_roots_resolve`).
+
+        Parameters
+        ----------
+        X : torch.Tensor, shape (batch, N, d)
+            The tokens.
+        dt : float
+            The step.
+        draws : torch.Generator or Draws
+            The step's randomness (a shared Brownian path, if any, through ``draws.brownian``).
+
+        Returns
+        -------
+        torch.Tensor, shape (batch, N, d)
+            ΔW at the tokens.
+        """
         if self.d is not None and X.shape[-1] != self.d:
             self.noise_kernel(X.shape[-1])
         xi = as_draws(draws).brownian(X.shape, X.dtype, X.device)
@@ -597,7 +939,13 @@ CLENSHAW_CHUNK = 1 << 15
 
 
 def _clenshaw(coef: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """Σ_k c_k T_k(x) elementwise by Clenshaw's recurrence, `CLENSHAW_CHUNK` entries at a time."""
+    """Σ_k c_k T_k(x) elementwise by Clenshaw's recurrence, `CLENSHAW_CHUNK` entries at a time (in
+    reused buffers; where x needs a gradient, out of place: the same operations, so the same values)."""
+    if x.requires_grad and torch.is_grad_enabled():
+        b1, b2 = torch.zeros_like(x), torch.zeros_like(x)
+        for ck in coef[1:].flip(0).tolist():
+            b1, b2 = 2 * x * b1 - b2 + ck, b1
+        return x * b1 - b2 + float(coef[0])
     flat = x.reshape(-1)
     out = torch.empty_like(flat)
     c = coef[1:].flip(0).tolist()
@@ -681,11 +1029,42 @@ class RandomFeatureField:
         return None if self._u is None else int(self._u.shape[1])
 
     def noise_kernel(self, d: int) -> NoiseKernel:
+        """κ of the field (the M → ∞ limit of its features' kernel).
+
+        Parameters
+        ----------
+        d : int
+            Token dimension.
+
+        Returns
+        -------
+        NoiseKernel
+            κ of the field in dimension d.
+        """
         return NoiseKernel(self.activation, d, self.sigma_U, self.sigma_W, self.scale, gain=self.gain)
 
     def reset(self, batch, d, generator, dtype, device) -> None:
         """Draw the features at the start of the first run; a field keeps them afterwards (it is
-        a function of position, shared by every system it drives)."""
+        a function of position, shared by every system it drives).
+
+        Parameters
+        ----------
+        batch : int
+            Independent samples of the run.
+        d : int
+            Token dimension.
+        generator : torch.Generator
+            The run's generator.
+        dtype : torch.dtype
+            The tokens' dtype.
+        device : str or torch.device
+            The tokens' device.
+
+        Raises
+        ------
+        ValueError
+            Tokens of another d, dtype or device than the features drawn.
+        """
         if self._u is None:
             self.draw(batch, d, generator, dtype, device)
         elif self._u.shape[1] != d:
@@ -695,13 +1074,40 @@ class RandomFeatureField:
                              f"{device}; give them the same dtype and device")
 
     def draw(self, batch, d, generator, dtype, device) -> None:
-        """Draw ``batch`` independent fields' features u_k (variance g²), b_k now."""
+        """Draw ``batch`` independent fields' features u_k (variance g²), b_k now.
+
+        Parameters
+        ----------
+        batch : int
+            Independent fields (1: one field shared by every sample).
+        d : int
+            Token dimension.
+        generator : torch.Generator
+            Draws the features.
+        dtype : torch.dtype
+            Their dtype.
+        device : str or torch.device
+            Their device.
+        """
         self._u = torch.randn(batch, d, self.features, generator=generator, dtype=dtype, device=device) * self.gain
         self._b = self.sigma_U * torch.randn(batch, 1, self.features, generator=generator, dtype=dtype, device=device)
 
     def features_at(self, X: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """φ(u_k·x/√d + b_k): X (batch, n, d) → (batch, n, M), written into ``out`` when given
-        (one product u_k·x/√d + b_k, then φ in place for ReLU)."""
+        """The features φ(u_k·x/√d + b_k) at the tokens (one product u_k·x/√d + b_k, then φ in place
+        for ReLU; out of place where a gradient is needed).
+
+        Parameters
+        ----------
+        X : torch.Tensor, shape (batch, n, d)
+            The tokens.
+        out : torch.Tensor, optional, shape (batch, n, M)
+            Memory to write into.
+
+        Returns
+        -------
+        torch.Tensor, shape (batch, n, M)
+            The features.
+        """
         u, b = self._u, self._b
         if u is None or b is None:
             raise RuntimeError("RandomFeatureField.draw(...) (or reset) must be called before use")
@@ -734,7 +1140,22 @@ class RandomFeatureField:
         """The Brownian normals of a step are (F, M, d), and (F, 1, d) for B⁰ with σ_W > 0: they
         do not depend on N, so one path drives systems of any size. Per token chunk: one product
         for the pre-activations into a buffer kept across steps, φ in place, one product with the
-        normals; the scales act on the (B, N, d) result only."""
+        normals; the scales act on the (B, N, d) result only.
+
+        Parameters
+        ----------
+        X : torch.Tensor, shape (batch, N, d)
+            The tokens.
+        dt : float
+            The step.
+        draws : torch.Generator or Draws
+            The step's randomness (a shared Brownian path, if any, through ``draws.brownian``).
+
+        Returns
+        -------
+        torch.Tensor, shape (batch, N, d)
+            ΔW at the tokens.
+        """
         B, N, d = X.shape
         F = self._u.shape[0] if self._u is not None else B
         if F not in (B, 1):
@@ -765,6 +1186,19 @@ class RandomFeatureField:
 
     def path_shape(self, F: int, d: int) -> list[tuple[int, ...]]:
         """Shapes of the Brownian normals of one step for F fields in dimension d, B^k then B⁰ (for
-        a [`BrownianPath`][stochformer.core.brownian.BrownianPath] shared by several systems)."""
+        a [`BrownianPath`][stochformer.core.brownian.BrownianPath] shared by several systems).
+
+        Parameters
+        ----------
+        F : int
+            Independent fields.
+        d : int
+            Token dimension.
+
+        Returns
+        -------
+        list of tuple of int
+            (F, M, d), then (F, 1, d) when σ_W > 0.
+        """
         shapes: list[tuple[int, ...]] = [(F, self.features, d)]
         return shapes + ([(F, 1, d)] if self.sigma_W > 0 else [])

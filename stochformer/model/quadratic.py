@@ -74,22 +74,74 @@ class QuadraticField:
     gamma: NonNegativeFloat = 0.0
 
     def reset(self, batch, d, generator, dtype, device) -> None:  # stateless
+        """Start a run: the field is stateless.
+
+        Parameters
+        ----------
+        batch : int
+            Independent samples of the run.
+        d : int
+            Token dimension.
+        generator : torch.Generator
+            The run's generator.
+        dtype : torch.dtype
+            The tokens' dtype.
+        device : str or torch.device
+            The tokens' device.
+        """
         pass
 
     def noise_kernel(self, d: int) -> NoiseKernel:
         """The kernel κ(ρ) = ρ + γ² of the field's isotropic part (linear φ, s² = d, σ_W² = γ²/d):
         its κ(1) = 1 + γ² is the one-point motion's, which gives the Itô correction. The two-point
-        motion is not that of this kernel but of `pair_kernel`."""
+        motion is not that of this kernel but of `pair_kernel`.
+
+        Parameters
+        ----------
+        d : int
+            Token dimension.
+
+        Returns
+        -------
+        NoiseKernel
+            κ of the field in dimension d.
+        """
         return NoiseKernel("linear", d, sigma_W=self.gamma / math.sqrt(d), scale=math.sqrt(d))
 
     def pair_kernel(self, d: int) -> NoiseKernel:
         """The kernel κ(ρ) = 2ρ + γ² (linear φ, s² = 2d, σ_W² = γ²/(2d)) whose
         [`PairDiffusion`][stochformer.theory.pair.PairDiffusion] is exactly the law of the overlap of
-        two tokens driven by this field (docs/neighbours.md)."""
+        two tokens driven by this field (docs/neighbours.md).
+
+        Parameters
+        ----------
+        d : int
+            Token dimension.
+
+        Returns
+        -------
+        NoiseKernel
+            The pair's kernel in dimension d.
+        """
         return NoiseKernel("linear", d, sigma_W=self.gamma / math.sqrt(2 * d), scale=math.sqrt(2 * d))
 
     def increment(self, X: torch.Tensor, dt: float, draws: Randomness) -> torch.Tensor:
-        """X ΔQ + γ ΔW: X (batch, N, d) → (batch, N, d) (ΔQ symmetric, so row i is ΔQ x_i)."""
+        """X ΔQ + γ ΔW: X (batch, N, d) → (batch, N, d) (ΔQ symmetric, so row i is ΔQ x_i).
+
+        Parameters
+        ----------
+        X : torch.Tensor, shape (batch, N, d)
+            The tokens.
+        dt : float
+            The step.
+        draws : torch.Generator or Draws
+            The step's randomness.
+
+        Returns
+        -------
+        torch.Tensor, shape (batch, N, d)
+            ΔW at the tokens.
+        """
         B, _, d = X.shape
         xi = as_draws(draws).brownian((B, d + 1, d), X.dtype, X.device)
         dB = math.sqrt(dt) * xi[:, :d, :]

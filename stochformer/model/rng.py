@@ -54,7 +54,20 @@ def _pool() -> ThreadPoolExecutor:
 
 
 def resolve_backend(backend: str, device: torch.device | str) -> RngBackend:
-    """``auto`` → ``parallel`` on a CPU, ``torch`` on an accelerator (its own generator is fast)."""
+    """``auto`` → ``parallel`` on a CPU, ``torch`` on an accelerator (its own generator is fast).
+
+    Parameters
+    ----------
+    backend : {"auto", "torch", "parallel"}
+        The requested backend.
+    device : str or torch.device
+        Where the draws are used.
+
+    Returns
+    -------
+    str
+        ``"torch"`` or ``"parallel"``.
+    """
     if backend == "auto":
         return "parallel" if torch.device(device).type == "cpu" else "torch"
     if backend not in ("torch", "parallel"):
@@ -122,7 +135,19 @@ def _storage_users(t: torch.Tensor) -> int:
 
 @dataclass(frozen=True)
 class NormalDraws:
-    """A sampler of flat i.i.d. N(0, 1) buffers (see the module docstring)."""
+    """A sampler of flat i.i.d. N(0, 1) buffers (see the module docstring).
+
+    Parameters
+    ----------
+    backend : {"torch", "parallel"}, optional
+        The sampler.
+    precision : {"full", "float32"}, optional
+        The draws' precision.
+    streams : int, optional
+        Parallel streams of the ``parallel`` backend.
+    ahead : int, optional
+        Draw up to this many normals at once and serve the following calls from them (0: per call).
+    """
 
     backend: RngBackend = "torch"
     precision: DrawPrecision = "full"

@@ -41,7 +41,26 @@ class Integrator(Protocol):
     @property
     def strong_order(self) -> float: ...
 
-    def step(self, sde: "LimitSDE", X: torch.Tensor, dt: float, dW: torch.Tensor) -> torch.Tensor: ...
+    def step(self, sde: "LimitSDE", X: torch.Tensor, dt: float, dW: torch.Tensor) -> torch.Tensor:
+        """One step of ``sde`` from X given the field's increment.
+
+        Parameters
+        ----------
+        sde : LimitSDE
+            The SDE (its drift, Itô correction and attention).
+        X : torch.Tensor, shape (batch, N, d)
+            Unit tokens.
+        dt : float
+            The step.
+        dW : torch.Tensor, shape (batch, N, d)
+            The field's increment at X (``sde.increment``).
+
+        Returns
+        -------
+        torch.Tensor, shape (batch, N, d)
+            Unit tokens one step later.
+        """
+        ...
 
 
 @dataclass(frozen=True)
@@ -65,6 +84,24 @@ class EulerMaruyama:
     strong_order: ClassVar[float] = 0.5
 
     def step(self, sde: "LimitSDE", X: torch.Tensor, dt: float, dW: torch.Tensor) -> torch.Tensor:
+        """One projected Euler–Maruyama step (the formula above).
+
+        Parameters
+        ----------
+        sde : LimitSDE
+            The SDE (its drift, Itô correction and attention).
+        X : torch.Tensor, shape (batch, N, d)
+            Unit tokens.
+        dt : float
+            The step.
+        dW : torch.Tensor, shape (batch, N, d)
+            The field's increment at X (``sde.increment``).
+
+        Returns
+        -------
+        torch.Tensor, shape (batch, N, d)
+            Unit tokens one step later.
+        """
         drift = sde.attention_drift(X) + sde.ito_correction(X)
         return normalize(X + dt * drift + tangent(X, dW))
 
@@ -101,6 +138,24 @@ class StratonovichHeun:
     strong_order: ClassVar[float] = 0.5
 
     def step(self, sde: "LimitSDE", X: torch.Tensor, dt: float, dW: torch.Tensor) -> torch.Tensor:
+        """One projected Heun step (the formulas above), the field's increment read once at X.
+
+        Parameters
+        ----------
+        sde : LimitSDE
+            The SDE (its drift, Itô correction and attention).
+        X : torch.Tensor, shape (batch, N, d)
+            Unit tokens.
+        dt : float
+            The step.
+        dW : torch.Tensor, shape (batch, N, d)
+            The field's increment at X (``sde.increment``).
+
+        Returns
+        -------
+        torch.Tensor, shape (batch, N, d)
+            Unit tokens one step later.
+        """
         a = sde.attention_drift(X)
         Xp = normalize(X + dt * a + tangent(X, dW))
         drift = a if sde.attention is None else 0.5 * (a + sde.attention_drift(Xp))
@@ -180,7 +235,21 @@ class LimitSDE:
 
     def reset(self, batch: int, d: int, generator: torch.Generator, dtype: torch.dtype, device) -> None:
         """Start of a run: the parts are checked against the tokens (d, dtype, device), and the
-        noise source draws its per-run state."""
+        noise source draws its per-run state.
+
+        Parameters
+        ----------
+        batch : int
+            Independent samples of the run.
+        d : int
+            Token dimension.
+        generator : torch.Generator
+            The run's generator.
+        dtype : torch.dtype
+            The tokens' dtype.
+        device : str or torch.device
+            The tokens' device.
+        """
         self._checked.clear()
         check_fits("attention", self.attention, d, dtype, device)
         start_run(self.attention, batch, d, generator, dtype, device)
@@ -189,7 +258,19 @@ class LimitSDE:
             self.noise.reset(batch, d, generator, dtype, device)
 
     def attention_drift(self, X: torch.Tensor) -> torch.Tensor:
-        """P_x Attn(μ, x): (batch, N, d)."""
+        r"""The attention drift projected on the sphere, $P_{x_i}\,\mathrm{Attn}(\mu, x_i)$ (zero
+        without attention).
+
+        Parameters
+        ----------
+        X : torch.Tensor, shape (batch, N, d)
+            Unit tokens.
+
+        Returns
+        -------
+        torch.Tensor, shape (batch, N, d)
+            Tangent to each token.
+        """
         if self.attention is None:
             return torch.zeros_like(X)
         return tangent(X, first_output(self._checked, "attention", self.attention, self.attention(X), X))
@@ -203,18 +284,59 @@ class LimitSDE:
         return self._kappa1[d]
 
     def ito_correction(self, X: torch.Tensor) -> torch.Tensor:
-        """−κ(1)(d−1)/2 · x, the Itô drift that keeps |x| = 1."""
+        r"""The Itô correction $-\kappa(1)\,\frac{d-1}{2}\,x$ that keeps $|x| = 1$ (zero without noise).
+
+        Parameters
+        ----------
+        X : torch.Tensor, shape (batch, N, d)
+            Unit tokens.
+
+        Returns
+        -------
+        torch.Tensor, shape (batch, N, d)
+            The correction at each token.
+        """
         if self.noise is None:
             return torch.zeros_like(X)
         d = X.shape[-1]
         return -0.5 * self._k1(d) * (d - 1) * X
 
     def increment(self, X: torch.Tensor, dt: float, draws: Randomness) -> torch.Tensor:
-        """The field increment ΔW at X (before projection)."""
+        """The field increment ΔW at X (before projection; zero without noise).
+
+        Parameters
+        ----------
+        X : torch.Tensor, shape (batch, N, d)
+            Unit tokens.
+        dt : float
+            The step.
+        draws : torch.Generator or Draws
+            The step's randomness.
+
+        Returns
+        -------
+        torch.Tensor, shape (batch, N, d)
+            ΔW at the tokens.
+        """
         if self.noise is None:
             return torch.zeros_like(X)
         return first_output(self._checked, "noise", self.noise, self.noise.increment(X, dt, draws), X)
 
     def step(self, X: torch.Tensor, dt: float, draws: Randomness) -> torch.Tensor:
-        """One step of ``integrator``; ``draws``: the step's [`Draws`][stochformer.core.brownian.Draws]."""
+        """One step of ``integrator``; ``draws``: the step's [`Draws`][stochformer.core.brownian.Draws].
+
+        Parameters
+        ----------
+        X : torch.Tensor, shape (batch, N, d)
+            Unit tokens.
+        dt : float
+            The step (Δt = T/L).
+        draws : torch.Generator or Draws
+            The step's randomness.
+
+        Returns
+        -------
+        torch.Tensor, shape (batch, N, d)
+            The tokens one step later.
+        """
         return self.integrator.step(self, X, dt, self.increment(X, dt, draws))

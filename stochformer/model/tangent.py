@@ -71,7 +71,15 @@ Field = Callable[[torch.Tensor], torch.Tensor]
 class Jet(NamedTuple):
     """The step's noise at the token: ``value`` the jet J (batch, 1 + k, d) of the module docstring,
     and ``field`` the increment y ↦ ΔW(y) as a function of position whose tangent derivatives at x
-    are J's rows (None: the affine field of J, [`affine_field`][stochformer.model.tangent.affine_field])."""
+    are J's rows (None: the affine field of J, [`affine_field`][stochformer.model.tangent.affine_field]).
+
+    Attributes
+    ----------
+    value : torch.Tensor, shape (batch, 1 + k, d)
+        The jet J: the increment and its tangent derivatives along the frame.
+    field : callable or None
+        y ↦ ΔW(y), (batch, 1, d) → (batch, 1, d).
+    """
 
     value: torch.Tensor
     field: Optional[Field] = None
@@ -79,7 +87,22 @@ class Jet(NamedTuple):
 
 def affine_field(x: torch.Tensor, V: torch.Tensor, J: torch.Tensor) -> Field:
     """y ↦ J₀ + ((y − x) V) J_{1:}: the increment to first order in y − x along the frame V, for
-    x (batch, 1, d), V (batch, d, k), J (batch, 1 + k, d)."""
+    x (batch, 1, d), V (batch, d, k), J (batch, 1 + k, d).
+
+    Parameters
+    ----------
+    x : torch.Tensor, shape (batch, 1, d)
+        The token.
+    V : torch.Tensor, shape (batch, d, k)
+        The frame.
+    J : torch.Tensor, shape (batch, 1 + k, d)
+        The jet.
+
+    Returns
+    -------
+    callable
+        y (batch, 1, d) ↦ the increment (batch, 1, d).
+    """
     value, slope = J[:, :1], J[:, 1:]
     return lambda y: value + ((y - x) @ V) @ slope
 
@@ -103,7 +126,13 @@ class ExactJet:
     """The 1-jet of the limit field W (SPEC §3) at one token, for kernel κ (module docstring):
     J = √Δt diag(√κ(1), √κ'(1), …) Ξ, Ξ (batch, 1 + k, d) the step's Brownian normals. Also a noise
     source for one token ([`increment`][stochformer.model.tangent.ExactJet.increment]: the exact field at N = 1, √(Δt κ(1)) ξ), so that
-    [`LimitSDE`][stochformer.model.LimitSDE] takes it."""
+    [`LimitSDE`][stochformer.model.LimitSDE] takes it.
+
+    Parameters
+    ----------
+    kernel : NoiseKernel
+        κ (any object with ``kappa(rho)``, ``d``, ``kappa1`` and ``kappa1_prime``).
+    """
 
     kernel: Annotated[NoiseKernel, Methods(("kappa",))]
 
@@ -111,23 +140,81 @@ class ExactJet:
         self._roots = (math.sqrt(self.kernel.kappa1), math.sqrt(self.kernel.kappa1_prime))  # κ once, not per step
 
     def reset(self, batch: int, d: int, generator: torch.Generator, dtype: torch.dtype, device) -> None:
-        """Stateless; the tokens' d must be the kernel's."""
+        """Stateless; the tokens' d must be the kernel's.
+
+        Parameters
+        ----------
+        batch : int
+            Independent samples of the run.
+        d : int
+            Token dimension.
+        generator : torch.Generator
+            The run's generator.
+        dtype : torch.dtype
+            The tokens' dtype.
+        device : str or torch.device
+            The tokens' device.
+        """
         self.noise_kernel(d)
 
     def noise_kernel(self, d: int) -> NoiseKernel:
+        """Its kernel, checked against the tokens' dimension.
+
+        Parameters
+        ----------
+        d : int
+            Token dimension.
+
+        Returns
+        -------
+        NoiseKernel
+            κ of the field in dimension d.
+        """
         if d != self.kernel.d:
             raise ValueError(f"ExactJet: its kernel is for d = {self.kernel.d}, the tokens have d = {d}")
         return self.kernel
 
     def increment(self, X: torch.Tensor, dt: float, draws: Randomness) -> torch.Tensor:
-        """√(Δt κ(1)) ξ for one token X (batch, 1, d): the exact field's increment at N = 1."""
+        """√(Δt κ(1)) ξ for one token X (batch, 1, d): the exact field's increment at N = 1.
+
+        Parameters
+        ----------
+        X : torch.Tensor, shape (batch, N, d)
+            The tokens.
+        dt : float
+            The step.
+        draws : torch.Generator or Draws
+            The step's randomness.
+
+        Returns
+        -------
+        torch.Tensor, shape (batch, N, d)
+            ΔW at the tokens.
+        """
         if X.shape[-2] != 1:
             raise ValueError(f"ExactJet: the increment of one token (got N = {X.shape[-2]}); use ExactField for N tokens")
         xi = as_draws(draws).brownian(X.shape, X.dtype, X.device)
         return math.sqrt(dt) * self._roots[0] * xi
 
     def jet(self, x: torch.Tensor, V: torch.Tensor, dt: float, draws: Draws) -> Jet:
-        """J (batch, 1 + k, d) at x (batch, 1, d) along the frame V (batch, d, k)."""
+        """J (batch, 1 + k, d) at x (batch, 1, d) along the frame V (batch, d, k).
+
+        Parameters
+        ----------
+        x : torch.Tensor, shape (batch, 1, d)
+            The token.
+        V : torch.Tensor, shape (batch, d, k)
+            An orthonormal tangent frame at x.
+        dt : float
+            The step.
+        draws : Draws
+            The step's randomness.
+
+        Returns
+        -------
+        Jet
+            J (batch, 1 + k, d) and the increment as a function of position.
+        """
         B, _, d = x.shape
         k = V.shape[-1]
         xi = draws.brownian((B, 1 + k, d), x.dtype, x.device)
@@ -149,7 +236,15 @@ class MLPJet:
     full precision (a block with ``precision="float32"`` is refused).
     ``draw_width`` (≥ the block's width, default its width): hidden units drawn per step, of which
     the first m are used, so that jets of several widths on one generator seed share their first
-    hidden units (nested networks: a coupling across m)."""
+    hidden units (nested networks: a coupling across m).
+
+    Parameters
+    ----------
+    mlp : RandomMLP
+        The block.
+    draw_width : int, optional
+        Hidden units drawn at once (memory), None: all m.
+    """
 
     mlp: RandomMLP
     draw_width: Optional[PositiveInt] = None
@@ -176,11 +271,40 @@ class MLPJet:
         return self._draw(math.prod(shape), generator, like.dtype, like.device).view(shape)
 
     def noise_kernel(self, d: int) -> NoiseKernel:
+        """κ of the block's field.
+
+        Parameters
+        ----------
+        d : int
+            Token dimension.
+
+        Returns
+        -------
+        NoiseKernel
+            κ of the field in dimension d.
+        """
         return self.mlp.noise_kernel(d)
 
     def jet(self, x: torch.Tensor, V: torch.Tensor, dt: float, draws: Draws) -> Jet:
         """J (batch, 1 + k, d) at x (batch, 1, d) along the frame V (batch, d, k); with explicit
-        weights also the layer's increment y ↦ s√Δt (φ(g U y/√d + b_U) W/√m + σ_W b_W) itself."""
+        weights also the layer's increment y ↦ s√Δt (φ(g U y/√d + b_U) W/√m + σ_W b_W) itself.
+
+        Parameters
+        ----------
+        x : torch.Tensor, shape (batch, 1, d)
+            The token.
+        V : torch.Tensor, shape (batch, d, k)
+            An orthonormal tangent frame at x.
+        dt : float
+            The step.
+        draws : Draws
+            The step's randomness.
+
+        Returns
+        -------
+        Jet
+            J (batch, 1 + k, d) and the increment as a function of position.
+        """
         B, _, d = x.shape
         mlp = self.mlp
         m, M, gen = mlp.width, self.draw_width or mlp.width, draws.generator
@@ -260,7 +384,18 @@ StepModel = Union[Transformer, LimitSDE]
 
 def has_closed_form(model: StepModel) -> bool:
     """Whether [`closed_form_tangent`][stochformer.model.tangent.closed_form_tangent] knows ``model``'s step: a [`Transformer`][stochformer.model.transformer.Transformer] or a
-    [`LimitSDE`][stochformer.model.sde.LimitSDE] with the Euler or Heun integrator, without attention."""
+    [`LimitSDE`][stochformer.model.sde.LimitSDE] with the Euler or Heun integrator, without attention.
+
+    Parameters
+    ----------
+    model : Transformer or LimitSDE
+        The step.
+
+    Returns
+    -------
+    bool
+        True where the closed form applies.
+    """
     if getattr(model, "attention", None) is not None:
         return False
     if isinstance(model, Transformer):
@@ -271,7 +406,26 @@ def has_closed_form(model: StepModel) -> bool:
 def closed_form_tangent(model: StepModel, x: torch.Tensor, V: torch.Tensor, J: torch.Tensor, dt: float) -> tuple[torch.Tensor, torch.Tensor]:
     """One step of ``model`` from x (batch, 1, d) with the jet J (batch, 1 + k, d), and its tangent
     map applied to the frame V (batch, d, k): (x', JV), the formulas of the module docstring.
-    ``ValueError`` for a model without one ([`has_closed_form`][stochformer.model.tangent.has_closed_form]; use [`autodiff_tangent`][stochformer.model.tangent.autodiff_tangent])."""
+    ``ValueError`` for a model without one ([`has_closed_form`][stochformer.model.tangent.has_closed_form]; use [`autodiff_tangent`][stochformer.model.tangent.autodiff_tangent]).
+
+    Parameters
+    ----------
+    model : Transformer or LimitSDE
+        The step (see [`has_closed_form`][stochformer.model.tangent.has_closed_form]).
+    x : torch.Tensor, shape (batch, 1, d)
+        The token.
+    V : torch.Tensor, shape (batch, d, k)
+        The frame.
+    J : torch.Tensor, shape (batch, 1 + k, d)
+        The jet.
+    dt : float
+        The step.
+
+    Returns
+    -------
+    tuple of torch.Tensor
+        x' (batch, 1, d) and JV (batch, d, k).
+    """
     if not has_closed_form(model):
         raise ValueError(f"model: no closed-form tangent map for {type(model).__name__} (with attention or another "
                          "integrator); use autodiff_tangent")
@@ -293,7 +447,22 @@ def _ito_kappa(sde: LimitSDE, d: int) -> float:
 def step_map(model: StepModel, dt: float, increment: Field) -> Callable[[torch.Tensor], torch.Tensor]:
     """The model's own step as a function of the token, y (batch, 1, d) ↦ y', with the increment
     y ↦ ΔW(y) held fixed: ``Transformer.layer`` or ``integrator.step`` of the SDE (for
-    [`autodiff_tangent`][stochformer.model.tangent.autodiff_tangent])."""
+    [`autodiff_tangent`][stochformer.model.tangent.autodiff_tangent]).
+
+    Parameters
+    ----------
+    model : Transformer or LimitSDE
+        The step.
+    dt : float
+        The step size.
+    increment : callable
+        y ↦ ΔW(y), held fixed.
+
+    Returns
+    -------
+    callable
+        y (batch, 1, d) ↦ y' (batch, 1, d).
+    """
     if isinstance(model, Transformer):
         return lambda y: model.layer(y, dt, increment)
     return lambda y: model.integrator.step(model, y, dt, increment(y))
@@ -302,7 +471,22 @@ def step_map(model: StepModel, dt: float, increment: Field) -> Callable[[torch.T
 def autodiff_tangent(f: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, V: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(f(x), Df(x) V) for a map f of tokens (batch, 1, d) → (batch, 1, d), acting on each sample
     alone, by ``torch.func.jvp`` along each column of V (batch, d, k), vectorised by
-    ``torch.func.vmap``: JV (batch, d, k)."""
+    ``torch.func.vmap``: JV (batch, d, k).
+
+    Parameters
+    ----------
+    f : callable
+        A map of tokens (batch, 1, d) → (batch, 1, d), samplewise.
+    x : torch.Tensor, shape (batch, 1, d)
+        The token.
+    V : torch.Tensor, shape (batch, d, k)
+        The frame.
+
+    Returns
+    -------
+    tuple of torch.Tensor
+        f(x) (batch, 1, d) and JV (batch, d, k).
+    """
     columns = V.permute(2, 0, 1).unsqueeze(2)  # (k, B, 1, d)
     JV = torch.func.vmap(lambda v: torch.func.jvp(f, (x,), (v,))[1])(columns)  # (k, B, 1, d)
     return f(x), JV[:, :, 0].permute(1, 2, 0)
@@ -314,7 +498,22 @@ def autodiff_tangent(f: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor,
 @validated
 def tangent_frame(x: torch.Tensor, k: Optional[PositiveInt] = None, generator: Optional[torch.Generator] = None) -> torch.Tensor:
     """A uniformly random orthonormal frame of k (default d − 1) tangent vectors at each token
-    x (batch, 1, d): (batch, d, k), the Householder QR of P_x Z with Z i.i.d. N(0, 1)."""
+    x (batch, 1, d): (batch, d, k), the Householder QR of P_x Z with Z i.i.d. N(0, 1).
+
+    Parameters
+    ----------
+    x : torch.Tensor, shape (batch, 1, d)
+        Unit tokens.
+    k : int, optional
+        Frame size, 1..d − 1 (default d − 1).
+    generator : torch.Generator, optional
+        Draws Z.
+
+    Returns
+    -------
+    torch.Tensor, shape (batch, d, k)
+        Orthonormal columns tangent at x.
+    """
     B, _, d = x.shape
     k = d - 1 if k is None else k
     if not 1 <= k <= d - 1:
@@ -325,7 +524,20 @@ def tangent_frame(x: torch.Tensor, k: Optional[PositiveInt] = None, generator: O
 
 
 def frame_state(x: torch.Tensor, V: torch.Tensor) -> torch.Tensor:
-    """The state S (batch, 1 + k, d) of a token x (batch, 1, d) and its frame V (batch, d, k)."""
+    """The state S (batch, 1 + k, d) of a token x (batch, 1, d) and its frame V (batch, d, k).
+
+    Parameters
+    ----------
+    x : torch.Tensor, shape (batch, 1, d)
+        The token.
+    V : torch.Tensor, shape (batch, d, k)
+        Its frame.
+
+    Returns
+    -------
+    torch.Tensor, shape (batch, 1 + k, d)
+        [x; Vᵀ].
+    """
     return torch.cat([x, V.mT], dim=1)
 
 
@@ -335,7 +547,18 @@ def reorthonormalise(S: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     upper triangular with positive diagonal; returns the state with the frame Q and log R_ii
     (batch, k). Cholesky QR (R = chol(WᵀW)ᵀ, Q = W R⁻¹: orthonormal to rounding for the well
     conditioned W of one step), Householder QR for the samples whose Cholesky factor fails or whose
-    diagonal spans more than 10⁴ (ill conditioned)."""
+    diagonal spans more than 10⁴ (ill conditioned).
+
+    Parameters
+    ----------
+    S : torch.Tensor, shape (batch, 1 + k, d)
+        The token and its propagated frame rows.
+
+    Returns
+    -------
+    tuple of torch.Tensor
+        The state with the frame Q (batch, 1 + k, d) and log R_ii (batch, k).
+    """
     x = S[:, :1]
     W = _project(x, S[:, 1:].mT)
     L, info = torch.linalg.cholesky_ex(W.mT @ W)
@@ -368,7 +591,17 @@ class TangentFlow:
     ``model``: the step ([`Transformer`][stochformer.model.transformer.Transformer] or [`LimitSDE`][stochformer.model.sde.LimitSDE], without attention; its noise
     source is not used: the jet's is); ``jet``: the source of the step's jet ([`ExactJet`][stochformer.model.tangent.ExactJet],
     [`MLPJet`][stochformer.model.tangent.MLPJet]); ``jacobian``: ``"closed_form"`` ([`closed_form_tangent`][stochformer.model.tangent.closed_form_tangent]) or
-    ``"autodiff"`` ([`autodiff_tangent`][stochformer.model.tangent.autodiff_tangent] of [`step_map`][stochformer.model.tangent.step_map], with the jet's own field)."""
+    ``"autodiff"`` ([`autodiff_tangent`][stochformer.model.tangent.autodiff_tangent] of [`step_map`][stochformer.model.tangent.step_map], with the jet's own field).
+
+    Parameters
+    ----------
+    model : Transformer or LimitSDE
+        The step.
+    jet : ExactJet or MLPJet
+        The noise's jet (any object with ``jet(x, V, dt, draws)``).
+    jacobian : {"closed_form", "autodiff"}, optional
+        How the tangent map is applied.
+    """
 
     model: StepModel
     jet: Annotated[FieldJet, Methods(("jet",))]
@@ -384,10 +617,39 @@ class TangentFlow:
             raise ValueError(f"jacobian: no closed form for {type(self.model).__name__} with this integrator; use 'autodiff'")
 
     def reset(self, batch: int, d: int, generator: torch.Generator, dtype: torch.dtype, device) -> None:
-        """Stateless: the jets draw everything per step."""
+        """Stateless: the jets draw everything per step.
+
+        Parameters
+        ----------
+        batch : int
+            Independent samples of the run.
+        d : int
+            Token dimension.
+        generator : torch.Generator
+            The run's generator.
+        dtype : torch.dtype
+            The tokens' dtype.
+        device : str or torch.device
+            The tokens' device.
+        """
 
     def step(self, S: torch.Tensor, dt: float, draws: Randomness) -> torch.Tensor:
-        """S (batch, 1 + k, d) → [x'; (JV)ᵀ]; ``draws``: the step's [`Draws`][stochformer.core.brownian.Draws]."""
+        """S (batch, 1 + k, d) → [x'; (JV)ᵀ]; ``draws``: the step's [`Draws`][stochformer.core.brownian.Draws].
+
+        Parameters
+        ----------
+        S : torch.Tensor, shape (batch, 1 + k, d)
+            The token and its frame.
+        dt : float
+            The step.
+        draws : torch.Generator or Draws
+            The step's randomness.
+
+        Returns
+        -------
+        torch.Tensor, shape (batch, 1 + k, d)
+            [x'; (JV)ᵀ], the frame not renormalised.
+        """
         x, V = S[:, :1], S[:, 1:].mT
         jet = self.jet.jet(x, V, dt, as_draws(draws))
         if self.jacobian == "closed_form":

@@ -80,7 +80,21 @@ class Transformer:
 
     def reset(self, batch: int, d: int, generator: torch.Generator, dtype: torch.dtype, device) -> None:
         """Start of a run: the parts are checked against the tokens (d, dtype, device), and the
-        noise source draws its per-run state."""
+        noise source draws its per-run state.
+
+        Parameters
+        ----------
+        batch : int
+            Independent samples of the run.
+        d : int
+            Token dimension.
+        generator : torch.Generator
+            The run's generator.
+        dtype : torch.dtype
+            The tokens' dtype.
+        device : str or torch.device
+            The tokens' device.
+        """
         self._checked.clear()
         check_fits("attention", self.attention, d, dtype, device)
         start_run(self.attention, batch, d, generator, dtype, device)
@@ -89,7 +103,22 @@ class Transformer:
             self.noise.reset(batch, d, generator, dtype, device)
 
     def step(self, X: torch.Tensor, dt: float, draws: Randomness) -> torch.Tensor:
-        """One layer; ``draws``: the step's [`Draws`][stochformer.core.brownian.Draws] (or a generator)."""
+        """One layer; ``draws``: the step's [`Draws`][stochformer.core.brownian.Draws] (or a generator).
+
+        Parameters
+        ----------
+        X : torch.Tensor, shape (batch, N, d)
+            Unit tokens.
+        dt : float
+            The step (Δt = T/L).
+        draws : torch.Generator or Draws
+            The step's randomness.
+
+        Returns
+        -------
+        torch.Tensor, shape (batch, N, d)
+            The tokens one step later.
+        """
         return self.layer(X, dt, None if self.noise is None else self._increment(dt, draws))
 
     def _increment(self, dt: float, draws: Randomness) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -100,15 +129,43 @@ class Transformer:
         return first_output(self._checked, "attention", self.attention, self.attention(X), X)  # type: ignore[misc]
 
     def mlp_input(self, X: torch.Tensor, dt: float) -> torch.Tensor:
-        """Where the layer's MLP acts, (batch, N, d): Y = LN(X + Δt · Attn_X(X)) post-LN, X itself
-        in the parallel order."""
+        """Where the layer's MLP acts: Y = LN(X + Δt · Attn_X(X)) post-LN, X itself in the parallel
+        order.
+
+        Parameters
+        ----------
+        X : torch.Tensor, shape (batch, N, d)
+            The layer's input.
+        dt : float
+            The step.
+
+        Returns
+        -------
+        torch.Tensor, shape (batch, N, d)
+            Y.
+        """
         if self.order == "parallel" or self.attention is None:
             return X
         return normalize(X + dt * self._attend(X))
 
     def layer(self, X: torch.Tensor, dt: float, increment: Optional[Callable[[torch.Tensor], torch.Tensor]]) -> torch.Tensor:
         """The layer map with a given MLP increment: ``increment(Y)`` (batch, N, d) is the term
-        √Δt · s · G^m(Y) at the MLP's input Y ([`mlp_input`][stochformer.model.transformer.Transformer.mlp_input]); None: no MLP."""
+        √Δt · s · G^m(Y) at the MLP's input Y ([`mlp_input`][stochformer.model.transformer.Transformer.mlp_input]); None: no MLP.
+
+        Parameters
+        ----------
+        X : torch.Tensor, shape (batch, N, d)
+            The layer's input.
+        dt : float
+            The step.
+        increment : callable or None
+            Y ↦ the MLP's term (batch, N, d).
+
+        Returns
+        -------
+        torch.Tensor, shape (batch, N, d)
+            The layer's output.
+        """
         if self.order == "parallel":
             update = torch.zeros_like(X)
             if self.attention is not None:

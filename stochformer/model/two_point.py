@@ -23,12 +23,40 @@ from .kernel import NoiseKernel
 
 
 def one_point_mean(kappa1: float, d: int, t) -> np.ndarray:
-    """E⟨x₀, X_t⟩ for X_0 = x₀: e^{−κ(1)(d−1)t/2}."""
+    """E⟨x₀, X_t⟩ for X_0 = x₀: e^{−κ(1)(d−1)t/2}.
+
+    Parameters
+    ----------
+    kappa1 : float
+        κ(1).
+    d : int
+        Token dimension.
+    t : float or array_like
+        Times.
+
+    Returns
+    -------
+    numpy.ndarray
+        The mean, of t's shape.
+    """
     return np.exp(-kappa1 * (d - 1) * np.asarray(t, float) / 2)
 
 
 def two_point_coefficients(kernel: NoiseKernel, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Drift b(u) and squared diffusion a(u) of u = ⟨X¹, X²⟩ (float64 tensors of u's shape)."""
+    """Drift b(u) and squared diffusion a(u) of u = ⟨X¹, X²⟩ (float64 tensors of u's shape).
+
+    Parameters
+    ----------
+    kernel : NoiseKernel
+        κ.
+    u : torch.Tensor
+        Cosines in [−1, 1].
+
+    Returns
+    -------
+    tuple of torch.Tensor
+        (b(u), a(u)).
+    """
     u = torch.as_tensor(u, dtype=torch.float64)
     k1, ku, d = kernel.kappa1, kernel.kappa(u), kernel.d
     drift = ku * (d - 2 + u * u) - k1 * (d - 1) * u
@@ -40,7 +68,30 @@ def simulate_two_point(kernel: NoiseKernel, u0: float, T: float, steps: int, pat
                        grid: int = 4001) -> np.ndarray:
     """u_T of ``paths`` independent solutions of the two-point diffusion from u0, Euler–Maruyama on
     ``steps`` steps of [0, T], each step clipped to [−1, 1]; the coefficients are tabulated on
-    ``grid`` points of [−1, 1] and interpolated linearly: (paths,)."""
+    ``grid`` points of [−1, 1] and interpolated linearly: (paths,).
+
+    Parameters
+    ----------
+    kernel : NoiseKernel
+        κ.
+    u0 : float
+        The starting cosine.
+    T : float
+        The horizon.
+    steps : int
+        Euler steps.
+    paths : int
+        Independent paths.
+    seed : int
+        Seed of the normals.
+    grid : int, optional
+        Points of the coefficients' table.
+
+    Returns
+    -------
+    numpy.ndarray, shape (paths,)
+        u_T.
+    """
     nodes = np.linspace(-1.0, 1.0, grid)
     drift, var = (c.numpy() for c in two_point_coefficients(kernel, torch.from_numpy(nodes)))
     rng = np.random.default_rng(seed)

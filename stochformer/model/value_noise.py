@@ -67,19 +67,71 @@ class ValueNoise:
     beta: NonNegativeFloat = 1.0
 
     def reset(self, batch, d, generator, dtype, device) -> None:  # stateless
+        """Start a run: the field is stateless.
+
+        Parameters
+        ----------
+        batch : int
+            Independent samples of the run.
+        d : int
+            Token dimension.
+        generator : torch.Generator
+            The run's generator.
+        dtype : torch.dtype
+            The tokens' dtype.
+        device : str or torch.device
+            The tokens' device.
+        """
         pass
 
     def noise_kernel(self, d: int) -> NoiseKernel:
         """The linear kernel κ(u) = u (s = √d): the field where a_i = x_i; its κ(1) = 1 bounds the
-        one-point speed |a_i|² (it enters only the Euler integrator's radial term)."""
+        one-point speed |a_i|² (it enters only the Euler integrator's radial term).
+
+        Parameters
+        ----------
+        d : int
+            Token dimension.
+
+        Returns
+        -------
+        NoiseKernel
+            κ of the field in dimension d.
+        """
         return NoiseKernel("linear", d, scale=math.sqrt(d))
 
     def outputs(self, X: torch.Tensor) -> torch.Tensor:
-        """a_i = Σ_j softmax_j(β⟨x_i, x_j⟩) x_j: X (batch, N, d) → (batch, N, d)."""
+        """a_i = Σ_j softmax_j(β⟨x_i, x_j⟩) x_j: X (batch, N, d) → (batch, N, d).
+
+        Parameters
+        ----------
+        X : torch.Tensor, shape (batch, N, d)
+            The tokens.
+
+        Returns
+        -------
+        torch.Tensor, shape (batch, N, d)
+            The attention outputs a_i.
+        """
         return torch.softmax(self.beta * (X @ X.transpose(-1, -2)), dim=-1) @ X
 
     def increment(self, X: torch.Tensor, dt: float, draws: Randomness) -> torch.Tensor:
-        """ΔB a_i for every token: X (batch, N, d) → (batch, N, d) (row i is (ΔB a_i)ᵀ)."""
+        """ΔB a_i for every token: X (batch, N, d) → (batch, N, d) (row i is (ΔB a_i)ᵀ).
+
+        Parameters
+        ----------
+        X : torch.Tensor, shape (batch, N, d)
+            The tokens.
+        dt : float
+            The step.
+        draws : torch.Generator or Draws
+            The step's randomness.
+
+        Returns
+        -------
+        torch.Tensor, shape (batch, N, d)
+            ΔW at the tokens.
+        """
         B, _, d = X.shape
         xi = as_draws(draws).brownian((B, d, d), X.dtype, X.device)
         return math.sqrt(dt) * (self.outputs(X) @ xi.transpose(-1, -2))

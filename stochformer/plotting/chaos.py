@@ -127,7 +127,24 @@ def _plot_decorrelation(ax, dec: dict, fit: dict) -> None:
 def plot_density_s2(X0: np.ndarray, XT: np.ndarray, title: str = "", axes: Optional[Any] = None) -> "Figure":
     """Density of tokens on S² (d = 3) at t = 0 and t = T: 2-D histograms in the equal-area
     coordinates (longitude, sin latitude), so a uniform measure is flat. ``X0``, ``XT``: (n, 3),
-    unit rows; ``axes``: two axes, or None."""
+    unit rows; ``axes``: two axes, or None.
+
+    Parameters
+    ----------
+    X0 : numpy.ndarray, shape (n, 3)
+        Tokens at t = 0.
+    XT : numpy.ndarray, shape (n, 3)
+        Tokens at t = T.
+    title : str, optional
+        The title.
+    axes : sequence of matplotlib.axes.Axes, optional
+        Two axes.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        The figure (the given axes' figure, or a new one).
+    """
     created = axes is None
     fig, ax2 = figure_axes(axes, (1, 2), (11, 4), sharey=True)
     axes = ax2[0]

@@ -44,14 +44,36 @@ LUMINANCE_SPLIT = (1.05 * 0.05) ** 0.5 - 0.05
 def relative_luminance(rgba: Sequence[float]) -> float:
     """WCAG 2 relative luminance of an sRGB colour (components in [0, 1]):
     L = 0.2126 R + 0.7152 G + 0.0722 B of the linearised channels c ↦ c/12.92 (c ≤ 0.04045) or
-    ((c + 0.055)/1.055)^2.4."""
+    ((c + 0.055)/1.055)^2.4.
+
+    Parameters
+    ----------
+    rgba : sequence of float
+        An RGB(A) colour, components in [0, 1].
+
+    Returns
+    -------
+    float
+        L, in [0, 1].
+    """
     lin = [c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in (float(v) for v in rgba[:3])]
     return 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2]
 
 
 def text_colour(rgba: Sequence[float]) -> str:
     """The text colour readable on a background ``rgba``: black above `LUMINANCE_SPLIT`, else white
-    (whichever has the larger WCAG contrast ratio)."""
+    (whichever has the larger WCAG contrast ratio).
+
+    Parameters
+    ----------
+    rgba : sequence of float
+        The background colour.
+
+    Returns
+    -------
+    str
+        ``"k"`` (black) or ``"w"`` (white), matplotlib colours.
+    """
     return "k" if relative_luminance(rgba) > LUMINANCE_SPLIT else "w"
 
 
@@ -61,7 +83,30 @@ def annotate_cells(ax: "Axes", mappable: Any, x: Any, y: Any, values: Any, fmt: 
     ``mappable`` (its colour map and norm give the cell's colour), each in the colour readable on
     its cell ([`text_colour`][stochformer.plotting.core.text_colour]), at least `MIN_FONT_PT` points;
     NaN cells are left blank. ``labels``: the text of each cell (same shape) instead of ``fmt``
-    applied to the value. Returns the text artists."""
+    applied to the value. Returns the text artists.
+
+    Parameters
+    ----------
+    ax : matplotlib.axes.Axes
+        The heat map's axes.
+    mappable : matplotlib.cm.ScalarMappable
+        The heat map.
+    x, y : array_like
+        The cells' centres.
+    values : array_like, shape (len(y), len(x))
+        The values.
+    fmt : str, optional
+        The format of a value.
+    fontsize : float, optional
+        Points (at least `MIN_FONT_PT`).
+    labels : array_like, optional
+        The texts, instead of ``fmt``.
+
+    Returns
+    -------
+    list of matplotlib.text.Text
+        The labels written.
+    """
     values = np.asarray(values, float)
     size = max(float(fontsize), MIN_FONT_PT)
     texts = []
@@ -78,7 +123,24 @@ def annotate_cells(ax: "Axes", mappable: Any, x: Any, y: Any, values: Any, fmt: 
 
 def legend_below(fig: "Figure", axes: Any, ncol: int = 3, fontsize: float = MIN_FONT_PT + 1) -> Any:
     """One legend for the whole figure, below its axes (so it covers no curve), with the entries
-    of every axes in ``axes`` once each (by label). Returns the legend, or None without entries."""
+    of every axes in ``axes`` once each (by label). Returns the legend, or None without entries.
+
+    Parameters
+    ----------
+    fig : matplotlib.figure.Figure
+        The figure.
+    axes : sequence of matplotlib.axes.Axes
+        The axes whose entries are gathered.
+    ncol : int, optional
+        Columns.
+    fontsize : float, optional
+        Points.
+
+    Returns
+    -------
+    matplotlib.legend.Legend or None
+        The legend.
+    """
     seen: dict[str, Any] = {}
     for ax in np.ravel(axes):
         for handle, label in zip(*ax.get_legend_handles_labels()):
@@ -90,7 +152,18 @@ def legend_below(fig: "Figure", axes: Any, ncol: int = 3, fontsize: float = MIN_
 
 
 def symbol(field: str) -> str:
-    """The mathtext symbol of a config field (``"sigma_W"`` → ``$\\sigma_W$``), else the name."""
+    """The mathtext symbol of a config field (``"sigma_W"`` → ``$\\sigma_W$``), else the name.
+
+    Parameters
+    ----------
+    field : str
+        A config field.
+
+    Returns
+    -------
+    str
+        Its mathtext symbol, or the name.
+    """
     return f"${SYMBOLS[field]}$" if field in SYMBOLS else field
 
 
@@ -99,7 +172,22 @@ def _value(value: Any) -> str:
 
 
 def exponent_label(value: float, ci: Sequence[float], digits: int = 2) -> str:
-    """``exponent 1.04 [0.45, 1.61]`` (fitted y ∝ x^(−exponent), 95% interval), with true minus signs."""
+    """``exponent 1.04 [0.45, 1.61]`` (fitted y ∝ x^(−exponent), 95% interval), with true minus signs.
+
+    Parameters
+    ----------
+    value : float
+        The exponent.
+    ci : sequence of float
+        Its 95% interval.
+    digits : int, optional
+        Significant digits.
+
+    Returns
+    -------
+    str
+        The label.
+    """
     lo, hi = ci
     return "exponent " + _value_fixed(value, digits) + f" [{_value_fixed(lo, digits)}, {_value_fixed(hi, digits)}]"
 
@@ -109,28 +197,79 @@ def _value_fixed(x: float, digits: int) -> str:
 
 
 def integer_ticks(ax: "Axes", values: Any, axis: str = "x") -> None:
-    """Tick a log axis at the measured sizes, labelled as plain integers (no 4×10⁰)."""
+    """Tick a log axis at the measured sizes, labelled as plain integers (no 4×10⁰).
+
+    Parameters
+    ----------
+    ax : matplotlib.axes.Axes
+        The axes.
+    values : array_like
+        The sizes.
+    axis : {"x", "y"}, optional
+        Which axis.
+    """
     values = np.asarray(values, float)
     getattr(ax, f"set_{axis}ticks")(values, [f"{int(v)}" for v in values])
     getattr(ax, f"set_{axis}ticks")([], minor=True)
 
 
 def assign(field: str, value: Any) -> str:
-    """``field = value`` for a legend, in mathtext when the field has a symbol (``$\\beta = 4$``)."""
+    """``field = value`` for a legend, in mathtext when the field has a symbol (``$\\beta = 4$``).
+
+    Parameters
+    ----------
+    field : str
+        A config field.
+    value : Any
+        Its value.
+
+    Returns
+    -------
+    str
+        The label.
+    """
     if field in SYMBOLS:
         return f"${SYMBOLS[field]} = {_value(value)}$"
     return f"{field} = {_value(value)}"
 
 
 def rate_law(text: str) -> str:
-    """A rate law written in plain text (``"N^-1/2 log(1+N)"``) as mathtext (``$N^{-1/2}\\log(1+N)$``)."""
+    """A rate law written in plain text (``"N^-1/2 log(1+N)"``) as mathtext (``$N^{-1/2}\\log(1+N)$``).
+
+    Parameters
+    ----------
+    text : str
+        The law in plain text.
+
+    Returns
+    -------
+    str
+        The law in mathtext.
+    """
     tex = re.sub(r"\^(-?[0-9/]+)", r"^{\1}", text).replace("log", r"\log").replace(" ", r"\,")
     return f"${tex}$"
 
 
 def figure_axes(axes: Any, shape: tuple[int, int], figsize: tuple[float, float], **kw: Any) -> tuple["Figure", np.ndarray]:
     """``(figure, axes as an array of ``shape``)``: the given axes (their number must match), or a
-    new pyplot figure of ``figsize``. pyplot is imported here, never at module level."""
+    new pyplot figure of ``figsize``. pyplot is imported here, never at module level.
+
+    Parameters
+    ----------
+    axes : matplotlib.axes.Axes, sequence of them, or None
+        Axes to draw into.
+    shape : tuple of int
+        (rows, columns).
+    figsize : tuple of float
+        The new figure's size in inches.
+    **kw : Any
+        Passed to ``pyplot.subplots``.
+
+    Returns
+    -------
+    tuple
+        (figure, axes array of ``shape``).
+    """
     if axes is None:
         import matplotlib.pyplot as plt
 
@@ -143,7 +282,22 @@ def figure_axes(axes: Any, shape: tuple[int, int], figsize: tuple[float, float],
 
 
 def finish(fig: "Figure", created: bool, title: str = "") -> "Figure":
-    """Title and tight layout, only on a figure this package created (given axes are left alone)."""
+    """Title and tight layout, only on a figure this package created (given axes are left alone).
+
+    Parameters
+    ----------
+    fig : matplotlib.figure.Figure
+        The figure.
+    created : bool
+        Whether this package created it.
+    title : str, optional
+        Its title.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        The figure (the given axes' figure, or a new one).
+    """
     if created:
         if title:
             fig.suptitle(title)
@@ -153,7 +307,17 @@ def finish(fig: "Figure", created: bool, title: str = "") -> "Figure":
 
 def save_figure(fig: "Figure", path: Path | str, dpi: int = 200) -> None:
     """Save to ``path`` (format from its suffix: png, pdf or svg; ``dpi`` applies to PNG) under a
-    temporary name, rename it into place (`stochformer.io.outputs.writing`), and close the figure."""
+    temporary name, rename it into place (`stochformer.io.outputs.writing`), and close the figure.
+
+    Parameters
+    ----------
+    fig : matplotlib.figure.Figure
+        The figure (closed afterwards).
+    path : str or pathlib.Path
+        The file (.png, .pdf or .svg).
+    dpi : int, optional
+        Dots per inch of a PNG.
+    """
     import matplotlib.pyplot as plt
 
     path = Path(path)
@@ -171,7 +335,23 @@ def save_figure(fig: "Figure", path: Path | str, dpi: int = 200) -> None:
 
 def log_band(ax: "Axes", x: Any, mean: Any, se: Any, color: str, label: Optional[str] = None) -> None:
     """Mean ± 2 SE on a log axis, as the delta-method band ``mean · exp(±2 SE/mean)`` of log(mean):
-    positive and smooth where the linear band would cross zero (no clamp)."""
+    positive and smooth where the linear band would cross zero (no clamp).
+
+    Parameters
+    ----------
+    ax : matplotlib.axes.Axes
+        The axes.
+    x : array_like
+        Abscissae.
+    mean : array_like
+        The means.
+    se : array_like
+        Their standard errors.
+    color : str
+        The colour.
+    label : str, optional
+        The legend entry.
+    """
     mean, se = np.asarray(mean, float), np.asarray(se, float)
     with np.errstate(divide="ignore", invalid="ignore"):
         rel = np.where(mean > 0, se / mean, np.nan)
@@ -180,7 +360,23 @@ def log_band(ax: "Axes", x: Any, mean: Any, se: Any, color: str, label: Optional
 
 
 def linear_band(ax: "Axes", x: Any, mean: Any, se: Any, color: str, label: Optional[str] = None) -> None:
-    """Mean ± 2 SE on a linear axis."""
+    """Mean ± 2 SE on a linear axis.
+
+    Parameters
+    ----------
+    ax : matplotlib.axes.Axes
+        The axes.
+    x : array_like
+        Abscissae.
+    mean : array_like
+        The means.
+    se : array_like
+        Their standard errors.
+    color : str
+        The colour.
+    label : str, optional
+        The legend entry.
+    """
     mean, se = np.asarray(mean, float), np.asarray(se, float)
     ax.plot(x, mean, color=color, label=label)
     ax.fill_between(x, mean - 2 * se, mean + 2 * se, color=color, alpha=0.25, lw=0)
@@ -189,7 +385,22 @@ def linear_band(ax: "Axes", x: Any, mean: Any, se: Any, color: str, label: Optio
 def plot_summary(summary: dict, title: str = "", axes: Optional[Sequence["Axes"]] = None) -> "Figure":
     """E_β (log scale when positive) and mean/min pairwise cosine against layer (or time t, when
     ``summary`` has ``times`` instead of ``layers``), ± 2 SE bands. ``summary``: the dict of
-    `SimulationResult.summary`; ``axes``: two axes, or None."""
+    `SimulationResult.summary`; ``axes``: two axes, or None.
+
+    Parameters
+    ----------
+    summary : dict
+        The dict of ``SimulationResult.summary``.
+    title : str, optional
+        The figure's title.
+    axes : sequence of matplotlib.axes.Axes, optional
+        Two axes.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        The figure (the given axes' figure, or a new one).
+    """
     created = axes is None
     fig, ax = figure_axes(axes, (1, 2), (10, 3.8))
     ax1, ax2 = ax[0]
@@ -234,7 +445,28 @@ def plot_sphere_paths(
 ) -> "Figure":
     """Token paths on S² for one sample: ``paths`` (batch, n_paths, N, 3), unit rows. The near
     hemisphere is drawn solid, the hidden one faded (``hidden_alpha``), seen from (``elev``, ``azim``);
-    dots mark the final layer. ``ax``: a 3-D axes (``projection="3d"``), or None for a new figure."""
+    dots mark the final layer. ``ax``: a 3-D axes (``projection="3d"``), or None for a new figure.
+
+    Parameters
+    ----------
+    paths : numpy.ndarray, shape (batch, n_paths, N, 3)
+        Token paths, unit rows.
+    sample : int, optional
+        The sample drawn.
+    title : str, optional
+        The title.
+    ax : matplotlib.axes.Axes, optional
+        A 3-D axes.
+    elev, azim : float, optional
+        The view.
+    hidden_alpha : float, optional
+        Opacity of the far hemisphere.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        The figure (the given axes' figure, or a new one).
+    """
     import matplotlib as mpl
 
     fig: Any

@@ -15,9 +15,22 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 def plot_gain_phase(phase: Any, ax: Optional[Any] = None) -> "Figure":
-    """GainPhase: λ₁(g, σ_U) as a diverging colour map (blue: λ₁ < 0, synchronisation by noise; red:
-    λ₁ > 0, chaos), the contour λ₁ = 0 and the points g_c(σ_U) of ``critical_gain`` on it (they
-    coincide: both are the root of the same formula). ``ax``: one axes, or None for a new figure."""
+    """GainPhase: λ₁(g, σ_U) in the signed colour map `SIGNED_CMAP` (cividis) centred on 0 (dark:
+    λ₁ < 0, synchronisation by noise; light: λ₁ > 0, chaos), the contour λ₁ = 0 and the points
+    g_c(σ_U) of ``critical_gain`` on it (they coincide: both are the root of the same formula). ``ax``: one axes, or None for a new figure.
+
+    Parameters
+    ----------
+    phase : GainPhase
+        λ₁ on the (g, σ_U) grid.
+    ax : matplotlib.axes.Axes, optional
+        One axes.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        The figure (the given axes' figure, or a new one).
+    """
     created = ax is None
     fig, axes = figure_axes(None if ax is None else [ax], (1, 1), (6.5, 4.5))
     a = axes[0, 0]

@@ -82,7 +82,18 @@ def plot_sync(result: Any, axes: Optional[Any] = None) -> "Figure":
 
 
 def edges(c: np.ndarray) -> np.ndarray:
-    """Cell edges around sorted centres c (one cell of width 1 around a single centre)."""
+    """Cell edges around sorted centres c (one cell of width 1 around a single centre).
+
+    Parameters
+    ----------
+    c : numpy.ndarray
+        Sorted centres.
+
+    Returns
+    -------
+    numpy.ndarray
+        len(c) + 1 edges.
+    """
     c = np.asarray(c, float)
     if len(c) == 1:
         return np.asarray([c[0] - 0.5, c[0] + 0.5])
@@ -91,7 +102,18 @@ def edges(c: np.ndarray) -> np.ndarray:
 
 
 def phase_title(c: Any) -> str:
-    """The fixed parameters of a phase diagram (PhaseConfig ``c``), those on its axes left out."""
+    """The fixed parameters of a phase diagram (PhaseConfig ``c``), those on its axes left out.
+
+    Parameters
+    ----------
+    c : PhaseConfig
+        The phase diagram's configuration.
+
+    Returns
+    -------
+    str
+        The title.
+    """
     m = c.model
     fixed = {"d": m.d, "gamma": m.gamma_value, "L": m.L, "T": m.T, **({"m": m.m} if m.dynamics == "transformer" else {})}
     shown = ", ".join(assign(k, v) for k, v in fixed.items() if k not in (c.x_field, c.y_field))
@@ -299,7 +321,24 @@ def diagonal_limits(x: Any, y: Any, yerr: Any, margin: float = 0.08) -> tuple[fl
     """One range ``(lo, hi)`` for both axes of a measured-against-predicted plot: it holds every
     ``x`` and every ``y ± yerr`` (finite ones) with ``margin`` of its width on each side, and is
     never empty (a single point gets a width of 10% of its size, or 1), so ``y = x`` is the
-    diagonal of square axes."""
+    diagonal of square axes.
+
+    Parameters
+    ----------
+    x : array_like
+        Predicted values.
+    y : array_like
+        Measured values.
+    yerr : array_like
+        Their error bars.
+    margin : float, optional
+        The fraction of the width added on each side.
+
+    Returns
+    -------
+    tuple of float
+        (lo, hi).
+    """
     x, y, e = (np.asarray(a, float).ravel() for a in (x, y, yerr))
     vals = np.concatenate([x, y - np.nan_to_num(e), y + np.nan_to_num(e)])
     vals = vals[np.isfinite(vals)]

@@ -21,7 +21,20 @@ def plot_antipodal(pair: dict, ax: Optional[Any] = None) -> "Figure":
     """``pair`` (``ExactResult.pair``): the probability of ending antipodal P(z → −1 | z₀) against β
     (the scale function; solid), the exact P(Z_T < 0) at the runs' horizon T (the forward equation;
     ×), the simulated fraction of pairs with z_T < 0 with its Clopper–Pearson 95% interval, and the
-    threshold β* (dotted) where the antipode starts to attract. ``ax``: one axes, or None."""
+    threshold β* (dotted) where the antipode starts to attract. ``ax``: one axes, or None.
+
+    Parameters
+    ----------
+    pair : dict
+        ``ExactResult.pair``.
+    ax : matplotlib.axes.Axes, optional
+        One axes.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        The figure (the given axes' figure, or a new one).
+    """
     created = ax is None
     fig, axes = figure_axes(None if ax is None else [ax], (1, 1), (6.5, 4.2))
     a = axes[0, 0]
@@ -45,7 +58,20 @@ def plot_antipodal(pair: dict, ax: Optional[Any] = None) -> "Figure":
 def plot_energy(energy: dict, ax: Optional[Any] = None) -> "Figure":
     """``energy`` (``ExactResult.energy``): E[E_β(μ^N_t)] against t on a log axis: exact (backward
     equation; solid), the simulated mean ± 2 SE, and Theorem 1.4's bound E_β(μ₀)·e^{λ̄' t} (dashed),
-    with the exact long-time rate in the legend. ``ax``: one axes, or None."""
+    with the exact long-time rate in the legend. ``ax``: one axes, or None.
+
+    Parameters
+    ----------
+    energy : dict
+        ``ExactResult.energy``.
+    ax : matplotlib.axes.Axes, optional
+        One axes.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        The figure (the given axes' figure, or a new one).
+    """
     created = ax is None
     fig, axes = figure_axes(None if ax is None else [ax], (1, 1), (6.5, 4.2))
     a = axes[0, 0]
@@ -66,7 +92,22 @@ def plot_energy(energy: dict, ax: Optional[Any] = None) -> "Figure":
 def plot_phase_measured(phase: Any, points: list[dict], ax: Optional[Any] = None) -> "Figure":
     """The phase diagram ``phase`` ([`GainPhase`][stochformer.model.kernel.GainPhase], drawn by
     [`plot_gain_phase`][stochformer.plotting.phase_gain.plot_gain_phase]) with the measured λ̂₁ at
-    ``points`` (``ExactResult.points``): ▲ measured λ̂₁ > 0, ▼ < 0, each labelled λ̂₁ (predicted)."""
+    ``points`` (``ExactResult.points``): ▲ measured λ̂₁ > 0, ▼ < 0, each labelled λ̂₁ (predicted).
+
+    Parameters
+    ----------
+    phase : GainPhase
+        The phase diagram.
+    points : list of dict
+        ``ExactResult.points``.
+    ax : matplotlib.axes.Axes, optional
+        One axes.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        The figure (the given axes' figure, or a new one).
+    """
     fig = plot_gain_phase(phase, ax=ax)
     a = fig.axes[0] if ax is None else ax
     for pt in points:

@@ -28,5 +28,18 @@ DEFAULT_PROFILE = "quick"
 
 
 def sizes(tiny: dict, quick: dict, full: dict, gpu: dict | None = None) -> dict[str, dict]:
-    """A section's sizes per profile; ``gpu`` defaults to ``full`` (run on ``device = cuda``, `DERIVED`)."""
+    """A section's sizes per profile; ``gpu`` defaults to ``full`` (run on ``device = cuda``, `DERIVED`).
+
+    Parameters
+    ----------
+    tiny, quick, full : dict
+        Config fields of each profile.
+    gpu : dict, optional
+        Those of the ``gpu`` profile (default ``full``'s).
+
+    Returns
+    -------
+    dict
+        Profile name → config fields.
+    """
     return {"tiny": tiny, "quick": quick, "full": full, "gpu": {**full, **(gpu or {})}}

@@ -35,7 +35,18 @@ _VECTOR_FORMATS: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVa
 @contextlib.contextmanager
 def rendering_formats(formats: tuple[str, ...]) -> Iterator[None]:
     """While the block runs, [`figure_png`][stochformer.report.registry.figure_png] also renders each
-    figure in ``formats`` (``"pdf"``, ``"svg"``; ``"png"`` is always rendered)."""
+    figure in ``formats`` (``"pdf"``, ``"svg"``; ``"png"`` is always rendered).
+
+    Parameters
+    ----------
+    formats : tuple of str
+        Formats among `FIGURE_FORMATS`.
+
+    Yields
+    ------
+    None
+        The block runs with the formats set.
+    """
     bad = [f for f in formats if f not in FIGURE_FORMATS]
     if bad:
         raise ValueError(f"format: unknown figure format(s) {', '.join(bad)}; valid: {', '.join(FIGURE_FORMATS)}")
@@ -50,7 +61,19 @@ def rendering_formats(formats: tuple[str, ...]) -> Iterator[None]:
 class Figure:
     """A figure of a section: ``png`` is the base64-encoded PNG embedded in the page; ``files``
     the same figure in further formats (format → base64 bytes), written beside the report by
-    ``reproduce --format``."""
+    ``reproduce --format``.
+
+    Attributes
+    ----------
+    name : str
+        The figure's name (its file's stem).
+    caption : str
+        The caption.
+    png : str
+        The base64 PNG.
+    files : dict
+        Format → base64 bytes.
+    """
 
     name: str
     caption: str
@@ -58,12 +81,36 @@ class Figure:
     files: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
+        """The figure as stored in the report's cache.
+
+        Returns
+        -------
+        dict
+            ``name``, ``caption``, ``png`` and ``files``.
+        """
         return {"name": self.name, "caption": self.caption, "png": self.png, "files": dict(self.files)}
 
 
 def figure_png(fig, name: str, caption: str, dpi: int = PNG_DPI) -> Figure:
     """Render a matplotlib figure to an embedded PNG (and to the vector formats asked for by
-    [`rendering_formats`][stochformer.report.registry.rendering_formats]) and close it."""
+    [`rendering_formats`][stochformer.report.registry.rendering_formats]) and close it.
+
+    Parameters
+    ----------
+    fig : matplotlib.figure.Figure
+        The figure (closed afterwards).
+    name : str
+        Its name.
+    caption : str
+        Its caption.
+    dpi : int, optional
+        Dots per inch of the PNG.
+
+    Returns
+    -------
+    Figure
+        The rendered figure.
+    """
     import matplotlib.pyplot as plt
 
     def render(fmt: str) -> str:
@@ -84,7 +131,25 @@ class SectionOutput:
     """What a section returns: ``numbers`` (the experiment's ``to_dict()``: every number it shows),
     ``comparisons`` (the predicted-vs-measured rows), ``figures``, further ``tables`` (each
     ``{"title", "columns", "rows"}``, rows as lists of cells), free-text ``notes``, the ``seeds``
-    used and the run's ``provenance`` (versions, device)."""
+    used and the run's ``provenance`` (versions, device).
+
+    Attributes
+    ----------
+    numbers : dict
+        Every number the section shows.
+    comparisons : list of Comparison
+        The predicted-vs-measured rows.
+    figures : list of Figure
+        The figures.
+    provenance : dict
+        Versions and device.
+    seeds : dict
+        The seeds used.
+    notes : list of str
+        Free-text notes.
+    tables : list of dict
+        Further tables.
+    """
 
     numbers: dict
     comparisons: list[Comparison]
@@ -95,6 +160,13 @@ class SectionOutput:
     tables: list[dict] = field(default_factory=list)
 
     def to_dict(self) -> dict:
+        """The output as stored: the rows judged as one family, figures as dicts.
+
+        Returns
+        -------
+        dict
+            JSON-able.
+        """
         return {
             "numbers": self.numbers,
             "comparisons": recompute([c.to_dict() for c in self.comparisons]),  # judged as one family
@@ -109,7 +181,17 @@ class SectionOutput:
 @dataclass(frozen=True)
 class SectionContext:
     """How a section runs: ``progress`` bars, ``workdir`` (the section's own folder for resumable
-    sub-tasks, ``tasks.run_tasks(..., store=workdir)``) and the task ``scheduler`` (None: serial)."""
+    sub-tasks, ``tasks.run_tasks(..., store=workdir)``) and the task ``scheduler`` (None: serial).
+
+    Attributes
+    ----------
+    progress : bool
+        Show progress bars.
+    workdir : pathlib.Path or None
+        The section's own folder for resumable sub-tasks.
+    scheduler : str or None
+        The task scheduler.
+    """
 
     progress: bool = False
     workdir: Optional[Path] = None
@@ -125,7 +207,25 @@ class Section:
     """One section of the report.
 
     ``name``: the ``--only`` name; ``claim``: the claim in one sentence; ``spec``: where SPEC states
-    it; ``model``: the experiment's config class; ``sizes``: profile name → config fields; ``run``: the experiment."""
+    it; ``model``: the experiment's config class; ``sizes``: profile name → config fields; ``run``: the experiment.
+
+    Attributes
+    ----------
+    name : str
+        The ``--only`` name.
+    title : str
+        The heading.
+    spec : str
+        Where SPEC states the claim.
+    claim : str
+        The claim in one sentence.
+    model : type
+        The experiment's config class.
+    sizes : dict
+        Profile name → config fields.
+    run : callable
+        (config, SectionContext) → SectionOutput.
+    """
 
     name: str
     title: str
@@ -140,6 +240,18 @@ _REGISTRY: dict[str, Section] = {}
 
 
 def register(section: Section) -> Section:
+    """Add ``section`` to the report (its name must be new).
+
+    Parameters
+    ----------
+    section : Section
+        The section.
+
+    Returns
+    -------
+    Section
+        ``section``.
+    """
     if section.name in _REGISTRY:
         raise ValueError(f"section {section.name!r} registered twice")
     _REGISTRY[section.name] = section
@@ -148,11 +260,29 @@ def register(section: Section) -> Section:
 
 def registered() -> list[Section]:
     """Every registered section, in the order of the report (SPEC §6; ``report.sections`` registers
-    them when the package is imported, its modules in the order of the page)."""
+    them when the package is imported, its modules in the order of the page).
+
+    Returns
+    -------
+    list of Section
+        The sections.
+    """
     return list(_REGISTRY.values())
 
 
 def get_section(name: str) -> Section:
+    """The registered section named ``name`` (``KeyError`` otherwise).
+
+    Parameters
+    ----------
+    name : str
+        The ``--only`` name.
+
+    Returns
+    -------
+    Section
+        The section.
+    """
     by_name = {s.name: s for s in registered()}
     if name not in by_name:
         raise KeyError(name)

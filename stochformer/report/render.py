@@ -12,6 +12,7 @@ import binascii
 import html
 import io
 import json
+import re
 from typing import Any, Optional
 
 from ..measure.verdict import (
@@ -35,13 +36,35 @@ MAX_FIGURE_PIXELS = 50_000_000
 
 
 def escape(text: Any) -> str:
-    """Any value as HTML text (quotes escaped too, so it is safe inside attributes)."""
+    """Any value as HTML text (quotes escaped too, so it is safe inside attributes).
+
+    Parameters
+    ----------
+    text : Any
+        Any value (None: empty).
+
+    Returns
+    -------
+    str
+        Safe HTML.
+    """
     return html.escape("" if text is None else str(text), quote=True)
 
 
 def safe_png(data: Any) -> Optional[str]:
     """``data`` (base64 text) decoded, checked to be one PNG image of reasonable size, and
-    re-encoded from its pixels; None when it is anything else."""
+    re-encoded from its pixels; None when it is anything else.
+
+    Parameters
+    ----------
+    data : Any
+        Base64 text.
+
+    Returns
+    -------
+    str or None
+        The re-encoded PNG as base64.
+    """
     from PIL import Image
 
     try:
@@ -57,6 +80,40 @@ def safe_png(data: Any) -> Optional[str]:
     except (binascii.Error, ValueError, OSError, SyntaxError, Image.DecompressionBombError):
         return None
     return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+#: an innermost braced exponent or index, ``^{…}`` / ``_{…}`` (no brace inside), a parenthesised
+#: exponent ``^(N,L,m)`` (kept with its parentheses) or a one-character exponent ``^β``; indices
+#: without braces are left alone (``energy_beta`` is a name, not c with index e)
+_SCRIPT = re.compile(r"([\^_])\{([^{}]*)\}|\^(\([^()]*\)|[^\s{}^_(),;.&<>])")
+
+
+def maths(text: Any) -> str:
+    """Text with the pseudo-LaTeX of the claims typeset as HTML: escaped, then each ``^{…}`` as a
+    superscript and each ``_{…}`` as a subscript (nested ones from the inside out), ``^x`` of one
+    character and ``^(…)`` as a superscript.
+
+    The page keeps no scripts and loads nothing, so formulas are set with ``<sup>``/``<sub>`` rather
+    than KaTeX or MathJax; Unicode letters (λ̄', κ, ε) are already the symbols.
+
+    Parameters
+    ----------
+    text : Any
+        A claim, note or caption (``None`` gives the empty string).
+
+    Returns
+    -------
+    str
+        Safe HTML: ``maths("e^{−κ(1)(d−1)t/2}")`` is ``"e<sup>−κ(1)(d−1)t/2</sup>"``.
+    """
+    out = escape(text)
+    while True:
+        new = _SCRIPT.sub(lambda m: (f"<sup>{m.group(3)}</sup>" if m.group(3) is not None
+                                     else f"<{'sup' if m.group(1) == '^' else 'sub'}>{m.group(2)}</"
+                                          f"{'sup' if m.group(1) == '^' else 'sub'}>"), out)
+        if new == out:
+            return out
+        out = new
 
 
 def _seconds(x: Any) -> str:
@@ -94,7 +151,18 @@ _COUNTED = ((HOLDS, "holds", "holds"), (FAILS, "does not hold", "fails"), (INCON
 
 
 def fmt(x: Any) -> str:
-    """A number with 4 significant digits (integers as they are); ``—`` for missing."""
+    """A number with 4 significant digits (integers as they are); ``—`` for missing.
+
+    Parameters
+    ----------
+    x : Any
+        A number, None or text.
+
+    Returns
+    -------
+    str
+        Safe HTML.
+    """
     if x is None:
         return "—"
     if isinstance(x, bool) or isinstance(x, int):
@@ -127,7 +195,18 @@ def _errors(r: dict) -> str:
 
 
 def comparison_table(rows: list[dict]) -> str:
-    """The predicted-vs-measured table of a section (its rows judged as one family)."""
+    """The predicted-vs-measured table of a section (its rows judged as one family).
+
+    Parameters
+    ----------
+    rows : list of dict
+        The section's stored rows.
+
+    Returns
+    -------
+    str
+        The HTML table.
+    """
     if not rows:
         return ""
     head = ("<tr><th class='q'>quantity</th><th class='q'>hypothesis</th><th>predicted</th><th>alternative a</th>"
@@ -139,12 +218,12 @@ def comparison_table(rows: list[dict]) -> str:
         cls = _VERDICT_CLASS.get(r["verdict"], "none")
         reach = f" (reach {fmt(r['reach'])})" if r.get("reach") is not None else ""
         body.append(
-            f"<tr><td class='q'>{escape(r['quantity'])}</td><td class='q'>{escape(r.get('hypothesis', ''))}</td>"
+            f"<tr><td class='q'>{maths(r['quantity'])}</td><td class='q'>{maths(r.get('hypothesis', ''))}</td>"
             f"<td>{fmt(r['predicted'])}</td><td>{fmt(r.get('alternative'))}</td><td>{fmt(r['measured'])}</td>"
             f"<td>{_ci(r.get('ci'))}</td><td>{fmt(r.get('n'))}</td><td>{escape(r['rule'])}{escape(reach)}</td>"
             f"<td>{fmt(r['tol'])}</td><td>{_p(r.get('p_value'))}</td><td>{_p(r.get('p_adjusted'))}</td>"
             f"<td class='q'>{escape(_errors(r))}</td>"
-            f"<td class='{cls}'>{escape(r['verdict'])}</td><td class='q'>{escape(r.get('note') or '')}</td></tr>"
+            f"<td class='{cls}'>{escape(r['verdict'])}</td><td class='q'>{maths(r.get('note') or '')}</td></tr>"
         )
     family = max((r["family"] for r in judged if r.get("p_adjusted") is not None), default=0)
     level = (f"<p class='small'>The {family} tested rows of this section are one family: Holm's adjustment of their "
@@ -153,7 +232,18 @@ def comparison_table(rows: list[dict]) -> str:
 
 
 def data_table(table: dict) -> str:
-    """A further table of a section: ``{"title", "columns", "rows"}``."""
+    """A further table of a section: ``{"title", "columns", "rows"}``.
+
+    Parameters
+    ----------
+    table : dict
+        ``{"title", "columns", "rows"}``.
+
+    Returns
+    -------
+    str
+        The HTML table.
+    """
     head = "".join(f"<th>{escape(str(c))}</th>" for c in table["columns"])
     body = "".join("<tr>" + "".join(f"<td>{fmt(v)}</td>" for v in row) + "</tr>" for row in table["rows"])
     return f"<p><b>{escape(table.get('title', ''))}</b></p><table><tr>{head}</tr>{body}</table>"
@@ -164,7 +254,18 @@ def _count(rec: dict) -> dict[str, int]:
 
 
 def summary_table(records: list[dict]) -> str:
-    """One line per section: status, run time and verdict counts."""
+    """One line per section: status, run time and verdict counts.
+
+    Parameters
+    ----------
+    records : list of dict
+        The section records.
+
+    Returns
+    -------
+    str
+        The HTML table.
+    """
     rows = []
     for rec in records:
         c = _count(rec)
@@ -184,11 +285,22 @@ def _json_block(obj: Any) -> str:
 
 
 def section(rec: dict) -> str:
-    """The HTML of one section record (see ``runner.reproduce``)."""
+    """The HTML of one section record (see ``runner.reproduce``).
+
+    Parameters
+    ----------
+    rec : dict
+        A section record.
+
+    Returns
+    -------
+    str
+        The HTML.
+    """
     name = escape(rec["name"])
     parts = [f"<section id='{name}'><h2>{escape(rec['title'])} <span class='small'>({escape(rec['spec'])}; "
              f"<code>--only {name}</code>)</span></h2>",
-             f"<div class='claim'><b>Claim.</b> {escape(rec['claim'])}</div>"]
+             f"<div class='claim'><b>Claim.</b> {maths(rec['claim'])}</div>"]
     status = rec["status"]
     if status in ("failed", "unavailable", "not_run", "pending"):
         text = {
@@ -217,11 +329,11 @@ def section(rec: dict) -> str:
                              "a valid PNG.</p>")
                 continue
             parts.append(f"<figure><img alt='{escape(fig.get('name'))}' src='data:image/png;base64,{png}'>"
-                         f"<figcaption>{escape(fig.get('caption'))}</figcaption></figure>")
+                         f"<figcaption>{maths(fig.get('caption'))}</figcaption></figure>")
         parts.append(comparison_table(rec.get("comparisons", [])))
         parts.extend(data_table(t) for t in rec.get("tables", []))
         for note in rec.get("notes", []):
-            parts.append(f"<p class='small'>{escape(note)}</p>")
+            parts.append(f"<p class='small'>{maths(note)}</p>")
         parts.append("<details><summary>exact config, seeds, versions</summary>"
                      f"<p class='small'>cache key {escape(str(rec.get('key')))}</p>"
                      f"<b>config</b>{_json_block(rec.get('config'))}<b>seeds</b>{_json_block(rec.get('seeds', {}))}"
@@ -253,7 +365,18 @@ HOWTO = (
 
 
 def render_html(report: dict) -> str:
-    """The whole page for ``report`` (the dict returned by ``runner.reproduce``)."""
+    """The whole page for ``report`` (the dict returned by ``runner.reproduce``).
+
+    Parameters
+    ----------
+    report : dict
+        The report.
+
+    Returns
+    -------
+    str
+        The self-contained HTML page.
+    """
     records = report["sections"]
     prov = report.get("provenance", {})
     rules = "".join(f"<li><b>{escape(k)}</b> (H: {escape(HYPOTHESES[k])}): {escape(v)}</li>" for k, v in RULES.items())

@@ -49,7 +49,21 @@ FIGURES_DIR = "figures"
 
 @dataclass
 class Planned:
-    """A section with its resolved config and cache key, or the reason it cannot run."""
+    """A section with its resolved config and cache key, or the reason it cannot run.
+
+    Attributes
+    ----------
+    section : Section
+        The section.
+    config : Any
+        Its resolved config (None where it cannot run).
+    key : str or None
+        Its cache key.
+    error : str or None
+        Why it cannot run.
+    selected : bool
+        Whether ``--only`` selects it.
+    """
 
     section: Section
     config: Any = None
@@ -113,7 +127,24 @@ def plan(
 
     ``overrides``: ``SECTION.FIELD=VALUE`` for one section, ``FIELD=VALUE`` for every section that has the
     field (e.g. ``seed=1``, ``device=cuda``). ``config_file``: TOML whose ``[SECTION]`` tables apply to
-    one section and whose top-level keys apply like ``FIELD=VALUE``. Raises [`ConfigError`][stochformer.config.ConfigError]."""
+    one section and whose top-level keys apply like ``FIELD=VALUE``. Raises [`ConfigError`][stochformer.config.ConfigError].
+
+    Parameters
+    ----------
+    profile : str, optional
+        ``tiny``, ``quick``, ``full`` or ``gpu``.
+    only : iterable of str, optional
+        Sections to run (default: all).
+    overrides : iterable of str, optional
+        ``SECTION.FIELD=VALUE`` or ``FIELD=VALUE``.
+    config_file : str or pathlib.Path, optional
+        A TOML file.
+
+    Returns
+    -------
+    list of Planned
+        Every section, in the report's order.
+    """
     if profile not in PROFILES:
         raise ConfigError(f"--profile: unknown profile {profile!r}; valid: {', '.join(PROFILES)}")
     all_sections = registered()
@@ -160,12 +191,38 @@ def check_report_folder(out: Path | str, force: bool = False) -> Path:
     """``out`` as a Path, checked before any work (`check_output_folder`):
     a new or empty folder, or (with or without ``force``) a report folder that is wholly
     ``reproduce``'s own unchanged output; anything else (a file stochformer did not write, a file
-    changed since, another command's folder) is refused, naming it."""
+    changed since, another command's folder) is refused, naming it.
+
+    Parameters
+    ----------
+    out : str or pathlib.Path
+        The report folder.
+    force : bool, optional
+        Replace the report's own output.
+
+    Returns
+    -------
+    pathlib.Path
+        ``out``.
+    """
     return check_output_folder(out, force, command="reproduce", replace=True)
 
 
 def nonfinite_paths(obj: Any, path: str = "") -> list[str]:
-    """Where ``obj`` holds a NaN or an infinity (JSON paths), e.g. ``numbers.slope``."""
+    """Where ``obj`` holds a NaN or an infinity (JSON paths), e.g. ``numbers.slope``.
+
+    Parameters
+    ----------
+    obj : Any
+        Nested dicts, lists and numbers.
+    path : str, optional
+        The prefix of the paths.
+
+    Returns
+    -------
+    list of str
+        The paths.
+    """
     if isinstance(obj, float) or hasattr(obj, "dtype") and getattr(obj, "ndim", 1) == 0:
         try:
             return [] if math.isfinite(float(obj)) else [path or "."]
@@ -209,7 +266,24 @@ def _from_cache(hit: Any, record: dict) -> Optional[dict]:
 
 
 def run_section(item: Planned, profile: str, cache: ResultStore, ctx: SectionContext) -> dict:
-    """Run one section, store it in the cache and return its record (status ``computed``)."""
+    """Run one section, store it in the cache and return its record (status ``computed``).
+
+    Parameters
+    ----------
+    item : Planned
+        The section and its config.
+    profile : str
+        The profile.
+    cache : ResultStore
+        The report's cache.
+    ctx : SectionContext
+        How it runs.
+
+    Returns
+    -------
+    dict
+        The section record.
+    """
     started = time.time()
     t0 = time.perf_counter()
     output = item.section.run(item.config, ctx)
@@ -236,7 +310,22 @@ def _strip_figures(record: dict) -> dict:
 
 
 def figure_file_name(section: str, figure: str, fmt: str) -> str:
-    """``<section>-<figure>.<fmt>``, every character but letters, digits, ``-`` and ``_`` written ``_``."""
+    """``<section>-<figure>.<fmt>``, every character but letters, digits, ``-`` and ``_`` written ``_``.
+
+    Parameters
+    ----------
+    section : str
+        The section's name.
+    figure : str
+        The figure's name.
+    fmt : str
+        The format.
+
+    Returns
+    -------
+    str
+        The file name.
+    """
     def clean(text: str) -> str:
         return "".join(c if c.isascii() and (c.isalnum() or c in "-_") else "_" for c in text) or "_"
     return f"{clean(section)}-{clean(figure)}.{fmt}"
@@ -264,7 +353,19 @@ def write_figure_files(out: Path, records: list[dict], fmt: str, manifest: Manif
     and note its path in the figure's record (``file``); a figure missing in ``fmt`` (a section
     cached before without it) gets a note instead. A file already there is replaced only if this
     report wrote it and it is unchanged since (listed in ``manifest`` with its size and hash);
-    anything else raises `stochformer.io.outputs.WriteError` naming it and is left alone."""
+    anything else raises `stochformer.io.outputs.WriteError` naming it and is left alone.
+
+    Parameters
+    ----------
+    out : pathlib.Path
+        The report folder.
+    records : list of dict
+        The section records (``file`` is set on each figure written).
+    fmt : str
+        ``png``, ``pdf`` or ``svg``.
+    manifest : Manifest
+        The folder's manifest (each file written is listed).
+    """
     used: set[str] = set()
     for rec in records:
         if rec.get("status") not in ("computed", "cached"):
@@ -302,7 +403,18 @@ def report_dataset(report: dict) -> xr.Dataset:
     ``measured``, 95% interval ``ci_low``/``ci_high`` (``has_ci``), ``rule``, ``tol``, ``note`` and
     ``verdict``), the ``status`` of every section (dim ``section``); the rest of every section's
     record (numbers, tables, notes, seeds, provenance; figures by name) and the report's header as
-    JSON attributes. ``results.json`` is derived from it ([`report_json`][stochformer.report.runner.report_json])."""
+    JSON attributes. ``results.json`` is derived from it ([`report_json`][stochformer.report.runner.report_json]).
+
+    Parameters
+    ----------
+    report : dict
+        The report.
+
+    Returns
+    -------
+    xarray.Dataset
+        The labelled report.
+    """
     records = [_strip_figures(r) for r in report["sections"]]
     rows = [(r["name"], c) for r in records for c in r.get("comparisons", [])]
     cis = [c.get("ci") for _, c in rows]
@@ -349,7 +461,18 @@ REPORT_NAMES: dict[str, dict[str, str]] = {
 def report_json(ds: xr.Dataset) -> dict:
     """``results.json`` from the report's dataset: the header and the section records of its
     attributes, each section's comparison rows from the labelled table (verdicts derived again
-    from the rows' numbers)."""
+    from the rows' numbers).
+
+    Parameters
+    ----------
+    ds : xarray.Dataset
+        The report's dataset.
+
+    Returns
+    -------
+    dict
+        The report.
+    """
     def number(x: float) -> Optional[float]:
         return None if math.isnan(x) else float(x)
 
@@ -403,7 +526,38 @@ def reproduce(
     (``png``, ``pdf`` or ``svg``; None: none) also writes every figure as a file,
     ``out/figures/<section>-<figure>.<fmt>`` ([`write_figure_files`][stochformer.report.runner.write_figure_files]);
     the page embeds the PNG either way; a section cached without a figure in ``fmt`` is recomputed. Raises
-    [`ConfigError`][stochformer.config.ConfigError] / [`OutputError`][stochformer.io.outputs.OutputError] before any work."""
+    [`ConfigError`][stochformer.config.ConfigError] / [`OutputError`][stochformer.io.outputs.OutputError] before any work.
+
+    Parameters
+    ----------
+    profile : str, optional
+        ``tiny``, ``quick``, ``full`` or ``gpu``.
+    out : str or pathlib.Path, optional
+        The report folder.
+    only : iterable of str, optional
+        Sections to run (the others come from the cache where they can).
+    resume : bool, optional
+        Reuse finished sub-tasks of an interrupted run.
+    overrides : iterable of str, optional
+        ``SECTION.FIELD=VALUE`` or ``FIELD=VALUE``.
+    config_file : str or pathlib.Path, optional
+        A TOML file of overrides.
+    scheduler : str, optional
+        Where the sections' tasks run.
+    force : bool, optional
+        Replace an existing report folder of ``reproduce``'s own.
+    progress : bool, optional
+        Show progress bars.
+    command : str, optional
+        The command line, recorded in the page.
+    fmt : {"png", "pdf", "svg"}, optional
+        Also write every figure as a file.
+
+    Returns
+    -------
+    dict
+        The report (header and section records).
+    """
     if fmt is not None and fmt not in FIGURE_FORMATS:
         raise ConfigError(f"--format: unknown figure format {fmt!r}; valid: {', '.join(FIGURE_FORMATS)}")
     planned = plan(profile, only, overrides, config_file)

@@ -22,7 +22,26 @@ def run_tasks(
     """Run ``tasks``; with ``store`` (a folder) results are saved atomically as each task finishes,
     and tasks already stored with a matching key are not run again. Returns ``{task.key: result}``.
     ``scheduler``: None or ``"serial"`` runs them in this process ([`base.run_in_process`][stochformer.tasks.base.run_in_process]); any other form
-    (a process pool, a Dask cluster: [`parallel.parse_scheduler`][stochformer.tasks.parallel.parse_scheduler]) through [`parallel`][stochformer.tasks.parallel]."""
+    (a process pool, a Dask cluster: [`parallel.parse_scheduler`][stochformer.tasks.parallel.parse_scheduler]) through [`parallel`][stochformer.tasks.parallel].
+
+    Parameters
+    ----------
+    tasks : iterable of Task
+        The tasks.
+    store : str or pathlib.Path, optional
+        A folder of finished tasks.
+    scheduler : str, optional
+        ``"serial"``, ``"processes:N"``, ``"local-cluster:N"``, a Dask address or client.
+    progress : bool, optional
+        Show a progress bar (on a terminal).
+    desc : str, optional
+        The bar's label.
+
+    Returns
+    -------
+    dict
+        ``{task.key: result}`` in the tasks' order.
+    """
     if scheduler not in (None, "serial"):
         from .parallel import run_tasks_parallel  # process pools and Dask, same contract
 

@@ -20,7 +20,19 @@ from ..io.store import ResultStore, config_key, source_hash
 
 @dataclass(frozen=True)
 class Task:
-    """``fn(**kwargs)``; ``key`` names it in the store; ``resources`` e.g. ``{"GPU": 1}`` for Dask."""
+    """``fn(**kwargs)``; ``key`` names it in the store; ``resources`` e.g. ``{"GPU": 1}`` for Dask.
+
+    Attributes
+    ----------
+    key : str
+        The task's name in the store.
+    fn : callable
+        A module-level function.
+    kwargs : dict
+        Its JSON-able keyword arguments.
+    resources : dict or None
+        Dask resources.
+    """
 
     key: str
     fn: Callable[..., Any]
@@ -38,7 +50,18 @@ class Task:
 
 
 def open_store(store: Optional[Path | str]) -> Optional[ResultStore]:
-    """The [`ResultStore`][stochformer.io.store.ResultStore] in the folder ``store``, or None without one."""
+    """The [`ResultStore`][stochformer.io.store.ResultStore] in the folder ``store``, or None without one.
+
+    Parameters
+    ----------
+    store : str or pathlib.Path or None
+        A folder.
+
+    Returns
+    -------
+    ResultStore or None
+        The store.
+    """
     return ResultStore(store) if store is not None else None
 
 
@@ -50,7 +73,24 @@ def run_in_process(
 ) -> dict[str, Any]:
     """Run ``tasks`` one after another in this process; with ``store`` (a folder) each result is
     saved atomically as its task finishes, and a task already stored with a matching key is not run
-    again. Returns ``{task.key: result}``."""
+    again. Returns ``{task.key: result}``.
+
+    Parameters
+    ----------
+    tasks : iterable of Task
+        The tasks.
+    store : str or pathlib.Path, optional
+        A folder of finished tasks.
+    progress : bool, optional
+        Show a progress bar (on a terminal).
+    desc : str, optional
+        The bar's label.
+
+    Returns
+    -------
+    dict
+        ``{task.key: result}`` in the tasks' order.
+    """
     cache = open_store(store)
     results: dict[str, Any] = {}
     for task in tqdm(list(tasks), desc=desc, disable=not progress, leave=False):

@@ -59,7 +59,18 @@ def _count(text: str, what: str) -> int:
 def parse_scheduler(scheduler: Any) -> tuple[str, Any]:
     """``(kind, argument)``: ``("serial", None)``, ``("processes", N)``, ``("local-cluster", N)``,
     ``("address", ADDRESS)`` or ``("client", CLIENT)``; ``ValueError`` naming the valid forms, and
-    [`MissingExtraError`][stochformer.core.extras.MissingExtraError] for a Dask form without Dask installed."""
+    [`MissingExtraError`][stochformer.core.extras.MissingExtraError] for a Dask form without Dask installed.
+
+    Parameters
+    ----------
+    scheduler : str, int or dask.distributed.Client
+        The scheduler's form.
+
+    Returns
+    -------
+    tuple
+        (kind, argument).
+    """
     if scheduler is None or scheduler == "serial":
         return "serial", None
     if not isinstance(scheduler, str):
@@ -211,7 +222,13 @@ CONNECT_TIMEOUT_S = 5.0
 
 
 def connect_timeout() -> float:
-    """Seconds to wait for a Dask scheduler: ``$STOCHFORMER_DASK_TIMEOUT`` or 5."""
+    """Seconds to wait for a Dask scheduler: ``$STOCHFORMER_DASK_TIMEOUT`` or 5.
+
+    Returns
+    -------
+    float
+        Seconds.
+    """
     text = os.environ.get(TIMEOUT_ENV, "")
     try:
         value = float(text) if text else CONNECT_TIMEOUT_S
@@ -266,7 +283,26 @@ def run_tasks_parallel(
     [`stochformer.tasks.run_tasks`][stochformer.tasks.run_tasks]: returns ``{task.key: result}`` in the tasks' order; with
     ``store``, tasks already stored are not run and every other result is stored atomically as
     soon as it arrives. The first task that fails cancels the rest and its error is raised (the
-    results that arrived before it stay stored)."""
+    results that arrived before it stay stored).
+
+    Parameters
+    ----------
+    tasks : list of Task
+        The tasks.
+    store : str or pathlib.Path, optional
+        A folder of finished tasks.
+    scheduler : Any, optional
+        As for `parse_scheduler`.
+    progress : bool, optional
+        Show a progress bar (on a terminal).
+    desc : str, optional
+        The bar's label.
+
+    Returns
+    -------
+    dict
+        ``{task.key: result}`` in the tasks' order.
+    """
     kind, arg = parse_scheduler(scheduler)
     tasks = list(tasks)
     keys = [t.key for t in tasks]

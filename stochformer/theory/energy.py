@@ -36,7 +36,26 @@ from .pair import PairDiffusion
 
 def energy_factor(pair: PairDiffusion, times: Times, energy_beta: float, z0: Optional[float] = None,
                   h: CellWidth = CELL_WIDTH) -> np.ndarray:
-    """E[e^β − e^{βZ_t}] at ``times`` (Z_0 = z0, or the overlap of independent uniform tokens)."""
+    """E[e^β − e^{βZ_t}] at ``times`` (Z_0 = z0, or the overlap of independent uniform tokens).
+
+    Parameters
+    ----------
+    pair : PairDiffusion
+        The diffusion of the overlap z.
+    times : float or sequence of float
+        Times >= 0, increasing.
+    energy_beta : float
+        The energy's β.
+    z0 : float, optional
+        The starting cosine (None: uniform tokens).
+    h : float, optional
+        The chain's cell width.
+
+    Returns
+    -------
+    numpy.ndarray, shape (len(times),)
+        The expected gap to e^β.
+    """
     beta = energy_beta
 
     def gap(w: np.ndarray, y: np.ndarray) -> np.ndarray:  # e^β − e^{βz} = −e^β expm1(−β(1 − z))
@@ -106,7 +125,21 @@ class EnergyRate:
     ``eigenvalue``: the top eigenvalue of L, ends attracting killed (Richardson on the chain);
     ``edge``, ``boundary``: −inf where none; ``lambda_bar``: SPEC §5's λ̄ (− 2v with attention),
     ``lambda_bar_prime``: Theorem 1.4's bound ε + λ̄' (energy β; ε = max(0, −2v), NaN when the attention's β
-    is not the energy's), ``gap`` = bound − rate."""
+    is not the energy's), ``gap`` = bound − rate.
+
+    Attributes
+    ----------
+    rate : float
+        The long-time rate.
+    kind : {"eigenvalue", "edge", "boundary"}
+        What sets it.
+    eigenvalue, edge, boundary : float
+        The three candidates (−inf where none).
+    lambda_bar, lambda_bar_prime : float
+        λ̄ and Theorem 1.4's bound.
+    gap : float
+        Bound − rate.
+    """
 
     rate: float
     kind: str
@@ -118,6 +151,13 @@ class EnergyRate:
     gap: float
 
     def to_dict(self) -> dict:
+        """The fields as a dict.
+
+        Returns
+        -------
+        dict
+            Field name → value.
+        """
         return asdict(self)
 
 
@@ -195,7 +235,26 @@ def energy_rate_table(activations: Sequence[str] = ("relu", "tanh", "silu", "sig
                       sigma: NonNegativeFloat = 0.1, energy_beta: EnergyBeta = 1.0, h: CellWidth = CELL_WIDTH) -> list[dict]:
     """One row per activation and d (no attention, σ_U = σ_W = ``sigma``): κ(1), κ'(1), λ₁, λ̄, the
     true rate of E[E_β] ([`energy_decay_rate`][stochformer.theory.energy.energy_decay_rate]), what sets it, Theorem 1.4's bound λ̄' and the gap
-    λ̄' − rate (how loose the bound is)."""
+    λ̄' − rate (how loose the bound is).
+
+    Parameters
+    ----------
+    activations : sequence of str
+        Activation names.
+    ds : sequence of int
+        Token dimensions.
+    sigma : float, optional
+        σ_U = σ_W, >= 0.
+    energy_beta : float, optional
+        The energy's β.
+    h : float, optional
+        The chain's cell width.
+
+    Returns
+    -------
+    list of dict
+        One row per (activation, d).
+    """
     rows = []
     for act in activations:
         for d in ds:

@@ -66,7 +66,17 @@ class PairChain:
     """The birth–death chain of ``pair`` on cells of width about ``h`` in x = atanh z (module docstring).
 
     ``x``, ``z``: nodes (n,); ``edges`` (n + 1,) in x; ``Q``: the generator (sparse, rows sum to 0);
-    ``log_mass``: log M_i, ``log_dscale``: log ΔS_{i+½} (n − 1,)."""
+    ``log_mass``: log M_i, ``log_dscale``: log ΔS_{i+½} (n − 1,).
+
+    Parameters
+    ----------
+    pair : PairDiffusion
+        The diffusion of the overlap z.
+    h : float, optional
+        The cell width in x = atanh z.
+    start : float, optional
+        A cosine the chain must resolve (an entrance end is cut below it).
+    """
 
     def __init__(self, pair: PairDiffusion, h: CellWidth = CELL_WIDTH, start: Optional[float] = None):
         self.pair = pair
@@ -116,7 +126,20 @@ class PairChain:
         return -LINEAR_SPAN
 
     def values(self, f: Callable[..., np.ndarray], distances: bool = False) -> np.ndarray:
-        """f at the nodes (n,): f(z), or with ``distances`` f(1 − z, 1 + z) (both accurate near the ends)."""
+        """f at the nodes: f(z), or with ``distances`` f(1 − z, 1 + z) (both accurate near the ends).
+
+        Parameters
+        ----------
+        f : callable
+            Vectorised: an array of cosines (or the two arrays of distances) to an array of values.
+        distances : bool, optional
+            Call f with 1 − z and 1 + z.
+
+        Returns
+        -------
+        numpy.ndarray, shape (n,)
+            f at the nodes.
+        """
         out = f(np.exp(self.logw), np.exp(self.logy)) if distances else f(self.z)
         return np.asarray(out, float) * np.ones(self.n)
 
@@ -158,15 +181,54 @@ class PairChain:
         return richardson(levels, ratio=2.0)
 
     def backward(self, f_values: np.ndarray, times: Times) -> np.ndarray:
-        """u(t, x_i) = E[f(z_t) | z_0 = z_i] at ``times``: (len(times), n) (∂_t u = L u, u(0) = f)."""
+        """u(t, x_i) = E[f(z_t) | z_0 = z_i] at ``times`` (the backward equation ∂_t u = L u, u(0) = f).
+
+        Parameters
+        ----------
+        f_values : numpy.ndarray, shape (n,)
+            f at the nodes ([`values`][stochformer.theory.evolution.PairChain.values]).
+        times : float or sequence of float
+            Times >= 0, increasing.
+
+        Returns
+        -------
+        numpy.ndarray, shape (len(times), n)
+            u at each time and node.
+        """
         return self._solve(self.Q, np.asarray(f_values, float), _times(times))
 
     def forward(self, p0: np.ndarray, times: Times) -> np.ndarray:
-        """The chain's law p(t) (cell masses) at ``times`` from p(0) = p0: (len(times), n) (∂_t p = Lᵀ p)."""
+        """The chain's law p(t) (cell masses) at ``times`` from p(0) = p0 (∂_t p = Lᵀ p).
+
+        Parameters
+        ----------
+        p0 : numpy.ndarray, shape (n,)
+            The initial cell masses.
+        times : float or sequence of float
+            Times >= 0, increasing.
+
+        Returns
+        -------
+        numpy.ndarray, shape (len(times), n)
+            The cell masses at each time.
+        """
         return self._solve(self.Q.T.tocsc(), np.asarray(p0, float), _times(times))
 
     def at(self, u: np.ndarray, z0: float) -> np.ndarray:
-        """Nodal arrays u (..., n) at z0 by 4-point Lagrange interpolation in x (O(h⁴))."""
+        """Nodal arrays at z0 by 4-point Lagrange interpolation in x (O(h⁴)).
+
+        Parameters
+        ----------
+        u : numpy.ndarray, shape (..., n)
+            Values at the nodes.
+        z0 : float
+            A cosine in (−1, 1).
+
+        Returns
+        -------
+        numpy.ndarray, shape (...)
+            u at z0.
+        """
         x0 = float(atanh(np.array(z0)))
         j = int(np.clip(np.floor((x0 - self.x[0]) / self.h) - 1, 0, self.n - 4))
         xs = self.x[j: j + 4]
@@ -174,7 +236,18 @@ class PairChain:
         return u[..., j: j + 4] @ L
 
     def point_mass(self, z0: float) -> np.ndarray:
-        """A law concentrated at z0, split between the two nearest nodes in proportion to x (n,)."""
+        """A law concentrated at z0, split between the two nearest nodes in proportion to x.
+
+        Parameters
+        ----------
+        z0 : float
+            A cosine in (−1, 1).
+
+        Returns
+        -------
+        numpy.ndarray, shape (n,)
+            Cell masses summing to 1.
+        """
         x0 = float(atanh(np.array(z0)))
         p = np.zeros(self.n)
         u = (x0 - self.x[0]) / self.h
@@ -185,7 +258,13 @@ class PairChain:
 
     def uniform_law(self) -> np.ndarray:
         """The law of z = ⟨x₁, x₂⟩ for independent uniform tokens on S^{d−1}, density
-        (1 − z²)^{(d−3)/2}/B(½, (d−1)/2), as cell masses (the end cells take the tails)."""
+        (1 − z²)^{(d−3)/2}/B(½, (d−1)/2), as cell masses (the end cells take the tails).
+
+        Returns
+        -------
+        numpy.ndarray, shape (n,)
+            Cell masses summing to 1.
+        """
         pair, d = self.pair, self.pair.d
         P = pair.panels
         F0 = 0.5 * (d - 1) * (pair.logw + pair.logy)
@@ -198,7 +277,20 @@ class PairChain:
     def top_eigenvalues(self, kill_left: bool, kill_right: bool, k: int = 2) -> np.ndarray:
         """The k largest eigenvalues of the chain's generator (k,), decreasing, ends killing (Dirichlet:
         exit at the rate to one more node beyond) or reflecting; from the symmetric form
-        D^{1/2} Q D^{−1/2}, D = diag(M)."""
+        D^{1/2} Q D^{−1/2}, D = diag(M).
+
+        Parameters
+        ----------
+        kill_left, kill_right : bool
+            Whether each end kills (else reflects).
+        k : int, optional
+            How many eigenvalues.
+
+        Returns
+        -------
+        numpy.ndarray, shape (k,)
+            The eigenvalues, decreasing.
+        """
         off = np.exp(-0.5 * (self.log_mass[:-1] + self.log_mass[1:]) - self.log_dscale)
         diag = -(np.concatenate([self.up, [0.0]]) + np.concatenate([[0.0], self.down]))
         P, F = self.pair.panels, self.pair.F_scale
@@ -224,22 +316,55 @@ def _times(times: Times) -> np.ndarray:
 @dataclass(frozen=True)
 class Law:
     """The law of z_t on the chain's cells: ``edges`` in z (n + 1,), cell ``mass`` (n,) summing to 1,
-    ``z`` the cells' nodes (n,)."""
+    ``z`` the cells' nodes (n,).
+
+    Attributes
+    ----------
+    edges : numpy.ndarray, shape (n + 1,)
+        The cells' edges in z.
+    mass : numpy.ndarray, shape (n,)
+        The cells' masses, summing to 1.
+    z : numpy.ndarray, shape (n,)
+        The cells' nodes.
+    """
 
     edges: np.ndarray
     mass: np.ndarray
     z: np.ndarray
 
     def mean(self) -> float:
-        """E z_t (the mass of each cell at its node)."""
+        """E z_t (the mass of each cell at its node).
+
+        Returns
+        -------
+        float
+            The mean cosine.
+        """
         return float(self.mass @ self.z)
 
     def density(self) -> np.ndarray:
-        """Mass per unit z of each cell (n,)."""
+        """Mass per unit z of each cell.
+
+        Returns
+        -------
+        numpy.ndarray, shape (n,)
+            The density.
+        """
         return self.mass / np.diff(self.edges)
 
     def cdf(self, q: float) -> float:
-        """P(z_t ≤ q), linear within the cell holding q."""
+        """P(z_t ≤ q), linear within the cell holding q.
+
+        Parameters
+        ----------
+        q : float
+            A cosine.
+
+        Returns
+        -------
+        float
+            The probability.
+        """
         i = int(np.clip(np.searchsorted(self.edges, q) - 1, 0, len(self.mass) - 1))
         frac = (q - self.edges[i]) / (self.edges[i + 1] - self.edges[i])
         return float(self.mass[:i].sum() + np.clip(frac, 0, 1) * self.mass[i])
@@ -247,7 +372,24 @@ class Law:
 
 @validated
 def law(pair: PairDiffusion, z0: float, t: Annotated[float, Real(0.0)], h: CellWidth = CELL_WIDTH) -> Law:
-    """The law of z_t given z_0 = z0 (forward equation on the chain of cell width h)."""
+    """The law of z_t given z_0 = z0 (forward equation on the chain of cell width h).
+
+    Parameters
+    ----------
+    pair : PairDiffusion
+        The diffusion of the overlap z.
+    z0 : float
+        The starting cosine, in (−1, 1).
+    t : float
+        The time, >= 0.
+    h : float, optional
+        The cell width in x = atanh z.
+
+    Returns
+    -------
+    Law
+        The cell masses at time t.
+    """
     z0 = float(check_cosines("z0", z0))
     chain = PairChain(pair, h, z0)
     p = chain.forward(chain.point_mass(z0), [t])[0]
@@ -265,7 +407,32 @@ def expectation(pair: PairDiffusion, f: Callable[..., np.ndarray], times: Times,
     ``f`` maps an array of cosines to an array of values (vectorised), or with ``distances`` the
     arrays 1 − z and 1 + z (accurate near the ends) to values. The chains of width h, h/2, …
     (``levels`` of them) are combined by Richardson extrapolation in h² (levels = 2:
-    (4 E_{h/2} − E_h)/3, error O(h⁴); 3: O(h⁶))."""
+    (4 E_{h/2} − E_h)/3, error O(h⁴); 3: O(h⁶)).
+
+    Parameters
+    ----------
+    pair : PairDiffusion
+        The diffusion of the overlap z.
+    f : callable
+        Vectorised observable (of z, or of 1 − z and 1 + z with ``distances``).
+    times : float or sequence of float
+        Times >= 0, increasing.
+    z0 : float, optional
+        The starting cosine (None: drawn from ``weights``).
+    h : float, optional
+        The coarsest cell width.
+    levels : int, optional
+        Chains combined by Richardson extrapolation, 1..4.
+    weights : callable, optional
+        chain ↦ cell masses of the initial law (default: the uniform tokens' law).
+    distances : bool, optional
+        Call f with 1 − z and 1 + z.
+
+    Returns
+    -------
+    numpy.ndarray, shape (len(times),)
+        E f(z_t).
+    """
     if z0 is not None:
         z0 = float(check_cosines("z0", z0))
     ts = _times(times)
@@ -283,7 +450,20 @@ def expectation(pair: PairDiffusion, f: Callable[..., np.ndarray], times: Times,
 
 def richardson(values: Sequence[Any], ratio: float = 4.0) -> Any:
     """Aitken–Neville extrapolation of values at h, h/2, h/4, … with an error expansion in h²
-    (``ratio`` = 2² per halving): the last entry of the table."""
+    (``ratio`` = 2² per halving): the last entry of the table.
+
+    Parameters
+    ----------
+    values : sequence
+        Numbers or arrays at h, h/2, h/4, …
+    ratio : float, optional
+        The factor of the leading error term per halving.
+
+    Returns
+    -------
+    float or numpy.ndarray
+        The extrapolated value.
+    """
     table = list(values)
     if not table:
         raise ValueError("richardson: needs at least one value")

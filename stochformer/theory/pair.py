@@ -54,7 +54,18 @@ EndKind = Literal["attracting", "repelling", "neutral", "entrance", "reflecting"
 
 
 def log_distances(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """log(1 − z) and log(1 + z) for z = tanh x, accurate at any x: log 2 − softplus(±2x)."""
+    """log(1 − z) and log(1 + z) for z = tanh x, accurate at any x: log 2 − softplus(±2x).
+
+    Parameters
+    ----------
+    x : numpy.ndarray
+        atanh of the cosines (any real).
+
+    Returns
+    -------
+    tuple of numpy.ndarray
+        (log(1 − z), log(1 + z)), each of x's shape.
+    """
     def softplus(u):
         return np.maximum(u, 0.0) + np.log1p(np.exp(-np.abs(u)))
 
@@ -68,12 +79,36 @@ def _expit(u: ArrayLike) -> np.ndarray:
 
 
 def atanh(z: np.ndarray) -> np.ndarray:
-    """atanh z, as ½ log((1+z)/(1−z)) with log1p."""
+    """atanh z, as ½ log((1+z)/(1−z)) with log1p.
+
+    Parameters
+    ----------
+    z : numpy.ndarray
+        Values in (−1, 1).
+
+    Returns
+    -------
+    numpy.ndarray
+        atanh z, of z's shape.
+    """
     return 0.5 * (np.log1p(z) - np.log1p(-z))
 
 
 def check_cosines(name: str, z: ArrayLike) -> np.ndarray:
-    """``z`` as a float array of cosines in the open interval (−1, 1), else ``ValueError`` naming ``name``."""
+    """``z`` as a float array of cosines in the open interval (−1, 1), else ``ValueError`` naming ``name``.
+
+    Parameters
+    ----------
+    name : str
+        The argument's name, for the message.
+    z : float or array_like
+        The values.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``z`` as floats.
+    """
     try:
         arr = np.asarray(z, dtype=float)
     except (TypeError, ValueError):
@@ -84,7 +119,18 @@ def check_cosines(name: str, z: ArrayLike) -> np.ndarray:
 
 
 def check_eps(eps: float) -> float:
-    """``eps`` as a float in the open interval (0, 2) (the sync level 1 − ε is in (−1, 1)), else ``ValueError``."""
+    """``eps`` as a float in the open interval (0, 2) (the sync level 1 − ε is in (−1, 1)), else ``ValueError``.
+
+    Parameters
+    ----------
+    eps : float
+        The distance of the sync level from 1.
+
+    Returns
+    -------
+    float
+        ``eps``.
+    """
     return Real(0.0, 2.0, low_open=True, high_open=True)("eps", eps)
 
 
@@ -96,7 +142,19 @@ class End:
     a.s. exponential rate of the chordal distance to the end of a pair near it; where s vanishes
     linearly (z = −1, κ(1) + κ(−1) > 0) 'entrance' (d ≥ 3: never reached, z leaves it at once) or
     'reflecting' (d = 2: reached, reflected), ``exponent`` None. ``scale_exponent``: α with
-    S'(z) ~ |z ∓ 1|^α at the end."""
+    S'(z) ~ |z ∓ 1|^α at the end.
+
+    Attributes
+    ----------
+    at : float
+        1 or −1.
+    kind : {"attracting", "repelling", "neutral", "entrance", "reflecting"}
+        The end's classification.
+    exponent : float or None
+        The a.s. exponential rate of the distance to a natural end (None otherwise).
+    scale_exponent : float
+        α of the scale density at the end.
+    """
 
     at: float
     kind: EndKind
@@ -117,7 +175,17 @@ class SyncTime:
     """Moments of τ = inf{t: z_t ≥ 1 − ε} from z0 (SPEC §8: L T₁ = −1, L T₂ = −2T₁ on (−1, 1 − ε)).
 
     ``p_reach`` = P(τ < ∞) (< 1 when the antipode attracts too); ``mean``, ``sd``: of τ (inf when
-    p_reach < 1); ``mean_given``, ``sd_given``: of τ given τ < ∞ (the same when p_reach = 1)."""
+    p_reach < 1); ``mean_given``, ``sd_given``: of τ given τ < ∞ (the same when p_reach = 1).
+
+    Attributes
+    ----------
+    mean, sd : float
+        E τ and its standard deviation (inf when p_reach < 1).
+    p_reach : float
+        P(τ < ∞).
+    mean_given, sd_given : float
+        The same given τ < ∞.
+    """
 
     mean: float
     sd: float
@@ -129,7 +197,17 @@ class SyncTime:
 @dataclass(frozen=True)
 class Stationary:
     """The stationary law of z where z is positive recurrent (``exists``), density
-    π(z) = m(z)/∫m, m = 2/(s S'); otherwise ``exists`` False and ``reason`` says why."""
+    π(z) = m(z)/∫m, m = 2/(s S'); otherwise ``exists`` False and ``reason`` says why.
+
+    Attributes
+    ----------
+    exists : bool
+        Whether z is positive recurrent.
+    reason : str
+        Why (or why not).
+    mean, sd : float or None
+        Mean and standard deviation of z under π (None without a law).
+    """
 
     exists: bool
     reason: str
@@ -139,7 +217,18 @@ class Stationary:
     _log_norm: float = field(default=math.nan, repr=False, compare=False)
 
     def pdf(self, z: ArrayLike) -> np.ndarray:
-        """π(z) for cosines z in (−1, 1) (array of z's shape); ``ValueError`` where no stationary law exists."""
+        """π(z) for cosines z in (−1, 1); ``ValueError`` where no stationary law exists.
+
+        Parameters
+        ----------
+        z : float or array_like
+            Cosines in the open interval (−1, 1).
+
+        Returns
+        -------
+        numpy.ndarray
+            π(z), of z's shape.
+        """
         if not self.exists or self._pair is None:
             raise ValueError(f"stationary: no stationary law ({self.reason})")
         z = check_cosines("z", z)
@@ -356,11 +445,33 @@ class PairDiffusion:
     # ------------------------------------------------------------------ log-space integrals
 
     def log_speed(self, x: np.ndarray) -> np.ndarray:
-        """log(m(z) dz/dx) at x = atanh z (interpolated on the panels)."""
+        """log(m(z) dz/dx) at x = atanh z (interpolated on the panels).
+
+        Parameters
+        ----------
+        x : numpy.ndarray
+            atanh of the cosines.
+
+        Returns
+        -------
+        numpy.ndarray
+            The log speed density in x, of x's shape.
+        """
         return self.panels.interp(self.F_speed, x)
 
     def log_scale_density(self, z: ArrayLike) -> np.ndarray:
-        """log S'(z) (S'(0) = 1) at cosines z in (−1, 1)."""
+        """log S'(z) (S'(0) = 1) at cosines z in (−1, 1).
+
+        Parameters
+        ----------
+        z : float or array_like
+            Cosines in the open interval (−1, 1).
+
+        Returns
+        -------
+        numpy.ndarray
+            log S'(z), of z's shape.
+        """
         x = atanh(check_cosines("z", z))
         return self.panels.interp(self.psi, x)
 
@@ -394,17 +505,50 @@ class PairDiffusion:
     # ------------------------------------------------------------------ scale function
 
     def log_scale_below(self, z: ArrayLike) -> np.ndarray:
-        """log(S(z) − S(−1)) (+inf where S(−1) = −∞: the antipode not attainable nor attracting)."""
+        """log(S(z) − S(−1)) (+inf where S(−1) = −∞: the antipode not attainable nor attracting).
+
+        Parameters
+        ----------
+        z : float or array_like
+            Cosines in the open interval (−1, 1).
+
+        Returns
+        -------
+        numpy.ndarray
+            Of z's shape.
+        """
         x = atanh(check_cosines("z", z))
         return self._log_from_left(self.panels, self.F_scale, x, self._left_tail(self.F_scale, self._scale_slopes[0]))
 
     def log_scale_above(self, z: ArrayLike) -> np.ndarray:
-        """log(S(1) − S(z)) (+inf where S(1) = ∞: the diagonal does not attract)."""
+        """log(S(1) − S(z)) (+inf where S(1) = ∞: the diagonal does not attract).
+
+        Parameters
+        ----------
+        z : float or array_like
+            Cosines in the open interval (−1, 1).
+
+        Returns
+        -------
+        numpy.ndarray
+            Of z's shape.
+        """
         x = atanh(check_cosines("z", z))
         return self._log_from_right(self.panels, self.F_scale, x, self._right_tail(self.F_scale, self._scale_slopes[1]))
 
     def scale(self, z: ArrayLike) -> np.ndarray:
-        """S(z) − S(0) with S'(0) = 1 (the scale function; ±inf beyond float range)."""
+        """S(z) − S(0) with S'(0) = 1 (the scale function; ±inf beyond float range).
+
+        Parameters
+        ----------
+        z : float or array_like
+            Cosines in the open interval (−1, 1).
+
+        Returns
+        -------
+        numpy.ndarray
+            S(z) − S(0), of z's shape.
+        """
         z = check_cosines("z", z)
         x = atanh(z)
         lo = np.minimum(x, 0.0)
@@ -417,11 +561,33 @@ class PairDiffusion:
         """P(z_t → −1 | z_0 = z0) = (S(1) − S(z0)) / (S(1) − S(−1)) (SPEC §8).
 
         0 where only the diagonal attracts, 1 where only the antipode does, NaN where neither
-        does (z is recurrent and converges to neither end). Array of z0's shape."""
+        does (z is recurrent and converges to neither end).
+
+        Parameters
+        ----------
+        z0 : float or array_like
+            Starting cosines in (−1, 1).
+
+        Returns
+        -------
+        float or numpy.ndarray
+            A number for a number, else an array of z0's shape.
+        """
         return self._end_probability(z0, antipode=True)
 
     def p_diagonal(self, z0: ArrayLike) -> Union[float, np.ndarray]:
-        """P(z_t → 1 | z_0 = z0) = 1 − [`p_antipodal`][stochformer.theory.pair.PairDiffusion.p_antipodal] (computed from the other side)."""
+        """P(z_t → 1 | z_0 = z0) = 1 − [`p_antipodal`][stochformer.theory.pair.PairDiffusion.p_antipodal] (computed from the other side).
+
+        Parameters
+        ----------
+        z0 : float or array_like
+            Starting cosines in (−1, 1).
+
+        Returns
+        -------
+        float or numpy.ndarray
+            A number for a number, else an array of z0's shape.
+        """
         return self._end_probability(z0, antipode=False)
 
     def _end_probability(self, z0: ArrayLike, antipode: bool) -> Union[float, np.ndarray]:
@@ -440,7 +606,20 @@ class PairDiffusion:
 
     def hit_probability(self, z0: ArrayLike, lower: float, upper: float) -> Union[float, np.ndarray]:
         """P(z reaches ``upper`` before ``lower`` | z_0 = z0) = (S(z0) − S(lower))/(S(upper) − S(lower)),
-        for −1 < lower ≤ z0 ≤ upper < 1."""
+        for −1 < lower ≤ z0 ≤ upper < 1.
+
+        Parameters
+        ----------
+        z0 : float or array_like
+            Starting cosines.
+        lower, upper : float
+            The two levels.
+
+        Returns
+        -------
+        float or numpy.ndarray
+            A number for a number, else an array of z0's shape.
+        """
         z0 = check_cosines("z0", z0)
         lower_, upper_ = check_cosines("lower", lower), check_cosines("upper", upper)
         if not (np.all(lower_ <= z0) and np.all(z0 <= upper_)):
@@ -465,7 +644,20 @@ class PairDiffusion:
         $$
 
         Where the antipode attracts, τ = ∞ with probability 1 − p_reach; the moments given τ < ∞ are
-        those of the Doob transform by h = S − S(−1) (S' → S'/h², m → m h²)."""
+        those of the Doob transform by h = S − S(−1) (S' → S'/h², m → m h²).
+
+        Parameters
+        ----------
+        z0 : float
+            The starting cosine, in (−1, 1).
+        eps : float, optional
+            The sync level is 1 − ε, ε in (0, 2).
+
+        Returns
+        -------
+        SyncTime
+            Mean, sd and P(τ < ∞), and the moments given τ < ∞.
+        """
         if np.ndim(z0) != 0:
             raise ValueError("z0: must be one number in (-1, 1) (sync_time takes one start)")
         z0 = float(check_cosines("z0", z0))
@@ -512,7 +704,13 @@ class PairDiffusion:
     def stationary(self) -> Stationary:
         """The stationary density π ∝ 1/(s S') = exp(∫ 2(b+a)/s)/s where z is positive recurrent: the
         diagonal repels (λ₁ − v > 0) and the antipode is an entrance or reflecting end or repels too.
-        Otherwise ``exists`` is False with the reason."""
+        Otherwise ``exists`` is False with the reason.
+
+        Returns
+        -------
+        Stationary
+            The law (its ``pdf``, mean and sd) or why there is none.
+        """
         top, bottom = self.diagonal, self.antipode
         if top.kind != "repelling":
             why = "attracts" if top.attracting else "is neutral (null recurrent)"
@@ -539,7 +737,18 @@ class PairDiffusion:
 
     def stationary_density(self, z: ArrayLike) -> Optional[np.ndarray]:
         """π(z) at cosines z (array of z's shape) where z is positive recurrent, None where it is not
-        ([`stationary`][stochformer.theory.pair.PairDiffusion.stationary] says why)."""
+        ([`stationary`][stochformer.theory.pair.PairDiffusion.stationary] says why).
+
+        Parameters
+        ----------
+        z : float or array_like
+            Cosines in the open interval (−1, 1).
+
+        Returns
+        -------
+        numpy.ndarray or None
+            π(z), of z's shape.
+        """
         law = self.stationary()
         return law.pdf(z) if law.exists else None
 
@@ -547,7 +756,21 @@ class PairDiffusion:
 
     def summary(self, z0: float = 0.0, eps: float = 1e-3) -> dict:
         """The numbers of ``stochformer pair``: the ends, p_antipodal, β*, the sync-time moments and the
-        stationary law's status, as a JSON-ready dict (None for a quantity that does not exist)."""
+        stationary law's status, as a JSON-ready dict (None for a quantity that does not exist).
+
+        Parameters
+        ----------
+        z0 : float, optional
+            The starting cosine.
+        eps : float, optional
+            The sync level is 1 − ε.
+
+        Returns
+        -------
+        dict
+            The rates, the ends' kinds and exponents, β*, p_antipodal, the sync-time moments and
+            the stationary law's mean and sd.
+        """
         def num(v: Optional[float]) -> Optional[float]:
             return None if v is None or not math.isfinite(v) else float(v)
 
@@ -577,7 +800,20 @@ class PairDiffusion:
 def antipode_threshold(lambda_1: FiniteFloat, v: FiniteFloat) -> Optional[float]:
     """β* solving λ₁ + 2v/(1 + e^{2β*}) = 0: ½ log(−2v/λ₁ − 1), None where no real β does (λ₁ = 0,
     or −2v/λ₁ ≤ 1). For λ₁ < 0 < v this is SPEC §8's ½ log(2v/|λ₁| − 1): the antipode of an odd
-    kernel attracts iff β > β*."""
+    kernel attracts iff β > β*.
+
+    Parameters
+    ----------
+    lambda_1 : float
+        The noise's λ₁.
+    v : float
+        The attention's value scale.
+
+    Returns
+    -------
+    float or None
+        β*, or None where no real β solves it.
+    """
     if lambda_1 == 0:
         return None
     q = -2.0 * v / lambda_1 - 1.0

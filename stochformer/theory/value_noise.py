@@ -43,20 +43,57 @@ def _sech(u: float) -> float:
 
 
 def antipode_reachable(beta: float, d: int) -> bool:
-    """Whether two tokens end antipodal with positive probability: (d − 2) sech 2β < 1."""
+    """Whether two tokens end antipodal with positive probability: (d − 2) sech 2β < 1.
+
+    Parameters
+    ----------
+    beta : float
+        The attention's β, >= 0.
+    d : int
+        Token dimension, >= 2.
+
+    Returns
+    -------
+    bool
+        True where the antipode is reachable.
+    """
     return (d - 2) * _sech(2.0 * beta) < 1.0
 
 
 def critical_beta(d: int) -> float:
     """β_c(d) = ½ arccosh(d − 2) for d >= 3: the antipode is reachable iff β > β_c (d = 2: 0, reachable
-    at every β >= 0)."""
+    at every β >= 0).
+
+    Parameters
+    ----------
+    d : int
+        Token dimension, >= 2.
+
+    Returns
+    -------
+    float
+        β_c(d).
+    """
     if d < 2:
         raise ValueError(f"d: must be >= 2 (got {d})")
     return 0.5 * math.acosh(d - 2) if d >= 3 else 0.0
 
 
 def antipode_exponent(beta: float, d: int) -> float:
-    """The drift of log(1 + z) at the antipode, (d − 2) sech²β − (1 + tanh²β) (< 0: attracting)."""
+    """The drift of log(1 + z) at the antipode, (d − 2) sech²β − (1 + tanh²β) (< 0: attracting).
+
+    Parameters
+    ----------
+    beta : float
+        The attention's β, >= 0.
+    d : int
+        Token dimension, >= 2.
+
+    Returns
+    -------
+    float
+        The exponent.
+    """
     return (d - 2) * _sech(beta) ** 2 - (1.0 + math.tanh(beta) ** 2)
 
 
@@ -103,7 +140,18 @@ class ValuePair:
 
     def rho(self, x: np.ndarray) -> np.ndarray:
         """ρ = 2pq/(p² + q²) = (1 − τ²)/(1 + τ²) at x = atanh z, τ = p − q = tanh(β(1 − z)/2) (1 − z
-        from x, accurate near z = 1)."""
+        from x, accurate near z = 1).
+
+        Parameters
+        ----------
+        x : numpy.ndarray
+            atanh of the cosines.
+
+        Returns
+        -------
+        numpy.ndarray
+            ρ, of x's shape.
+        """
         tau = np.tanh(0.5 * self.beta * np.exp(log_distances(np.asarray(x, float))[0]))
         return (1 - tau * tau) / (1 + tau * tau)
 
@@ -121,7 +169,18 @@ class ValuePair:
 
     def p_antipodal(self, z0: ArrayLike) -> Union[float, np.ndarray]:
         """P(z_t → −1 | z_0 = z0) = (S(1) − S(z0))/(S(1) − S(−1)): array of z0's shape (0 where the
-        antipode is not reachable)."""
+        antipode is not reachable).
+
+        Parameters
+        ----------
+        z0 : float or array_like
+            Starting cosines in (−1, 1).
+
+        Returns
+        -------
+        float or numpy.ndarray
+            A number for a number, else an array of z0's shape.
+        """
         out = self._p_at(atanh(check_cosines("z0", z0)))
         return float(out) if out.ndim == 0 else out
 
@@ -137,7 +196,13 @@ class ValuePair:
 
     def p_antipodal_uniform(self) -> float:
         """P(antipodal) for two independent uniform tokens: the mean of `p_antipodal` over the law of
-        z₀ = ⟨x₁, x₂⟩, density ∝ (1 − z²)^{(d−3)/2} (∝ sech^{d−1} x in x)."""
+        z₀ = ⟨x₁, x₂⟩, density ∝ (1 − z²)^{(d−3)/2} (∝ sech^{d−1} x in x).
+
+        Returns
+        -------
+        float
+            The probability.
+        """
         if not self.reachable:
             return 0.0
         x = self.panels.x
@@ -148,6 +213,19 @@ class ValuePair:
 
 
 def transition(betas: ArrayLike, dims: ArrayLike) -> np.ndarray:
-    """P(antipodal) for independent uniform tokens over a grid: (len(dims), len(betas))."""
+    """P(antipodal) for independent uniform tokens over a grid.
+
+    Parameters
+    ----------
+    betas : float or array_like
+        The β's (>= 0).
+    dims : int or array_like
+        The dimensions d (>= 2).
+
+    Returns
+    -------
+    numpy.ndarray, shape (len(dims), len(betas))
+        ``ValuePair(β, d).p_antipodal_uniform()``.
+    """
     return np.array([[ValuePair(float(b), int(d)).p_antipodal_uniform() for b in np.atleast_1d(betas)]
                      for d in np.atleast_1d(dims)])

@@ -1,6 +1,7 @@
 """The report's "exact theory" section (``exact-theory``, SPEC §8): the two-token diffusion's
 probability of ending antipodal across β*, the full Lyapunov spectrum, the exact energy decay beside
-Theorem 1.4's bound and the order-to-chaos phase diagram, each exact prediction beside a simulation
+Theorem 1.4's bound, the order-to-chaos phase diagram and (quick and full profiles) the stability
+of a cluster under repulsive attention at the paper's settings, each exact prediction beside a simulation
 of the same system ([`run_exact`][stochformer.experiments.exact.run_exact]). Registered last (the
 order of [`stochformer.report.sections`][stochformer.report.sections]).
 
@@ -16,6 +17,7 @@ import math
 from typing import Any
 
 from ...experiments import exact as exact_exp
+from ...experiments.cluster_spectrum import PAPER_SETTINGS, ClusterStability, stability_rows
 from ...experiments.exact import ExactConfig
 from ...measure.stats import MIN_SAMPLES
 from ...measure.verdict import Comparison
@@ -28,16 +30,30 @@ from .rows import extrapolated_rate_row, rate_row
 #: absolute allowance of P(z_T < 0) against the exact law at T: the first-order time-step bias of
 #: the runs (measured at Δt = 0.05 on erf, d = 4: below 0.015 at every β of the quick profile)
 PAIR_TOL = 0.02
-#: allowance of the measured E[E_β(μ_t)] against the exact value, as a fraction of it: the
-#: first-order time-step bias of the energy runs (measured on erf, d = 4, N = 8, σ_U = σ_W = 1,
-#: 400 runs, t ≤ 1: +7% at Δt = 0.02, within 2 SE (about 4%) at Δt ≤ 0.01, the quick size)
+#: allowance of the measured E[E_β(μ_t)] against the exact value, as a fraction of it. The energy
+#: runs carry the Heun step's first-order bias (benchmarks/energy_gap.py: erf, d = 4, N = 8,
+#: σ_U = σ_W = 1, 4000 runs per step: at t = 0.5 +8.5%, +5.8%, +3.1% (SE 1.2%) at Δt = 0.02, 0.01,
+#: 0.005; up to +23% at t = 2), which the runs remove by Richardson over L and L/2
+#: (`ExactConfig.energy_levels`); this allows the second-order residual (from Δt = 0.02, 0.01:
+#: +3.0 ± 2.7% at t = 0.5, −9 ± 5% at t = 1; from 0.01, 0.005: +0.3 ± 2.7%, +7 ± 5%)
 ENERGY_RTOL = 0.10
 
 
 def pair_rows(pair: dict) -> list[Comparison]:
     """One row per β: the fraction of pairs with z_T < 0 (Clopper–Pearson 95% interval) "matches" the
     exact P(Z_T < 0) with tol `PAIR_TOL`, judged against the pair without attention (the
-    alternative: attention plays no part); fewer than ``MIN_SAMPLES`` pairs: inconclusive."""
+    alternative: attention plays no part); fewer than ``MIN_SAMPLES`` pairs: inconclusive.
+
+    Parameters
+    ----------
+    pair : dict
+        ``ExactResult.pair``.
+
+    Returns
+    -------
+    list of Comparison
+        The rows.
+    """
     rows = []
     star = pair.get("beta_star")
     for i, beta in enumerate(pair["beta"]):
@@ -60,7 +76,18 @@ def pair_rows(pair: dict) -> list[Comparison]:
 
 def spectrum_rows(spec: dict) -> list[Comparison]:
     """Every λ̂_i (Δt → 0) against SPEC §8's λ_i, and the sum rule and the mean spacing κ', as
-    [`extrapolated_rate_row`][stochformer.report.sections.rows.extrapolated_rate_row] (Student's t over the samples)."""
+    [`extrapolated_rate_row`][stochformer.report.sections.rows.extrapolated_rate_row] (Student's t over the samples).
+
+    Parameters
+    ----------
+    spec : dict
+        The spectrum part of ``ExactResult.to_dict()``.
+
+    Returns
+    -------
+    list of Comparison
+        The rows.
+    """
     n = spec["samples"]
     rows = [extrapolated_rate_row(f"λ̂_{i + 1} vs λ_{i + 1} = ((d−1−2i)/2)κ' − ((d−1)/2)κ (d = {spec['d']})", p, m, s, e, n=n)
             for i, (m, s, e, p) in enumerate(zip(spec["measured"], spec["se"], spec["err"], spec["predicted"]))]
@@ -73,11 +100,24 @@ def spectrum_rows(spec: dict) -> list[Comparison]:
 def energy_rows(energy: dict) -> list[Comparison]:
     """The measured E[E_β(μ_t)] at every kept t > 0 "matches" the exact value (tol `ENERGY_RTOL`·exact,
     Student's t over the runs), and Theorem 1.4's bound on the measured mean rate
-    log(mean E_T/E_0)/T "at_most" λ̄' (delta-method SE), judged against no decay when λ̄' < 0."""
+    log(mean E_T/E_0)/T "at_most" λ̄' (delta-method SE), judged against no decay when λ̄' < 0.
+
+    Parameters
+    ----------
+    energy : dict
+        ``ExactResult.energy``.
+
+    Returns
+    -------
+    list of Comparison
+        The rows.
+    """
     n = energy["n"]
+    steps = energy.get("levels", [])
+    how = f"Δt → 0 from {steps[0]} and {steps[1]} steps" if len(steps) == 2 else "no Δt extrapolation"
     rows = [rate_row(f"E[E_β(μ_t)] at t = {t:g} (N = {energy['N']}) vs exact", p, m, s, ENERGY_RTOL, n=n,
-                     note=f"exact: backward equation, every pair the pair diffusion; tol = {ENERGY_RTOL:g}·exact "
-                          "(time-step bias)")
+                     note=f"exact: backward equation, every pair the pair diffusion; measured: {how}; tol = "
+                          f"{ENERGY_RTOL:g}·exact (the step's residual bias)")
              for t, p, m, s in zip(energy["times"], energy["exact"], energy["mean"], energy["se"]) if t > 0]
     ratio, se, T = energy["ratio"], energy["ratio_se"], energy["T"]
     bound = energy["lambda_bar_prime"]
@@ -95,7 +135,18 @@ def energy_rows(energy: dict) -> list[Comparison]:
 
 def phase_rows(points: list[dict]) -> list[Comparison]:
     """At every measured (g, σ_U): λ̂₁ (Δt → 0) "matches" the formula's λ₁ (tol 3%), and its sign is
-    the predicted phase ("below" 0 on the ordered side λ₁ < 0, "above" 0 on the chaotic side)."""
+    the predicted phase ("below" 0 on the ordered side λ₁ < 0, "above" 0 on the chaotic side).
+
+    Parameters
+    ----------
+    points : list of dict
+        ``ExactResult.points``.
+
+    Returns
+    -------
+    list of Comparison
+        The rows.
+    """
     rows = []
     for pt in points:
         where = f"g = {pt['gain']:g}, σ_U = {pt['sigma_U']:g}"
@@ -110,11 +161,40 @@ def phase_rows(points: list[dict]) -> list[Comparison]:
     return rows
 
 
+def cluster_rows(clusters: list[dict]) -> list[Comparison]:
+    """Per measured setting, a cluster under V = −δI: the relative modes' top exponent "below" 0 where
+    λ₁ < −δ predicts a stable cluster, "above" 0 where it predicts one that spreads
+    ([`stability_rows`][stochformer.experiments.cluster_spectrum.stability_rows]).
+
+    Parameters
+    ----------
+    clusters : list of dict
+        ``ExactResult.clusters`` (each a `ClusterStability` as a dict).
+
+    Returns
+    -------
+    list of Comparison
+        The rows.
+    """
+    return stability_rows([ClusterStability(**c) for c in clusters])
+
+
 def theory_rows(numbers: dict) -> list[Comparison]:
     """Every row of the section from [`ExactResult`][stochformer.experiments.exact.ExactResult]'s
-    ``to_dict()``: `pair_rows`, `spectrum_rows`, `energy_rows`, `phase_rows`."""
+    ``to_dict()``: `pair_rows`, `spectrum_rows`, `energy_rows`, `phase_rows`, `cluster_rows`.
+
+    Parameters
+    ----------
+    numbers : dict
+        ``ExactResult.to_dict()``.
+
+    Returns
+    -------
+    list of Comparison
+        The rows.
+    """
     return (pair_rows(numbers["pair"]) + spectrum_rows(numbers["spectrum"]) + energy_rows(numbers["energy"])
-            + phase_rows(numbers["points"]))
+            + phase_rows(numbers["points"]) + cluster_rows(numbers.get("clusters", [])))
 
 
 def _run_theory(cfg: Any, ctx: SectionContext) -> SectionOutput:
@@ -145,6 +225,13 @@ def _run_theory(cfg: Any, ctx: SectionContext) -> SectionOutput:
                "columns": ["σ_U = σ_W", "N", "λ̄", "exact rate", "kind", "λ̄' (bound)", "bound − rate"],
                "rows": [[energy["sigma_U"], energy["N"], energy["lambda_bar"], energy["rate"], energy["rate_kind"],
                          energy["lambda_bar_prime"], energy["lambda_bar_prime"] - energy["rate"]]]}]
+    if numbers.get("clusters"):
+        tables.append({"title": "A cluster under repulsive attention V = −δI: stable iff λ₁ < −δ (limit SDE, N = 4)",
+                       "columns": ["activation", "d", "σ_U = σ_W", "λ₁", "−δ", "predicted", "λ₁ + δ",
+                                   "measured relative exponent", "SE", "contracted"],
+                       "rows": [[c["activation"], c["d"], c["sigma"], c["lambda_1"], -c["delta"],
+                                 "stable" if c["predicted_stable"] else "spreads", c["lambda_1"] + c["delta"], c["measured"],
+                                 c["se"], c["contracted"]] for c in numbers["clusters"]]})
     notes = [("β* = " + (f"{star:.4g}" if star is not None else "none (κ not odd, or no attractive attention)")
               + f": below it the antipode repels and two tokens synchronise almost surely; above it they end antipodal "
                 f"with the scale function's probability. At the finite horizon T = {pair['T']:g} the mass below 0 is "
@@ -168,12 +255,14 @@ register(Section(
               "energy_batch": 64, "energy_T": 1.0, "energy_L": 100, "energy_every": 50, "gains": [0.5, 4.0, 8.0, 12.0],
               "sigmas": [0.0, 0.5], "beta_grid": 21, "phase_points": [[2.0, 0.0], [10.0, 0.0]]},
         quick={"batch": 1000, "L": 200, "T": 10.0, "betas": [0.5, 1.0, 1.5, 2.0, 4.0], "spectrum_batch": 1000,
-               "spectrum_L": 128, "energy_batch": 200, "energy_L": 200, "energy_every": 50,
-               "gains": [k / 2 for k in range(1, 25)], "sigmas": [k / 10 for k in range(7)]},
+               "spectrum_L": 128, "energy_batch": 200, "energy_L": 400, "energy_every": 100,
+               "gains": [k / 2 for k in range(1, 25)], "sigmas": [k / 10 for k in range(7)],
+               "cluster_settings": [["relu", 5, 0.1], ["sigmoid", 64, 0.0]]},
         full={"batch": 10000, "L": 400, "T": 10.0, "betas": [0.5, 1.0, 1.25, 1.5, 2.0, 3.0, 4.0, 6.0],
-              "spectrum_batch": 4000, "spectrum_L": 256, "energy_batch": 400, "energy_L": 400, "energy_every": 50,
+              "spectrum_batch": 4000, "spectrum_L": 256, "energy_batch": 400, "energy_L": 800, "energy_every": 100,
               "gains": [k / 4 for k in range(1, 57)], "sigmas": [k / 20 for k in range(13)],
-              "phase_points": [[2.0, 0.0], [6.0, 0.0], [10.0, 0.0], [12.0, 0.5]]},
+              "phase_points": [[2.0, 0.0], [6.0, 0.0], [10.0, 0.0], [12.0, 0.5]],
+              "cluster_settings": [list(s) for s in PAPER_SETTINGS]},
     ),
     run=_run_theory,
 ))
