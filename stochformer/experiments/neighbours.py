@@ -283,7 +283,20 @@ class AttractorCheck:
 
     def rows(self, exact: Optional[np.ndarray] = None, bound: Optional[np.ndarray] = None) -> list[Comparison]:
         """Per time: E dist(X_t, A) ``matches`` the exact value, and is ``at_most`` the published bound
-        (Student's t over the pairs). ``exact``, ``bound``: values to test in place of the theory's."""
+        (Student's t over the pairs). ``exact``, ``bound``: values to test in place of the theory's.
+
+        Parameters
+        ----------
+        exact : numpy.ndarray, shape (t,), optional
+            Values per time to test in place of the exact ones.
+        bound : numpy.ndarray, shape (t,), optional
+            Values per time to test in place of the published bound.
+
+        Returns
+        -------
+        list of Comparison
+            The rows, judged by the report's rules.
+        """
         ex = self.exact if exact is None else np.asarray(exact, float)
         bd = self.bound if bound is None else np.asarray(bound, float)
         law = "π e^{−λ_γ t}, λ_γ = 2γ²(n−1)/(γ²+4), n = d" if self.gamma > 0 else "(π/√2) e^{−t/2}"
@@ -358,6 +371,8 @@ class ContrastCheck:
         The exact values.
     lambda_1 : float
         The kernel's λ₁.
+    pairs : int
+        Simulated pairs.
     """
 
     d: int
@@ -372,7 +387,20 @@ class ContrastCheck:
     def rows(self, common: Optional[float] = None, independent: Optional[float] = None) -> list[Comparison]:
         """E z_T under the common field ``matches`` its exact value (alternative: the independent
         value) and under independent fields ``matches`` z₀ e^{−(d−1)κ(1)T} (alternative: the common
-        value); ``common``, ``independent``: values to test in place of these."""
+        value); ``common``, ``independent``: values to test in place of these.
+
+        Parameters
+        ----------
+        common : float, optional
+            A value to test in place of the common field's exact E z_T.
+        independent : float, optional
+            A value to test in place of z₀ e^{−(d−1)κ(1)T}.
+
+        Returns
+        -------
+        list of Comparison
+            The rows, judged by the report's rules.
+        """
         pc = self.common_exact if common is None else float(common)
         pi = self.independent_exact if independent is None else float(independent)
         where = f"d = {self.d}, T = {self.T:g}, λ₁ = {self.lambda_1:.3g}"
@@ -566,7 +594,22 @@ def variance_lag(tau: np.ndarray, u: np.ndarray, spread: np.ndarray) -> np.ndarr
     caused by ``spread`` (k,), the variance of m across samples not due to their initial values
     (0 at τ = 0): since E[m(1 − m)] = E m(1 − E m) − Var m, linearising u′ = u(1 − u) about u gives
     e′ = (1 − 2u) e + Var m, so e(τ_k) = ∫₀^{τ_k} u′(τ_k)/u′(s) · Var m(s) ds (u′(τ)/u′(s) is the
-    flow's derivative), here by the trapezoid rule over ``tau``. Returns (k,), e(0) = 0."""
+    flow's derivative), here by the trapezoid rule over ``tau``. Returns (k,), e(0) = 0.
+
+    Parameters
+    ----------
+    tau : numpy.ndarray, shape (k,)
+        Times, 0 first, increasing.
+    u : numpy.ndarray, shape (k,)
+        The logistic at ``tau``, in (0, 1).
+    spread : numpy.ndarray, shape (k,)
+        Var m across samples not due to their initial values (0 at τ = 0).
+
+    Returns
+    -------
+    numpy.ndarray, shape (k,)
+        The delay e(τ_k), e(0) = 0.
+    """
     s, uu, v = (np.asarray(a, float) for a in (tau, u, spread))
     du = uu * (1 - uu)
     out = [0.0]
@@ -702,7 +745,31 @@ class WeakErrorCheck:
     (the discrete layers, one per η) at the slow time s (t = s·d), from z0, for each η of ``etas``
     (k,): ``mean`` ± ``se`` (k,) over ``pairs`` independent pairs per η (``mean_z``, ``se_z``: E z),
     ``exact`` the limit's value (the linear kernel), and ``fit`` of E z²(η) ≈ E₀ + C η^p (E₀ free:
-    it absorbs the finite-d bias of the limit itself; docs/neighbours.md)."""
+    it absorbs the finite-d bias of the limit itself; docs/neighbours.md).
+
+    Attributes
+    ----------
+    d : int
+        Token dimension.
+    beta : float
+        The attention's β.
+    z0 : float
+        The initial cosine.
+    s : float
+        The slow time (t = s·d).
+    etas : numpy.ndarray, shape (k,)
+        The residual steps η, increasing.
+    mean, se : numpy.ndarray, shape (k,)
+        E z² per η and its SE.
+    mean_z, se_z : numpy.ndarray, shape (k,)
+        E z per η and its SE.
+    exact : float
+        The limit's E z² (the linear kernel).
+    fit : OffsetPowerFit
+        The fit of E z²(η) ≈ E₀ + C η^p.
+    pairs : int
+        Simulated pairs per η.
+    """
 
     d: int
     beta: float
@@ -725,7 +792,18 @@ class WeakErrorCheck:
     def rows(self, predicted: Optional[float] = None) -> list[Comparison]:
         """One ``matches`` row: the fitted exponent p (profile-likelihood 95% interval) against
         `WEAK_EXPONENT` = 2, judged against the first-order exponent 1 (``predicted``: an exponent to
-        test in place of 2; its alternative is then 2)."""
+        test in place of 2; its alternative is then 2).
+
+        Parameters
+        ----------
+        predicted : float, optional
+            An exponent to test in place of `WEAK_EXPONENT`.
+
+        Returns
+        -------
+        list of Comparison
+            The rows, judged by the report's rules.
+        """
         p = WEAK_EXPONENT if predicted is None else float(predicted)
         alt = WEAK_EXPONENT if p == FIRST_ORDER else FIRST_ORDER
         etas = ", ".join(f"{e:g}" for e in self.etas)
@@ -743,7 +821,33 @@ def weak_error(d: PositiveInt = 64, beta: PositiveFloat = 200.0, z0: Cosine = -0
     steps ``etas`` (at least 3 distinct values, each in (0, 1] and a whole number of layers in
     t = s·d): E z and E z² of pairs from z0 after s·d/η layers (σ_V² = 1/d, σ_A = 1/√d, β_eff = β,
     α = η σ_V²(d − 1)/H per head), each η from its own seed (independent means), and the fit of
-    E z²(η) = E₀ + C η^p ([`fit_power_law_offset`][stochformer.measure.stats.fit_power_law_offset])."""
+    E z²(η) = E₀ + C η^p ([`fit_power_law_offset`][stochformer.measure.stats.fit_power_law_offset]).
+
+    Parameters
+    ----------
+    d : int, optional
+        Token dimension.
+    beta : float, optional
+        The attention's β.
+    z0 : float, optional
+        The initial cosine.
+    s : float, optional
+        The slow time (t = s·d).
+    etas : sequence of float, optional
+        The residual steps η: at least 3 distinct values, each in (0, 1] and a whole number of
+        layers in t = s·d.
+    heads : int, optional
+        Heads.
+    pairs : int, optional
+        Simulated pairs per η.
+    seed : int, optional
+        The seed.
+
+    Returns
+    -------
+    WeakErrorCheck
+        E z and E z² per η, the limit's value and the fit.
+    """
     T = s * d
     grid = np.sort(np.asarray(etas, float))
     layers = np.round(T / grid)
@@ -942,7 +1046,28 @@ POINTS = 4
 @dataclass(frozen=True)
 class NeighboursResult:
     """Every check of [`run_neighbours`][stochformer.experiments.neighbours.run_neighbours] and the exact
-    curves of its figures (``curves``: plain lists), with the run's ``provenance``."""
+    curves of its figures (``curves``: plain lists), with the run's ``provenance``.
+
+    Attributes
+    ----------
+    unforced, forced : AttractorCheck
+        Random quadratic forms without and with forcing.
+    contrast : list of ContrastCheck
+        Common against independent noise, one per d.
+    overlap : OverlapCheck
+        Homogenized attention at β = 0.
+    large_beta : LargeBetaPairCheck
+        Homogenized attention at large β.
+    value : list of AntipodalCheck
+        Value-matrix noise, one per (d, β) point.
+    weak : WeakErrorCheck or None
+        The weak-error sweep of the homogenized layers (None: not run).
+    curves : dict
+        The exact curves of the figures: ``unforced``, ``forced``, ``logistic``, ``linear``,
+        ``aligned`` and ``value``.
+    provenance : dict
+        Versions and device.
+    """
 
     unforced: AttractorCheck
     forced: AttractorCheck
@@ -955,7 +1080,13 @@ class NeighboursResult:
     provenance: dict
 
     def to_dict(self) -> dict:
-        """Every number, JSON-ready (arrays as lists)."""
+        """Every number, JSON-ready (arrays as lists).
+
+        Returns
+        -------
+        dict
+            Each check and ``curves`` as plain values (without ``provenance``).
+        """
         def plain(obj: Any) -> Any:
             if isinstance(obj, np.ndarray):
                 return obj.tolist()
@@ -974,7 +1105,13 @@ class NeighboursResult:
                       "weak": self.weak, "curves": self.curves})
 
     def rows(self) -> list[Comparison]:
-        """Every check's rows (their own predictions), judged as one family."""
+        """Every check's rows (their own predictions), judged as one family.
+
+        Returns
+        -------
+        list of Comparison
+            The rows, judged by the report's rules.
+        """
         rows = self.unforced.rows() + self.forced.rows()
         for c in self.contrast:
             rows += c.rows()
@@ -986,7 +1123,13 @@ class NeighboursResult:
 
 
 def not_run_weak_error() -> Comparison:
-    """The weak-error row of a run without the sweep (``weak_pairs`` = 0): not measured."""
+    """The weak-error row of a run without the sweep (``weak_pairs`` = 0): not measured.
+
+    Returns
+    -------
+    Comparison
+        The row, `WEAK_EXPONENT` against `FIRST_ORDER`, without a measurement.
+    """
     return Comparison("weak error exponent of E z² in η (homogenized layers)", WEAK_EXPONENT, alternative=FIRST_ORDER,
                       note="not run at this size (the sweep costs tens of seconds)")
 
@@ -1002,7 +1145,18 @@ def run_neighbours(cfg: NeighboursConfig) -> NeighboursResult:
     """Every check of this module at the sizes of ``cfg`` (seeds: independent children of
     ``cfg.seed``), with the exact curves the figures draw: E dist on a grid of t, the logistic from
     each sample's m(0), E z and E z² of the linear kernel over s, P(aligned | u₀) by the scale
-    function beside arcsin(u₀)/π + ½, and P(antipodal | z₀ = 0) of value noise over the (β, d) grid."""
+    function beside arcsin(u₀)/π + ½, and P(antipodal | z₀ = 0) of value noise over the (β, d) grid.
+
+    Parameters
+    ----------
+    cfg : NeighboursConfig
+        The sizes and the seed.
+
+    Returns
+    -------
+    NeighboursResult
+        Every check, the figures' exact curves and the provenance.
+    """
     seeds = iter(child_seeds(cfg.seed, 7 + len(cfg.value_points)))
     d = cfg.quadratic_d
     unforced = attractor_distance(d=d, gamma=0.0, T=ATTRACTOR_T, steps=cfg.attractor_steps, points=POINTS,

@@ -373,7 +373,23 @@ OFFSET_RANGE = (0.01, 8.0)
 @dataclass(frozen=True)
 class OffsetPowerFit(PowerFit):
     """y ≈ offset + prefactor · x^{exponent} (a growth law above a constant, e.g. a weak error
-    above the bias of the limit it is measured against), with the exponent's 95% interval."""
+    above the bias of the limit it is measured against), with the exponent's 95% interval.
+
+    Attributes
+    ----------
+    exponent : float
+        p in y ≈ E₀ + C x^p.
+    ci : tuple of float
+        Its 95% interval.
+    prefactor : float
+        C.
+    se : float
+        The exponent's SE.
+    n : int or None
+        Samples behind a Student-t interval.
+    offset : float
+        E₀.
+    """
 
     offset: float = math.nan
 
@@ -403,6 +419,15 @@ def fit_power_law_offset(
     RSS(p) = min Σ w (y − E₀ − C x^p)² (w = 1/se²) over `OFFSET_RANGE`, with the profile-likelihood
     95% interval of `fit_power_law_weighted` (an end of the range where the data do not bound p).
     At least 3 points (with 2, any p fits exactly). ``se`` = the interval's half-width / 1.96.
+
+    Parameters
+    ----------
+    x : array_like, shape (n,)
+        Positive abscissae, at least 3.
+    y : numpy.ndarray, shape (n,)
+        Means (any sign).
+    se : numpy.ndarray, shape (n,)
+        Their standard errors, positive.
 
     Returns
     -------

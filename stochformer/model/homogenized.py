@@ -242,10 +242,40 @@ class HomogenizedLayers:
     attention: HomogenizedAttention
 
     def reset(self, batch, d, generator, dtype, device) -> None:
+        """Start a run: ``attention``'s reset (stateless: the heads are fresh in every layer).
+
+        Parameters
+        ----------
+        batch : int
+            Independent samples of the run.
+        d : int
+            Token dimension.
+        generator : torch.Generator
+            The run's generator.
+        dtype : torch.dtype
+            The tokens' dtype.
+        device : str or torch.device
+            The tokens' device.
+        """
         self.attention.reset(batch, d, generator, dtype, device)
 
     def step(self, X: torch.Tensor, dt: float, draws: Randomness) -> torch.Tensor:
-        """One layer at η = dt: X (batch, N, d) → (batch, N, d), unit rows."""
+        """One layer at η = dt: X (batch, N, d) → (batch, N, d), unit rows.
+
+        Parameters
+        ----------
+        X : torch.Tensor, shape (batch, N, d)
+            The tokens, unit rows.
+        dt : float
+            The residual step η.
+        draws : torch.Generator or Draws
+            The step's randomness.
+
+        Returns
+        -------
+        torch.Tensor, shape (batch, N, d)
+            The tokens after the layer, unit rows.
+        """
         return normalize(X + self.attention.increment(X, dt, draws))
 
 

@@ -22,7 +22,23 @@ def plot_logistic(overlap: dict, logistic: dict, ax: Optional["Axes"] = None) ->
     """``overlap`` (an [`OverlapCheck`][stochformer.experiments.neighbours.OverlapCheck] as a dict):
     the mean overlap m(t) = |x̄|² at β = 0, mean ± 2 SE over the samples, against the logistic
     u′ = u(1 − u) on τ = σ_V²(d − 1)t from each sample's m(0) (``logistic``: ``t``, ``m``) with the
-    O(1/d) band of the rows' tolerance. ``ax``: one axes, or None."""
+    O(1/d) band of the rows' tolerance. ``ax``: one axes, or None.
+
+    Parameters
+    ----------
+    overlap : dict
+        ``NeighboursResult.overlap`` as a dict: ``times``, ``mean``, ``se``, ``predicted``, ``band``
+        (each of length t), ``batch``, ``d`` and ``N``.
+    logistic : dict
+        The logistic curve (``curves["logistic"]``): ``t`` and ``m``, of one length.
+    ax : matplotlib.axes.Axes, optional
+        One axes.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        The figure (the given axes' figure, or a new one).
+    """
     created = ax is None
     fig, axes = figure_axes(None if ax is None else [ax], (1, 1), (5.5, 3.8))
     a = axes[0, 0]
@@ -44,7 +60,25 @@ def plot_large_beta(large: dict, linear: dict, aligned: dict, axes: Optional[Seq
     """Left: a pair under homogenized attention at large β, E z − z₀ and E z² − z₀² (± 2 SE) at the
     slow time s = σ_V² t, against the exact law of du = −u(1−u²)ds + √2(1−u²)dB (``linear``: ``s``,
     ``z``, ``z2``) and the frozen pair (0). Right: P(the pair ends aligned | u₀) by the scale function of the
-    linear kernel (quadrature) against arcsin(u₀)/π + ½ (``aligned``). ``axes``: two axes, or None."""
+    linear kernel (quadrature) against arcsin(u₀)/π + ½ (``aligned``). ``axes``: two axes, or None.
+
+    Parameters
+    ----------
+    large : dict
+        ``NeighboursResult.large_beta`` as a dict: ``z0``, ``s``, ``beta``, ``d``, ``pairs`` and
+        ``moments`` (``z`` and ``z2`` → (mean, SE)).
+    linear : dict
+        The linear kernel's exact moments (``curves["linear"]``): ``s``, ``z`` and ``z2``, of one length.
+    aligned : dict
+        P(aligned | u₀) (``curves["aligned"]``): ``u0``, ``scale_function`` and ``arcsin``, of one length.
+    axes : sequence of matplotlib.axes.Axes, optional
+        Two axes.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        The figure (the given axes' figure, or a new one).
+    """
     created = axes is None
     fig, ax = figure_axes(axes, (1, 2), (10, 3.8))
     a, b = ax[0]
@@ -74,7 +108,26 @@ def plot_attractor(unforced: dict, forced: dict, curves: dict, axes: Optional[Se
     """E dist(X_t, A) for random quadratic forms (log y), unforced (left, from z₀ = 0) and forced
     (right, from z₀ = −0.99): simulated (± 2 SE), the exact law (Kolmogorov equation of the pair
     kernel; ``curves[...]["exact"]``) and the published bound (dashed). ``unforced``, ``forced``:
-    [`AttractorCheck`][stochformer.experiments.neighbours.AttractorCheck] as dicts. ``axes``: two axes, or None."""
+    [`AttractorCheck`][stochformer.experiments.neighbours.AttractorCheck] as dicts. ``axes``: two axes, or None.
+
+    Parameters
+    ----------
+    unforced : dict
+        ``NeighboursResult.unforced`` as a dict: ``times``, ``mean``, ``se`` (each of length t),
+        ``pairs``, ``gamma`` and ``d``.
+    forced : dict
+        ``NeighboursResult.forced`` as a dict, the same keys.
+    curves : dict
+        ``NeighboursResult.curves``: its ``unforced`` and ``forced`` entries, each ``t``, ``exact`` and
+        ``bound`` of one length.
+    axes : sequence of matplotlib.axes.Axes, optional
+        Two axes.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        The figure (the given axes' figure, or a new one).
+    """
     created = axes is None
     fig, ax = figure_axes(axes, (1, 2), (10, 3.8))
     for a, check, curve, law in ((ax[0, 0], unforced, curves["unforced"], r"$(\pi/\sqrt{2})\,e^{-t/2}$"),
@@ -113,7 +166,23 @@ def plot_value_transition(value: dict, checks: Sequence[dict], ax: Optional["Axe
     (len(d), len(β)), ``beta_c``), its zero set (grey) bounded by the threshold (d − 2) sech 2β = 1
     (β_c(d), dashed), and the simulated fraction at each run of ``checks``
     ([`AntipodalCheck`][stochformer.experiments.neighbours.AntipodalCheck] as dicts), labelled
-    measured (predicted). ``ax``: one axes, or None."""
+    measured (predicted). ``ax``: one axes, or None.
+
+    Parameters
+    ----------
+    value : dict
+        The grid (``curves["value"]``): ``beta`` (len(β), sorted), ``d`` (len(d), sorted), ``p``
+        (len(d), len(β)) and ``beta_c`` (len(d)).
+    checks : sequence of dict
+        ``NeighboursResult.value`` as dicts: ``beta``, ``d``, ``antipodal``, ``pairs`` and ``predicted``.
+    ax : matplotlib.axes.Axes, optional
+        One axes.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        The figure (the given axes' figure, or a new one).
+    """
     import matplotlib as mpl
     from matplotlib.patches import Rectangle
 
@@ -152,7 +221,21 @@ def plot_contrast(contrast: Sequence[dict], ax: Optional["Axes"] = None) -> "Fig
     """E z_T of a pair from z₀ under one common field and under independent fields of the same κ
     (``contrast``: [`ContrastCheck`][stochformer.experiments.neighbours.ContrastCheck] as dicts, one
     per d): simulated (± 2 SE) beside the exact values (×): synchronisation only under the common
-    field. ``ax``: one axes, or None."""
+    field. ``ax``: one axes, or None.
+
+    Parameters
+    ----------
+    contrast : sequence of dict
+        ``NeighboursResult.contrast`` as dicts, at least one: ``common`` and ``independent`` ((E z_T,
+        SE) each), ``common_exact``, ``independent_exact``, ``d`` and ``T``.
+    ax : matplotlib.axes.Axes, optional
+        One axes.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        The figure (the given axes' figure, or a new one).
+    """
     created = ax is None
     fig, axes = figure_axes(None if ax is None else [ax], (1, 1), (6.0, 3.8))
     a = axes[0, 0]

@@ -25,7 +25,20 @@ def _run_neighbours(cfg: Any, ctx: SectionContext) -> SectionOutput:
 
 def neighbours_output(res: NeighboursResult, seed: int) -> SectionOutput:
     """The section's output from the checks ``res``: their numbers, rows (one family), five figures,
-    the value-noise table and the notes."""
+    the value-noise table and the notes.
+
+    Parameters
+    ----------
+    res : NeighboursResult
+        The checks of [`run_neighbours`][stochformer.experiments.neighbours.run_neighbours].
+    seed : int
+        The run's seed (the config's ``seed``), recorded as the section's seeds.
+
+    Returns
+    -------
+    SectionOutput
+        Numbers, judged rows, figures, provenance, seeds, notes and tables.
+    """
     numbers = res.to_dict()
     curves = numbers["curves"]
     figs = [
