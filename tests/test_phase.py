@@ -78,7 +78,7 @@ def test_phase_cli_sync_fraction(tmp_path):
 def test_paper_clusters_tanh_ends_in_antipodal_clusters_relu_does_not():
     # SPEC §6 item 1 (reduced): tanh with no biases is an odd field, so pairs synchronise up to sign:
     # pair cosines pile up near −1 as well as +1; ReLU's do not reach −1.
-    res = paper.run_clusters("quick", seed=1, tol=0.05, sizes=dict(N=16, L=100, T=20.0, m=32, batch=3))
+    res = paper.run_clusters(paper.ClustersConfig(seed=1, tol=0.05, sizes=dict(N=16, L=100, T=20.0, m=32, batch=3)))
     tanh, relu = res.clusters["tanh"], res.clusters["relu"]
     # odd field: x ↦ −x is a symmetry, so near −1 and near +1 are equally likely for uniform starts
     assert tanh.frac_near_minus.mean() > 0.1 and np.all(tanh.n_antipodal >= 1)
@@ -95,12 +95,12 @@ def test_paper_clusters_tanh_ends_in_antipodal_clusters_relu_does_not():
 
 
 def test_paper_scenarios_and_table_tiny(tmp_path):
-    sc = paper.run_scenarios("quick", sizes=dict(N=4, L=4, m=8, batch=1, ds=[5], sigmas=[0.0]), store=tmp_path / "s")
+    sc = paper.run_scenarios(paper.ScenariosConfig(sizes=dict(N=4, L=4, m=8, batch=1, ds=[5], sigmas=[0.0])), store=tmp_path / "s")
     assert len(sc.runs) == len(paper.SCENARIO_ACTIVATIONS) * len(paper.SCENARIO_GAMMAS)
     assert all(len(r["energy"]) == 5 for r in sc.runs.values())
     plot_scenarios(sc, "energy")
-    tab = paper.run_table("quick", activations=("relu",),
-                          sizes=dict(draws=4000, pairs=16, energy_pairs=32, L=20, m=16, ds=[5], sigmas=[0.1]))
+    tab = paper.run_table(paper.TableConfig(activations=["relu"],
+                                            sizes=dict(draws=4000, pairs=16, energy_pairs=32, L=20, m=16, ds=[5], sigmas=[0.1])))
     (row,) = tab.rows
     # κ(1) = E|G(x)|²/d is unbiased for every width m: 4 SE
     assert abs(row["kappa"] - row["kappa_pred"]) < 4 * row["kappa_se"]
@@ -108,4 +108,4 @@ def test_paper_scenarios_and_table_tiny(tmp_path):
     tab.save(tmp_path / "t")
     plot_table(tab)
     with pytest.raises(ValueError, match="size"):
-        paper.run_table("huge")
+        paper.run_table({"size": "huge"})
