@@ -252,6 +252,13 @@ def _table(store):
                                              sizes=dict(draws=400, pairs=8, energy_pairs=8, L=8, m=8, ds=[5], sigmas=[0.1])))
 
 
+def _variants(store):
+    from stochformer.experiments.variants import VariantsConfig, run_variants
+
+    return run_variants(VariantsConfig(flow_steps=20, law_d=8, law_m=16, law_draws=4, depths=[2, 4], samples=4,
+                                       attention_draws=4))
+
+
 def _exact(store):
     from stochformer.experiments.exact import ExactConfig, run_exact
 
@@ -269,6 +276,7 @@ SECTION_RESULTS = {
     "ScenariosResult": _scenarios,
     "TableResult": _table,
     "ExactResult": _exact,
+    "VariantsResult": _variants,
 }
 #: the results whose datasets the command tests above check
 COMMAND_RESULTS = {"SimulationResult", "SyncResult", "PhaseResult", "SweepResult", "ConvergeResult", "BridgeResult",
@@ -282,6 +290,7 @@ SECTION_DIMS = {
     "ScenariosResult": {"scenario", "step"},
     "TableResult": {"row"},
     "ExactResult": {"beta", "time", "sigma_U", "gain"},
+    "VariantsResult": {"flow", "time", "law", "depth"},
 }
 
 
