@@ -200,6 +200,7 @@ def _cfg(command: str, overrides: list[str]) -> Any:
     from stochformer.experiments.converge import ConvergeConfig
     from stochformer.experiments.joint import JointConfig
     from stochformer.experiments.motions import MotionsConfig
+    from stochformer.experiments.paper import ClustersConfig, ScenariosConfig, TableConfig
     from stochformer.experiments.phase import PhaseConfig
     from stochformer.experiments.repulsion import RepulsionConfig
     from stochformer.experiments.sweep import SweepConfig
@@ -208,7 +209,8 @@ def _cfg(command: str, overrides: list[str]) -> Any:
 
     models = {"simulate": None, "sync": SyncConfig, "phase": PhaseConfig, "sweep": SweepConfig, "converge": ConvergeConfig,
               "chaos": ChaosConfig, "motions": MotionsConfig, "joint": JointConfig, "repulsion": RepulsionConfig,
-              "bridge": BridgeConfig, "resampled": ResampledConfig, "variants": VariantsConfig}
+              "bridge": BridgeConfig, "resampled": ResampledConfig, "variants": VariantsConfig, "clusters": ClustersConfig,
+              "scenarios": ScenariosConfig, "table": TableConfig}
     model = models[command]
     return build_config(None, overrides, model=model) if model else build_config(None, overrides)
 
@@ -228,6 +230,9 @@ HUGE = {
     "bridge": ["d={e}", "m={}", "depths=[1,{}]", "samples={}"],
     "resampled": ["model.d={s}", "model.batch={}", "depths=[2,{}]"],
     "variants": ["law_d={}", "law_m={}", "attention_draws={}", "samples={}"],
+    "clusters": ["sizes.N={}", "sizes.batch={}", "sizes.m={}", "sizes.L={L}"],
+    "scenarios": ["sizes.N={}", "sizes.batch={}", "sizes.ds=[5,{}]", "sizes.L={L}"],
+    "table": ["sizes.draws={}", "sizes.pairs={}", "sizes.energy_pairs={}", "sizes.ds=[5,{}]", "sizes.L={L}"],
 }
 
 
