@@ -7,6 +7,8 @@ import json
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from stochformer.cli import main
 from stochformer.config import ConfigError, build_config
@@ -92,6 +94,44 @@ def test_paper_clusters_tanh_ends_in_antipodal_clusters_relu_does_not():
         assert course["long_times"][-1] >= course["horizon"] > 20.0 and long.shape[0] == 3
         assert np.all(counts[:, 0] > counts[:, -1]) and course["up_to_sign"] == (act == "tanh")
     plot_cluster_course(res)
+
+
+PAPER_CONFIGS = {"clusters": paper.ClustersConfig, "scenarios": paper.ScenariosConfig, "table": paper.TableConfig}
+
+
+@settings(max_examples=30, deadline=None, database=None, derandomize=True)
+@given(item=st.sampled_from(sorted(PAPER_CONFIGS)), key=st.text("abcdefghijklmnopqrstuvwxyzNLT_", min_size=1, max_size=8))
+def test_paper_configs_name_an_unknown_size_entry(item, key):
+    """A ``sizes`` entry outside the item's table is one error naming ``sizes``, the entry and the
+    valid keys; every entry of the table is accepted."""
+    cls = PAPER_CONFIGS[item]
+    valid = cls.SIZES["quick"]
+    if key in valid:
+        assert cls(sizes={key: valid[key]}).resolved_sizes()[key] == valid[key]
+        return
+    with pytest.raises(ConfigError, match=rf"sizes: .*unknown entries {key}; valid: {', '.join(valid)}"):
+        build_config({"sizes": {key: 1}}, model=cls)
+
+
+def test_paper_runs_refuse_bad_input_before_any_work(monkeypatch):
+    """Each bad field of a paper item's config is named before a single run starts; the report
+    reaches the same configs by the same ``--set`` paths."""
+    from stochformer.report.runner import plan
+
+    ran = []
+    monkeypatch.setattr(paper, "run_simulate", lambda *a, **k: ran.append(1))
+    monkeypatch.setattr(paper, "run_tasks", lambda *a, **k: ran.append(1))
+    for run, bad, field in ((paper.run_clusters, {"tol": 1.5}, "tol"), (paper.run_clusters, {"device": "tpu"}, "device"),
+                            (paper.run_scenarios, {"size": "huge"}, "size"), (paper.run_scenarios, {"seed": -1}, "seed"),
+                            (paper.run_table, {"activations": ["nope"]}, "activations"),
+                            (paper.run_table, {"sizes": {"width": 8}}, "sizes")):
+        with pytest.raises(ValueError, match=field):
+            run(bad)
+    assert not ran
+    p = {x.section.name: x.config for x in plan("tiny", overrides=["clusters.sizes.N=12", "table.activations=['tanh']"])}
+    assert isinstance(p["clusters"], paper.ClustersConfig) and p["clusters"].resolved_sizes()["N"] == 12
+    assert isinstance(p["table"], paper.TableConfig) and p["table"].grid() == [("tanh", 5, 0.0)]
+    assert isinstance(p["scenarios"], paper.ScenariosConfig)
 
 
 def test_paper_scenarios_and_table_tiny(tmp_path):
