@@ -236,20 +236,27 @@ def _repulsion(store):
 def _clusters(store):
     from stochformer.experiments import paper
 
-    return paper.run_clusters("quick", seed=1, tol=0.05, sizes=dict(N=6, L=10, T=2.0, m=8, batch=2))
+    return paper.run_clusters(paper.ClustersConfig(seed=1, tol=0.05, sizes=dict(N=6, L=10, T=2.0, m=8, batch=2)))
 
 
 def _scenarios(store):
     from stochformer.experiments import paper
 
-    return paper.run_scenarios("quick", sizes=dict(N=4, L=4, m=8, batch=1, ds=[5], sigmas=[0.0]), store=store)
+    return paper.run_scenarios(paper.ScenariosConfig(sizes=dict(N=4, L=4, m=8, batch=1, ds=[5], sigmas=[0.0])), store=store)
 
 
 def _table(store):
     from stochformer.experiments import paper
 
-    return paper.run_table("quick", activations=("relu",),
-                           sizes=dict(draws=400, pairs=8, energy_pairs=8, L=8, m=8, ds=[5], sigmas=[0.1]))
+    return paper.run_table(paper.TableConfig(activations=["relu"],
+                                             sizes=dict(draws=400, pairs=8, energy_pairs=8, L=8, m=8, ds=[5], sigmas=[0.1])))
+
+
+def _variants(store):
+    from stochformer.experiments.variants import VariantsConfig, run_variants
+
+    return run_variants(VariantsConfig(flow_steps=20, law_d=8, law_m=16, law_draws=4, depths=[2, 4], samples=4,
+                                       attention_draws=4))
 
 
 def _exact(store):
@@ -269,6 +276,7 @@ SECTION_RESULTS = {
     "ScenariosResult": _scenarios,
     "TableResult": _table,
     "ExactResult": _exact,
+    "VariantsResult": _variants,
 }
 #: the results whose datasets the command tests above check
 COMMAND_RESULTS = {"SimulationResult", "SyncResult", "PhaseResult", "SweepResult", "ConvergeResult", "BridgeResult",
@@ -282,6 +290,7 @@ SECTION_DIMS = {
     "ScenariosResult": {"scenario", "step"},
     "TableResult": {"row"},
     "ExactResult": {"beta", "time", "sigma_U", "gain"},
+    "VariantsResult": {"flow", "time", "law", "depth"},
 }
 
 

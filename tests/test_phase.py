@@ -7,6 +7,8 @@ import json
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from stochformer.cli import main
 from stochformer.config import ConfigError, build_config
@@ -78,7 +80,7 @@ def test_phase_cli_sync_fraction(tmp_path):
 def test_paper_clusters_tanh_ends_in_antipodal_clusters_relu_does_not():
     # SPEC §6 item 1 (reduced): tanh with no biases is an odd field, so pairs synchronise up to sign:
     # pair cosines pile up near −1 as well as +1; ReLU's do not reach −1.
-    res = paper.run_clusters("quick", seed=1, tol=0.05, sizes=dict(N=16, L=100, T=20.0, m=32, batch=3))
+    res = paper.run_clusters(paper.ClustersConfig(seed=1, tol=0.05, sizes=dict(N=16, L=100, T=20.0, m=32, batch=3)))
     tanh, relu = res.clusters["tanh"], res.clusters["relu"]
     # odd field: x ↦ −x is a symmetry, so near −1 and near +1 are equally likely for uniform starts
     assert tanh.frac_near_minus.mean() > 0.1 and np.all(tanh.n_antipodal >= 1)
@@ -94,13 +96,51 @@ def test_paper_clusters_tanh_ends_in_antipodal_clusters_relu_does_not():
     plot_cluster_course(res)
 
 
+PAPER_CONFIGS = {"clusters": paper.ClustersConfig, "scenarios": paper.ScenariosConfig, "table": paper.TableConfig}
+
+
+@settings(max_examples=30, deadline=None, database=None, derandomize=True)
+@given(item=st.sampled_from(sorted(PAPER_CONFIGS)), key=st.text("abcdefghijklmnopqrstuvwxyzNLT_", min_size=1, max_size=8))
+def test_paper_configs_name_an_unknown_size_entry(item, key):
+    """A ``sizes`` entry outside the item's table is one error naming ``sizes``, the entry and the
+    valid keys; every entry of the table is accepted."""
+    cls = PAPER_CONFIGS[item]
+    valid = cls.SIZES["quick"]
+    if key in valid:
+        assert cls(sizes={key: valid[key]}).resolved_sizes()[key] == valid[key]
+        return
+    with pytest.raises(ConfigError, match=rf"sizes: .*unknown entries {key}; valid: {', '.join(valid)}"):
+        build_config({"sizes": {key: 1}}, model=cls)
+
+
+def test_paper_runs_refuse_bad_input_before_any_work(monkeypatch):
+    """Each bad field of a paper item's config is named before a single run starts; the report
+    reaches the same configs by the same ``--set`` paths."""
+    from stochformer.report.runner import plan
+
+    ran = []
+    monkeypatch.setattr(paper, "run_simulate", lambda *a, **k: ran.append(1))
+    monkeypatch.setattr(paper, "run_tasks", lambda *a, **k: ran.append(1))
+    for run, bad, field in ((paper.run_clusters, {"tol": 1.5}, "tol"), (paper.run_clusters, {"device": "tpu"}, "device"),
+                            (paper.run_scenarios, {"size": "huge"}, "size"), (paper.run_scenarios, {"seed": -1}, "seed"),
+                            (paper.run_table, {"activations": ["nope"]}, "activations"),
+                            (paper.run_table, {"sizes": {"width": 8}}, "sizes")):
+        with pytest.raises(ValueError, match=field):
+            run(bad)
+    assert not ran
+    p = {x.section.name: x.config for x in plan("tiny", overrides=["clusters.sizes.N=12", "table.activations=['tanh']"])}
+    assert isinstance(p["clusters"], paper.ClustersConfig) and p["clusters"].resolved_sizes()["N"] == 12
+    assert isinstance(p["table"], paper.TableConfig) and p["table"].grid() == [("tanh", 5, 0.0)]
+    assert isinstance(p["scenarios"], paper.ScenariosConfig)
+
+
 def test_paper_scenarios_and_table_tiny(tmp_path):
-    sc = paper.run_scenarios("quick", sizes=dict(N=4, L=4, m=8, batch=1, ds=[5], sigmas=[0.0]), store=tmp_path / "s")
+    sc = paper.run_scenarios(paper.ScenariosConfig(sizes=dict(N=4, L=4, m=8, batch=1, ds=[5], sigmas=[0.0])), store=tmp_path / "s")
     assert len(sc.runs) == len(paper.SCENARIO_ACTIVATIONS) * len(paper.SCENARIO_GAMMAS)
     assert all(len(r["energy"]) == 5 for r in sc.runs.values())
     plot_scenarios(sc, "energy")
-    tab = paper.run_table("quick", activations=("relu",),
-                          sizes=dict(draws=4000, pairs=16, energy_pairs=32, L=20, m=16, ds=[5], sigmas=[0.1]))
+    tab = paper.run_table(paper.TableConfig(activations=["relu"],
+                                            sizes=dict(draws=4000, pairs=16, energy_pairs=32, L=20, m=16, ds=[5], sigmas=[0.1])))
     (row,) = tab.rows
     # κ(1) = E|G(x)|²/d is unbiased for every width m: 4 SE
     assert abs(row["kappa"] - row["kappa_pred"]) < 4 * row["kappa_se"]
@@ -108,4 +148,4 @@ def test_paper_scenarios_and_table_tiny(tmp_path):
     tab.save(tmp_path / "t")
     plot_table(tab)
     with pytest.raises(ValueError, match="size"):
-        paper.run_table("huge")
+        paper.run_table({"size": "huge"})

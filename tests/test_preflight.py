@@ -158,6 +158,10 @@ def test_a_grid_beyond_the_limit_is_refused_before_its_points_are_built(command:
         assert len(getattr(cfg, x)) * len(getattr(cfg, y)) == nx * ny
 
 
+#: the experiments' configs that have no ``model`` (their sizes are their own fields)
+WITHOUT_MODEL = ("SweepConfig", "BridgeConfig", "VariantsConfig", "ClustersConfig", "ScenariosConfig", "TableConfig")
+
+
 def test_every_experiment_config_estimates_itself() -> None:
     """Each experiment's config (every ``ExperimentConfig`` and config class of ``experiments/``)
     carries its own ``estimate(workers)``, positive and finite at its defaults, which the size
@@ -174,10 +178,10 @@ def test_every_experiment_config_estimates_itself() -> None:
     for info in pkgutil.iter_modules(experiments.__path__):
         module = __import__(f"stochformer.experiments.{info.name}", fromlist=["_"])
         for name, cls in inspect.getmembers(module, inspect.isclass):
-            if cls.__module__ == module.__name__ and issubclass(cls, StrictConfig) and name.endswith("Config") \
-                    and "model" in cls.model_fields or name in ("SweepConfig", "BridgeConfig", "VariantsConfig"):
+            own = cls.__module__ == module.__name__ and issubclass(cls, StrictConfig) and name.endswith("Config")
+            if own and ("model" in cls.model_fields or name in WITHOUT_MODEL):
                 found.append(cls)
-    assert len(found) >= 12, [c.__name__ for c in found]
+    assert len(found) >= 15 and set(WITHOUT_MODEL) <= {c.__name__ for c in found}, [c.__name__ for c in found]
     for cls in found:
         cfg = cls()
         one, two = estimate(cfg), estimate(cfg, workers=2)
@@ -196,6 +200,7 @@ def _cfg(command: str, overrides: list[str]) -> Any:
     from stochformer.experiments.converge import ConvergeConfig
     from stochformer.experiments.joint import JointConfig
     from stochformer.experiments.motions import MotionsConfig
+    from stochformer.experiments.paper import ClustersConfig, ScenariosConfig, TableConfig
     from stochformer.experiments.phase import PhaseConfig
     from stochformer.experiments.repulsion import RepulsionConfig
     from stochformer.experiments.sweep import SweepConfig
@@ -204,7 +209,8 @@ def _cfg(command: str, overrides: list[str]) -> Any:
 
     models = {"simulate": None, "sync": SyncConfig, "phase": PhaseConfig, "sweep": SweepConfig, "converge": ConvergeConfig,
               "chaos": ChaosConfig, "motions": MotionsConfig, "joint": JointConfig, "repulsion": RepulsionConfig,
-              "bridge": BridgeConfig, "resampled": ResampledConfig, "variants": VariantsConfig}
+              "bridge": BridgeConfig, "resampled": ResampledConfig, "variants": VariantsConfig, "clusters": ClustersConfig,
+              "scenarios": ScenariosConfig, "table": TableConfig}
     model = models[command]
     return build_config(None, overrides, model=model) if model else build_config(None, overrides)
 
@@ -224,6 +230,9 @@ HUGE = {
     "bridge": ["d={e}", "m={}", "depths=[1,{}]", "samples={}"],
     "resampled": ["model.d={s}", "model.batch={}", "depths=[2,{}]"],
     "variants": ["law_d={}", "law_m={}", "attention_draws={}", "samples={}"],
+    "clusters": ["sizes.N={}", "sizes.batch={}", "sizes.m={}", "sizes.L={L}"],
+    "scenarios": ["sizes.N={}", "sizes.batch={}", "sizes.ds=[5,{}]", "sizes.L={L}"],
+    "table": ["sizes.draws={}", "sizes.pairs={}", "sizes.energy_pairs={}", "sizes.ds=[5,{}]", "sizes.L={L}"],
 }
 
 

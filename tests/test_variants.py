@@ -379,7 +379,7 @@ def test_variants_rows_hold_and_fail_on_wrong_numbers():
     from stochformer.measure.verdict import FAILS, HOLDS
 
     cfg = VariantsConfig(flow_steps=40, law_d=16, law_m=64, law_draws=8, depths=[2, 8], samples=8, attention_draws=16)
-    numbers = run_variants(cfg)
+    numbers = run_variants(cfg).to_dict()
     rows = {r.quantity.split(":")[0]: r for r in variants_rows(numbers, cfg.beta, cfg.flow_steps)}
     for key in ("multi-head, H = 1, d_h = d, O = I", "Sinkhorn", "softmax post-LN", "softmax pre-LN"):
         assert rows[key].verdict == HOLDS, rows[key]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 
-from stochformer.experiments.paper import run_clusters
+from stochformer.experiments.paper import ClustersConfig, run_clusters
 from stochformer.plotting import save_figure
 from stochformer.plotting.sync import plot_cluster_course, plot_clusters
 
@@ -31,7 +31,7 @@ def main() -> None:
     args = parser.parse_args()
 
     # ReLU and tanh, one run each to T, and one each to the horizon predicted from e^{λ₁t}
-    result = run_clusters("paper", seed=0, sizes=SIZES[args.size])
+    result = run_clusters(ClustersConfig(size="paper", seed=0, sizes=SIZES[args.size]))
 
     fig = plt.figure(figsize=(11, 11), layout="constrained")
     top, bottom = fig.subfigures(2, 1, height_ratios=[2, 1], squeeze=False)[:, 0]

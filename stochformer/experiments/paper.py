@@ -1,7 +1,11 @@
-"""The paper's experiments of SPEC §6 items 1–3, each a function ``size → result object``.
+"""The paper's experiments of SPEC §6 items 1–3, each a function ``config → result object``.
 
-``size``: ``"quick"`` (small, seconds to a minute on a laptop) or ``"paper"`` (the paper's sizes:
-item 1 N = 64, L = 2000, T = 20, m = 2048; item 2 N = 64, L = 150, T = 5). Grids go through
+Each item's config ([`ClustersConfig`][stochformer.experiments.paper.ClustersConfig],
+[`ScenariosConfig`][stochformer.experiments.paper.ScenariosConfig],
+[`TableConfig`][stochformer.experiments.paper.TableConfig], on
+[`PaperConfig`][stochformer.experiments.paper.PaperConfig]) names a built-in ``size``: ``"quick"``
+(small, seconds to a minute on a laptop) or ``"paper"`` (the paper's sizes: item 1 N = 64, L = 2000,
+T = 20, m = 2048; item 2 N = 64, L = 150, T = 5), with ``sizes`` overriding entries of it. Grids go through
 [`stochformer.tasks.run_tasks`][stochformer.tasks.run_tasks] (``store`` makes them resumable, ``scheduler`` parallel).
 
 1. [`run_clusters`][stochformer.experiments.paper.run_clusters]: no attention, no biases, d = 4, ReLU and tanh from uniform tokens; the
@@ -25,25 +29,27 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar, Literal, Optional
+from typing import Any, ClassVar, Literal, Optional
 
 import numpy as np
 import torch
 import xarray as xr
+from pydantic import Field, field_validator
 
 from ..measure.clusters import ClusterSummary, count_clusters, summarise_clusters
-from ..config import InitConfig, RunConfig, build_config
+from ..config import InitConfig, RunConfig, StrictConfig, as_config, build_config
 from ..config.build import Setup, setup
 from ..measure.diagnostics import STATISTICS
 from ..io.names import RATE_UNITS, TIME_UNITS
 from ..io.store import to_jsonable
 from ..io.results import Result
-from ..model.activations import ODD_ACTIVATIONS
+from ..model.activations import ACTIVATIONS, ODD_ACTIVATIONS
 from ..model.noise import RandomMLP
 from ..core.runtime import child_seeds, provenance, resolve_device
 from ..measure.stats import mean_and_se
 from ..tasks import Task, run_tasks
 from ..core.validation import validated
+from .preflight import FLOPS, Estimate, simulate_estimate
 from .simulate import run_simulate
 from .sync import (
     energy_levels,
@@ -58,9 +64,45 @@ from .sync import (
 Size = Literal["quick", "paper"]
 
 
-def _check_size(size: str) -> None:
-    if size not in ("quick", "paper"):
-        raise ValueError(f"size: must be 'quick' or 'paper' (got {size!r})")
+class PaperConfig(StrictConfig):
+    """A paper experiment (SPEC §6 items 1–3) at one of its built-in sizes, ``paper`` (the paper's)
+    or ``quick``, with ``sizes`` overriding entries of that size (e.g. ``--set clusters.sizes.N=16``
+    in the report; the keys are those of the item's table, `CLUSTER_SIZES`, `SCENARIO_SIZES` or
+    `TABLE_SIZES`)."""
+
+    size: Size = "quick"
+    sizes: dict[str, Any] = Field(default_factory=dict)
+    seed: int = Field(0, ge=0)
+    device: str = "cpu"
+
+    #: the item's built-in sizes, ``{"quick": {...}, "paper": {...}}`` (set by each subclass)
+    SIZES: ClassVar[dict[str, dict]] = {}
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, v: str) -> str:
+        if not (v == "cpu" or v == "cuda" or v.startswith("cuda:")):
+            raise ValueError("must be 'cpu', 'cuda' or 'cuda:<index>'")
+        return v
+
+    @field_validator("sizes")
+    @classmethod
+    def _sizes(cls, v: dict) -> dict:
+        valid = cls.SIZES["quick"]
+        bad = sorted(set(v) - set(valid))
+        if bad:
+            raise ValueError(f"unknown entries {', '.join(bad)}; valid: {', '.join(valid)}")
+        return v
+
+    def resolved_sizes(self) -> dict:
+        """The sizes run: the built-in ``size`` with ``sizes`` over it.
+
+        Returns
+        -------
+        dict
+            Every entry of the item's table.
+        """
+        return {**self.SIZES[self.size], **self.sizes}
 
 
 def _curves(stats: dict) -> dict:
@@ -177,46 +219,81 @@ class ClustersResult(_PaperResult):
                           attrs={"tol": self.tol})
 
 
+class ClustersConfig(PaperConfig):
+    """SPEC §6 item 1 (`run_clusters`): the sizes (`CLUSTER_SIZES`), the seed, the device and the
+    clustering tolerance."""
+
+    SIZES: ClassVar[dict[str, dict]] = CLUSTER_SIZES
+    tol: float = Field(0.05, gt=0.0, lt=1.0, description="two tokens are in one cluster when cos >= 1 - tol")
+
+    def runs(self) -> dict[str, RunConfig]:
+        """The run of each activation (ReLU, tanh): d = 4, no attention, no biases, a child seed each.
+
+        Returns
+        -------
+        dict of str to RunConfig
+            Activation → its run.
+        """
+        sizes = self.resolved_sizes()
+        model = {k: v for k, v in sizes.items() if k != "snapshots"}
+        return {act: build_config({**model, "d": 4, "activation": act, "attention": False, "seed": s, "device": self.device,
+                                   "record_every": max(1, sizes["L"] // 200),
+                                   "path_stride": max(1, sizes["L"] // sizes["snapshots"])})
+                for act, s in zip(("relu", "tanh"), child_seeds(self.seed, 2))}
+
+    def estimate(self, workers: int = 1) -> Estimate:
+        """Peak memory and rough time of the run (`preflight`): each activation's run and its
+        attractor run ([`attractor_run`][stochformer.experiments.paper.attractor_run]), one after the other.
+
+        Parameters
+        ----------
+        workers : int, optional
+            Processes the run's tasks are spread over (unused: the runs are sequential).
+
+        Returns
+        -------
+        Estimate
+            Peak memory (bytes) and a rough time.
+        """
+        snapshots = self.resolved_sizes()["snapshots"]
+        per = []
+        for cfg in self.runs().values():
+            per.append(simulate_estimate(cfg))
+            long = attractor_run(cfg, self.tol, snapshots)
+            if long is not None:
+                per.append(simulate_estimate(long))
+        top = max(per, key=lambda e: e.bytes)
+        return Estimate(top.bytes, sum(e.seconds for e in per), f"sizes ({top.memory_fields})", "sizes (L, N, batch or m)")
+
+
 @validated
-def run_clusters(size: Size = "quick", seed: int = 0, tol: float = 0.05, progress: bool = False, device: str = "cpu",
-                 sizes: Optional[dict] = None) -> ClustersResult:
+def run_clusters(cfg: ClustersConfig, progress: bool = False) -> ClustersResult:
     """SPEC §6 item 1: ReLU and tanh on S³ (d = 4), no attention, no biases, uniform tokens.
-    ``sizes`` overrides entries of ``CLUSTER_SIZES[size]``.
 
     Parameters
     ----------
-    size : {"quick", "paper"} or str, optional
-        The size profile.
-    seed : int, optional
-        The root seed.
+    cfg : ClustersConfig
+        The size, its overrides ``sizes`` (of `CLUSTER_SIZES`), the seed, the device and ``tol``.
     progress : bool, optional
         Show progress bars (on a terminal).
-    tol : float, optional
-        The clustering tolerance.
-    device : str, optional
-        Where the runs are stepped.
-    sizes : dict, optional
-        Overrides of the profile's sizes.
 
     Returns
     -------
     ClustersResult
         Curves, clusters and courses per activation.
     """
-    _check_size(size)
+    cfg = as_config(cfg, ClustersConfig)
     start = time.perf_counter()
-    sizes = {**CLUSTER_SIZES[size], **(sizes or {})}
-    model = {k: v for k, v in sizes.items() if k != "snapshots"}
+    sizes = cfg.resolved_sizes()
     curves, clusters, final, courses = {}, {}, {}, {}
-    for act, s in zip(("relu", "tanh"), child_seeds(seed, 2)):
-        cfg = build_config({**model, "d": 4, "activation": act, "attention": False, "seed": s, "device": device,
-                            "record_every": max(1, sizes["L"] // 200), "path_stride": max(1, sizes["L"] // sizes["snapshots"])})
-        res = run_simulate(cfg, progress=progress)
+    for act, run in cfg.runs().items():
+        res = run_simulate(run, progress=progress)
         curves[act] = {"layers": res.data["step"].values, **_curves({k: res.data[k].values for k in STATISTICS})}
-        clusters[act] = summarise_clusters(res.data["X_final"].values, tol)
+        clusters[act] = summarise_clusters(res.data["X_final"].values, cfg.tol)
         final[act] = res.data["X_final"].values
-        courses[act] = cluster_course(cfg, res.data, tol, sizes["snapshots"], progress)
-    return ClustersResult(size, sizes, tol, curves, clusters, final, seed, time.perf_counter() - start, device, courses)
+        courses[act] = cluster_course(run, res.data, cfg.tol, sizes["snapshots"], progress)
+    return ClustersResult(cfg.size, sizes, cfg.tol, curves, clusters, final, cfg.seed, time.perf_counter() - start,
+                          cfg.device, courses)
 
 
 def _counts(data: xr.Dataset, tol: float, up_to_sign: bool) -> np.ndarray:
@@ -256,13 +333,40 @@ def cluster_course(cfg: RunConfig, data: xr.Dataset, tol: float, snapshots: int,
     horizon = attractor_horizon(p["lambda_1_noise"], p["kappa"], p["kappa_prime"], cfg.N, tol)
     out = {"up_to_sign": odd, "horizon": horizon, "lambda_1": p["lambda_1_noise"], "T": cfg.T,
            "times": data["snapshot_time"].values, "counts": _counts(data, tol, odd), "long_times": [], "long_counts": []}
-    if math.isfinite(horizon):
-        stride = max(1, math.ceil(horizon / cfg.dt / snapshots))
-        long = cfg.with_updates(T=stride * snapshots * cfg.dt, L=stride * snapshots, path_stride=stride, seed=child_seeds(cfg.seed, 1)[0],
-                                record_every=stride * snapshots)
+    long = attractor_run(cfg, tol, snapshots)
+    if long is not None:
         ld = run_simulate(long, progress=progress).data
         out.update(long_times=ld["snapshot_time"].values, long_counts=_counts(ld, tol, odd))
     return out
+
+
+def attractor_run(cfg: RunConfig, tol: float, snapshots: int) -> Optional[RunConfig]:
+    """The second run of [`cluster_course`][stochformer.experiments.paper.cluster_course]: the model of
+    ``cfg`` (seed ``child_seeds(cfg.seed, 1)[0]``) at the same step T/L up to the attractor horizon
+    ([`attractor_horizon`][stochformer.experiments.paper.attractor_horizon]) rounded up to whole
+    snapshots, keeping ``snapshots`` token states; None when the horizon is infinite (λ₁ ≥ 0).
+
+    Parameters
+    ----------
+    cfg : RunConfig
+        The run's configuration.
+    tol : float
+        The clustering tolerance.
+    snapshots : int
+        Snapshots of the second run.
+
+    Returns
+    -------
+    RunConfig or None
+        The attractor run.
+    """
+    p = predicted_rates(cfg, with_bound=False)
+    horizon = attractor_horizon(p["lambda_1_noise"], p["kappa"], p["kappa_prime"], cfg.N, tol)
+    if not math.isfinite(horizon):
+        return None
+    stride = max(1, math.ceil(horizon / cfg.dt / snapshots))
+    return cfg.with_updates(T=stride * snapshots * cfg.dt, L=stride * snapshots, path_stride=stride,
+                            seed=child_seeds(cfg.seed, 1)[0], record_every=stride * snapshots)
 
 
 def attractor_horizon(lambda_1: float, kappa: float, kappa_prime: float, N: int, tol: float) -> float:
@@ -390,49 +494,79 @@ class ScenariosResult(_PaperResult):
         return xr.Dataset(data, coords=coords)
 
 
+class ScenariosConfig(PaperConfig):
+    """SPEC §6 item 2 (`run_scenarios`): the sizes (`SCENARIO_SIZES`), the seed and the device."""
+
+    SIZES: ClassVar[dict[str, dict]] = SCENARIO_SIZES
+
+    def runs(self) -> dict[str, tuple[dict, RunConfig]]:
+        """Every scenario: activation (and "none", no MLP) × d × σ × γ, uniform tokens, β = 1, a child
+        seed each (σ only with an MLP: it does not enter without one).
+
+        Returns
+        -------
+        dict of str to (dict, RunConfig)
+            Key ``activation/d/sigma/gamma`` → its grid coordinates and its run.
+        """
+        sz = self.resolved_sizes()
+        grid = [(a, d, s, g) for a, d, s, g in itertools.product(SCENARIO_ACTIVATIONS, sz["ds"], sz["sigmas"], SCENARIO_GAMMAS)
+                if not (a == "none" and s != sz["sigmas"][0])]
+        out = {}
+        for (act, d, sigma, gamma), s in zip(grid, child_seeds(self.seed, len(grid))):
+            cfg = build_config({k: sz[k] for k in ("N", "L", "T", "m", "batch")} | {
+                "d": d, "activation": "relu" if act == "none" else act, "mlp": act != "none", "sigma_U": sigma,
+                "sigma_W": sigma, "gamma": gamma, "attention": gamma != 0.0, "beta": 1.0, "seed": s, "device": self.device})
+            out[f"{act}/d{d}/sigma{sigma:g}/gamma{gamma:g}"] = ({"activation": act, "d": d, "sigma": sigma, "gamma": gamma}, cfg)
+        return out
+
+    def estimate(self, workers: int = 1) -> Estimate:
+        """Peak memory and rough time of the run (`preflight`): every scenario's simulate estimate,
+        ``workers`` of them at once.
+
+        Parameters
+        ----------
+        workers : int, optional
+            Processes the run's tasks are spread over.
+
+        Returns
+        -------
+        Estimate
+            Peak memory (bytes) and a rough time.
+        """
+        per = [simulate_estimate(cfg) for _, cfg in self.runs().values()]
+        top = max(per, key=lambda e: e.bytes)
+        return Estimate(top.bytes * workers, sum(e.seconds for e in per) / max(1, workers),
+                        f"sizes ({top.memory_fields}, ds)", "sizes (L, N, batch, m, ds or sigmas)")
+
+
 @validated
-def run_scenarios(size: Size = "quick", seed: int = 0, progress: bool = False, store: Optional[Path | str] = None,
-                  scheduler: Optional[str] = None, device: str = "cpu", sizes: Optional[dict] = None) -> ScenariosResult:
+def run_scenarios(cfg: ScenariosConfig, progress: bool = False, store: Optional[Path | str] = None,
+                  scheduler: Optional[str] = None) -> ScenariosResult:
     """SPEC §6 item 2: every activation (and no MLP) × d × σ × γ, uniform tokens, β = 1.
-    ``sizes`` overrides entries of ``SCENARIO_SIZES[size]``.
 
     Parameters
     ----------
-    size : {"quick", "paper"} or str, optional
-        The size profile.
-    seed : int, optional
-        The root seed.
+    cfg : ScenariosConfig
+        The size, its overrides ``sizes`` (of `SCENARIO_SIZES`), the seed and the device.
     progress : bool, optional
         Show progress bars (on a terminal).
     store : str or pathlib.Path, optional
         A folder of finished tasks, so a killed run resumes.
     scheduler : str, optional
         Where the tasks run (as for ``run_tasks``).
-    device : str, optional
-        Where the runs are stepped.
-    sizes : dict, optional
-        Overrides of the profile's sizes.
 
     Returns
     -------
     ScenariosResult
         The curves of every scenario.
     """
-    _check_size(size)
+    cfg = as_config(cfg, ScenariosConfig)
     start = time.perf_counter()
-    sz = {**SCENARIO_SIZES[size], **(sizes or {})}
-    keys, tasks = {}, []
-    grid = [(a, d, s, g) for a, d, s, g in itertools.product(SCENARIO_ACTIVATIONS, sz["ds"], sz["sigmas"], SCENARIO_GAMMAS)
-            if not (a == "none" and s != sz["sigmas"][0])]  # σ does not enter without an MLP
-    for (act, d, sigma, gamma), s in zip(grid, child_seeds(seed, len(grid))):
-        key = f"{act}/d{d}/sigma{sigma:g}/gamma{gamma:g}"
-        keys[key] = {"activation": act, "d": d, "sigma": sigma, "gamma": gamma}
-        cfg = build_config({k: sz[k] for k in ("N", "L", "T", "m", "batch")} | {
-            "d": d, "activation": "relu" if act == "none" else act, "mlp": act != "none", "sigma_U": sigma,
-            "sigma_W": sigma, "gamma": gamma, "attention": gamma != 0.0, "beta": 1.0, "seed": s, "device": device})
-        tasks.append(Task(key, scenario_point, {"config": cfg.model_dump(mode="json")}))
-    runs = run_tasks(tasks, store=store, scheduler=scheduler, progress=progress, desc="scenarios")
-    return ScenariosResult(size, {k: v for k, v in sz.items()}, keys, runs, seed, time.perf_counter() - start, device)
+    runs = cfg.runs()
+    keys = {key: coords for key, (coords, _) in runs.items()}
+    tasks = [Task(key, scenario_point, {"config": run.model_dump(mode="json")}) for key, (_, run) in runs.items()]
+    curves = run_tasks(tasks, store=store, scheduler=scheduler, progress=progress, desc="scenarios")
+    return ScenariosResult(cfg.size, cfg.resolved_sizes(), keys, curves, cfg.seed, time.perf_counter() - start, cfg.device)
 
 
 # --------------------------------------------------------------------------- item 3
@@ -583,42 +717,87 @@ class TableResult(_PaperResult):
         return "\n".join(lines)
 
 
+class TableConfig(PaperConfig):
+    """SPEC §6 item 3 (`run_table`): the sizes (`TABLE_SIZES`), the seed, the device and the
+    activations of the rows."""
+
+    SIZES: ClassVar[dict[str, dict]] = TABLE_SIZES
+    activations: list[str] = Field(default_factory=lambda: list(TABLE_ACTIVATIONS))
+
+    @field_validator("activations")
+    @classmethod
+    def _acts(cls, v: list[str]) -> list[str]:
+        bad = [a for a in v if a not in ACTIVATIONS]
+        if bad or not v:
+            raise ValueError(f"unknown or no activation {bad}; valid names are {', '.join(sorted(ACTIVATIONS))}")
+        return v
+
+    def grid(self) -> list[tuple[str, int, float]]:
+        """The rows: (activation, d, σ) for every activation × ``ds`` × ``sigmas``.
+
+        Returns
+        -------
+        list of tuple
+            (activation, d, σ) per row.
+        """
+        sz = self.resolved_sizes()
+        return list(itertools.product(self.activations, sz["ds"], sz["sigmas"]))
+
+    def estimate(self, workers: int = 1) -> Estimate:
+        """Peak memory and rough time of the run (`preflight`): per row, the kernel draws (``draws``
+        MLPs of width m on a pair, their weights U and W held at once), the pair exponent (2·pairs samples) and the energy rate
+        (``energy_pairs`` samples), each over L, L/2, L/4 steps; ``workers`` rows at once.
+
+        Parameters
+        ----------
+        workers : int, optional
+            Processes the run's tasks are spread over.
+
+        Returns
+        -------
+        Estimate
+            Peak memory (bytes) and a rough time.
+        """
+        sz = self.resolved_sizes()
+        per = []
+        for act, d, sigma in self.grid():
+            cfg = build_config({"N": 2, "d": d, "activation": act, "sigma_U": sigma, "sigma_W": sigma, "attention": False,
+                                "m": sz["m"], "L": sz["L"], "device": self.device})
+            runs = [simulate_estimate(cfg, batch=2 * sz["pairs"]), simulate_estimate(cfg, batch=sz["energy_pairs"])]
+            kernel_bytes = 8.0 * 2 * sz["draws"] * sz["m"] * d  # U and W of every draw at once
+            per.append(Estimate(max(kernel_bytes, *(e.bytes for e in runs)),
+                                1.75 * sum(e.seconds for e in runs) + 8.0 * sz["draws"] * sz["m"] * d / FLOPS, "", ""))
+        top = max(e.bytes for e in per)
+        return Estimate(top * workers, sum(e.seconds for e in per) / max(1, workers),
+                        "sizes (draws, m, pairs or energy_pairs; ds)", "sizes (L, pairs, energy_pairs, draws; ds, sigmas)")
+
+
 @validated
-def run_table(size: Size = "quick", seed: int = 0, progress: bool = False, store: Optional[Path | str] = None,
-              scheduler: Optional[str] = None, device: str = "cpu", activations: tuple[str, ...] = TABLE_ACTIVATIONS,
-              sizes: Optional[dict] = None) -> TableResult:
+def run_table(cfg: TableConfig, progress: bool = False, store: Optional[Path | str] = None,
+              scheduler: Optional[str] = None) -> TableResult:
     """SPEC §6 item 3: the table for ReLU, sigmoid, tanh, SiLU at d ∈ {5, 64, 128}, σ ∈ {0, 0.1}.
-    ``sizes`` overrides entries of ``TABLE_SIZES[size]``.
 
     Parameters
     ----------
-    size : {"quick", "paper"} or str, optional
-        The size profile.
-    seed : int, optional
-        The root seed.
+    cfg : TableConfig
+        The size, its overrides ``sizes`` (of `TABLE_SIZES`), the seed, the device and the activations.
     progress : bool, optional
         Show progress bars (on a terminal).
     store : str or pathlib.Path, optional
         A folder of finished tasks, so a killed run resumes.
     scheduler : str, optional
         Where the tasks run (as for ``run_tasks``).
-    device : str, optional
-        Where the runs are stepped.
-    activations : tuple of str, optional
-        The activations.
-    sizes : dict, optional
-        Overrides of the profile's sizes.
 
     Returns
     -------
     TableResult
         The rows.
     """
-    _check_size(size)
+    cfg = as_config(cfg, TableConfig)
     start = time.perf_counter()
-    sz = {**TABLE_SIZES[size], **(sizes or {})}
-    grid = list(itertools.product(activations, sz["ds"], sz["sigmas"]))
-    tasks = [Task(f"{a}/d{d}/sigma{s:g}", table_point, dict(activation=a, d=d, sigma=s, sizes=sz, seed=sd, device=device))
-             for (a, d, s), sd in zip(grid, child_seeds(seed, len(grid)))]
+    sz = cfg.resolved_sizes()
+    grid = cfg.grid()
+    tasks = [Task(f"{a}/d{d}/sigma{s:g}", table_point, dict(activation=a, d=d, sigma=s, sizes=sz, seed=sd, device=cfg.device))
+             for (a, d, s), sd in zip(grid, child_seeds(cfg.seed, len(grid)))]
     res = run_tasks(tasks, store=store, scheduler=scheduler, progress=progress, desc="table")
-    return TableResult(size, sz, [res[t.key] for t in tasks], seed, time.perf_counter() - start, device)
+    return TableResult(cfg.size, sz, [res[t.key] for t in tasks], cfg.seed, time.perf_counter() - start, cfg.device)

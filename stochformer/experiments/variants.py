@@ -21,6 +21,7 @@ from typing import Callable, ClassVar
 
 import numpy as np
 import torch
+import xarray as xr
 from pydantic import Field, field_validator, model_validator
 from scipy import stats
 
@@ -30,7 +31,8 @@ from ..model.attention import start_run
 from ..model.attention_variants import AveragedAttention, MultiHeadAttention, ResampledAttention
 from ..model.noise import RandomMLP
 from ..model.transformer import Transformer
-from ..core.runtime import child_seeds, make_generator
+from ..core.runtime import child_seeds, make_generator, provenance
+from ..io.results import Result
 from ..integrate import SaveAt, solve
 from ..core.sphere import normalize
 from ..measure.stats import mean_and_se
@@ -344,17 +346,119 @@ def _law_checks(cfg: VariantsConfig) -> dict:
                         "kappa": float(NoiseKernel("relu", 2).kappa(1 / math.sqrt(2)))}}
 
 
+@dataclass(repr=False)
+class VariantsResult(Result):
+    """Every check of SPEC §7 that does not need the standard blocks.
+
+    Attributes
+    ----------
+    config : VariantsConfig
+        The sizes run.
+    one_head_max_diff : float
+        max |multi-head (H = 1, d_h = d, O = I) − single head| over 4 samples of 6 tokens in d = 4.
+    sinkhorn_max_sum_error : float
+        max |row or column sum − 1| of the Sinkhorn weights.
+    equiangular : dict
+        ``"softmax"``, ``"usa"`` → ``t``, ``rho_ode``, ``rho_sim`` (steps + 1,), ``max_error``,
+        ``max_spread``: equiangular tokens under Heun against the ODE of SPEC §7.
+    normalisation : dict
+        ``"post"``, ``"usa_post"``, ``"pre"`` → the fitted decay of 1 − ρ (``slope``: value, 95% ci,
+        points), the fitted ``t``, ``one_minus_rho`` and the step ``dt``.
+    weight_laws : dict
+        κ at the pair's cosine and, per law, the measured covariance (mean, SE) over ``draws`` MLPs;
+        ``small_d``: the Rademacher pair in d = 2 with its exact value.
+    resampled : dict
+        Per depth the final mean cosine minus the averaged drift's (``rows``) and the fitted decay
+        exponent in L of the squared path difference (``sq_error_exponent``).
+    provenance : dict
+        Versions and device.
+    elapsed_s : float
+        The run time in seconds.
+    """
+
+    config: VariantsConfig
+    one_head_max_diff: float
+    sinkhorn_max_sum_error: float
+    equiangular: dict
+    normalisation: dict
+    weight_laws: dict
+    resampled: dict
+    provenance: dict
+    elapsed_s: float
+    command: ClassVar[str] = "variants"
+    summary_name: ClassVar[str] = "variants.json"
+
+    def to_dict(self) -> dict:
+        return {"one_head_max_diff": self.one_head_max_diff, "sinkhorn_max_sum_error": self.sinkhorn_max_sum_error,
+                "equiangular": self.equiangular, "normalisation": self.normalisation, "weight_laws": self.weight_laws,
+                "resampled": self.resampled, "elapsed_s": self.elapsed_s}
+
+    def names(self) -> dict[str, dict[str, str]]:
+        """The names of the dataset's own variables and coordinates beside `NAMES`."""
+        return {
+            "flow": {"long_name": "attention of the equiangular flow (softmax or USA)", "units": "1"},
+            "rho_ode": {"long_name": "cosine ρ of the equiangular tokens, the ODE of SPEC §7", "units": "1"},
+            "rho_sim": {"long_name": "mean pairwise cosine ρ of the equiangular tokens, simulated (Heun)", "units": "1"},
+            "law": {"long_name": "law of the MLP weights", "units": "1"},
+            "law_covariance": {"long_name": "E⟨G(x), G(y)⟩/d of the MLP over its weight draws, measured", "units": "1"},
+            "law_covariance_se": {"long_name": "standard error of law_covariance", "units": "1"},
+            "cosine_difference": {"long_name": "final mean cosine, per-layer random attention minus averaged drift",
+                                  "units": "1"},
+            "cosine_difference_se": {"long_name": "standard error of cosine_difference", "units": "1"},
+            "path_sq_error": {"long_name": "sup over t of the squared mean-cosine path difference, mean over samples",
+                              "units": "1"},
+            "path_sq_error_se": {"long_name": "standard error of path_sq_error", "units": "1"},
+        }
+
+    def _dataset(self) -> xr.Dataset:
+        """The equiangular curves (flow, time), the weight laws' covariances (law) and the per-layer
+        random attention against its averaged drift (depth); the scalar checks and the fitted slopes
+        as attributes."""
+        flows = list(self.equiangular)
+        laws = self.weight_laws["laws"]
+        rows = self.resampled["rows"]
+        data = {
+            "rho_ode": (("flow", "time"), np.stack([self.equiangular[k]["rho_ode"] for k in flows])),
+            "rho_sim": (("flow", "time"), np.stack([self.equiangular[k]["rho_sim"] for k in flows])),
+            "law_covariance": ("law", [m for m, _ in laws.values()]),
+            "law_covariance_se": ("law", [se for _, se in laws.values()]),
+            "cosine_difference": ("depth", [r["diff"] for r in rows]),
+            "cosine_difference_se": ("depth", [r["diff_se"] for r in rows]),
+            "path_sq_error": ("depth", [r["sq_error"] for r in rows]),
+            "path_sq_error_se": ("depth", [r["sq_error_se"] for r in rows]),
+        }
+        attrs = {"one_head_max_diff": self.one_head_max_diff, "sinkhorn_max_sum_error": self.sinkhorn_max_sum_error,
+                 "law_kappa": self.weight_laws["kappa"], "law_cosine": self.weight_laws["cosine"],
+                 "sq_error_exponent": self.resampled["sq_error_exponent"]["exponent"],
+                 **{f"slope_{k}": v["slope"]["value"] for k, v in self.normalisation.items()}}
+        coords = {"flow": flows, "time": np.asarray(self.equiangular[flows[0]]["t"]), "law": list(laws),
+                  "depth": [r["L"] for r in rows]}
+        return xr.Dataset(data, coords=coords, attrs=attrs)
+
+
 @validated
-def run_variants(cfg: VariantsConfig) -> dict:
-    """Every check of SPEC §7 that does not need the standard blocks; a dict of numbers (one CPU
-    thread: every tensor is tiny)."""
+def run_variants(cfg: VariantsConfig) -> VariantsResult:
+    """Every check of SPEC §7 that does not need the standard blocks (one CPU thread: every tensor
+    is tiny).
+
+    Parameters
+    ----------
+    cfg : VariantsConfig
+        The sizes of the checks and the seed.
+
+    Returns
+    -------
+    VariantsResult
+        The numbers of every check.
+    """
     from ..core.runtime import cpu_threads_for
 
+    cfg = as_config(cfg, VariantsConfig)
     with cpu_threads_for(0):
         return _run_variants(cfg)
 
 
-def _run_variants(cfg: VariantsConfig) -> dict:
+def _run_variants(cfg: VariantsConfig) -> VariantsResult:
     from ..model.attention import SoftmaxAttention
     from ..model.attention_variants import SinkhornAttention
     from ..measure.stats import fit_power_law
@@ -372,11 +476,7 @@ def _run_variants(cfg: VariantsConfig) -> dict:
              "depths": cfg.depths}))
     depths = res.depths
     fit = fit_power_law(depths, np.stack([res.sq_error[L] for L in depths], axis=1), n_boot=400, seed=cfg.seed)
-    return {
-        "one_head_max_diff": one_head, "sinkhorn_max_sum_error": sums,
-        "equiangular": {k: _equiangular_check(k, cfg.beta, cfg.flow_steps) for k in ("softmax", "usa")},
-        "normalisation": _decay_fits(cfg.beta),
-        "weight_laws": _law_checks(cfg),
-        "resampled": {**res.to_dict(), "sq_error_exponent": fit.to_dict()},
-        "elapsed_s": time.perf_counter() - start,
-    }
+    equiangular = {k: _equiangular_check(k, cfg.beta, cfg.flow_steps) for k in ("softmax", "usa")}
+    normalisation, laws = _decay_fits(cfg.beta), _law_checks(cfg)
+    return VariantsResult(cfg, one_head, sums, equiangular, normalisation, laws,
+                          {**res.to_dict(), "sq_error_exponent": fit.to_dict()}, provenance("cpu"), time.perf_counter() - start)

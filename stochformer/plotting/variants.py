@@ -31,7 +31,7 @@ def plot_bridge(result, axes: Optional[Any] = None) -> "Figure":
 
 
 def plot_variants(numbers: dict, axes: Optional[Any] = None) -> "Figure":
-    """Three panels from `run_variants`'s numbers:
+    """Three panels from the numbers of `run_variants` (``VariantsResult.to_dict()``):
     equiangular ρ(t) against the ODE (softmax, USA); log(1 − ρ) under post-LN (against t) and pre-LN
     (against log t) attention; the per-layer random attention's final mean cosine minus the
     averaged drift's, against L (± 2 SE). ``axes``: three axes, or None."""

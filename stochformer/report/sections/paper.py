@@ -10,13 +10,12 @@ builders of [`rows`][stochformer.report.sections.rows]) and embedded figures, an
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar, Literal, Optional
+from typing import Any, Optional
 
 import numpy as np
-from pydantic import Field, field_validator
 
-from ...model.activations import ACTIVATIONS, ODD_ACTIVATIONS
-from ...config import RunConfig, StrictConfig, build_config
+from ...model.activations import ODD_ACTIVATIONS
+from ...config import RunConfig, build_config
 from ...io.results import seed_of
 from ...core.runtime import child_seeds, provenance, resolve_device
 from ...measure.stats import loglog_slope, newcombe_interval
@@ -25,6 +24,7 @@ from ...experiments import chaos, converge, motions, paper, sync
 from ...experiments.chaos import ChaosConfig
 from ...experiments.converge import ConvergeConfig
 from ...experiments.motions import MotionsConfig
+from ...experiments.paper import ClustersConfig, ScenariosConfig, TableConfig
 from ...experiments.sync import SyncConfig, energy_max, predicted_rates
 from ...plotting import chaos as chaos_plots
 from ...plotting import converge as converge_plots
@@ -60,48 +60,12 @@ def _fraction_row(quantity: str, predicted: float, samples, **kw) -> Comparison:
     return row
 
 
-class PaperItemConfig(StrictConfig):
-    """A paper experiment (SPEC §6 items 1–3, ``experiments.paper``) at one of its built-in sizes,
-    ``paper`` (the paper's) or ``quick``, with ``sizes`` overriding entries of that size (e.g.
-    ``--set clusters.sizes.N=16``; the keys are those of ``paper.CLUSTER_SIZES`` etc.)."""
-
-
-    size: Literal["quick", "paper"] = "quick"
-    sizes: dict[str, Any] = Field(default_factory=dict)
-    seed: int = Field(0, ge=0)
-    device: str = "cpu"
-
-    #: the name of the module's table of sizes (``experiments.paper.<SIZES_TABLE>``)
-    SIZES_TABLE: ClassVar[str] = ""
-
-    @field_validator("device")
-    @classmethod
-    def _device(cls, v: str) -> str:
-        if not (v == "cpu" or v == "cuda" or v.startswith("cuda:")):
-            raise ValueError("must be 'cpu', 'cuda' or 'cuda:<index>'")
-        return v
-
-    @field_validator("sizes")
-    @classmethod
-    def _sizes(cls, v: dict) -> dict:
-        valid = getattr(paper, cls.SIZES_TABLE)["quick"]
-        bad = sorted(set(v) - set(valid))
-        if bad:
-            raise ValueError(f"unknown entries {', '.join(bad)}; valid: {', '.join(valid)}")
-        return v
-
-
 def _seeds(cfg: Any, n: int) -> dict:
     seed = seed_of(cfg)
     return {"seed": seed, "child_seeds": child_seeds(seed, n), "rule": "runtime.child_seeds(seed, n)"}
 
 
 # --------------------------------------------------------------------------- §6.1 clusters
-
-
-class ClustersSectionConfig(PaperItemConfig):
-    SIZES_TABLE: ClassVar[str] = "CLUSTER_SIZES"
-    tol: float = Field(0.05, gt=0.0, lt=1.0, description="two tokens are in one cluster when cos >= 1 - tol")
 
 
 def _uniform_tail(d: int, tol: float) -> float:
@@ -148,10 +112,9 @@ def attractor_row(act: str, course: dict) -> Comparison:
              f"(λ₁ = {course['lambda_1']:.4g}); counts per sample {counts[:, -1].astype(int).tolist()}")
 
 
-def _run_clusters(cfg: ClustersSectionConfig, ctx: SectionContext) -> SectionOutput:
+def _run_clusters(cfg: ClustersConfig, ctx: SectionContext) -> SectionOutput:
     plots = sync_plots
-    res = paper.run_clusters(cfg.size, seed=cfg.seed, tol=cfg.tol, progress=ctx.progress, device=cfg.device,
-                             sizes=cfg.sizes)
+    res = paper.run_clusters(cfg, progress=ctx.progress)
     rows: list[Comparison] = []
     notes: list[str] = []
     uniform = _uniform_tail(4, cfg.tol)
@@ -189,7 +152,7 @@ register(Section(
     spec="SPEC §6.1",
     claim="Without attention, the MLP noise alone makes near-uniform tokens on S³ form clusters; with tanh "
           "(an odd field) they end in two antipodal clusters.",
-    model=ClustersSectionConfig,
+    model=ClustersConfig,
     sizes=sizes(tiny={"sizes": {"N": 16, "L": 100, "m": 64, "batch": 2}}, quick={"size": "quick"},
                 full={"size": "paper"}),
     run=_run_clusters,
@@ -208,10 +171,6 @@ def _scenario_model(key: dict) -> RunConfig:
     return build_config({"d": key["d"], "activation": "relu" if act == "none" else act, "mlp": act != "none",
                          "sigma_U": key["sigma"], "sigma_W": key["sigma"], "gamma": key["gamma"],
                          "attention": key["gamma"] != 0.0, "beta": 1.0})
-
-
-class ScenariosSectionConfig(PaperItemConfig):
-    SIZES_TABLE: ClassVar[str] = "SCENARIO_SIZES"
 
 
 #: E_β near synchronisation is resolved in float64 only down to about 1e-13 of its start (rounding
@@ -262,10 +221,9 @@ def scenario_row(coords: dict, energy: np.ndarray, energy_se: np.ndarray, T: flo
     return rows
 
 
-def _run_scenarios(cfg: ScenariosSectionConfig, ctx: SectionContext) -> SectionOutput:
+def _run_scenarios(cfg: ScenariosConfig, ctx: SectionContext) -> SectionOutput:
     plots = sync_plots
-    res = paper.run_scenarios(cfg.size, seed=cfg.seed, progress=ctx.progress, store=ctx.workdir,
-                              scheduler=ctx.scheduler, device=cfg.device, sizes=cfg.sizes)
+    res = paper.run_scenarios(cfg, progress=ctx.progress, store=ctx.workdir, scheduler=ctx.scheduler)
     rows, table = [], []
     apart = lost = 0
     T = float(res.sizes["T"])
@@ -303,7 +261,7 @@ register(Section(
           "synchronise where the Lyapunov exponent λ₁ − γ is clearly negative: E_β decays at least at Theorem 1.4's "
           "rate ε + λ̄' where the noise is coercive (ε = 0 unless attention repels), and decreases where attention "
           "repels or the noise is not coercive.",
-    model=ScenariosSectionConfig,
+    model=ScenariosConfig,
     sizes=sizes(tiny={"sizes": {"N": 8, "L": 20, "m": 32, "batch": 2, "ds": [5], "sigmas": [0.0]}},
                 quick={"size": "quick"}, full={"size": "paper"}),
     run=_run_scenarios,
@@ -316,23 +274,9 @@ _TABLE_QUANTITIES = (("kappa", "κ(1)", KERNEL_RTOL), ("kappa_prime", "κ'(1)", 
                      ("lambda_1", "λ₁", EXTRAPOLATED_RTOL), ("lambda_bar", "λ̄", RATE_RTOL))
 
 
-class TableSectionConfig(PaperItemConfig):
-    SIZES_TABLE: ClassVar[str] = "TABLE_SIZES"
-    activations: list[str] = Field(default_factory=lambda: ["relu", "sigmoid", "tanh", "silu"])
-
-    @field_validator("activations")
-    @classmethod
-    def _acts(cls, v: list[str]) -> list[str]:
-        bad = [a for a in v if a not in ACTIVATIONS]
-        if bad or not v:
-            raise ValueError(f"unknown or no activation {bad}; valid names are {', '.join(sorted(ACTIVATIONS))}")
-        return v
-
-
-def _run_table(cfg: TableSectionConfig, ctx: SectionContext) -> SectionOutput:
+def _run_table(cfg: TableConfig, ctx: SectionContext) -> SectionOutput:
     plots = sync_plots
-    res = paper.run_table(cfg.size, seed=cfg.seed, progress=ctx.progress, store=ctx.workdir, scheduler=ctx.scheduler,
-                          device=cfg.device, activations=tuple(cfg.activations), sizes=cfg.sizes)
+    res = paper.run_table(cfg, progress=ctx.progress, store=ctx.workdir, scheduler=ctx.scheduler)
     comps = []
     for r in res.rows:
         where = f"{r['activation']}, d={r['d']}, σ={r['sigma']:g}"
@@ -356,7 +300,7 @@ register(Section(
     spec="SPEC §6.3, §5",
     claim="The kernel constants κ(1), κ'(1) and the rates λ₁ (Lyapunov exponent) and λ̄ (first-moment rate) of the "
           "paper's Appendix C follow from the activation, d and σ, and match what the transformer measures.",
-    model=TableSectionConfig,
+    model=TableConfig,
     sizes=sizes(tiny={"activations": ["relu"], "sizes": {"draws": 200, "pairs": 16, "energy_pairs": 32, "L": 40,
                                                           "T_units": 2.0, "m": 32, "ds": [5], "sigmas": [0.0]}},
                 quick={"size": "quick"}, full={"size": "paper"}),

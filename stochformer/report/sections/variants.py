@@ -27,8 +27,8 @@ AVERAGED_TOL = 0.01
 
 
 def variants_rows(numbers: dict, beta: float, flow_steps: int = FLOW_ODE_STEPS) -> list[Comparison]:
-    """The verdict rows of the variants section from `run_variants`'s
-    numbers (``flow_steps``: the Heun steps of the equiangular check, whose tolerance scales as Δt²)."""
+    """The verdict rows of the variants section from the numbers of `run_variants`
+    (``VariantsResult.to_dict()``) (``flow_steps``: the Heun steps of the equiangular check, whose tolerance scales as Δt²)."""
     ode_tol = FLOW_ODE_TOL * (FLOW_ODE_STEPS / flow_steps) ** 2
     rows = [
         Comparison("multi-head, H = 1, d_h = d, O = I: max |difference| from the single head", 0.0,
@@ -72,17 +72,16 @@ def variants_rows(numbers: dict, beta: float, flow_steps: int = FLOW_ODE_STEPS) 
     return rows
 
 
-def _run_variants(cfg: Any, ctx: SectionContext) -> SectionOutput:
+def _run_variants(cfg: VariantsConfig, ctx: SectionContext) -> SectionOutput:
     exp, plots = variants_exp, variants_plots
-    from ...core.runtime import provenance
-
-    numbers = exp.run_variants(cfg)
+    res = exp.run_variants(cfg)
+    numbers = res.to_dict()
     figs = [figure_png(plots.plot_variants(numbers), "variants",
                        "Equiangular tokens against the ODE (left); 1 − ρ under post-LN (against t) and pre-LN (against "
                        "log t) attention (middle); per-layer random attention minus its averaged drift, ± 2 SE (right)")]
     notes = ["Non-Gaussian inner weights change the kernel at finite d (the pre-activation u·x/√d is Gaussian only "
              "as d → ∞): the d = 2 row shows it; at d = 64 the change is below the SE."]
-    return SectionOutput(numbers, variants_rows(numbers, cfg.beta, cfg.flow_steps), figs, provenance("cpu"), {"seed": cfg.seed}, notes)
+    return SectionOutput(numbers, variants_rows(numbers, cfg.beta, cfg.flow_steps), figs, res.provenance, {"seed": cfg.seed}, notes)
 
 
 register(Section(
