@@ -278,8 +278,10 @@ def sync_time_runs(cfg: ExactConfig, beta: float, seed: int, eps: float = 0.1) -
     $p_k = \exp(-2(b - z_{k-1})(b - z_k)/(s(z_{k-1})\,\Delta t))$. The survival
     $q_k = \prod_{j \le k} (1 - p_j)\,\mathbb 1\{z_j < b\}$ estimates P(τ > t_k | the steps), and by the
     trapezoidal rule $E[τ ∧ T] = \int_0^T q\,dt$, $E[(τ ∧ T)^2] = \int_0^T 2t\,q\,dt$: the monitoring
-    bias is then first order in Δt (not √Δt as for the first step found above b), and Richardson's
-    extrapolation applies (`extrapolated_pair_means` with ``runs`` this function).
+    bias is then first order in Δt for small Δt (not √Δt as for the first step found above b;
+    docs/theory.md measures from which Δt on), and Richardson's extrapolation applies
+    (`extrapolated_pair_means` with ``runs`` this function). A pair is dropped from the runs once its
+    q is 0 (the runs go on in chunks of L/24 steps; each step's noise is fresh, so the law is the same).
 
     Parameters
     ----------
