@@ -34,10 +34,11 @@ from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Optional
 
 import numpy as np
+import torch
 import xarray as xr
 from pydantic import Field, model_validator
 
-from ..config import ExperimentConfig, InitConfig, as_config
+from ..config import ExperimentConfig, InitConfig, RunConfig, as_config
 from ..config.build import initial_tokens, make_kernel, make_model, setup
 from ..core.runtime import child_seeds
 from ..core.validation import validated
@@ -47,6 +48,7 @@ from ..io.results import Result
 from ..io.store import to_jsonable
 from ..measure.stats import clopper_pearson_interval, mean_and_se
 from ..model.kernel import GainPhase, NoiseKernel, gain_phase
+from ..model.two_point import two_point_coefficients
 from ..theory import PairDiffusion, energy_decay_rate, expected_energy, law
 from .preflight import FLOPS, STEP_OVERHEAD_S, Estimate
 from .cluster_spectrum import cluster_stability
@@ -266,12 +268,82 @@ def pair_runs(cfg: ExactConfig, beta: float, seed: int) -> np.ndarray:
     return np.einsum("bd,bd->b", X[:, 0], X[:, 1])
 
 
+def sync_time_runs(cfg: ExactConfig, beta: float, seed: int, eps: float = 0.1) -> np.ndarray:
+    r"""The time τ = inf{t: z_t ≥ 1 − ε} of ``model.batch`` pairs started at cosine z0 with attention β
+    (SPEC §8, [`PairDiffusion.sync_time`][stochformer.theory.pair.PairDiffusion.sync_time]), up to
+    the horizon ``model.T``, as conditional moments given the overlaps at the steps.
+
+    Between two steps the overlap is taken as a Brownian bridge of variance s(z_{k−1}) Δt
+    (s(z) = 2(1 − z²)(κ(1) − zκ(z)), SPEC §8), which crosses the level b = 1 − ε with probability
+    $p_k = \exp(-2(b - z_{k-1})(b - z_k)/(s(z_{k-1})\,\Delta t))$. The survival
+    $q_k = \prod_{j \le k} (1 - p_j)\,\mathbb 1\{z_j < b\}$ estimates P(τ > t_k | the steps), and by the
+    trapezoidal rule $E[τ ∧ T] = \int_0^T q\,dt$, $E[(τ ∧ T)^2] = \int_0^T 2t\,q\,dt$: the monitoring
+    bias is then first order in Δt for small Δt (not √Δt as for the first step found above b;
+    docs/theory.md measures from which Δt on), and Richardson's extrapolation applies
+    (`extrapolated_pair_means` with ``runs`` this function). A pair is dropped from the runs once its
+    q is 0 (the runs go on in chunks of L/24 steps; each step's noise is fresh, so the law is the same).
+
+    Parameters
+    ----------
+    cfg : ExactConfig
+        The pair runs (``model``: dynamics, kernel, γ, the horizon T, L, batch; ``z0`` < 1 − ε).
+    beta : float
+        The attention's β.
+    seed : int
+        The seed.
+    eps : float, optional
+        The sync level is 1 − ε, ε in (0, 2).
+
+    Returns
+    -------
+    numpy.ndarray, shape (batch, 3)
+        Per pair: E[τ ∧ T | steps], E[(τ ∧ T)² | steps] and q at T (the probability of not having
+        reached the level by the horizon).
+    """
+    if not 0.0 < eps < 2.0 or not cfg.z0 < 1.0 - eps:
+        raise ValueError(f"eps: must lie in (0, 2) with z0 < 1 - eps (got eps = {eps}, z0 = {cfg.z0})")
+    run = cfg.model.with_updates(beta=beta)
+    env = setup(run)
+    g = env.generator(seed)
+    X = initial_tokens(InitConfig(kind="pair", cosine=cfg.z0), run.batch, 2, run.d, g, env.dtype, env.device)
+    model = make_model(run, env.dtype, env.device)
+    nodes = np.linspace(-1.0, 1.0, 4001)
+    s_nodes = two_point_coefficients(make_kernel(run), torch.from_numpy(nodes))[1].numpy()
+    top, dt = 1.0 - eps, run.T / run.L
+    z, q = np.full(run.batch, cfg.z0), np.ones(run.batch)
+    first, second = np.zeros(run.batch), np.zeros(run.batch)
+    live = np.arange(run.batch)  # the pairs with q > 0: the others add nothing more
+    done = 0
+
+    def track(k: int, X: torch.Tensor) -> None:
+        z_new = torch.einsum("bd,bd->b", X[:, 0], X[:, 1]).detach().cpu().double().numpy()
+        z_old, q_old, t = z[live], q[live], (done + k) * dt
+        with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+            gap = 2.0 * (top - z_old) * np.maximum(top - z_new, 0.0) / (np.interp(z_old, nodes, s_nodes) * dt)
+            q_new = np.where((q_old > 0) & (z_new < top), q_old * -np.expm1(-gap), 0.0)
+        first[live] += 0.5 * dt * (q_old + q_new)
+        second[live] += dt * ((t - dt) * q_old + t * q_new)
+        z[live], q[live] = z_new, q_new
+
+    # the runs go on in chunks, each with the pairs still below the level: the noise of each step
+    # is fresh (the field is white in time, the transformer draws its weights per layer)
+    chunk = max(1, run.L // 24)
+    while done < run.L and live.size:
+        steps = min(chunk, run.L - done)
+        X = solve(model, X, steps * dt, steps, SaveAt(stats=()), generator=g, hook=track, output="torch")["X_final"]
+        done += steps
+        keep = q[live] > 0
+        live, X = live[keep], X[torch.from_numpy(keep).to(X.device)]
+    return np.stack([first, second, q], axis=1)
+
+
 #: Richardson weights of the values at L, L/2 (first order in Δt) and L, L/2, L/4 (second order)
 RICHARDSON_WEIGHTS = {2: (2.0, -1.0), 3: (8 / 3, -2.0, 1 / 3)}
 
 
 def extrapolated_pair_means(cfg: ExactConfig, beta: float, statistics: dict[str, Callable[[np.ndarray], np.ndarray]],
-                            seed: int, levels: int = 2) -> dict[str, dict[str, Any]]:
+                            seed: int, levels: int = 2,
+                            runs: Callable[[ExactConfig, float, int], np.ndarray] = pair_runs) -> dict[str, dict[str, Any]]:
     """Means of statistics of the final overlaps z_T over ``model.batch`` pairs started at cosine
     ``z0`` (`pair_runs`), extrapolated to Δt → 0.
 
@@ -286,11 +358,15 @@ def extrapolated_pair_means(cfg: ExactConfig, beta: float, statistics: dict[str,
     beta : float
         The attention's β.
     statistics : dict of str to callable
-        name ↦ f, f mapping z_T (batch,) to per-pair values (batch,).
+        name ↦ f, f mapping the level's runs (``runs``: z_T (batch,) by default) to per-pair values
+        (batch,) whose mean is the statistic.
     seed : int
         Seed of the runs (one child seed per level).
     levels : {2, 3}
         Step sizes; ``model.L`` must be a multiple of 2^(levels − 1).
+    runs : callable, optional
+        ``runs(cfg, beta, seed)``: the per-pair values (batch, …) of one level that the statistics
+        map (default `pair_runs`, z_T; `sync_time_runs`: the moments of the sync time).
 
     Returns
     -------
@@ -303,7 +379,7 @@ def extrapolated_pair_means(cfg: ExactConfig, beta: float, statistics: dict[str,
     per_level = []
     for i, s in enumerate(child_seeds(seed, levels)):
         steps = cfg.model.L // 2 ** i
-        z = pair_runs(cfg.model_copy(update={"model": cfg.model.with_updates(L=steps)}), beta, s)
+        z = runs(cfg.model_copy(update={"model": cfg.model.with_updates(L=steps)}), beta, s)
         per_level.append((steps, {name: mean_and_se(f(z)) for name, f in statistics.items()}))
     out = {}
     for name in statistics:
@@ -377,6 +453,46 @@ def _energy_values(erun: Any, steps: int, every: int, energy_beta: float, seed: 
     return times, values
 
 
+def extrapolated_energy(erun: RunConfig, every: int, energy_beta: float, seed: int, levels: int = 2
+                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[tuple[np.ndarray, np.ndarray]], np.ndarray]:
+    """The mean interaction energy E_β(μ_t) of ``erun.batch`` runs of ``erun`` (any dynamics, N, attention)
+    from uniform tokens, on ``erun.L`` steps and, with ``levels = 2``, as many independent runs on
+    L/2 steps: the mean is then 2m(L) − m(L/2) (a first-order step bias removed), its SE
+    √(4 SE_L² + SE_{L/2}²).
+
+    Parameters
+    ----------
+    erun : RunConfig
+        The runs (``L`` and, with two levels, ``every`` even).
+    every : int
+        The energy is kept every ``every`` steps of the finest level.
+    energy_beta : float
+        The energy's β.
+    seed : int
+        The seed (the finest level's; the coarse level a child seed of it).
+    levels : {1, 2}
+        Step sizes.
+
+    Returns
+    -------
+    tuple
+        ``times`` (k,), the (extrapolated) ``mean`` (k,) and its ``se`` (k,), per level the
+        (mean, se) and the finest level's values (batch, k).
+    """
+    if levels not in (1, 2) or (levels == 2 and (erun.L % 2 or every % 2)):
+        raise ValueError(f"levels: 1 or 2, with L and every even for 2 (got {levels}, L = {erun.L}, every = {every})")
+    seeds = [seed] + child_seeds(seed, 1) if levels == 2 else [seed]
+    runs = [_energy_values(erun, erun.L // 2**i, every // 2**i, energy_beta, s) for i, s in enumerate(seeds)]
+    times, values = runs[0]
+    stats = [mean_and_se(v) for _, v in runs]
+    if levels == 2:
+        w = RICHARDSON_WEIGHTS[2]
+        mean, se = w[0] * stats[0][0] + w[1] * stats[1][0], np.hypot(w[0] * stats[0][1], w[1] * stats[1][1])
+    else:
+        mean, se = stats[0]
+    return times, mean, se, stats, values
+
+
 def energy_part(cfg: ExactConfig, seed: int) -> dict:
     """The energy part: the exact E[E_β(μ^N_t)] from uniform tokens, its long-time rate and Theorem
     1.4's bound, beside ``energy_batch`` runs of the limit SDE without attention on ``energy_L`` steps
@@ -402,21 +518,13 @@ def energy_part(cfg: ExactConfig, seed: int) -> dict:
     erun = run.with_updates(attention=False, N=cfg.energy_N, batch=cfg.energy_batch, T=cfg.energy_T, L=cfg.energy_L,
                             dynamics="sde", **sig)
     pair = PairDiffusion(make_kernel(erun), 1.0, 0.0)
-    seeds = [seed] + child_seeds(seed, 1) if cfg.energy_levels == 2 else [seed]
-    levels = [_energy_values(erun, cfg.energy_L // 2**i, cfg.energy_every // 2**i, run.energy_beta, s) for i, s in enumerate(seeds)]
-    times, values = levels[0]
-    stats = [mean_and_se(v) for _, v in levels]
-    if len(levels) == 2:
-        w = RICHARDSON_WEIGHTS[2]
-        mean, se = w[0] * stats[0][0] + w[1] * stats[1][0], np.hypot(w[0] * stats[0][1], w[1] * stats[1][1])
-    else:
-        mean, se = stats[0]
+    times, mean, se, stats, values = extrapolated_energy(erun, cfg.energy_every, run.energy_beta, seed, cfg.energy_levels)
     exact = expected_energy(pair, times, erun.N, run.energy_beta)
     rate = energy_decay_rate(pair, run.energy_beta)
     ratio = values[:, -1] / values[:, 0]
     r_mean, r_se = mean_and_se(ratio)
     return {"times": times, "exact": exact, "mean": mean, "se": se, "n": erun.batch, "N": erun.N,
-            "levels": [cfg.energy_L // 2**i for i in range(len(levels))], "mean_by_level": [m for m, _ in stats],
+            "levels": [cfg.energy_L // 2**i for i in range(len(stats))], "mean_by_level": [m for m, _ in stats],
             "bound": float(stats[0][0][0]) * np.exp(rate.lambda_bar_prime * times), "lambda_bar_prime": rate.lambda_bar_prime,
             "rate": rate.rate, "rate_kind": rate.kind, "lambda_bar": rate.lambda_bar,
             "ratio": float(r_mean), "ratio_se": float(r_se), "T": erun.T, "sigma_U": erun.sigma_U,
