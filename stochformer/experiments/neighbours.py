@@ -382,6 +382,21 @@ class MetaAttractorTimes:
     and ``escape_rate`` (k,) the decay rate of the pairs held at the antipode (minus the second
     eigenvalue of the pair chain, both ends reflecting). ``slope`` is the least-squares slope of
     ``reach`` against log(1/γ), ``local_slopes`` (k − 1,) those between successive γ.
+
+    Parameters
+    ----------
+    d : int
+        Token dimension.
+    gamma : numpy.ndarray, shape (k,)
+        The forcings, decreasing.
+    reach : numpy.ndarray, shape (k,)
+        The reach times.
+    plateau : numpy.ndarray, shape (k,)
+        The largest P(1 + z_t ≤ w*) over the window.
+    escape_rate : numpy.ndarray, shape (k,)
+        The rates at which the held pairs leave the antipode.
+    horizon : float
+        The time window.
     """
 
     d: int
@@ -450,7 +465,7 @@ def meta_attractor_times(gammas: Sequence[float] = (1e-2, 10 ** -2.5, 1e-3, 10 *
     """
     g = np.asarray(gammas, float)
     if g.ndim != 1 or len(g) < 2 or np.any(~np.isfinite(g)) or np.any(g <= 0) or np.any(g > 0.1) \
-            or np.any(np.diff(g) >= 0) or np.any(forcing_scale(g, d) < 1e-9):
+            or np.any(np.diff(g) >= 0) or g.min() ** 2 * (d - 1) / 2 < 1e-9:
         raise ValueError("gammas: at least two decreasing values in (0, 0.1] with γ²(d − 1)/2 >= 1e-9")
     if d < 2 or points < 3:
         raise ValueError("d: must be >= 2; points: must be >= 3")
