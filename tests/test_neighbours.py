@@ -21,6 +21,8 @@ from stochformer.experiments.neighbours import (
     antipodal_angle,
     angle,
     attractor_distance,
+    forcing_scale,
+    meta_attractor_times,
     forced_bound,
     forcing_rate,
     independent_contrast,
@@ -507,3 +509,47 @@ def test_weak_error_refuses_bad_steps():
         weak_error(etas=(0.05, 0.1, 0.2), pairs=3)
     with pytest.raises(ValueError, match="etas"):
         weak_error(etas=(0.08, 0.16), pairs=3)
+
+
+@pytest.fixture(scope="module")
+def meta():
+    return meta_attractor_times(d=3)
+
+
+def test_meta_attractor_reach_slope_is_one_half_not_two_fifths(meta):
+    """The time to reach the forcing's scale grows like (1/2) log(1/γ) (log w falls at the rate 4
+    near the antipode); the published slope 2/5 lies outside the local slopes, as does 0.6."""
+    assert abs(meta.slope - 0.5) < 0.04
+    assert meta.slope_agrees(0.5, tol=0.04)
+    assert not meta.slope_agrees(0.4)
+    assert not meta.slope_agrees(0.6)
+
+
+def test_meta_attractor_escape_rate_is_linear_in_gamma(meta):
+    """The pairs held at the antipode leave at a rate ∝ γ (a power of 1/γ, not a logarithm, holds them)."""
+    ratio = meta.escape_rate / meta.gamma
+    assert np.ptp(ratio) < 0.05 * ratio.mean()
+    assert np.ptp(meta.escape_rate / meta.gamma ** 2) > ratio.mean()  # a γ² law is rejected
+
+
+def test_meta_attractor_law_is_what_the_field_simulates():
+    """P(1 + z_t ≤ w*) at t = 3, γ = 0.01, d = 3: 2000 simulated pairs of uniform tokens against the
+    exact law, within 5 binomial SE."""
+    gamma, d, T, steps, pairs = 0.01, 3, 3.0, 600, 2000
+    w_star = forcing_scale(gamma, d)
+    sim = simulate_pairs(QuadraticField(gamma), pair_start(pairs, d, None, 5), T, steps, [steps], 6)
+    near = (2 * np.sin(sim["anti"][:, 0] / 2) ** 2 <= w_star).astype(float)   # 1 + z = 2 sin²((π − θ)/2)
+    pair = PairDiffusion(QuadraticField(gamma).pair_kernel(d))
+    exact = expectation(pair, lambda w, y: (y <= w_star).astype(float), [T], distances=True, levels=1)[0]
+    se = math.sqrt(exact * (1 - exact) / pairs)
+    assert abs(near.mean() - exact) < 5 * se, (near.mean(), exact, se)
+    wrong = expectation(PairDiffusion(QuadraticField(gamma).noise_kernel(d)),
+                        lambda w, y: (y <= w_star).astype(float), [T], distances=True, levels=1)[0]
+    assert abs(near.mean() - wrong) > 5 * se, (near.mean(), wrong)
+
+
+def test_meta_attractor_times_refuses_bad_gammas():
+    with pytest.raises(ValueError, match="gammas"):
+        meta_attractor_times(gammas=(1e-3, 1e-2))
+    with pytest.raises(ValueError, match="gammas"):
+        meta_attractor_times(gammas=(1e-2, 1e-6))

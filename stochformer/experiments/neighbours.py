@@ -55,7 +55,7 @@ from ..model.noise import ExactField, NoiseSource
 from ..model.quadratic import QuadraticField
 from ..model.sde import LimitSDE
 from ..model.value_noise import ValueNoise
-from ..theory.evolution import expectation
+from ..theory.evolution import PairChain, expectation
 from ..theory.pair import PairDiffusion
 from ..theory.value_noise import ValuePair, critical_beta
 
@@ -351,6 +351,138 @@ def attractor_distance(d: PositiveInt = 3, gamma: NonNegativeFloat = 0.0, T: Pos
     exact = expectation(pair, angle if gamma > 0 else antipodal_angle, times, z0=z0, distances=True)
     bound = forced_bound(times, gamma, d) if gamma > 0 else unforced_bound(times)
     return AttractorCheck(d, float(gamma), times, np.asarray(mean), np.asarray(se), np.asarray(exact), bound, pairs)
+
+
+def forcing_scale(gamma: float, d: int) -> float:
+    """The distance w* = γ²(d − 1)/2 from the antipode (in w = 1 + z) at which the forcing's drift
+    2γ²(d − 1) of the pair overlap equals the unforced drift 4w: below it the forcing pushes the
+    pair off the antipode, above it the unforced flow draws it in (docs/neighbours.md).
+
+    Parameters
+    ----------
+    gamma : float
+        The forcing γ.
+    d : int
+        Token dimension.
+
+    Returns
+    -------
+    float
+        w*.
+    """
+    return gamma * gamma * (d - 1) / 2
+
+
+@dataclass(frozen=True)
+class MetaAttractorTimes:
+    """The antipodal meta-attractor of random quadratic forms with small forcing, from the exact
+    pair law (SPEC §8 with κ(ρ) = 2ρ + γ²): for each γ of ``gamma`` (k,), ``reach`` (k,) the time at
+    which P(1 + z_t ≤ w*) (w* = [`forcing_scale`][stochformer.experiments.neighbours.forcing_scale])
+    first reaches half its largest value over [0, ``horizon``] (pairs of independent uniform tokens),
+    and ``escape_rate`` (k,) the decay rate of the pairs held at the antipode (minus the second
+    eigenvalue of the pair chain, both ends reflecting). ``slope`` is the least-squares slope of
+    ``reach`` against log(1/γ), ``local_slopes`` (k − 1,) those between successive γ.
+
+    Parameters
+    ----------
+    d : int
+        Token dimension.
+    gamma : numpy.ndarray, shape (k,)
+        The forcings, decreasing.
+    reach : numpy.ndarray, shape (k,)
+        The reach times.
+    plateau : numpy.ndarray, shape (k,)
+        The largest P(1 + z_t ≤ w*) over the window.
+    escape_rate : numpy.ndarray, shape (k,)
+        The rates at which the held pairs leave the antipode.
+    horizon : float
+        The time window.
+    """
+
+    d: int
+    gamma: np.ndarray
+    reach: np.ndarray
+    plateau: np.ndarray
+    escape_rate: np.ndarray
+    horizon: float
+
+    @property
+    def local_slopes(self) -> np.ndarray:
+        """Slopes of ``reach`` against log(1/γ) between successive γ (k − 1,)."""
+        return np.diff(self.reach) / np.diff(-np.log(self.gamma))
+
+    @property
+    def slope(self) -> float:
+        """The least-squares slope of ``reach`` against log(1/γ)."""
+        return float(np.polyfit(-np.log(self.gamma), self.reach, 1)[0])
+
+    def slope_agrees(self, predicted: float, tol: float = 0.02) -> bool:
+        """Whether a predicted slope lies within ``tol`` of the range of the local slopes.
+
+        Parameters
+        ----------
+        predicted : float
+            The slope of t against log(1/γ) claimed.
+        tol : float, optional
+            The margin beyond the local slopes' range (their range is the curvature of t in log(1/γ)).
+
+        Returns
+        -------
+        bool
+            The verdict.
+        """
+        s = self.local_slopes
+        return bool(s.min() - tol <= predicted <= s.max() + tol)
+
+
+@validated
+def meta_attractor_times(gammas: Sequence[float] = (1e-2, 10 ** -2.5, 1e-3, 10 ** -3.5, 1e-4), d: PositiveInt = 3,
+                         horizon: PositiveFloat = 14.0, points: PositiveInt = 281) -> MetaAttractorTimes:
+    r"""How long the antipodal meta-attractor of random quadratic forms with forcing γ matters, from
+    the exact law of a pair's overlap (no simulation): the time the pairs drawn to the antipode take
+    to reach the forcing's scale w* = γ²(d − 1)/2, and the rate at which they leave it.
+
+    Near the antipode, w = 1 + z follows $dw = (4w + 2\gamma^2(d-1))\,dt + \sqrt{16w^2 + 8\gamma^2 w}\,dB$:
+    log w falls at the rate 4 until w ≈ w*, so the reach time is $	frac14\log(1/w^*) + O(1) =
+    	frac12\log(1/\gamma) - 	frac14\log	frac{d-1}{2} + O(1)$; the held mass then leaves at a rate
+    proportional to γ (the speed measure near the antipode, $\propto w^{-3/2}$, has mass ∝ 1/γ above w*).
+
+    Parameters
+    ----------
+    gammas : sequence of float, optional
+        The forcings γ, in (0, 0.1], decreasing (w* must stay above the chain's cut at 1 + z ≈ 1e-10).
+    d : int, optional
+        Token dimension, >= 2.
+    horizon : float, optional
+        The time window of the law (the reach times must fall within it).
+    points : int, optional
+        Equally spaced times on [0, horizon], >= 3.
+
+    Returns
+    -------
+    MetaAttractorTimes
+        Reach times, plateaus P(1 + z ≤ w*), escape rates, by γ.
+    """
+    g = np.asarray(gammas, float)
+    if g.ndim != 1 or len(g) < 2 or np.any(~np.isfinite(g)) or np.any(g <= 0) or np.any(g > 0.1) \
+            or np.any(np.diff(g) >= 0) or g.min() ** 2 * (d - 1) / 2 < 1e-9:
+        raise ValueError("gammas: at least two decreasing values in (0, 0.1] with γ²(d − 1)/2 >= 1e-9")
+    if d < 2 or points < 3:
+        raise ValueError("d: must be >= 2; points: must be >= 3")
+    times = np.linspace(0.0, horizon, points)
+    reach, plateau, escape = [], [], []
+    for gamma in g:
+        pair = PairDiffusion(QuadraticField(float(gamma)).pair_kernel(d))
+        w_star = forcing_scale(float(gamma), d)
+        p = expectation(pair, lambda w, y: (y <= w_star).astype(float), times, z0=None, distances=True, levels=1)
+        half = 0.5 * p.max()
+        i = int(np.argmax(p >= half))
+        if i == 0 or p.max() <= 0:
+            raise ValueError(f"horizon: {horizon} does not resolve the reach time at γ = {gamma:g}")
+        reach.append(times[i - 1] + (half - p[i - 1]) / (p[i] - p[i - 1]) * (times[i] - times[i - 1]))
+        plateau.append(p.max())
+        escape.append(-PairChain(pair).top_eigenvalues(False, False, 2)[1])
+    return MetaAttractorTimes(d, g, np.array(reach), np.array(plateau), np.array(escape), float(horizon))
 
 
 @dataclass(frozen=True)
