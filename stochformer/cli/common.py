@@ -56,7 +56,7 @@ def stop_on_signals() -> None:
     click.get_current_context().call_on_close(lambda: [signal.signal(sig, h) for sig, h in before.items()])
 
 
-def _deliver_again(unraisable: Any, previous: Callable[[Any], None]) -> None:
+def _deliver_again(unraisable: Any, previous: Callable[[Any], None], pending: list) -> None:
     """``sys.unraisablehook``: a Ctrl-C (or a `Stopped`) that Python had to drop, because it
     arrived while a finaliser or a weakref callback ran, is delivered again as the same signal.
 
@@ -75,6 +75,7 @@ def _deliver_again(unraisable: Any, previous: Callable[[Any], None]) -> None:
         signal.signal(signum, _stop)  # _stop ignored further stop signals
     again = threading.Timer(0.05, _thread.interrupt_main, args=(signum,))
     again.daemon = True  # an interrupt dropped while the interpreter exits stays dropped: the command has ended
+    pending.append(again)
     again.start()
 
 
@@ -83,11 +84,14 @@ def interrupts_never_lost() -> Iterator[None]:
     """While the block runs, a Ctrl-C, SIGTERM or SIGHUP that lands in a finaliser is not lost (Python
     would print "Exception ignored" and run on): it is raised again in the main thread."""
     previous = sys.unraisablehook
-    sys.unraisablehook = functools.partial(_deliver_again, previous=previous)
+    pending: list = []  # redeliveries not yet made
+    sys.unraisablehook = functools.partial(_deliver_again, previous=previous, pending=pending)
     try:
         yield
     finally:
         sys.unraisablehook = previous
+        for timer in pending:  # the command has ended: no redelivery may land while the interpreter exits
+            timer.cancel()
 
 
 def interrupted_exit(exc: KeyboardInterrupt, what: str) -> NoReturn:
