@@ -178,3 +178,18 @@ def test_reruns_include_the_equivalent_entries():
     base = {"a": "killed", "b": "survived", "c": "no tests", "d": "timeout", "e": "not checked"}
     assert mutation.rerun_names(base, 0) == ["b", "c"]
     assert mutation.rerun_names(base, 5) == ["b", "c", "e"]
+
+
+def test_the_scratch_copy_collects_the_selected_tests(tmp_path):
+    """The scratch copy a pass runs in holds what the tests read at collection (``tests/conftest.py``
+    reads ``tools/mutation.toml``): pytest collects the first pass's selection there without error.
+    Without the copied config collection fails, and the whole mutation run stops at its first step."""
+    import subprocess
+
+    cfg = tomllib.loads((ROOT / "tools" / "mutation.toml").read_text(encoding="utf-8"))["mutation"]
+    work = tmp_path / "scratch"
+    mutation.prepare(work, cfg, None)
+    files = sorted({t.split("::")[0] for t in cfg["fast_tests"]})[:3]
+    proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *files],
+                          cwd=work, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]

@@ -13,7 +13,7 @@ passes: every mutant against ``fast_tests`` (the pathwise and exact tests, a few
 function), then only the mutants that survived them, or that they never call, against the whole
 selection ``tests`` (``--rerun-of`` the first pass). Each pass happens in a scratch copy
 (``build/mutation/<label>-fast/`` and ``build/mutation/<label>/``, git-ignored): the package,
-``pyproject.toml`` and the tests (from the working tree, or from ``--tests-rev``) plus a generated
+``pyproject.toml``, ``tools/mutation.toml`` and the tests (from the working tree, or from ``--tests-rev``) plus a generated
 ``setup.cfg`` with the ``[mutmut]`` section. mutmut records which tests call which function and
 runs, for each mutant, only those tests (stopping at the first failure), under a CPU-time limit of
 2 × ``timeout_multiplier`` × (their recorded time + 1 s) (mutmut 3.8 adds a wall-clock limit of
@@ -133,6 +133,8 @@ def prepare(workdir: Path, cfg: dict, tests_rev: str | None) -> None:
     workdir.mkdir(parents=True)
     shutil.copytree(ROOT / "stochformer", workdir / "stochformer", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy2(ROOT / "pyproject.toml", workdir / "pyproject.toml")
+    (workdir / "tools").mkdir()
+    shutil.copy2(ROOT / "tools" / "mutation.toml", workdir / "tools" / "mutation.toml")  # tests/conftest.py reads it
     if tests_rev is None:
         shutil.copytree(ROOT / "tests", workdir / "tests", ignore=shutil.ignore_patterns("__pycache__"))
     else:
