@@ -181,15 +181,30 @@ def test_reruns_include_the_equivalent_entries():
 
 
 def test_the_scratch_copy_collects_the_selected_tests(tmp_path):
-    """The scratch copy a pass runs in holds what the tests read at collection (``tests/conftest.py``
-    reads ``tools/mutation.toml``): pytest collects the first pass's selection there without error.
-    Without the copied config collection fails, and the whole mutation run stops at its first step."""
+    """The copy mutmut runs the tests in (``mutants/``: the package, what mutmut copies by default and
+    the ``also_copy`` entries of the generated ``setup.cfg``) holds what the tests read at collection
+    (``tests/conftest.py`` reads ``tools/mutation.toml``): pytest collects the first pass's selection
+    there without error. Without the config copied, collection fails and the whole run stops at its
+    first step."""
+    import configparser
+    import shutil
     import subprocess
 
     cfg = tomllib.loads((ROOT / "tools" / "mutation.toml").read_text(encoding="utf-8"))["mutation"]
     work = tmp_path / "scratch"
     mutation.prepare(work, cfg, None)
+    parser = configparser.ConfigParser()
+    parser.read(work / "setup.cfg")
+    copied = [p.strip() for p in parser["mutmut"].get("also_copy", "").splitlines() if p.strip()]
+    mutants = work / "mutants"
+    shutil.copytree(work / "stochformer", mutants / "stochformer")
+    for path in ["tests", "setup.cfg", "pyproject.toml", *copied]:  # mutmut's defaults, then also_copy
+        src = work / path
+        if src.is_dir():
+            shutil.copytree(src, mutants / path, dirs_exist_ok=True)
+        elif src.exists():
+            shutil.copy2(src, mutants / path)
     files = sorted({t.split("::")[0] for t in cfg["fast_tests"]})[:3]
     proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *files],
-                          cwd=work, capture_output=True, text=True)
+                          cwd=mutants, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]

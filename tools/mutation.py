@@ -151,6 +151,7 @@ def prepare(workdir: Path, cfg: dict, tests_rev: str | None) -> None:
         "only_mutate=" + "\n    ".join(cfg["modules"]),
         "pytest_add_cli_args_test_selection=" + "\n    ".join(selection),
         "pytest_add_cli_args=-p no:cacheprovider\n    -W ignore",
+        "also_copy=tools",  # into mutmut's own copy (mutants/), beside tests/ and pyproject.toml
         f"timeout_multiplier={float(cfg.get('timeout_multiplier', 5.0))}",
     ]
     (workdir / "setup.cfg").write_text("\n".join(lines) + "\n")
