@@ -12,6 +12,8 @@ import warnings
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from stochformer.measure.distances import rate_function, sphere_rate, w2_exact, w2_sliced, w2_squared
 from stochformer.measure.stats import (
@@ -370,3 +372,26 @@ def test_offset_fit_recovers_a_growth_law_above_an_offset():
         assert fit.ci[0] <= p <= fit.ci[1] and fit.to_dict()["offset"] == fit.offset
     with pytest.raises(ValueError, match="y"):
         fit_power_law_offset(x[:2], x[:2], np.full(2, 1e-3))
+
+
+@given(c=st.floats(-10, 10), a=st.floats(-10, 10), b=st.floats(-10, 10), h=st.floats(1e-3, 1.0),
+       ses=st.lists(st.just(0.0) | st.floats(1e-100, 5), min_size=3, max_size=3))  # squares of SEs below 1e-154 underflow
+@settings(max_examples=200, deadline=None)
+def test_richardson_steps_remove_the_step_bias_and_combine_the_ses(c, a, b, h, ses):
+    """Values c + a·Δt + b·Δt² at Δt = h, 2h, 4h (n, n/2, n/4 steps): three levels give c, two levels
+    give c when b = 0; the SE is √(Σ w_i² SE_i²) with the weights (8, −6, 1)/3 and (2, −1)."""
+    from stochformer.measure.stats import richardson_steps
+
+    levels = [c + a * h * 2**i + b * (h * 2**i) ** 2 for i in range(3)]
+    scale = 1 + abs(c) + abs(a) + abs(b)
+    assert abs(richardson_steps(levels) - c) <= 1e-12 * scale * 20
+    assert abs(richardson_steps([c + a * h, c + 2 * a * h]) - c) <= 1e-12 * scale * 20
+    value, se = richardson_steps(levels, ses)
+    assert value == richardson_steps(levels)
+    assert se == pytest.approx(math.sqrt((8 / 3 * ses[0]) ** 2 + (2 * ses[1]) ** 2 + (ses[2] / 3) ** 2), rel=1e-12, abs=1e-300)
+    assert richardson_steps(levels[:2], ses[:2])[1] == pytest.approx(math.hypot(2 * ses[0], ses[1]), rel=1e-12, abs=1e-300)
+    for bad in ([c], levels + [c]):
+        with pytest.raises(ValueError, match="values: 2 or 3 levels"):
+            richardson_steps(bad)
+    with pytest.raises(ValueError, match="as many ses"):
+        richardson_steps(levels, ses[:2])

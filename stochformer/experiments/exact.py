@@ -46,7 +46,7 @@ from ..integrate import SaveAt, solve
 from ..io.names import RATE_UNITS
 from ..io.results import Result
 from ..io.store import to_jsonable
-from ..measure.stats import clopper_pearson_interval, mean_and_se
+from ..measure.stats import RICHARDSON_WEIGHTS, clopper_pearson_interval, mean_and_se, richardson_steps
 from ..model.kernel import GainPhase, NoiseKernel, gain_phase
 from ..model.two_point import two_point_coefficients
 from ..theory import PairDiffusion, energy_decay_rate, expected_energy, law
@@ -338,9 +338,6 @@ def sync_time_runs(cfg: ExactConfig, beta: float, seed: int, eps: float = 0.1) -
 
 
 #: Richardson weights of the values at L, L/2 (first order in Δt) and L, L/2, L/4 (second order)
-RICHARDSON_WEIGHTS = {2: (2.0, -1.0), 3: (8 / 3, -2.0, 1 / 3)}
-
-
 def extrapolated_pair_means(cfg: ExactConfig, beta: float, statistics: dict[str, Callable[[np.ndarray], np.ndarray]],
                             seed: int, levels: int = 2,
                             runs: Callable[[ExactConfig, float, int], np.ndarray] = pair_runs) -> dict[str, dict[str, Any]]:
@@ -348,7 +345,7 @@ def extrapolated_pair_means(cfg: ExactConfig, beta: float, statistics: dict[str,
     ``z0`` (`pair_runs`), extrapolated to Δt → 0.
 
     Independent runs on L, L/2 (, L/4) steps (L = ``model.L``) give means m_i with standard errors
-    SE_i; the extrapolated value is Σ w_i m_i with Richardson's weights (`RICHARDSON_WEIGHTS`:
+    SE_i; the extrapolated value is Σ w_i m_i with Richardson's weights ([`richardson_steps`][stochformer.measure.stats.richardson_steps]:
     (2, −1) removes a bias a·Δt, (8/3, −2, 1/3) also b·Δt²) and its SE √(Σ w_i² SE_i²).
 
     Parameters
@@ -375,7 +372,6 @@ def extrapolated_pair_means(cfg: ExactConfig, beta: float, statistics: dict[str,
     """
     if levels not in RICHARDSON_WEIGHTS or cfg.model.L % (2 ** (levels - 1)):
         raise ValueError(f"levels: 2 or 3, with model.L a multiple of 2^(levels - 1) (got {levels}, L = {cfg.model.L})")
-    weights = RICHARDSON_WEIGHTS[levels]
     per_level = []
     for i, s in enumerate(child_seeds(seed, levels)):
         steps = cfg.model.L // 2 ** i
@@ -385,8 +381,8 @@ def extrapolated_pair_means(cfg: ExactConfig, beta: float, statistics: dict[str,
     for name in statistics:
         means = [float(level[name][0]) for _, level in per_level]
         ses = [float(level[name][1]) for _, level in per_level]
-        out[name] = {"value": float(sum(w * m for w, m in zip(weights, means))),
-                     "se": math.sqrt(sum((w * e) ** 2 for w, e in zip(weights, ses))),
+        value, se = richardson_steps(means, ses)
+        out[name] = {"value": float(value), "se": float(se),
                      "by_level": [(steps, m, e) for (steps, _), m, e in zip(per_level, means, ses)]}
     return out
 
@@ -486,8 +482,7 @@ def extrapolated_energy(erun: RunConfig, every: int, energy_beta: float, seed: i
     times, values = runs[0]
     stats = [mean_and_se(v) for _, v in runs]
     if levels == 2:
-        w = RICHARDSON_WEIGHTS[2]
-        mean, se = w[0] * stats[0][0] + w[1] * stats[1][0], np.hypot(w[0] * stats[0][1], w[1] * stats[1][1])
+        mean, se = richardson_steps([m for m, _ in stats], [e for _, e in stats])
     else:
         mean, se = stats[0]
     return times, mean, se, stats, values

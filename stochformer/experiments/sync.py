@@ -49,7 +49,7 @@ from ..integrate import Model, SaveAt, solve
 from ..core.sphere import normalize, tangent, uniform
 from ..io.names import TIME_UNITS, numeric_attrs
 from ..io.results import Result
-from ..measure.stats import mean_and_se, resampled_se
+from ..measure.stats import mean_and_se, resampled_se, richardson_steps
 from ..core.progress import ProgressMeter
 from ..core.validation import blamed_on, validated
 from .preflight import Estimate, simulate_estimate
@@ -678,9 +678,9 @@ def richardson(values: dict[int, _Extrapolated]) -> tuple[_Extrapolated, _Extrap
         (the extrapolated value, its error).
     """
     L = max(values)
-    a, b, c = values[L], values[L // 2], values[L // 4]
-    second = (8 * a - 6 * b + c) / 3
-    return second, abs(second - (2 * a - b))
+    levels = [values[L], values[L // 2], values[L // 4]]
+    second = richardson_steps(levels)
+    return second, abs(second - richardson_steps(levels[:2]))
 
 
 def coupling_path(noise, shape: tuple[int, ...], steps: int, seed: int, dtype, device) -> Optional[BrownianPath]:

@@ -43,6 +43,44 @@ def _axis(values: Array, axis: int) -> int:
     return check_int("axis", axis, -values.ndim, values.ndim - 1) if values.ndim else check_int("axis", axis, 0, -1)
 
 
+#: Richardson's weights on values at n, n/2 (, n/4) steps whose bias is a·Δt (+ b·Δt²), Δt = T/n:
+#: the numerators and their common denominator (the numerators sum to it)
+RICHARDSON_WEIGHTS: dict[int, tuple[tuple[int, ...], int]] = {2: ((2, -1), 1), 3: ((8, -6, 1), 3)}
+
+
+def richardson_steps(values: Sequence[Any], ses: Optional[Sequence[Any]] = None) -> Any:
+    r"""Extrapolate to Δt → 0 a quantity measured at n, n/2 (, n/4) steps whose bias is
+    $a\,\Delta t\ (+\ b\,\Delta t^2)$: $2v_1 - v_2$, or $(8v_1 - 6v_2 + v_3)/3$
+    (`RICHARDSON_WEIGHTS`); with the levels' standard errors (independent runs), also the SE
+    $\sqrt{\sum_i w_i^2\,\mathrm{SE}_i^2}$ of the combination.
+
+    Parameters
+    ----------
+    values : sequence
+        The values (numbers or arrays, element by element) at n, n/2 (, n/4) steps: 2 or 3 of them.
+    ses : sequence, optional
+        Their standard errors, from independent runs.
+
+    Returns
+    -------
+    float or numpy.ndarray, or tuple
+        The extrapolated value; with ``ses``, (value, SE).
+
+    Raises
+    ------
+    ValueError
+        Not 2 or 3 values, or ``ses`` of another length.
+    """
+    if len(values) not in RICHARDSON_WEIGHTS or (ses is not None and len(ses) != len(values)):
+        raise ValueError(f"values: 2 or 3 levels, with as many ses (got {len(values)} values"
+                         f"{'' if ses is None else f', {len(ses)} ses'})")
+    weights, den = RICHARDSON_WEIGHTS[len(values)]
+    value = sum(w * v for w, v in zip(weights, values)) / den
+    if ses is None:
+        return value
+    return value, np.sqrt(sum((w / den * e) ** 2 for w, e in zip(weights, ses)))
+
+
 @overload
 def mean_and_se(values: torch.Tensor, axis: int = 0) -> tuple[torch.Tensor, torch.Tensor]: ...
 @overload
