@@ -178,6 +178,15 @@ def test_reruns_include_the_equivalent_entries():
     base = {"a": "killed", "b": "survived", "c": "no tests", "d": "timeout", "e": "not checked"}
     assert mutation.rerun_names(base, 0) == ["b", "c"]
     assert mutation.rerun_names(base, 5) == ["b", "c", "e"]
+    assert mutation.rerun_names(base, 0, ("timeout",)) == ["b", "c", "d"]
+
+
+def test_a_rerun_replaces_only_what_it_checked_and_timeouts_only_when_retried():
+    base = {"a": "killed", "b": "survived", "c": "no tests", "d": "timeout", "e": "not checked"}
+    found = {"a": "survived", "b": "killed", "d": "survived"}  # c and e not checked by the rerun
+    assert mutation.merged(base, found) == {"a": "killed", "b": "killed", "c": "no tests", "d": "timeout", "e": "not checked"}
+    assert mutation.merged(base, found, ("timeout",))["d"] == "survived"
+    assert mutation.merged(base, {"d": "not checked"}, ("timeout",))["d"] == "timeout"
 
 
 def test_the_scratch_copy_collects_the_selected_tests(tmp_path):

@@ -329,32 +329,40 @@ def run_mutmut(workdir: Path, names: list[str], children: int) -> None:
     subprocess.run(["mutmut", "run", "--max-children", str(children), *names], cwd=workdir, env=env, check=True)
 
 
-def rerun_names(base: dict[str, str], sample: int) -> list[str]:
+def rerun_names(base: dict[str, str], sample: int, retry: tuple[str, ...] = ()) -> list[str]:
     """The mutants of an earlier run that are not yet detected, those of the equivalent table
-    included (each entry is re-checked at every run), plus a seeded sample of ``sample`` that it
-    left unchecked."""
-    names = sorted(n for n, s in base.items() if s not in DETECTED + ("not checked",))
+    included (each entry is re-checked at every run), and those whose status is in ``retry``
+    (``("timeout",)``: a time limit reached on a busy machine is not a detection one can trust),
+    plus a seeded sample of ``sample`` that it left unchecked."""
+    names = sorted(n for n, s in base.items() if s not in DETECTED + ("not checked",) or s in retry)
     unchecked = sorted(n for n, s in base.items() if s == "not checked")
     return names + random.Random(0).sample(unchecked, min(sample, len(unchecked)))
 
 
+def merged(base: dict[str, str], found: dict[str, str], retry: tuple[str, ...] = ()) -> dict[str, str]:
+    """The statuses of a rerun of ``base``: a mutant's status in ``found`` where the rerun checked it
+    and ``base`` had it undetected or in ``retry``; else its status in ``base`` (detected before
+    stays detected: the earlier tests are still there)."""
+    return {n: (found[n] if (s not in DETECTED or s in retry) and found.get(n, "not checked") != "not checked" else s)
+            for n, s in base.items()}
+
+
 def one_pass(label: str, tests: list[str], tests_rev: str | None, rerun_of: str | None, sample: int,
-             children: int, cfg: dict, summary_only: bool) -> dict:
+             children: int, cfg: dict, summary_only: bool, retry: tuple[str, ...] = ()) -> dict:
     """One mutmut run (all mutants, or the undetected ones of ``rerun_of``) and its summary."""
     workdir = ROOT / "build" / "mutation" / label
     base = final_statuses(ROOT / "build" / "mutation" / rerun_of) if rerun_of else {}
     if not summary_only:
         start = time.time()
         prepare(workdir, cfg["mutation"] | {"tests": tests}, tests_rev)
-        run_mutmut(workdir, rerun_names(base, sample) if base else [], children)
+        run_mutmut(workdir, rerun_names(base, sample, retry) if base else [], children)
         (workdir / "elapsed_s").write_text(f"{time.time() - start:.0f}\n")
     # re-read without its base, a rerun's folder keeps the statuses merged with it
     status = final_statuses(workdir) if summary_only and not base else statuses(workdir)
     sample_names: list[str] = []
     if base:  # detected before stays detected: the earlier tests are still there
         # (and a mutant this run did not check, one detected before or left unchecked, keeps its status)
-        rerun = {n: status.get(n, "not checked") for n in base}
-        status = {n: (rerun[n] if s not in DETECTED and rerun[n] != "not checked" else s) for n, s in base.items()}
+        status = merged(base, status, retry)
         sample_names = [n for n, s in base.items() if s == "not checked" and status[n] != "not checked"]
     (workdir / "status.json").write_text(json.dumps(status, indent=0, ensure_ascii=False) + "\n")
     what = ("working tree" if tests_rev is None else f"git {tests_rev}") + f" ({' '.join(tests)})"
@@ -443,6 +451,8 @@ def main() -> None:
                     "added to since")
     ap.add_argument("--sample", type=int, default=0, metavar="K", help="with --rerun-of: also run a seeded "
                     "uniform sample of K mutants that the run LABEL did not check (a stopped run), to estimate the rest")
+    ap.add_argument("--retry-timeouts", action="store_true", help="with --rerun-of: also run again the mutants "
+                    "LABEL counted as timeouts (on a quieter machine), keeping what this run finds")
     ap.add_argument("--tests", nargs="+", metavar="FILE", help="use these test files instead of the config's "
                     "(with --rerun-of: the tests added since, which alone decide whether a survivor is now killed)")
     ap.add_argument("--one-pass", action="store_true", help="run every mutant against the config's full `tests` "
@@ -478,12 +488,13 @@ def main() -> None:
         print("note: run this under `nice -n 19`, it keeps both cores busy for a long time", file=sys.stderr)
     common = dict(tests_rev=args.tests_rev, sample=args.sample, children=children, cfg=cfg, summary_only=args.summary_only)
     if args.tests or args.rerun_of or args.one_pass:
-        one_pass(label, args.tests or cfg["mutation"]["tests"], rerun_of=args.rerun_of, **common)
+        one_pass(label, args.tests or cfg["mutation"]["tests"], rerun_of=args.rerun_of,
+                 retry=("timeout",) if args.retry_timeouts else (), **common)
         return
     # two passes: every mutant against the fast tests that pin the formulas exactly, then only their
     # undetected mutants (and those the fast tests never call) against the whole selection
     one_pass(label + "-fast", cfg["mutation"]["fast_tests"], rerun_of=None, **common)
-    one_pass(label, cfg["mutation"]["tests"], rerun_of=label + "-fast", **(common | {"sample": 0}))
+    one_pass(label, cfg["mutation"]["tests"], rerun_of=label + "-fast", retry=("timeout",), **(common | {"sample": 0}))
 
 
 if __name__ == "__main__":
