@@ -32,6 +32,7 @@ def _cases(tmp: Path) -> dict[str, list[str]]:
         "bench_joint_field": ["bench_joint_field.py", "--sizes", "32,8,8", "--reps", "1"],
         "bench_meanfield": ["bench_meanfield.py", "--quick"],
         "bench_meanfield_gpu": ["bench_meanfield_gpu.py", str(tmp / "meanfield_gpu"), "--quick"],
+        "bench_meanfield_gpu[cpu]": ["bench_meanfield_gpu.py", str(tmp / "meanfield_cpu"), "--device", "cpu", "--quick"],
         "bench_scaling": ["bench_scaling.py", "--out", str(tmp), "--quick", "--repeats", "1"],
         "bench_random_batch": ["bench_random_batch.py", "--quick", "--no-write"],
         "bench_sde": ["bench_sde.py", "--quick"],

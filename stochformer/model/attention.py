@@ -6,9 +6,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Annotated, Optional, Protocol, runtime_checkable
+from typing import Annotated, Iterator, Optional, Protocol, runtime_checkable
 
 import torch
 import torch.nn.functional as F
@@ -21,6 +23,7 @@ from ..core.validation import (
     FloatDtype,
     Int,
     Matrix,
+    PositiveFloat,
     PositiveInt,
     Seed,
     check_int,
@@ -437,6 +440,227 @@ class RandomBatchAttention:
                                     vals[:, :head].reshape(B, n_full, self.p, e)).reshape(B, head, e)
         out[:, head:] = _within(q[:, head:].unsqueeze(1), Xp[:, head:].unsqueeze(1), vals[:, head:].unsqueeze(1)).squeeze(1)
         return torch.empty_like(out).view(B * N, e).index_copy_(0, rows, out.view(B * N, e)).view(B, N, e)
+
+
+#: the precisions of [`GuardedAttention`][stochformer.model.attention.GuardedAttention]: name → (the
+#: dtype its inputs are cast to, whether CUDA's products run on TensorFloat-32 tensor cores)
+PRECISIONS: dict[str, tuple[torch.dtype, bool]] = {
+    "float32": (torch.float32, False), "tf32": (torch.float32, True), "float16": (torch.float16, False),
+}
+
+
+class PrecisionError(ValueError):
+    """A [`GuardedAttention`][stochformer.model.attention.GuardedAttention]'s low-precision output
+    differs from the float64 attention at its guard rows by more than its tolerance."""
+
+
+@validated
+@dataclass
+class GuardedAttention:
+    r"""Softmax attention computed in a low precision, checked at every call against float64 on a
+    random sample of queries (SPEC §4: the many-token solver).
+
+    All n queries are computed by ``inner`` with its inputs (queries, keys, A, V) cast to the
+    ``precision``'s dtype, the fused kernel of ``scaled_dot_product_attention`` where ``inner`` has
+    ``sdpa`` (always for float16: the softmax is then accumulated in float32), and the output cast
+    back to the tokens' dtype. Then, at the same call, ``inner`` in float64 is evaluated at m =
+    min(``guard_queries``, n) query rows (drawn without replacement from the run's attention
+    stream, the same rows in every sample; all rows when m = n) against all N keys, and the error
+    of each of those rows, $e_i = |\mathrm{Attn}^{\mathrm{low}}(x_i) - \mathrm{Attn}^{64}(x_i)|$ (Euclidean
+    norm over the value components), is recorded: its maximum and RMS over the rows and samples
+    ([`record`][stochformer.model.attention.GuardedAttention.record]). The call fails if
+
+    $$
+    \max_i e_i > \mathrm{tol} \cdot N^{-1/2},
+    $$
+
+    the fluctuation of the empirical attention about the mean-field attention being of order
+    $N^{-1/2}$ (for values of norm about 1): with the default tol = 0.1 the precision's error
+    stays an order of magnitude below the particle noise. The guard costs m/n of a float64 step.
+
+    Precisions: ``"float32"`` (rounding 2⁻²⁴ ≈ 6·10⁻⁸: errors ~10⁻⁷ at moderate β and N);
+    ``"tf32"``, float32 with TensorFloat-32 products on CUDA (``torch.backends.cuda.matmul.allow_tf32``
+    and ``torch.backends.cudnn.allow_tf32`` on during the call; 10-bit significand; it changes the
+    cuBLAS products of the query-chunked path, the fused kernels choose their own), refused on a
+    CPU, which has no such mode; ``"float16"`` (10-bit significand; the fused kernels accumulate in
+    float32 but write float16, so the output carries a rounding of up to 2⁻¹²|Attn| per component:
+    about 10⁻⁴ per row once the tokens cluster and |Attn| nears 1, the tolerance at N = 10⁶, where
+    the guard may stop the run). bfloat16 is not offered: its 8-bit significand rounds the scores
+    and the output at 2⁻⁹ ≈ 2·10⁻³, the particle noise of N = 2.5·10⁵ tokens, too coarse for
+    synchronisation statistics at the sizes where a low precision pays.
+
+    Parameters
+    ----------
+    inner : SoftmaxAttention
+        The attention (β, γ or A, V; its ``chunk`` and ``sdpa``); its float64 evaluation is the guard's reference.
+    precision : {"float32", "tf32", "float16"}, optional
+        The precision of the full evaluation.
+    guard_queries : int, optional
+        Query rows checked in float64 at every call, >= 1.
+    tol : float, optional
+        The tolerance of the largest row error in units of $N^{-1/2}$ (N: the keys), > 0.
+    seed : int, optional
+        None (the default): the guard rows are drawn from the run's attention stream (given to
+        [`reset`][stochformer.model.attention.GuardedAttention.reset] by ``solve``: the same run
+        seed gives the same rows, and the run's noise is that of ``inner`` alone); an integer:
+        drawn from a generator of that seed instead (also outside a run).
+
+    Raises
+    ------
+    ValueError
+        An unknown precision (bfloat16 with the reason), naming ``precision``; at the start of a
+        run, ``"tf32"`` off CUDA or a precision the device's fused kernel does not support.
+    PrecisionError
+        At a call, the largest row error above the tolerance (a ``ValueError``; the message gives
+        the error, the tolerance, N and the call).
+
+    Examples
+    --------
+    >>> import stochformer as sf
+    >>> from stochformer.model.attention import GuardedAttention
+    >>> attn = GuardedAttention(sf.SoftmaxAttention(beta=2.0, sdpa=True), "float32", guard_queries=64, seed=0)
+    >>> X = sf.sphere.uniform(batch=1, N=500, d=8, seed=0)
+    >>> out = attn(X)                               # float64 out, computed in float32
+    >>> out.dtype, attn.record["max_error"] < 1e-6 < attn.record["tolerance"]
+    (torch.float64, True)
+    """
+
+    inner: SoftmaxAttention
+    precision: str = "float32"
+    guard_queries: PositiveInt = 1024
+    tol: PositiveFloat = 0.1
+    seed: Optional[Seed] = None
+    _gen: Optional[torch.Generator] = field(default=None, init=False, repr=False)
+    _parts: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    _record: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    _rows: Optional[torch.Tensor] = field(default=None, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.precision in ("bfloat16", "bf16"):
+            raise ValueError("precision: bfloat16 is not offered: its 8-bit significand rounds at 2^-9 ≈ 2e-3, the "
+                             "particle noise N^-1/2 of N = 2.5e5 tokens; valid: " + ", ".join(map(repr, PRECISIONS)))
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision: must be one of {', '.join(map(repr, PRECISIONS))} (got {self.precision!r})")
+        self._clear()
+
+    @property
+    def d(self) -> Optional[int]:
+        return self.inner.d
+
+    @property
+    def record(self) -> dict:
+        """The guard's record since the run's start: ``calls``; ``max_error``, the largest row error
+        of any call; ``last_max_error``, ``last_rms_error``, the largest and the RMS row error of the
+        last call; ``tolerance``, tol·N^{-1/2} of the last call (NaN before the first call).
+
+        Returns
+        -------
+        dict
+            The record (floats, ``calls`` an int).
+        """
+        return dict(self._record)
+
+    @property
+    def rows(self) -> Optional[torch.Tensor]:
+        """The query rows the last call checked, shape (m,) (None before the first call)."""
+        return self._rows
+
+    def _clear(self) -> None:
+        nan = float("nan")
+        self._record.update(calls=0, max_error=0.0, last_max_error=nan, last_rms_error=nan, tolerance=nan)
+        self._rows = None
+
+    def _pair(self, device) -> tuple[SoftmaxAttention, SoftmaxAttention]:
+        """(the low-precision attention, the float64 one) on ``device``, built once per device."""
+        key = str(torch.device(device))
+        if key not in self._parts:
+            dtype, tf32 = PRECISIONS[self.precision]
+            if tf32 and torch.device(device).type != "cuda":
+                raise ValueError(f"precision: 'tf32' (TensorFloat-32 products) exists on CUDA only, the tokens are "
+                                 f"on {key}: use 'float32'")
+            low = self._cast(dtype, device, sdpa=self.inner.sdpa or dtype == torch.float16)
+            if low.sdpa:
+                try:
+                    probe = torch.zeros(1, 1, 2, 2, dtype=dtype, device=device)
+                    F.scaled_dot_product_attention(probe, probe, probe, scale=1.0)
+                except RuntimeError as exc:
+                    raise ValueError(f"precision: {self.precision} has no fused attention kernel on {key} "
+                                     f"({str(exc).splitlines()[0][:120]})") from None
+            self._parts[key] = (low, self._cast(torch.float64, device, sdpa=self.inner.sdpa))
+        return self._parts[key]
+
+    def _cast(self, dtype: torch.dtype, device, sdpa: bool) -> SoftmaxAttention:
+        A, V = (None if M is None else M.to(dtype=dtype, device=device) for M in (self.inner.A, self.inner.V))
+        return dataclasses.replace(self.inner, A=A, V=V, sdpa=sdpa)
+
+    def reset(self, batch: int, d: int, generator: torch.Generator, dtype: torch.dtype, device) -> None:
+        """The start of a run: the guard rows are drawn from ``generator`` (the run's attention
+        stream), or from ``seed`` again when one is fixed; the record starts afresh; ``precision``
+        is checked on ``device``.
+
+        Parameters
+        ----------
+        batch : int
+            Independent samples of the run.
+        d : int
+            Token dimension.
+        generator : torch.Generator
+            The run's attention stream.
+        dtype : torch.dtype
+            The tokens' dtype.
+        device : str or torch.device
+            The tokens' device.
+        """
+        self._pair(device)
+        self._gen = reset_stream(self.seed, generator, device)
+        self._clear()
+
+    def _fast(self, low: SoftmaxAttention, X: torch.Tensor, keys: Optional[torch.Tensor]) -> torch.Tensor:
+        """``low`` at every query, inputs cast to its dtype, output in X's dtype."""
+        dtype, tf32 = PRECISIONS[self.precision]
+        with _tf32(tf32 and X.is_cuda):
+            return low(X.to(dtype), None if keys is None else keys.to(dtype)).to(X.dtype)
+
+    def __call__(self, X: torch.Tensor, keys: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """Attn_μ(x_i) in ``precision`` for queries X: (batch, n, d) against ``keys`` (default X):
+        (batch, N, d), returned in X's dtype after the float64 check of the guard rows."""
+        low, ref = self._pair(X.device)
+        out = self._fast(low, X, keys)
+        n, N = X.shape[-2], (X if keys is None else keys).shape[-2]
+        m = min(self.guard_queries, n)
+        if m < n:
+            self._gen = gen = running_stream("GuardedAttention", self._gen, self.seed, X.device)
+            rows = torch.randperm(n, generator=gen, device=X.device)[:m]
+        else:
+            rows = torch.arange(n, device=X.device)
+        X64 = X.to(torch.float64)
+        exact = ref(X64.index_select(-2, rows), X64 if keys is None else keys.to(torch.float64))
+        err = torch.linalg.vector_norm(out.index_select(-2, rows).to(torch.float64) - exact, dim=-1)
+        worst, rms, tol = float(err.max()), float(err.square().mean().sqrt()), self.tol / math.sqrt(N)
+        r = self._record
+        r.update(calls=r["calls"] + 1, max_error=max(r["max_error"], worst), last_max_error=worst, last_rms_error=rms,
+                 tolerance=tol)
+        self._rows = rows
+        if not worst <= tol:  # NaN included
+            raise PrecisionError(
+                f"precision: the {self.precision} attention is off the float64 one by {worst:.3g} (largest of {m} guard "
+                f"rows; RMS {rms:.3g}) at call {r['calls']}, above the tolerance tol·N^-1/2 = {tol:.3g} (tol = "
+                f"{self.tol:g}, N = {N}): use a finer precision or, knowingly, a larger tol")
+        return out
+
+
+@contextlib.contextmanager
+def _tf32(on: bool) -> Iterator[None]:
+    """Within: CUDA's float32 products on TensorFloat-32 tensor cores when ``on`` (restored after)."""
+    if not on:
+        yield
+        return
+    old = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
 
 
 def reset_stream(seed: Optional[int], generator: torch.Generator, device) -> torch.Generator:
