@@ -3,6 +3,8 @@
     python benchmarks/bench_transformer.py                      # CPU; writes the "Transformer simulator" section of docs/benchmarks.md
     python benchmarks/bench_transformer.py --device cuda --out DIR   # GPU; writes DIR/bench_transformer_cuda.{md,json}
     python benchmarks/bench_transformer.py --device cpu --quick --out DIR   # small sizes, a smoke test
+    OMP_WAIT_POLICY=PASSIVE python benchmarks/bench_transformer.py --load 1  # a shared machine: one core taken
+    python benchmarks/bench_transformer.py --before OLD_TREE     # also OLD_TREE's stochformer against this one
 
 The yardsticks simulate the discrete model of SPEC §1 (post-LN, attention then a random ReLU MLP
 with fresh U, W, b_U, b_W per layer and per sample) the way a researcher writes it in fifteen
@@ -12,6 +14,15 @@ repeat (different seeds); their laws are compared on the final tokens. Whole-pro
 (a fresh ``python`` running each, start-up included) are measured separately, as subprocesses.
 A roofline at each size divides the normals and the matrix-product flops one run must produce by
 the rates measured on this machine.
+
+``--load K`` runs every timing beside K processes that each keep one core busy (``busy.py``): a
+machine shared with other jobs. Its results go to their own JSON file and section ("on a shared
+machine"); set ``OMP_WAIT_POLICY`` (read when torch loads, recorded) for the waiting policy wanted.
+``--before TREE`` also times stochformer of the checkout TREE against this checkout, both in fresh
+processes, in alternation, with the same seeds (``checkouts.py``): the ratio before/after with the
+range of the rounds' ratios, and whether the final tokens agree to 1e-12. The JSON file is written
+first (``benchmarks/results/bench_transformer_<device>[_shared].json``) and the section of
+docs/benchmarks.md is generated from it.
 """
 
 from __future__ import annotations
@@ -33,6 +44,8 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from busy import busy  # noqa: E402
+from checkouts import alternate, ratio_summary, tree_commit  # noqa: E402
 from docsection import write_section  # noqa: E402
 
 from stochformer.config.build import make_model  # noqa: E402
@@ -43,8 +56,11 @@ from stochformer.model.rng import NormalDraws  # noqa: E402
 from stochformer.core.runtime import make_generator  # noqa: E402
 from stochformer.core.sphere import uniform  # noqa: E402
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
+ROOT = Path(__file__).resolve().parents[1]
+DOC = ROOT / "docs" / "benchmarks.md"
+RESULTS = ROOT / "benchmarks" / "results"
 SECTION = "## Transformer simulator"  # the CPU numbers; a GPU run writes its own files
+SHARED_SECTION = "## Transformer simulator on a shared machine"  # the CPU numbers under --load K
 SIZES = [dict(batch=64, N=32, d=16, m=256, L=128), dict(batch=16, N=64, d=64, m=1024, L=64)]
 QUICK_SIZES = [dict(batch=8, N=8, d=4, m=32, L=8), dict(batch=4, N=16, d=16, m=64, L=8)]
 LARGE_SIZE = dict(batch=256, N=256, d=64, m=1024, L=256)  # --large: a size for a GPU
@@ -54,11 +70,13 @@ MODEL = dict(T=5.0, beta=1.0, gamma=1.0, activation="relu", sigma_U=0.1, sigma_W
 # --------------------------------------------------------------------------------------------
 # the yardsticks: what a researcher writes (a loop over layers, batched over samples)
 # --------------------------------------------------------------------------------------------
-def torch_loop(X: torch.Tensor, L: int, T: float, m: int, beta: float, gamma: float, sU: float, sW: float, gen: torch.Generator) -> torch.Tensor:
-    """Post-LN transformer with a random ReLU MLP, fresh weights per layer and sample: X (B, N, d)."""
+def torch_loop(X: torch.Tensor, L: int, T: float, m: int, beta: float, gamma: float, sU: float, sW: float, gen: torch.Generator,
+               draws: torch.dtype | None = None) -> torch.Tensor:
+    """Post-LN transformer with a random ReLU MLP, fresh weights per layer and sample: X (B, N, d).
+    The normals are drawn in ``draws`` (default: X's dtype) and cast to X's dtype."""
     B, N, d = X.shape
     dt = T / L
-    randn = lambda *shape: torch.randn(*shape, generator=gen, dtype=X.dtype, device=X.device)  # noqa: E731
+    randn = lambda *shape: torch.randn(*shape, generator=gen, dtype=draws or X.dtype, device=X.device).to(X.dtype)  # noqa: E731
     for _ in range(L):
         Y = X + dt * gamma * (torch.softmax(beta * X @ X.transpose(1, 2), dim=-1) @ X)
         Y = Y / Y.norm(dim=-1, keepdim=True)
@@ -106,8 +124,13 @@ def median_time(fn, device: torch.device, repeats: int) -> float:
     return statistics.median(timed(fn, device)[1] for _ in range(repeats))
 
 
+def config_fields(size: dict, device: str) -> dict:
+    """The ``RunConfig`` fields (all but the seed) of a run at ``size``: the model, one record at the end."""
+    return {**size, **MODEL, "device": device, "record_every": size["L"]}
+
+
 def run_config(size: dict, device: str, seed: int, **extra) -> RunConfig:
-    return RunConfig(**size, **MODEL, device=device, seed=seed, record_every=size["L"], **extra)
+    return RunConfig(**config_fields(size, device), seed=seed, **extra)
 
 
 def initial(cfg: RunConfig, device: torch.device, dtype=torch.float64) -> tuple[torch.Tensor, torch.Generator]:
@@ -115,9 +138,9 @@ def initial(cfg: RunConfig, device: torch.device, dtype=torch.float64) -> tuple[
     return uniform(cfg.batch, cfg.N, cfg.d, generator=gen, dtype=dtype, device=device), gen
 
 
-def run_torch(cfg: RunConfig, device: torch.device, dtype=torch.float64) -> torch.Tensor:
+def run_torch(cfg: RunConfig, device: torch.device, dtype=torch.float64, draws: torch.dtype | None = None) -> torch.Tensor:
     X0, gen = initial(cfg, device, dtype)
-    return torch_loop(X0, cfg.L, cfg.T, cfg.m, cfg.beta, cfg.gamma_value, cfg.sigma_U, cfg.sigma_W, gen)
+    return torch_loop(X0, cfg.L, cfg.T, cfg.m, cfg.beta, cfg.gamma_value, cfg.sigma_U, cfg.sigma_W, gen, draws)
 
 
 def run_numpy(cfg: RunConfig) -> torch.Tensor:
@@ -133,6 +156,7 @@ def run_ours(cfg: RunConfig) -> torch.Tensor:
 #: the implementations timed in alternation: name → run(cfg, device) → final tokens
 IMPLEMENTATIONS = {
     "torch loop": lambda cfg, dev: run_torch(cfg, dev),
+    "torch loop, float32 draws": lambda cfg, dev: run_torch(cfg, dev, draws=torch.float32),
     "NumPy loop": lambda cfg, dev: run_numpy(cfg),
     "stochformer": lambda cfg, dev: run_ours(cfg),
     "stochformer, float32 draws": lambda cfg, dev: run_ours(cfg.with_updates(draw_precision="float32")),
@@ -142,6 +166,8 @@ IMPLEMENTATIONS = {
 #: (numerator, denominator) of the speed-ups reported: yardstick time / stochformer time
 RATIOS = [
     ("torch loop", "stochformer"),
+    ("torch loop, float32 draws", "stochformer"),
+    ("torch loop, float32 draws", "stochformer, float32 draws"),
     ("NumPy loop", "stochformer"),
     ("torch loop, float32", "stochformer, float32"),
     ("stochformer", "stochformer, float32 draws"),
@@ -334,31 +360,27 @@ def measure_size(size: dict, device: torch.device, repeats: int, quick: bool) ->
     }
 
 
-def main(argv: list[str] | None = None, default_device: str = "cpu") -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", default=default_device, help="cpu, cuda or cuda:i")
-    parser.add_argument("--repeats", type=int, default=5, help="timed repeats per implementation and size (median reported)")
-    parser.add_argument("--process-repeats", type=int, default=3, help="whole-process repeats per command and size (0: skip)")
-    parser.add_argument("--quick", action="store_true", help="small sizes and one repeat: a smoke test of the script")
-    parser.add_argument("--large", action="store_true", help=f"add the size {LARGE_SIZE} (for a GPU)")
-    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's choice)")
-    parser.add_argument("--out", type=Path, default=None, help="write bench_transformer_<device>.{md,json} here instead of docs/benchmarks.md")
-    parser.add_argument("--no-write", action="store_true", help="print only")
-    args = parser.parse_args(argv)
+def measure_before(sizes: list[dict], device: torch.device, tree: Path, rounds: int, threads: int | None) -> dict:
+    """stochformer of the checkout ``tree`` (before) against this checkout (after) at every size: fresh
+    processes in alternation, seeds 1001…, ``checkouts.alternate``; times, ratio before/after, tokens."""
+    env = {"OMP_NUM_THREADS": str(threads)} if threads else None
+    out = []
+    with tempfile.TemporaryDirectory() as work:
+        for size in sizes:
+            res = alternate({"before": tree, "after": ROOT}, config_fields(size, str(device)),
+                            [1001 + r for r in range(rounds)], Path(work), env)
+            sec = res["seconds"]
+            out.append({"size": size, "times_s": sec, "median_s": {k: statistics.median(v) for k, v in sec.items()},
+                        "before_over_after": ratio_summary(sec["before"], sec["after"]),
+                        "tokens_equal": res["tokens_equal"], "max_abs_diff": res["max_abs_diff"]})
+            print(json.dumps(out[-1], indent=1))
+    return {"tree": str(tree), "commit": tree_commit(tree), "after_commit": tree_commit(ROOT), "rounds": rounds, "results": out}
 
-    if args.device.startswith("cuda") and not torch.cuda.is_available():
-        print(f"--device {args.device}: no CUDA device is available here; nothing to benchmark.")
-        return
-    device = torch.device(args.device)
-    if device.type != "cpu" and args.out is None and not args.no_write:
-        parser.error("on a GPU give --out DIR (docs/benchmarks.md holds the CPU numbers)")
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    sizes, repeats = (QUICK_SIZES, 1) if args.quick else (SIZES, args.repeats)
-    sizes = sizes + [LARGE_SIZE] * args.large
+
+def measure(args: argparse.Namespace, sizes: list[dict], repeats: int, device: torch.device) -> dict:
+    """Every timing of the run (in-process alternation, rates, whole processes, ``--before``): the
+    measured part of the report."""
     load_before = os.getloadavg()
-    started = time.time()
-
     results = []
     for size in sizes:
         res = measure_size(size, device, repeats, args.quick)
@@ -380,7 +402,60 @@ def main(argv: list[str] | None = None, default_device: str = "cpu") -> None:
         for size in sizes:
             processes.append({"size": size, "times_s": process_times(size, 1 if args.quick else args.process_repeats)})
             print(json.dumps(processes[-1], indent=1))
+    before = measure_before(sizes, device, args.before, 1 if args.quick else args.before_rounds, args.threads) if args.before else None
     load_after = os.getloadavg()
+    return {
+        "load_average": [load_before[0], load_mid[0], load_after[0]],
+        "results": results,
+        "processes": processes,
+        "before": before,
+        "matmul_gflops": max(mm_rates.values()),
+        "matmul_gflops_by_library": mm_rates,
+        "matmul_n": matmul_size(device, args.quick),
+        "samplers_M_per_s": samplers,
+        "fastest_sampler": best,
+    }
+
+
+def main(argv: list[str] | None = None, default_device: str = "cpu") -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default=default_device, help="cpu, cuda or cuda:i")
+    parser.add_argument("--repeats", type=int, default=5, help="timed repeats per implementation and size (median reported)")
+    parser.add_argument("--process-repeats", type=int, default=3, help="whole-process repeats per command and size (0: skip)")
+    parser.add_argument("--quick", action="store_true", help="small sizes and one repeat: a smoke test of the script")
+    parser.add_argument("--large", action="store_true", help=f"add the size {LARGE_SIZE} (for a GPU)")
+    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's choice)")
+    parser.add_argument("--load", type=int, default=0, metavar="K",
+                        help="run every timing beside K processes each keeping one core busy (default 0; K >= 1: a shared machine)")
+    parser.add_argument("--before", type=Path, default=None, metavar="TREE",
+                        help="also time stochformer of the checkout TREE against this one (fresh processes, in alternation)")
+    parser.add_argument("--before-rounds", type=int, default=7, help="rounds of --before (1 with --quick)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="write bench_transformer_<device>[_shared].{md,json} here instead of benchmarks/results/ and docs/benchmarks.md")
+    parser.add_argument("--no-write", action="store_true", help="print only")
+    args = parser.parse_args(argv)
+
+    if args.load < 0:
+        parser.error(f"--load must be >= 0 (busy processes), got {args.load}")
+    if args.before_rounds < 1:
+        parser.error(f"--before-rounds must be >= 1, got {args.before_rounds}")
+    if args.before is not None:
+        args.before = args.before.resolve()
+        if not (args.before / "stochformer" / "__init__.py").is_file():
+            parser.error(f"--before {args.before}: not a checkout of stochformer (no stochformer/__init__.py there)")
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        print(f"--device {args.device}: no CUDA device is available here; nothing to benchmark.")
+        return
+    device = torch.device(args.device)
+    if device.type != "cpu" and args.out is None and not args.no_write:
+        parser.error("on a GPU give --out DIR (docs/benchmarks.md holds the CPU numbers)")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    sizes, repeats = (QUICK_SIZES, 1) if args.quick else (SIZES, args.repeats)
+    sizes = sizes + [LARGE_SIZE] * args.large
+    started = time.time()
+    with busy(args.load):
+        measured = measure(args, sizes, repeats, device)
     report = {
         "device": str(device) + (f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else ""),
         "machine": machine(),
@@ -388,33 +463,31 @@ def main(argv: list[str] | None = None, default_device: str = "cpu") -> None:
         "numpy": np.__version__,
         "torch_threads": torch.get_num_threads(),
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "unset (OpenMP's default)"),
+        "cores": os.cpu_count() or 1,
+        "load": args.load,
         "command": "python benchmarks/bench_transformer.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)),
         "wall_s": time.time() - started,
-        "load_average": [load_before[0], load_mid[0], load_after[0]],
         "model": MODEL,
         "repeats": repeats,
-        "results": results,
-        "processes": processes,
-        "matmul_gflops": max(mm_rates.values()),
-        "matmul_gflops_by_library": mm_rates,
-        "matmul_n": matmul_size(device, args.quick),
-        "samplers_M_per_s": samplers,
-        "fastest_sampler": best,
+        **measured,
     }
-    text = markdown(report)
-    print(text)
-    if args.no_write:
+    stem = f"bench_transformer_{device.type}" + ("_shared" if args.load else "")
+    folder = args.out if args.out is not None else None if args.quick else RESULTS
+    if args.no_write or folder is None:
+        print(markdown(report))
         return
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{stem}.json"
+    path.write_text(json.dumps(report, indent=1) + "\n")
+    text = markdown(json.loads(path.read_text()))  # the section is generated from the file
+    print(text)
     if args.out is not None:
-        args.out.mkdir(parents=True, exist_ok=True)
-        stem = args.out / f"bench_transformer_{device.type}"
-        stem.with_suffix(".json").write_text(json.dumps(report, indent=1))
-        stem.with_suffix(".md").write_text(text)
-        print(f"written to {stem}.md and {stem}.json")
-    elif not args.quick:
-        write_section(DOC, SECTION, text)
-        print(f"written to {DOC}")
+        (folder / f"{stem}.md").write_text(text)
+        print(f"written to {path} and {folder / stem}.md")
+    else:
+        write_section(DOC, section(report), text)
+        print(f"written to {path} and {DOC}")
 
 
 def size_txt(s: dict) -> str:
@@ -428,26 +501,63 @@ def size_table(rows: list[tuple[dict, dict[str, str]]]) -> list[str]:
     return out + [f"| {size_txt(size)} | " + " | ".join(cells[n] for n in names) + " |" for size, cells in rows]
 
 
-def markdown(rep: dict) -> str:
-    load = rep["load_average"]
-    cores = os.cpu_count() or 1
+def section(rep: dict) -> str:
+    """The heading of the report's section of docs/benchmarks.md: the shared machine has its own."""
+    return SHARED_SECTION if rep["load"] else SECTION
+
+
+def load_text(rep: dict) -> str:
+    """What the load averages (1 min: before, after the in-process timings, at the end) say."""
+    load, k = rep["load_average"], rep["load"]
+    text = f"Load average (1 min) {load[0]:.1f} before, {load[1]:.1f} after the in-process timings, {load[2]:.1f} at the end"
+    if k:
+        return text + (
+            f" (the busy processes count in it). {k} busy process{'es' if k > 1 else ''}, each a `python` spinning in a pure-Python loop "
+            "on one core (`benchmarks/busy.py`), ran throughout the timings: the shared machine this section "
+            "measures, under the OMP_WAIT_POLICY above."
+        )
+    if load[0] > 0.5 * rep["cores"]:
+        return text + (": the machine was shared with other jobs, so absolute times are inflated and noisy; all "
+                       "implementations ran in alternation in one process, so the ratios are the meaningful numbers.")
+    return text + ": the machine was quiet (this benchmark's own threads count in the load average)."
+
+
+def before_lines(before: dict) -> list[str]:
+    """The ``--before`` table: each checkout's median time, the ratio before/after, the tokens."""
     lines = [
-        SECTION,
+        "",
+        f"Before/after: stochformer of the checkout `{before['tree']}` (before, {before['commit']}) against this "
+        f"checkout (after, {before['after_commit']}): `run_simulate` at each size in a fresh `python` (torch imported "
+        "first, timed inside the process after a two-layer warm-up), the two in alternation with the same seeds "
+        f"(1001…), {before['rounds']} round{'s' if before['rounds'] > 1 else ''}; medians in seconds, the ratio before / after (median and range of the "
+        "rounds' ratios: above 1, this checkout is faster), and whether the final tokens agree to 1e-12:",
+        "",
+        "| size | before (s) | after (s) | before / after: median (range) | final tokens |",
+        "| --- | ---: | ---: | ---: | --- |",
+    ]
+    for b in before["results"]:
+        q = b["before_over_after"]
+        tokens = "equal to 1e-12" if b["tokens_equal"] else f"DIFFER (max abs difference {b['max_abs_diff']:.1e})"
+        lines.append(f"| {size_txt(b['size'])} | {b['median_s']['before']:.3f} | {b['median_s']['after']:.3f} | "
+                     f"**{q['median']:.3f}×** ({q['range'][0]:.3f}–{q['range'][1]:.3f}) | {tokens} |")
+    return lines
+
+
+def markdown(rep: dict) -> str:
+    lines = [
+        section(rep),
         "",
         f"`{rep['command']}` on {rep['device']} — {rep['machine']}; torch {rep['torch']} "
         f"({rep['torch_threads']} intra-op thread(s), OMP_WAIT_POLICY={rep['omp_wait_policy']}), numpy {rep['numpy']}; "
-        f"{rep['date']}, {rep['wall_s']:.0f} s in all. Load average (1 min) {load[0]:.1f} before, {load[1]:.1f} after the "
-        f"in-process timings, {load[2]:.1f} at the end"
-        + (": the machine was shared with other jobs, so absolute times are inflated and noisy; all implementations "
-           "ran in alternation in one process, so the ratios are the meaningful numbers." if load[0] > 0.5 * cores
-           else ": the machine was quiet (this benchmark's own threads count in the load average).")
+        f"{rep['date']}, {rep['wall_s']:.0f} s in all. " + load_text(rep)
         + " Every implementation ran under the same, unchanged thread settings.",
         "",
         f"Model: post-LN, attention (β = {MODEL['beta']}, γ = {MODEL['gamma']}) then a random ReLU MLP with "
         f"σ_U = σ_W = {MODEL['sigma_U']}, T = {MODEL['T']}, fresh U, W, b_U, b_W per layer and sample. "
         "Yardsticks (the functions `torch_loop` and `numpy_loop` of the script, fifteen lines each): a loop over layers, "
         "batched over samples, with fresh `torch.randn` (numpy: `default_rng().standard_normal`) weights per layer and an "
-        "explicit softmax. stochformer: `run_simulate(cfg)` (tokens drawn, statistics at the first and last layer; "
+        "explicit softmax; torch loop, float32 draws: the same `torch_loop` drawing its normals in float32 and casting "
+        "them to float64 (`torch.randn(..., dtype=torch.float32).to(torch.float64)`, float64 state). stochformer: `run_simulate(cfg)` (tokens drawn, statistics at the first and last layer; "
         "defaults: exact draws, `rng = auto`). float32 draws: `draw_precision = \"float32\"` (float64 state); "
         "float32: `dtype = \"float32\"` end to end. "
         f"Times are medians of {rep['repeats']} runs (seeds 1001…), in seconds.",
@@ -479,6 +589,8 @@ def markdown(rep: dict) -> str:
         ]
         lines += size_table([(p["size"], {n: f"{statistics.median(t):.2f}" for n, t in p["times_s"].items()})
                              for p in rep["processes"]])
+    if rep["before"]:
+        lines += before_lines(rep["before"])
     lines += [
         "",
         "Roofline: the fewest exact float64 normals (stochformer's sampler: `RandomMLP.cost` per layer and sample, "

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -17,7 +18,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "benchmarks"
 #: modules of benchmarks/ imported by the scripts, not scripts themselves
-LIBRARIES = {"docsection"}
+LIBRARIES = {"busy", "checkouts", "docsection"}
 
 #: deselected from the default run (pyproject addopts) and from the quick loop; .ci/run runs them
 pytestmark = [pytest.mark.benchmark_smoke, pytest.mark.slow]
@@ -41,6 +42,8 @@ def _cases(tmp: Path) -> dict[str, list[str]]:
         "bench_sweep": ["bench_sweep.py", "--L", "2", "--no-write"],
         "bench_theory": ["bench_theory.py", "--no-write", "--repeats", "1"],
         "bench_transformer": ["bench_transformer.py", "--quick", "--repeats", "1", "--process-repeats", "0", "--out", str(tmp), "--no-write"],
+        "bench_transformer[load]": ["bench_transformer.py", "--quick", "--process-repeats", "0", "--load", "1", "--out", str(tmp)],
+        "bench_transformer[before]": ["bench_transformer.py", "--quick", "--process-repeats", "0", "--before", str(ROOT), "--out", str(tmp)],
         "bench_transformer_gpu": ["bench_transformer_gpu.py", "--quick", "--repeats", "1", "--out", str(tmp), "--no-write"],
         "cluster_stability": ["cluster_stability.py", "--limit", "1", "--batch", "3", "--steps", "10",
                               "--json", str(tmp / "cluster_stability.json")],
@@ -55,6 +58,23 @@ def _cases(tmp: Path) -> dict[str, list[str]]:
 
 
 NAMES = list(_cases(Path("/tmp")))
+
+
+def _check_load(tmp: Path) -> None:
+    rep = json.loads((tmp / "bench_transformer_cpu_shared.json").read_text())
+    assert rep["load"] == 1 and "torch loop, float32 draws / stochformer" in rep["results"][0]["speedups"]
+
+
+def _check_before(tmp: Path) -> None:
+    before = json.loads((tmp / "bench_transformer_cpu.json").read_text())["before"]
+    assert before["tree"] == str(ROOT) and len(before["results"]) == 2
+    for res in before["results"]:  # the same checkout, the same seeds: the same tokens
+        assert res["tokens_equal"], res
+        assert len(res["times_s"]["before"]) == len(res["times_s"]["after"]) == 1
+
+
+#: what a case's output must say, beyond running (no timing)
+CHECKS = {"bench_transformer[load]": _check_load, "bench_transformer[before]": _check_before}
 GPU = {"bench_meanfield_gpu", "bench_transformer_gpu"}
 PEERS = {"bench_field[torchsde]": "torchsde", "bench_field[diffrax]": "diffrax"}
 
@@ -85,3 +105,5 @@ def test_script_runs_at_its_smallest_size(name, tmp_path):
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert _docs_digest() == before, f"{name} wrote into docs/"
+    if name in CHECKS:
+        CHECKS[name](tmp_path)
