@@ -30,6 +30,12 @@ def _cases(tmp: Path) -> dict[str, list[str]]:
         "bench_field[torch]": ["bench_field.py", "--quick", "--peers", "torch", "--out", str(tmp / "field.json"), "--no-doc"],
         "bench_field[torchsde]": ["bench_field.py", "--quick", "--peers", "torchsde", "--out", str(tmp / "field.json"), "--no-doc"],
         "bench_field[diffrax]": ["bench_field.py", "--quick", "--peers", "diffrax", "--out", str(tmp / "field.json"), "--no-doc"],
+        "bench_field[exact]": ["bench_field.py", "--quick", "--problem", "exact", "--peers", "torch", "--load", "1",
+                               "--out", str(tmp / "field_exact.json"), "--no-doc"],
+        "bench_field[exact,torchsde]": ["bench_field.py", "--quick", "--problem", "exact", "--peers", "torchsde",
+                                        "--out", str(tmp / "field_exact.json"), "--no-doc"],
+        "bench_field[exact,diffrax]": ["bench_field.py", "--quick", "--problem", "exact", "--peers", "diffrax",
+                                       "--out", str(tmp / "field_exact.json"), "--no-doc"],
         "bench_joint_field": ["bench_joint_field.py", "--sizes", "32,8,8", "--reps", "1"],
         "bench_meanfield": ["bench_meanfield.py", "--quick"],
         "bench_meanfield_gpu": ["bench_meanfield_gpu.py", str(tmp / "meanfield_gpu"), "--quick"],
@@ -52,6 +58,7 @@ def _cases(tmp: Path) -> dict[str, list[str]]:
         "bench_versions": ["bench_versions.py", str(ROOT), str(ROOT), "--quick", "--work", str(tmp)],
         "false_failures": ["false_failures.py", "--quick", "--json", str(tmp / "false_failures.json")],
         "precision": ["precision.py", "--quick", "--no-write"],
+        "profile_sde": ["profile_sde.py", "--quick", "--out", str(tmp / "profile_sde.json")],
         "synchronisation": ["synchronisation.py", "--cases", "1", "--store", str(tmp / "store"), "--doc", str(tmp / "sync.md"),
                             "--json", str(tmp / "sync.json")],
     }
@@ -76,7 +83,8 @@ def _check_before(tmp: Path) -> None:
 #: what a case's output must say, beyond running (no timing)
 CHECKS = {"bench_transformer[load]": _check_load, "bench_transformer[before]": _check_before}
 GPU = {"bench_meanfield_gpu", "bench_transformer_gpu"}
-PEERS = {"bench_field[torchsde]": "torchsde", "bench_field[diffrax]": "diffrax"}
+PEERS = {"bench_field[torchsde]": "torchsde", "bench_field[diffrax]": "diffrax", "bench_field[exact,torchsde]": "torchsde",
+         "bench_field[exact,diffrax]": "diffrax"}
 
 
 def _docs_digest() -> str:

@@ -303,9 +303,10 @@ class RunConfig(StrictConfig):
     dtype: Literal["float64", "float32"] = "float64"
     rng: Literal["auto", "torch", "parallel"] = Field(
         "auto",
-        description="normal sampler of the 'mlp_gaussian' noise: 'torch' (the run's generator), "
-        "'parallel' (streams seeded from it, filled on all CPU cores; numpy SFC64 for float64), "
-        "'auto' = parallel on a CPU and torch on CUDA; same seed => same numbers on the same device",
+        description="normal sampler of the 'mlp_gaussian' noise and of the SDE fields' fresh Brownian "
+        "normals ('exact', 'random_features'): 'torch' (the run's generator), 'parallel' (streams seeded "
+        "from it, filled on all CPU cores; numpy SFC64 for float64), 'auto' = for the MLP parallel on a "
+        "CPU and torch on CUDA, for the SDE fields torch; same seed => same numbers on the same device",
     )
     draw_precision: Literal["full", "float32"] = Field(
         "full",

@@ -425,8 +425,25 @@ def make_noise(cfg: RunConfig, activation: Optional[ActivationLike] = None, toke
         return RandomMLP(width=cfg.m, mode=mode, rng=rng, precision=cfg.draw_precision, law=cfg.weight_law,
                          nu=cfg.student_nu, **common)
     if kind == "random_features":
-        return RandomFeatureField(features=cfg.features, token_chunk=token_chunk, **common)
-    return ExactField(make_kernel(cfg, activation))
+        return RandomFeatureField(features=cfg.features, token_chunk=token_chunk, rng=field_rng(cfg), **common)
+    return ExactField(make_kernel(cfg, activation), rng=field_rng(cfg))
+
+
+def field_rng(cfg: RunConfig) -> Literal["torch", "parallel"]:
+    """The sampler of a limit field's fresh Brownian normals: ``parallel`` only where ``cfg.rng``
+    asks for it; ``auto`` keeps ``torch.randn`` (the fields' numbers of every earlier run).
+
+    Parameters
+    ----------
+    cfg : RunConfig
+        A validated configuration.
+
+    Returns
+    -------
+    str
+        ``"torch"`` or ``"parallel"``.
+    """
+    return "parallel" if cfg.rng == "parallel" else "torch"
 
 
 def make_model(
@@ -500,7 +517,7 @@ def make_field(
     """
     field = RandomFeatureField(
         activation=cfg.activation, features=cfg.features, sigma_U=cfg.sigma_U, sigma_W=cfg.sigma_W,
-        scale=cfg.noise_scale, token_chunk=token_chunk, gain=cfg.gain,
+        scale=cfg.noise_scale, token_chunk=token_chunk, gain=cfg.gain, rng=field_rng(cfg),
     )
     field.draw(fields, cfg.d, generator, dtype, device)
     return field

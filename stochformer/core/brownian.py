@@ -25,12 +25,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Annotated, Optional, Union
+from typing import Annotated, Callable, Optional, Union
 
 import torch
 
 from .runtime import stream
 from .validation import RealTensor, DeviceLike, FloatDtype, NonNegativeInt, PositiveInt, Seed, Shape, check_memory, same_device, validated
+
+
+#: a sampler of fresh normals: (n, generator, dtype, device) → n i.i.d. N(0, 1) numbers, shape (n,)
+Sampler = Callable[[int, torch.Generator, torch.dtype, Union[str, torch.device]], torch.Tensor]
 
 
 @validated
@@ -249,9 +253,11 @@ class Draws:
         if self.k >= self.n:
             raise ValueError(f"k: must be < n = {self.n} (got {self.k})")
 
-    def brownian(self, shape: tuple[int, ...], dtype: torch.dtype, device: Union[str, torch.device]) -> torch.Tensor:
+    def brownian(
+        self, shape: tuple[int, ...], dtype: torch.dtype, device: Union[str, torch.device], sampler: Optional[Sampler] = None,
+    ) -> torch.Tensor:
         """N(0, 1) normals driving the Brownian part of this step: the path's next part, or fresh
-        from the generator without a path.
+        from the generator without a path (by ``sampler`` when given, else ``torch.randn``).
 
         Parameters
         ----------
@@ -262,6 +268,10 @@ class Draws:
             The dtype of the normals returned.
         device : str or torch.device
             Their device.
+        sampler : callable, optional
+            ``sampler(n, generator, dtype, device)`` → n i.i.d. N(0, 1) numbers, shape (n,), drawn
+            from the run's generator (a [`NormalDraws`][stochformer.model.rng.NormalDraws]): draws
+            the fresh normals; unused with a path (its normals are the path's).
 
         Returns
         -------
@@ -274,6 +284,8 @@ class Draws:
             Naming the path, where its next part does not fit ``shape``.
         """
         if self.path is None:
+            if sampler is not None:
+                return sampler(math.prod(shape), self.generator, dtype, device).view(shape)
             return torch.randn(*shape, generator=self.generator, dtype=dtype, device=device)
         parts = self.path.parts
         if (self._part >= len(parts) or tuple(shape)[1:] != parts[self._part][1:]

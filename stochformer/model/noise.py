@@ -15,7 +15,9 @@ have the same token covariance per unit time, κ(⟨x_i, x_j⟩) I_d, exactly or
 Sources with state (random features) are set up by [`reset`][stochformer.model.noise.NoiseSource.reset] at the start of a run. The
 Brownian part of an increment is drawn with ``Draws.brownian``: from a shared
 [`BrownianPath`][stochformer.core.brownian.BrownianPath] when the run has one (couplings), else from the
-generator; everything else (weights, features) from ``Draws.generator``.
+generator (``torch.randn``, or with ``rng="parallel"`` the parallel streams of
+[`NormalDraws`][stochformer.model.rng.NormalDraws] seeded from it); everything else (weights,
+features) from ``Draws.generator``.
 """
 
 from __future__ import annotations
@@ -774,6 +776,25 @@ def gram_output_cheaper(N: int, d: int, m: int, device: Union[torch.device, str]
     return gram < c * m * d + 2 * m * N * d
 
 
+def _field_sampler(rng: RngBackend) -> Optional[NormalDraws]:
+    """The sampler of a limit field's fresh Brownian normals: None for ``"torch"`` (``torch.randn``
+    on the run's generator, in ``Draws.brownian``), else parallel streams seeded from that
+    generator, drawn ahead as the MLP's (their numbers depend only on the generator's state and
+    the sequence of requests).
+
+    Parameters
+    ----------
+    rng : {"torch", "parallel"}
+        The field's ``rng``.
+
+    Returns
+    -------
+    NormalDraws or None
+        The sampler handed to [`Draws.brownian`][stochformer.core.brownian.Draws.brownian].
+    """
+    return NormalDraws(rng, ahead=DEFAULT_AHEAD) if rng == "parallel" else None
+
+
 @validated
 @dataclass
 class ExactField:
@@ -793,6 +814,10 @@ class ExactField:
         ``d`` and ``kappa1``).
     sqrt_method : {"symmetric", "cholesky"}, optional
         The root $K^{1/2}$: the symmetric root (the default: continuous in X) or the Cholesky factor.
+    rng : {"torch", "parallel"}, optional
+        The sampler of the fresh normals Ξ (without a shared path): ``torch.randn`` on the run's
+        generator (the default), or ``parallel`` streams seeded from it, on all CPU cores
+        ([`NormalDraws`][stochformer.model.rng.NormalDraws]; other numbers, the same law).
 
     Raises
     ------
@@ -810,8 +835,10 @@ class ExactField:
 
     kernel: Annotated[NoiseKernel, Methods(("kappa",))]  # or any object with kappa(rho) (and d, kappa1)
     sqrt_method: Literal["symmetric", "cholesky"] = "symmetric"
+    rng: RngBackend = "torch"
 
     def __post_init__(self) -> None:
+        self._sampler = _field_sampler(self.rng)
         # κ without a closed form (Gauss–Hermite, 64² nodes per entry) is replaced by its Chebyshev
         # interpolant on [−1, 1] when that agrees to 1e-12 (smooth activations); else computed directly
         closed = isinstance(self.kernel.activation, str) and self.kernel.activation in ("relu", "leaky_relu", "linear", "erf")
@@ -825,7 +852,8 @@ class ExactField:
         return getattr(self.kernel, "d", None)
 
     def reset(self, batch, d, generator, dtype, device) -> None:
-        """Start a run: the field is stateless, only the dimension is checked.
+        """Start a run: the field is stateless, only the dimension is checked (and the normals a
+        parallel sampler drew ahead are dropped).
 
         Parameters
         ----------
@@ -847,6 +875,8 @@ class ExactField:
         """
         if self.d is not None:
             self.noise_kernel(d)
+        if self._sampler is not None:
+            self._sampler.reset()
 
     def noise_kernel(self, d: int) -> NoiseKernel:
         """Its kernel, checked against the tokens' dimension.
@@ -913,7 +943,7 @@ class ExactField:
         """
         if self.d is not None and X.shape[-1] != self.d:
             self.noise_kernel(X.shape[-1])
-        xi = as_draws(draws).brownian(X.shape, X.dtype, X.device)
+        xi = as_draws(draws).brownian(X.shape, X.dtype, X.device, self._sampler)
         return math.sqrt(dt) * (sqrt_psd(self.covariance(X, torch.float64), self.sqrt_method).to(X.dtype) @ xi)
 
 
@@ -992,6 +1022,15 @@ class RandomFeatureField:
         The noise scale s, >= 0.
     token_chunk : int, optional
         Tokens whose features are formed at once: memory O(token_chunk · M) for many tokens.
+    gain : float, optional
+        g >= 0, the standard deviation of the features u_k (default 1).
+    rng : {"torch", "parallel"}, optional
+        The sampler of the fresh normals of $B^k$ and $B^0$ (without a shared path): ``torch.randn``
+        on the run's generator (the default), or ``parallel`` streams seeded from it, on all CPU
+        cores ([`NormalDraws`][stochformer.model.rng.NormalDraws]; other numbers, the same law).
+        Its normals drawn ahead belong to one generator at a time, so systems each with its own
+        generator in the same state still receive the same increments, stepped in lockstep or
+        one after the other.
 
     Raises
     ------
@@ -1014,10 +1053,12 @@ class RandomFeatureField:
     scale: NonNegativeFloat = 1.0
     token_chunk: Optional[PositiveInt] = None
     gain: NonNegativeFloat = 1.0
+    rng: RngBackend = "torch"
     _u: Optional[torch.Tensor] = field(default=None, repr=False)
     _b: Optional[torch.Tensor] = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
+        self._sampler = _field_sampler(self.rng)
         self._phi = get_activation(self.activation)
         self._phi_in_place = self.activation == "relu"
         self._u_scaled: Optional[tuple] = None  # (u, b, their versions, [u/√d; b]): made again once u or b changes
@@ -1045,7 +1086,8 @@ class RandomFeatureField:
 
     def reset(self, batch, d, generator, dtype, device) -> None:
         """Draw the features at the start of the first run; a field keeps them afterwards (it is
-        a function of position, shared by every system it drives).
+        a function of position, shared by every system it drives). Every run drops the normals
+        a parallel sampler drew ahead.
 
         Parameters
         ----------
@@ -1065,6 +1107,8 @@ class RandomFeatureField:
         ValueError
             Tokens of another d, dtype or device than the features drawn.
         """
+        if self._sampler is not None:
+            self._sampler.reset()
         if self._u is None:
             self.draw(batch, d, generator, dtype, device)
         elif self._u.shape[1] != d:
@@ -1161,7 +1205,7 @@ class RandomFeatureField:
         if F not in (B, 1):
             raise ValueError(f"RandomFeatureField: tokens have batch {B} but the field has {F} samples (need equal, or 1)")
         draws = as_draws(draws)
-        Z = draws.brownian((F, self.features, d), X.dtype, X.device)
+        Z = draws.brownian((F, self.features, d), X.dtype, X.device, self._sampler)
         flat = F == 1 and B > 1  # one shared field: treat all B·N tokens as one cloud
         Xf = X.reshape(1, B * N, d) if flat else X
         n = Xf.shape[1]
@@ -1181,7 +1225,7 @@ class RandomFeatureField:
         coef = self.scale * math.sqrt(dt)
         out.mul_(coef / math.sqrt(self.features))
         if self.sigma_W > 0:
-            out.add_(draws.brownian((F, 1, d), X.dtype, X.device), alpha=coef * self.sigma_W)
+            out.add_(draws.brownian((F, 1, d), X.dtype, X.device, self._sampler), alpha=coef * self.sigma_W)
         return out
 
     def path_shape(self, F: int, d: int) -> list[tuple[int, ...]]:
