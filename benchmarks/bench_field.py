@@ -45,12 +45,13 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from busy import busy  # noqa: E402
+from checkouts import run_in_tree  # noqa: E402
 from docsection import publish  # noqa: E402
 
 DOC = ROOT / "docs" / "benchmarks.md"
@@ -233,8 +234,6 @@ report(seconds, np.asarray(X), max(first - seconds, 0.0))
 NEEDS = {"torchsde": "torchsde", "diffrax": "diffrax"}
 #: the stochformer contenders of this checkout: name → the field's sampler (None: the default)
 OURS = {"stochformer": None, "stochformer parallel": "parallel"}
-#: a process that keeps one core busy (``--load``)
-BUSY = "while True: pass"
 
 
 def available(name: str) -> bool:
@@ -244,18 +243,8 @@ def available(name: str) -> bool:
 
 def run_child(name: str, problem: str, size: dict, rng, seed: int, out: Path, tree: Path) -> dict:
     """One timed run of contender ``name`` (a key of CHILDREN) in a fresh process; its report."""
-    env = dict(os.environ, PYTHONPATH=str(tree), JAX_PLATFORMS="cpu")
     spec = json.dumps({"problem": problem, "rng": rng, "size": size})
-    proc = subprocess.run([sys.executable, "-c", COMMON + CHILDREN[name], spec, str(seed), str(out)],
-                          env=env, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{name} ({tree}) failed:\n{proc.stderr[-3000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
-def busy_processes(k: int) -> list[subprocess.Popen]:
-    """``k`` processes that each keep one core busy until killed."""
-    return [subprocess.Popen([sys.executable, "-c", BUSY]) for _ in range(k)]
+    return run_in_tree(COMMON + CHILDREN[name], [spec, str(seed), str(out)], tree, env={"JAX_PLATFORMS": "cpu"})
 
 
 def render(result: dict) -> str:
@@ -340,8 +329,7 @@ def main(argv=None) -> dict:
     runs: dict[str, list[dict]] = {name: [] for name, _, _ in contenders}
     load_before = os.getloadavg()[0]
     same_tokens = True
-    hogs = busy_processes(args.load)
-    try:
+    with busy(args.load):
         for r in range(rounds):
             order = contenders if r % 2 == 0 else contenders[::-1]
             for name, tree, rng in order:
@@ -351,10 +339,6 @@ def main(argv=None) -> dict:
                 same_tokens &= bool(np.allclose(np.load(work / "stochformer.npy"), np.load(work / "stochformer_before.npy"),
                                                 rtol=1e-12, atol=1e-12))
         load_after = os.getloadavg()[0]
-    finally:
-        for h in hogs:
-            h.kill()
-            h.wait()
     result = {"benchmark": out.stem, "problem": args.problem,
               "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
               "device": f"cpu: {platform.processor() or platform.machine()}, {os.cpu_count()} cores", "platform": platform.platform(),
