@@ -121,6 +121,15 @@ class Model(Protocol):
         ...
 
 
+ModelSource = Union[Model, Callable[[Any], Model]]
+"""``model=`` of an experiment ([`run_simulate`][stochformer.experiments.simulate.run_simulate],
+[`run_sync`][stochformer.experiments.sync.run_sync], [`run_phase`][stochformer.experiments.phase.run_phase], ...):
+a [`Model`][stochformer.integrate.Model], stepped in every run instead of the config's own (where the
+runs share one model configuration), or a factory ``factory(cfg) -> model`` called with each run's
+[`RunConfig`][stochformer.config.RunConfig]; checked, resolved and recorded by
+[`GivenModels`][stochformer.config.build.GivenModels] (docs/usage.md, "A model of one's own")."""
+
+
 #: ``hook(k, X)`` after step k (1..steps): returns the state to continue from (or None: X itself)
 Hook = Callable[[int, torch.Tensor], Optional[torch.Tensor]]
 #: ``fn(X)`` of [`SaveAt`][stochformer.integrate.SaveAt]: observables of the state X (batch, N, d), each a tensor (batch, …)

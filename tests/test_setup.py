@@ -151,13 +151,43 @@ def no_work(monkeypatch):
         monkeypatch.setattr(module, "solve", solve)
 
 
-@pytest.mark.parametrize("bad", [3, "transformer", torch.nn.Linear(3, 3), None.__class__])
+@pytest.mark.parametrize("bad", [3, "transformer", object()])
 def test_a_model_of_the_wrong_type_is_one_error_naming_model(bad, no_work):
     cfg = RunConfig(**SMALL)
-    with pytest.raises(TypeError, match=r"^model: must be .*Transformer.*LimitSDE"):
+    with pytest.raises(TypeError, match=r"^model: must be an object with reset\(\.\.\.\), step\(\.\.\.\) \(Model\) or a callable"):
         run_simulate(cfg, model=bad)
-    with pytest.raises(TypeError, match=r"^model: must be .*Transformer.*LimitSDE"):
+    with pytest.raises(TypeError, match=r"^model: must be an object with reset\(\.\.\.\), step\(\.\.\.\) \(Model\) or a callable"):
         run_sync(SyncConfig(model=SMALL, pairs=4), model=bad)
+    with pytest.raises(TypeError, match=r"^model: must be a Transformer .*LimitSDE.*or a model of one's own with step"):
+        check_model(bad, cfg)
+
+
+@pytest.mark.parametrize("bad", [torch.nn.Linear(3, 3), None.__class__, Transformer])
+def test_a_callable_that_is_no_factory_is_one_error_naming_model(bad, no_work):
+    # a callable that is not a model is taken for a factory cfg -> model, called before any work
+    cfg = RunConfig(**SMALL)
+    with pytest.raises((TypeError, ValueError), match=r"^model: the factory .* (failed on the run's config|must build)"):
+        run_simulate(cfg, model=bad)
+    with pytest.raises((TypeError, ValueError), match=r"^model: the factory .* (failed on the run's config|must build)"):
+        run_sync(SyncConfig(model=SMALL, pairs=4), model=bad)
+
+
+class Rotate:
+    """A deterministic model of one's own (the protocol's example): accepted for either dynamics."""
+
+    def reset(self, batch, d, generator, dtype, device):
+        pass
+
+    def step(self, X, dt, draws):
+        return torch.roll(X, 1, dims=-1)
+
+
+def test_a_model_of_ones_own_runs_and_is_recorded_as_a_custom_part():
+    cfg = RunConfig(**SMALL, path_stride=1)
+    res = run_simulate(cfg, model=Rotate())
+    X0 = res.data["X"].values[:, 0]
+    assert np.array_equal(res.data["X_final"].values, np.roll(X0, cfg.L % cfg.d, axis=-1))
+    assert res.meta["model"]["custom_parts"] == [f"model: {__name__}.Rotate"]
 
 
 def test_a_model_of_the_other_dynamics_is_refused_naming_what_is_accepted(no_work):

@@ -74,6 +74,16 @@ def test_cluster_equals_serial_bit_for_bit(client, tmp_path):
     assert json.loads((tmp_path / "out" / "config.json").read_text())["command"] == "sweep"
 
 
+def test_a_factory_given_as_model_runs_on_the_cluster_with_the_serial_numbers(client):
+    # model=: a module-level factory pickles to the workers (each task keyed by its pickle's hash)
+    from stochformer.config.build import make_model
+
+    cfg = small_sweep(grid={"gamma": [-1, 1]})
+    on_cluster = run_sweep(cfg, scheduler=client, model=make_model)
+    xr.testing.assert_identical(run_sweep(cfg).data, on_cluster.data)
+    assert sorted(on_cluster.meta["model"]["runs"]) == ["point00000", "point00001"]
+
+
 def test_task_seeds_and_points_with_different_depths():
     """Task j of point i is run_simulate() with seed child_seeds(child_seeds(seed, P)[i], C)[j]; the
     time axis (t = ℓ T/L, T = 2) is the union of the points' times, NaN at those a point does not have."""

@@ -1,15 +1,20 @@
 """The config layer's only bridge to the library: from a validated
 [`RunConfig`][stochformer.config.RunConfig] to the objects [`stochformer.solve`][stochformer.solve] takes — the run's
 [`Setup`][stochformer.config.build.Setup] (device, dtype, generators: [`setup`][stochformer.config.build.setup], once per
-run), initial tokens, attention, noise source, and the model (transformer or limit SDE); and the check and
-record of a model given instead of built ([`check_model`][stochformer.config.build.check_model],
-[`model_record`][stochformer.config.build.model_record])."""
+run), initial tokens, attention, noise source, and the model (transformer or limit SDE); and what a run
+does with ``model=`` (a model, or a factory building one from each run's config, given instead of the
+config's own: [`ModelSource`][stochformer.integrate.ModelSource]), in one place: checked before any
+work ([`GivenModels.check`][stochformer.config.build.GivenModels.check],
+[`check_model`][stochformer.config.build.check_model]), resolved per run
+([`resolve_model`][stochformer.config.build.resolve_model]) and recorded
+([`model_record`][stochformer.config.build.model_record])."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Any, Literal, Optional, Union, cast
+import pickle
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Literal, Optional, Sequence, Union, cast
 
 import torch
 
@@ -34,6 +39,10 @@ from ..model.rng import resolve_backend
 from ..model.sde import INTEGRATORS, LimitSDE
 from ..model.transformer import Transformer
 from ..core.runtime import DTYPES, child_seeds, make_generator, named_seed, provenance, resolve_device
+from ..core.validation import callable_record, part_name
+
+if TYPE_CHECKING:  # `integrate` loads xarray, which `rates` never needs
+    from ..integrate import Model, ModelSource
 
 
 @dataclass(frozen=True)
@@ -157,50 +166,116 @@ def setup(cfg: Union[RunConfig, ExperimentConfig]) -> Setup:
     return Setup(resolve_device(run.device), DTYPES[run.dtype], int(run.seed))
 
 
-#: what ``model=`` of a run accepts, by the config's ``dynamics``
+#: the stochformer model of each ``dynamics``: a given model of the other one is refused
 MODEL_CLASSES: dict[str, type[Union[Transformer, LimitSDE]]] = {"transformer": Transformer, "sde": LimitSDE}
 
+#: the RunConfig fields that say how a model is run (tokens, horizon, depth, samples, seed,
+#: numerics, what is recorded), not what the model is: runs whose configs differ only in these can
+#: share one model object
+RUN_FIELDS = ("N", "L", "T", "batch", "seed", "dtype", "device", "energy_beta", "record_every", "path_stride", "init")
 
-def check_model(model: Any, cfg: RunConfig, prefix: str = "") -> Union[Transformer, LimitSDE]:
+
+def is_model(obj: Any) -> bool:
+    """Whether ``obj`` is a model ([`Model`][stochformer.integrate.Model]: an object with ``step`` and
+    ``reset`` methods) rather than a factory building one.
+
+    Parameters
+    ----------
+    obj : Any
+        A model, a factory or anything else.
+
+    Returns
+    -------
+    bool
+        True for a model (not a class).
+    """
+    return not isinstance(obj, type) and callable(getattr(obj, "step", None)) and callable(getattr(obj, "reset", None))
+
+
+def check_model(model: Any, cfg: RunConfig, prefix: str = "", built_by: Optional[str] = None) -> Model:
     """A model given to a run instead of the one its config builds, checked before any work: a
-    [`Transformer`][stochformer.model.transformer.Transformer] for ``dynamics = "transformer"``, a
-    [`LimitSDE`][stochformer.model.sde.LimitSDE] for ``dynamics = "sde"`` (else ``TypeError``
-    naming ``model`` and what is accepted), whose attention and noise source, where they state a
-    dimension, are built for the config's ``d`` (else ``ConfigError`` naming ``d``, as ``model.d``
-    with ``prefix = "model."`` for an experiment's config).
+    [`Model`][stochformer.integrate.Model] (``step`` and ``reset``), and where it is one of
+    stochformer's, a [`Transformer`][stochformer.model.transformer.Transformer] for ``dynamics =
+    "transformer"``, a [`LimitSDE`][stochformer.model.sde.LimitSDE] for ``"sde"`` (else ``TypeError``
+    naming ``model`` and what is accepted); its attention and noise source, where they state a
+    dimension, built for the config's ``d`` (else ``ConfigError`` naming ``d``, as ``model.d`` with
+    ``prefix = "model."`` for an experiment's config).
 
     Parameters
     ----------
     model : Any
-        The model given by hand.
+        The model given by hand, or built by a factory.
     cfg : RunConfig
-        A validated configuration.
+        A validated configuration: the run's.
     prefix : str, optional
-        Prepended to the argument's name in messages.
+        Prepended to the field's name in messages.
+    built_by : str, optional
+        The factory that built ``model`` (named in messages).
 
     Returns
     -------
-    Transformer or LimitSDE
+    Model
         ``model``, checked.
     """
     accepted = MODEL_CLASSES[cfg.dynamics]
-    if not isinstance(model, accepted):
+    other_kind = isinstance(model, tuple(MODEL_CLASSES.values())) and not isinstance(model, accepted)
+    if other_kind or not is_model(model):
         others = " or ".join(f"a {c.__name__} for dynamics = {k!r}" for k, c in MODEL_CLASSES.items())
-        raise TypeError(f"model: must be a {accepted.__name__} (the config has dynamics = {cfg.dynamics!r}; "
-                        f"accepted: {others}), got {type(model).__module__}.{type(model).__qualname__}")
+        head = "must be" if built_by is None else f"the factory {built_by} must build"
+        raise TypeError(f"model: {head} a {accepted.__name__} (the config has dynamics = {cfg.dynamics!r}; "
+                        f"accepted: {others}, or a model of one's own with step(X, dt, draws) and reset(batch, d, "
+                        f"generator, dtype, device)), got {type(model).__module__}.{type(model).__qualname__}")
+    whose = "the given model's" if built_by is None else f"the model {built_by} built:"
     for part in ("attention", "noise"):
-        dim = getattr(getattr(model, part), "d", None)
+        dim = getattr(getattr(model, part, None), "d", None)
         if isinstance(dim, int) and not isinstance(dim, bool) and dim != cfg.d:
-            raise ConfigError(f"{prefix}d: the given model's {part} ({type(getattr(model, part)).__name__}) is built for "
+            raise ConfigError(f"{prefix}d: {whose} {part} ({type(getattr(model, part)).__name__}) is built for "
                               f"d = {dim}, the config has d = {cfg.d}")
     return model
 
 
+def resolve_model(source: Optional[ModelSource], cfg: RunConfig, env: Optional[Setup] = None,
+                  prefix: str = "") -> Model:
+    """The model of one run: the config's own ([`make_model`][stochformer.config.build.make_model] on
+    ``env``'s dtype and device) without ``source``; the model ``source`` itself; or what the factory
+    ``source(cfg)`` builds. Either is checked by [`check_model`][stochformer.config.build.check_model]
+    against ``cfg``; a factory that raises is one error naming ``model`` and the factory.
+
+    Parameters
+    ----------
+    source : Model or callable or None
+        ``model=`` of the run ([`ModelSource`][stochformer.integrate.ModelSource]).
+    cfg : RunConfig
+        A validated configuration: the run's.
+    env : Setup, optional
+        The run's dtype and device, for the config's own model (default: ``setup(cfg)``).
+    prefix : str, optional
+        Prepended to the field's name in messages.
+
+    Returns
+    -------
+    Model
+        The run's model, checked.
+    """
+    if source is None:
+        env = env or setup(cfg)
+        return make_model(cfg, env.dtype, env.device)
+    if is_model(source) or not callable(source):
+        return check_model(source, cfg, prefix)
+    name = part_name(source)
+    try:
+        built = source(cfg)
+    except Exception as exc:
+        kind = TypeError if isinstance(exc, TypeError) else ValueError
+        raise kind(f"model: the factory {name} failed on the run's config ({type(exc).__name__}: {exc})") from exc
+    return check_model(built, cfg, prefix, built_by=name)
+
+
 def model_record(model: Any) -> dict:
-    """What a result records of a model given by hand: ``model``, its description (class by qualified
-    name and fields; callables by qualified name and parameters, or an ``"unrecorded"`` mark where
-    they cannot be read: [`describe`][stochformer.integrate.describe]), and ``custom_parts``, where it
-    holds parts not defined by stochformer ([`custom_parts`][stochformer.integrate.custom_parts]).
+    """What a result records of a model given by hand: ``given``, its ``description`` (class by
+    qualified name and fields; callables by qualified name and parameters, or an ``"unrecorded"`` mark
+    where they cannot be read: [`describe`][stochformer.integrate.describe]), and ``custom_parts``,
+    where it holds parts not defined by stochformer ([`custom_parts`][stochformer.integrate.custom_parts]).
     The config's own model fields then describe the config, not the model that ran.
 
     Parameters
@@ -211,12 +286,223 @@ def model_record(model: Any) -> dict:
     Returns
     -------
     dict
-        ``model`` (its description) and ``custom_parts``.
+        ``given``, ``description`` and ``custom_parts``.
     """
     from ..integrate import custom_parts, describe  # here: integrate loads xarray, which `rates` never needs
 
     return {"given": True, "description": describe(model), "custom_parts": custom_parts(model)}
 
+
+@dataclass
+class GivenModels:
+    """``model=`` of an experiment (a model, or a factory ``factory(cfg) -> model``; None: the
+    configs' own models), checked once before any work by
+    [`check`][stochformer.config.build.GivenModels.check], then asked for each run's model by
+    [`model`][stochformer.config.build.GivenModels.model], which records what ran.
+
+    Attributes
+    ----------
+    source : Model or callable or None
+        ``model=`` ([`ModelSource`][stochformer.integrate.ModelSource]).
+    prefix : str
+        Prepended to the field's name in messages (``model.`` for an experiment's config).
+    runs : dict
+        Run label → the [`model_record`][stochformer.config.build.model_record] of the model a factory
+        built for it.
+    """
+
+    source: Optional[ModelSource] = None
+    prefix: str = ""
+    runs: dict[str, dict] = field(default_factory=dict)
+    _first: Optional[tuple[RunConfig, Model]] = field(default=None, init=False, repr=False)
+
+    @classmethod
+    def check(cls, source: Optional[ModelSource], cfgs: Sequence[RunConfig], what: str, scheduler: Any = None,
+              store: Any = None, prefix: str = "") -> GivenModels:
+        """``model=`` checked before any work against the configs of every run of ``what``:
+
+        * a model object runs every run, so the configs must agree on every field but the
+          `RUN_FIELDS` (else ``ValueError`` naming ``model`` and the fields that differ: give a
+          factory), and it is checked against each by [`check_model`][stochformer.config.build.check_model];
+        * a factory is called now on the first config and what it builds is checked (that model runs
+          the first run where it runs in this process); each run calls it again on its own config;
+        * with a ``scheduler`` other than serial the runs go to other processes: ``source`` must
+          pickle (a module-level function or class, a ``functools.partial`` of one, a model object;
+          not a lambda or a local function), else ``ValueError`` naming ``model``;
+        * a ``store`` keys each task by its config and code, which do not hold a model given by hand:
+          refused (``ValueError`` naming ``model``; give one's own parts by import string in the
+          config for a resumable run).
+
+        Parameters
+        ----------
+        source : Model or callable or None
+            ``model=`` ([`ModelSource`][stochformer.integrate.ModelSource]).
+        cfgs : sequence of RunConfig
+            The configs of the experiment's runs, the first first.
+        what : str
+            The experiment (named in messages).
+        scheduler : Any, optional
+            The experiment's ``scheduler``.
+        store : Any, optional
+            The experiment's ``store``.
+        prefix : str, optional
+            Prepended to the field's name in messages.
+
+        Returns
+        -------
+        GivenModels
+            The checked source.
+        """
+        given = cls(source, prefix)
+        if source is None:
+            return given
+        if store is not None:
+            raise ValueError(f"model: {what} with a store keys each task by its config, which does not hold a model given "
+                             "by hand; give the parts by import string in the config (activation, attention_kind, noise) "
+                             "for a resumable run, or run without store")
+        if is_model(source):
+            dumps = [c.model_dump(mode="json", exclude=set(RUN_FIELDS)) for c in cfgs]
+            differ = sorted({k for d in dumps[1:] for k in d if d[k] != dumps[0][k]})
+            if differ:
+                raise ValueError(f"model: {what} runs models of different configs (they differ in {', '.join(differ)}), "
+                                 "and one model object would run them all; give a factory instead, "
+                                 "model=lambda cfg: ..., called with each run's config")
+            for c in cfgs:
+                check_model(source, c, prefix)
+        elif callable(source):
+            given._first = (cfgs[0], resolve_model(source, cfgs[0], prefix=prefix))
+        else:
+            check_model(source, cfgs[0], prefix)  # the TypeError naming what is accepted
+        if scheduler is not None and not (isinstance(scheduler, str) and scheduler == "serial"):
+            try:
+                pickle.dumps(source)
+            except Exception as exc:  # the message of a PicklingError holds a memory address
+                raise ValueError(f"model: runs on scheduler {scheduler!r} in other processes, so the model or factory "
+                                 f"must pickle, and {part_name(source)} does not ({type(exc).__name__}); define the factory "
+                                 "at module level (a lambda or a local function does not pickle), or run with "
+                                 "scheduler='serial'") from None
+        return given
+
+    def model(self, cfg: RunConfig, label: str, default: Callable[[], Model]) -> Model:
+        """The model of the run ``label`` of config ``cfg``: ``default()`` (the config's own) without a
+        source; else [`get`][stochformer.config.build.GivenModels.get].
+
+        Parameters
+        ----------
+        cfg : RunConfig
+            The run's config.
+        label : str
+            The run's name in the record.
+        default : callable
+            Builds the config's own model.
+
+        Returns
+        -------
+        Model
+            The run's model.
+        """
+        given = self.get(cfg, label)
+        return default() if given is None else given
+
+    def get(self, cfg: RunConfig, label: str) -> Optional[Model]:
+        """The given model of the run ``label`` of config ``cfg``: None without a source; the model
+        object; or what the factory builds for ``cfg`` (checked, and recorded under ``label``).
+
+        Parameters
+        ----------
+        cfg : RunConfig
+            The run's config.
+        label : str
+            The run's name in the record.
+
+        Returns
+        -------
+        Model or None
+            The run's given model.
+        """
+        if self.source is None:
+            return None
+        if is_model(self.source):
+            return cast("Model", self.source)
+        if self._first is not None and self._first[0] == cfg:
+            model, self._first = self._first[1], None
+        else:
+            model = resolve_model(self.source, cfg, prefix=self.prefix)
+        self.runs[label] = model_record(model)
+        return model
+
+    def task_kwargs(self) -> dict:
+        """The keyword a run's task takes: ``{"model": source}``, or none without a source (so that a
+        task's key, and what a store holds, are those of the run without ``model=``).
+
+        Returns
+        -------
+        dict
+            ``{"model": source}`` or ``{}``.
+        """
+        return {} if self.source is None else {"model": self.source}
+
+    def add(self, label: str, record: Optional[dict]) -> None:
+        """Record the model a task built for the run ``label`` (its ``model_record``; None: nothing).
+
+        Parameters
+        ----------
+        label : str
+            The run's name in the record.
+        record : dict or None
+            The task's ``model_record``.
+        """
+        if record is not None and self.source is not None and not is_model(self.source):
+            self.runs[label] = record
+
+    def meta(self) -> dict:
+        """What the result records: ``{}`` without a source; else ``{"model": ...}``: a model object's
+        [`model_record`][stochformer.config.build.model_record]; for a factory ``given``, ``factory`` (its
+        qualified name and parameters, or an ``"unrecorded"`` mark for a closure's captured values),
+        ``runs`` (per run, the record of the model it built) and ``custom_parts`` (the factory's where it
+        is not stochformer's, and those of the models it built).
+
+        Returns
+        -------
+        dict
+            ``{}`` or ``{"model": record}``.
+        """
+        if self.source is None:
+            return {}
+        if is_model(self.source):
+            return {"model": model_record(self.source)}
+        from ..integrate import custom_parts
+
+        parts = custom_parts(self.source, "factory") + sorted({p for r in self.runs.values() for p in r["custom_parts"]})
+        return {"model": {"given": True, "factory": callable_record(self.source), "custom_parts": parts,
+                          "runs": {k: {"description": r["description"], "custom_parts": r["custom_parts"]}
+                                   for k, r in self.runs.items()}}}
+
+
+def task_model(model: Optional[ModelSource], cfg: RunConfig, env: Optional[Setup] = None) -> tuple[Optional[Model], dict]:
+    """In a task of an experiment (another process, perhaps): the run's given model (None without
+    ``model``: the config's own then runs) by [`resolve_model`][stochformer.config.build.resolve_model],
+    and what the task returns of it for [`GivenModels.add`][stochformer.config.build.GivenModels.add]
+    (``{"model": model_record}``, ``{}`` without ``model``).
+
+    Parameters
+    ----------
+    model : Model or callable or None
+        The task's ``model`` keyword.
+    cfg : RunConfig
+        The run's config.
+    env : Setup, optional
+        The run's dtype and device.
+
+    Returns
+    -------
+    tuple
+        The model (or None) and the entries to return.
+    """
+    if model is None:
+        return None, {}
+    built = resolve_model(model, cfg, env)
+    return built, {"model": model_record(built)}
 
 
 def initial_tokens(

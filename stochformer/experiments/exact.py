@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Optional
 
 import numpy as np
@@ -39,10 +39,10 @@ import xarray as xr
 from pydantic import Field, model_validator
 
 from ..config import ExperimentConfig, InitConfig, RunConfig, as_config
-from ..config.build import initial_tokens, make_kernel, make_model, setup
+from ..config.build import GivenModels, initial_tokens, make_kernel, make_model, setup
 from ..core.runtime import child_seeds
 from ..core.validation import validated
-from ..integrate import SaveAt, solve
+from ..integrate import Model, ModelSource, SaveAt, solve
 from ..io.names import RATE_UNITS
 from ..io.results import Result
 from ..io.store import to_jsonable
@@ -194,6 +194,8 @@ class ExactResult(Result):
         Versions, platform and device.
     elapsed_s : float
         The run time in seconds.
+    meta : dict
+        Further record entries (``model``: a model given by hand).
     """
 
     command: ClassVar[str] = "exact"
@@ -207,6 +209,7 @@ class ExactResult(Result):
     clusters: list[dict]
     provenance: dict
     elapsed_s: float
+    meta: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         ph = self.phase
@@ -242,7 +245,7 @@ class ExactResult(Result):
                     "sigma_U": ph.sigmas, "gain": ph.gains})
 
 
-def pair_runs(cfg: ExactConfig, beta: float, seed: int) -> np.ndarray:
+def pair_runs(cfg: ExactConfig, beta: float, seed: int, model: Optional[Model] = None) -> np.ndarray:
     """The final overlaps z_T (batch,) of ``model.batch`` pairs started at cosine z0 with attention β.
 
     Parameters
@@ -253,6 +256,8 @@ def pair_runs(cfg: ExactConfig, beta: float, seed: int) -> np.ndarray:
         The attention's β.
     seed : int
         The seed.
+    model : Model, optional
+        A model stepped instead of the config's (that of ``model.with_updates(beta=beta)``).
 
     Returns
     -------
@@ -263,7 +268,8 @@ def pair_runs(cfg: ExactConfig, beta: float, seed: int) -> np.ndarray:
     env = setup(run)
     g = env.generator(seed)
     X0 = initial_tokens(InitConfig(kind="pair", cosine=cfg.z0), run.batch, 2, run.d, g, env.dtype, env.device)
-    X = solve(make_model(run, env.dtype, env.device), X0, run.T, run.L, SaveAt(stats=()), generator=g)["X_final"].values
+    model = make_model(run, env.dtype, env.device) if model is None else model
+    X = solve(model, X0, run.T, run.L, SaveAt(stats=()), generator=g)["X_final"].values
     X = np.asarray(X, dtype=float)
     return np.einsum("bd,bd->b", X[:, 0], X[:, 1])
 
@@ -387,7 +393,7 @@ def extrapolated_pair_means(cfg: ExactConfig, beta: float, statistics: dict[str,
     return out
 
 
-def pair_part(cfg: ExactConfig, seed: int) -> dict:
+def pair_part(cfg: ExactConfig, seed: int, given: Optional[GivenModels] = None) -> dict:
     """The two-token part: measured and exact P(Z_T < 0) per β, p_antipodal and β* (module docstring).
 
     Parameters
@@ -396,6 +402,8 @@ def pair_part(cfg: ExactConfig, seed: int) -> dict:
         The configuration.
     seed : int
         The seed.
+    given : GivenModels, optional
+        A model given by hand for each β's runs (``pair beta=β``).
 
     Returns
     -------
@@ -409,7 +417,8 @@ def pair_part(cfg: ExactConfig, seed: int) -> dict:
     out: dict[str, Any] = {key: [] for key in ("beta", "p_T", "p_T_free", "p_antipodal", "below", "n", "ci", "p_hat")}
     for beta, s in zip(cfg.betas, child_seeds(seed, len(cfg.betas))):
         pair = PairDiffusion(kern, beta, v)
-        z = pair_runs(cfg, beta, s)
+        z = pair_runs(cfg, beta, s, given.get(cfg.model.with_updates(beta=beta), f"pair beta={beta:g}")
+                      if given is not None else None)
         k = int((z < 0).sum())
         pa = pair.p_antipodal(cfg.z0)
         out["beta"].append(beta)
@@ -437,19 +446,23 @@ def _spectrum_config(cfg: ExactConfig, seed: int, **updates: Any) -> SpectrumCon
     return SpectrumConfig.model_validate({"model": model})
 
 
-def _energy_values(erun: Any, steps: int, every: int, energy_beta: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """The times (k,) and E_β(μ_t) (batch, k) of ``erun.batch`` runs of ``erun`` from uniform tokens on ``steps`` steps."""
+def _energy_values(erun: Any, steps: int, every: int, energy_beta: float, seed: int, model: Optional[Model] = None
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """The times (k,) and E_β(μ_t) (batch, k) of ``erun.batch`` runs of ``erun`` (or of ``model``) from
+    uniform tokens on ``steps`` steps."""
     env = setup(erun)
     g = env.generator(seed)
     X0 = initial_tokens(InitConfig(kind="uniform"), erun.batch, erun.N, erun.d, g, env.dtype, env.device)
-    E = solve(make_model(erun, env.dtype, env.device), X0, erun.T, steps, SaveAt(stats=("energy",), every=every,
+    model = make_model(erun, env.dtype, env.device) if model is None else model
+    E = solve(model, X0, erun.T, steps, SaveAt(stats=("energy",), every=every,
                                                         energy_beta=energy_beta), generator=g)["energy"]
     values = np.asarray(E.values, dtype=float)
     times = np.asarray(E["time"].values if "time" in E.coords else np.linspace(0, erun.T, values.shape[1]), dtype=float)
     return times, values
 
 
-def extrapolated_energy(erun: RunConfig, every: int, energy_beta: float, seed: int, levels: int = 2
+def extrapolated_energy(erun: RunConfig, every: int, energy_beta: float, seed: int, levels: int = 2,
+                        model: Optional[Model] = None
                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[tuple[np.ndarray, np.ndarray]], np.ndarray]:
     """The mean interaction energy E_β(μ_t) of ``erun.batch`` runs of ``erun`` (any dynamics, N, attention)
     from uniform tokens, on ``erun.L`` steps and, with ``levels = 2``, as many independent runs on
@@ -468,6 +481,8 @@ def extrapolated_energy(erun: RunConfig, every: int, energy_beta: float, seed: i
         The seed (the finest level's; the coarse level a child seed of it).
     levels : {1, 2}
         Step sizes.
+    model : Model, optional
+        A model stepped instead of the one ``erun`` describes, at every level.
 
     Returns
     -------
@@ -478,7 +493,7 @@ def extrapolated_energy(erun: RunConfig, every: int, energy_beta: float, seed: i
     if levels not in (1, 2) or (levels == 2 and (erun.L % 2 or every % 2)):
         raise ValueError(f"levels: 1 or 2, with L and every even for 2 (got {levels}, L = {erun.L}, every = {every})")
     seeds = [seed] + child_seeds(seed, 1) if levels == 2 else [seed]
-    runs = [_energy_values(erun, erun.L // 2**i, every // 2**i, energy_beta, s) for i, s in enumerate(seeds)]
+    runs = [_energy_values(erun, erun.L // 2**i, every // 2**i, energy_beta, s, model) for i, s in enumerate(seeds)]
     times, values = runs[0]
     stats = [mean_and_se(v) for _, v in runs]
     if levels == 2:
@@ -488,7 +503,26 @@ def extrapolated_energy(erun: RunConfig, every: int, energy_beta: float, seed: i
     return times, mean, se, stats, values
 
 
-def energy_part(cfg: ExactConfig, seed: int) -> dict:
+def energy_config(cfg: ExactConfig) -> RunConfig:
+    """The runs of the energy part: ``model`` without attention, as the limit SDE, with the
+    ``energy_*`` sizes (and σ_U = σ_W = ``energy_sigma`` if set).
+
+    Parameters
+    ----------
+    cfg : ExactConfig
+        The configuration.
+
+    Returns
+    -------
+    RunConfig
+        The energy runs' config.
+    """
+    sig = {} if cfg.energy_sigma is None else {"sigma_U": cfg.energy_sigma, "sigma_W": cfg.energy_sigma}
+    return cfg.model.with_updates(attention=False, N=cfg.energy_N, batch=cfg.energy_batch, T=cfg.energy_T, L=cfg.energy_L,
+                                  dynamics="sde", **sig)
+
+
+def energy_part(cfg: ExactConfig, seed: int, given: Optional[GivenModels] = None) -> dict:
     """The energy part: the exact E[E_β(μ^N_t)] from uniform tokens, its long-time rate and Theorem
     1.4's bound, beside ``energy_batch`` runs of the limit SDE without attention on ``energy_L`` steps
     and, with ``energy_levels = 2``, as many independent runs on ``energy_L/2`` steps: the mean is then
@@ -502,6 +536,8 @@ def energy_part(cfg: ExactConfig, seed: int) -> dict:
         The configuration.
     seed : int
         The seed.
+    given : GivenModels, optional
+        A model given by hand for the energy runs (``energy``).
 
     Returns
     -------
@@ -509,11 +545,10 @@ def energy_part(cfg: ExactConfig, seed: int) -> dict:
         The exact and measured energies, the rate and the bound.
     """
     run = cfg.model
-    sig = {} if cfg.energy_sigma is None else {"sigma_U": cfg.energy_sigma, "sigma_W": cfg.energy_sigma}
-    erun = run.with_updates(attention=False, N=cfg.energy_N, batch=cfg.energy_batch, T=cfg.energy_T, L=cfg.energy_L,
-                            dynamics="sde", **sig)
+    erun = energy_config(cfg)
     pair = PairDiffusion(make_kernel(erun), 1.0, 0.0)
-    times, mean, se, stats, values = extrapolated_energy(erun, cfg.energy_every, run.energy_beta, seed, cfg.energy_levels)
+    times, mean, se, stats, values = extrapolated_energy(erun, cfg.energy_every, run.energy_beta, seed, cfg.energy_levels,
+                                                         given.get(erun, "energy") if given is not None else None)
     exact = expected_energy(pair, times, erun.N, run.energy_beta)
     rate = energy_decay_rate(pair, run.energy_beta)
     ratio = values[:, -1] / values[:, 0]
@@ -527,7 +562,7 @@ def energy_part(cfg: ExactConfig, seed: int) -> dict:
 
 
 @validated
-def run_exact(cfg: ExactConfig, progress: bool = False) -> ExactResult:
+def run_exact(cfg: ExactConfig, progress: bool = False, model: Optional[ModelSource] = None) -> ExactResult:
     """The parts of the module docstring for ``cfg`` (seeds split from ``model.seed``).
 
     Parameters
@@ -536,6 +571,14 @@ def run_exact(cfg: ExactConfig, progress: bool = False) -> ExactResult:
         A validated configuration.
     progress : bool, optional
         Show progress bars (on a terminal).
+    model : callable, optional
+        A factory ``model(run_cfg) -> model`` called with the config of the pair runs at each β
+        (``cfg.model`` with that β) and of the energy runs ([`energy_config`][stochformer.experiments.exact.energy_config]),
+        whose models run there instead of the config's; the exact laws still come from ``cfg.model``'s
+        kernel, and the spectrum and cluster parts (tangent flows and closed forms, no model to
+        replace) are the config's. Checked before any work, recorded in ``result.meta["model"]``
+        ([`GivenModels`][stochformer.config.build.GivenModels]). (One model object is refused: the
+        runs differ in β and attention.)
 
     Returns
     -------
@@ -544,11 +587,13 @@ def run_exact(cfg: ExactConfig, progress: bool = False) -> ExactResult:
     """
     cfg = as_config(cfg, ExactConfig)
     run = cfg.model
+    given = GivenModels.check(model, [run.with_updates(beta=b) for b in cfg.betas] + [energy_config(cfg)], "exact",
+                              prefix="model.")
     start = time.perf_counter()
     s_pair, s_spec, s_energy, s_phase, s_cluster = child_seeds(run.seed, 5)  # the first four as before: spawn is by index
-    pair = pair_part(cfg, s_pair)
+    pair = pair_part(cfg, s_pair, given)
     spectrum = run_spectrum(_spectrum_config(cfg, s_spec), progress=progress)
-    energy = energy_part(cfg, s_energy)
+    energy = energy_part(cfg, s_energy, given)
     kern = make_kernel(run)
     phase = gain_phase(kern, cfg.gains, cfg.sigmas)
     points = []
@@ -560,4 +605,4 @@ def run_exact(cfg: ExactConfig, progress: bool = False) -> ExactResult:
                                   seed=seed)._asdict()
                 for (a, d, sig), seed in zip(cfg.cluster_settings, child_seeds(s_cluster, max(1, len(cfg.cluster_settings))))]
     return ExactResult(config=cfg, pair=pair, spectrum=spectrum, energy=energy, phase=phase, points=points, clusters=clusters,
-                       provenance=setup(run).provenance(), elapsed_s=time.perf_counter() - start)
+                       provenance=setup(run).provenance(), elapsed_s=time.perf_counter() - start, meta=given.meta())

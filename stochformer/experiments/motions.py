@@ -15,20 +15,20 @@ snapshots every ``L // snapshots`` steps) for each dynamics. Measured:
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
-from typing import ClassVar
+from dataclasses import dataclass, field
+from typing import ClassVar, Optional
 
 import numpy as np
 import torch
 import xarray as xr
 from pydantic import Field
 
-from ..config.build import initial_tokens, make_kernel, make_model, setup
+from ..config.build import GivenModels, initial_tokens, make_kernel, make_model, setup
 from ..config import ExperimentConfig, InitConfig, as_config
 from ..io.store import to_jsonable
 from ..model.two_point import one_point_mean, simulate_two_point
 from ..io.results import Result
-from ..integrate import SaveAt, solve
+from ..integrate import ModelSource, SaveAt, solve
 from ..measure.stats import mean_and_se
 from ..core.progress import ProgressMeter
 from ..core.validation import blamed_on, validated
@@ -101,6 +101,8 @@ class MotionsResult(Result):
         u_T of the scalar diffusion.
     measured, reference, predicted : dict
         The measured laws, the reference's and the closed forms.
+    meta : dict
+        Further record entries (``model``: a model given by hand).
     """
 
     command: ClassVar[str] = "motions"
@@ -115,6 +117,7 @@ class MotionsResult(Result):
     predicted: dict
     provenance: dict
     elapsed_s: float
+    meta: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return to_jsonable({"measured": self.measured, "reference": self.reference, "predicted": self.predicted,
@@ -167,7 +170,7 @@ def law_of_u(u: np.ndarray, threshold: float) -> dict:
 
 
 @validated
-def run_motions(cfg: MotionsConfig, progress: bool = False) -> MotionsResult:
+def run_motions(cfg: MotionsConfig, progress: bool = False, model: Optional[ModelSource] = None) -> MotionsResult:
     """Measure the one- and two-point motions on the limit SDE and the transformer (module docstring).
 
     Parameters
@@ -176,6 +179,13 @@ def run_motions(cfg: MotionsConfig, progress: bool = False) -> MotionsResult:
         A validated configuration.
     progress : bool, optional
         Show progress bars (on a terminal).
+    model : callable, optional
+        A factory ``model(run_cfg) -> model`` called with the config of each dynamics
+        (``cfg.model`` with ``dynamics = "sde"``, then ``"transformer"``), whose model is stepped
+        instead of the config's (the predictions and the reference still come from ``cfg.model``);
+        checked before any work, recorded in ``result.meta["model"]``
+        ([`GivenModels`][stochformer.config.build.GivenModels]). (One model object is refused: the
+        two runs differ in ``dynamics``.)
 
     Returns
     -------
@@ -183,25 +193,28 @@ def run_motions(cfg: MotionsConfig, progress: bool = False) -> MotionsResult:
         The measured and predicted motions.
     """
     cfg = as_config(cfg, MotionsConfig)
+    runs = {dyn: cfg.model.with_updates(dynamics=dyn) for dyn in DYNAMICS}
+    given = GivenModels.check(model, list(runs.values()), "motions", prefix="model.")
     start = time.perf_counter()
-    model = cfg.model
-    env = setup(model)
+    base = cfg.model
+    env = setup(base)
     device, dtype = env.device, env.dtype
-    kernel = make_kernel(model)
-    k1, d, T = kernel.kappa1, model.d, model.T
+    kernel = make_kernel(base)
+    k1, d, T = kernel.kappa1, base.d, base.T
     s_init, s_ref, *s_dyn = env.seeds(2 + len(DYNAMICS))
-    X0 = initial_tokens(InitConfig(kind="pair", cosine=cfg.u0), model.batch, 2, d, env.generator(s_init), dtype,
+    X0 = initial_tokens(InitConfig(kind="pair", cosine=cfg.u0), base.batch, 2, d, env.generator(s_init), dtype,
                         device)
-    stride = max(1, model.L // cfg.snapshots)
+    stride = max(1, base.L // cfg.snapshots)
     save = SaveAt(stats=(), tokens_every=stride)
     one_point: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     u_final: dict[str, np.ndarray] = {}
     measured: dict[str, dict] = {}
     times = np.zeros(0)
     for dyn, seed in zip(DYNAMICS, s_dyn):
-        run = model.with_updates(dynamics=dyn)
+        run = runs[dyn]
+        stepped = given.model(run, dyn, lambda: make_model(run, dtype, device))
         with blamed_on(run):
-            ds = solve(make_model(run, dtype, device), X0, T, run.L, save, generator=env.generator(seed),
+            ds = solve(stepped, X0, T, run.L, save, generator=env.generator(seed),
                        progress=ProgressMeter(f"motions ({dyn})") if progress else None)
         X = torch.from_numpy(ds["X"].values)  # (pairs, snapshots, 2, d)
         times = ds["snapshot_time"].values
@@ -217,5 +230,5 @@ def run_motions(cfg: MotionsConfig, progress: bool = False) -> MotionsResult:
     predicted = {"kappa": k1, "d": d, "T": T, "one_point_rate": -k1 * (d - 1) / 2,
                  "one_point_T": float(one_point_mean(k1, d, T)), "u0": cfg.u0, "threshold": cfg.threshold}
     return MotionsResult(cfg, times, one_point, u_final, u_ref, measured, law_of_u(u_ref, cfg.threshold), predicted,
-                         env.provenance(), time.perf_counter() - start)
+                         env.provenance(), time.perf_counter() - start, given.meta())
 

@@ -38,7 +38,7 @@ from pydantic import Field, field_validator
 
 from ..measure.clusters import ClusterSummary, count_clusters, summarise_clusters
 from ..config import InitConfig, RunConfig, StrictConfig, as_config, build_config
-from ..config.build import Setup, setup
+from ..config.build import GivenModels, Setup, setup, task_model
 from ..measure.diagnostics import STATISTICS
 from ..io.names import RATE_UNITS, TIME_UNITS
 from ..io.store import to_jsonable
@@ -51,6 +51,7 @@ from ..tasks import Task, run_tasks
 from ..core.validation import validated
 from .preflight import FLOPS, Estimate, simulate_estimate
 from .simulate import run_simulate
+from ..integrate import Model, ModelSource
 from .sync import (
     energy_levels,
     extrapolated_moment_rate,
@@ -188,6 +189,8 @@ class ClustersResult(_PaperResult):
         Where it ran.
     courses : dict
         Activation → the cluster-count time course.
+    meta : dict
+        Further record entries (``model``: a model given by hand).
     """
 
     size: str
@@ -200,6 +203,7 @@ class ClustersResult(_PaperResult):
     elapsed_s: float
     device: str = "cpu"
     courses: dict[str, dict] = field(default_factory=dict)
+    meta: dict = field(default_factory=dict)
     command: ClassVar[str] = "paper-clusters"
     summary_name: ClassVar[str] = "clusters.json"
 
@@ -267,7 +271,7 @@ class ClustersConfig(PaperConfig):
 
 
 @validated
-def run_clusters(cfg: ClustersConfig, progress: bool = False) -> ClustersResult:
+def run_clusters(cfg: ClustersConfig, progress: bool = False, model: Optional[ModelSource] = None) -> ClustersResult:
     """SPEC §6 item 1: ReLU and tanh on S³ (d = 4), no attention, no biases, uniform tokens.
 
     Parameters
@@ -276,6 +280,13 @@ def run_clusters(cfg: ClustersConfig, progress: bool = False) -> ClustersResult:
         The size, its overrides ``sizes`` (of `CLUSTER_SIZES`), the seed, the device and ``tol``.
     progress : bool, optional
         Show progress bars (on a terminal).
+    model : callable, optional
+        A factory ``model(run_cfg) -> model`` called with each run's config (each activation's,
+        ``ClustersConfig.runs``, and its attractor run's, [`attractor_run`][stochformer.experiments.paper.attractor_run]),
+        whose model is simulated instead of the config's (the attractor horizon is still predicted
+        from the config); checked before any work, recorded in ``result.meta["model"]``
+        ([`GivenModels`][stochformer.config.build.GivenModels]). (One model object is refused: the
+        runs differ in the activation.)
 
     Returns
     -------
@@ -283,17 +294,22 @@ def run_clusters(cfg: ClustersConfig, progress: bool = False) -> ClustersResult:
         Curves, clusters and courses per activation.
     """
     cfg = as_config(cfg, ClustersConfig)
-    start = time.perf_counter()
     sizes = cfg.resolved_sizes()
+    runs = cfg.runs()
+    longs = {act: attractor_run(run, cfg.tol, sizes["snapshots"]) for act, run in runs.items()}
+    given = GivenModels.check(model, [*runs.values(), *(c for c in longs.values() if c is not None)], "clusters")
+    start = time.perf_counter()
     curves, clusters, final, courses = {}, {}, {}, {}
-    for act, run in cfg.runs().items():
-        res = run_simulate(run, progress=progress)
+    for act, run in runs.items():
+        res = run_simulate(run, progress=progress, model=given.get(run, act))
         curves[act] = {"layers": res.data["step"].values, **_curves({k: res.data[k].values for k in STATISTICS})}
         clusters[act] = summarise_clusters(res.data["X_final"].values, cfg.tol)
         final[act] = res.data["X_final"].values
-        courses[act] = cluster_course(run, res.data, cfg.tol, sizes["snapshots"], progress)
+        long = longs[act]
+        courses[act] = cluster_course(run, res.data, cfg.tol, sizes["snapshots"], progress,
+                                      None if long is None else given.get(long, f"{act} attractor"))
     return ClustersResult(cfg.size, sizes, cfg.tol, curves, clusters, final, cfg.seed, time.perf_counter() - start,
-                          cfg.device, courses)
+                          cfg.device, courses, given.meta())
 
 
 def _counts(data: xr.Dataset, tol: float, up_to_sign: bool) -> np.ndarray:
@@ -302,7 +318,8 @@ def _counts(data: xr.Dataset, tol: float, up_to_sign: bool) -> np.ndarray:
     return np.stack([count_clusters(X[:, k], tol, up_to_sign) for k in range(X.shape[1])], axis=1)
 
 
-def cluster_course(cfg: RunConfig, data: xr.Dataset, tol: float, snapshots: int, progress: bool = False) -> dict:
+def cluster_course(cfg: RunConfig, data: xr.Dataset, tol: float, snapshots: int, progress: bool = False,
+                   model: Optional[Model] = None) -> dict:
     """The number of clusters against t (of projective space {x, −x} for an odd field) of the run
     ``data`` of ``cfg`` (token snapshots ``X``), and of a second run of the same model (seed
     ``cfg.seed + 1``) at the same step T/L up to the attractor horizon predicted from e^{λ₁T}
@@ -322,6 +339,8 @@ def cluster_course(cfg: RunConfig, data: xr.Dataset, tol: float, snapshots: int,
         Snapshots of the second run.
     progress : bool, optional
         Show progress bars (on a terminal).
+    model : Model, optional
+        A model simulated in the second run instead of the config's.
 
     Returns
     -------
@@ -335,7 +354,7 @@ def cluster_course(cfg: RunConfig, data: xr.Dataset, tol: float, snapshots: int,
            "times": data["snapshot_time"].values, "counts": _counts(data, tol, odd), "long_times": [], "long_counts": []}
     long = attractor_run(cfg, tol, snapshots)
     if long is not None:
-        ld = run_simulate(long, progress=progress).data
+        ld = run_simulate(long, progress=progress, model=model).data
         out.update(long_times=ld["snapshot_time"].values, long_counts=_counts(ld, tol, odd))
     return out
 
@@ -413,21 +432,27 @@ SCENARIO_ACTIVATIONS = ("relu", "silu", "sigmoid", "tanh", "none")
 SCENARIO_GAMMAS = (1.0, 0.0, -1.0)
 
 
-def scenario_point(config: dict) -> dict:
+def scenario_point(config: dict, model: Optional[ModelSource] = None) -> dict:
     """One scenario (a task): mean ± SE over samples of mean/min cosine and E_β per layer.
 
     Parameters
     ----------
     config : dict
         The scenario's RunConfig fields.
+    model : Model or callable, optional
+        The model simulated, or a factory building it from the scenario's config.
 
     Returns
     -------
     dict
-        Per statistic, mean and SE per layer (JSON-able).
+        Per statistic, mean and SE per layer (JSON-able); with ``model``, ``model``: the record of
+        the model that ran.
     """
-    res = run_simulate(RunConfig.model_validate(config))
-    return to_jsonable({"layers": res.data["step"].values, **_curves({k: res.data[k].values for k in STATISTICS})})
+    cfg = RunConfig.model_validate(config)
+    stepped, record = task_model(model, cfg)
+    res = run_simulate(cfg, model=stepped)
+    return to_jsonable({"layers": res.data["step"].values, **_curves({k: res.data[k].values for k in STATISTICS}),
+                        **record})
 
 
 @dataclass(repr=False)
@@ -451,6 +476,8 @@ class ScenariosResult(_PaperResult):
         The run time in seconds.
     device : str
         Where it ran.
+    meta : dict
+        Further record entries (``model``: a model given by hand).
     """
 
     size: str
@@ -460,6 +487,7 @@ class ScenariosResult(_PaperResult):
     seed: int
     elapsed_s: float
     device: str = "cpu"
+    meta: dict = field(default_factory=dict)
     command: ClassVar[str] = "paper-scenarios"
     summary_name: ClassVar[str] = "scenarios.json"
 
@@ -541,7 +569,7 @@ class ScenariosConfig(PaperConfig):
 
 @validated
 def run_scenarios(cfg: ScenariosConfig, progress: bool = False, store: Optional[Path | str] = None,
-                  scheduler: Optional[str] = None) -> ScenariosResult:
+                  scheduler: Optional[str] = None, model: Optional[ModelSource] = None) -> ScenariosResult:
     """SPEC §6 item 2: every activation (and no MLP) × d × σ × γ, uniform tokens, β = 1.
 
     Parameters
@@ -554,6 +582,12 @@ def run_scenarios(cfg: ScenariosConfig, progress: bool = False, store: Optional[
         A folder of finished tasks, so a killed run resumes.
     scheduler : str, optional
         Where the tasks run (as for ``run_tasks``).
+    model : callable, optional
+        A factory ``model(run_cfg) -> model`` called with each scenario's config, whose model is
+        simulated instead of the config's; checked before any work, recorded in
+        ``result.meta["model"]`` ([`GivenModels`][stochformer.config.build.GivenModels]); not with
+        ``store``; with a process or Dask ``scheduler`` it must pickle. (One model object is refused:
+        the scenarios differ in the activation, d, σ and γ.)
 
     Returns
     -------
@@ -563,10 +597,15 @@ def run_scenarios(cfg: ScenariosConfig, progress: bool = False, store: Optional[
     cfg = as_config(cfg, ScenariosConfig)
     start = time.perf_counter()
     runs = cfg.runs()
+    given = GivenModels.check(model, [run for _, run in runs.values()], "scenarios", scheduler, store)
     keys = {key: coords for key, (coords, _) in runs.items()}
-    tasks = [Task(key, scenario_point, {"config": run.model_dump(mode="json")}) for key, (_, run) in runs.items()]
+    tasks = [Task(key, scenario_point, {"config": run.model_dump(mode="json"), **given.task_kwargs()})
+             for key, (_, run) in runs.items()]
     curves = run_tasks(tasks, store=store, scheduler=scheduler, progress=progress, desc="scenarios")
-    return ScenariosResult(cfg.size, cfg.resolved_sizes(), keys, curves, cfg.seed, time.perf_counter() - start, cfg.device)
+    for key in curves:
+        given.add(key, curves[key].pop("model", None))
+    return ScenariosResult(cfg.size, cfg.resolved_sizes(), keys, curves, cfg.seed, time.perf_counter() - start, cfg.device,
+                           given.meta())
 
 
 # --------------------------------------------------------------------------- item 3

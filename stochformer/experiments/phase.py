@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from pathlib import Path
 from typing import Any, ClassVar, Literal, Optional
 
@@ -25,16 +26,16 @@ import torch
 import xarray as xr
 from pydantic import Field, model_validator
 
-from ..config.build import initial_tokens, make_model, setup
+from ..config.build import GivenModels, initial_tokens, make_model, setup, task_model
 from ..config import ConfigError, ExperimentConfig, RunConfig, as_config, check_grid_size
 from ..io.names import NAMES, axis_description, description
 from ..io.results import Result
-from ..integrate import SaveAt, solve
+from ..integrate import ModelSource, SaveAt, solve
 from ..core.sphere import gram
 from ..measure.stats import mean_and_se
 from ..tasks import Task, run_tasks
 from ..core.validation import blamed_on, validated
-from .sync import check_extrapolation, measure_lyapunov, predicted_rates
+from .sync import check_extrapolation, measure_lyapunov, pair_config, predicted_rates
 from .preflight import Estimate, simulate_estimate
 
 #: Fields that take the grid values; ``sigma`` sets both bias scales.
@@ -124,9 +125,9 @@ class PhaseConfig(ExperimentConfig):
 
 
 def phase_point(config: dict, measure: str, pairs: int, eps: float, sync_tol: float, up_to_sign: bool, seed: int,
-                extrapolate: bool = False) -> dict:
-    """One grid point (a task: module-level, JSON-able in and out); ``err``: the Δt → 0
-    extrapolation error of λ̂₁ (0 when not extrapolated).
+                extrapolate: bool = False, model: Optional[ModelSource] = None) -> dict:
+    """One grid point (a task: module-level, JSON-able in and out but for ``model``); ``err``: the
+    Δt → 0 extrapolation error of λ̂₁ (0 when not extrapolated).
 
     Parameters
     ----------
@@ -146,25 +147,32 @@ def phase_point(config: dict, measure: str, pairs: int, eps: float, sync_tol: fl
         The point's seed.
     extrapolate : bool, optional
         Extrapolate Δt → 0.
+    model : Model or callable, optional
+        The point's model, or a factory building it from the point's run config
+        ([`point_config`][stochformer.experiments.phase.point_config]).
 
     Returns
     -------
     dict
-        ``value``, ``se``, ``err`` and the predicted λ₁, λ̄ there (JSON-able).
+        ``value``, ``se``, ``err`` and the predicted λ₁, λ̄ there (JSON-able); with ``model``, ``model``:
+        the record of the model that ran.
     """
     cfg = RunConfig.model_validate(config)
     env = setup(cfg)
     pred = predicted_rates(cfg, with_bound=False)
     out: dict[str, Any] = {"lambda_1_pred": pred["lambda_1_pred"], "lambda_bar_pred": pred["lambda_bar_pred"]}
+    stepped, record = task_model(model, point_config(cfg, measure), env)
+    out.update(record)
     if measure == "lyapunov":
-        lyap = measure_lyapunov(cfg, pairs, eps, seed, extrapolate=extrapolate, env=env)
+        lyap = measure_lyapunov(cfg, pairs, eps, seed, extrapolate=extrapolate, env=env, model=stepped)
         out.update(value=lyap["lambda_1"], se=lyap["lambda_1_se"], err=lyap.get("lambda_1_extrap_err", 0.0),
                    at_L=lyap.get("lambda_1_steps", {}).get(str(cfg.L), lyap["lambda_1"]))
         return out
     gen = env.generator(seed)
     X0 = initial_tokens(cfg.init, cfg.batch, cfg.N, cfg.d, gen, env.dtype, env.device)
     with blamed_on(cfg):
-        ds = solve(make_model(cfg, env.dtype, env.device), X0, cfg.T, cfg.L, SaveAt(stats=()), generator=gen)
+        ds = solve(make_model(cfg, env.dtype, env.device) if stepped is None else stepped, X0, cfg.T, cfg.L,
+                   SaveAt(stats=()), generator=gen)
     G = gram(torch.from_numpy(ds["X_final"].values).to(env.dtype))
     G = G.abs() if up_to_sign else G
     iu = torch.triu_indices(cfg.N, cfg.N, offset=1, device=G.device)
@@ -172,6 +180,26 @@ def phase_point(config: dict, measure: str, pairs: int, eps: float, sync_tol: fl
     frac, se = mean_and_se(synced)
     out.update(value=float(frac), se=float(se), err=0.0, at_L=float(frac))
     return out
+
+
+def point_config(cfg: RunConfig, measure: str) -> RunConfig:
+    """The config a grid point runs for ``measure``: the pairs' config
+    ([`pair_config`][stochformer.experiments.sync.pair_config]) for ``lyapunov``, the point's own for
+    ``sync_fraction`` (the config a factory given as ``model=`` is called with).
+
+    Parameters
+    ----------
+    cfg : RunConfig
+        The point's config.
+    measure : {"lyapunov", "sync_fraction"}
+        What is measured.
+
+    Returns
+    -------
+    RunConfig
+        The config run.
+    """
+    return pair_config(cfg) if measure == "lyapunov" else cfg
 
 
 @dataclass(repr=False)
@@ -192,6 +220,8 @@ class PhaseResult(Result):
         Measured value, SE and extrapolation error.
     pred_lambda_1, pred_lambda_bar : numpy.ndarray, shape (ny, nx)
         Predictions at the grid points.
+    meta : dict
+        Further record entries (``model``: a model given by hand).
     """
 
     command: ClassVar[str] = "phase"
@@ -211,6 +241,7 @@ class PhaseResult(Result):
     provenance: dict
     elapsed_s: float
     value_at_L: Optional[np.ndarray] = None
+    meta: dict = dataclass_field(default_factory=dict)
 
     def agreement(self) -> dict:
         """For ``lyapunov``: grid points where sign(measured) = sign(predicted λ₁ − γ), and those whose
@@ -297,7 +328,8 @@ def _predictions(cfg: PhaseConfig, xs: np.ndarray, ys: np.ndarray) -> tuple[np.n
 
 
 @validated
-def run_phase(cfg: PhaseConfig, progress: bool = False, store: Optional[Path | str] = None, scheduler: Optional[str] = None) -> PhaseResult:
+def run_phase(cfg: PhaseConfig, progress: bool = False, store: Optional[Path | str] = None, scheduler: Optional[str] = None,
+              model: Optional[ModelSource] = None) -> PhaseResult:
     r"""The phase diagram: measure every grid point and the predicted boundaries.
 
     At each point of ``x_values`` × ``y_values`` the pair exponent $\hat\lambda_1$ (``measure =
@@ -315,6 +347,13 @@ def run_phase(cfg: PhaseConfig, progress: bool = False, store: Optional[Path | s
         A folder keeping each finished point: a rerun resumes from it.
     scheduler : str, optional
         Where the points run (``run_tasks``: serial, processes, Dask).
+    model : Model or callable, optional
+        A factory ``model(run_cfg) -> model`` called with each point's run config
+        ([`point_config`][stochformer.experiments.phase.point_config]), whose model is measured
+        instead of the config's; or one model object, where the points share one model
+        configuration (a grid over N, T or L). Checked before any work, recorded in
+        ``result.meta["model"]`` ([`GivenModels`][stochformer.config.build.GivenModels]); not with
+        ``store``; with a process or Dask ``scheduler`` it must pickle.
 
     Returns
     -------
@@ -327,6 +366,8 @@ def run_phase(cfg: PhaseConfig, progress: bool = False, store: Optional[Path | s
     ConfigError
         A grid field that is not numeric, an empty axis, or explicit V matrices (no predicted
         boundary), naming the field.
+    TypeError
+        A ``model`` (or what a factory builds) that is not the config's kind of model, naming ``model``.
 
     Examples
     --------
@@ -344,12 +385,15 @@ def run_phase(cfg: PhaseConfig, progress: bool = False, store: Optional[Path | s
     for p in points.values():
         if p.attention and p.V is not None:
             raise ConfigError("V: the phase diagram predicts λ₁ − γ for V = γI; explicit V matrices have no boundary")
+    given = GivenModels.check(model, [point_config(p, cfg.measure) for p in points.values()], "phase", scheduler, store,
+                              prefix="model.")
     env = setup(cfg)
     seeds = env.seeds(len(points))
     tasks = [
         Task(f"phase-{i}-{j}", phase_point, dict(config=p.model_dump(mode="json"), measure=cfg.measure, pairs=cfg.pairs,
                                                  eps=cfg.eps, sync_tol=cfg.sync_tol, up_to_sign=cfg.up_to_sign, seed=s,
-                                                 extrapolate=cfg.extrapolate and cfg.measure == "lyapunov"))
+                                                 extrapolate=cfg.extrapolate and cfg.measure == "lyapunov",
+                                                 **given.task_kwargs()))
         for ((i, j), p), s in zip(points.items(), seeds)
     ]
     results = run_tasks(tasks, store=store, scheduler=scheduler, progress=progress, desc="phase")
@@ -357,10 +401,11 @@ def run_phase(cfg: PhaseConfig, progress: bool = False, store: Optional[Path | s
     lam1, lbar = np.empty_like(value), np.empty_like(value)
     for (i, j) in points:
         r = results[f"phase-{i}-{j}"]
+        given.add(f"phase-{i}-{j}", r.get("model"))
         value[i, j], se[i, j], err[i, j] = r["value"], r["se"], r["err"]
         at_L[i, j] = r.get("at_L", r["value"])
         lam1[i, j], lbar[i, j] = r["lambda_1_pred"], r["lambda_bar_pred"]
     fx, fy = _fine_axis(cfg, cfg.x_field, cfg.x_values), _fine_axis(cfg, cfg.y_field, cfg.y_values)
     f1, fb = _predictions(cfg, fx, fy)
     return PhaseResult(cfg, xs, ys, value, se, err, lam1, lbar, fx, fy, f1, fb, env.provenance(),
-                       time.perf_counter() - start, at_L)
+                       time.perf_counter() - start, at_L, given.meta())

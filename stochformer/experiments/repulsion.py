@@ -36,17 +36,17 @@ import numpy as np
 import xarray as xr
 from pydantic import Field, model_validator
 
-from ..config.build import initial_tokens, make_kernel, make_model, setup
+from ..config.build import GivenModels, initial_tokens, make_kernel, make_model, setup, task_model
 from ..config import ExperimentConfig, InitConfig, RunConfig, as_config, build_config, check_grid_size
 from ..model.two_point import two_point_coefficients
 from ..io.names import RATE_UNITS
 from ..io.results import Result
 from ..core.runtime import child_seeds
-from ..integrate import SaveAt, solve
+from ..integrate import ModelSource, SaveAt, solve
 from ..measure.stats import mean_and_se
 from ..tasks import Task, run_tasks
 from ..core.validation import blamed_on, validated
-from .sync import check_extrapolation, energy_max, epsilon_of_gamma, measure_lyapunov, predicted_rates
+from .sync import check_extrapolation, energy_max, epsilon_of_gamma, measure_lyapunov, pair_config, predicted_rates
 from .preflight import Estimate, simulate_estimate
 
 
@@ -150,17 +150,20 @@ def _rate(values: np.ndarray, T: float) -> tuple[float, float]:
     return math.log(mT / m0) / T, math.hypot(sT / mT, s0 / m0) / T
 
 
-def outcome_point(config: dict, seed: int, slope_time: float) -> dict:
-    """One grid point (a task: JSON in and out): the runs from uniform tokens, their mean cosine and
-    E_β curves (mean, SE per time), the E_β rate, the final mean cosine and the initial cosine rate."""
+def outcome_point(config: dict, seed: int, slope_time: float, model: Optional[ModelSource] = None) -> dict:
+    """One grid point (a task: JSON in and out, but for ``model``: the model run, or a factory
+    building it from ``config``): the runs from uniform tokens, their mean cosine and E_β curves
+    (mean, SE per time), the E_β rate, the final mean cosine and the initial cosine rate (and
+    ``model``, the record of a given model)."""
     cfg = RunConfig.model_validate(config)
     env = setup(cfg)
     device, dtype = env.device, env.dtype
+    stepped, record = task_model(model, cfg, env)
     gen = env.generator(seed)
     X0 = initial_tokens(cfg.init, cfg.batch, cfg.N, cfg.d, gen, dtype, device)
     save = SaveAt(stats=("mean_cosine", "energy"), final=False, energy_beta=cfg.energy_beta)
     with blamed_on(cfg):
-        ds = solve(make_model(cfg, dtype, device), X0, cfg.T, cfg.L, save, generator=gen)
+        ds = solve(make_model(cfg, dtype, device) if stepped is None else stepped, X0, cfg.T, cfg.L, save, generator=gen)
     t, cos, energy = ds["time"].values, ds["mean_cosine"].values, ds["energy"].values
     early = t <= slope_time + 1e-12
     tt = t[early] - t[early].mean()
@@ -172,23 +175,25 @@ def outcome_point(config: dict, seed: int, slope_time: float) -> dict:
     return {"final_cosine": float(cos_m[-1]), "final_cosine_se": float(cos_s[-1]), "energy_rate": rate,
             "energy_rate_se": rate_se, "initial_rate": float(init_rate), "initial_rate_se": float(init_rate_se),
             "cosine_mean": cos_m.tolist(), "cosine_se": cos_s.tolist(), "energy_mean": e_m.tolist(),
-            "energy_se": e_s.tolist()}
+            "energy_se": e_s.tolist(), **record}
 
 
-def flow_growth(config: dict, seed: int, spread: float) -> dict:
+def flow_growth(config: dict, seed: int, spread: float, model: Optional[ModelSource] = None) -> dict:
     """The noiseless attention flow (``config`` without MLP) from a cluster of ``spread``: the largest
-    step rate Δlog E E_β/Δt over the run (the measured ε), the times and log E E_β per time."""
+    step rate Δlog E E_β/Δt over the run (the measured ε), the times and log E E_β per time (a task;
+    ``model`` as for [`outcome_point`][stochformer.experiments.repulsion.outcome_point])."""
     cfg = RunConfig.model_validate(config)
     env = setup(cfg)
     device, dtype = env.device, env.dtype
+    stepped, record = task_model(model, cfg, env)
     gen = env.generator(seed)
     X0 = initial_tokens(InitConfig(kind="cluster", spread=spread), cfg.batch, cfg.N, cfg.d, gen, dtype, device)
     with blamed_on(cfg):
-        ds = solve(make_model(cfg, dtype, device), X0, cfg.T, cfg.L,
+        ds = solve(make_model(cfg, dtype, device) if stepped is None else stepped, X0, cfg.T, cfg.L,
                    SaveAt(stats=("energy",), final=False, energy_beta=cfg.energy_beta), generator=gen)
     log_e = np.log(ds["energy"].values.mean(0))
     return {"max_rate": float(np.max(np.diff(log_e)) / cfg.dt), "times": ds["time"].values.tolist(),
-            "log_energy": log_e.tolist()}
+            "log_energy": log_e.tolist(), **record}
 
 
 @dataclass(repr=False)
@@ -196,7 +201,8 @@ class RepulsionResult(Result):
     """``points[(γ, σ) key]``: the measurements of `outcome_point` with the predictions
     (λ₁ − γ, λ̄ − 2γ, λ̄', ε, the noise's uniform drift); ``probe``: λ̂₁ and the noiseless flow at
     the probe point; ``times``: the time grid of the curves; ``boundary``: the criterion's boundary
-    γ = λ₁(σ) on a fine grid of σ (``sigma``, ``gamma`` lists)."""
+    γ = λ₁(σ) on a fine grid of σ (``sigma``, ``gamma`` lists); ``meta``: further record entries
+    (``model``: a model given by hand)."""
 
     command: ClassVar[str] = "repulsion"
     summary_name: ClassVar[str] = "repulsion.json"
@@ -207,6 +213,7 @@ class RepulsionResult(Result):
     provenance: dict
     elapsed_s: float
     boundary: dict = field(default_factory=dict)
+    meta: dict = field(default_factory=dict)
 
     def grid(self, name: str) -> np.ndarray:
         """A measured or predicted quantity over the grid: (len(sigmas), len(gammas))."""
@@ -253,9 +260,33 @@ def key(gamma: float, sigma: float) -> str:
 
 @validated
 def run_repulsion(cfg: RepulsionConfig, progress: bool = False, store: Optional[Path | str] = None,
-                  scheduler: Optional[str] = None) -> RepulsionResult:
+                  scheduler: Optional[str] = None, model: Optional[ModelSource] = None) -> RepulsionResult:
     """Every grid point as a task (``store`` makes it resumable), then the probe's λ̂₁ and the
-    noiseless flow. All configs are validated before any work."""
+    noiseless flow. All configs are validated before any work.
+
+    Parameters
+    ----------
+    cfg : RepulsionConfig
+        A validated configuration.
+    progress : bool, optional
+        Show progress bars (on a terminal).
+    store : str or pathlib.Path, optional
+        A folder of finished tasks, so a killed run resumes.
+    scheduler : str, optional
+        Where the tasks run (as for ``run_tasks``).
+    model : callable, optional
+        A factory ``model(run_cfg) -> model`` called with each run's config (every grid point's, the
+        noiseless flow's, the probe's pairs'), whose model runs instead of the config's (the
+        predictions still come from the configs); checked before any work, recorded in
+        ``result.meta["model"]`` ([`GivenModels`][stochformer.config.build.GivenModels]); not with
+        ``store``; with a process or Dask ``scheduler`` it must pickle. (One model object is refused:
+        the runs differ in γ, σ and the MLP.)
+
+    Returns
+    -------
+    RepulsionResult
+        The grid's outcomes beside the predictions, the probe and the boundary.
+    """
     cfg = as_config(cfg, RepulsionConfig)
     run = cfg.model
     start = time.perf_counter()
@@ -263,12 +294,17 @@ def run_repulsion(cfg: RepulsionConfig, progress: bool = False, store: Optional[
     g_probe, s_probe = cfg.probe
     probe_cfg = cfg.point(g_probe, s_probe)
     flow_cfg = cfg.point(g_probe, 0.0, mlp=False)
+    given = GivenModels.check(model, [p for _, _, p in grid.values()] + [flow_cfg, pair_config(probe_cfg)], "repulsion",
+                              scheduler, store, prefix="model.")
     seeds = child_seeds(run.seed, len(grid) + 2)
-    tasks = [Task(k, outcome_point, dict(config=p.model_dump(mode="json"), seed=sd, slope_time=cfg.slope_time))
+    tasks = [Task(k, outcome_point, dict(config=p.model_dump(mode="json"), seed=sd, slope_time=cfg.slope_time,
+                                         **given.task_kwargs()))
              for (k, (_, _, p)), sd in zip(grid.items(), seeds)]
     tasks.append(Task("probe-flow", flow_growth, dict(config=flow_cfg.model_dump(mode="json"), seed=seeds[-1],
-                                                      spread=cfg.flow_spread)))
+                                                      spread=cfg.flow_spread, **given.task_kwargs())))
     results = run_tasks(tasks, store=store, scheduler=scheduler, progress=progress, desc="repulsion")
+    for t in tasks:
+        given.add(t.key, results[t.key].pop("model", None))
     points = {}
     for k, (g, s, p) in grid.items():
         pred = predicted_rates(p)
@@ -279,7 +315,8 @@ def run_repulsion(cfg: RepulsionConfig, progress: bool = False, store: Optional[
                      "epsilon": eps, "bound": eps + pred["lambda_bar_prime_pred"],
                      "reach": math.log(energy_max(run.N, run.energy_beta) / results[k]["energy_mean"][0]) / run.T,
                      "uniform_drift": uniform_drift(p) if p.mlp else 0.0}
-    lyap = measure_lyapunov(probe_cfg, cfg.pairs, 1e-4, seeds[-2], progress, extrapolate=True)
+    lyap = measure_lyapunov(probe_cfg, cfg.pairs, 1e-4, seeds[-2], progress, extrapolate=True,
+                            model=given.get(pair_config(probe_cfg), "probe-lyapunov"))
     probe = {"gamma": g_probe, "sigma": s_probe, "lambda_1_pred": predicted_rates(probe_cfg)["lambda_1_pred"],
              "lambda_1": lyap["lambda_1"], "lambda_1_se": lyap["lambda_1_se"],
              "lambda_1_extrap_err": lyap["lambda_1_extrap_err"], "epsilon": epsilon(g_probe),
@@ -292,4 +329,4 @@ def run_repulsion(cfg: RepulsionConfig, progress: bool = False, store: Optional[
     boundary = {"sigma": fine.tolist(),
                 "gamma": [predicted_rates(cfg.point(0.0, float(s)), with_bound=False)["lambda_1_noise"] for s in fine]}
     return RepulsionResult(cfg, points, probe, times, setup(cfg).provenance(),
-                           time.perf_counter() - start, boundary)
+                           time.perf_counter() - start, boundary, given.meta())

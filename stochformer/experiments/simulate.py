@@ -12,7 +12,7 @@ import numpy as np
 import torch
 import xarray as xr
 
-from ..config.build import Setup, check_model, initial_tokens, make_attention, make_model, model_record, setup
+from ..config.build import GivenModels, Setup, initial_tokens, make_attention, make_model, setup
 from ..config import RunConfig, as_config
 from ..measure.diagnostics import STATISTICS
 from ..model.activations import Activation, activation_name
@@ -20,7 +20,7 @@ from ..model.sde import LimitSDE
 from ..model.transformer import Transformer
 from ..model.attention import DEFAULT_BLOCK, query_chunk
 from ..io.results import Result
-from ..integrate import SaveAt, solve
+from ..integrate import ModelSource, SaveAt, solve
 from ..measure.stats import mean_and_se
 from ..core.progress import ProgressMeter
 from ..core.validation import blamed_on, validated
@@ -79,7 +79,7 @@ class SimulationResult(Result):
 
 @validated
 def run_simulate(cfg: RunConfig, progress: bool = False, activation: Optional[Activation] = None,
-                 model: Optional[Union[Transformer, LimitSDE]] = None) -> SimulationResult:
+                 model: Optional[ModelSource] = None) -> SimulationResult:
     """Run ``cfg.batch`` independent samples of ``cfg.dynamics`` for L layers (or SDE steps).
 
     The transformer of SPEC §1 or the limit SDE of SPEC §3, built from the config
@@ -95,14 +95,15 @@ def run_simulate(cfg: RunConfig, progress: bool = False, activation: Optional[Ac
     activation : callable, optional
         Any elementwise φ (torch → torch) used instead of ``cfg.activation``; its kernel κ comes
         from Gauss–Hermite quadrature.
-    model : Transformer or LimitSDE, optional
+    model : Model or callable, optional
         A model built by hand, stepped instead of the one ``cfg`` describes (a ``Transformer`` for
-        ``dynamics = "transformer"``, a ``LimitSDE`` for ``"sde"``, built for ``cfg.d``: checked
-        by [`check_model`][stochformer.config.build.check_model] before any work). ``cfg`` still gives
-        the tokens, T, L, seed, device, dtype and what is recorded; ``result.meta["model"]`` records
-        the model ([`model_record`][stochformer.config.build.model_record]). The same object reused
-        with the same seed gives the same numbers; ``model = make_model(cfg)`` gives those of the run
-        without it. Not together with ``activation``.
+        ``dynamics = "transformer"``, a ``LimitSDE`` for ``"sde"``, or any
+        [`Model`][stochformer.integrate.Model], built for ``cfg.d``), or a factory
+        ``model(cfg) -> model`` called once with ``cfg``: checked before any work
+        ([`GivenModels`][stochformer.config.build.GivenModels]). ``cfg`` still gives the tokens, T, L,
+        seed, device, dtype and what is recorded; ``result.meta["model"]`` records the model. The
+        same object reused with the same seed gives the same numbers; ``model = make_model(cfg)`` (or
+        ``model = make_model``) gives those of the run without it. Not together with ``activation``.
 
     Returns
     -------
@@ -116,7 +117,8 @@ def run_simulate(cfg: RunConfig, progress: bool = False, activation: Optional[Ac
     ConfigError
         A field out of range, naming the field and its valid range; a ``model`` built for another ``d``.
     TypeError
-        A ``model`` that is not the config's kind of model, naming ``model`` and what is accepted.
+        A ``model`` that is not the config's kind of model (or a factory that builds none), naming
+        ``model`` and what is accepted.
 
     Examples
     --------
@@ -127,26 +129,22 @@ def run_simulate(cfg: RunConfig, progress: bool = False, activation: Optional[Ac
     {'sample': 2, 'time': 11, 'token': 4, 'dim': 3}
     """
     cfg = as_config(cfg)
-    if model is not None:
-        check_model(model, cfg)
-        if activation is not None:
-            raise ValueError("activation: give the activation inside the model (its noise source), not beside a model")
+    if model is not None and activation is not None:
+        raise ValueError("activation: give the activation inside the model (its noise source), not beside a model")
+    given = GivenModels.check(model, [cfg], "simulate")
     env = setup(cfg)
     gen = env.generator()
     start = time.perf_counter()
     X0 = initial_tokens(cfg.init, cfg.batch, cfg.N, cfg.d, gen, env.dtype, env.device)
     # many tokens: attention and statistics in blocks of DEFAULT_BLOCK entries, never an (N, N) matrix
     block = DEFAULT_BLOCK if cfg.N * cfg.N > DEFAULT_BLOCK else None
-    given = model is not None
-    if model is None:
-        model = _model(cfg, env, block, activation)
+    stepped = given.model(cfg, "run", lambda: _model(cfg, env, block, activation))
     save = SaveAt(every=cfg.record_every, tokens_every=cfg.path_stride, energy_beta=cfg.energy_beta, block=block)
     with blamed_on(cfg):
-        ds = solve(model, X0, cfg.T, cfg.L, save, generator=gen, progress=ProgressMeter(cfg.dynamics) if progress else None)
+        ds = solve(stepped, X0, cfg.T, cfg.L, save, generator=gen, progress=ProgressMeter(cfg.dynamics) if progress else None)
     ds.attrs["seed"] = cfg.seed
     meta: dict = {} if activation is None else {"activation_callable": activation_name(activation)}
-    if given:
-        meta["model"] = model_record(model)
+    meta.update(given.meta())
     meta["custom_parts"] = json.loads(ds.attrs["custom_parts"])
     return SimulationResult(cfg, ds, env.provenance(), time.perf_counter() - start, meta)
 

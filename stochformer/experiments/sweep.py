@@ -31,6 +31,8 @@ from ..core.runtime import child_seeds, provenance
 from ..measure.stats import mean_and_se
 from ..tasks import Task, run_tasks
 from ..core.validation import validated
+from ..config.build import GivenModels, task_model
+from ..integrate import ModelSource
 from .simulate import run_simulate
 from .preflight import Estimate, simulate_estimate
 
@@ -207,8 +209,13 @@ class SweepPlan:
     configs: list[RunConfig]
     task_sizes: list[int]
 
-    def tasks(self) -> list[Task]:
+    def tasks(self, extra: Optional[dict] = None) -> list[Task]:
         """One task per (point, part of its samples), with its own seed (see the module docstring).
+
+        Parameters
+        ----------
+        extra : dict, optional
+            Further keywords of every task (``model``).
 
         Returns
         -------
@@ -221,7 +228,8 @@ class SweepPlan:
             resources = {"GPU": 1} if cfg.device.startswith("cuda") else None
             for j, (size, tseed) in enumerate(zip(self.task_sizes, child_seeds(pseed, len(self.task_sizes)))):
                 run = cfg.model_copy(update={"batch": size, "seed": tseed})
-                out.append(Task(f"point{i:05d}-part{j:05d}", simulate_task, {"config": run.model_dump(mode="json")}, resources))
+                out.append(Task(f"point{i:05d}-part{j:05d}", simulate_task,
+                                {"config": run.model_dump(mode="json"), **(extra or {})}, resources))
         return out
 
 
@@ -290,7 +298,7 @@ def _torch_threads(n: int) -> Iterator[None]:
         torch.set_num_threads(old)
 
 
-def simulate_task(config: dict) -> dict:
+def simulate_task(config: dict, model: Optional[ModelSource] = None) -> dict:
     """One task: ``simulate`` with ``config`` (batch = the task's samples, seed = the task's seed)
     on one CPU thread (so the numbers do not depend on the worker's thread count; parallelism comes
     from the tasks). Returns ``{"times": [...], stat: (batch, n_times) lists, "elapsed_s", "device"}``.
@@ -299,21 +307,26 @@ def simulate_task(config: dict) -> dict:
     ----------
     config : dict
         The task's RunConfig fields.
+    model : Model or callable, optional
+        The model run, or a factory building it from the task's config.
 
     Returns
     -------
     dict
-        Times, per-sample statistics, run time and device.
+        Times, per-sample statistics, run time and device; with ``model``, ``model``: the record
+        of the model that ran.
     """
     cfg = validate(RunConfig, config)
+    stepped, record = task_model(model, cfg)
     with _torch_threads(1):
-        res = run_simulate(cfg)
+        res = run_simulate(cfg, model=stepped)
     ds = res.data
     return {
         "times": ds["time"].values.tolist(),
         **{name: ds[name].values.tolist() for name in STATISTICS},
         "elapsed_s": res.elapsed_s,
         "device": res.provenance["device"],
+        **record,
     }
 
 
@@ -453,6 +466,7 @@ def run_sweep(
     store: Optional[Path | str] = None,
     scheduler: Any = None,
     progress: bool = False,
+    model: Optional[ModelSource] = None,
 ) -> SweepResult:
     """Plan the sweep, run its tasks and merge them into one dataset.
 
@@ -467,6 +481,13 @@ def run_sweep(
         Where the tasks run ([`run_tasks`][stochformer.tasks.run_tasks]: serial, processes, Dask).
     progress : bool, optional
         Show a progress bar.
+    model : Model or callable, optional
+        A factory ``model(run_cfg) -> model`` called with each task's run config, whose model is
+        simulated instead of the config's; or one model object, where the points share one model
+        configuration (a sweep over N, T, L or init). Checked before any work, recorded in
+        ``result.meta["model"]`` (``runs``: per point, keyed ``pointNNNNN``;
+        [`GivenModels`][stochformer.config.build.GivenModels]); not with ``store``; with a process or
+        Dask ``scheduler`` it must pickle.
 
     Returns
     -------
@@ -482,10 +503,13 @@ def run_sweep(
     cfg = as_config(cfg, SweepConfig)
     start = time.perf_counter()
     plan = plan_sweep(cfg)
-    tasks = plan.tasks()
+    given = GivenModels.check(model, plan.configs, "sweep", scheduler, store, prefix="model.")
+    tasks = plan.tasks(given.task_kwargs())
     cache = ResultStore(store) if store is not None else None
     stored = sum(cache.load(t.key, t.cache_key) is not None for t in tasks) if cache else 0
     results = run_tasks(tasks, store=store, scheduler=scheduler, progress=progress, desc="sweep")
+    for t in tasks:
+        given.add(t.key.split("-")[0], results[t.key].pop("model", None))
     ds = merge_tasks(plan, results)
     devices = sorted({r["device"] for r in results.values()})
     meta = {
@@ -496,6 +520,7 @@ def run_sweep(
         "scheduler": scheduler if isinstance(scheduler, str) or scheduler is None else type(scheduler).__name__,
         "task_devices": devices,
         "task_compute_s": sum(results[t.key]["elapsed_s"] for t in tasks),  # summed over tasks
+        **given.meta(),
     }
     prov = {**provenance("cpu"), "device": ", ".join(devices)}  # where the tasks ran, not the client
     return SweepResult(cfg, ds, prov, time.perf_counter() - start, meta)

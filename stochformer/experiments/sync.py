@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Optional, TypeVar, Union
+from typing import Any, ClassVar, Optional, TypeVar
 
 import numpy as np
 import torch
@@ -39,13 +39,11 @@ import xarray as xr
 from pydantic import Field, model_validator
 
 from ..core.brownian import BrownianPath
-from ..config.build import Setup, check_model, initial_tokens, make_kernel, make_model, make_noise, model_record, setup
+from ..config.build import GivenModels, Setup, initial_tokens, make_kernel, make_model, setup
 from ..config import ExperimentConfig, InitConfig, RunConfig, as_config
 from ..model.activations import KINKED_ACTIVATIONS
 from ..model.kernel import first_moment_rate, lambda_bar_prime, lyapunov_exponent
-from ..model.sde import LimitSDE
-from ..model.transformer import Transformer
-from ..integrate import Model, SaveAt, solve
+from ..integrate import Model, ModelSource, SaveAt, solve
 from ..core.sphere import normalize, tangent, uniform
 from ..io.names import TIME_UNITS, numeric_attrs
 from ..io.results import Result
@@ -713,12 +711,25 @@ def coupling_path(noise, shape: tuple[int, ...], steps: int, seed: int, dtype, d
     return BrownianPath(parts, steps, seed=seed, dtype=dtype, device=device)
 
 
-#: a model given to a measurement instead of the one its config builds
-GivenModel = Optional[Union[Transformer, LimitSDE]]
+def pair_config(cfg: RunConfig) -> RunConfig:
+    """The config [`measure_lyapunov`][stochformer.experiments.sync.measure_lyapunov] runs for ``cfg``:
+    N = 2 tokens started as a pair (the config a factory given as ``model=`` is called with).
+
+    Parameters
+    ----------
+    cfg : RunConfig
+        A validated configuration.
+
+    Returns
+    -------
+    RunConfig
+        ``cfg`` with N = 2 and ``init.kind = "pair"``.
+    """
+    return cfg.model_copy(update={"N": 2, "init": InitConfig(kind="pair")})
 
 
 def measure_lyapunov(cfg: RunConfig, pairs: int, eps: float = 1e-4, seed: Optional[int] = None, progress: bool = False,
-                     extrapolate: bool = True, env: Optional[Setup] = None, model: GivenModel = None) -> dict:
+                     extrapolate: bool = True, env: Optional[Setup] = None, model: Optional[Model] = None) -> dict:
     """Benettin estimate of the pair exponent for ``cfg`` (N is forced to 2): λ̂₁, its SE and the
     mean/SE curve of the cumulative log-growth (at L steps). JSON-able (usable as a task).
 
@@ -729,8 +740,9 @@ def measure_lyapunov(cfg: RunConfig, pairs: int, eps: float = 1e-4, seed: Option
     λ̂₁}); needs L divisible by 4. Otherwise ``lambda_1`` is the estimate at L steps.
 
     ``env``: the run's [`Setup`][stochformer.config.build.Setup] (default ``setup(cfg)``); ``model``: a
-    model stepped instead of the config's (checked by the caller, [`check_model`][stochformer.config.build.check_model]),
-    the same object at every step count.
+    model stepped instead of the config's (checked by the caller for
+    [`pair_config`][stochformer.experiments.sync.pair_config] of ``cfg``:
+    [`GivenModels`][stochformer.config.build.GivenModels]). Either is the same object at every step count.
 
     Parameters
     ----------
@@ -748,35 +760,34 @@ def measure_lyapunov(cfg: RunConfig, pairs: int, eps: float = 1e-4, seed: Option
         Also run L/2 and L/4 steps and extrapolate Δt → 0.
     env : Setup, optional
         The run's device, dtype and seeds (default: resolved from ``cfg``).
-    model : Transformer or LimitSDE, optional
-        A model built by hand, stepped instead of the one ``cfg`` describes.
+    model : Model, optional
+        A model stepped instead of the one ``cfg`` describes.
 
     Returns
     -------
     dict
         λ̂₁, its SE (and extrapolation error) and the mean/SE curve, JSON-able.
     """
-    cfg = cfg.model_copy(update={"N": 2, "init": InitConfig(kind="pair")})
+    cfg = pair_config(cfg)
     check_extrapolation(cfg.L, extrapolate)
     env = env or setup(cfg)
     dtype, device = env.dtype, env.device
     seed = cfg.seed if seed is None else seed
     gen = env.generator(seed)
     X0 = pair_start(pairs, cfg.d, eps, gen, dtype, device)
+    model = make_model(cfg, dtype, device) if model is None else model
     if not extrapolate:
-        S = benettin((make_model(cfg, dtype, device) if model is None else model), X0, cfg.T, cfg.L, gen, eps, progress)
+        S = benettin(model, X0, cfg.T, cfg.L, gen, eps, progress)
         lam, se = endpoint_rate(S, cfg.T)
         mean, sem = mean_and_se(torch.from_numpy(S))
         return {"lambda_1": lam, "lambda_1_se": se, "log_growth_mean": mean.numpy(), "log_growth_se": sem.numpy(),
                 "log_growth": S[:PAIR_PATHS]}
-    noise = make_noise(cfg) if model is None else model.noise
     s_model, s_path = env.seeds(2, seed)
-    path = coupling_path(noise, tuple(X0.shape), cfg.L, s_path, dtype, device)
+    path = coupling_path(getattr(model, "noise", None), tuple(X0.shape), cfg.L, s_path, dtype, device)
     ends, curves, first = {}, None, None
     for k in EXTRAPOLATION_LEVELS:
         n = cfg.L // k
-        S = benettin((make_model(cfg, dtype, device, noise=noise) if model is None else model), X0, cfg.T, n, env.generator(s_model), eps,
-                     progress, path)
+        S = benettin(model, X0, cfg.T, n, env.generator(s_model), eps, progress, path)
         ends[n] = S[:, -1] / cfg.T
         curves = curves or mean_and_se(torch.from_numpy(S))
         first = S[:PAIR_PATHS] if first is None else first
@@ -789,7 +800,7 @@ def measure_lyapunov(cfg: RunConfig, pairs: int, eps: float = 1e-4, seed: Option
 
 
 def energy_paths(cfg: RunConfig, init: InitConfig, seed: int, progress: bool = False, env: Optional[Setup] = None,
-                 model: GivenModel = None) -> np.ndarray:
+                 model: Optional[Model] = None) -> np.ndarray:
     """E_β per sample and layer for ``cfg`` started from ``init``: (batch, L+1). ``env``, ``model``:
     as for [`measure_lyapunov`][stochformer.experiments.sync.measure_lyapunov].
 
@@ -805,8 +816,8 @@ def energy_paths(cfg: RunConfig, init: InitConfig, seed: int, progress: bool = F
         Show progress bars (on a terminal).
     env : Setup, optional
         The run's device, dtype and seeds (default: resolved from ``cfg``).
-    model : Transformer or LimitSDE, optional
-        A model built by hand, stepped instead of the one ``cfg`` describes.
+    model : Model, optional
+        A model stepped instead of the one ``cfg`` describes.
 
     Returns
     -------
@@ -825,7 +836,7 @@ def energy_paths(cfg: RunConfig, init: InitConfig, seed: int, progress: bool = F
 
 
 def energy_levels(cfg: RunConfig, init: InitConfig, seed: int, progress: bool = False, env: Optional[Setup] = None,
-                  model: GivenModel = None) -> dict[int, np.ndarray]:
+                  model: Optional[Model] = None) -> dict[int, np.ndarray]:
     """E_β per sample and step for ``cfg`` started from ``init`` at n = L, L/2, L/4 steps
     (`EXTRAPOLATION_LEVELS`): the same initial tokens, driven by one [`BrownianPath`][stochformer.experiments.sync.BrownianPath]
     (common random numbers, as [`measure_lyapunov`][stochformer.experiments.sync.measure_lyapunov]): ``{n: (batch, n+1)}``; L a multiple of 4.
@@ -843,8 +854,8 @@ def energy_levels(cfg: RunConfig, init: InitConfig, seed: int, progress: bool = 
         Show progress bars (on a terminal).
     env : Setup, optional
         The run's device, dtype and seeds (default: resolved from ``cfg``).
-    model : Transformer or LimitSDE, optional
-        A model built by hand, stepped instead of the one ``cfg`` describes.
+    model : Model, optional
+        A model stepped instead of the one ``cfg`` describes.
 
     Returns
     -------
@@ -856,14 +867,14 @@ def energy_levels(cfg: RunConfig, init: InitConfig, seed: int, progress: bool = 
     dtype, device = env.dtype, env.device
     s_init, s_model, s_path = env.seeds(3, seed)
     X0 = initial_tokens(init, cfg.batch, cfg.N, cfg.d, env.generator(s_init), dtype, device)
-    noise = make_noise(cfg) if model is None else model.noise
-    path = coupling_path(noise, tuple(X0.shape), cfg.L, s_path, dtype, device)
+    model = make_model(cfg, dtype, device) if model is None else model
+    path = coupling_path(getattr(model, "noise", None), tuple(X0.shape), cfg.L, s_path, dtype, device)
     save = SaveAt(stats=("energy",), final=False, energy_beta=cfg.energy_beta)
     out = {}
     for k in EXTRAPOLATION_LEVELS:
         n = cfg.L // k
         with blamed_on(cfg):
-            ds = solve((make_model(cfg, dtype, device, noise=noise) if model is None else model), X0, cfg.T, n, save,
+            ds = solve(model, X0, cfg.T, n, save,
                        generator=env.generator(s_model), path=path,
                        progress=ProgressMeter(f"energy ({n} steps)") if progress else None)
         out[n] = ds["energy"].values
@@ -940,7 +951,7 @@ def growth_reach(t: np.ndarray, energy_mean: np.ndarray, mask: np.ndarray, N: in
 
 
 def _energy_rate(cfg: RunConfig, init: InitConfig, seed: int, fit_from: float, n_boot: int, extrapolate: bool,
-                 progress: bool, env: Setup, model: GivenModel) -> tuple[dict, np.ndarray]:
+                 progress: bool, env: Setup, model: Optional[Model]) -> tuple[dict, np.ndarray]:
     """The energy rate of ``cfg`` from ``init`` (extrapolated to Δt → 0 or at L steps) and the paths at L steps."""
     levels = (energy_levels(cfg, init, seed, progress, env, model) if extrapolate
               else {cfg.L: energy_paths(cfg, init, seed, progress, env, model)})
@@ -948,17 +959,19 @@ def _energy_rate(cfg: RunConfig, init: InitConfig, seed: int, fit_from: float, n
 
 
 @validated
-def run_sync(cfg: SyncConfig, progress: bool = False, model: GivenModel = None) -> SyncResult:
+def run_sync(cfg: SyncConfig, progress: bool = False, model: Optional[ModelSource] = None) -> SyncResult:
     """Measure λ₁ (pairs), the energy rate near synchronisation (cluster of ``near_spread``) and
     from uniform tokens, for ``cfg.model.dynamics``; return them beside the closed forms.
 
     ``model``: a ``Transformer`` (``model.dynamics = "transformer"``) or ``LimitSDE`` (``"sde"``)
-    built by hand for ``model.d``, stepped in every measurement instead of the one ``cfg.model``
-    describes (checked before any work by [`check_model`][stochformer.config.build.check_model]:
-    ``TypeError`` naming ``model``, ``ConfigError`` naming ``model.d``); the predictions still come
-    from ``cfg.model``, and ``result.meta["model"]`` records the model
-    ([`model_record`][stochformer.config.build.model_record]). ``model = make_model(cfg.model)``
-    gives the numbers of the run without it.
+    or any [`Model`][stochformer.integrate.Model] built by hand for ``model.d``, stepped in every
+    measurement instead of the one ``cfg.model`` describes; or a factory ``model(run_cfg) -> model``
+    called with each measurement's config (the pairs' [`pair_config`][stochformer.experiments.sync.pair_config],
+    the near-synchronisation run's shorter horizon, the uniform run's ``cfg.model``). Checked before
+    any work ([`GivenModels`][stochformer.config.build.GivenModels]: ``TypeError`` naming ``model``,
+    ``ConfigError`` naming ``model.d``); the predictions still come from ``cfg.model``, and
+    ``result.meta["model"]`` records the model. ``model = make_model(cfg.model)`` (or ``model =
+    make_model``) gives the numbers of the run without it.
 
     Parameters
     ----------
@@ -966,8 +979,8 @@ def run_sync(cfg: SyncConfig, progress: bool = False, model: GivenModel = None) 
         A validated configuration.
     progress : bool, optional
         Show progress bars (on a terminal).
-    model : Transformer or LimitSDE, optional
-        A model built by hand.
+    model : Model or callable, optional
+        A model built by hand, or a factory building one from a run's config.
 
     Returns
     -------
@@ -976,22 +989,23 @@ def run_sync(cfg: SyncConfig, progress: bool = False, model: GivenModel = None) 
     """
     cfg = as_config(cfg, SyncConfig)
     run = cfg.model
-    if model is not None:
-        check_model(model, run, "model.")
-    env = setup(cfg)
-    start = time.perf_counter()
-    seeds = env.seeds(3)
-    times = np.arange(run.L + 1) * run.dt
-    lyap = measure_lyapunov(run, cfg.pairs, cfg.eps, seeds[0], progress, cfg.extrapolate, env, model)
     predicted = predicted_rates(run)
     T_near = cfg.near_horizon or min(run.T, near_sync_horizon(predicted["kappa"], predicted["kappa_prime"]))
     unit = EXTRAPOLATION_LEVELS[-1] if cfg.extrapolate else 1
     L_near = max(2, unit * math.ceil(run.L * T_near / (run.T * unit)))
     near_cfg = run.model_copy(update={"T": T_near, "L": L_near})
+    given = GivenModels.check(model, [pair_config(run), near_cfg] + ([run] if cfg.uniform_start else []), "sync",
+                              prefix="model.")
+    env = setup(cfg)
+    start = time.perf_counter()
+    seeds = env.seeds(3)
+    times = np.arange(run.L + 1) * run.dt
+    lyap = measure_lyapunov(run, cfg.pairs, cfg.eps, seeds[0], progress, cfg.extrapolate, env,
+                            given.get(pair_config(run), "lyapunov"))
     near_times = np.arange(L_near + 1) * near_cfg.dt
     spread = cfg.near_spread or near_sync_spread(run.activation, run.d)
     fit, near = _energy_rate(near_cfg, InitConfig(kind="cluster", spread=spread), seeds[1], 0.0, cfg.bootstrap,
-                             cfg.extrapolate, progress, env, model)
+                             cfg.extrapolate, progress, env, given.get(near_cfg, "near"))
     measured = {"lambda_1": lyap["lambda_1"], "lambda_1_se": lyap["lambda_1_se"],
                 "lambda_1_extrap_err": lyap.get("lambda_1_extrap_err", 0.0), "energy_rate": fit["rate"],
                 "energy_rate_se": fit["se"], "energy_rate_extrap_err": fit["err"], "energy_rate_n": fit["paths"],
@@ -1001,7 +1015,7 @@ def run_sync(cfg: SyncConfig, progress: bool = False, model: GivenModel = None) 
     uni_curve = mask = None
     if cfg.uniform_start:
         fit_u, uni = _energy_rate(run, InitConfig(kind="uniform"), seeds[2], cfg.fit_from, cfg.bootstrap,
-                                  cfg.extrapolate, progress, env, model)
+                                  cfg.extrapolate, progress, env, given.get(run, "uniform"))
         mask = times >= cfg.fit_from * run.T - 1e-12 * run.T
         measured.update(energy_rate_uniform=fit_u["rate"], energy_rate_uniform_se=fit_u["se"],
                         energy_rate_uniform_extrap_err=fit_u["err"], energy_rate_uniform_n=fit_u["paths"])
@@ -1024,5 +1038,5 @@ def run_sync(cfg: SyncConfig, progress: bool = False, model: GivenModel = None) 
         provenance=env.provenance(),
         elapsed_s=time.perf_counter() - start,
         log_growth_pairs=lyap["log_growth"],
-        meta={} if model is None else {"model": model_record(model)},
+        meta=given.meta(),
     )

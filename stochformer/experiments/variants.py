@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
-from typing import Callable, ClassVar
+from dataclasses import dataclass, field
+from typing import Callable, ClassVar, Optional
 
 import numpy as np
 import torch
@@ -25,7 +25,7 @@ import xarray as xr
 from pydantic import Field, field_validator, model_validator
 from scipy import stats
 
-from ..config.build import initial_tokens, make_model, make_noise, setup
+from ..config.build import GivenModels, initial_tokens, make_model, make_noise, setup
 from ..config import ExperimentConfig, StrictConfig, as_config
 from ..model.attention import start_run
 from ..model.attention_variants import AveragedAttention, MultiHeadAttention, ResampledAttention
@@ -33,7 +33,7 @@ from ..model.noise import RandomMLP
 from ..model.transformer import Transformer
 from ..core.runtime import child_seeds, make_generator, provenance
 from ..io.results import Result
-from ..integrate import SaveAt, solve
+from ..integrate import Model, ModelSource, SaveAt, solve
 from ..core.sphere import normalize
 from ..measure.stats import mean_and_se
 from ..core.validation import blamed_on, validated
@@ -186,7 +186,8 @@ class ResampledResult:
     """``final[L]``: (batch,) final mean cosine of the resampled model at depth L; ``reference``:
     (batch,) of the averaged-drift model at the largest depth (same X₀); ``curves[L]``: (batch,
     L + 1) mean cosine by layer; ``sq_error[L]``: (batch,) sup over the common times of the squared
-    difference of the mean-cosine paths."""
+    difference of the mean-cosine paths; ``meta``: further record entries (``model``: a model given
+    by hand)."""
 
     config: ResampledConfig
     depths: list[int]
@@ -197,6 +198,7 @@ class ResampledResult:
     sq_error: dict[int, np.ndarray]
     provenance: dict
     elapsed_s: float
+    meta: dict = field(default_factory=dict)
 
     def differences(self) -> list[dict]:
         """Per depth: mean of final − reference (paired samples) with its SE, and the mean squared error."""
@@ -213,37 +215,67 @@ class ResampledResult:
                 "elapsed_s": self.elapsed_s}
 
 
-def _run_layers(X0: torch.Tensor, model: Transformer, T: float, L: int, gen: torch.Generator) -> np.ndarray:
+def _run_layers(X0: torch.Tensor, model: Model, T: float, L: int, gen: torch.Generator) -> np.ndarray:
     """Mean cosine by layer: (batch, L + 1)."""
     return solve(model, X0, T, L, SaveAt(stats=("mean_cosine",), final=False), generator=gen)["mean_cosine"].values
 
 
 @validated
-def run_resampled(cfg: ResampledConfig, progress: bool = False) -> ResampledResult:
+def run_resampled(cfg: ResampledConfig, progress: bool = False, model: Optional[ModelSource] = None) -> ResampledResult:
     """The resampled-attention transformer at every depth and the averaged-drift one at the largest
     (both from the same X₀, each depth's MLP from the same seed; the resampled Q, K, V from that
-    run's attention stream, so the MLP's draws are the reference's)."""
+    run's attention stream, so the MLP's draws are the reference's).
+
+    Parameters
+    ----------
+    cfg : ResampledConfig
+        A validated configuration.
+    progress : bool, optional
+        Unused (the runs are short).
+    model : callable, optional
+        A factory ``model(run_cfg) -> model`` called with the reference's config (``cfg.model``
+        with ``attention_kind = "averaged"`` and the largest depth) and each depth's (``"resampled"``,
+        ``L``), whose models run instead of the config's; checked before any work, recorded in
+        ``result.meta["model"]`` ([`GivenModels`][stochformer.config.build.GivenModels]). (One model
+        object is refused: the runs differ in ``attention_kind``.)
+
+    Returns
+    -------
+    ResampledResult
+        The final mean cosines and curves per depth beside the reference's.
+    """
     cfg = as_config(cfg, ResampledConfig)
     run = cfg.model
+    depths = sorted(cfg.depths)
+    top = depths[-1]
+    ref_cfg = run.with_updates(attention_kind="averaged", L=top)
+    depth_cfgs = {L: run.with_updates(attention_kind="resampled", L=L) for L in depths}
+    given = GivenModels.check(model, [ref_cfg, *depth_cfgs.values()], "resampled", prefix="model.")
     start = time.perf_counter()
     env = setup(run)
     device, dtype = env.device, env.dtype
     s_init, s_mlp = env.seeds(2)
     X0 = initial_tokens(run.init, run.batch, run.N, run.d, env.generator(s_init), dtype, device)
-    depths = sorted(cfg.depths)
-    top = depths[-1]
     gamma = run.gamma_value
-    with torch.no_grad():
+
+    def averaged() -> Transformer:
         avg = AveragedAttention.from_law(run.d, run.beta, gamma, run.attention_std, run.attention_draws,
                                          run.attention_seed, dtype, device)
-        ref = _run_layers(X0, Transformer(avg, make_noise(run), run.order), run.T, top, env.generator(s_mlp))
+        return Transformer(avg, make_noise(run), run.order)
+
+    def resampled() -> Transformer:
+        attn = ResampledAttention(run.d, run.beta, gamma, run.attention_std)  # draws: the run's attention stream
+        return Transformer(attn, make_noise(run), run.order)
+
+    with torch.no_grad():
+        ref = _run_layers(X0, given.model(ref_cfg, "averaged", averaged), run.T, top, env.generator(s_mlp))
         final, curves, sq = {}, {}, {}
         for L in depths:
-            attn = ResampledAttention(run.d, run.beta, gamma, run.attention_std)  # draws: the run's attention stream
-            c = _run_layers(X0, Transformer(attn, make_noise(run), run.order), run.T, L, env.generator(s_mlp))
+            c = _run_layers(X0, given.model(depth_cfgs[L], f"resampled L={L}", resampled), run.T, L, env.generator(s_mlp))
             curves[L], final[L] = c, c[:, -1]
             sq[L] = ((c - ref[:, :: top // L][:, : L + 1]) ** 2).max(-1) if top % L == 0 else (c[:, -1] - ref[:, -1]) ** 2
-    return ResampledResult(cfg, depths, final, ref[:, -1], ref, curves, sq, env.provenance(), time.perf_counter() - start)
+    return ResampledResult(cfg, depths, final, ref[:, -1], ref, curves, sq, env.provenance(), time.perf_counter() - start,
+                           given.meta())
 
 
 # ----------------------------------------------------------------- all checks at once (report)

@@ -9,13 +9,16 @@ finished tasks.
 
 from __future__ import annotations
 
+import hashlib
+import json
+import pickle
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 
 from ..core.progress import tqdm
 
-from ..io.store import ResultStore, config_key, source_hash
+from ..io.store import ResultStore, config_key, source_hash, to_jsonable
 
 
 @dataclass(frozen=True)
@@ -42,11 +45,23 @@ class Task:
     @property
     def cache_key(self) -> str:
         """Hash of the function's qualified name and its arguments (plus the package version and
-        a hash of its source, so changed code never reuses stored results)."""
+        a hash of its source, so changed code never reuses stored results). An argument that is not
+        JSON-able (a model given by hand) counts by the hash of its pickle: a Dask key, never a
+        stored result's (a run with such an argument takes no store)."""
         from ..core.version import __version__
 
         name = f"{self.fn.__module__}.{self.fn.__qualname__}"
-        return config_key({"fn": name, "kwargs": self.kwargs, "version": __version__, "source": source_hash()})
+        kwargs = {k: _keyed(v) for k, v in self.kwargs.items()}
+        return config_key({"fn": name, "kwargs": kwargs, "version": __version__, "source": source_hash()})
+
+
+def _keyed(value: Any) -> Any:
+    """``value`` if it is JSON-able, else the hash of its pickle."""
+    try:
+        json.dumps(to_jsonable(value))
+    except (TypeError, ValueError):
+        return {"pickle_sha256": hashlib.sha256(pickle.dumps(value)).hexdigest()}
+    return value
 
 
 def open_store(store: Optional[Path | str]) -> Optional[ResultStore]:
