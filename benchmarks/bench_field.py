@@ -51,7 +51,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from busy import busy  # noqa: E402
-from checkouts import run_in_tree  # noqa: E402
+from checkouts import recorded_command, run_in_tree  # noqa: E402
 from docsection import publish  # noqa: E402
 
 DOC = ROOT / "docs" / "benchmarks.md"
@@ -342,7 +342,7 @@ def main(argv=None) -> dict:
     result = {"benchmark": out.stem, "problem": args.problem,
               "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
               "device": f"cpu: {platform.processor() or platform.machine()}, {os.cpu_count()} cores", "platform": platform.platform(),
-              "python": platform.python_version(), "command": "python benchmarks/bench_field.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+              "python": platform.python_version(), "command": recorded_command("benchmarks/bench_field.py", argv if argv is not None else sys.argv[1:]),
               "size": size, "T": T, "beta": BETA, "gamma": GAMMA, "integrator": "euler", "dtype": "float64", "rounds": rounds,
               "load_processes": args.load, "load_before": load_before, "load_after": load_after,
               "skipped": {p: f"{NEEDS[p]} not installed" for p in skipped}, "contenders": summarise(runs)}

@@ -45,7 +45,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from busy import busy  # noqa: E402
-from checkouts import alternate, ratio_summary, tree_commit  # noqa: E402
+from checkouts import alternate, ratio_summary, recorded_command, tree_commit  # noqa: E402
 from docsection import write_section  # noqa: E402
 
 from stochformer.config.build import make_model  # noqa: E402
@@ -374,7 +374,7 @@ def measure_before(sizes: list[dict], device: torch.device, tree: Path, rounds: 
                         "before_over_after": ratio_summary(sec["before"], sec["after"]),
                         "tokens_equal": res["tokens_equal"], "max_abs_diff": res["max_abs_diff"]})
             print(json.dumps(out[-1], indent=1))
-    return {"tree": str(tree), "commit": tree_commit(tree), "after_commit": tree_commit(ROOT), "rounds": rounds, "results": out}
+    return {"commit": tree_commit(tree), "after_commit": tree_commit(ROOT), "rounds": rounds, "results": out}
 
 
 def measure(args: argparse.Namespace, sizes: list[dict], repeats: int, device: torch.device) -> dict:
@@ -465,7 +465,7 @@ def main(argv: list[str] | None = None, default_device: str = "cpu") -> None:
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "unset (OpenMP's default)"),
         "cores": os.cpu_count() or 1,
         "load": args.load,
-        "command": "python benchmarks/bench_transformer.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "command": recorded_command("benchmarks/bench_transformer.py", argv if argv is not None else sys.argv[1:]),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)),
         "wall_s": time.time() - started,
         "model": MODEL,
@@ -526,7 +526,7 @@ def before_lines(before: dict) -> list[str]:
     """The ``--before`` table: each checkout's median time, the ratio before/after, the tokens."""
     lines = [
         "",
-        f"Before/after: stochformer of the checkout `{before['tree']}` (before, {before['commit']}) against this "
+        f"Before/after: stochformer of the checkout of {before['commit']} (before) against this "
         f"checkout (after, {before['after_commit']}): `run_simulate` at each size in a fresh `python` (torch imported "
         "first, timed inside the process after a two-layer warm-up), the two in alternation with the same seeds "
         f"(1001…), {before['rounds']} round{'s' if before['rounds'] > 1 else ''}; medians in seconds, the ratio before / after (median and range of the "

@@ -41,6 +41,26 @@ print(json.dumps({"seconds": seconds}))
 """
 
 
+def recorded_command(script: str, argv: Sequence[str]) -> str:
+    """The command line of a benchmark run as its results record it: ``python SCRIPT ARGS``, where an
+    absolute path (a checkout, an output folder) is written ``PATH``: the record names trees by
+    their commits, not by where they lay on the machine that ran it.
+
+    Parameters
+    ----------
+    script : str
+        The script, relative to the repository root (e.g. ``benchmarks/bench_field.py``).
+    argv : sequence of str
+        Its arguments.
+
+    Returns
+    -------
+    str
+        The command line.
+    """
+    return " ".join(["python", script, *("PATH" if os.path.isabs(a) else a for a in argv)])
+
+
 def run_in_tree(code: str, argv: Sequence[str], tree: Path, env: Mapping[str, str] | None = None) -> dict:
     """Run ``python -c code *argv`` with ``PYTHONPATH=tree`` and read the JSON its last line prints.
 

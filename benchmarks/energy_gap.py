@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import time
 
 import numpy as np
 
 from stochformer.core.runtime import child_seeds
-from stochformer.experiments.exact import RICHARDSON_WEIGHTS, ExactConfig, energy_part
+from stochformer.experiments.exact import ExactConfig, energy_part
+from stochformer.measure.stats import richardson_steps
 
 
 def main() -> None:
@@ -36,9 +36,9 @@ def main() -> None:
                      "se": se.tolist()}
         print(f"Δt = {2.0 / L:.4f}: " + ", ".join(f"t = {t:g}: {g:+.4f} ± {s:.4f}" for t, g, s in zip(e["times"][1:], gap, se)),
               flush=True)
-    w = RICHARDSON_WEIGHTS[2]
-    extrap = [w[0] * a + w[1] * b for a, b in zip(levels[400]["gap"], levels[200]["gap"])]
-    extrap_se = [math.hypot(w[0] * a, w[1] * b) for a, b in zip(levels[400]["se"], levels[200]["se"])]
+    value, sd = richardson_steps([np.asarray(levels[L]["gap"]) for L in (400, 200)],
+                                 [np.asarray(levels[L]["se"]) for L in (400, 200)])
+    extrap, extrap_se = value.tolist(), sd.tolist()
     print("Δt → 0 (from 0.01, 0.005): " + ", ".join(f"{g:+.4f} ± {s:.4f}" for g, s in zip(extrap, extrap_se)))
     elapsed = time.perf_counter() - start
     print(f"{args.runs} runs per step size: {elapsed:.0f} s")

@@ -51,6 +51,8 @@ from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from checkouts import recorded_command  # noqa: E402
 from stochformer.config import RunConfig  # noqa: E402
 from stochformer.config.build import make_model  # noqa: E402
 from stochformer.core.brownian import Draws, step_draws  # noqa: E402
@@ -231,7 +233,7 @@ def main(argv=None) -> dict:
         "benchmark": "profile_sde", "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "device": f"cpu: {platform.processor() or platform.machine()}, {os.cpu_count()} cores", "platform": platform.platform(),
         "torch": torch.__version__, "load_before": os.getloadavg()[0],
-        "command": "python benchmarks/profile_sde.py " + " ".join(argv if argv is not None else sys.argv[1:]), "problems": {}}
+        "command": recorded_command("benchmarks/profile_sde.py", argv if argv is not None else sys.argv[1:]), "problems": {}}
     for problem in problems:
         size = SIZES[problem][1 if args.quick else 0]
         runs = {rng: profile_one(problem, size, rng, steps, args.warmup) for rng in rngs}

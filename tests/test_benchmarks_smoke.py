@@ -73,8 +73,11 @@ def _check_load(tmp: Path) -> None:
 
 
 def _check_before(tmp: Path) -> None:
-    before = json.loads((tmp / "bench_transformer_cpu.json").read_text())["before"]
-    assert before["tree"] == str(ROOT) and len(before["results"]) == 2
+    report = json.loads((tmp / "bench_transformer_cpu.json").read_text())
+    before = report["before"]
+    # the before tree is named by its commit (this checkout's here), no machine path is recorded
+    assert before["commit"] == before["after_commit"] and len(before["results"]) == 2
+    assert "tree" not in before and str(ROOT) not in json.dumps(report) and "--before PATH" in report["command"]
     for res in before["results"]:  # the same checkout, the same seeds: the same tokens
         assert res["tokens_equal"], res
         assert len(res["times_s"]["before"]) == len(res["times_s"]["after"]) == 1
