@@ -11,6 +11,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import stochformer.model.noise as noise
 from stochformer.core.brownian import BrownianPath, Draws
 from stochformer.model.activations import get_activation
 from stochformer.model.noise import RandomFeatureField
@@ -60,6 +61,43 @@ def test_fused_increment_equals_the_formula(B, N, d, M, shared, chunk, activatio
         old = reference_increment(field, X, 0.05, Draws(g))
         _close(new, old)
         X = X + new
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    B=st.integers(2, 6), N=st.integers(1, 7), d=st.integers(1, 5), M=st.integers(1, 30),
+    chunk=st.one_of(st.none(), st.integers(1, 8)), block=st.integers(1, 300),
+    activation=st.sampled_from(["relu", "tanh"]), sigma_W=st.sampled_from([0.0, 0.4]), seed=st.integers(0, 2**31),
+)
+def test_sample_blocks_give_the_same_numbers(B, N, d, M, chunk, block, activation, sigma_W, seed):
+    """Features formed a block of samples at a time (FEATURE_BLOCK entries) give, bit for bit, the
+    increment of one pass over all samples, step after step (buffers kept across steps)."""
+    runs = []
+    for limit in (block, 1 << 40):
+        field = _field(activation, M, 0.5, sigma_W, chunk, B, d, seed)
+        g = torch.Generator().manual_seed(seed + 1)
+        X = torch.randn(B, N, d, generator=g, dtype=torch.float64)
+        steps = []
+        old, noise.FEATURE_BLOCK = noise.FEATURE_BLOCK, limit
+        try:
+            for _ in range(3):
+                steps.append(field.increment(X, 0.05, Draws(g)))
+                X = X + steps[-1]
+        finally:
+            noise.FEATURE_BLOCK = old
+        runs.append(torch.stack(steps))
+    assert torch.equal(runs[0], runs[1])
+
+
+def test_gradients_flow_through_sample_blocks(monkeypatch):
+    monkeypatch.setattr(noise, "FEATURE_BLOCK", 5)  # one sample per block
+    field = _field("tanh", 8, 0.5, 0.0, None, 3, 2, 0)
+    X = torch.randn(3, 4, 2, generator=torch.Generator().manual_seed(1), dtype=torch.float64, requires_grad=True)
+    field.increment(X, 0.1, Draws(torch.Generator().manual_seed(2))).pow(2).sum().backward()
+    gX = X.grad.clone()
+    X.grad = None
+    reference_increment(field, X, 0.1, Draws(torch.Generator().manual_seed(2))).pow(2).sum().backward()
+    assert torch.allclose(gX, X.grad, rtol=1e-12, atol=1e-14)
 
 
 def test_results_do_not_share_the_kept_buffers():

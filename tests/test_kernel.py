@@ -418,3 +418,14 @@ def test_fixed_points_of_the_closed_forms() -> None:
     assert NoiseKernel("erf", 3, 1e155).kappa1 == pytest.approx(1.0, abs=1e-12)
     assert NoiseKernel("erf", 3, 1e155).kappa1_prime == pytest.approx(0.0, abs=1e-12)
     assert NoiseKernel("sigmoid", 3, 1e300, 0.5).kappa1 == pytest.approx(0.5 + 0.25, abs=1e-9)
+
+
+@pytest.mark.parametrize("name", ["relu", "leaky_relu", "linear", "erf", "tanh"])
+@pytest.mark.parametrize("sigma_W, scale", [(0.0, 1.0), (0.3, 1.7)])
+def test_kappa_of_cosines_is_kappa_bit_for_bit(name, sigma_W, scale):
+    """The unchecked entry point (and ReLU's in-place arc-cosine parts) gives kappa's values exactly."""
+    k = NoiseKernel(name, 5, sigma_U=0.4, sigma_W=sigma_W, scale=scale)
+    rho = torch.cat([torch.linspace(-1, 1, 101, dtype=torch.float64), torch.tensor([-1.0, 0.0, 1.0], dtype=torch.float64)])
+    assert torch.equal(k.kappa_of_cosines(rho), k.kappa(rho))
+    r = rho.clone().requires_grad_(True)  # the out-of-place route (a gradient is needed): the same values
+    assert torch.equal(k.kappa(r).detach(), k.kappa(rho))

@@ -649,3 +649,52 @@ def test_gamma_sampler_against_marsaglia_tsang(replay):
         assert got.shape == shape
         close(got.reshape(-1), gamma_reference(a, 2000, ref))
         assert torch.equal(gen.get_state(), ref.get_state())
+
+
+def _psd(n: int, rank: int, seed: int) -> torch.Tensor:
+    """A symmetric PSD matrix of the given rank (rank < n: singular, like synchronised tokens)."""
+    A = torch.randn(n, rank, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    return A @ A.T
+
+
+@settings(max_examples=50, deadline=None)
+@given(n=st.integers(1, 12), rank=st.integers(1, 12), k=st.integers(1, 5), batch=st.integers(1, 3),
+       method=st.sampled_from(["symmetric", "cholesky"]), seed=st.integers(0, 2**31))
+def test_root_times_is_the_root_applied(n, rank, k, batch, method, seed):
+    """root_times(K, Z) = sqrt_psd(K) Z (two thin products instead of forming the root), to rounding,
+    for full-rank and singular K."""
+    from stochformer.model.noise import root_times, sqrt_psd
+    K = torch.stack([_psd(n, min(rank, n), seed + i) for i in range(batch)])
+    Z = torch.randn(batch, n, k, generator=torch.Generator().manual_seed(seed + 99), dtype=torch.float64)
+    got, want = root_times(K, Z, method), sqrt_psd(K, method) @ Z
+    assert float((got - want).abs().max()) <= 1e-12 * max(1.0, float(K.abs().max()))
+    S = sqrt_psd(K, method)  # and S Sᵀ = K: root_times applies a root of K, not another matrix
+    assert float((S @ S.transpose(-1, -2) - K).abs().max()) <= 1e-10 * max(1.0, float(K.abs().max()))
+
+
+def test_small_factorisations_run_in_one_thread_and_restore_the_setting(monkeypatch):
+    """eigh and Cholesky of small CPU matrices run with one torch thread (MKL's threads cost more than
+    they share there), the thread count is restored after, also when the factorisation raises."""
+    import stochformer.model.noise as noise
+    seen = []
+    real = torch.linalg.eigh
+
+    def recording(K):
+        seen.append(torch.get_num_threads())
+        return real(K)
+
+    monkeypatch.setattr(torch.linalg, "eigh", recording)
+    before = torch.get_num_threads()
+    noise.sqrt_psd(_psd(6, 6, 0).expand(3, 6, 6))
+    assert seen == [1] and torch.get_num_threads() == before
+    big = _psd(noise.SMALL_LAPACK + 1, 4, 1)
+    noise.sqrt_psd(big)
+    assert seen[-1] == before  # a large matrix keeps the threads
+
+    def failing(K):
+        raise RuntimeError("injected")
+
+    monkeypatch.setattr(torch.linalg, "eigh", failing)
+    with pytest.raises(RuntimeError, match="injected"):
+        noise.sqrt_psd(_psd(4, 4, 2))
+    assert torch.get_num_threads() == before

@@ -203,10 +203,29 @@ def cpu_threads_for(tokens: int, small: int = 1024) -> Iterator[None]:
     None
         The block runs with that thread count; the previous one is restored after.
     """
+    with one_cpu_thread(tokens < small):
+        yield
+
+
+@contextlib.contextmanager
+def one_cpu_thread(active: bool = True) -> Iterator[None]:
+    """One torch CPU thread (OpenMP and MKL) inside the block where ``active``; the previous
+    setting is restored after.
+
+    Parameters
+    ----------
+    active : bool, optional
+        Whether to drop to one thread (False: the block runs unchanged).
+
+    Yields
+    ------
+    None
+    """
     old = torch.get_num_threads()
-    if tokens < small:
+    if active and old != 1:
         torch.set_num_threads(1)
     try:
         yield
     finally:
-        torch.set_num_threads(old)
+        if active and old != 1:
+            torch.set_num_threads(old)

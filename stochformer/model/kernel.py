@@ -58,8 +58,11 @@ def _as_rho(rho) -> torch.Tensor:
 def _arccos_parts(r: torch.Tensor, v: float) -> tuple[torch.Tensor, torch.Tensor]:
     """θ = arccos(r) and the arc-cosine kernel E[relu(V₁) relu(V₂)] for Var v, correlation r."""
     theta = torch.arccos(r)
-    k = v * (torch.sin(theta) + (math.pi - theta) * torch.cos(theta)) / (2 * math.pi)
-    return theta, k
+    if torch.is_grad_enabled() and r.requires_grad:
+        return theta, v * (torch.sin(theta) + (math.pi - theta) * torch.cos(theta)) / (2 * math.pi)
+    # the same operations in two buffers (the same values; a quarter of the passes over memory)
+    k = torch.cos(theta).mul_(math.pi - theta)
+    return theta, k.add_(torch.sin(theta)).mul_(v).div_(2 * math.pi)
 
 
 def _panels(half: float, width: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -307,7 +310,23 @@ class NoiseKernel:
         ValueError
             If ``rho`` is not cosines, or κ is beyond float64 (naming the fields).
         """
-        rho = _as_rho(rho)
+        return self._finite(self.kappa_of_cosines(_as_rho(rho)), "kappa")
+
+    def kappa_of_cosines(self, rho: torch.Tensor) -> torch.Tensor:
+        """[`kappa`][stochformer.model.kernel.NoiseKernel.kappa] without its checks, for callers that
+        hold float64 cosines already in [−1, 1] and a κ known to fit in float64 (``kappa(1.0)``
+        called once): the same values, two passes over memory fewer.
+
+        Parameters
+        ----------
+        rho : torch.Tensor
+            float64 cosines in [−1, 1].
+
+        Returns
+        -------
+        torch.Tensor
+            κ(ρ), the shape of ``rho``.
+        """
         r, v = self._corr(rho), self.variance
         name = self.activation if isinstance(self.activation, str) else None
         if name == "relu":
@@ -323,7 +342,9 @@ class NoiseKernel:
             base = self._mehler_expectation(self._hermite_phi, rho)
         else:
             base = self._gauss_expectation(get_activation(self.activation), rho)
-        return self._finite(self.scale * self.scale * (base + self.sigma_W * self.sigma_W), "kappa")
+        if self.sigma_W != 0.0:
+            base = base + self.sigma_W * self.sigma_W
+        return base if self.scale == 1.0 else self.scale * self.scale * base
 
     def _erf_ratio(self, rho: torch.Tensor) -> torch.Tensor:
         """2c/(1 + 2v) of the erf kernel, divided through by max(1, σ_U²) (no overflow)."""

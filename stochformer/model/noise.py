@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 from ..core.brownian import Draws, as_draws
+from ..core.runtime import one_cpu_thread
 from ..core.sphere import normalize
 from .activations import ActivationLike, get_activation
 from .kernel import NoiseKernel
@@ -175,7 +176,8 @@ def sqrt_psd(K: torch.Tensor, method: Literal["symmetric", "cholesky"] = "symmet
         S with S Sᵀ = K (up to rounding and the clamped negative eigenvalues).
     """
     if method == "cholesky":
-        L, info = torch.linalg.cholesky_ex(K)
+        with one_cpu_thread(_small_lapack(K)):
+            L, info = torch.linalg.cholesky_ex(K)
         bad = info > 0
         if bool(bad.any()):
             L = L.clone()
@@ -183,6 +185,32 @@ def sqrt_psd(K: torch.Tensor, method: Literal["symmetric", "cholesky"] = "symmet
         return L
     evals, evecs = _eigh(K)
     return (evecs * evals.clamp_min(0).sqrt().unsqueeze(-2)) @ evecs.transpose(-1, -2)
+
+
+def root_times(K: torch.Tensor, Z: torch.Tensor, method: Literal["symmetric", "cholesky"] = "symmetric") -> torch.Tensor:
+    """S Z for the root S of [`sqrt_psd`][stochformer.model.noise.sqrt_psd], in K's dtype; the
+    symmetric root as V (√Λ ⊙ Vᵀ Z) from K = V Λ Vᵀ, without forming S (two thin products instead
+    of a cubic one).
+
+    Parameters
+    ----------
+    K : torch.Tensor, shape (..., n, n)
+        Symmetric positive semi-definite matrices.
+    Z : torch.Tensor, shape (..., n, k)
+        What the root multiplies.
+    method : {"symmetric", "cholesky"}, optional
+        Which root.
+
+    Returns
+    -------
+    torch.Tensor, shape (..., n, k)
+        S Z.
+    """
+    Z = Z.to(K.dtype)
+    if method == "cholesky":
+        return sqrt_psd(K, method) @ Z
+    evals, evecs = _eigh(K)
+    return evecs @ (evals.clamp_min(0).sqrt().unsqueeze(-1) * (evecs.transpose(-1, -2) @ Z))
 
 
 #: eigenvalues of K below this fraction of the largest are its null space for [`whiten`][stochformer.model.noise.whiten] (their
@@ -222,12 +250,23 @@ def _eigh(K: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``torch.linalg.eigh``; where cuSOLVER's batched solver fails (an internal error on a batch of
     65536 2 × 2 matrices, torch 2.11 / CUDA 13, H200: docs/benchmarks.md), on the CPU instead."""
     try:
-        return torch.linalg.eigh(K)
+        with one_cpu_thread(_small_lapack(K)):
+            return torch.linalg.eigh(K)
     except RuntimeError:
         if not K.is_cuda:
             raise
         evals, evecs = torch.linalg.eigh(K.cpu())
         return evals.to(K.device), evecs.to(K.device)
+
+
+#: CPU matrices up to this size are factorised in one thread: MKL's threads on a batch of small
+#: eigen- or Cholesky problems cost more than they share (the exact-field SDE of
+#: ``benchmarks/bench_field.py``, 128 × 32 × 32 per step: 12 s with two threads, 3.7 s with one)
+SMALL_LAPACK = 128
+
+
+def _small_lapack(K: torch.Tensor) -> bool:
+    return K.device.type == "cpu" and K.shape[-1] <= SMALL_LAPACK
 
 
 def _normal(shape, generator: torch.Generator, like: torch.Tensor) -> torch.Tensor:
@@ -720,7 +759,7 @@ def _cholesky(K: torch.Tensor, inner: int) -> tuple[torch.Tensor, Optional[torch
     redrawn by the caller another exact way (never an O(n³) eigendecomposition)."""
     diag = K.diagonal(dim1=-2, dim2=-1)
     diag.add_(diag.amax(-1, keepdim=True), alpha=inner * torch.finfo(K.dtype).eps)
-    C, info = torch.linalg.cholesky_ex(K)
+    C, info = torch.linalg.cholesky_ex(K)  # threads kept: one thread was no faster for the MLP's d × d Grams
     return C, (info > 0 if bool(info.any()) else None)
 
 
@@ -919,7 +958,10 @@ class ExactField:
             # would meet arccos's infinite slope at 1 in the ReLU kernel (∞·0 = NaN). Same values.
             eye = torch.eye(G.shape[-1], dtype=torch.bool, device=G.device)
             G = torch.where(eye, G.detach(), G)
-        K = self.kernel.kappa(G) if self._cheb is None else _clenshaw(self._cheb.to(G.device), G)
+        if self._cheb is not None:
+            K = _clenshaw(self._cheb.to(G.device), G)
+        else:  # a closed form (κ(1) checked at construction) takes G as it is: already cosines
+            K = self.kernel.kappa_of_cosines(G) if isinstance(self.kernel, NoiseKernel) else self.kernel.kappa(G)
         return K.to(dtype or X.dtype)
 
     def increment(self, X: torch.Tensor, dt: float, draws: Randomness) -> torch.Tensor:
@@ -944,7 +986,7 @@ class ExactField:
         if self.d is not None and X.shape[-1] != self.d:
             self.noise_kernel(X.shape[-1])
         xi = as_draws(draws).brownian(X.shape, X.dtype, X.device, self._sampler)
-        return math.sqrt(dt) * (sqrt_psd(self.covariance(X, torch.float64), self.sqrt_method).to(X.dtype) @ xi)
+        return root_times(self.covariance(X, torch.float64), xi, self.sqrt_method).mul_(math.sqrt(dt)).to(X.dtype)
 
 
 @functools.lru_cache(maxsize=64)
@@ -962,6 +1004,10 @@ def _chebyshev_fit(kernel: NoiseKernel, tol: float = 1e-12) -> Optional[torch.Te
             return torch.as_tensor(coef, dtype=torch.float64)
     return None
 
+
+#: features (samples × tokens × M) formed at once by `RandomFeatureField.increment` (8 MB in
+#: float64): more samples are taken a block at a time
+FEATURE_BLOCK = 1 << 20
 
 #: entries of x evaluated at once by `_clenshaw`: its buffers stay in a core's cache (a whole
 #: 816 × 816 K at once was 4× slower on 2 cores)
@@ -1152,13 +1198,20 @@ class RandomFeatureField:
         torch.Tensor, shape (batch, n, M)
             The features.
         """
+        return self._features(X, slice(None), out)
+
+    def _features(self, X: torch.Tensor, fields: slice, out: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """`features_at` with the features of the fields ``fields`` (a block of samples; F = 1 is
+        shared by every block)."""
         u, b = self._u, self._b
         if u is None or b is None:
             raise RuntimeError("RandomFeatureField.draw(...) (or reset) must be called before use")
+        if u.shape[0] == 1:
+            fields = slice(None)
         if torch.is_grad_enabled() and (X.requires_grad or u.requires_grad or b.requires_grad):
-            return self._phi(torch.baddbmm(b, X, u / math.sqrt(X.shape[-1])))  # no out=, no in place
+            return self._phi(torch.baddbmm(b[fields], X, u[fields] / math.sqrt(X.shape[-1])))  # no out=, no in place
         A = torch.cat([X, X.new_ones(*X.shape[:-1], 1)], dim=-1)  # [x, 1] · [u/√d; b] = u·x/√d + b
-        pre = torch.matmul(A, self._weights(), out=out)
+        pre = torch.matmul(A, self._weights()[fields], out=out)
         return torch.relu_(pre) if self._phi_in_place else self._phi(pre)
 
     def _weights(self) -> torch.Tensor:
@@ -1213,14 +1266,19 @@ class RandomFeatureField:
         if chunk < 1:  # every row of ``out`` is written by the loop below only for chunk >= 1
             raise ValueError(f"token_chunk: must be an integer >= 1 (got {chunk})")
         out = torch.empty_like(Xf)
-        for s in range(0, n, chunk):  # token chunks, memory O(chunk · M)
-            Xs = Xf[:, s : s + chunk]
-            phi = self.features_at(Xs, self._workspace(Xs.shape[0], Xs.shape[1], Xs))
-            Zs = Z.expand(phi.shape[0], -1, -1)
-            if chunk >= n:
-                out = torch.bmm(phi, Zs) if phi.requires_grad else torch.bmm(phi, Zs, out=out)
-            else:
-                out[:, s : s + chunk] = torch.bmm(phi, Zs)
+        Zf = Z.expand(Xf.shape[0], -1, -1)
+        # samples per block: a block's features stay near FEATURE_BLOCK entries (in cache: 1.4x faster
+        # at B = 128, N = 64, M = 1024 than one pass over all samples); each sample's products are the
+        # same operations whatever the block, so the same numbers
+        per = max(1, FEATURE_BLOCK // (min(chunk, n) * self.features))
+        for a in range(0, Xf.shape[0], per):  # sample blocks
+            for s in range(0, n, chunk):  # token chunks, memory O(per · chunk · M)
+                Xs = Xf[a : a + per, s : s + chunk]
+                phi = self._features(Xs, slice(a, a + per), self._workspace(Xs.shape[0], Xs.shape[1], Xs))
+                if phi.requires_grad:  # out joins the graph through the slice assignment
+                    out[a : a + per, s : s + chunk] = torch.bmm(phi, Zf[a : a + per])
+                else:
+                    torch.bmm(phi, Zf[a : a + per], out=out[a : a + per, s : s + chunk])
         out = out.view(B, N, d)
         coef = self.scale * math.sqrt(dt)
         out.mul_(coef / math.sqrt(self.features))
