@@ -698,3 +698,48 @@ def test_small_factorisations_run_in_one_thread_and_restore_the_setting(monkeypa
     with pytest.raises(RuntimeError, match="injected"):
         noise.sqrt_psd(_psd(4, 4, 2))
     assert torch.get_num_threads() == before
+
+
+@settings(max_examples=30, deadline=None)
+@given(shape=st.lists(st.integers(1, 5), min_size=0, max_size=2), n=st.integers(1, 10), threads=st.integers(1, 3),
+       seed=st.integers(0, 2**31))
+def test_small_eigh_split_over_threads_is_one_call(shape, n, threads, seed):
+    """The batch split over worker threads gives, bit for bit, one eigh call on the whole batch, for
+    any batch shape and thread count (each matrix is factorised alone)."""
+    import stochformer.model.noise as noise
+    A = torch.randn(*shape, n, n, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    K = A @ A.transpose(-1, -2)
+    old = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        w, V = noise._eigh(K)
+    finally:
+        torch.set_num_threads(old)
+    w0, V0 = torch.linalg.eigh(K)
+    assert torch.equal(w, w0) and torch.equal(V, V0) and torch.get_num_threads() == old
+
+
+def test_eigh_inside_a_worker_thread_does_not_wait_on_its_own_pool():
+    """Called from one of the pool's own threads (every worker busy), the split runs in that thread:
+    no deadlock."""
+    from stochformer.core.runtime import thread_pool
+    import stochformer.model.noise as noise
+    K = _psd(5, 5, 3).expand(64, 5, 5).contiguous()
+    pool = thread_pool()
+    futures = [pool.submit(noise._eigh, K) for _ in range(pool._max_workers)]
+    for f in futures:
+        assert torch.equal(f.result(timeout=60)[0], torch.linalg.eigh(K)[0])
+
+
+def test_a_forked_child_gets_its_own_pool():
+    import multiprocessing
+    from stochformer.core.runtime import thread_pool
+    thread_pool().submit(int).result()  # the parent's pool exists (with threads) before the fork
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(1) as p:
+        assert p.apply(_child_pool_works, ()) == 7
+
+
+def _child_pool_works() -> int:
+    from stochformer.core.runtime import thread_pool
+    return thread_pool().submit(lambda: 7).result(timeout=60)

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import platform
 import sys
 import zlib
 from importlib import metadata
+from concurrent.futures import ThreadPoolExecutor
 from typing import Iterator
 
 import numpy as np
@@ -229,3 +231,18 @@ def one_cpu_thread(active: bool = True) -> Iterator[None]:
     finally:
         if active and old != 1:
             torch.set_num_threads(old)
+
+
+_POOL: tuple[int, ThreadPoolExecutor] | None = None
+#: the names of its threads start with this
+POOL_PREFIX = "stochformer-worker"
+
+
+def thread_pool() -> ThreadPoolExecutor:
+    """The process-wide pool of worker threads, one per core, made on first use (and again in a
+    forked child, whose copy of the parent's pool has no threads). torch and NumPy release the
+    GIL, so the workers run on all cores."""
+    global _POOL
+    if _POOL is None or _POOL[0] != os.getpid():
+        _POOL = (os.getpid(), ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix=POOL_PREFIX))
+    return _POOL[1]

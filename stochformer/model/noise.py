@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import math
+import threading
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal, NamedTuple, Optional, Protocol, Union
 
@@ -31,7 +32,7 @@ import numpy as np
 import torch
 
 from ..core.brownian import Draws, as_draws
-from ..core.runtime import one_cpu_thread
+from ..core.runtime import POOL_PREFIX, one_cpu_thread, thread_pool
 from ..core.sphere import normalize
 from .activations import ActivationLike, get_activation
 from .kernel import NoiseKernel
@@ -250,8 +251,9 @@ def _eigh(K: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``torch.linalg.eigh``; where cuSOLVER's batched solver fails (an internal error on a batch of
     65536 2 × 2 matrices, torch 2.11 / CUDA 13, H200: docs/benchmarks.md), on the CPU instead."""
     try:
-        with one_cpu_thread(_small_lapack(K)):
-            return torch.linalg.eigh(K)
+        if _small_lapack(K):
+            return _eigh_small(K)
+        return torch.linalg.eigh(K)
     except RuntimeError:
         if not K.is_cuda:
             raise
@@ -267,6 +269,20 @@ SMALL_LAPACK = 128
 
 def _small_lapack(K: torch.Tensor) -> bool:
     return K.device.type == "cpu" and K.shape[-1] <= SMALL_LAPACK
+
+
+def _eigh_small(K: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """eigh of a batch of small CPU matrices: one thread per call, the batch split over the
+    process's worker threads (as many as torch's threads; each matrix is factorised alone, so the
+    numbers are those of one call on the whole batch). Inside a worker thread: one call."""
+    threads = torch.get_num_threads()
+    batch = K.reshape(-1, *K.shape[-2:])
+    with one_cpu_thread():
+        if threads == 1 or batch.shape[0] < 2 * threads or threading.current_thread().name.startswith(POOL_PREFIX):
+            return torch.linalg.eigh(K)
+        parts = [thread_pool().submit(torch.linalg.eigh, part) for part in batch.chunk(threads)]
+        done = [p.result() for p in parts]
+    return (torch.cat([v for v, _ in done]).view(K.shape[:-1]), torch.cat([w for _, w in done]).view(K.shape))
 
 
 def _normal(shape, generator: torch.Generator, like: torch.Tensor) -> torch.Tensor:

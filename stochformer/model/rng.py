@@ -29,14 +29,13 @@ Drawing Gaussians dominates the cost of the discrete transformer on a CPU (see
 
 from __future__ import annotations
 
-import functools
-import os
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Literal, Optional
 
 import numpy as np
 import torch
+
+from ..core.runtime import thread_pool
 
 RngBackend = Literal["torch", "parallel"]
 DrawPrecision = Literal["full", "float32"]
@@ -45,12 +44,6 @@ DrawPrecision = Literal["full", "float32"]
 _PARALLEL_MIN = 1 << 14
 #: most normals drawn at once by the CPU noise sources (32 MiB in float64)
 DEFAULT_AHEAD = 1 << 22
-
-
-@functools.cache
-def _pool() -> ThreadPoolExecutor:
-    """The process-wide pool of the parallel streams' threads, one per core, made on first use."""
-    return ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="stochformer-rng")
 
 
 def resolve_backend(backend: str, device: torch.device | str) -> RngBackend:
@@ -108,7 +101,7 @@ class _Streams:
 
         threads = min(len(todo), torch.get_num_threads())
         if threads > 1 and sum(min(self.edges[k + 1], upto) - self.done[k] for k in todo) >= _PARALLEL_MIN * len(self.gens):
-            for f in [_pool().submit(run, todo[t::threads]) for t in range(threads)]:
+            for f in [thread_pool().submit(run, todo[t::threads]) for t in range(threads)]:
                 f.result()
         else:
             run(todo)
@@ -247,7 +240,7 @@ class NormalDraws:
             out[edges[k] : edges[k + 1]].normal_(generator=torch.Generator().manual_seed(seeds[k]))
 
         if min(self.streams, torch.get_num_threads()) > 1 and n >= _PARALLEL_MIN * self.streams:
-            for f in [_pool().submit(fill, k) for k in range(self.streams)]:
+            for f in [thread_pool().submit(fill, k) for k in range(self.streams)]:
                 f.result()
         else:
             for k in range(self.streams):
