@@ -257,7 +257,7 @@ def render(result: dict) -> str:
     loads = f"load {lb:.1f} → {la:.1f}" if lb is not None and la is not None else "load not recorded"
     sizes = (f"M = {size['features']}, " if problem == "features" else "") + \
         f"B = {size['batch']}, N = {size['N']}, d = {size['d']}, L = {size['L']} Euler steps"
-    lines = [f"{PROBLEMS[problem]['section']}\n",
+    lines = [f"{section(problem, load)}\n",
              f"`{result['command']}` on {result['device']} ({result['platform']}), {result['date']}, {loads}{beside}; "
              f"{sizes}, float64, {rounds} round{'s' if rounds > 1 else ''} in alternation, fresh processes (medians).\n",
              "| contender | seconds | × stochformer (range) | mean final cosine ± SE | law |", "|---|---|---|---|---|"]
@@ -266,6 +266,12 @@ def render(result: dict) -> str:
         lines.append(f"| {name} | {e['median_seconds']:.2f}{extra} | {e['time_over_stochformer']:.2f} ({e['ratio_range'][0]:.2f}–"
                      f"{e['ratio_range'][1]:.2f}) | {e['cosine']:.4f} ± {e['cosine_se']:.4f} | "
                      f"{'agrees' if e['law_agrees'] else 'DIFFERS'} ({e['max_cosine_diff_in_se']:.1f} SE) |")
+    quiet = result.get("quiet")
+    if quiet:
+        lines.append(f"\nSlow-down against the run without load ({quiet['date']}, `{quiet['command']}`), each contender's "
+                     "median over its own: " + ", ".join(f"{name} {e['median_seconds'] / quiet['seconds'][name]:.2f}×"
+                                                        for name, e in result["contenders"].items() if name in quiet["seconds"])
+                     + ". With one of 2 cores taken, a fair share is a slow-down of up to about 2×.")
     if "final_tokens_equal_to_1e-12" in result:
         lines.append(f"\nThe two checkouts' final tokens {'agree to 1e-12' if result['final_tokens_equal_to_1e-12'] else 'DIFFER'}.")
     if result.get("skipped"):
@@ -292,6 +298,12 @@ def summarise(runs: dict[str, list[dict]]) -> dict:
     return out
 
 
+def section(problem: str, load: int) -> str:
+    """The docs section of a problem's results, alone or beside ``load`` busy cores."""
+    title = PROBLEMS[problem]["section"]
+    return title if not load else f"{title} beside {load} busy core{'s' if load > 1 else ''}"
+
+
 def main(argv=None) -> dict:
     import numpy as np
 
@@ -313,10 +325,10 @@ def main(argv=None) -> dict:
     if args.load < 0:
         parser.error(f"--load: must be an integer >= 0 (got {args.load})")
     problem = PROBLEMS[args.problem]
-    out = args.out or RESULTS / problem["out"]
+    out = args.out or RESULTS / (problem["out"] if not args.load else problem["out"].replace(".json", f"_load{args.load}.json"))
     if args.doc_only:
         result = json.loads(out.read_text())
-        publish(DOC, PROBLEMS[result.get("problem", "features")]["section"], render(result), write=not args.no_doc)
+        publish(DOC, section(result["problem"], result["load_processes"]), render(result), write=not args.no_doc)
         return result
     size, rounds = (problem["quick"], 1) if args.quick else (problem["size"], args.rounds)
     work = args.work or out.parent / f"{out.stem}_work"
@@ -348,9 +360,15 @@ def main(argv=None) -> dict:
               "skipped": {p: f"{NEEDS[p]} not installed" for p in skipped}, "contenders": summarise(runs)}
     if args.before:
         result["final_tokens_equal_to_1e-12"] = same_tokens
+    quiet_file = RESULTS / problem["out"]
+    if args.load and not args.quick and quiet_file.exists():
+        q = json.loads(quiet_file.read_text())
+        if q.get("size") == size and not q.get("load_processes"):
+            result["quiet"] = {"date": q["date"], "command": q["command"],
+                               "seconds": {name: e["median_seconds"] for name, e in q["contenders"].items()}}
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
-    publish(DOC, problem["section"], render(result), write=not (args.no_doc or args.quick))
+    publish(DOC, section(args.problem, args.load), render(result), write=not (args.no_doc or args.quick))
     return result
 
 

@@ -77,9 +77,10 @@ def test_large_N_uses_chunked_blocks(monkeypatch):
     model = make_particles(cfg, fld, N, block=block, sdpa=False)
     assert model.attention.chunk == query_chunk(N, block) == 100
     softmax_shapes, feature_shapes = [], []
-    real_softmax, real_features = torch.softmax, fld.features_at
+    real_softmax, real_features = torch.softmax, fld._features
     monkeypatch.setattr(torch, "softmax", lambda x, dim: softmax_shapes.append(tuple(x.shape)) or real_softmax(x, dim=dim))
-    monkeypatch.setattr(fld, "features_at", lambda X, out=None: feature_shapes.append(tuple(X.shape)) or real_features(X, out))
+    monkeypatch.setattr(fld, "_features", lambda X, fields, out=None: feature_shapes.append(tuple(X.shape))
+                        or real_features(X, fields, out))
     X = _cloud(1, N, 3)
     model.step(X, cfg.dt, torch.Generator().manual_seed(1))
     # one step = one or more attention evaluations (integrator-dependent), each N/chunk blocks

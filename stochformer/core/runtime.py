@@ -241,7 +241,13 @@ POOL_PREFIX = "stochformer-worker"
 def thread_pool() -> ThreadPoolExecutor:
     """The process-wide pool of worker threads, one per core, made on first use (and again in a
     forked child, whose copy of the parent's pool has no threads). torch and NumPy release the
-    GIL, so the workers run on all cores."""
+    GIL, so the workers run on all cores.
+
+    Returns
+    -------
+    concurrent.futures.ThreadPoolExecutor
+        The pool; its threads' names start with `POOL_PREFIX`.
+    """
     global _POOL
     if _POOL is None or _POOL[0] != os.getpid():
         _POOL = (os.getpid(), ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix=POOL_PREFIX))

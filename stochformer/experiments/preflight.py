@@ -95,7 +95,11 @@ def _step(cfg: RunConfig, batch: int, N: int) -> tuple[dict[str, float], float]:
             terms["N, d or batch (the noise source's increment)"] = 1.0 * s * B * N * d
             flops += 4.0 * B * N * d
         else:
-            terms["features or batch"] = 1.0 * s * B * (N + d) * M  # the fused increment keeps one feature buffer
+            from ..model.noise import FEATURE_BLOCK
+
+            # the fused increment keeps one feature buffer, for a block of samples; and the normals (B, M, d)
+            per = min(B, max(1, FEATURE_BLOCK // (N * M)))
+            terms["features or batch"] = 1.0 * s * (per * N + B * d) * M
             flops += 4.0 * B * N * M * d
     return terms, flops
 
