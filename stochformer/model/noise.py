@@ -273,8 +273,9 @@ def _small_lapack(K: torch.Tensor) -> bool:
 
 def _eigh_small(K: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """eigh of a batch of small CPU matrices: one thread per call, the batch split over the
-    process's worker threads (as many as torch's threads; each matrix is factorised alone, so the
-    numbers are those of one call on the whole batch). Inside a worker thread: one call."""
+    process's worker threads (as many as torch's threads). Each matrix is factorised alone in one
+    thread, so the numbers are those of one single-threaded call on the whole batch, whatever the
+    thread count (MKL's threaded path rounds differently). Inside a worker thread: one call."""
     threads = torch.get_num_threads()
     batch = K.reshape(-1, *K.shape[-2:])
     with one_cpu_thread():
