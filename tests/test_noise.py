@@ -700,8 +700,8 @@ def test_small_factorisations_run_in_one_thread_and_restore_the_setting(monkeypa
     assert torch.get_num_threads() == before
 
 
-@settings(max_examples=30, deadline=None)
-@given(shape=st.lists(st.integers(1, 5), min_size=0, max_size=2), n=st.integers(1, 10), threads=st.integers(1, 3),
+@settings(max_examples=80, deadline=None)
+@given(shape=st.lists(st.integers(1, 6), min_size=0, max_size=2), n=st.integers(1, 12), threads=st.integers(1, 4),
        seed=st.integers(0, 2**31))
 def test_small_eigh_split_over_threads_is_one_call(shape, n, threads, seed):
     """The batch split over worker threads gives, bit for bit, one single-threaded eigh call on the

@@ -274,14 +274,20 @@ def _small_lapack(K: torch.Tensor) -> bool:
 def _eigh_small(K: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """eigh of a batch of small CPU matrices: one thread per call, the batch split over the
     process's worker threads (as many as torch's threads). Each matrix is factorised alone in one
-    thread, so the numbers are those of one single-threaded call on the whole batch, whatever the
-    thread count (MKL's threaded path rounds differently). Inside a worker thread: one call."""
+    thread, at the same address modulo 64 bytes as in one call's buffer, so the numbers are those
+    of one single-threaded call on the whole batch, whatever the thread count (MKL's threaded path
+    rounds differently). Inside a worker thread: one call."""
     threads = torch.get_num_threads()
     batch = K.reshape(-1, *K.shape[-2:])
     with one_cpu_thread():
         if threads == 1 or batch.shape[0] < 2 * threads or threading.current_thread().name.startswith(POOL_PREFIX):
             return torch.linalg.eigh(K)
-        parts = [thread_pool().submit(torch.linalg.eigh, part) for part in batch.chunk(threads)]
+        # MKL's result for a matrix depends on its address modulo 64 bytes: chunks start at
+        # matrices whose offset in the batch is a multiple of 64 bytes, as in one call's buffer
+        n = K.shape[-1]
+        step = 64 // math.gcd(64, n * n * K.element_size())
+        size = math.ceil(math.ceil(batch.shape[0] / threads) / step) * step
+        parts = [thread_pool().submit(torch.linalg.eigh, part) for part in batch.split(size)]
         done = [p.result() for p in parts]
     return (torch.cat([v for v, _ in done]).view(K.shape[:-1]), torch.cat([w for _, w in done]).view(K.shape))
 
