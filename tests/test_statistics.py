@@ -395,3 +395,67 @@ def test_richardson_steps_remove_the_step_bias_and_combine_the_ses(c, a, b, h, s
             richardson_steps(bad)
     with pytest.raises(ValueError, match="as many ses"):
         richardson_steps(levels, ses[:2])
+
+
+@settings(max_examples=120, deadline=None)
+@given(shape=st.lists(st.integers(1, 3), min_size=0, max_size=3), axis=st.integers(-5, 5),
+       use_torch=st.booleans())
+def test_axis_is_checked_against_the_array_it_indexes(shape, axis, use_torch):
+    """``axis`` of mean_and_se and bootstrap: any axis of the array (−ndim … ndim − 1) works on that
+    axis; any other, and every axis of a 0-d array, is refused by one ValueError naming ``axis``
+    and its valid range."""
+    from stochformer.measure.stats import bootstrap
+    x = np.arange(float(np.prod(shape, dtype=int))).reshape(shape) + 1.0
+    nd = len(shape)
+    valid = nd > 0 and -nd <= axis <= nd - 1
+    expect = f"axis: must be an integer >= {-nd} and <= {nd - 1} (got {axis})"
+    if valid:
+        m, _ = mean_and_se(torch.as_tensor(x) if use_torch else x, axis=axis)
+        assert tuple(m.shape) == tuple(np.delete(np.array(shape), axis))
+        boots = bootstrap(lambda s: s.shape, x, 2, seed=0, axis=axis)
+        assert boots == [x.shape, x.shape]
+        return
+    if nd:
+        with pytest.raises(ValueError) as err:
+            mean_and_se(torch.as_tensor(x) if use_torch else x, axis=axis)
+        assert str(err.value) == expect
+    with pytest.raises(ValueError) as err:
+        bootstrap(lambda s: 0.0, x, 2, seed=0, axis=axis)
+    assert str(err.value) == (expect if nd else "samples: expected at least one axes, got shape ()")
+
+
+@settings(max_examples=150, deadline=None)
+@given(n=st.integers(1, 40), frac=st.floats(0, 1), level=st.sampled_from([0.5, 0.8, 0.95, 0.99]))
+def test_fraction_intervals_equal_scipys_at_every_count_and_level(n, frac, level):
+    """Clopper–Pearson and Wilson intervals equal scipy's (binomtest(...).proportion_ci, 'exact' and
+    'wilson') at any count, 0 and n included, and any level; NaN below MIN_SAMPLES trials; Newcombe's difference interval is d ∓ the hypot of the two Wilson half-widths facing
+    each other (Newcombe 1998, method 10)."""
+    from scipy.stats import binomtest
+    from stochformer.measure.stats import MIN_SAMPLES, clopper_pearson_interval, newcombe_interval, wilson_interval
+    k = round(frac * n)
+    exact, score = (binomtest(k, n).proportion_ci(level, method) for method in ("exact", "wilson"))
+    cp, wl = clopper_pearson_interval(k, n, level), wilson_interval(k, n, level)
+    if n < MIN_SAMPLES:
+        assert all(math.isnan(v) for v in (*cp, *wl))
+        return
+    assert cp == pytest.approx((exact.low, exact.high), rel=1e-9, abs=1e-12)
+    assert wl == pytest.approx((score.low, score.high), rel=1e-9, abs=1e-12)
+    k2, n2 = max(0, n - k - 1), n + 3  # a second, different fraction
+    s2 = binomtest(k2, n2).proportion_ci(level, "wilson")
+    p1, p2 = k / n, k2 / n2
+    want = (p1 - p2 - math.hypot(p1 - score.low, s2.high - p2), p1 - p2 + math.hypot(score.high - p1, p2 - s2.low))
+    assert newcombe_interval(k, n, k2, n2, level) == pytest.approx(want, rel=1e-9, abs=1e-12)
+
+
+@pytest.mark.parametrize("args, message", [
+    ((1, 0), "trials: must be an integer >= 1 (got 0)"),
+    ((-1, 5), "successes: must be an integer >= 0 and <= 5 (got -1)"),
+    ((6, 5), "successes: must be an integer >= 0 and <= 5 (got 6)"),
+])
+def test_fraction_intervals_refuse_impossible_counts_naming_the_field(args, message):
+    from stochformer.measure.stats import clopper_pearson_interval, wilson_interval
+    for f in (clopper_pearson_interval, wilson_interval):
+        with pytest.raises(ValueError) as err:
+            f(*args)
+        assert str(err.value) == message
+    assert all(math.isnan(v) for v in clopper_pearson_interval(1, 1))  # one trial: a valid count, no interval

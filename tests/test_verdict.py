@@ -529,3 +529,133 @@ def test_recompute_of_a_table_that_is_not_a_list_is_empty():
     for table in (None, {"quantity": "q", "predicted": 1.0}, "rows", 3):
         assert recompute(table) == []
     assert recompute([]) == []
+
+
+# ------------------------------------------------- a row's p-value and power, from their definitions
+
+#: values on a coarse grid, so that ties (m = p, hi = p, the band's edge) occur
+grid = st.integers(-12, 12).map(lambda k: k / 4)
+
+
+def _reference(rule, p, m, lo, hi, tol, a, n):
+    """p-value, power, low-power flag and on-side flag of one row, written from the definitions
+    (module docstring of measure.verdict) with scipy: the SE is the half-interval facing the
+    hypothesis over the two-sided 95% quantile (normal, or Student-t with n − 1 degrees); the
+    p-value is the one-sided tail of the excess beyond the hypothesis (twice it, capped at 1, for
+    `matches`); the power is that of a level-5% test (two-sided for `matches`) at the alternative a,
+    with the SE of the interval's mean half-width."""
+    dist = norm if n is None else student(n - 1)
+    q = dist.ppf(0.975)
+    excess = {"matches": abs(m - p) - tol, "at_most": m - p - tol, "at_least": p - tol - m, "below": m - p,
+              "above": p - m}[rule]
+    faces_lower = {"matches": p < m, "at_most": True, "at_least": False, "below": True, "above": False}[rule]
+    se = max(0.0, (m - lo) if faces_lower else (hi - m)) / q
+    if se == 0:
+        pval = 0.0 if excess > 0 else 1.0
+    elif rule == "matches":
+        pval = 1.0 if excess <= 0 else min(1.0, 2 * dist.sf(excess / se))
+    else:
+        pval = dist.sf(excess / se)
+    if rule in ("below", "above"):
+        return pval, None, False, (hi < p if rule == "below" else lo > p)
+    distance = {"matches": abs(a - p), "at_most": a - p, "at_least": p - a}[rule] - tol
+    width = (hi - lo) / 2
+    crit = q if rule == "matches" else dist.ppf(0.95)
+    if distance <= 0:
+        power = 0.0
+    elif width == 0:
+        power = 1.0
+    else:
+        power = dist.cdf(distance / (width / q) - crit)
+    return pval, power, width > distance or (width > 0 and distance <= 0), False
+
+
+@settings(max_examples=400, deadline=None)
+@given(rule=st.sampled_from(sorted(RULES)), p=grid, m=grid, below=st.sampled_from([0.0, 0.25, 0.5, 1.5]),
+       above=st.sampled_from([0.0, 0.25, 0.5, 1.5]), tol=st.sampled_from([None, 0.0, 0.25, 1.0]),
+       a=st.one_of(st.none(), grid), n=st.sampled_from([None, 3, 4, 10, 40]))
+def test_row_p_value_and_power_follow_their_definitions(rule, p, m, below, above, tol, a, n):
+    """For every rule, interval (ties included: m = p, hi = p, an edge of the band) and sample
+    count: the row's p-value, power, low-power and on-side flags are those of their definitions."""
+    from stochformer.measure.verdict import default_alternative, row_test
+    lo, hi = m - below, m + above
+    kwargs = {} if tol is None else {"tol": tol}
+    t = row_test(rule, p, m, lo, hi, alternative=a, n=n, **kwargs)
+    tol = 0.0 if tol is None else tol
+    # the default alternative, from its definition: p ± max(ALT_RTOL·|p|, 2·tol) on the guarded side
+    shift = max(0.5 * abs(p), 2 * tol)
+    default = {"matches": p + shift, "at_most": p + shift, "at_least": p - shift}.get(rule)
+    assert default_alternative(rule, p, tol) == default
+    alt = default if a is None else a
+    pval, power, low_power, on_side = _reference(rule, p, m, lo, hi, tol, alt, n)
+    assert t.state is None
+    assert t.p_value == pytest.approx(pval, rel=1e-9, abs=1e-12)
+    assert (t.power is None) == (power is None)
+    if power is not None:
+        assert t.power == pytest.approx(power, rel=1e-9, abs=1e-12)
+    assert (t.low_power, t.on_side) == (low_power, on_side)
+
+
+
+@settings(max_examples=150, deadline=None)
+@given(predicted=st.one_of(st.none(), grid), successes=st.integers(0, 12), extra=st.integers(0, 12),
+       rule=st.sampled_from(["matches", "at_most", "at_least"]), tol=st.sampled_from([0.0, 0.1]),
+       se=st.sampled_from([0.0, 0.1, 1.0]), n=st.one_of(st.none(), st.integers(1, 8)))
+def test_constructors_keep_every_field_at_every_sample_count(predicted, successes, extra, rule, tol, se, n):
+    """from_fraction, from_mean_se and from_samples keep the prediction, the measured value (s/t,
+    the mean), the sample count and the caller's fields (rule, tol, note), with or without an
+    interval (none below MIN_SAMPLES: then inconclusive, with the value still shown)."""
+    from stochformer.measure.stats import wilson_interval
+    trials = successes + extra
+    kw = dict(rule=rule, tol=tol, note="n")
+    if trials > 0:
+        c = Comparison.from_fraction("q", predicted, successes, trials, **kw)
+        assert (c.predicted, c.measured, c.rule, c.tol, c.note) == (predicted, successes / trials, rule, tol, "n")
+        if trials < 3:
+            assert c.ci is None and c.n == trials and c.verdict == INCONCLUSIVE
+        else:
+            assert c.ci == pytest.approx(wilson_interval(successes, trials))
+    c = Comparison.from_mean_se("q", predicted, 0.5, se, n=n, **kw)
+    assert (c.predicted, c.measured, c.n, c.rule, c.tol, c.note, c.family) == (predicted, 0.5, n, rule, tol, "n", 1)
+    if n is not None and n < 3:
+        assert c.ci is None and c.verdict == INCONCLUSIVE
+    else:
+        h = (Z95 if n is None else student(n - 1).ppf(0.975)) * se
+        assert c.ci == pytest.approx((0.5 - h, 0.5 + h))
+    samples = np.arange(float(max(n or 1, 1)))
+    c = Comparison.from_samples("q", predicted, samples, **kw)
+    assert (c.measured, c.n, c.rule, c.note) == (pytest.approx(samples.mean()), len(samples), rule, "n")
+
+
+@pytest.mark.parametrize("kw, error, message", [
+    (dict(quantity=3), TypeError, "quantity: must be a string (got int)"),
+    (dict(n=0), ValueError, "n: must be a whole number of samples >= 1 (got 0)"),
+    (dict(n=2.5), ValueError, "n: must be a whole number of samples >= 1 (got 2.5)"),
+    (dict(n=True), ValueError, "n: must be a whole number of samples >= 1 (got True)"),
+    (dict(tol=-1.0), ValueError, "tol: must be a finite number >= 0 (got -1.0)"),
+    (dict(ci=(2.0, 1.0)), ValueError, "ci: lo must be <= hi (got [2.0, 1.0])"),
+])
+def test_a_malformed_row_is_refused_naming_its_field(kw, error, message):
+    args = dict(quantity="q", predicted=1.0, measured=1.5, ci=(1.0, 2.0)) | kw
+    with pytest.raises(error) as err:
+        Comparison(**args)
+    assert str(err.value) == message
+    assert Comparison("q", 1.0, 1.5, (1.0, 2.0), n=1).n == 1  # one sample is a valid count (no interval from it)
+
+
+def test_a_tested_row_without_a_p_value_is_refused():
+    from stochformer.measure.verdict import RowTest, family_verdicts
+    with pytest.raises(ValueError) as err:
+        family_verdicts([RowTest(None)], ["matches"])
+    assert str(err.value) == "RowTest: a tested row (state None) must have a p_value"
+
+
+def test_decide_passes_the_measured_value_and_its_fields_on():
+    """decide(rule, p, lo, hi, tol, measured=…, n=…) judges the row with those fields: a measured
+    value without an interval is undetermined (not "not measured"), too few samples inconclusive,
+    and the tolerance widens the band."""
+    assert decide("matches", 0.0, None, None) == NOT_MEASURED
+    assert decide("matches", 0.0, None, None, measured=1.0) == UNDETERMINED
+    assert decide("matches", 0.0, -1.0, 1.0, n=2) == INCONCLUSIVE
+    assert decide("at_most", 0.0, 0.5, 0.6) == FAILS
+    assert decide("at_most", 0.0, 0.5, 0.6, 1.0) == HOLDS
