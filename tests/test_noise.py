@@ -745,3 +745,30 @@ def test_a_forked_child_gets_its_own_pool():
 def _child_pool_works() -> int:
     from stochformer.core.runtime import thread_pool
     return thread_pool().submit(lambda: 7).result(timeout=60)
+
+
+def test_a_forked_child_factorises_in_its_own_thread():
+    """In a process forked after import, small eigen-problems do not go to worker threads (the
+    child's copy of the parent's thread and OpenMP state), and give the same numbers."""
+    import multiprocessing
+    K = _psd(6, 6, 4).expand(32, 6, 6).contiguous()
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(1) as p:
+        got, used_pool = p.apply(_child_eigh, (K,))
+    from stochformer.core.runtime import one_cpu_thread
+    with one_cpu_thread():
+        want = torch.linalg.eigh(K)[0]
+    assert not used_pool and torch.equal(got, want)
+
+
+def _child_eigh(K):
+    import stochformer.core.runtime as runtime
+    import stochformer.model.noise as noise
+    assert runtime.forked()
+    used = []
+    real = noise.thread_pool
+    noise.thread_pool = lambda: used.append(1) or real()
+    try:
+        return noise._eigh(K)[0], bool(used)
+    finally:
+        noise.thread_pool = real

@@ -234,6 +234,9 @@ def one_cpu_thread(active: bool = True) -> Iterator[None]:
 
 
 _POOL: tuple[int, ThreadPoolExecutor] | None = None
+#: the process that imported stochformer: a process forked from it inherits the parent's thread
+#: and OpenMP state (`forked`)
+_IMPORT_PID = os.getpid()
 #: the names of its threads start with this
 POOL_PREFIX = "stochformer-worker"
 
@@ -252,3 +255,10 @@ def thread_pool() -> ThreadPoolExecutor:
     if _POOL is None or _POOL[0] != os.getpid():
         _POOL = (os.getpid(), ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix=POOL_PREFIX))
     return _POOL[1]
+
+
+def forked() -> bool:
+    """Whether this process was forked after stochformer was imported (a fork copies the parent's
+    thread and OpenMP state, which threads started in the child may find locked: work that would
+    go to `thread_pool` runs in the calling thread there)."""
+    return os.getpid() != _IMPORT_PID

@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from ..core.brownian import Draws, as_draws
-from ..core.runtime import POOL_PREFIX, one_cpu_thread, thread_pool
+from ..core.runtime import POOL_PREFIX, forked, one_cpu_thread, thread_pool
 from ..core.sphere import normalize
 from .activations import ActivationLike, get_activation
 from .kernel import NoiseKernel
@@ -276,11 +276,12 @@ def _eigh_small(K: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     process's worker threads (as many as torch's threads). Each matrix is factorised alone in one
     thread, at the same address modulo 64 bytes as in one call's buffer, so the numbers are those
     of one single-threaded call on the whole batch, whatever the thread count (MKL's threaded path
-    rounds differently). Inside a worker thread: one call."""
+    rounds differently). Inside a worker thread, or in a process forked after import: one call."""
     threads = torch.get_num_threads()
     batch = K.reshape(-1, *K.shape[-2:])
     with one_cpu_thread():
-        if threads == 1 or batch.shape[0] < 2 * threads or threading.current_thread().name.startswith(POOL_PREFIX):
+        if (threads == 1 or batch.shape[0] < 2 * threads or threading.current_thread().name.startswith(POOL_PREFIX)
+                or forked()):
             return torch.linalg.eigh(K)
         # MKL's result for a matrix depends on its address modulo 64 bytes: chunks start at
         # matrices whose offset in the batch is a multiple of 64 bytes, as in one call's buffer
