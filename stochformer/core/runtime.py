@@ -260,5 +260,11 @@ def thread_pool() -> ThreadPoolExecutor:
 def forked() -> bool:
     """Whether this process was forked after stochformer was imported (a fork copies the parent's
     thread and OpenMP state, which threads started in the child may find locked: work that would
-    go to `thread_pool` runs in the calling thread there)."""
+    go to `thread_pool` runs in the calling thread there).
+
+    Returns
+    -------
+    bool
+        True in a process forked after the import.
+    """
     return os.getpid() != _IMPORT_PID
