@@ -34,11 +34,14 @@ from stochformer.experiments.neighbours import (
     quadratic_generator,
     simulate_pairs,
     unforced_bound,
+    aligned_fraction,
+    linear_above,
     value_antipodal,
     weak_error,
 )
 from stochformer.measure.verdict import FAILS, HOLDS
-from stochformer.model.homogenized import HomogenizedAttention, _gram_factor
+from stochformer.model.homogenized import HomogenizedAttention, HomogenizedLayers, _gram_factor, _symmetric_root
+from stochformer.model.noise import sqrt_psd
 from stochformer.model.independent import IndependentField
 from stochformer.model.quadratic import QuadraticField
 from stochformer.model.value_noise import ValueNoise
@@ -341,6 +344,100 @@ def test_large_beta_pair_follows_linear_kernel_on_time_d(large_beta):
     assert [r.verdict for r in large_beta.rows()] == [HOLDS, HOLDS]
     assert FAILS in [r.verdict for r in large_beta.rows({"z": -0.5, "z2": 0.25})]
     assert FAILS in [r.verdict for r in large_beta.rows(linear_pair_moments(64, -0.5, 0.04))]
+
+
+def _gram_moments(z: torch.Tensor) -> dict[str, tuple[float, float]]:
+    """Mean and SE of z, z², z³ and 1{z > 0} over independent samples (rows of ``z``, averaged within a row)."""
+    out = {}
+    for name, f in (("z", lambda v: v), ("z2", lambda v: v * v), ("z3", lambda v: v**3), ("above", lambda v: (v > 0).double())):
+        v = f(z).mean(-1).numpy()
+        out[name] = (float(v.mean()), float(v.std(ddof=1) / math.sqrt(len(v))))
+    return out
+
+
+def _gram_laws(d, N, heads, beta, tied, eta, layers, n, chain_eta=None):
+    """The pair cosines (n, N(N−1)/2) after ``layers`` layers, from uniform tokens: by the layers on the
+    tokens (`solve`) and by the Gram chain (at ``chain_eta``, default η)."""
+    model = HomogenizedLayers(HomogenizedAttention(beta=beta, heads=heads, sigma_V=1 / math.sqrt(d), tied=tied))
+    X0 = sf.sphere.uniform(batch=n, N=N, d=d, seed=11)
+    X = torch.as_tensor(sf.solve(model, X0, T=layers * eta, steps=layers, seed=12).X_final.values)
+    G = X0 @ X0.transpose(-1, -2)
+    gen = torch.Generator().manual_seed(13)
+    for _ in range(layers):
+        G = model.gram_step(G, eta if chain_eta is None else chain_eta, d, gen)
+    i, j = torch.triu_indices(N, N, 1)
+    return (X @ X.transpose(-1, -2))[:, i, j], G[:, i, j]
+
+
+@pytest.mark.parametrize("d, N, heads, beta, tied, eta", [
+    (5, 2, 2, 3.0, True, 0.3),    # Bartlett factors for the heads and the complement
+    (4, 3, 1, 2.0, True, 0.5),    # complement of d − N = 1 < HN + 1: its normals themselves
+    (3, 3, 2, 1.0, True, 0.3),    # d = N: no complement
+    (6, 2, 1, 5.0, False, 0.4),   # untied W′
+    (5, 2, 1, 0.0, True, 0.3),    # β = 0: uniform weights, nothing drawn for the heads
+])
+def test_gram_chain_is_the_layers_in_law(d, N, heads, beta, tied, eta):
+    """The Gram chain (`HomogenizedLayers.gram_step`) and the layers on the tokens give the same law of
+    the cosines after 10 layers: E z, E z², E z³ and P(z > 0) within Z_TOL SE of each other (6000
+    samples each); the chain at 1.6 η, a wrong model, is rejected by the same test."""
+    tokens, chain = _gram_laws(d, N, heads, beta, tied, eta, 10, 6000)
+    a, b = _gram_moments(tokens), _gram_moments(chain)
+    for k in a:
+        assert abs(a[k][0] - b[k][0]) / math.hypot(a[k][1], b[k][1]) < Z_TOL, (k, a[k], b[k])
+    _, wrong = _gram_laws(d, N, heads, beta, tied, eta, 10, 6000, chain_eta=1.6 * eta)
+    c = _gram_moments(wrong)
+    assert max(abs(a[k][0] - c[k][0]) / math.hypot(a[k][1], c[k][1]) for k in a) > Z_TOL
+
+
+@settings(max_examples=40, deadline=None)
+@given(N=st.integers(2, 4), extra=st.integers(0, 40), heads=st.integers(1, 3), beta=st.floats(0.0, 50.0),
+       eta=st.floats(1e-3, 1.0), seed=st.integers(0, 2**31 - 1))
+def test_gram_chain_keeps_a_gram_matrix(N, extra, heads, beta, eta, seed):
+    """One step of the chain maps the Gram matrix of unit tokens to a symmetric PSD matrix with unit
+    diagonal, whatever N <= d, H, β and η (synchronised and antipodal pairs included)."""
+    d = N + extra
+    X = sf.sphere.uniform(batch=8, N=N, d=d, seed=seed % 1000)
+    X[0, 1] = X[0, 0]
+    X[1, 1] = -X[1, 0]
+    G = X @ X.transpose(-1, -2)
+    layers = HomogenizedLayers(HomogenizedAttention(beta=beta, heads=heads, sigma_V=1 / math.sqrt(d)))
+    H = layers.gram_step(G, eta, d, torch.Generator().manual_seed(seed))
+    assert torch.isfinite(H).all()
+    assert torch.allclose(H, H.transpose(-1, -2), atol=1e-12)
+    assert torch.allclose(H.diagonal(dim1=-2, dim2=-1), torch.ones(8, N, dtype=H.dtype), atol=1e-12)
+    assert float(torch.linalg.eigvalsh(H).min()) > -1e-10
+
+
+@settings(max_examples=60, deadline=None)
+@given(z=st.floats(-1.0, 1.0), scale=st.floats(1e-3, 1e3))
+def test_symmetric_root_of_two_by_two_is_sqrt_psd(z, scale):
+    """The closed-form root of a 2 × 2 PSD matrix is eigh's symmetric root (to 1e-12 relative)."""
+    G = scale * torch.tensor([[1.0, z], [z, 1.0]], dtype=torch.float64)
+    assert torch.allclose(_symmetric_root(G), sqrt_psd(G), atol=1e-7 * math.sqrt(scale), rtol=1e-12)
+
+
+def test_gram_chain_refuses_fewer_dimensions_than_tokens():
+    G = torch.eye(3, dtype=torch.float64).unsqueeze(0)
+    with pytest.raises(ValueError, match="d >= N"):
+        HomogenizedLayers(HomogenizedAttention()).gram_step(G, 0.1, 2, torch.Generator())
+
+
+def test_aligned_fraction_follows_the_linear_kernel_at_large_d():
+    """P(z_s > 0) of pairs from z₀ = 0.5 under the layers at d = 256 (s = 1, η = 0.1, 2000 pairs) holds
+    against the linear kernel's law at s; at d = 16 the attention zone near the diagonal (1 − z ≲ 18/d)
+    pushes pairs to align and the same row does not hold; a wrong prediction (the law at s/4) fails."""
+    far = aligned_fraction(d=256, z0=0.5, s=1.0, eta=0.1, pairs=2000, seed=3)
+    assert far.exact == pytest.approx(linear_above(0.5, 1.0))
+    assert far.limit == pytest.approx(2 / 3)
+    assert [r.verdict for r in far.rows()] == [HOLDS]
+    assert [r.verdict for r in far.rows(linear_above(0.5, 0.25))] == [FAILS]
+    near = aligned_fraction(d=16, z0=0.0, s=2.0, eta=0.4, pairs=2000, seed=3)
+    assert [r.verdict for r in near.rows()] == [FAILS]
+
+
+def test_aligned_fraction_refuses_bad_steps():
+    with pytest.raises(ValueError, match="eta"):
+        aligned_fraction(d=64, eta=1.5, pairs=10)
 
 
 # ----------------------------------------------------------------------------- (D) value-matrix noise

@@ -52,15 +52,17 @@ def _verdicts(res: NeighboursResult, where: str) -> list[str]:
 
 
 def test_section_is_last_and_runs_at_tiny_size(section, result):
-    """Registered last; the section's output holds 30 rows (8 + 8 quadratic forms, 4 common/independent,
-    4 m(t), 2 large β, 3 value noise, the weak-error exponent: not measured at this size), five
+    """Registered last; the section's output holds 31 rows (8 + 8 quadratic forms, 4 common/independent,
+    4 m(t), 2 large β, 3 value noise, the weak-error exponent and the long run at large d: not measured
+    at this size), five
     figures and a table; no row fails at the tiny size."""
     assert registered()[-1].name == "neighbours"
     cfg = NeighboursConfig(**section.sizes["tiny"])
     out = neighbours_output(result, cfg.seed).to_dict()
     rows = out["comparisons"]
-    assert len(rows) == 30 and all(r["family"] == 29 for r in rows if r["verdict"] != NOT_MEASURED)
+    assert len(rows) == 31 and all(r["family"] == 29 for r in rows if r["verdict"] != NOT_MEASURED)
     assert result.weak is None and _verdicts(result, "weak error exponent") == [NOT_MEASURED]
+    assert result.aligned is None and _verdicts(result, "at large d") == [NOT_MEASURED]
     assert [r["verdict"] for r in rows].count(FAILS) == 0
     assert [r["verdict"] for r in rows].count(HOLDS) >= 27
     assert len(out["figures"]) == 5 and len(out["tables"][0]["rows"]) == len(cfg.value_points)
@@ -179,6 +181,9 @@ def test_figures_keep_the_figure_rules(result):
     ("gamma", 0.0, "gamma"),
     ("large_beta_dt", 0.5, "large_beta_dt"),
     ("weak_pairs", 2, "weak_pairs"),
+    ("aligned_pairs", 1, "aligned_pairs"),
+    ("aligned_d", 1, "aligned_d"),
+    ("aligned_eta", 1.5, "aligned_eta"),
     ("weak_etas", [0.04, 0.08, 0.16], "weak_etas"),
     ("weak_etas", [0.04, 0.08, 0.16, 1.28], "weak_etas"),
     ("weak_etas", [0.05, 0.08, 0.16, 0.32], "weak_etas"),
@@ -186,3 +191,17 @@ def test_figures_keep_the_figure_rules(result):
 def test_config_refuses_bad_fields(field, value, match):
     with pytest.raises(ValidationError, match=match):
         NeighboursConfig(**{field: value})
+
+
+def test_aligned_row_holds_on_the_predicted_count_and_fails_on_a_shifted_one(result):
+    """The long large-d row within the family: a count at the linear kernel's P(z_s > 0) holds, one
+    0.05 above it (the shift the layers show at d = 1024 and 4096, docs/neighbours.md) does not hold
+    at 8000 pairs."""
+    from stochformer.experiments.neighbours import ALIGNED_S, ALIGNED_Z0, AlignedCheck, linear_above
+
+    p = linear_above(ALIGNED_Z0, ALIGNED_S)
+    check = AlignedCheck(1024, 200.0, 0.4, ALIGNED_Z0, ALIGNED_S, round(p * 8000), 8000, 0.1, p, 2 / 3)
+    assert _verdicts(dataclasses.replace(result, aligned=check), "at large d") == []
+    assert _verdicts(dataclasses.replace(result, aligned=check), "d = 1024") == [HOLDS]
+    shifted = dataclasses.replace(check, above=round((p + 0.05) * 8000))
+    assert _verdicts(dataclasses.replace(result, aligned=shifted), "d = 1024") == [FAILS]

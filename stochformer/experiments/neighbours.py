@@ -41,6 +41,7 @@ import torch
 from pydantic import Field, field_validator
 
 from ..config import StrictConfig
+from ..core.progress import ProgressMeter
 from ..core.runtime import child_seeds, provenance
 from ..core.sphere import uniform
 from ..core.validation import Cosine, NonNegativeFloat, PositiveFloat, PositiveInt, Seed, validated
@@ -55,7 +56,7 @@ from ..model.noise import ExactField, NoiseSource
 from ..model.quadratic import QuadraticField
 from ..model.sde import LimitSDE
 from ..model.value_noise import ValueNoise
-from ..theory.evolution import PairChain, expectation
+from ..theory.evolution import PairChain, expectation, law
 from ..theory.pair import PairDiffusion
 from ..theory.value_noise import ValuePair, critical_beta
 
@@ -866,6 +867,148 @@ def large_beta_pair(d: PositiveInt = 64, beta: PositiveFloat = 200.0, z0: Cosine
     return LargeBetaPairCheck(d, float(beta), float(z0), float(s), moments, linear_pair_moments(d, z0, s), pairs)
 
 
+@dataclass(frozen=True)
+class AlignedCheck:
+    """Pairs under [`HomogenizedLayers`][stochformer.model.homogenized.HomogenizedLayers] at large β
+    from z0, run to the slow time s (t = s·d, σ_V² = 1/d) by the layers' Gram chain
+    ([`gram_step`][stochformer.model.homogenized.HomogenizedLayers.gram_step], exact in law at every
+    d): ``above`` of ``pairs`` have z_s > 0; ``exact`` is P(z_s > 0) under the linear kernel's pair
+    diffusion du = −u(1−u²)ds + √2(1−u²)dB, ``limit`` its long-time value, the probability of ending
+    aligned, arcsin(z0)/π + ½ (the scale function); ``undecided`` the fraction with |z_s| < 0.9.
+
+    Attributes
+    ----------
+    d : int
+        Token dimension.
+    beta : float
+        The attention's β (β_eff = β: σ_A = 1/√d).
+    eta : float
+        The residual step η (layers: s·d/η).
+    z0 : float
+        The initial cosine.
+    s : float
+        The slow time.
+    above, pairs : int
+        Pairs with z_s > 0, and all pairs.
+    undecided : float
+        The fraction with |z_s| < 0.9.
+    exact : float
+        P(z_s > 0) under the linear kernel.
+    limit : float
+        P(aligned | z0) = arcsin(z0)/π + ½.
+    """
+
+    d: int
+    beta: float
+    eta: float
+    z0: float
+    s: float
+    above: int
+    pairs: int
+    undecided: float
+    exact: float
+    limit: float
+
+    def rows(self, predicted: Optional[float] = None) -> list[Comparison]:
+        """One ``matches`` row: P(z_s > 0) with its Wilson interval against the linear kernel's exact
+        P(z_s > 0), judged against the alternative 0.62 − ½ + the prediction (the shift measured at
+        d = 16, docs/neighbours.md: tokens that partly attend to each other near the diagonal).
+
+        Parameters
+        ----------
+        predicted : float, optional
+            A probability to test in place of the linear kernel's.
+
+        Returns
+        -------
+        list of Comparison
+            The rows, judged by the report's rules.
+        """
+        p = self.exact if predicted is None else float(predicted)
+        return judge([Comparison.from_fraction(
+            f"P(z_s > 0), s = {self.s:g}, z₀ = {self.z0:g}, d = {self.d} (layers, η = {self.eta:g})", p, self.above,
+            self.pairs, alternative=min(p + ALIGNED_SHIFT, 1.0),
+            note=f"linear kernel's law at s; it ends aligned with P = arcsin(z₀)/π + ½ = {self.limit:.4f}; "
+                 f"{self.undecided:.3f} of the pairs still have |z_s| < 0.9")])
+
+
+#: the shift of P(z_s > 0) from the linear kernel's law that the finite-d attention zone caused at
+#: d = 16 (0.62 against ½ from z₀ = 0): the alternative of the aligned-fraction row
+ALIGNED_SHIFT = 0.12
+
+
+def linear_above(z0: float, s: float) -> float:
+    """P(z_s > 0) for the linear kernel's pair diffusion from z0 (its exact law,
+    [`law`][stochformer.theory.evolution.law]). The pair diffusion of κ(u) = c·u is
+    dz = −c z(1−z²)dt + √(2c)(1−z²)dB in every d, so κ(u) = u/d at t = s·d is κ(u) = u at t = s,
+    computed in d = 3 (the chain's cost grows with d).
+
+    Parameters
+    ----------
+    z0 : float
+        The initial cosine.
+    s : float
+        The slow time.
+
+    Returns
+    -------
+    float
+        The probability.
+    """
+    return 1.0 - law(PairDiffusion(NoiseKernel("linear", 3, scale=math.sqrt(3.0))), z0, s).cdf(0.0)
+
+
+@validated
+def aligned_fraction(d: PositiveInt = 1024, beta: PositiveFloat = 200.0, z0: Cosine = 0.0, s: PositiveFloat = 2.0,
+                     eta: PositiveFloat = 0.2, heads: PositiveInt = 1, pairs: PositiveInt = 2000,
+                     seed: Seed = 0, progress: Optional[ProgressMeter] = None) -> AlignedCheck:
+    """The fraction of pairs with z_s > 0 under the discrete homogenized layers at large β (σ_V² = 1/d,
+    σ_A = 1/√d, β_eff = β), run on their Gram chain: s·d/η layers at O(1) cost per pair and layer
+    whatever d, so that d is large enough (d >= 10³) for the attention zone near the diagonal
+    (1 − z ≲ 18/d, docs/neighbours.md) to matter little.
+
+    Parameters
+    ----------
+    d : int, optional
+        Token dimension, >= 2.
+    beta : float, optional
+        The attention's β.
+    z0 : float, optional
+        The initial cosine.
+    s : float, optional
+        The slow time (t = s·d).
+    eta : float, optional
+        The residual step η, in (0, 1].
+    heads : int, optional
+        Heads.
+    pairs : int, optional
+        Simulated pairs.
+    seed : int, optional
+        The seed.
+    progress : ProgressMeter, optional
+        Shows the layers done.
+
+    Returns
+    -------
+    AlignedCheck
+        The count beside the linear kernel's law.
+    """
+    if not (d >= 2 and 0 < eta <= 1):
+        raise ValueError(f"d >= 2 and eta in (0, 1] (got d = {d}, eta = {eta})")
+    layers = max(1, round(s * d / eta))
+    model = HomogenizedLayers(HomogenizedAttention(beta=beta, heads=heads, sigma_V=1.0 / math.sqrt(d)))
+    gen = torch.Generator().manual_seed(seed)
+    G = torch.eye(2, dtype=torch.float64).repeat(pairs, 1, 1)
+    G[:, 0, 1] = G[:, 1, 0] = float(z0)
+    steps = range(layers) if progress is None else progress.track(range(layers))
+    for _ in steps:
+        G = model.gram_step(G, float(eta), d, gen)
+    z = G[:, 0, 1].numpy()
+    return AlignedCheck(d, float(beta), float(eta), float(z0), float(s), int((z > 0).sum()), pairs,
+                        float((np.abs(z) < 0.9).mean()), linear_above(float(z0), float(s)),
+                        math.asin(z0) / math.pi + 0.5)
+
+
 #: the weak-error exponent in η of the homogenized layers at a fixed time, as the issue states the
 #: error η·max(η, α) (α ∝ η at fixed H, σ_V, d), and that of a first-order weak error (the alternative)
 WEAK_EXPONENT, FIRST_ORDER = 2.0, 1.0
@@ -1114,6 +1257,10 @@ class NeighboursConfig(StrictConfig):
     overlap_steps: int = Field(400, ge=6, description="steps on t in [0, 3] of the β = 0 homogenized run (>= 6)")
     large_beta_pairs: int = Field(600, ge=3, description="pairs of the large-β homogenized run (>= 3)")
     large_beta_dt: float = Field(0.025, gt=0.0, le=0.1, description="step of the large-β homogenized run, in (0, 0.1]")
+    aligned_pairs: int = Field(2000, ge=0, description="pairs of the long large-β run of the homogenized layers on "
+                                                        "their Gram chain (>= 3; 0: not run, its row not measured)")
+    aligned_d: int = Field(1024, ge=2, le=1_000_000, description="dimension of that run, in [2, 10^6]")
+    aligned_eta: float = Field(0.4, gt=0.0, le=1.0, description="residual step η of that run, in (0, 1]")
     value_points: list[list[float]] = Field([[3, 1.0], [4, 2.0], [4, 0.3]], min_length=1,
                                             description="(d, β) of the value-noise runs: d an integer >= 2, β > 0")
     value_pairs: int = Field(2000, ge=3, description="pairs of each value-noise run (>= 3)")
@@ -1143,11 +1290,11 @@ class NeighboursConfig(StrictConfig):
             raise ValueError(f"every beta must be > 0 (got {v})")
         return v
 
-    @field_validator("weak_pairs")
+    @field_validator("weak_pairs", "aligned_pairs")
     @classmethod
-    def _weak_pairs(cls, v: int) -> int:
+    def _pairs_or_none(cls, v: int, info: Any) -> int:
         if 0 < v < 3:
-            raise ValueError(f"weak_pairs must be 0 (not run) or >= 3 (got {v})")
+            raise ValueError(f"{info.field_name} must be 0 (not run) or >= 3 (got {v})")
         return v
 
     @field_validator("weak_etas")
@@ -1171,6 +1318,8 @@ class NeighboursConfig(StrictConfig):
 ATTRACTOR_T, CONTRAST_T, OVERLAP_T, VALUE_T = 2.0, 4.0, 3.0, 10.0
 #: the large-β homogenized run: d, β_eff, z₀ and the slow time s (t = s·d)
 LARGE_BETA_D, LARGE_BETA_BETA, LARGE_BETA_Z0, LARGE_BETA_S = 64, 200.0, -0.5, 0.08
+#: the long large-β run of the layers (Gram chain): z₀ and the slow time s, where 6-12% of the pairs are undecided
+ALIGNED_Z0, ALIGNED_S = 0.5, 4.0
 #: the times (points) kept on each curve of the report's runs
 POINTS = 4
 
@@ -1194,6 +1343,8 @@ class NeighboursResult:
         Value-matrix noise, one per (d, β) point.
     weak : WeakErrorCheck or None
         The weak-error sweep of the homogenized layers (None: not run).
+    aligned : AlignedCheck or None
+        The long large-β run of the layers at large d (None: not run).
     curves : dict
         The exact curves of the figures: ``unforced``, ``forced``, ``logistic``, ``linear``,
         ``aligned`` and ``value``.
@@ -1208,6 +1359,7 @@ class NeighboursResult:
     large_beta: LargeBetaPairCheck
     value: list[AntipodalCheck]
     weak: Optional[WeakErrorCheck]
+    aligned: Optional[AlignedCheck]
     curves: dict
     provenance: dict
 
@@ -1234,7 +1386,7 @@ class NeighboursResult:
 
         return plain({"unforced": self.unforced, "forced": self.forced, "contrast": self.contrast,
                       "overlap": self.overlap, "large_beta": self.large_beta, "value": self.value,
-                      "weak": self.weak, "curves": self.curves})
+                      "weak": self.weak, "aligned": self.aligned, "curves": self.curves})
 
     def rows(self) -> list[Comparison]:
         """Every check's rows (their own predictions), judged as one family.
@@ -1251,6 +1403,9 @@ class NeighboursResult:
         for v in self.value:
             rows += v.rows()
         rows += self.weak.rows() if self.weak is not None else [not_run_weak_error()]
+        rows += self.aligned.rows() if self.aligned is not None else [Comparison(
+            "P(z_s > 0) of the homogenized layers at large d", linear_above(ALIGNED_Z0, ALIGNED_S),
+            note="not run at this size (the long run costs tens of seconds)")]
         return judge(rows)
 
 
@@ -1289,7 +1444,7 @@ def run_neighbours(cfg: NeighboursConfig) -> NeighboursResult:
     NeighboursResult
         Every check, the figures' exact curves and the provenance.
     """
-    seeds = iter(child_seeds(cfg.seed, 7 + len(cfg.value_points)))
+    seeds = iter(child_seeds(cfg.seed, 8 + len(cfg.value_points)))
     d = cfg.quadratic_d
     unforced = attractor_distance(d=d, gamma=0.0, T=ATTRACTOR_T, steps=cfg.attractor_steps, points=POINTS,
                                   pairs=cfg.attractor_pairs, z0=0.0, seed=next(seeds))
@@ -1305,6 +1460,9 @@ def run_neighbours(cfg: NeighboursConfig) -> NeighboursResult:
                              seed=next(seeds)) for k, b in cfg.value_points]
     weak = None if cfg.weak_pairs == 0 else weak_error(
         d=LARGE_BETA_D, beta=LARGE_BETA_BETA, z0=LARGE_BETA_Z0, s=LARGE_BETA_S, etas=cfg.weak_etas, pairs=cfg.weak_pairs,
+        seed=next(seeds))
+    aligned = None if cfg.aligned_pairs == 0 else aligned_fraction(
+        d=cfg.aligned_d, beta=LARGE_BETA_BETA, z0=ALIGNED_Z0, s=ALIGNED_S, eta=cfg.aligned_eta, pairs=cfg.aligned_pairs,
         seed=next(seeds))
 
     fine = np.linspace(ATTRACTOR_T / 40, ATTRACTOR_T, 40)
@@ -1325,4 +1483,4 @@ def run_neighbours(cfg: NeighboursConfig) -> NeighboursResult:
                   "p": [[ValuePair(float(b), int(k)).p_antipodal(0.0) for b in cfg.value_betas] for k in cfg.value_dims],
                   "beta_c": [critical_beta(int(k)) for k in cfg.value_dims]},
     }
-    return NeighboursResult(unforced, forced, contrast, overlap, large, value, weak, curves, provenance("cpu"))
+    return NeighboursResult(unforced, forced, contrast, overlap, large, value, weak, aligned, curves, provenance("cpu"))

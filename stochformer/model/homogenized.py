@@ -173,16 +173,44 @@ class HomogenizedAttention:
         B, N, d = X.shape
         if self.beta == 0.0:
             return X.mean(dim=1, keepdim=True).unsqueeze(1).expand(B, self.heads, N, d)
+        return self.weights(X @ X.transpose(-1, -2), d, generator) @ X.unsqueeze(1)
+
+    def weights(self, G: torch.Tensor, d: int, generator: torch.Generator,
+                root: Optional[torch.Tensor] = None) -> torch.Tensor:
+        r"""The attention weights $w^h_{ij} = \operatorname{softmax}_j(\beta\langle A_h x_i, x_j\rangle)$ of H
+        freshly drawn heads, from the tokens' Gram matrix alone: G (batch, N, N) → (batch, H, N, N).
+
+        Given X, the logits depend on W only through XW, whose columns are i.i.d. N(0, σ_A² G)
+        (module docstring), so they are drawn from G and d without the tokens.
+
+        Parameters
+        ----------
+        G : torch.Tensor, shape (batch, N, N)
+            The Gram matrix ⟨x_i, x_j⟩ of unit tokens.
+        d : int
+            Token dimension.
+        generator : torch.Generator
+            Draws the heads (nothing is drawn at β = 0).
+        root : torch.Tensor, shape (batch, N, N), optional
+            A symmetric root of G, if the caller holds one (default: [`sqrt_psd`][stochformer.model.noise.sqrt_psd]).
+
+        Returns
+        -------
+        torch.Tensor, shape (batch, H, N, N)
+            w^h_ij, rows summing to 1.
+        """
+        B, N, _ = G.shape
+        if self.beta == 0.0:
+            return G.new_full((B, self.heads, N, N), 1.0 / N)
         s_A = 1.0 / math.sqrt(d) if self.sigma_A is None else self.sigma_A
-        R = sqrt_psd(X @ X.transpose(-1, -2)).unsqueeze(1)  # (B, 1, N, N): XW = σ_A R Ξ in law
-        L = _gram_factor((B, self.heads, N), d, generator, X)  # Ξ Ξᵀ = L Lᵀ in law
+        R = (sqrt_psd(G) if root is None else root).unsqueeze(1)  # (B, 1, N, N): XW = σ_A R Ξ in law
+        L = _gram_factor((B, self.heads, N), d, generator, G)  # Ξ Ξᵀ = L Lᵀ in law
         if self.tied:
             inner = L @ L.transpose(-1, -2)
         else:  # Ξ Ξ′ᵀ = L Z in law (its columns Ξ ξ′_j are N(0, Ξ Ξᵀ) given Ξ)
-            inner = L @ torch.randn(B, self.heads, N, N, generator=generator, dtype=X.dtype, device=X.device)
+            inner = L @ torch.randn(B, self.heads, N, N, generator=generator, dtype=G.dtype, device=G.device)
         logits = (self.beta * s_A**2) * (R @ inner @ R)  # β x_jᵀ A x_i (the roles of i, j: equal in law)
-        w = torch.softmax(logits, dim=-1)  # (B, H, N, N): w_ij
-        return w @ X.unsqueeze(1)
+        return torch.softmax(logits, dim=-1)
 
     def increment(self, X: torch.Tensor, dt: float, draws: Randomness) -> torch.Tensor:
         """√(dt/H) σ_V Σ_h G_h^{1/2} Ξ_h, G_h = a^h a^hᵀ: X (batch, N, d) → (batch, N, d).
@@ -277,6 +305,69 @@ class HomogenizedLayers:
             The tokens after the layer, unit rows.
         """
         return normalize(X + self.attention.increment(X, dt, draws))
+
+    def gram_step(self, G: torch.Tensor, dt: float, d: int, generator: torch.Generator) -> torch.Tensor:
+        r"""One layer at η = dt acting on the tokens' Gram matrix alone, exact in law: G (batch, N, N) →
+        (batch, N, N), the Gram matrix of the tokens after [`step`][stochformer.model.homogenized.HomogenizedLayers.step].
+
+        The layer is invariant under rotations of $\mathbb{R}^d$, so the Gram matrix is a Markov chain
+        of its own, and O(H²N³) numbers per layer draw it whatever d (the tokens would need N·d per
+        head). Write $X = C E^\top$ with $C = G^{1/2}$ and E (d × N) orthonormal; given the weights
+        $\Omega_h$ ([`weights`][stochformer.model.homogenized.HomogenizedAttention.weights]),
+        $\Delta W = c\sum_h \Omega_h C Z_h$ in law, $c = \sigma_V\sqrt{\eta/H}$, $Z_h$ (N × d) standard.
+        Split each $Z_h$ along E ($T_h$, N × N, standard) and its complement ($Z_h^\perp$, N × (d − N));
+        then $X\Delta W^\top = C\,(c\sum_h \Omega_h C T_h)^\top$ and
+        $\Delta W\Delta W^\top = D D^\top + c^2 P\,(Z^\perp Z^{\perp\top}) P^\top$, with
+        $D = c\sum_h \Omega_h C T_h$, $P = [\Omega_1 C, \dots, \Omega_H C]$ (N × HN) and
+        $Z^\perp Z^{\perp\top}$ ~ Wishart_{HN}(d − N, I), drawn by its Bartlett factor. LN divides
+        $M = G + X\Delta W^\top + \Delta W X^\top + \Delta W\Delta W^\top$ by the norms:
+        $G'_{ij} = M_{ij}/\sqrt{M_{ii}M_{jj}}$.
+
+        Parameters
+        ----------
+        G : torch.Tensor, shape (batch, N, N)
+            The Gram matrix of unit tokens, N <= d.
+        dt : float
+            The residual step η.
+        d : int
+            Token dimension, >= N.
+        generator : torch.Generator
+            The layer's randomness.
+
+        Returns
+        -------
+        torch.Tensor, shape (batch, N, N)
+            The Gram matrix after the layer, unit diagonal.
+        """
+        B, N, _ = G.shape
+        if d < N:
+            raise ValueError(f"d: the Gram chain needs d >= N = {N} (got {d})")
+        att = self.attention
+        H = att.heads
+        C = _symmetric_root(G)  # X = C Eᵀ
+        w = att.weights(G, d, generator, root=C)
+        C = C.unsqueeze(1)
+        P = w @ C  # (B, H, N, N): Ω_h C
+        T = torch.randn(B, H, N, N, generator=generator, dtype=G.dtype, device=G.device)
+        c = att.sigma_V * math.sqrt(dt / H)
+        D = c * (P @ T).sum(dim=1)  # ΔW E, (B, N, N)
+        Lp = _gram_factor((B, H * N), d - N, generator, G)  # Z⊥ Z⊥ᵀ = Lp Lpᵀ in law
+        Q = c * (P.transpose(1, 2).reshape(B, N, H * N) @ Lp)  # (B, N, ·): P Lp
+        cross = C[:, 0] @ D.transpose(-1, -2)  # X ΔWᵀ
+        M = G + cross + cross.transpose(-1, -2) + D @ D.transpose(-1, -2) + Q @ Q.transpose(-1, -2)
+        n = M.diagonal(dim1=-2, dim2=-1).sqrt()
+        return M / (n.unsqueeze(-1) * n.unsqueeze(-2))
+
+
+def _symmetric_root(G: torch.Tensor) -> torch.Tensor:
+    """G^{1/2} of PSD matrices (..., N, N): for N = 2 in closed form, √G = (G + √det G I)/√(tr G + 2√det G)
+    (Cayley–Hamilton), else [`sqrt_psd`][stochformer.model.noise.sqrt_psd]."""
+    if G.shape[-1] != 2:
+        return sqrt_psd(G)
+    det = (G[..., 0, 0] * G[..., 1, 1] - G[..., 0, 1] * G[..., 1, 0]).clamp_min(0).sqrt()
+    scale = (G[..., 0, 0] + G[..., 1, 1] + 2.0 * det).rsqrt()
+    eye = torch.eye(2, dtype=G.dtype, device=G.device)
+    return (G + det[..., None, None] * eye) * scale[..., None, None]
 
 
 def _gram_factor(lead: tuple[int, ...], d: int, generator: torch.Generator, like: torch.Tensor) -> torch.Tensor:
