@@ -156,13 +156,16 @@ def test_weak_error_row_fails_on_a_wrong_exponent_within_the_family(result):
 
 
 def test_figures_keep_the_figure_rules(result):
-    """Each of the section's five figures: no breach of the report's figure rules (tests/figure_audit.py)."""
+    """Each of the section's five figures (the large-β one also with the long run at large d): no breach
+    of the report's figure rules (tests/figure_audit.py)."""
     import matplotlib.pyplot as plt
 
     n = result.to_dict()
     c = n["curves"]
+    run = {"z0": 0.5, "s": 4.0, "d": 1024, "eta": 0.4, "above": 1413, "pairs": 2000, "exact": 0.6716}
     figs = [plots.plot_logistic(n["overlap"], c["logistic"]),
             plots.plot_large_beta(n["large_beta"], c["linear"], c["aligned"]),
+            plots.plot_large_beta(n["large_beta"], c["linear"], c["aligned"], run=run),
             plots.plot_attractor(n["unforced"], n["forced"], c),
             plots.plot_value_transition(c["value"], n["value"]),
             plots.plot_contrast(n["contrast"])]

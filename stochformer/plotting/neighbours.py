@@ -56,11 +56,14 @@ def plot_logistic(overlap: dict, logistic: dict, ax: Optional["Axes"] = None) ->
     return finish(fig, created)
 
 
-def plot_large_beta(large: dict, linear: dict, aligned: dict, axes: Optional[Sequence["Axes"]] = None) -> "Figure":
+def plot_large_beta(large: dict, linear: dict, aligned: dict, axes: Optional[Sequence["Axes"]] = None,
+                    run: Optional[dict] = None) -> "Figure":
     """Left: a pair under homogenized attention at large β, E z − z₀ and E z² − z₀² (± 2 SE) at the
     slow time s = σ_V² t, against the exact law of du = −u(1−u²)ds + √2(1−u²)dB (``linear``: ``s``,
     ``z``, ``z2``) and the frozen pair (0). Right: P(the pair ends aligned | u₀) by the scale function of the
-    linear kernel (quadrature) against arcsin(u₀)/π + ½ (``aligned``). ``axes``: two axes, or None.
+    linear kernel (quadrature) against arcsin(u₀)/π + ½ (``aligned``), with the long run of the layers
+    at large d (``run``, if given): its P(z_s > 0) (± 2 SE) beside the linear kernel's at the same s.
+    ``axes``: two axes, or None.
 
     Parameters
     ----------
@@ -73,6 +76,9 @@ def plot_large_beta(large: dict, linear: dict, aligned: dict, axes: Optional[Seq
         P(aligned | u₀) (``curves["aligned"]``): ``u0``, ``scale_function`` and ``arcsin``, of one length.
     axes : sequence of matplotlib.axes.Axes, optional
         Two axes.
+    run : dict, optional
+        ``NeighboursResult.aligned`` as a dict: ``z0``, ``s``, ``d``, ``eta``, ``above``, ``pairs`` and
+        ``exact``.
 
     Returns
     -------
@@ -98,6 +104,12 @@ def plot_large_beta(large: dict, linear: dict, aligned: dict, axes: Optional[Seq
     b.plot(u0, aligned["arcsin"], "k-", label=r"$\arcsin(u_0)/\pi + 1/2$ (published)")
     b.plot(u0[::3], np.asarray(aligned["scale_function"], float)[::3], "o", color="C2", ms=5,
            label=r"scale function of $\kappa(u) = u/d$ (quadrature)")
+    if run is not None:
+        p = run["above"] / run["pairs"]
+        b.plot([run["z0"]], [run["exact"]], "s", color="C3", mfc="none", ms=7,
+               label=rf"linear kernel's $P(z_s > 0)$ at $s = {run['s']:g}$")
+        b.errorbar([run["z0"]], [p], yerr=[2 * np.sqrt(p * (1 - p) / run["pairs"])], fmt="o", color="C3", ms=5,
+                   capsize=3, label=rf"layers, $d = {run['d']}$, $\eta = {run['eta']:g}$: $P(z_s > 0)$ (± 2 SE)")
     b.set(xlabel=r"$u_0$", ylabel="P(the pair ends aligned)", title="large β: the linear kernel's scale function")
     if created:
         legend_below(fig, ax, ncol=2)

@@ -45,10 +45,11 @@ def neighbours_output(res: NeighboursResult, seed: int) -> SectionOutput:
         figure_png(plots.plot_logistic(numbers["overlap"], curves["logistic"]), "logistic",
                    "Homogenized attention at β = 0: the mean overlap m(t) (± 2 SE) against the logistic law on "
                    "τ = σ_V²(d − 1)t, with the O(1/d) band the rows allow"),
-        figure_png(plots.plot_large_beta(numbers["large_beta"], curves["linear"], curves["aligned"]), "large-beta",
+        figure_png(plots.plot_large_beta(numbers["large_beta"], curves["linear"], curves["aligned"],
+                                         run=numbers["aligned"]), "large-beta",
                    "Homogenized attention at large β: the change of a pair's E z and E z² on the slow time s = t/d against the linear "
                    "kernel's exact law (left); P(aligned | u₀) from the linear kernel's scale function against "
-                   "arcsin(u₀)/π + ½ (right)"),
+                   "arcsin(u₀)/π + ½ (right), with the layers' long run at large d where it was run"),
         figure_png(plots.plot_attractor(numbers["unforced"], numbers["forced"], curves), "attractor",
                    "Random quadratic forms: E dist(X_t, A) simulated (± 2 SE), exact, and the published bounds "
                    "(π/√2)e^{−t/2} (unforced) and π e^{−λ_γ t} (forced, n = d)"),
