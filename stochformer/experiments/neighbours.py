@@ -994,8 +994,10 @@ def aligned_fraction(d: PositiveInt = 1024, beta: PositiveFloat = 200.0, z0: Cos
     AlignedCheck
         The count beside the linear kernel's law.
     """
-    if not (d >= 2 and 0 < eta <= 1):
-        raise ValueError(f"d >= 2 and eta in (0, 1] (got d = {d}, eta = {eta})")
+    if d < 2:
+        raise ValueError(f"d: must be >= 2 for a pair (got {d})")
+    if not eta <= 1:
+        raise ValueError(f"eta: must be in (0, 1] (got {eta})")
     layers = max(1, round(s * d / eta))
     model = HomogenizedLayers(HomogenizedAttention(beta=beta, heads=heads, sigma_V=1.0 / math.sqrt(d)))
     gen = torch.Generator().manual_seed(seed)

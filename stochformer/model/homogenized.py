@@ -361,7 +361,8 @@ class HomogenizedLayers:
 
 def _symmetric_root(G: torch.Tensor) -> torch.Tensor:
     """G^{1/2} of PSD matrices (..., N, N): for N = 2 in closed form, √G = (G + √det G I)/√(tr G + 2√det G)
-    (Cayley–Hamilton), else [`sqrt_psd`][stochformer.model.noise.sqrt_psd]."""
+    (Cayley–Hamilton: no eigen-solver in the chain's loop), else [`sqrt_psd`][stochformer.model.noise.sqrt_psd]
+    (which stays the root of the token-level paths, so their numbers do not change)."""
     if G.shape[-1] != 2:
         return sqrt_psd(G)
     det = (G[..., 0, 0] * G[..., 1, 1] - G[..., 0, 1] * G[..., 1, 0]).clamp_min(0).sqrt()
