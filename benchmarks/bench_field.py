@@ -26,8 +26,9 @@ scale 1), W the problem's field:
   kernel κ(ρ) = (√(1−ρ²) + (π − arccos ρ) ρ)/(2π d), the symmetric root (an eigendecomposition),
   Ξ (B, N, d).
 
-Contenders: stochformer (``run_simulate``, default sampler), stochformer parallel (``rng =
-parallel``: the field's normals from parallel streams), torch (a loop over steps, batched over
+Contenders: stochformer (``run_simulate``, the default sampler ``rng = auto``: on a CPU the field's
+normals from parallel streams), stochformer rng torch (``rng = torch``: ``torch.randn`` on the run's
+generator, the default until 0.1.0), torch (a loop over steps, batched over
 samples, fresh ``torch.randn`` per step), torchsde (``sdeint``, Euler, the product g(X)·dB given by
 ``g_prod``, no (B, N d, ·) matrix) and diffrax (``Euler``, a ``ControlTerm`` whose vector field is
 a lineax ``FunctionLinearOperator``; for the exact field the root by ``jnp.linalg.eigh``). The
@@ -66,11 +67,12 @@ PROBLEMS = {
 }
 NOTES = {
     "features": "W(x) = M^{-1/2} Σ_k relu(u_k·x/√d) B^k with frozen features u_k; the Brownian normals of a step are "
-                "(B, M, d). stochformer: `run_simulate` with `noise = random_features`; stochformer parallel: the same "
-                "with `rng = parallel` (the normals from 4 SFC64 streams seeded from the run's generator, on all cores). ",
+                "(B, M, d). stochformer: `run_simulate` with `noise = random_features` and the default `rng = auto` (on a CPU the "
+                "normals from 4 SFC64 streams seeded from the run's generator, on all cores); stochformer rng torch: "
+                "the same with `rng = torch` (`torch.randn`). ",
     "exact": "The increment √dt K(X)^{1/2} Ξ with K_ij = κ(⟨x_i, x_j⟩), κ the ReLU kernel, the symmetric root; "
-             "Ξ is (B, N, d). stochformer: `run_simulate` with `noise = exact`; stochformer parallel: the same with "
-             "`rng = parallel`. torch: the root by `torch.linalg.eigh`; diffrax: by `jnp.linalg.eigh` inside the "
+             "Ξ is (B, N, d). stochformer: `run_simulate` with `noise = exact` and the default `rng = auto` (parallel "
+             "streams on a CPU); stochformer rng torch: the same with `rng = torch`. torch: the root by `torch.linalg.eigh`; diffrax: by `jnp.linalg.eigh` inside the "
              "`ControlTerm`'s operator. ",
 }
 COMMON_NOTE = ("diffrax's compile time is its first call less its timed run. The peers do not project on the sphere "
@@ -233,7 +235,7 @@ report(seconds, np.asarray(X), max(first - seconds, 0.0))
 }
 NEEDS = {"torchsde": "torchsde", "diffrax": "diffrax"}
 #: the stochformer contenders of this checkout: name → the field's sampler (None: the default)
-OURS = {"stochformer": None, "stochformer parallel": "parallel"}
+OURS = {"stochformer": None, "stochformer rng torch": "torch"}
 
 
 def available(name: str) -> bool:

@@ -69,7 +69,7 @@ def test_default_sampler_is_torch_randn_on_the_runs_generator(kind, tokens, repl
         want = 0.5 * (sqrt_psd(field.covariance(X, F64)) @ torch.randn(8, 5, 4, generator=ref, dtype=F64))
     assert torch.allclose(got, want, rtol=1e-12, atol=1e-14)
     assert torch.equal(g.get_state(), ref.get_state())  # nothing else drawn
-    for rng, field_rng, mlp_rng in (("auto", "torch", "parallel"), ("torch", "torch", "torch"), ("parallel", "parallel", "parallel")):
+    for rng, field_rng, mlp_rng in (("auto", "parallel", "parallel"), ("torch", "torch", "torch"), ("parallel", "parallel", "parallel")):
         cfg = RunConfig(dynamics="sde", noise="random_features" if kind == "features" else "exact", N=5, d=4, rng=rng)
         assert make_noise(cfg).rng == field_rng and make_field(cfg, 1, make_generator(0)).rng == field_rng
         assert make_noise(RunConfig(noise="mlp_gaussian", rng=rng)).rng == mlp_rng

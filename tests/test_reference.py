@@ -596,7 +596,7 @@ def test_mean_field_particle_step(integrator, sdpa, tokens, gen, replay):
     step with the field's own features and increments."""
     B, N, d, M, sU, sW, s = 2, 6, 3, 10, 0.2, 0.3, 0.8
     cfg = RunConfig(
-        dynamics="sde", noise="random_features", features=M, d=d, N=N, T=0.6, L=3, integrator=integrator,
+        dynamics="sde", noise="random_features", rng="torch", features=M, d=d, N=N, T=0.6, L=3, integrator=integrator,
         activation="relu", sigma_U=sU, sigma_W=sW, noise_scale=s, beta=1.5, gamma="repulsive",
     )
     gf = torch.Generator().manual_seed(6)

@@ -305,8 +305,8 @@ class RunConfig(StrictConfig):
         "auto",
         description="normal sampler of the 'mlp_gaussian' noise and of the SDE fields' fresh Brownian "
         "normals ('exact', 'random_features'): 'torch' (the run's generator), 'parallel' (streams seeded "
-        "from it, filled on all CPU cores; numpy SFC64 for float64), 'auto' = for the MLP parallel on a "
-        "CPU and torch on CUDA, for the SDE fields torch; same seed => same numbers on the same device",
+        "from it, filled on all CPU cores; numpy SFC64 for float64), 'auto' = parallel on a CPU and torch "
+        "on CUDA; same seed => same numbers on the same device",
     )
     draw_precision: Literal["full", "float32"] = Field(
         "full",

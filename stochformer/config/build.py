@@ -706,9 +706,8 @@ def make_noise(cfg: RunConfig, activation: Optional[ActivationLike] = None, toke
     common: dict[str, Any] = dict(activation=activation or cfg.activation, sigma_U=cfg.sigma_U, sigma_W=cfg.sigma_W,
                                   scale=cfg.noise_scale, gain=cfg.gain)
     if kind in ("mlp", "mlp_gaussian"):
-        rng = resolve_backend(cfg.rng, cfg.device)
         mode: Literal["weights", "gaussian"] = "weights" if kind == "mlp" else "gaussian"
-        return RandomMLP(width=cfg.m, mode=mode, rng=rng, precision=cfg.draw_precision, law=cfg.weight_law,
+        return RandomMLP(width=cfg.m, mode=mode, rng=field_rng(cfg), precision=cfg.draw_precision, law=cfg.weight_law,
                          nu=cfg.student_nu, **common)
     if kind == "random_features":
         return RandomFeatureField(features=cfg.features, token_chunk=token_chunk, rng=field_rng(cfg), **common)
@@ -716,8 +715,8 @@ def make_noise(cfg: RunConfig, activation: Optional[ActivationLike] = None, toke
 
 
 def field_rng(cfg: RunConfig) -> Literal["torch", "parallel"]:
-    """The sampler of a limit field's fresh Brownian normals: ``parallel`` only where ``cfg.rng``
-    asks for it; ``auto`` keeps ``torch.randn`` (the fields' numbers of every earlier run).
+    """The sampler of a limit field's fresh Brownian normals: ``cfg.rng`` resolved on ``cfg.device``
+    as for the MLP (``auto``: the parallel streams on a CPU, ``torch.randn`` on an accelerator).
 
     Parameters
     ----------
@@ -729,7 +728,7 @@ def field_rng(cfg: RunConfig) -> Literal["torch", "parallel"]:
     str
         ``"torch"`` or ``"parallel"``.
     """
-    return "parallel" if cfg.rng == "parallel" else "torch"
+    return resolve_backend(cfg.rng, cfg.device)
 
 
 def make_model(
