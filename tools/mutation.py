@@ -326,7 +326,9 @@ def run_mutmut(workdir: Path, names: list[str], children: int) -> None:
     """``mutmut run`` in the scratch copy: all mutants, or only ``names``."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # mutmut puts the mutants first
     env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    subprocess.run(["mutmut", "run", "--max-children", str(children), *names], cwd=workdir, env=env, check=True)
+    # mutmut's command line, with the @validated functions mutated too (tools/mutmut_run.py)
+    runner = [sys.executable, str(ROOT / "tools" / "mutmut_run.py")]
+    subprocess.run([*runner, "run", "--max-children", str(children), *names], cwd=workdir, env=env, check=True)
 
 
 def rerun_names(base: dict[str, str], sample: int, retry: tuple[str, ...] = ()) -> list[str]:
