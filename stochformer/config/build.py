@@ -707,28 +707,11 @@ def make_noise(cfg: RunConfig, activation: Optional[ActivationLike] = None, toke
                                   scale=cfg.noise_scale, gain=cfg.gain)
     if kind in ("mlp", "mlp_gaussian"):
         mode: Literal["weights", "gaussian"] = "weights" if kind == "mlp" else "gaussian"
-        return RandomMLP(width=cfg.m, mode=mode, rng=field_rng(cfg), precision=cfg.draw_precision, law=cfg.weight_law,
+        return RandomMLP(width=cfg.m, mode=mode, rng=resolve_backend(cfg.rng, cfg.device), precision=cfg.draw_precision, law=cfg.weight_law,
                          nu=cfg.student_nu, **common)
     if kind == "random_features":
-        return RandomFeatureField(features=cfg.features, token_chunk=token_chunk, rng=field_rng(cfg), **common)
-    return ExactField(make_kernel(cfg, activation), rng=field_rng(cfg))
-
-
-def field_rng(cfg: RunConfig) -> Literal["torch", "parallel"]:
-    """The sampler of a limit field's fresh Brownian normals: ``cfg.rng`` resolved on ``cfg.device``
-    as for the MLP (``auto``: the parallel streams on a CPU, ``torch.randn`` on an accelerator).
-
-    Parameters
-    ----------
-    cfg : RunConfig
-        A validated configuration.
-
-    Returns
-    -------
-    str
-        ``"torch"`` or ``"parallel"``.
-    """
-    return resolve_backend(cfg.rng, cfg.device)
+        return RandomFeatureField(features=cfg.features, token_chunk=token_chunk, rng=resolve_backend(cfg.rng, cfg.device), **common)
+    return ExactField(make_kernel(cfg, activation), rng=resolve_backend(cfg.rng, cfg.device))
 
 
 def make_model(
@@ -802,7 +785,7 @@ def make_field(
     """
     field = RandomFeatureField(
         activation=cfg.activation, features=cfg.features, sigma_U=cfg.sigma_U, sigma_W=cfg.sigma_W,
-        scale=cfg.noise_scale, token_chunk=token_chunk, gain=cfg.gain, rng=field_rng(cfg),
+        scale=cfg.noise_scale, token_chunk=token_chunk, gain=cfg.gain, rng=resolve_backend(cfg.rng, cfg.device),
     )
     field.draw(fields, cfg.d, generator, dtype, device)
     return field
