@@ -109,6 +109,25 @@ def test_chunked_attention_on_the_tokens_device_whatever_the_default_device(toke
     same_on_cpu(got, ref)
 
 
+
+@pytest.mark.parametrize("kind", ["numpy", "list", "tensor"])
+def test_attention_from_matrices_on_the_device_passed_whatever_the_default_device(kind):
+    """Q, K, V given as numpy arrays, nested lists or CPU tensors become the attention's A and V on
+    the device passed (the CPU): under ``torch.device("meta")`` they are exactly the matrices made
+    without it (host data are never put on the default device first)."""
+    rng = np.random.default_rng(0)
+    mats = {name: rng.normal(size=(3, 3)) for name in "QKV"}
+    conv = {"numpy": lambda a: a, "list": lambda a: a.tolist(), "tensor": torch.from_numpy}[kind]
+
+    def make() -> SoftmaxAttention:
+        return SoftmaxAttention.from_matrices(3, **{k: conv(v) for k, v in mats.items()}, device="cpu")
+
+    ref = make()
+    with torch.device("meta"):
+        got = make()
+    same_on_cpu({"A": got.A, "V": got.V}, {"A": ref.A, "V": ref.V})
+
+
 # ----------------------------------------------------------------- noise sources, the solver
 
 

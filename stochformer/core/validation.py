@@ -413,7 +413,7 @@ def as_real_tensor(name: str, value: Any) -> torch.Tensor:
                                 f"(got {short(value)})") from None
     if arr.dtype.kind not in "fiu":
         raise ArgumentTypeError(f"{name}: must hold real numbers (got {short(value)}, dtype {arr.dtype})")
-    return torch.as_tensor(arr.astype(np.float64))
+    return torch.as_tensor(arr.astype(np.float64), device="cpu")  # host data: never on the default device
 
 
 def rows_off_sphere(X: torch.Tensor) -> Optional[tuple[float, float]]:
