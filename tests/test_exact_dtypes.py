@@ -109,7 +109,6 @@ def test_chunked_attention_on_the_tokens_device_whatever_the_default_device(toke
     same_on_cpu(got, ref)
 
 
-
 @pytest.mark.parametrize("kind", ["numpy", "list", "tensor"])
 def test_attention_from_matrices_on_the_device_passed_whatever_the_default_device(kind):
     """Q, K, V given as numpy arrays, nested lists or CPU tensors become the attention's A and V on
