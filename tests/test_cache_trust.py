@@ -183,6 +183,40 @@ def test_keys_include_the_source_hash(monkeypatch) -> None:
     assert Task("t", json.dumps, {"obj": 1}).cache_key != task
 
 
+
+@pytest.fixture(scope="module")
+def package_copy(tmp_path_factory) -> Path:
+    """A copy of the installed package's source tree (``*.py`` files only)."""
+    import shutil
+
+    import stochformer
+
+    root = Path(stochformer.__file__).resolve().parent
+    dest = tmp_path_factory.mktemp("pkg") / "stochformer"
+    for src in root.rglob("*.py"):
+        (dest / src.relative_to(root)).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, dest / src.relative_to(root))
+    return dest
+
+
+
+def test_source_hash_covers_every_module_of_the_package(package_copy: Path) -> None:
+    """The cache keys' source hash is the hash of the whole package, and an edit of any one of its
+    modules (every module, in every subpackage) changes it: results stored by other code are never
+    reused."""
+    from stochformer.io.store import source_hash, tree_hash
+
+    assert source_hash() == tree_hash(package_copy)
+    modules = sorted(package_copy.rglob("*.py"))
+    assert {p.parent.name for p in modules} >= {"model", "measure", "experiments", "report", "io"}
+    for path in modules:
+        original = path.read_bytes()
+        try:
+            path.write_bytes(original + b"\n# edited\n")
+            assert tree_hash(package_copy) != source_hash(), path
+        finally:
+            path.write_bytes(original)
+
 _TAG = re.compile(r"</?(?:sup|sub)>")
 
 

@@ -40,7 +40,7 @@ from .outputs import (
 )
 
 __all__ = ["InputError", "OutputError", "ResultStore", "atomic_write_bytes", "cache_key_bytes", "config_key", "open_input",
-           "output_folder", "read_json", "source_hash", "to_jsonable", "write_json"]
+           "output_folder", "read_json", "source_hash", "to_jsonable", "tree_hash", "write_json"]
 
 
 def to_jsonable(obj: Any) -> Any:
@@ -173,21 +173,37 @@ def output_folder(out: Path | str, force: bool = False, command: str = "") -> It
         raise
 
 
+def tree_hash(root: Path) -> str:
+    """A hash of every ``*.py`` file under ``root``, subfolders included (path and bytes of each).
+
+    Parameters
+    ----------
+    root : Path
+        The folder.
+
+    Returns
+    -------
+    str
+        The first 16 hex digits of the SHA-256 digest.
+    """
+    h = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
 @functools.lru_cache(maxsize=1)
 def source_hash() -> str:
-    """A hash of the package's source files: part of every cache and task-store key, so changed
-    code never reuses results stored by other code under the same version number.
+    """A hash of the whole package's source files (`tree_hash` of the ``stochformer`` folder): part
+    of every cache and task-store key, so changed code in any module never reuses results stored by
+    other code under the same version number.
 
     Returns
     -------
     str
         The hex digest.
     """
-    root = Path(__file__).resolve().parent
-    h = hashlib.sha256()
-    for path in sorted(root.rglob("*.py")):
-        h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
-    return h.hexdigest()[:16]
+    return tree_hash(Path(__file__).resolve().parents[1])
 
 
 def config_key(payload: Any) -> str:
