@@ -124,6 +124,11 @@ class _Slotted:
         return x
 
 
+class _Plain:
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+
 class _Described(_Scaled):
     def __repr__(self) -> str:
         return f"described {self.a}"
@@ -138,5 +143,9 @@ def test_activation_names_never_show_an_address() -> None:
     assert activation_name(_Scaled(2.5)) == "_Scaled(a=2.5)"
     assert activation_name(_Described(1.0)) == "described 1.0"
     assert activation_name(_Slotted()) == "_Slotted(unrecorded)"
-    for fn in (leaky, _Scaled(2.5), _Described(1.0), _Slotted()):
+    assert activation_name(_Plain()) == "_Plain()"
+    two = functools.partial(torch.nn.functional.elu, alpha=0.5, inplace=False)
+    assert activation_name(two) == "elu(alpha=0.5, inplace=False)"
+    assert activation_name(functools.partial(_Scaled(2.0))) == "_Scaled()"
+    for fn in (leaky, _Scaled(2.5), _Described(1.0), _Slotted(), _Plain(), functools.partial(_Scaled(2.0))):
         assert " at 0x" not in activation_name(fn)
