@@ -43,8 +43,8 @@ def test_kinked_activations_are_exactly_those_with_a_derivative_jump() -> None:
     differ (ReLU 1 against 0, leaky ReLU 1 against the slope); for the smooth ones they agree to
     O(h) at 0 and everywhere on a grid."""
     h = 1e-6
+    pts = torch.linspace(-3.0, 3.0, 61, dtype=torch.float64)
     for name, phi in ACTIVATIONS.items():
-        pts = torch.linspace(-3.0, 3.0, 61, dtype=torch.float64)
         right = (phi(pts + h) - phi(pts)) / h
         left = (phi(pts) - phi(pts - h)) / h
         jump = float((right - left).abs().max())

@@ -183,21 +183,16 @@ def test_keys_include_the_source_hash(monkeypatch) -> None:
     assert Task("t", json.dumps, {"obj": 1}).cache_key != task
 
 
-
 @pytest.fixture(scope="module")
 def package_copy(tmp_path_factory) -> Path:
-    """A copy of the installed package's source tree (``*.py`` files only)."""
+    """A copy of the installed package's source tree."""
     import shutil
 
     import stochformer
 
-    root = Path(stochformer.__file__).resolve().parent
     dest = tmp_path_factory.mktemp("pkg") / "stochformer"
-    for src in root.rglob("*.py"):
-        (dest / src.relative_to(root)).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(src, dest / src.relative_to(root))
+    shutil.copytree(Path(stochformer.__file__).resolve().parent, dest, ignore=shutil.ignore_patterns("__pycache__"))
     return dest
-
 
 
 def test_source_hash_covers_every_module_of_the_package(package_copy: Path) -> None:
@@ -216,6 +211,7 @@ def test_source_hash_covers_every_module_of_the_package(package_copy: Path) -> N
             assert tree_hash(package_copy) != source_hash(), path
         finally:
             path.write_bytes(original)
+
 
 _TAG = re.compile(r"</?(?:sup|sub)>")
 

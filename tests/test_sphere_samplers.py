@@ -12,10 +12,9 @@ from hypothesis import strategies as st
 import stochformer.core.validation as validation
 from stochformer.core import sphere
 
-#: each sampler with the arguments that size it and the bytes its pre-flight check reserves
-#: (float64): uniform and cluster 3 arrays of the (batch, N, d) output (the draws, the normalised
-#: copy, the norms' headroom); pair and random_rotations 4 (d, d) matrices per sample (the Gaussian
-#: matrix, Q, R and the product)
+#: each sampler with its default sizes, the arguments that size it (as its refusal names them) and
+#: the bytes its pre-flight check reserves in float64: 3 arrays the size of the (batch, N, d) output
+#: for uniform and cluster, 4 (d, d) matrices per sample for pair and random_rotations
 SAMPLERS = {
     "uniform": (lambda **kw: sphere.uniform(seed=0, **kw), {"batch": 3, "N": 5, "d": 4}, "batch, N, d",
                 lambda batch, N, d: 3.0 * batch * N * d * 8),

@@ -154,8 +154,9 @@ def prepare(workdir: Path, cfg: dict, tests_rev: str | None) -> None:
         "also_copy=tools",  # into mutmut's own copy (mutants/), beside tests/ and pyproject.toml
         f"timeout_multiplier={float(cfg.get('timeout_multiplier', 5.0))}",
         # each mutant's process is forked from a server that ran no test: forked from the process that ran
-        # them all (mutmut's default), a child inherits the OpenMP thread team of a test that raised torch's
-        # thread count, hangs in a futex wait and is counted as a detected timeout
+        # them all (mutmut's default), children hung in futex waits until the time limit and counted as
+        # detected timeouts (most likely an OpenMP thread team inherited from a test that raised torch's
+        # thread count; docs/testing.md)
         "process_isolation=forkserver",
     ]
     (workdir / "setup.cfg").write_text("\n".join(lines) + "\n")
