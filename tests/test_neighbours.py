@@ -46,7 +46,7 @@ from stochformer.model.independent import IndependentField
 from stochformer.model.quadratic import QuadraticField
 from stochformer.model.value_noise import ValueNoise
 from stochformer.theory import PairDiffusion
-from stochformer.theory.evolution import PairChain, expectation
+from stochformer.theory.evolution import PairChain, expectation, law
 from stochformer.theory.value_noise import ValuePair, antipode_exponent, antipode_reachable, critical_beta, transition
 
 #: accepted |z-score| of a statistical test
@@ -516,14 +516,62 @@ def test_value_transition_grid_is_monotone():
 
 
 @pytest.mark.parametrize("d, beta", [(3, 1.0), (4, 2.0), (4, 0.3)])
-def test_value_antipodal_fraction_matches_scale_function(d, beta):
-    """Pairs from z₀ = 0 (2000, T = 10, dt = 0.025): the fraction ending antipodal agrees with
-    P(antipodal) of the scale function (Wilson interval, tolerance the undecided fraction); the
-    linear-kernel value arccos(z₀)/π = ½ (the large-β or no-attention guess) is rejected."""
+def test_value_antipodal_fraction_matches_the_exact_law_at_T(d, beta):
+    """Pairs from z₀ = 0 (2000, T = 10, Δt = 0.025): the fraction with z_T < 0 agrees with the exact law
+    at T (Wilson interval, tolerance the step bias); the linear-kernel value arccos(z₀)/π = ½ (the
+    large-β or no-attention guess) is rejected."""
     c = value_antipodal(d=d, beta=beta, z0=0.0, T=10.0, steps=400, pairs=2000, seed=d)
-    assert c.undecided < 0.05
+    assert c.exact == pytest.approx(law(ValuePair(beta, d), 0.0, 10.0).cdf(0.0), abs=0.0)
     assert [r.verdict for r in c.rows()] == [HOLDS]
     assert [r.verdict for r in c.rows(0.5)] == [FAILS]
+
+
+def test_value_antipodal_row_tells_the_law_at_T_from_its_limit():
+    """Below the threshold (d = 4, β = 0.3) P(antipodal) = 0, but at T = 2 the exact law still has
+    P(Z_T < 0) = 0.093: the row holds on the law at T and rejects the limit, which a row judged against
+    the limit with a tolerance blind to pairs near the antipode would have accepted or failed by chance."""
+    c = value_antipodal(d=4, beta=0.3, z0=0.0, T=2.0, steps=200, pairs=2000, seed=2)
+    assert c.predicted == 0.0 and c.exact > 0.08
+    assert c.rows()[0].verdict == HOLDS
+    assert c.rows(c.predicted)[0].verdict == FAILS
+
+
+@pytest.mark.parametrize("d, beta", [(3, 1.0), (6, 1.5), (4, 0.3), (6, 0.9)])
+def test_value_pair_law_at_T_tends_to_p_antipodal(d, beta):
+    """The chain of ValuePair (forward equation): P(Z_T < 0 | z₀ = 0) moves towards the scale
+    function's P(antipodal) as T grows and is within 1e-3 of it at T = 80 (the cell width's error is
+    about 1e-4); its antipode is attracting exactly where it is reachable."""
+    vp = ValuePair(beta, d)
+    p = [law(vp, 0.0, T).cdf(0.0) for T in (10.0, 40.0, 80.0)]
+    gaps = np.abs(np.array(p) - vp.p_antipodal(0.0))
+    assert np.all(np.diff(gaps) < 0) and gaps[-1] < 1e-3
+    assert vp.antipode.attracting == vp.reachable and vp.antipode.natural
+    assert vp.antipode.exponent == antipode_exponent(beta, d)
+
+
+def test_value_pair_chain_matches_the_one_dimensional_diffusion():
+    """The chain's law of Z_t (d = 6, β = 1.5, z₀ = 0, t = 2): P(Z_t < 0) and E Z_t agree with an
+    independent Euler simulation of the module's diffusion in x = atanh z, dx = [t(d − 2) + r z]dt +
+    √(2r) dB (Itô, from dz = (1 − z²)[t(d − 2) − r z]dt + √(2r)(1 − z²)dB; 100 000 paths, Δt = 0.002),
+    within 4.5 SE; a chain with the common-noise form of the speed density (r = 1: the wrong time
+    scale, the same hitting probabilities) is rejected."""
+    d, beta, t_end, dt, n = 6, 1.5, 2.0, 0.002, 100_000
+    rng = np.random.default_rng(3)
+    x = np.zeros(n)
+    for _ in range(round(t_end / dt)):
+        z = np.tanh(x)
+        tau2 = np.tanh(0.5 * beta * (1 - z)) ** 2
+        r, t = 0.5 * (1 + tau2), 0.5 * (1 - tau2)
+        x += (t * (d - 2) + r * z) * dt + np.sqrt(2 * r * dt) * rng.standard_normal(n)
+    z = np.tanh(x)
+    below, mean = float((z < 0).mean()), float(z.mean())
+    se_below, se_mean = math.sqrt(below * (1 - below) / n), float(z.std(ddof=1)) / math.sqrt(n)
+    vp = ValuePair(beta, d)
+    right = law(vp, 0.0, t_end)
+    assert abs(right.cdf(0.0) - below) < Z_TOL * se_below and abs(right.mean() - mean) < Z_TOL * se_mean
+    vp.F_speed = -vp.F
+    wrong = law(vp, 0.0, t_end)
+    assert abs(wrong.cdf(0.0) - below) > Z_TOL * se_below and abs(wrong.mean() - mean) > Z_TOL * se_mean
 
 
 # ----------------------------------------------------------------------------- (E) multi-harmonic noise on S¹

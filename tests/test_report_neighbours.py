@@ -109,9 +109,10 @@ def test_homogenized_rows_reject_wrong_time_scales(result):
 
 
 def test_value_rows_reject_the_linear_kernel(result):
-    """At every (d, β), below the threshold too, the linear kernel's P = arccos(z₀)/π = ½ fails."""
-    wrong = [dataclasses.replace(v, predicted=0.5) for v in result.value]
-    assert _verdicts(dataclasses.replace(result, value=wrong), "P(antipodal)") == [FAILS] * len(result.value)
+    """At every (d, β), below the threshold too, the linear kernel's P = arccos(z₀)/π = ½ fails, in place
+    of the exact law at T that the rows test."""
+    wrong = [dataclasses.replace(v, exact=0.5) for v in result.value]
+    assert _verdicts(dataclasses.replace(result, value=wrong), "P(z_T < 0)") == [FAILS] * len(result.value)
     below = [v for v in result.value if v.beta <= 0.5 * math.acosh(max(v.d - 2, 1))]
     assert below and all(v.predicted == 0.0 for v in below)
 

@@ -256,8 +256,7 @@ def pair(
     torch.Tensor, shape (batch, 2, d)
         Unit rows.
     """
-    check_int("d", d, _D_MIN)
-    check_memory("batch, d", 4.0 * batch * d * d * dtype.itemsize)
+    check_int("d", d, _D_MIN)  # the memory check is random_rotations' (its draws are all pair reserves)
     kw: dict[str, Any] = dict(dtype=dtype, device=device)
     P = torch.zeros(2, d, **kw)
     P[0, 0] = 1.0

@@ -178,7 +178,7 @@ def plot_value_transition(value: dict, checks: Sequence[dict], ax: Optional["Axe
     (len(d), len(β)), ``beta_c``), its zero set (grey) bounded by the threshold (d − 2) sech 2β = 1
     (β_c(d), dashed), and the simulated fraction at each run of ``checks``
     ([`AntipodalCheck`][stochformer.experiments.neighbours.AntipodalCheck] as dicts), labelled
-    measured (predicted). ``ax``: one axes, or None.
+    measured (the exact law at its horizon). ``ax``: one axes, or None.
 
     Parameters
     ----------
@@ -186,7 +186,7 @@ def plot_value_transition(value: dict, checks: Sequence[dict], ax: Optional["Axe
         The grid (``curves["value"]``): ``beta`` (len(β), sorted), ``d`` (len(d), sorted), ``p``
         (len(d), len(β)) and ``beta_c`` (len(d)).
     checks : sequence of dict
-        ``NeighboursResult.value`` as dicts: ``beta``, ``d``, ``antipodal``, ``pairs`` and ``predicted``.
+        ``NeighboursResult.value`` as dicts: ``beta``, ``d``, ``antipodal``, ``pairs`` and ``exact``.
     ax : matplotlib.axes.Axes, optional
         One axes.
 
@@ -212,11 +212,11 @@ def plot_value_transition(value: dict, checks: Sequence[dict], ax: Optional["Axe
     a.plot(0.5 * np.arccosh(dd - 2), dd, "k--", lw=1.5, label=r"threshold $(d-2)\,\mathrm{sech}\,2\beta = 1$")
     for c in checks:
         a.plot(c["beta"], c["d"], "D", ms=8, color="C3", mec="w")
-        a.annotate(f"{c['antipodal'] / c['pairs']:.3f} ({c['predicted']:.3f})", (c["beta"], c["d"]), fontsize=MIN_FONT_PT,
+        a.annotate(f"{c['antipodal'] / c['pairs']:.3f} ({c['exact']:.3f})", (c["beta"], c["d"]), fontsize=MIN_FONT_PT,
                    xytext=(5, 5), textcoords="offset points", bbox=dict(boxstyle="round,pad=0.4", fc="w", ec="none", alpha=0.9))
     a.set(xlim=(_edges(beta)[0], _edges(beta)[-1]), ylim=(_edges(dims)[0], _edges(dims)[-1]),
           xlabel=r"attention $\beta$", ylabel="$d$",
-          title="value-matrix noise: P(antipodal); ◆ simulated (predicted)")
+          title="value-matrix noise: P(antipodal); ◆ simulated P(z_T < 0) (exact at T)")
     if created:
         legend_below(fig, axes, ncol=1)
     return finish(fig, created)

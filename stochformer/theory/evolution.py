@@ -1,6 +1,7 @@
 """The law of the pair overlap z_t at any time (SPEC §8): Kolmogorov's equations for the pair diffusion.
 
-The diffusion z of [`PairDiffusion`][stochformer.theory.pair.PairDiffusion] is approximated by a
+The diffusion z of [`PairDiffusion`][stochformer.theory.pair.PairDiffusion] (or of value-matrix
+noise, [`ValuePair`][stochformer.theory.value_noise.ValuePair]) is approximated by a
 birth–death chain on cells of equal width h in x = atanh z (the natural variable at the ends,
 where the diffusion is geometric). The chain is built from the diffusion's own scale and speed
 (Feller's form ``L = (1/m) d/dz (1/S') d/dz``): with nodes x_i, cell edges e_i,
@@ -39,6 +40,11 @@ from scipy.linalg import eigh_tridiagonal
 
 from ..core.validation import Int, Real, validated
 from .pair import PairDiffusion, atanh, check_cosines, log_distances
+from .value_noise import ValuePair
+
+#: a pair diffusion the chain is built from: its scale and speed densities on panels in x = atanh z
+#: (``panels``, ``F_scale``, ``F_speed``, ``g``, ``logw``, ``logy``), ``d``, ``antipode`` and ``rate``
+Pair = Union[PairDiffusion, ValuePair]
 
 #: times: a number or an increasing sequence of numbers >= 0
 Times = Union[float, Sequence[float], np.ndarray]
@@ -70,7 +76,7 @@ class PairChain:
 
     Parameters
     ----------
-    pair : PairDiffusion
+    pair : PairDiffusion or ValuePair
         The diffusion of the overlap z.
     h : float, optional
         The cell width in x = atanh z.
@@ -78,7 +84,7 @@ class PairChain:
         A cosine the chain must resolve (an entrance end is cut below it).
     """
 
-    def __init__(self, pair: PairDiffusion, h: CellWidth = CELL_WIDTH, start: Optional[float] = None):
+    def __init__(self, pair: Pair, h: CellWidth = CELL_WIDTH, start: Optional[float] = None):
         self.pair = pair
         lo = -NATURAL_SPAN if pair.antipode.natural else self._entrance_cut(start)
         hi = NATURAL_SPAN
@@ -145,10 +151,9 @@ class PairChain:
 
     @property
     def time_step(self) -> float:
-        """The base step δ of the time integration: `STEP` over the pair's fastest smooth rate,
-        (d + 2)(κ(1) + κ'(1)) + |v|."""
-        pair = self.pair
-        return STEP / ((pair.d + 2) * pair.c + abs(pair.v))
+        """The base step δ of the time integration: `STEP` over the pair's fastest smooth rate
+        (``pair.rate``)."""
+        return STEP / self.pair.rate
 
     def _solve(self, A: sp.spmatrix, y0: np.ndarray, times: np.ndarray) -> np.ndarray:
         """y(t) for y' = A y at ``times`` (sorted, ≥ 0): (len(times), n). Implicit Euler with steps δ,
@@ -371,12 +376,12 @@ class Law:
 
 
 @validated
-def law(pair: PairDiffusion, z0: float, t: Annotated[float, Real(0.0)], h: CellWidth = CELL_WIDTH) -> Law:
+def law(pair: Pair, z0: float, t: Annotated[float, Real(0.0)], h: CellWidth = CELL_WIDTH) -> Law:
     """The law of z_t given z_0 = z0 (forward equation on the chain of cell width h).
 
     Parameters
     ----------
-    pair : PairDiffusion
+    pair : PairDiffusion or ValuePair
         The diffusion of the overlap z.
     z0 : float
         The starting cosine, in (−1, 1).
@@ -398,7 +403,7 @@ def law(pair: PairDiffusion, z0: float, t: Annotated[float, Real(0.0)], h: CellW
 
 
 @validated
-def expectation(pair: PairDiffusion, f: Callable[..., np.ndarray], times: Times,
+def expectation(pair: Pair, f: Callable[..., np.ndarray], times: Times,
                 z0: Optional[float] = None, h: CellWidth = CELL_WIDTH, levels: Annotated[int, Int(1, 4)] = 2,
                 weights: Optional[Callable[[PairChain], np.ndarray]] = None, distances: bool = False) -> np.ndarray:
     """E[f(z_t)] at ``times`` from z_0 = z0, or with z_0 drawn from ``weights(chain)`` (cell masses;
@@ -411,7 +416,7 @@ def expectation(pair: PairDiffusion, f: Callable[..., np.ndarray], times: Times,
 
     Parameters
     ----------
-    pair : PairDiffusion
+    pair : PairDiffusion or ValuePair
         The diffusion of the overlap z.
     f : callable
         Vectorised observable (of z, or of 1 − z and 1 + z with ``distances``).

@@ -395,6 +395,12 @@ class PairDiffusion:
     # ------------------------------------------------------------------ the ends (SPEC §8)
 
     @property
+    def rate(self) -> float:
+        """The pair's fastest smooth rate, (d + 2)(κ(1) + κ'(1)) + |v|: sets the time step of
+        [`PairChain`][stochformer.theory.evolution.PairChain]."""
+        return (self.d + 2) * self.c + abs(self.v)
+
+    @property
     def g_plus(self) -> float:
         """lim_{z→1} (b + a)/(κ(1) − zκ(z)) = −(λ̄ − 2v)/c."""
         return -(self.lambda_bar - 2 * self.v) / self.c

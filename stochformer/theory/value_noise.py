@@ -29,7 +29,7 @@ from typing import Annotated, Union
 import numpy as np
 
 from ..core.validation import Int, NonNegativeFloat, Real, validated
-from .pair import ArrayLike, atanh, check_cosines, log_distances
+from .pair import ArrayLike, End, EndKind, atanh, check_cosines, log_distances
 from .quadrature import NODES, SUB_NODES, Panels
 
 #: the largest change of F over one panel (the panels' width is at most this over the slope d)
@@ -133,14 +133,24 @@ class ValuePair:
         edges[k] = 0.0
         self.panels = Panels(edges, NODES, SUB_NODES)
         x = self.panels.x
-        rho = self.rho(x)
+        self.logw, self.logy = log_distances(x)
+        tau2 = self._tau(x) ** 2
+        rho = (1 - tau2) / (1 + tau2)
         G, G_edges = self.panels.cumulative(rho)
         logcosh = np.abs(x) + np.log1p(np.exp(-2 * np.abs(x))) - math.log(2.0)
         self.F = -logcosh - (self.d - 2) * (G - G_edges[k])
+        # what the chain of `theory.evolution` reads: the log scale and speed densities in x (m = 2/(s S'),
+        # s = 2r(1 − z²)², so log(m dz/dx) = −F − log r, r = (1 + τ²)/2) and g = −F' = z + (d − 2)ρ
+        self.F_scale = self.F
+        self.F_speed = -self.F - np.log(0.5 * (1 + tau2))
+        self.g = np.tanh(x) + (self.d - 2) * rho
+
+    def _tau(self, x: np.ndarray) -> np.ndarray:
+        """τ = p − q = tanh(β(1 − z)/2) at x = atanh z (1 − z from x, accurate near z = 1)."""
+        return np.tanh(0.5 * self.beta * np.exp(log_distances(np.asarray(x, float))[0]))
 
     def rho(self, x: np.ndarray) -> np.ndarray:
-        """ρ = 2pq/(p² + q²) = (1 − τ²)/(1 + τ²) at x = atanh z, τ = p − q = tanh(β(1 − z)/2) (1 − z
-        from x, accurate near z = 1).
+        """ρ = t/r = 2pq/(p² + q²) = (1 − τ²)/(1 + τ²) at x = atanh z.
 
         Parameters
         ----------
@@ -152,8 +162,23 @@ class ValuePair:
         numpy.ndarray
             ρ, of x's shape.
         """
-        tau = np.tanh(0.5 * self.beta * np.exp(log_distances(np.asarray(x, float))[0]))
-        return (1 - tau * tau) / (1 + tau * tau)
+        tau2 = self._tau(x) ** 2
+        return (1 - tau2) / (1 + tau2)
+
+    @property
+    def rate(self) -> float:
+        """The pair's fastest smooth rate, d + 2 (r ≤ 1, t ≤ ½): sets the time step of
+        [`PairChain`][stochformer.theory.evolution.PairChain]."""
+        return self.d + 2.0
+
+    @property
+    def antipode(self) -> End:
+        """The end z = −1, natural (s vanishes quadratically): its exponent is
+        [`antipode_exponent`][stochformer.theory.value_noise.antipode_exponent], and S'(z) ~ (1 + z)^α
+        with α = (1 − (d − 2) sech 2β)/2 − 1."""
+        e = antipode_exponent(self.beta, self.d)
+        kind: EndKind = "attracting" if e < 0 else ("repelling" if e > 0 else "neutral")
+        return End(-1.0, kind, e, 0.5 * self.slope_minus - 1.0)
 
     def _tails(self) -> tuple[float, float]:
         """log of ∫ e^F beyond the left and the right end of the panels (+inf if it diverges)."""

@@ -55,14 +55,17 @@ def neighbours_output(res: NeighboursResult, seed: int) -> SectionOutput:
                    "(π/√2)e^{−t/2} (unforced) and π e^{−λ_γ t} (forced, n = d)"),
         figure_png(plots.plot_value_transition(curves["value"], numbers["value"]), "value",
                    "Value-matrix noise: P(antipodal | z₀ = 0) over (β, d) from the scale function, zero left of the "
-                   "threshold (d − 2) sech 2β = 1; the simulated fractions at the runs (predicted in brackets)"),
+                   "threshold (d − 2) sech 2β = 1; the simulated fractions with z_T < 0 at the runs (the exact law at T in "
+                   "brackets)"),
         figure_png(plots.plot_contrast(numbers["contrast"]), "contrast",
                    "Common against independent noise of one ReLU kernel (λ₁ < 0): E z_T simulated (± 2 SE) and exact"),
     ]
     lb = numbers["large_beta"]
     tables = [{"title": "Value-matrix noise: pairs from z₀ = 0 across the threshold",
-               "columns": ["d", "β", "β_c(d)", "P(antipodal)", "measured", "pairs", "undecided"],
-               "rows": [[v["d"], v["beta"], b, v["predicted"], v["antipodal"] / v["pairs"], v["pairs"], v["undecided"]]
+               "columns": ["d", "β", "β_c(d)", "P(antipodal)", "exact P(z_T < 0)", "measured", "pairs", "Δt",
+                           "undecided"],
+               "rows": [[v["d"], v["beta"], b, v["predicted"], v["exact"], v["antipodal"] / v["pairs"], v["pairs"],
+                         v["dt"], v["undecided"]]
                         for v, b in zip(numbers["value"], [critical_beta(int(v["d"])) for v in numbers["value"]])]}]
     weak = numbers["weak"]
     if weak is not None:
@@ -107,7 +110,8 @@ register(Section(
           "logistic at β = 0 and a pair follows the linear kernel (arcsin scale function) on the time t·d at large β, "
           "with a weak error of the discrete layers η·max(η, α); "
           "random quadratic forms meet the exact pair law and the bounds (π/√2)e^{−t/2} and π e^{−λ_γ t}; value-matrix "
-          "noise ends antipodal with its scale function's probability, zero when (d − 2) sech 2β ≥ 1; independent "
+          "noise ends antipodal with its scale function's probability, zero when (d − 2) sech 2β ≥ 1 (its rows: the "
+          "exact law at the horizon, which tends to it); independent "
           "noise does not synchronise where the common field with the same κ does.",
     model=NeighboursConfig,
     sizes=sizes(
