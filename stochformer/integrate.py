@@ -48,6 +48,7 @@ from .core.validation import (
     check_finite,
     part_name,
     check_output,
+    object_record,
     NonFiniteError,
     check_unit_rows,
     likely_fields,
@@ -572,8 +573,9 @@ def _dataset(X, records, stat_steps, snapshots, token_steps, dt, save: SaveAt) -
 
 def describe(obj: Any) -> Any:
     """A JSON-able description of a model part: its class and fields; tensors by shape;
-    callables by ``module.name`` and their parameters (`callable_record`). Parts not defined by
-    stochformer are listed by [`custom_parts`][stochformer.integrate.custom_parts].
+    callables by ``module.name`` and their parameters (`callable_record`); any other object by its
+    type and its repr, or its public attributes where the repr is the default one (`object_record`).
+    Parts not defined by stochformer are listed by [`custom_parts`][stochformer.integrate.custom_parts].
 
     Parameters
     ----------
@@ -600,7 +602,7 @@ def describe(obj: Any) -> Any:
         return [describe(v) for v in obj]
     if callable(obj):
         return callable_record(obj)
-    return {"type": part_name(type(obj)), "repr": repr(obj)[:200]}
+    return object_record(obj)
 
 
 def custom_parts(obj: Any, where: str = "model") -> list[str]:

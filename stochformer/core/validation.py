@@ -641,6 +641,21 @@ def _callable_record(fn: Any) -> dict[str, Any]:
             "parameters": {k: _recorded(v) for k, v in vars(fn).items() if not k.startswith("_")}}
 
 
+def object_record(obj: Any) -> dict[str, Any]:
+    """What a run records of a part that is neither a dataclass nor a callable: ``type``, its type's
+    `part_name`, and ``repr``, its repr cut to 200 characters, or, where that repr is the default
+    one with a memory address (``<… object at 0x…>``), ``attributes``: its public attributes as
+    `callable_record` records an instance's. Never a memory address: two runs of one seed record the
+    same."""
+    out: dict[str, Any] = {"type": part_name(type(obj))}
+    text = repr(obj)
+    if " at 0x" not in text:
+        out["repr"] = text[:200]
+    elif hasattr(obj, "__dict__"):
+        out["attributes"] = {k: _recorded(v) for k, v in vars(obj).items() if not k.startswith("_")}
+    return out
+
+
 def _recorded(value: Any) -> Any:
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
