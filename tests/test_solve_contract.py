@@ -15,8 +15,9 @@ from hypothesis import strategies as st
 
 import stochformer as sf
 from stochformer.core.brownian import BrownianPath
-from stochformer.core.validation import NonFiniteError
+from stochformer.core.runtime import make_generator
 from stochformer.integrate import SaveAt, describe, solve
+from stochformer.measure.diagnostics import STATISTICS, pair_statistics
 
 ADDRESS = re.compile(r"0x[0-9a-fA-F]{4,}")
 
@@ -79,3 +80,198 @@ def test_a_user_model_is_recorded_alike_by_two_runs_of_one_seed():
     assert one.attrs == two.attrs and one.identical(two)
     assert json.loads(one.attrs["model"]) == {"type": f"{__name__}.Rotate",
                                               "attributes": {"rate": 0.5, "kick": {"tensor": [3], "dtype": "float64"}}}
+
+
+TOKENS = sf.sphere.uniform(batch=2, N=3, d=3, seed=0)
+
+
+@st.composite
+def saves(draw):
+    """Any SaveAt over a run of ``steps`` steps, with the run's steps."""
+    steps = draw(st.integers(1, 6))
+    steps_list = st.lists(st.integers(0, steps), max_size=4)
+    kw: dict = {"stats": draw(st.lists(st.sampled_from(STATISTICS), unique=True)), "final": draw(st.booleans()),
+                "energy_beta": draw(st.sampled_from([0.5, 1.0, 2.5]))}
+    kw.update(draw(st.sampled_from([{}, {"every": 1}, {"every": 2}, {"every": 5}])))
+    if draw(st.booleans()):
+        kw["at"] = draw(steps_list)
+    kw.update(draw(st.sampled_from([{}, {"tokens_every": 1}, {"tokens_every": 4}])))
+    if draw(st.booleans()):
+        kw["tokens_at"] = draw(steps_list)
+    if draw(st.booleans()):
+        kw["fn"] = lambda X: {"centre": X.mean(1), "first": X[:, 0, 0]}
+    return SaveAt(**kw), steps
+
+
+@settings(max_examples=60, deadline=None)
+@given(case=saves(), B=st.integers(1, 3), N=st.integers(2, 4), d=st.integers(2, 4), T=st.sampled_from([0.3, 2.0]))
+def test_the_torch_output_is_the_dataset_as_tensors(case, B, N, d, T):
+    """For any SaveAt: the dataset keeps the statistics and observables at `stat_steps` (times
+    k T/steps, in float64), the tokens at `token_steps`, X_final only with ``final``, index
+    coordinates 0 … n−1 on every other dim; ``output="torch"`` gives exactly the same variables and
+    coordinates with the same values; `keeps` says the same as the two lists."""
+    save, steps = case
+    X0 = sf.sphere.uniform(batch=B, N=N, d=d, seed=1)
+    ds = solve(Rotate(), X0, T=T, steps=steps, save=save, seed=3)
+    out = solve(Rotate(), X0, T=T, steps=steps, save=save, seed=3, output="torch")
+    assert set(out) == set(ds.variables)
+    for name, value in out.items():
+        np.testing.assert_array_equal(value.detach().numpy(), ds[name].values, err_msg=name)
+    kept, tokens = save.stat_steps(steps), save.token_steps(steps)
+    if kept:
+        np.testing.assert_array_equal(ds.step.values, kept)
+        np.testing.assert_allclose(ds.time.values, np.asarray(kept) * (T / steps), rtol=0, atol=0)
+        assert out["time"].dtype == torch.float64
+        assert set(ds.data_vars) - {"X", "X_final"} == set(save.stats) | ({"centre", "first"} if save.fn else set())
+        for name in save.stats:
+            assert ds[name].dims == ("sample", "time")
+        if save.fn:
+            assert ds.centre.dims == ("sample", "time", "centre_0") and ds.first.dims == ("sample", "time")
+            np.testing.assert_array_equal(ds.centre_0.values, np.arange(d))
+    else:
+        assert "time" not in ds.variables and not (set(ds.data_vars) - {"X", "X_final"})
+    if "energy" in save.stats and kept:
+        assert ds.energy.attrs["long_name"] == f"interaction energy E_β (β = {save.energy_beta:g})"
+    if tokens:
+        np.testing.assert_array_equal(ds.snapshot_step.values, tokens)
+        np.testing.assert_array_equal(ds.snapshot_time.values, np.asarray(tokens) * (T / steps))
+        np.testing.assert_array_equal(ds.snapshot.values, np.arange(len(tokens)))
+        assert ds.X.dims == ("sample", "snapshot", "token", "dim")
+    else:
+        assert "X" not in ds and "snapshot" not in ds.variables
+    assert ("X_final" in ds) == save.final
+    if tokens or save.final:
+        np.testing.assert_array_equal(ds.token.values, np.arange(N))
+        np.testing.assert_array_equal(ds.dim.values, np.arange(d))
+    else:
+        assert "token" not in ds.variables and "dim" not in ds.variables
+    np.testing.assert_array_equal(ds.sample.values, np.arange(B))
+    stats, toks = save.keeps(steps)
+    assert [k for k in range(steps + 1) if stats(k)] == kept and [k for k in range(steps + 1) if toks(k)] == tokens
+
+
+@settings(max_examples=40, deadline=None)
+@given(steps=st.integers(1, 50), every=st.integers(1, 60), at=st.none() | st.lists(st.integers(0, 50), max_size=6))
+def test_save_schedules_from_their_definition(steps, every, at):
+    """``every``: 0, every, 2·every, … and the last step; ``at``: those steps, sorted, each once (all
+    in 0..steps, else one error naming the range); nothing recorded without statistics or fn."""
+    save = SaveAt(every=every, at=at, tokens_every=every, tokens_at=at)
+    if at is not None and at and max(at) > steps:
+        with pytest.raises(ValueError, match=rf"^SaveAt: steps to save must lie in 0\.\.{steps} \(got "):
+            save.stat_steps(steps)
+        return
+    want = sorted(set(at)) if at is not None else sorted(set(range(0, steps + 1, every)) | {steps})
+    assert save.stat_steps(steps) == want and save.token_steps(steps) == want and save.records()
+    quiet = SaveAt(stats=(), every=every, at=at)
+    assert not quiet.records() and quiet.stat_steps(steps) == [] and quiet.token_steps(steps) == []
+    stats, tokens = quiet.keeps(steps)
+    assert not any(stats(k) or tokens(k) for k in range(steps + 1))
+
+
+def test_float32_tokens_have_their_statistics_in_float64():
+    """A float32 run's statistics are those of its tokens normalised in float64 (not float32's
+    rounding of 1 − cosine), in float64."""
+    X0 = TOKENS.to(torch.float32)
+    out = solve(Rotate(), X0, T=1.0, steps=3, save=SaveAt(tokens_every=1), seed=0, output="torch")
+    assert out["X"].dtype == torch.float32 and out["mean_cosine"].dtype == torch.float64
+    for k in range(4):
+        want = pair_statistics(torch.nn.functional.normalize(out["X"][:, k].double(), dim=-1))
+        for name in STATISTICS:
+            torch.testing.assert_close(out[name][:, k], want[name], rtol=0, atol=1e-15)
+
+
+def test_the_hook_sees_every_step_and_its_output_continues_the_run():
+    """hook(k, X) runs after each step k = 1..steps on the model's output; None continues from X,
+    a tensor from that tensor; a first output that is not a state of X0's shape and unit rows is one
+    error naming the hook."""
+    seen = []
+
+    def flip(k, X):
+        seen.append((k, X.clone()))
+        return -X if k % 2 else None
+
+    out = solve(Rotate(), TOKENS, T=1.0, steps=4, save=SaveAt(tokens_every=1), seed=0, hook=flip, output="torch")
+    assert [k for k, _ in seen] == [1, 2, 3, 4]
+    model = Rotate()
+    model.reset(2, 3, make_generator(0, "cpu"), torch.float64, "cpu")
+    X = TOKENS
+    for k in range(1, 5):
+        X = model.step(X, 0.25, None)
+        torch.testing.assert_close(seen[k - 1][1], X, rtol=0, atol=0)
+        X = -X if k % 2 else X
+        torch.testing.assert_close(out["X"][:, k], X, rtol=0, atol=0)
+    torch.testing.assert_close(out["X_final"], X, rtol=0, atol=0)
+    with pytest.raises(ValueError, match=r"^hook \(.*\): returned shape \(2, 2, 3\), expected \(2, 3, 3\)"):
+        solve(Rotate(), TOKENS, T=1.0, steps=3, seed=0, hook=lambda k, X: X[:, :2] if k == 2 else None)
+    with pytest.raises(ValueError, match=r"^hook \(.*\): returned rows of norm 2 to 2; a model on the sphere"):
+        solve(Rotate(), TOKENS, T=1.0, steps=3, seed=0, hook=lambda k, X: 2 * X)
+
+
+class Shrinks(Rotate):
+    """A user model whose third step returns fewer tokens."""
+
+    def reset(self, *args) -> None:
+        self.n = 0
+
+    def step(self, X, dt, draws):
+        self.n += 1
+        return X if self.n < 3 else X[:, :2]
+
+
+def test_refusals_name_the_argument():
+    """Before any work: the meta device, too many steps, a path whose fine steps ``steps`` does not
+    divide or whose parts do not lead with a divisor of the batch, one token with pair statistics
+    asked for; after: a later step that changes the state's shape names model.step."""
+    cases = [
+        (dict(X0=TOKENS.to("meta")), r"^X0: is on the meta device \(shapes only, no numbers\)"),
+        (dict(steps=2**63), r"^steps: must be an integer >= 1 and <= 2\*\*63 - 1 \(got 9223372036854775808\)$"),
+        (dict(steps=3, path=BrownianPath((2, 3, 3), 4, seed=0)), r"^path: steps = 3 must divide its 4 fine steps$"),
+        (dict(path=BrownianPath((3, 3, 3), 4, seed=0)),
+         r"^path: BrownianPath parts \[\(3, 3, 3\)\] must lead with a divisor of the batch 2 of X0$"),
+        (dict(X0=TOKENS[:, :1]), r"^X0: the pair statistics mean_cosine, energy, min_cosine need N >= 2 tokens "
+                                 r"\(got N = 1\); pass save=SaveAt\(stats=\(\)\) to run a single token$"),
+        (dict(X0=TOKENS[:, :1], save=SaveAt(stats=("energy",), at=[1])), r"statistics energy need N >= 2"),
+    ]
+    for kw, message in cases:
+        args = {"X0": TOKENS, "T": 1.0, "steps": 2, "seed": 0} | kw
+        with pytest.raises(ValueError, match=message):
+            solve(Rotate(), **args)
+    for save in (SaveAt(stats=()), SaveAt(at=[])):  # one token: allowed where no pair statistic is kept
+        assert solve(Rotate(), TOKENS[:, :1], T=1.0, steps=2, seed=0, save=save).X_final.shape == (2, 1, 3)
+    with pytest.raises(ValueError, match=r"^model\.step \(.*Shrinks\): returned shape \(2, 2, 3\), expected \(2, 3, 3\)"):
+        solve(Shrinks(), TOKENS, T=1.0, steps=4, seed=0)
+    for path in (BrownianPath((1, 3, 3), 4, seed=0), BrownianPath((2, 3, 3), 2, seed=0)):
+        assert solve(Rotate(), TOKENS, T=1.0, steps=2, seed=0, path=path).attrs["path"] == repr(path)
+
+
+MODELS = {
+    "tanh, N = d": (lambda: sf.Transformer(sf.SoftmaxAttention(beta=1.0, gamma=1.0), sf.RandomMLP(8, torch.tanh)), 3, 3),
+    "relu, biases, N < d": (lambda: sf.Transformer(sf.SoftmaxAttention(beta=2.0, gamma=0.5),
+                                                   sf.RandomMLP(6, "relu", sigma_U=0.5, sigma_W=0.3)), 2, 5),
+    "gelu, width < N": (lambda: sf.Transformer(sf.SoftmaxAttention(), sf.RandomMLP(3, "gelu")), 5, 2),
+    "weights": (lambda: sf.Transformer(sf.SoftmaxAttention(), sf.RandomMLP(4, "tanh", sigma_W=0.2, mode="weights")), 3, 3),
+    "parallel": (lambda: sf.Transformer(sf.SoftmaxAttention(), sf.RandomMLP(5, "tanh"), order="parallel"), 3, 4),
+    "chunked attention": (lambda: sf.Transformer(sf.SoftmaxAttention(chunk=2), sf.RandomMLP(4, "tanh")), 5, 3),
+    "A and V": (lambda: sf.Transformer(sf.SoftmaxAttention(A=0.5 * torch.eye(3, dtype=torch.float64),
+                                                           V=torch.eye(3, dtype=torch.float64), chunk=2)), 5, 3),
+    "user model": (lambda: Rotate(0.7), 3, 3),
+}
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_gradients_of_a_run_are_those_of_its_numbers(name):
+    """With ``output="torch"`` the run is differentiable in X0 and its gradient is the derivative of
+    the numbers the run computes (torch.autograd.gradcheck: central differences at 1e-6 in float64,
+    tokens Y/|Y| of free Y, the seed fixed), for X_final and every statistic; the dataset of the same
+    run holds the same numbers (to rounding: a chunked attention is dense under autograd)."""
+    make, N, d = MODELS[name]
+    model = make()
+    Y = sf.sphere.uniform(batch=2, N=N, d=d, seed=2).clone().requires_grad_(True)
+
+    def run(Y):
+        out = solve(model, torch.nn.functional.normalize(Y, dim=-1), T=1.0, steps=3, seed=0, output="torch")
+        return (out["X_final"], *(out[k] for k in STATISTICS))
+
+    assert torch.autograd.gradcheck(run, (Y,))
+    ds = solve(model, torch.nn.functional.normalize(Y.detach(), dim=-1), T=1.0, steps=3, seed=0)
+    np.testing.assert_allclose(ds.X_final.values, run(Y)[0].detach().numpy(), rtol=0, atol=1e-14)

@@ -172,6 +172,8 @@ def unchecked_pair_statistics(X: torch.Tensor, energy_beta: float = 1.0, block: 
     low = torch.full_like(energy_sum, math.inf)
     for s, G in _gram_rows(X, rows):
         energy_sum += _energy_sum(G, energy_beta)
+        if G.requires_grad:  # the energy's graph keeps G (its clamp): the diagonal is moved on a copy
+            G = G.clone()
         G.diagonal(offset=s, dim1=-2, dim2=-1).add_(3.0)  # ⟨x_i, x_i⟩ = 1 → 4: out of the minimum
         low = torch.minimum(low, G.amin(dim=(-1, -2)))
     return {

@@ -166,7 +166,8 @@ class SoftmaxAttention:
         An explicit value matrix.
     chunk : int, optional
         Query tokens processed at once (at most `CPU_ROWS` on a CPU); None computes the dense
-        (N, N) score matrix. Chunking keeps memory linear in N for the many-token solver (SPEC §4).
+        (N, N) score matrix. Chunking keeps memory linear in N for the many-token solver (SPEC §4);
+        where the tokens require grad the dense product is used (the graph keeps every score block).
     sdpa : bool, optional
         Use ``torch.nn.functional.scaled_dot_product_attention`` with scale 1 (fused,
         memory-efficient kernels: CPU flash attention, CUDA memory-efficient/flash attention)
@@ -293,7 +294,8 @@ class SoftmaxAttention:
         if self.sdpa and not (X.is_cuda and X.dtype == torch.float64):
             out = F.scaled_dot_product_attention(q.unsqueeze(-3), keys.unsqueeze(-3), vals.unsqueeze(-3), scale=1.0)
             return out.squeeze(-3)
-        if self.chunk is None or X.shape[-2] <= self.chunk:
+        grad = torch.is_grad_enabled() and (q.requires_grad or vals.requires_grad)
+        if self.chunk is None or X.shape[-2] <= self.chunk or grad:  # a graph keeps every score block anyway
             return torch.softmax(q @ keys.transpose(-1, -2), dim=-1) @ vals
         return _chunked(q, keys, vals, self.chunk)
 

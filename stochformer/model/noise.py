@@ -703,7 +703,8 @@ class RandomMLP:
     ) -> torch.Tensor:
         """The increment of ``mode="gaussian"`` at X (batch, N, d) from the normals ``z`` of
         [`normals`][stochformer.model.noise.RandomMLP.normals] (or a slice of them over the samples). The pre-activations go into
-        ``work`` (batch, N, m) (default: memory kept across layers). ``generator`` draws the
+        ``work`` (batch, N, m) (default: memory kept across layers; none where X requires grad: a product
+        with ``out=`` has no gradient). ``generator`` draws the
         redraws of numerically singular samples; None: [`NeedsDraws`][stochformer.model.noise.NeedsDraws] is raised instead.
 
         Parameters
@@ -726,7 +727,11 @@ class RandomMLP:
         """
         B, N, d = X.shape
         m = self.width
-        Phi = self._hidden_from(X, z, generator, self.workspace(X) if work is None else work)  # (B, N, m)
+        if torch.is_grad_enabled() and X.requires_grad:  # autograd: no out= (kept memory only without a graph)
+            work = None
+        elif work is None:
+            work = self.workspace(X)
+        Phi = self._hidden_from(X, z, generator, work)  # (B, N, m)
         bad = None
         assert z.output is not None, "LayerNormals.output: None only for hidden-only normals"
         if z.gram:  # given Φ the output rows are N(0, ΦΦᵀ/m): S Z'' with S Sᵀ = ΦΦᵀ
@@ -782,7 +787,8 @@ def _cholesky(K: torch.Tensor, inner: int) -> tuple[torch.Tensor, Optional[torch
     rounding and its plain factorisation fails, the shifted one succeeds. What still fails is
     redrawn by the caller another exact way (never an O(n³) eigendecomposition)."""
     diag = K.diagonal(dim1=-2, dim2=-1)
-    diag.add_(diag.amax(-1, keepdim=True), alpha=inner * torch.finfo(K.dtype).eps)
+    # the shift, of rounding size, carries no gradient (and its max keeps no view of K for autograd)
+    diag.add_(diag.detach().amax(-1, keepdim=True), alpha=inner * torch.finfo(K.dtype).eps)
     C, info = torch.linalg.cholesky_ex(K)  # threads kept: one thread was no faster for the MLP's d × d Grams
     return C, (info > 0 if bool(info.any()) else None)
 
