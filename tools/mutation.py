@@ -126,8 +126,9 @@ def equivalent_entries(cfg: dict, modules: list[str] | None = None) -> dict[str,
     return out
 
 
-def prepare(workdir: Path, cfg: dict, tests_rev: str | None) -> None:
-    """A scratch copy of the package and the tests, with mutmut's configuration."""
+def prepare(workdir: Path, cfg: dict, tests_rev: str | None, isolation: str = "forkserver") -> None:
+    """A scratch copy of the package and the tests, with mutmut's configuration (``isolation``: how
+    each mutant's process starts, mutmut's ``process_isolation``)."""
     if workdir.exists():
         shutil.rmtree(workdir)
     workdir.mkdir(parents=True)
@@ -153,11 +154,12 @@ def prepare(workdir: Path, cfg: dict, tests_rev: str | None) -> None:
         "pytest_add_cli_args=-p no:cacheprovider\n    -W ignore",
         "also_copy=tools",  # into mutmut's own copy (mutants/), beside tests/ and pyproject.toml
         f"timeout_multiplier={float(cfg.get('timeout_multiplier', 5.0))}",
-        # each mutant's process is forked from a server that ran no test: forked from the process that ran
-        # them all (mutmut's default), children hung in futex waits until the time limit and counted as
-        # detected timeouts (most likely an OpenMP thread team inherited from a test that raised torch's
-        # thread count; docs/testing.md)
-        "process_isolation=forkserver",
+        # forkserver: each mutant's process is forked from a server that ran no test. Forked from the process
+        # that ran them all (mutmut's default, "fork"), children of the whole selection hung in futex waits
+        # until the time limit and counted as timeouts (most likely an OpenMP thread team inherited from a
+        # test that raised torch's thread count; docs/testing.md); the fast pass forks (4-5x faster: no
+        # collection per mutant) and its timeouts are run again under the fork server by the second pass
+        f"process_isolation={isolation}",
     ]
     (workdir / "setup.cfg").write_text("\n".join(lines) + "\n")
 
@@ -355,13 +357,14 @@ def merged(base: dict[str, str], found: dict[str, str], retry: tuple[str, ...] =
 
 
 def one_pass(label: str, tests: list[str], tests_rev: str | None, rerun_of: str | None, sample: int,
-             children: int, cfg: dict, summary_only: bool, retry: tuple[str, ...] = ()) -> dict:
+             children: int, cfg: dict, summary_only: bool, retry: tuple[str, ...] = (),
+             isolation: str = "forkserver") -> dict:
     """One mutmut run (all mutants, or the undetected ones of ``rerun_of``) and its summary."""
     workdir = ROOT / "build" / "mutation" / label
     base = final_statuses(ROOT / "build" / "mutation" / rerun_of) if rerun_of else {}
     if not summary_only:
         start = time.time()
-        prepare(workdir, cfg["mutation"] | {"tests": tests}, tests_rev)
+        prepare(workdir, cfg["mutation"] | {"tests": tests}, tests_rev, isolation)
         run_mutmut(workdir, rerun_names(base, sample, retry) if base else [], children)
         (workdir / "elapsed_s").write_text(f"{time.time() - start:.0f}\n")
     # re-read without its base, a rerun's folder keeps the statuses merged with it
@@ -500,7 +503,7 @@ def main() -> None:
         return
     # two passes: every mutant against the fast tests that pin the formulas exactly, then only their
     # undetected mutants (and those the fast tests never call) against the whole selection
-    one_pass(label + "-fast", cfg["mutation"]["fast_tests"], rerun_of=None, **common)
+    one_pass(label + "-fast", cfg["mutation"]["fast_tests"], rerun_of=None, isolation="fork", **common)
     one_pass(label, cfg["mutation"]["tests"], rerun_of=label + "-fast", retry=("timeout",), **(common | {"sample": 0}))
 
 
