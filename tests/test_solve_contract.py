@@ -275,3 +275,69 @@ def test_gradients_of_a_run_are_those_of_its_numbers(name):
     assert torch.autograd.gradcheck(run, (Y,))
     ds = solve(model, torch.nn.functional.normalize(Y.detach(), dim=-1), T=1.0, steps=3, seed=0)
     np.testing.assert_allclose(ds.X_final.values, run(Y)[0].detach().numpy(), rtol=0, atol=1e-14)
+
+
+@pytest.mark.parametrize("name", ["tanh, N = d", "relu, biases, N < d", "chunked attention", "user model"])
+def test_a_run_stays_on_the_device_of_its_tokens_whatever_the_default_device(name):
+    """With torch's default device set elsewhere (``meta``: shapes only) a run of CPU tokens makes
+    every tensor of its output on the CPU (X0's device), with the numbers of a run under the CPU
+    default; so does the dataset."""
+    make, N, d = MODELS[name]
+    X0 = sf.sphere.uniform(batch=2, N=N, d=d, seed=1)
+    save = SaveAt(tokens_every=2, fn=lambda X: {"centre": X.mean(1)})
+    want = solve(make(), X0, T=1.0, steps=3, save=save, seed=0, output="torch")
+    with torch.device("meta"):
+        got = solve(make(), X0, T=1.0, steps=3, save=save, seed=0, output="torch")
+        ds = solve(make(), X0, T=1.0, steps=3, save=save, seed=0)
+    assert set(got) == set(want)
+    for key, value in got.items():
+        assert value.device == X0.device and torch.equal(value, want[key]), key
+    np.testing.assert_array_equal(ds.X_final.values, want["X_final"].numpy())
+
+
+def observe(out):
+    """A SaveAt.fn returning ``out(X)``."""
+    def fn(X):
+        return out(X)
+    return fn
+
+
+def test_observables_are_refused_by_one_message_naming_fn_and_what_is_wrong():
+    """Each malformed output of SaveAt.fn is one ValueError, word for word: the callable's name, the
+    value or name at fault, the names a variable may not take (the dataset's own and the
+    statistics kept), the batch size (2 samples of 3 tokens here), the clashing names."""
+    from stochformer.core.validation import callable_name, short
+    from stochformer.integrate import RESERVED
+    X0 = sf.sphere.uniform(batch=2, N=3, d=4, seed=0)
+    taken = ", ".join(sorted(RESERVED | {"energy"}))
+    cases = [
+        (lambda X: [], "must return a non-empty mapping of names to tensors (got [])"),
+        (lambda X: {}, "must return a non-empty mapping of names to tensors (got {})"),
+        (lambda X: {"X": X[:, 0]}, f"'X' is not a free variable name (an identifier other than {taken})"),
+        (lambda X: {"energy": X[:, 0]}, f"'energy' is not a free variable name (an identifier other than {taken})"),
+        (lambda X: {"a b": X[:, 0]}, f"'a b' is not a free variable name (an identifier other than {taken})"),
+        (lambda X: {"c": 3.0}, f"'c' must be a tensor with the batch 2 as its leading dim (got {short(3.0)})"),
+        (lambda X: {"c": X[0]}, f"'c' must be a tensor with the batch 2 as its leading dim (got {short(X0[0])})"),
+        (lambda X: {"a": X.mean(1), "a_0": X[:, 0, 0]}, "['a_0'] name both a variable and a dim of another (NAME_i)"),
+    ]
+    for out, message in cases:
+        fn = observe(out)
+        with pytest.raises(ValueError) as err:
+            solve(Rotate(), X0, T=1.0, steps=2, seed=0, save=SaveAt(stats=("energy",), fn=fn))
+        assert str(err.value) == f"SaveAt.fn ({callable_name(fn)}): {message}"
+
+
+def test_observables_of_their_own_dims_and_graphs():
+    """A variable may take the name NAME_i of a dim only where NAME has no such dim (a (batch,)
+    observable has none); ``output="torch"`` keeps an observable's graph to X0, the dataset detaches
+    an observable that requires grad (here through a weight of fn's own)."""
+    X0 = sf.sphere.uniform(batch=2, N=3, d=4, seed=0)
+    ds = solve(Rotate(), X0, T=1.0, steps=2, seed=0, save=SaveAt(fn=lambda X: {"a": X[:, 0, 0], "a_0": X[:, 0, 1]}))
+    assert ds.a.dims == ("sample", "time") and ds.a_0.dims == ("sample", "time")
+    X = X0.clone().requires_grad_(True)
+    out = solve(Rotate(), X, T=1.0, steps=2, seed=0, save=SaveAt(fn=lambda X: {"c": X.mean(1)}), output="torch")
+    (g,) = torch.autograd.grad(out["c"][:, -1].sum(), X)
+    assert g.abs().sum() > 0
+    w = torch.ones(1, dtype=torch.float64, requires_grad=True)
+    ds = solve(Rotate(), X0, T=1.0, steps=2, seed=0, save=SaveAt(fn=lambda X: {"c": X.mean(1) * w}))
+    np.testing.assert_array_equal(ds.c.values[:, -1], out["c"][:, -1].detach().numpy())
