@@ -157,8 +157,8 @@ def prepare(workdir: Path, cfg: dict, tests_rev: str | None, isolation: str = "f
         # forkserver: each mutant's process is forked from a server that ran no test. Forked from the process
         # that ran them all (mutmut's default, "fork"), children of the whole selection hung in futex waits
         # until the time limit and counted as timeouts (most likely an OpenMP thread team inherited from a
-        # test that raised torch's thread count; docs/testing.md); the fast pass forks (4-5x faster: no
-        # collection per mutant) and its timeouts are run again under the fork server by the second pass
+        # test that raised torch's thread count; docs/testing.md); the fast pass forks (faster: no collection
+        # per mutant, docs/testing.md) and its timeouts are run again under the fork server by the second pass
         f"process_isolation={isolation}",
     ]
     (workdir / "setup.cfg").write_text("\n".join(lines) + "\n")

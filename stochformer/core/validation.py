@@ -637,8 +637,7 @@ def _callable_record(fn: Any) -> dict[str, Any]:
     if isinstance(fn, (types.BuiltinFunctionType, types.MethodType, type)) or not hasattr(fn, "__dict__"):
         named = hasattr(fn, "__qualname__") or hasattr(fn, "__name__")  # a builtin, a ufunc: nothing to record
         return {"callable": part_name(fn), "parameters": {} if named else "unrecorded"}
-    return {"callable": part_name(fn),
-            "parameters": {k: _recorded(v) for k, v in vars(fn).items() if not k.startswith("_")}}
+    return {"callable": part_name(fn), "parameters": _public_attributes(fn)}
 
 
 def object_record(obj: Any) -> dict[str, Any]:
@@ -652,8 +651,13 @@ def object_record(obj: Any) -> dict[str, Any]:
     if " at 0x" not in text:
         out["repr"] = text[:200]
     elif hasattr(obj, "__dict__"):
-        out["attributes"] = {k: _recorded(v) for k, v in vars(obj).items() if not k.startswith("_")}
+        out["attributes"] = _public_attributes(obj)
     return out
+
+
+def _public_attributes(obj: Any) -> dict[str, Any]:
+    """An instance's public attributes as a run records them (`_recorded`)."""
+    return {k: _recorded(v) for k, v in vars(obj).items() if not k.startswith("_")}
 
 
 def _recorded(value: Any) -> Any:
