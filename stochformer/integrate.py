@@ -364,8 +364,9 @@ def solve(
         ``"xarray"`` (the dataset) or ``"torch"``: a dict of the same variables and coordinates as
         tensors (``X_final`` (batch, N, d), ``X`` (batch, snapshot, N, d), each statistic and
         observable (batch, time, …) in the dtype computed, ``sample``, ``time``, ``step``,
-        ``snapshot_time``, ``snapshot_step``), on X0's device and not detached: with X0 (or a
-        model's parameters) requiring grad, ``torch.autograd.grad`` of any of them reaches X0.
+        ``snapshot_time``, ``snapshot_step``), on X0's device and not detached: with X0 requiring
+        grad, ``torch.autograd.grad`` of any of them reaches X0 (a model's weights are validated
+        into constants, detached: no gradient reaches them).
 
     Returns
     -------

@@ -277,6 +277,18 @@ def test_gradients_of_a_run_are_those_of_its_numbers(name):
     np.testing.assert_allclose(ds.X_final.values, run(Y)[0].detach().numpy(), rtol=0, atol=1e-14)
 
 
+def test_a_models_weights_are_constants_of_the_run():
+    """As the docstring says: weights given with requires_grad are validated into detached
+    constants: the run's graph reaches X0, never A or V, and the caller's tensors are untouched."""
+    A = (0.5 * torch.eye(3, dtype=torch.float64)).requires_grad_(True)
+    V = torch.eye(3, dtype=torch.float64).requires_grad_(True)
+    X = sf.sphere.uniform(batch=2, N=4, d=3, seed=1).clone().requires_grad_(True)
+    out = solve(sf.Transformer(sf.SoftmaxAttention(A=A, V=V)), X, T=1.0, steps=2, seed=0, output="torch")
+    gX, gA, gV = torch.autograd.grad(out["X_final"].sum(), (X, A, V), allow_unused=True)
+    assert gX is not None and gX.abs().sum() > 0
+    assert gA is None and gV is None and A.requires_grad and V.requires_grad
+
+
 @pytest.mark.parametrize("name", ["tanh, N = d", "relu, biases, N < d", "chunked attention", "user model"])
 def test_a_run_stays_on_the_device_of_its_tokens_whatever_the_default_device(name):
     """With torch's default device set elsewhere (``meta``: shapes only) a run of CPU tokens makes
