@@ -45,3 +45,28 @@ def test_chunked_exactly_for_more_tokens_than_chunk_and_no_graph(B, N, d, chunk,
             mp.setattr(attention, "_chunked", spy)
             SoftmaxAttention(beta=1.5, A=A, V=V, chunk=chunk)(X, keys)
         assert calls == ([chunk] if N > chunk else [])
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a CUDA device"))])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("sdpa", [True, False])
+def test_the_fused_kernel_exactly_where_sdpa_asks_for_it(sdpa, dtype, device):
+    """``sdpa=True`` takes ``scaled_dot_product_attention`` in both dtypes, except float64 on CUDA
+    (no fused kernel there: the chunked path); ``sdpa=False`` never takes it. Both give the dense
+    numbers to the dtype's rounding."""
+    X = uniform(batch=2, N=6, d=3, seed=3).to(dtype=dtype, device=device)
+    calls = []
+    fused = torch.nn.functional.scaled_dot_product_attention
+
+    def spy(*args, **kwargs):
+        calls.append(args[0].dtype)
+        return fused(*args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
+        out = SoftmaxAttention(beta=1.5, chunk=2, sdpa=sdpa)(X)
+    assert calls == ([dtype] if sdpa and not (device == "cuda" and dtype == torch.float64) else [])
+    dense = SoftmaxAttention(beta=1.5)(X)
+    tol = 1e-12 if dtype == torch.float64 else 1e-5
+    torch.testing.assert_close(out, dense, rtol=0, atol=tol)
