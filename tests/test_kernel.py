@@ -429,3 +429,16 @@ def test_kappa_of_cosines_is_kappa_bit_for_bit(name, sigma_W, scale):
     assert torch.equal(k.kappa_of_cosines(rho), k.kappa(rho))
     r = rho.clone().requires_grad_(True)  # the out-of-place route (a gradient is needed): the same values
     assert torch.equal(k.kappa(r).detach(), k.kappa(rho))
+
+
+@pytest.mark.parametrize("activation", sorted(ACTIVATIONS))
+@pytest.mark.parametrize("sigma_U", [0.0, 2.0, 200.0])  # Gauss–Hermite (v < 1), Mehler, Gauss–Hermite (v > 10⁴)
+def test_kappa_follows_the_device_of_its_cosines(activation, sigma_U):
+    """The noise evaluates κ on the run's device: every route of `kappa_of_cosines` (closed forms,
+    Mehler, 2-D Gauss–Hermite) computes where ``rho`` lives — on ``meta`` a meta tensor of rho's
+    shape, no CPU tensor mixed in — and on the CPU the same numbers as before."""
+    k = NoiseKernel(activation, d=4, sigma_U=sigma_U, sigma_W=0.1)
+    rho = torch.linspace(-0.9, 0.9, 6, dtype=torch.float64).reshape(2, 3)
+    out = k.kappa_of_cosines(rho.to("meta"))
+    assert out.device.type == "meta" and out.shape == rho.shape and out.dtype == torch.float64
+    assert torch.isfinite(k.kappa_of_cosines(rho)).all()
