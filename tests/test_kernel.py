@@ -436,7 +436,7 @@ def test_kappa_of_cosines_is_kappa_bit_for_bit(name, sigma_W, scale):
 def test_kappa_follows_the_device_of_its_cosines(activation, sigma_U):
     """The noise evaluates κ on the run's device: every route of `kappa_of_cosines` (closed forms,
     Mehler, 2-D Gauss–Hermite) computes where ``rho`` lives — on ``meta`` a meta tensor of rho's
-    shape, no CPU tensor mixed in — and on the CPU the same numbers as before."""
+    shape, no CPU tensor mixed in — and finite values on the CPU."""
     k = NoiseKernel(activation, d=4, sigma_U=sigma_U, sigma_W=0.1)
     rho = torch.linspace(-0.9, 0.9, 6, dtype=torch.float64).reshape(2, 3)
     out = k.kappa_of_cosines(rho.to("meta"))
