@@ -180,3 +180,24 @@ def test_a_runs_stream_depends_on_its_seed_and_name_only(seed, other, ahead, nam
     assert not torch.equal(first(stream(g, name + "'")), want)
     if other != seed:
         assert not torch.equal(first(stream(make_generator(other), name)), want)
+
+
+def test_a_path_is_sized_before_it_is_drawn_and_several_parts_take_no_single_tensor(monkeypatch):
+    """Before anything is allocated the path's working memory, 4 × (entries of one fine step, all
+    parts) × bytes per entry, is checked against the memory available: at that many bytes a float64
+    path is built, one byte fewer refuses it naming ``shape``, and a float32 path (half the bytes)
+    fits. Explicit normals for a path of several parts are refused naming ``normals``."""
+    import stochformer.core.validation as validation
+
+    parts = [(2, 5, 3), (7,)]
+    need = 4 * (2 * 5 * 3 + 7) * 8
+    monkeypatch.setattr(validation, "available_memory", lambda: need)
+    assert BrownianPath(parts, 4, seed=0).parts == parts
+    monkeypatch.setattr(validation, "available_memory", lambda: need - 1)
+    with pytest.raises(ValueError, match=r"^shape: needs about .* GiB of memory, more than the .* GiB available now$"):
+        BrownianPath(parts, 4, seed=0)
+    assert BrownianPath(parts, 4, seed=0, dtype=torch.float32).dtype == torch.float32
+    monkeypatch.undo()
+    with pytest.raises(ValueError, match=r"^normals: a path of several parts \(\[\(2, 3\), \(4,\)\]\) cannot be given "
+                                         r"as one tensor$"):
+        BrownianPath([(2, 3), (4,)], 2, normals=torch.zeros(2, 2, 3, dtype=torch.float64))

@@ -167,6 +167,40 @@ def test_npy_init_errors(tmp_path):
         assert not out.exists()
 
 
+def test_npy_reader_reads_up_to_its_size_limit_and_says_why_it_refuses(tmp_path, monkeypatch):
+    """load_token_array: a file may be as large as the header (64 KiB) and 16 bytes an entry (the
+    largest real dtype) allow, and no larger; a missing file and an I/O error are one message each,
+    "init.path: cannot read PATH as a .npy array: WHY", with WHY not repeating the field."""
+    from stochformer.io.tokens import load_token_array
+
+    B, N, d = 2, 64, 64
+    limit = (1 << 16) + 16 * B * N * d
+    path = tmp_path / "tokens.npy"
+    np.save(path, np.ones((B, N, d)))  # 64 KiB of data: within the limit, read
+    assert load_token_array(path, B, N, d).shape == (B, N, d)
+    with open(path, "ab") as fh:  # trailing bytes up to the limit: still read (NumPy reads the array's bytes)
+        fh.write(b"\0" * (limit - path.stat().st_size))
+    assert load_token_array(path, B, N, d).shape == (B, N, d)
+    with open(path, "ab") as fh:
+        fh.write(b"\0")
+    with pytest.raises(ValueError, match=rf"^init\.path: cannot read {re.escape(str(path))} as a \.npy array: "
+                                         rf"{re.escape(str(path))} is .*; check the file$"):
+        load_token_array(path, B, N, d)
+    missing = tmp_path / "missing.npy"
+    with pytest.raises(ValueError, match=rf"^init\.path: cannot read {re.escape(str(missing))} as a \.npy array: "
+                                         rf"cannot read {re.escape(str(missing))}: file not found$"):
+        load_token_array(missing, B, N, d)
+
+    def failing_disk(fh):
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(np.lib.format, "read_magic", failing_disk)
+    np.save(path, np.ones((N, d)))
+    with pytest.raises(ValueError, match=rf"^init\.path: cannot read {re.escape(str(path))} as a \.npy array: "
+                                         r"\[Errno 5\] Input/output error$"):
+        load_token_array(path, B, N, d)
+
+
 def test_npy_of_large_entries_normalises(tmp_path, monkeypatch) -> None:
     """Entries near 1e308 are scaled before normalising (no overflow, a finite run)."""
     monkeypatch.chdir(tmp_path)

@@ -220,3 +220,16 @@ def test_limit_sde_at_2000_tokens_agrees_with_float64():
     assert guarded.record["calls"] == 20 and guarded.record["max_error"] <= bound32(2.0, 8)
     assert abs(final["float32"] - final["float64"]) < 0.1 / math.sqrt(N)
     assert abs(final["float32"] - final["float64"]) < 1e-5  # in fact: float32 rounding carried along the path
+
+
+def test_a_guard_of_every_row_draws_nothing_and_otherwise_needs_a_run_or_a_seed():
+    """With guard_queries >= n every row is checked, in order, and nothing is drawn (so a call
+    outside a run needs no seed); with fewer, the rows are drawn: outside a run without a seed,
+    one error naming GuardedAttention."""
+    X = sf.sphere.uniform(batch=1, N=40, d=3, seed=1)
+    for m in (40, 100):
+        attn = GuardedAttention(SoftmaxAttention(), "float32", guard_queries=m)
+        attn(X)
+        assert torch.equal(attn.rows, torch.arange(40))
+    with pytest.raises(RuntimeError, match=r"^GuardedAttention: no draws on cpu: a run starts them"):
+        GuardedAttention(SoftmaxAttention(), "float32", guard_queries=39)(X)

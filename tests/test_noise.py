@@ -772,3 +772,81 @@ def _child_eigh(K):
         return noise._eigh(K)[0], bool(used)
     finally:
         noise.thread_pool = real
+
+
+@pytest.mark.parametrize("activation", ["relu", "tanh", "gelu"])
+def test_exact_covariance_under_autograd_is_the_same_numbers_with_the_true_gradient(activation):
+    """K(X) of the exact field with X needing a gradient (the closed form for ReLU, Clenshaw's
+    recurrence on the Chebyshev interpolant otherwise): the same numbers as without, a finite
+    gradient (the diagonal, ⟨x_i, x_i⟩ = 1, is out of the graph: kept, it would meet arccos's
+    infinite slope at 1), and that gradient is the derivative (torch.autograd.gradcheck, central
+    differences in float64)."""
+    field = ExactField(NoiseKernel(activation, 3))
+    X = normalize(torch.randn(2, 5, 3, generator=torch.Generator().manual_seed(4), dtype=torch.float64))
+    X.requires_grad_(True)
+    K = field.covariance(X)
+    torch.testing.assert_close(K, field.covariance(X.detach()), rtol=0, atol=0)
+    (grad,) = torch.autograd.grad(K.sum(), X)
+    assert torch.isfinite(grad).all()
+    weights = torch.randn(2, 5, 5, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    assert torch.autograd.gradcheck(lambda Y: (field.covariance(Y) * weights).sum(), (X,), eps=1e-6, atol=1e-6)
+
+
+@settings(max_examples=30, deadline=None)
+@given(coef=st.lists(st.floats(-2, 2), min_size=1, max_size=12), seed=st.integers(0, 2**16))
+def test_clenshaw_is_the_chebyshev_series_with_its_derivative(coef, seed):
+    """Σ_k c_k T_k(x) by Clenshaw's recurrence against NumPy's chebval, in the buffered path and
+    the autograd path (the same values), whose gradient is the series of the derivative (chebder)."""
+    from numpy.polynomial import chebyshev
+
+    x = torch.rand(3, 7, generator=torch.Generator().manual_seed(seed), dtype=torch.float64) * 2 - 1
+    c = torch.tensor(coef, dtype=torch.float64)
+    want = chebyshev.chebval(x.numpy(), np.array(coef))
+    np.testing.assert_allclose(_clenshaw(c, x).numpy(), want, rtol=0, atol=1e-12)
+    xg = x.clone().requires_grad_(True)
+    y = _clenshaw(c, xg)
+    torch.testing.assert_close(y.detach(), _clenshaw(c, x), rtol=0, atol=0)
+    (grad,) = torch.autograd.grad(y.sum(), xg)
+    slope = chebyshev.chebval(x.numpy(), chebyshev.chebder(np.array(coef))) if len(coef) > 1 else np.zeros(x.shape)
+    np.testing.assert_allclose(grad.numpy(), slope, rtol=0, atol=1e-10)
+
+
+@pytest.mark.parametrize("a", [1.0, 2.5, 7.0])
+def test_gamma_variates_have_the_gamma_law_and_follow_like(a):
+    """Gamma(a, 1) from the generator alone: mean a and variance a. Quantity: the sample mean and
+    variance of n = 40 000 draws against a, to 4.5 standard errors (SE √(a/n) for the mean and
+    √((2a² + 6a)/n) for the variance, from Gamma's fourth central moment 3a² + 6a); the same
+    generator state gives the same draws; dtype and device follow ``like``; a < 1 is refused."""
+    from stochformer.model.noise import gamma_variates
+
+    n = 40_000
+    like = torch.zeros((), dtype=torch.float32)
+    g = torch.Generator().manual_seed(int(10 * a))
+    x = gamma_variates(a, (200, 200), g, like)
+    assert x.shape == (200, 200) and x.dtype == torch.float32 and bool((x > 0).all())
+    again = gamma_variates(a, (200, 200), torch.Generator().manual_seed(int(10 * a)), like)
+    assert torch.equal(x, again)
+    v = x.double().flatten()
+    assert abs(float(v.mean()) - a) < 4.5 * math.sqrt(a / n)
+    assert abs(float(v.var()) - a) < 4.5 * math.sqrt((2 * a * a + 6 * a) / n)
+    with pytest.raises(ValueError, match=r"^a: must be >= 1 \(got 0\.5\)$"):
+        gamma_variates(0.5, (3,), g, like)
+
+
+@pytest.mark.parametrize("output, bias", [(True, True), (False, True), (True, False), (False, False)])
+def test_layer_normals_of_some_samples_are_views_of_theirs(output, bias):
+    """LayerNormals.samples(a, b): rows a..b−1 of every field present (views of the same memory),
+    None where a field is absent, and the same ``gram``."""
+    from stochformer.model.noise import LayerNormals
+
+    g = torch.Generator().manual_seed(0)
+    full = LayerNormals(torch.randn(5, 3, 4, generator=g), torch.randn(5, 6, 2, generator=g) if output else None,
+                        torch.randn(5, 1, 2, generator=g) if bias else None, gram=output)
+    part = full.samples(1, 4)
+    for name in ("hidden", "output", "bias_W"):
+        whole, rows = getattr(full, name), getattr(part, name)
+        if whole is None:
+            assert rows is None, name
+        else:
+            assert torch.equal(rows, whole[1:4]) and rows.data_ptr() == whole[1].data_ptr(), name
+    assert part.gram is full.gram

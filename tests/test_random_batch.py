@@ -174,3 +174,39 @@ def test_particle_step_with_random_batches_tracks_the_exact_one():
     torch.testing.assert_close(torch.linalg.vector_norm(a, dim=-1), torch.ones(1, 256, dtype=a.dtype))
     gap = float((a - b).norm(dim=-1).max())
     assert 0 < gap <= 2 * cfg.dt
+
+
+def test_a_fixed_seed_outranks_the_runs_stream():
+    """With ``seed`` fixed, a run's ``reset`` restarts the permutations from that seed and ignores
+    the run's attention stream: runs with any stream give the numbers of the object's first call
+    outside a run. With ``seed=None`` the stream decides: one stream, one partition; two streams,
+    two partitions."""
+    X = uniform(2, 60, 3, generator=torch.Generator().manual_seed(4))
+
+    def after_reset(rb: RandomBatchAttention, stream_seed: int) -> torch.Tensor:
+        rb.reset(2, 3, torch.Generator().manual_seed(stream_seed), X.dtype, X.device)
+        return rb(X)
+
+    fixed = RandomBatchAttention(SoftmaxAttention(beta=2.0), 4, seed=9)
+    outside = RandomBatchAttention(SoftmaxAttention(beta=2.0), 4, seed=9)(X)
+    for stream_seed in (0, 1, 9):
+        assert torch.equal(after_reset(fixed, stream_seed), outside)
+    free = RandomBatchAttention(SoftmaxAttention(beta=2.0), 4)
+    assert torch.equal(after_reset(free, 0), after_reset(free, 0))
+    assert not torch.equal(after_reset(free, 0), after_reset(free, 1))
+
+
+def test_refusals_name_what_is_wrong():
+    """Keys other than the tokens, fewer than two tokens, a call outside a run without a seed: one
+    error each, saying what to change."""
+    X = uniform(1, 6, 3, generator=torch.Generator().manual_seed(0))
+    rb = RandomBatchAttention(SoftmaxAttention(beta=1.0), 2, seed=0)
+    torch.testing.assert_close(rb(X, keys=X), RandomBatchAttention(SoftmaxAttention(beta=1.0), 2, seed=0)(X),
+                               rtol=0, atol=0)  # the tokens as their own keys: allowed
+    with pytest.raises(ValueError, match=r"^RandomBatchAttention: the batches are drawn among the tokens themselves "
+                                         r"\(keys must be None\)$"):
+        rb(X, keys=X.clone())
+    with pytest.raises(ValueError, match=r"^RandomBatchAttention: needs N >= 2 tokens, .*\(got N = 1\)$"):
+        rb(X[:, :1])
+    with pytest.raises(RuntimeError, match=r"^RandomBatchAttention: no draws on cpu: a run starts them"):
+        RandomBatchAttention(SoftmaxAttention(beta=1.0), 2)(X)

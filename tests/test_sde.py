@@ -277,3 +277,30 @@ def test_limit_sde_reset_and_ito_correction(replay):
     close(LimitSDE(None, mlp, kappa1=0.7).ito_correction(X), (-0.7 * X).numpy())
     LimitSDE().reset(2, 3, gen, torch.float64, "cpu")  # no noise: nothing to draw
     assert torch.equal(gen.get_state(), ref.get_state())
+
+
+@pytest.mark.parametrize("kind", ["LimitSDE", "Transformer"])
+def test_a_run_refuses_parts_built_for_other_tokens_naming_the_part(kind):
+    """The models' reset checks each part against the run's tokens before any draw: an attention
+    or a noise built for another d, or an attention matrix of another dtype, is one error naming
+    ``attention`` or ``noise``."""
+    from stochformer.model.kernel import NoiseKernel
+    from stochformer.model.noise import ExactField
+    from stochformer.model.sde import LimitSDE
+    from stochformer.model.transformer import Transformer
+
+    model = {"LimitSDE": LimitSDE, "Transformer": Transformer}[kind]
+    g = torch.Generator().manual_seed(0)
+    cases = [
+        (model(SoftmaxAttention(A=torch.eye(3, dtype=torch.float64)), ExactField(NoiseKernel("relu", 4))),
+         r"^attention: SoftmaxAttention is built for d = 3, the tokens have d = 4$"),
+        (model(SoftmaxAttention(), ExactField(NoiseKernel("relu", 3))),
+         r"^noise: ExactField is built for d = 3, the tokens have d = 4$"),
+        (model(SoftmaxAttention(A=torch.eye(4, dtype=torch.float32)), None),
+         r"^attention: SoftmaxAttention\.A is float32 on cpu, the tokens float64 on cpu; give them the same dtype"),
+    ]
+    for m, message in cases:
+        with pytest.raises(ValueError, match=message):
+            m.reset(2, 4, g, torch.float64, "cpu")
+    model(SoftmaxAttention(A=torch.eye(4, dtype=torch.float64)), ExactField(NoiseKernel("relu", 4))).reset(
+        2, 4, g, torch.float64, "cpu")

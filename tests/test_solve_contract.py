@@ -4,8 +4,11 @@ every refusal names its argument."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 import re
+from typing import Optional
 
 import numpy as np
 import pytest
@@ -16,6 +19,7 @@ from hypothesis import strategies as st
 import stochformer as sf
 from stochformer.core.brownian import BrownianPath
 from stochformer.core.runtime import make_generator
+from stochformer.core.validation import NonFiniteError
 from stochformer.integrate import SaveAt, describe, solve
 from stochformer.measure.diagnostics import STATISTICS, pair_statistics
 
@@ -353,3 +357,74 @@ def test_observables_of_their_own_dims_and_graphs():
     w = torch.ones(1, dtype=torch.float64, requires_grad=True)
     ds = solve(Rotate(), X0, T=1.0, steps=2, seed=0, save=SaveAt(fn=lambda X: {"c": X.mean(1) * w}))
     np.testing.assert_array_equal(ds.c.values[:, -1], out["c"][:, -1].detach().numpy())
+
+
+@dataclasses.dataclass
+class Blows:
+    """A user model (a dataclass, so its large parameters can be named) whose step ``at`` returns
+    NaN tokens, or raises ``error``."""
+
+    scale: float = 1e4
+    at: int = 2
+    error: Optional[BaseException] = None
+
+    def reset(self, batch, d, generator, dtype, device) -> None:
+        self.k = 0
+
+    def step(self, X, dt, draws):
+        self.k += 1
+        if self.error is not None:
+            raise self.error
+        return X * math.nan if self.k == self.at else X
+
+
+def test_failures_during_a_run_name_the_model_and_what_to_change():
+    """Tokens off the sphere or not finite at the start, a non-finite state at a later step (naming
+    the model's large parameters), an allocator's failure in a step (naming the run's shape and
+    what to reduce), a hook that returns something other than a tensor after its first step: one
+    ValueError each."""
+    with pytest.raises(ValueError, match=r"^X0: rows must have unit norm \(tokens on the sphere; got norms from 2 to 2\)"):
+        solve(Rotate(), 2 * TOKENS, T=1.0, steps=2, seed=0)
+    for X0, layer in ((TOKENS * math.nan, 0), (TOKENS, 2)):
+        with pytest.raises(NonFiniteError, match=rf"^non-finite tokens at layer {layer}\b.*scale = 1e\+04"):
+            solve(Blows(), X0, T=1.0, steps=3, seed=0)
+    reduce = r"; reduce batch, N or d, or the model's sizes \(width, features, attention draws\)$"
+    for error in (torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"), MemoryError()):
+        with pytest.raises(ValueError, match=r"^model: a run of tokens of shape \(2, 3, 3\): needs more memory than is "
+                                             r"available \((CUDA out of memory\. Tried to allocate 2\.00 GiB|MemoryError)\)"
+                                             + reduce):
+            solve(Blows(error=error), TOKENS, T=1.0, steps=3, seed=0)
+    with pytest.raises(RuntimeError, match="^a failure that is not about memory$"):  # other errors pass unchanged
+        solve(Blows(error=RuntimeError("a failure that is not about memory")), TOKENS, T=1.0, steps=3, seed=0)
+    with pytest.raises(ValueError, match=r"^hook \(.*\): "):
+        solve(Rotate(), TOKENS, T=1.0, steps=3, seed=0, hook=lambda k, X: X.tolist() if k == 2 else None)
+
+
+class Counting(sf.ProgressMeter):
+    """A progress meter that records what it is given to count."""
+
+    def track(self, steps):
+        self.seen = list(steps)
+        return iter(self.seen)
+
+
+@settings(max_examples=10, deadline=None)
+@given(steps=st.integers(1, 7))
+def test_a_progress_meter_counts_the_steps_and_changes_no_number(steps):
+    """With a progress meter the run takes the same steps 1..steps and gives the same numbers."""
+    meter = Counting()
+    shown = solve(Rotate(), TOKENS, T=1.0, steps=steps, seed=3, progress=meter, save=SaveAt(every=1))
+    plain = solve(Rotate(), TOKENS, T=1.0, steps=steps, seed=3, save=SaveAt(every=1))
+    assert meter.seen == list(range(1, steps + 1))
+    assert shown.drop_attrs().identical(plain.drop_attrs())
+
+
+def test_the_torch_output_keeps_the_graph_of_every_record():
+    """output="torch": the kept statistics and token snapshots are functions of X0 (a gradient
+    reaches X0 through each), not detached copies."""
+    X0 = TOKENS.clone().requires_grad_(True)
+    out = solve(Rotate(), X0, T=1.0, steps=2, seed=0, save=SaveAt(every=1, tokens_every=1), output="torch")
+    for name in ("mean_cosine", "energy", "X"):
+        assert out[name].requires_grad, name
+        (grad,) = torch.autograd.grad(out[name][:, -1].sum(), X0, retain_graph=True)
+        assert torch.isfinite(grad).all() and grad.abs().sum() > 0, name

@@ -69,7 +69,7 @@ def test_fit_power_law_is_the_row_bootstrap_of_the_log_log_slope():
     none = fit_power_law(N, -clean, n_boot=20)
     assert math.isnan(none.ci[0]) and math.isnan(none.ci[1])
     few = fit_power_law(N, clean[:2], n_boot=20)
-    assert math.isnan(few.ci[0]) and few.n == 2
+    assert math.isnan(few.ci[0]) and math.isnan(few.ci[1]) and math.isnan(few.se) and few.n == 2  # no resampling
 
 
 def test_fit_power_law_default_bootstrap():
@@ -112,6 +112,48 @@ def test_fit_power_law_se_is_a_parametric_bootstrap():
         assert fit.ci == pytest.approx(tuple(np.quantile(boots, [0.025, 0.975])), abs=1e-12)
     fit = fit_power_law(N, y, se=1e3 * y, n_boot=5)  # every draw has a negative entry
     assert isinstance(fit, PowerFit) and math.isnan(fit.ci[0]) and math.isnan(fit.ci[1])
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 30])
+def test_fit_power_law_se_of_means_of_n_samples_draws_student_t(n):
+    """Each mean of n samples: the parametric draws are y + se·ξ with ξ Student's t with n − 1
+    degrees of freedom (the same seeded generator); the fit keeps n and the draws' SD (ddof 1) as
+    its SE; fewer than 3 samples per mean give no interval, with n kept."""
+    y = N**-0.8 * np.array([1.0, 0.95, 1.1, 1.0])
+    se = 0.3 * y
+    x = np.log(N.astype(float))
+    fit = fit_power_law(N, y, se=se, n=n, n_boot=400, seed=5)
+    assert fit.n == n and fit.exponent == pytest.approx(-slope(x, y)[0], abs=1e-12)
+    if n < 3:
+        assert math.isnan(fit.ci[0]) and math.isnan(fit.ci[1]) and math.isnan(fit.se)
+        return
+    draws = y + se * np.random.default_rng(5).standard_t(n - 1, (400, 4))
+    boots = [-slope(x, row)[0] for row in draws if np.all(row > 0)]
+    assert fit.ci == pytest.approx(tuple(np.quantile(boots, [0.025, 0.975])), abs=1e-12)
+    assert fit.se == pytest.approx(float(np.std(boots, ddof=1)), rel=1e-12)
+    normal = fit_power_law(N, y, se=se, n_boot=400, seed=5)
+    assert normal.n is None and normal.ci != fit.ci
+
+
+def test_fit_power_law_drops_resamples_with_a_zero_mean():
+    """A resampled mean of 0 has no logarithm: like a negative one, its resample is dropped (here
+    column 2 is 0 in two of three rows, so about (2/3)³ of the row resamples have a zero mean there)
+    and the interval stays finite."""
+    samples = np.array([[1.0, 0.0, 1.0, 1.0], [1.0, 0.0, 1.0, 1.0], [1.0, 3.0, 1.0, 1.0]]) / N
+    fit = fit_power_law(N, samples, n_boot=200, seed=0)
+    assert np.isfinite(fit.exponent) and np.all(np.isfinite(fit.ci)) and np.isfinite(fit.se)
+
+
+def test_fit_power_law_refuses_shapes_naming_the_field():
+    """Without se: samples (S, n) at the n abscissae; with se: n means and n SEs. Each error
+    names its field and the shapes it got."""
+    with pytest.raises(ValueError, match=r"^samples: must be \(S, n\) samples at the n = 4 values of x \(got shape \(4,\)\)$"):
+        fit_power_law(N, np.ones(4))
+    with pytest.raises(ValueError, match=r"^samples: must be \(S, n\) samples at the n = 4 values of x \(got shape \(3, 3\)\)$"):
+        fit_power_law(N, np.ones((3, 3)))
+    for means, ses in ((np.ones(4), np.ones(3)), (np.ones(3), np.ones(4)), (np.ones((3, 4)), np.ones(4))):
+        with pytest.raises(ValueError, match=r"^se: with se, samples and se must be the n = 4 means and their SEs \(got "):
+            fit_power_law(N, means, se=ses)
 
 
 def test_tagged_correlation_formula():
@@ -254,7 +296,12 @@ def test_statistics_are_computed_in_float64_whatever_the_input_dtype():
         assert np.array_equal(u, v)
     N = [4, 8, 16, 32, 64]
     S32, S64 = _pair(rng, 30, 5)
-    a, b = fit_power_law(N, S32, 200, 3), fit_power_law(N, S64, 200, 3)
+    for samples in (S32, torch.from_numpy(S32)):  # a float32 tensor stays a tensor through validation
+        a, b = fit_power_law(N, samples, 200, 3), fit_power_law(N, S64, 200, 3)
+        assert (a.exponent, a.ci, a.prefactor, a.se) == (b.exponent, b.ci, b.prefactor, b.se)
+    m32, m64 = _pair(rng, 5)
+    a = fit_power_law(N, torch.from_numpy(m32), se=torch.from_numpy(0.2 * m32), n=8, n_boot=200, seed=3)
+    b = fit_power_law(N, m64, se=(0.2 * m32).astype(np.float64), n=8, n_boot=200, seed=3)
     assert (a.exponent, a.ci, a.prefactor, a.se) == (b.exponent, b.ci, b.prefactor, b.se)
     N32 = np.asarray([3, 7, 11, 19, 37], np.float32)
     y = 2.0 * (N32.astype(float) / 3) ** -0.8
@@ -372,6 +419,42 @@ def test_offset_fit_recovers_a_growth_law_above_an_offset():
         assert fit.ci[0] <= p <= fit.ci[1] and fit.to_dict()["offset"] == fit.offset
     with pytest.raises(ValueError, match="y"):
         fit_power_law_offset(x[:2], x[:2], np.full(2, 1e-3))
+
+
+@pytest.mark.parametrize("n", [3, 5])
+def test_offset_fit_is_the_weighted_profile_likelihood_written_out(n):
+    """Noisy means with unequal SEs: p̂ minimises RSS(p) = min over (E₀, C) of Σ (y − E₀ − C x^p)²/se²
+    (written here with NumPy's least squares), the 95% interval is {p : RSS(p) − RSS(p̂) ≤ χ²₁(0.95)}
+    (its ends by root finding, or the search range's ends where the data do not bound p: with three
+    points an exact fit exists), se its half-width / 1.96; three points are enough."""
+    from scipy.optimize import brentq, minimize_scalar
+
+    from stochformer.measure.stats import fit_power_law_offset
+
+    x = np.array([0.1, 0.25, 0.5, 0.9, 1.6])[:n]
+    se = np.array([0.004, 0.03, 0.01, 0.06, 0.02])[:n]
+    y = 0.1 + 0.3 * x**1.5 + se * np.random.default_rng(7).standard_normal(n)
+
+    def rss(p: float) -> float:
+        A = np.stack([np.ones(n), x**p], 1) / se[:, None]
+        coef = np.linalg.lstsq(A, y / se, rcond=None)[0]
+        return float(((A @ coef - y / se) ** 2).sum())
+
+    grid = np.linspace(0.01, 8.0, 4001)
+    k = int(np.argmin([rss(p) for p in grid]))
+    best = minimize_scalar(rss, bounds=(grid[max(k - 1, 0)], grid[min(k + 1, len(grid) - 1)]), method="bounded",
+                           options={"xatol": 1e-10})
+    p_hat, floor = best.x, best.fun
+
+    def end(edge: float) -> float:  # the range's end where the data do not bound p on that side
+        excess = lambda p: rss(p) - floor - 3.841458820694124  # noqa: E731
+        return edge if excess(edge) <= 0 else brentq(excess, *sorted((p_hat, edge)), xtol=1e-12)
+
+    lo, hi = end(0.01), end(8.0)
+    fit = fit_power_law_offset(x, y, se)
+    assert fit.exponent == pytest.approx(p_hat, abs=1e-6)
+    assert fit.ci == pytest.approx((lo, hi), abs=1e-6)
+    assert fit.se == pytest.approx((hi - lo) / (2 * 1.959963984540054), rel=1e-12)
 
 
 @given(c=st.floats(-10, 10), a=st.floats(-10, 10), b=st.floats(-10, 10), h=st.floats(1e-3, 1.0),

@@ -10,6 +10,7 @@ import math
 
 import numpy as np
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.stats import norm, t as student
@@ -17,8 +18,8 @@ from scipy.stats import norm, t as student
 from stochformer.report.sections.paper import coupling_row, scenario_row, w2_row
 from stochformer.report.sections.rows import SLOPE_TOL, fit_row, rate_row
 from stochformer.measure.verdict import (
-    FAILS, FAMILY_LEVEL, HOLDS, INCONCLUSIVE, NOT_MEASURED, NOT_TESTABLE, RULES, UNDETERMINED, Z95, Comparison, decide,
-    holm, judge, recompute,
+    FAILS, FAMILY_LEVEL, HOLDS, INCONCLUSIVE, LEVEL, NOT_MEASURED, NOT_TESTABLE, RULES, UNDETERMINED, Z95, Comparison,
+    RowTest, decide, family_verdicts, holm, judge, recompute, row_test,
 )
 
 TOL = 0.5
@@ -659,3 +660,60 @@ def test_decide_passes_the_measured_value_and_its_fields_on():
     assert decide("matches", 0.0, -1.0, 1.0, n=2) == INCONCLUSIVE
     assert decide("at_most", 0.0, 0.5, 0.6) == FAILS
     assert decide("at_most", 0.0, 0.5, 0.6, 1.0) == HOLDS
+
+
+def test_half_open_non_finite_and_passed_on_inputs():
+    """An interval with one end, an infinite or NaN tolerance: undetermined, for every rule; a NaN
+    measured value is replaced by the interval's midpoint, as a missing one is; ``decide`` passes
+    ``n``, ``reach`` and ``alternative`` on (a narrow interval from two samples is inconclusive, a
+    bound at the observable's reach not testable)."""
+    for rule in RULES:
+        for lo, hi in ((0.9, None), (None, 1.1)):
+            assert row_test(rule, 1.0, 1.0, lo, hi, 0.1).state == UNDETERMINED
+        for tol in (math.inf, math.nan):
+            assert row_test(rule, 1.0, 1.0, 0.9, 1.1, tol).state == UNDETERMINED
+        assert row_test(rule, 1.0, math.nan, 0.9, 1.3, 0.05) == row_test(rule, 1.0, None, 0.9, 1.3, 0.05)
+    assert decide("matches", 1.0, 0.99, 1.01) == HOLDS
+    assert decide("matches", 1.0, 0.99, 1.01, n=2) == INCONCLUSIVE
+    assert decide("at_most", 1.0, 1.1, 1.3, 0.5) == HOLDS
+    assert decide("at_most", 1.0, 1.1, 1.3, 0.5, reach=1.5) == NOT_TESTABLE
+    assert decide("at_most", 1.0, 1.1, 1.3, 0.5, alternative=1.55) == INCONCLUSIVE  # half-width 0.1 > 1.55 − 1.5
+
+
+def test_reach_concerns_bounds_only_and_its_edge_cannot_fail():
+    """``reach`` marks a bound row not testable when the observable cannot pass the band's edge:
+    at the edge itself too (reach = p + tol for at_most, p − tol for at_least: the excess is
+    exactly 0 there); a matches row is always tested, whatever its reach."""
+    assert row_test("at_most", 1.0, 1.2, 1.1, 1.3, 0.5, reach=1.5).state == NOT_TESTABLE
+    assert row_test("at_most", 1.0, 1.2, 1.1, 1.3, 0.5, reach=1.75).state is None
+    assert row_test("at_least", 1.0, 0.8, 0.7, 0.9, 0.5, reach=0.5).state == NOT_TESTABLE
+    assert row_test("at_least", 1.0, 0.8, 0.7, 0.9, 0.5, reach=0.25).state is None
+    for reach in (1.0, 1.05, 0.0):
+        assert row_test("matches", 1.0, 1.0, 0.95, 1.05, 0.5, reach=reach).state is None
+
+
+def test_family_levels_are_strict_and_untested_rows_keep_their_place():
+    """A p-value exactly at the level is not significant: adjusted p = FAMILY_LEVEL does not fail,
+    raw p = LEVEL does not make a row inconclusive. Rows fixed alone (not measured, inconclusive)
+    keep their verdict and their place among tested rows, which Holm adjusts among themselves."""
+    assert LEVEL == FAMILY_LEVEL
+    assert family_verdicts([RowTest(None, FAMILY_LEVEL)], ["matches"]) == [(HOLDS, FAMILY_LEVEL)]
+    mixed = [RowTest(NOT_MEASURED), RowTest(None, 0.001), RowTest(INCONCLUSIVE), RowTest(None, 0.5)]
+    assert family_verdicts(mixed, ["matches"] * 4) == [(NOT_MEASURED, None), (FAILS, 0.002), (INCONCLUSIVE, None),
+                                                       (HOLDS, 0.5)]
+
+
+def test_a_row_uses_its_measured_value_and_an_attempt_without_an_interval_is_undetermined():
+    """Comparison: the p-value is computed at the measured value, not the interval's midpoint; a
+    measurement attempted from enough samples whose interval came out missing is undetermined
+    (not "not measured"); samples are summarised in float64 whatever their dtype."""
+    row = Comparison("q", 1.0, 1.3, (1.0, 1.35), tol=0.1)
+    assert row.p_value == row_test("matches", 1.0, 1.3, 1.0, 1.35, 0.1).p_value
+    assert row.p_value != row_test("matches", 1.0, None, 1.0, 1.35, 0.1).p_value
+    for n in (3, 4, None):
+        assert Comparison("q", 1.0, None, (None, None), n=n).verdict == UNDETERMINED
+        assert Comparison("q", 1.0, None, (math.nan, math.nan), n=n).verdict == UNDETERMINED
+    x32 = np.random.default_rng(2).uniform(0.5, 1.5, 9).astype(np.float32)
+    a = Comparison.from_samples("q", 1.0, torch.from_numpy(x32))
+    b = Comparison.from_samples("q", 1.0, x32.astype(np.float64))
+    assert (a.measured, a.ci, a.p_value) == (b.measured, b.ci, b.p_value)
