@@ -10,8 +10,8 @@ PROFILES: dict[str, str] = {
     "tiny": "smallest sizes that exercise every code path (tests and CI, about a minute); the numbers are not meant to convince",
     "quick": "reduced sizes (fewer tokens, layers, samples) that finish within 20 minutes on 2 CPU cores",
     "full": "the paper's sizes (SPEC §6), Theorem 1.1 and Proposition 1.2 beyond toy sizes (Proposition 1.2 "
-            "with random features and with the exact field at N_ref = 4096): about 3.3 hours of compute at one core, "
-            "1 h 45 min measured on 2 CPU cores with the work split over 2 processes (docs/reproduce.md)",
+            "with random features and with the exact field at N_ref = 4096): 2.2 to 2.5 hours of CPU time, "
+            "1 h 12 min to 1 h 26 min measured on 2 CPU cores with the work split over 2 processes (docs/reproduce.md)",
     "gpu": "large sizes on a CUDA device (device = cuda; variants and bridge have no device and run on the CPU): "
            "more samples and longer sweeps than the paper",
     "quick32": "the quick sizes in float32 (dtype = float32) for every section that has a dtype (sync, phase, "
