@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 
 from stochformer.core.brownian import BrownianPath, Draws
 from stochformer.model.kernel import NoiseKernel, first_moment_rate, lambda_bar_prime, theorem14_F
-from stochformer.model.noise import (WEIGHT_LAWS, ExactField, RandomFeatureField, RandomMLP, _clenshaw, _gamma,
-                                     draw_weights, gram_output_cheaper, sqrt_psd, whiten)
+from stochformer.model.noise import (WEIGHT_LAWS, ExactField, LayerNormals, RandomFeatureField, RandomMLP, _clenshaw,
+                                     _gamma, draw_weights, gamma_variates, gram_output_cheaper, sqrt_psd, whiten)
 from stochformer.core.sphere import normalize
 from stochformer.model.noise import _cholesky, _gram_roots_resolve, _hidden_rank
 
@@ -817,8 +817,6 @@ def test_gamma_variates_have_the_gamma_law_and_follow_like(a):
     variance of n = 40 000 draws against a, to 4.5 standard errors (SE √(a/n) for the mean and
     √((2a² + 6a)/n) for the variance, from Gamma's fourth central moment 3a² + 6a); the same
     generator state gives the same draws; dtype and device follow ``like``; a < 1 is refused."""
-    from stochformer.model.noise import gamma_variates
-
     n = 40_000
     like = torch.zeros((), dtype=torch.float32)
     g = torch.Generator().manual_seed(int(10 * a))
@@ -837,8 +835,6 @@ def test_gamma_variates_have_the_gamma_law_and_follow_like(a):
 def test_layer_normals_of_some_samples_are_views_of_theirs(output, bias):
     """LayerNormals.samples(a, b): rows a..b−1 of every field present (views of the same memory),
     None where a field is absent, and the same ``gram``."""
-    from stochformer.model.noise import LayerNormals
-
     g = torch.Generator().manual_seed(0)
     full = LayerNormals(torch.randn(5, 3, 4, generator=g), torch.randn(5, 6, 2, generator=g) if output else None,
                         torch.randn(5, 1, 2, generator=g) if bias else None, gram=output)

@@ -382,7 +382,8 @@ def test_failures_during_a_run_name_the_model_and_what_to_change():
     """Tokens off the sphere or not finite at the start, a non-finite state at a later step (naming
     the model's large parameters), an allocator's failure in a step (naming the run's shape and
     what to reduce), a hook that returns something other than a tensor after its first step: one
-    ValueError each."""
+    ValueError each (NonFiniteError, a ValueError, for the non-finite states); an error that is not
+    about memory passes unchanged."""
     with pytest.raises(ValueError, match=r"^X0: rows must have unit norm \(tokens on the sphere; got norms from 2 to 2\)"):
         solve(Rotate(), 2 * TOKENS, T=1.0, steps=2, seed=0)
     for X0, layer in ((TOKENS * math.nan, 0), (TOKENS, 2)):
