@@ -1,8 +1,8 @@
 """The softmax attention of the layer (``model.attention``, SPEC §1) against its formula written
 out: β scales the queries' scores and γ the values, exactly (the products skipped at 1 and made
 at every other value); chunked attention beyond the exponent range, ``from_matrices``' defaults
-and options, the query chunk's score block, the flop counts the roofline figures divide by. The pathwise reference of attention in the layer and the SDE:
-tests/test_reference.py; the random-batch estimate: tests/test_random_batch.py; the variants of
+and options, the query chunk's score block, the flop counts the roofline figures divide by. The
+pathwise reference of attention in the layer and the SDE: tests/test_reference.py; the random-batch estimate: tests/test_random_batch.py; the variants of
 SPEC §7: tests/test_variants.py."""
 
 from __future__ import annotations

@@ -429,7 +429,7 @@ def test_offset_fit_is_the_weighted_profile_likelihood_written_out(n):
     points an exact fit exists), se its half-width / 1.96; three points are enough."""
     from scipy.optimize import brentq, minimize_scalar
 
-    from stochformer.measure.stats import fit_power_law_offset
+    from stochformer.measure.stats import CHI2_1_95, OFFSET_RANGE, fit_power_law_offset
 
     x = np.array([0.1, 0.25, 0.5, 0.9, 1.6])[:n]
     se = np.array([0.004, 0.03, 0.01, 0.06, 0.02])[:n]
@@ -440,17 +440,17 @@ def test_offset_fit_is_the_weighted_profile_likelihood_written_out(n):
         coef = np.linalg.lstsq(A, y / se, rcond=None)[0]
         return float(((A @ coef - y / se) ** 2).sum())
 
-    grid = np.linspace(0.01, 8.0, 4001)
+    grid = np.linspace(*OFFSET_RANGE, 4001)
     k = int(np.argmin([rss(p) for p in grid]))
     best = minimize_scalar(rss, bounds=(grid[max(k - 1, 0)], grid[min(k + 1, len(grid) - 1)]), method="bounded",
                            options={"xatol": 1e-10})
     p_hat, floor = best.x, best.fun
 
     def end(edge: float) -> float:  # the range's end where the data do not bound p on that side
-        excess = lambda p: rss(p) - floor - 3.841458820694124  # noqa: E731
+        excess = lambda p: rss(p) - floor - CHI2_1_95  # noqa: E731
         return edge if excess(edge) <= 0 else brentq(excess, *sorted((p_hat, edge)), xtol=1e-12)
 
-    lo, hi = end(0.01), end(8.0)
+    lo, hi = end(OFFSET_RANGE[0]), end(OFFSET_RANGE[1])
     fit = fit_power_law_offset(x, y, se)
     assert fit.exponent == pytest.approx(p_hat, abs=1e-6)
     assert fit.ci == pytest.approx((lo, hi), abs=1e-6)
