@@ -162,6 +162,9 @@ IMPLEMENTATIONS = {
     "stochformer, float32 draws": lambda cfg, dev: run_ours(cfg.with_updates(draw_precision="float32")),
     "torch loop, float32": lambda cfg, dev: run_torch(cfg, dev, torch.float32),
     "stochformer, float32": lambda cfg, dev: run_ours(cfg.with_updates(dtype="float32")),
+    # every layer between the two records replayed as CUDA graphs (solve(capture=True)); on a CPU the
+    # traced replay, slower there: timed only on CUDA and in --quick (the smoke test of the path)
+    "stochformer, captured": lambda cfg, dev: run_ours(cfg.with_updates(capture=True)),
 }
 #: (numerator, denominator) of the speed-ups reported: yardstick time / stochformer time
 RATIOS = [
@@ -172,6 +175,9 @@ RATIOS = [
     ("torch loop, float32", "stochformer, float32"),
     ("stochformer", "stochformer, float32 draws"),
     ("stochformer", "stochformer, float32"),
+    ("torch loop", "stochformer, captured"),
+    ("torch loop, float32 draws", "stochformer, captured"),
+    ("stochformer", "stochformer, captured"),
 ]
 
 
@@ -323,7 +329,8 @@ def measure_size(size: dict, device: torch.device, repeats: int, quick: bool) ->
     """Every implementation at one size, in alternation, and the rates that set the bound after
     every round (the machine's speed drifts: the fraction of the bound is taken round by round);
     medians, ratios, law checks, work, fractions."""
-    names = [n for n in IMPLEMENTATIONS if device.type == "cpu" or "NumPy" not in n]
+    names = [n for n in IMPLEMENTATIONS if (device.type == "cpu" or "NumPy" not in n)
+             and (device.type == "cuda" or quick or "captured" not in n)]
     times: dict[str, list[float]] = {n: [] for n in names}
     finals: dict[str, list[float]] = {n: [] for n in names}
     rates: list[dict] = []
@@ -341,6 +348,9 @@ def measure_size(size: dict, device: torch.device, repeats: int, quick: bool) ->
         if r > 0 or quick:
             rates.append({"matmul": matmul_rates(device, quick, 3), "samplers": sampler_rates(device, quick, 3)})
     med = {n: statistics.median(v) for n, v in times.items()}
+    if "stochformer, captured" in names:  # the captured run's numbers are those of the uncaptured run with rng = torch
+        cfg = run_config(size, str(device), 1000)
+        capture_identical = bool(torch.equal(run_ours(cfg.with_updates(rng="torch")), run_ours(cfg.with_updates(capture=True))))
     work = layer_work(run_config(size, str(device), 0), device)
     # the exact float64 bound of each round: no run can beat it at the rates measured right after it
     bounds = [work["normals"] / (max(q["samplers"].values()) * 1e6) + work["flops"] / (max(q["matmul"].values()) * 1e9)
@@ -352,6 +362,7 @@ def measure_size(size: dict, device: torch.device, repeats: int, quick: bool) ->
         "median_s": med,
         "speedups": {f"{a} / {b}": med[a] / med[b] for a, b in RATIOS if a in med and b in med},
         "law_checks": {n: law_check(finals["torch loop"], finals[n]) for n in names if n != "torch loop"},
+        "capture_identical": capture_identical if "stochformer, captured" in names else None,
         "work": work,
         "rates": rates,
         "bounds_s": bounds,
@@ -559,7 +570,8 @@ def markdown(rep: dict) -> str:
         "explicit softmax; torch loop, float32 draws: the same `torch_loop` drawing its normals in float32 and casting "
         "them to float64 (`torch.randn(..., dtype=torch.float32).to(torch.float64)`, float64 state). stochformer: `run_simulate(cfg)` (tokens drawn, statistics at the first and last layer; "
         "defaults: exact draws, `rng = auto`). float32 draws: `draw_precision = \"float32\"` (float64 state); "
-        "float32: `dtype = \"float32\"` end to end. "
+        "float32: `dtype = \"float32\"` end to end. captured: `capture = true`, the layers between the two records replayed "
+        "as CUDA graphs (`solve(capture=True)`; `rng = torch`), timed on CUDA only. "
         f"Times are medians of {rep['repeats']} runs (seeds 1001…), in seconds.",
         "",
     ]
@@ -574,6 +586,10 @@ def markdown(rep: dict) -> str:
         "",
     ]
     for r in rep["results"]:
+        if r.get("capture_identical") is not None:
+            lines.append(f"- {size_txt(r['size'])}: the captured run's final tokens "
+                         f"{'are identical to' if r['capture_identical'] else 'DIFFER from'} the uncaptured run's with rng = torch "
+                         "(seed 1000)")
         for name, c in r["law_checks"].items():
             lines.append(
                 f"- {size_txt(r['size'])}, {name}: torch loop {c['baseline'][0]:.3f} ± {c['baseline'][1]:.3f}, "

@@ -29,6 +29,7 @@ from .io.names import NAMES, numeric_attrs
 from .io.names import describe as describe_dataset
 
 from .core.brownian import BrownianPath, Draws, step_draws
+from .core.capture import Captured, deferring, unsafe_parts
 from .measure.diagnostics import STATISTICS, unchecked_pair_statistics
 from .model.activations import ACTIVATIONS
 from .core.runtime import make_generator, provenance
@@ -298,13 +299,13 @@ def _keeper(every: int, at: Optional[Sequence[int]], steps: int) -> Callable[[in
 @overload
 def solve(model: Model, X0: torch.Tensor, T: float, steps: int, save: SaveAt = ..., seed: Optional[int] = ...,
           generator: Optional[torch.Generator] = ..., path: Optional[BrownianPath] = ..., hook: Optional[Hook] = ...,
-          progress: Optional[ProgressMeter] = ..., output: Literal["xarray"] = ...) -> xr.Dataset: ...
+          progress: Optional[ProgressMeter] = ..., output: Literal["xarray"] = ..., capture: bool = ...) -> xr.Dataset: ...
 
 
 @overload
 def solve(model: Model, X0: torch.Tensor, T: float, steps: int, save: SaveAt = ..., seed: Optional[int] = ...,
           generator: Optional[torch.Generator] = ..., path: Optional[BrownianPath] = ..., hook: Optional[Hook] = ...,
-          progress: Optional[ProgressMeter] = ..., *, output: Literal["torch"]) -> dict[str, torch.Tensor]: ...
+          progress: Optional[ProgressMeter] = ..., *, output: Literal["torch"], capture: bool = ...) -> dict[str, torch.Tensor]: ...
 
 
 @validated
@@ -320,6 +321,7 @@ def solve(
     hook: Optional[Hook] = None,
     progress: Optional[ProgressMeter] = None,
     output: Literal["xarray", "torch"] = "xarray",
+    capture: Bool = False,
 ) -> Union[xr.Dataset, dict[str, torch.Tensor]]:
     r"""Step ``model`` ``steps`` times with $\Delta t = T/\text{steps}$ from the tokens ``X0``.
 
@@ -367,6 +369,17 @@ def solve(
         ``snapshot_time``, ``snapshot_step``), on X0's device and not detached: with X0 requiring
         grad, ``torch.autograd.grad`` of any of them reaches X0 (a model's weights are validated
         into constants, detached: no gradient reaches them).
+    capture : bool, optional
+        Replay the steps between two records as one captured graph
+        ([`stochformer.core.capture`][stochformer.core.capture]): a CUDA graph on a GPU, where a
+        layer's kernel launches would otherwise set the time; on a CPU the same capture traced by
+        ``make_fx`` (slower than the plain loop there: it checks that a run can be captured, and
+        gives its numbers). The numbers are those of ``capture=False``: the first step runs
+        uncaptured (its checks), then at most `CAPTURE_STEPS` steps per graph; a graph whose
+        state turns non-finite, or whose part meets a rare data-dependent branch (a failed
+        Cholesky factor), is rerun uncaptured from its start. Needs a model whose parts state
+        ``capture_safe`` (a `Transformer` of `SoftmaxAttention` and `RandomMLP` with
+        ``rng="torch"``), no ``path``, no ``hook``, and no autograd.
 
     Returns
     -------
@@ -381,7 +394,8 @@ def solve(
     ValueError
         Before any work, naming the argument: X0 not finite or without unit rows, N < 2 while
         statistics are kept, neither seed nor generator, the generator on another device than X0,
-        the path's steps not a multiple of ``steps``.
+        the path's steps not a multiple of ``steps``; ``capture`` with a part that cannot be
+        captured (naming it), a path, a hook or X0 requiring grad.
     TypeError
         An argument of the wrong type (e.g. X0 not a tensor, an array or a list).
     NonFiniteError
@@ -430,6 +444,8 @@ def solve(
     if path is not None and any(not part or B % part[0] for part in path.parts):
         # 1 (shared by the samples), B, or B/k for a model of k stacked parts each driven by the path
         raise ValueError(f"path: BrownianPath parts {path.parts} must lead with a divisor of the batch {B} of X0")
+    if capture:
+        _check_capture(model, path, hook, grad and X0.requires_grad)
     dt = T / steps
     with memory_errors(f"model: a run of tokens of shape {tuple(X0.shape)}", "batch, N or d, or the model's sizes "
                        "(width, features, attention draws)"):
@@ -456,7 +472,8 @@ def solve(
 
         keep(0, X)
         shape = X0.shape
-        for k in range(1, steps + 1) if progress is None else progress.track(range(1, steps + 1)):
+        ticks = iter(range(1, steps + 1) if progress is None else progress.track(range(1, steps + 1)))
+        for k in ticks:
             X = model.step(X, dt, step_draws(generator, path, k - 1, steps))
             if k == 1 or not torch.is_tensor(X) or X.shape != shape:
                 _first_step(model, X, X0, on_sphere)
@@ -467,10 +484,14 @@ def solve(
                     check_output(f"hook ({callable_name(hook)})", new, X0, unit=on_sphere)
                 X = X if new is None else new
             keep(k, X)
+            if capture:  # step 1 ran uncaptured: its checks, and the warm-up a capture needs
+                X = _run_captured(model, X, dt, steps, generator, keep, lambda k: keep_stats(k) or keep_tokens(k), ticks)
+                break
     if grad:
         return _tensors(X, records, stat_steps, snapshots, token_steps, dt, save)
     ds = _dataset(X, records, stat_steps, snapshots, token_steps, dt, save)
-    ds.attrs.update(run_attrs(model, T=T, steps=steps, seed=seed, path=path, device=X0.device))
+    ds.attrs.update(run_attrs(model, T=T, steps=steps, seed=seed, path=path, device=X0.device,
+                              capture=("cuda_graph" if X0.is_cuda else "traced") if capture else None))
     return ds
 
 
@@ -484,6 +505,79 @@ def _first_step(model: Any, X: Any, X0: torch.Tensor, on_sphere: bool) -> None:
     if off is not None:
         raise NonFiniteError(f"{{what}} left the sphere at layer 1 (rows of norm {off[0]:.3g} to {off[1]:.3g})",
                              likely_fields(model), "tokens")
+
+
+#: steps per captured graph of ``solve(capture=True)``: a graph is captured once per run (a capture
+#: costs the host what the uncaptured steps cost) and replayed for every ``CAPTURE_STEPS`` steps, so
+#: short graphs replayed many times pay best; the steps before a record that do not fill one take a
+#: graph of their own length
+CAPTURE_STEPS = 4
+
+
+def _check_capture(model: Any, path: Optional[BrownianPath], hook: Optional[Hook], grad: bool) -> None:
+    """``capture=True``'s refusals, before any work: each names what to change."""
+    unsafe = unsafe_parts(model)
+    if unsafe:
+        raise ValueError(f"capture: {', '.join(unsafe)} cannot be captured (not capture_safe: Python state that "
+                         "changes from step to step, or a host synchronisation); a Transformer of SoftmaxAttention "
+                         "and RandomMLP(rng='torch') can, or give capture=False")
+    if path is not None:
+        raise ValueError("capture: a BrownianPath is read step by step in Python; give path=None or capture=False")
+    if hook is not None:
+        raise ValueError("capture: a hook runs Python after every step; give hook=None or capture=False")
+    if grad:
+        raise ValueError("capture: a captured run keeps no autograd graph; give X0 without requires_grad or capture=False")
+
+
+def _run_captured(model: Any, X: torch.Tensor, dt: float, steps: int, generator: torch.Generator,
+                  keep: Callable[[int, torch.Tensor], None], kept: Callable[[int], bool], ticks: Any) -> torch.Tensor:
+    """Steps 2 … ``steps`` of `solve` from X (the state after step 1): from one kept step to the next,
+    captured graphs of `CAPTURE_STEPS` steps (one graph per length, captured once) replayed
+    without waiting for the device; their flag (a non-finite state, a deferred branch) is read once
+    at the kept step, and if it is set the steps since the last one run again, uncaptured and
+    checked one by one, from the state and generator saved there. ``ticks`` advances by one per
+    step (the progress bar)."""
+    state = X.clone()
+    flag = torch.zeros((), dtype=torch.bool, device=X.device)
+    graphs: dict[int, Captured] = {}
+
+    def region(n: int) -> Callable[[torch.Tensor, torch.Tensor], None]:
+        def fn(state: torch.Tensor, flag: torch.Tensor) -> None:
+            with deferring() as flags:
+                Y = state
+                for _ in range(n):
+                    Y = model.step(Y, dt, step_draws(generator, None, 0, steps))  # the step's index reads only a path
+                    flags.append(~torch.isfinite(Y).all())
+                state.copy_(Y)
+                flag.copy_(torch.stack([flag, *flags]).any())
+        return fn
+
+    k = 1
+    with torch.no_grad():
+        while k < steps:
+            end = k + 1
+            while end < steps and not kept(end):
+                end += 1
+            start, before = state.clone(), generator.get_state()
+            flag.zero_()
+            for j in range(k, end, CAPTURE_STEPS):
+                n = min(CAPTURE_STEPS, end - j)
+                if n not in graphs:
+                    graphs[n] = Captured(region(n), state, flag, generator)
+                graphs[n].replay()
+                for _ in range(n):
+                    next(ticks)
+            if bool(flag):  # undo, and run the steps uncaptured: the rare branch, or the error naming the step
+                generator.set_state(before)
+                Y = start
+                for j in range(k + 1, end + 1):
+                    Y = model.step(Y, dt, step_draws(generator, None, j - 1, steps))
+                    check_finite(Y, j, model)
+                state.copy_(Y)
+            k = end
+            if kept(k):
+                keep(k, state.clone())
+    return state
 
 
 #: what the dataset's own variables and coordinates are (``long_name`` and ``units``, CF style:

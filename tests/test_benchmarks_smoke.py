@@ -36,6 +36,8 @@ def _cases(tmp: Path) -> dict[str, list[str]]:
                                         "--out", str(tmp / "field_exact.json"), "--no-doc"],
         "bench_field[exact,diffrax]": ["bench_field.py", "--quick", "--problem", "exact", "--peers", "diffrax",
                                        "--out", str(tmp / "field_exact.json"), "--no-doc"],
+        "bench_capture": ["bench_capture.py", "--quick", "--out", str(tmp / "capture.json")],
+        "bench_capture[cuda]": ["bench_capture.py", "--quick", "--device", "cuda", "--no-write"],
         "bench_joint_field": ["bench_joint_field.py", "--sizes", "32,8,8", "--reps", "1"],
         "bench_meanfield": ["bench_meanfield.py", "--quick"],
         "bench_meanfield_gpu": ["bench_meanfield_gpu.py", str(tmp / "meanfield_gpu"), "--quick"],

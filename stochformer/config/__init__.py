@@ -317,6 +317,13 @@ class RunConfig(StrictConfig):
     energy_beta: float = Field(1.0, gt=0.0, le=700.0, description="β of the diagnostic E_β, 0 < β <= 700 (e^β finite)")
     record_every: int = Field(1, ge=1, description="record statistics every k layers (>= 1)")
     path_stride: Optional[int] = Field(None, ge=1, description="save token paths every k layers")
+    capture: bool = Field(
+        False,
+        description="replay the layers between records as one captured graph (a CUDA graph on a GPU, where kernel "
+        "launches otherwise set the time; a traced graph on a CPU, slower there: a check); the numbers of "
+        "capture = false; transformer dynamics with softmax attention and the MLP noise, rng 'torch' ('auto' "
+        "becomes 'torch'); see `solve(capture=...)`",
+    )
     init: InitConfig = Field(default_factory=InitConfig)
 
     @field_validator("activation")
@@ -365,6 +372,13 @@ class RunConfig(StrictConfig):
         if self.weight_law != "gaussian" and self.noise not in ("auto", "mlp"):
             raise ValueError(f"weight_law: {self.weight_law!r} needs explicit weights, noise = 'mlp' or 'auto' "
                              f"(got noise = {self.noise!r})")
+        if self.capture:  # what solve(capture=True) can replay (core.capture.unsafe_parts)
+            allowed = {"dynamics": ("transformer",), "attention_kind": ("softmax",), "attention_batch": (None,),
+                       "rng": ("auto", "torch"), "noise": ("auto", "mlp", "mlp_gaussian")}
+            for name, valid in allowed.items():
+                if getattr(self, name) not in valid:
+                    raise ValueError(f"{name}: capture = true needs {' or '.join(map(repr, valid))} (got "
+                                     f"{clip(repr(getattr(self, name)))}), or capture = false")
         if self.init.kind == "npy" and self.init.path is not None:
             load_token_array(self.init.path, self.batch, self.N, self.d)
         if self.init.kind == "pair" and self.N != 2:
@@ -443,6 +457,8 @@ class ExperimentConfig(StrictConfig):
         for name, instead in self.model_unused.items():
             if getattr(run, name) != RunConfig.model_fields[name].get_default(call_default_factory=True):
                 raise ValueError(f"model.{name}: has no effect in {self.command} ({instead}); remove it")
+        if run.capture:
+            raise ValueError(f"model.capture: {self.command} does not capture its steps (only simulate does); remove it")
         if self.needs_noise and (not run.mlp or run.noise_scale == 0):
             raise ValueError(f"model.mlp: {self.command} needs the MLP noise (model.mlp = true and model.noise_scale > 0)")
         return self

@@ -707,7 +707,8 @@ def make_noise(cfg: RunConfig, activation: Optional[ActivationLike] = None, toke
                                   scale=cfg.noise_scale, gain=cfg.gain)
     if kind in ("mlp", "mlp_gaussian"):
         mode: Literal["weights", "gaussian"] = "weights" if kind == "mlp" else "gaussian"
-        return RandomMLP(width=cfg.m, mode=mode, rng=resolve_backend(cfg.rng, cfg.device), precision=cfg.draw_precision, law=cfg.weight_law,
+        rng = "torch" if cfg.capture else resolve_backend(cfg.rng, cfg.device)  # a capture replays torch's draws only
+        return RandomMLP(width=cfg.m, mode=mode, rng=rng, precision=cfg.draw_precision, law=cfg.weight_law,
                          nu=cfg.student_nu, **common)
     if kind == "random_features":
         return RandomFeatureField(features=cfg.features, token_chunk=token_chunk, rng=resolve_backend(cfg.rng, cfg.device), **common)

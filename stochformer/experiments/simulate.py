@@ -141,7 +141,8 @@ def run_simulate(cfg: RunConfig, progress: bool = False, activation: Optional[Ac
     stepped = given.model(cfg, "run", lambda: _model(cfg, env, block, activation))
     save = SaveAt(every=cfg.record_every, tokens_every=cfg.path_stride, energy_beta=cfg.energy_beta, block=block)
     with blamed_on(cfg):
-        ds = solve(stepped, X0, cfg.T, cfg.L, save, generator=gen, progress=ProgressMeter(cfg.dynamics) if progress else None)
+        ds = solve(stepped, X0, cfg.T, cfg.L, save, generator=gen, progress=ProgressMeter(cfg.dynamics) if progress else None,
+                   capture=cfg.capture)
     ds.attrs["seed"] = cfg.seed
     meta: dict = {} if activation is None else {"activation_callable": activation_name(activation)}
     meta.update(given.meta())

@@ -10,7 +10,7 @@ import contextlib
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Annotated, Iterator, Optional, Protocol, runtime_checkable
+from typing import Annotated, ClassVar, Iterator, Optional, Protocol, runtime_checkable
 
 import torch
 import torch.nn.functional as F
@@ -195,6 +195,8 @@ class SoftmaxAttention:
     V: Optional[Matrix] = None  # (d, d), overrides gamma
     chunk: Optional[PositiveInt] = None
     sdpa: Bool = False
+    #: its calls can be captured ([`stochformer.core.capture`][stochformer.core.capture]): tensor operations only
+    capture_safe: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         check_parts("SoftmaxAttention", {"A": self.A, "V": self.V})

@@ -32,6 +32,7 @@ import numpy as np
 import torch
 
 from ..core.brownian import Draws, as_draws
+from ..core.capture import deferred
 from ..core.runtime import POOL_PREFIX, forked, one_cpu_thread, thread_pool
 from ..core.sphere import normalize
 from .activations import ActivationLike, get_activation
@@ -480,6 +481,12 @@ class RandomMLP:
         self._phi_fresh = torch.relu_ if self.activation == "relu" else self._phi
         self._work: Optional[torch.Tensor] = None  # the pre-activations of [`increment`][stochformer.model.noise.RandomMLP.increment], kept across layers
 
+    @property
+    def capture_safe(self) -> bool:
+        """Whether its steps can be captured ([`stochformer.core.capture`][stochformer.core.capture]): with
+        ``rng="torch"`` (the parallel sampler draws ahead on the host's threads)."""
+        return self.rng == "torch"
+
     def reset(self, batch, d, generator, dtype, device) -> None:
         """Start a run: the MLP draws fresh weights at every layer, so only its buffer of normals
         is emptied.
@@ -785,11 +792,14 @@ def _cholesky(K: torch.Tensor, inner: int) -> tuple[torch.Tensor, Optional[torch
     place: K is overwritten), the size of the rounding error of the product AᵀA itself, so the
     law is unchanged at float precision, while near synchronisation, where K is singular to
     rounding and its plain factorisation fails, the shifted one succeeds. What still fails is
-    redrawn by the caller another exact way (never an O(n³) eigendecomposition)."""
+    redrawn by the caller another exact way (never an O(n³) eigendecomposition). Inside a capture
+    the failure is [`deferred`][stochformer.core.capture.deferred] (None returned)."""
     diag = K.diagonal(dim1=-2, dim2=-1)
     # the shift, of rounding size, carries no gradient (and its max keeps no view of K for autograd)
     diag.add_(diag.detach().amax(-1, keepdim=True), alpha=inner * torch.finfo(K.dtype).eps)
     C, info = torch.linalg.cholesky_ex(K)  # threads kept: one thread was no faster for the MLP's d × d Grams
+    if deferred(info > 0):  # captured: a failure reruns the steps uncaptured, where it is redrawn
+        return C, None
     return C, (info > 0 if bool(info.any()) else None)
 
 

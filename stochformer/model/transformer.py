@@ -78,6 +78,17 @@ class Transformer:
     order: Literal["post_ln", "parallel"] = "post_ln"
     _checked: set = field(default_factory=set, init=False, repr=False, compare=False)
 
+    def capture_parts(self) -> dict[str, object]:
+        """Its parts, for [`unsafe_parts`][stochformer.core.capture.unsafe_parts]: the layer itself is
+        tensor operations only, so its steps can be captured where its parts' can.
+
+        Returns
+        -------
+        dict
+            ``{"attention": …, "noise": …}`` (None where absent).
+        """
+        return {"attention": self.attention, "noise": self.noise}
+
     def reset(self, batch: int, d: int, generator: torch.Generator, dtype: torch.dtype, device) -> None:
         """Start of a run: the parts are checked against the tokens (d, dtype, device), and the
         noise source draws its per-run state.

@@ -1,0 +1,212 @@
+"""``solve(capture=True)``: the steps replayed as one captured graph (stochformer.core.capture).
+
+On a CPU the capture is traced by ``make_fx``, with the semantics of a CUDA graph (Python runs once,
+no host synchronisation, the generator's draws run again at every replay), so these tests are the
+GPU path's tests too: a replay gives exactly the numbers of the uncaptured run, whatever the model,
+the sizes and the records; a rare data-dependent branch or a non-finite state reruns the steps
+uncaptured (fault injection); a part that holds Python state gives other numbers once captured
+(which is what the equality checks would catch); what cannot be captured is refused before any work.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import stochformer as sf
+from stochformer.config import ConfigError, RunConfig, as_config
+from stochformer import integrate
+from stochformer.core import capture as capture_module
+from stochformer.core.brownian import BrownianPath
+from stochformer.core.capture import CaptureError, Captured, deferred, deferring, unsafe_parts
+from stochformer.core.validation import NonFiniteError
+from stochformer.experiments.simulate import run_simulate
+from stochformer.experiments.sync import SyncConfig
+from stochformer.integrate import CAPTURE_STEPS
+from stochformer.model.attention import GuardedAttention, RandomBatchAttention
+
+
+def same_runs(a, b) -> None:
+    """Two datasets with the same variables, equal to the last bit."""
+    assert set(a.data_vars) == set(b.data_vars)
+    for name in a.data_vars:
+        assert torch.equal(torch.as_tensor(a[name].values), torch.as_tensor(b[name].values)), name
+
+
+def mlp_model(width: int = 16, **mlp) -> sf.Transformer:
+    return sf.Transformer(attention=sf.SoftmaxAttention(beta=1.0, gamma=1.0), noise=sf.RandomMLP(width=width, rng="torch", **mlp))
+
+
+@settings(max_examples=12, deadline=None, database=None, derandomize=True)
+@given(
+    N=st.integers(2, 9), d=st.integers(2, 7), width=st.integers(1, 24), batch=st.integers(1, 3),
+    steps=st.integers(1, 12), every=st.integers(1, 13), mode=st.sampled_from(["gaussian", "weights"]),
+    sigma=st.sampled_from([0.0, 0.3]), order=st.sampled_from(["post_ln", "parallel"]),
+    dtype=st.sampled_from([torch.float64, torch.float32]), sdpa=st.booleans(), tokens=st.booleans(),
+)
+def test_capture_gives_the_numbers_of_the_uncaptured_run(N, d, width, batch, steps, every, mode, sigma, order, dtype,
+                                                          sdpa, tokens) -> None:
+    # both output routes of the Gaussian MLP (ΦZ' and the Cholesky S Z''), both hidden routes
+    # (U, and C Z for N < d), biases, both orders, both dtypes, records at any steps
+    model = sf.Transformer(attention=sf.SoftmaxAttention(beta=2.0, gamma=1.0, sdpa=sdpa),
+                           noise=sf.RandomMLP(width=width, rng="torch", mode=mode, sigma_U=sigma, sigma_W=sigma), order=order)
+    X0 = sf.sphere.uniform(batch=batch, N=N, d=d, seed=3, dtype=dtype)
+    save = sf.SaveAt(every=every, tokens_every=every if tokens else None)
+    plain = sf.solve(model, X0, T=1.0, steps=steps, save=save, seed=5)
+    captured = sf.solve(model, X0, T=1.0, steps=steps, save=save, seed=5, capture=True)
+    same_runs(plain, captured)
+    assert captured.attrs["capture"] == "traced" and "capture" not in plain.attrs
+
+
+def test_graphs_of_capture_steps_are_captured_once_and_replayed(monkeypatch) -> None:
+    captures, replays = [], []
+    real_init, real_replay = Captured.__init__, Captured.replay
+    monkeypatch.setattr(Captured, "__init__", lambda self, *a: captures.append(1) or real_init(self, *a))
+    monkeypatch.setattr(Captured, "replay", lambda self: replays.append(1) or real_replay(self))
+    monkeypatch.setattr("stochformer.integrate.CAPTURE_STEPS", 3)
+    model = mlp_model()
+    X0 = sf.sphere.uniform(batch=2, N=4, d=3, seed=0)
+    for save, graphs, replayed in [(sf.SaveAt(stats=(), final=True), 2, 5),  # 14 steps after the first: 3+3+3+3+2
+                                   (sf.SaveAt(every=5), 3, 6)]:  # steps 2-5 (3+1), 6-10 (3+2), 11-15 (3+2)
+        captures.clear(), replays.clear()
+        captured = sf.solve(model, X0, T=1.0, steps=15, save=save, seed=1, capture=True)
+        same_runs(sf.solve(model, X0, T=1.0, steps=15, save=save, seed=1), captured)
+        assert (len(captures), len(replays)) == (graphs, replayed)
+    assert CAPTURE_STEPS >= 1
+
+
+def flaky_cholesky(real):
+    """torch.linalg.cholesky_ex that reports a failure wherever a data-dependent hash of K says so
+    (about one matrix in three): the rare branch of `_cholesky`, as a tensor operation that a
+    capture records."""
+    def fn(K, *args, **kwargs):
+        C, info = real(K, *args, **kwargs)
+        fail = (K.sum((-1, -2)) * 1e3).frac().abs() < 0.33
+        return C, torch.where(fail, torch.ones_like(info), info)
+    return fn
+
+
+@pytest.mark.parametrize("N, d", [(3, 6), (8, 3)])  # the hidden route C Z (N < d), the output route S Z''
+def test_a_deferred_branch_reruns_the_steps_uncaptured(monkeypatch, N, d) -> None:
+    monkeypatch.setattr(torch.linalg, "cholesky_ex", flaky_cholesky(torch.linalg.cholesky_ex))
+    model = mlp_model(width=32)
+    X0 = sf.sphere.uniform(batch=3, N=N, d=d, seed=2)
+    plain = sf.solve(model, X0, T=1.0, steps=20, seed=4, save=sf.SaveAt(every=3))
+    checked = []
+    real_check = integrate.check_finite
+    monkeypatch.setattr(integrate, "check_finite", lambda X, k, m: checked.append(k) or real_check(X, k, m))
+    captured = sf.solve(model, X0, T=1.0, steps=20, seed=4, save=sf.SaveAt(every=3), capture=True)
+    same_runs(plain, captured)
+    assert max(checked) > 1  # the branch was met inside captured steps, which ran again uncaptured (checked)
+
+
+class NaNAfter:
+    """Softmax attention whose output turns non-finite once ``sign`` times the mean first coordinate
+    of its input passes ``level``: a data-dependent failure, in tensor operations (capturable)."""
+
+    capture_safe = True
+
+    def __init__(self, level: float, sign: float = 1.0) -> None:
+        self.inner, self.level, self.sign = sf.SoftmaxAttention(beta=1.0, gamma=1.0), level, sign
+
+    def __call__(self, X):
+        out = self.inner(X)
+        return torch.where(self.sign * X[..., :1].mean() > self.level, out * float("nan"), out)
+
+
+def test_a_non_finite_state_in_a_captured_graph_names_the_step_of_the_uncaptured_run() -> None:
+    X0 = sf.sphere.uniform(batch=2, N=4, d=3, seed=0)
+    kept = sf.solve(sf.Transformer(attention=sf.SoftmaxAttention(beta=1.0, gamma=1.0)), X0, T=4.0, steps=12, seed=0,
+                    save=sf.SaveAt(stats=(), tokens_every=1))
+    means = kept.X.values[..., 0].mean(axis=(0, 2))  # the mean first coordinate at steps 0 … 12
+    # a level first passed at a step k >= 3 (a new record of ±means): the attention of step k + 1 fails
+    sign, k = next((s, k) for s in (1.0, -1.0) for k in range(3, 12) if s * means[k] > max(s * means[:k]))
+    level = (max(sign * means[:k]) + sign * means[k]) / 2
+    errors = []
+    for capture in (False, True):
+        with pytest.raises(NonFiniteError) as err:
+            sf.solve(sf.Transformer(attention=NaNAfter(level, sign)), X0, T=4.0, steps=12, seed=0, capture=capture)
+        errors.append(str(err.value))
+    assert errors[0] == errors[1] and f"layer {k + 1}" in errors[0]
+
+
+def test_a_part_with_python_state_gives_other_numbers_once_captured(monkeypatch) -> None:
+    # the parallel sampler draws ahead into a buffer served in Python: frozen into the graph, every
+    # replay would reuse the same normals. It is refused; forced, the equality above fails.
+    mlp = sf.RandomMLP(width=16, rng="parallel")
+    model = sf.Transformer(attention=sf.SoftmaxAttention(), noise=mlp)
+    X0 = sf.sphere.uniform(batch=2, N=5, d=3, seed=0)
+    with pytest.raises(ValueError, match=r"capture: model\.noise \(RandomMLP\) cannot be captured"):
+        sf.solve(model, X0, T=1.0, steps=8, seed=0, capture=True)
+    monkeypatch.setattr(sf.RandomMLP, "capture_safe", property(lambda self: True))
+    plain = sf.solve(model, X0, T=1.0, steps=8, seed=0, save=sf.SaveAt(stats=(), final=True))
+    forced = sf.solve(model, X0, T=1.0, steps=8, seed=0, save=sf.SaveAt(stats=(), final=True), capture=True)
+    assert not torch.equal(torch.as_tensor(plain.X_final.values), torch.as_tensor(forced.X_final.values))
+
+
+def test_a_host_synchronisation_in_a_part_is_one_clear_error(monkeypatch) -> None:
+    class Syncing(NaNAfter):
+        def __call__(self, X):
+            out = self.inner(X)
+            return out * 0 if bool(X.isnan().any()) else out  # asks the device for a value
+
+    model = sf.Transformer(attention=Syncing(0.0), noise=None)
+    X0 = sf.sphere.uniform(batch=2, N=4, d=3, seed=0)
+    with pytest.raises(CaptureError, match="could not be captured"):
+        sf.solve(model, X0, T=1.0, steps=5, seed=0, capture=True)
+
+
+@pytest.mark.parametrize("part, name", [
+    (RandomBatchAttention(sf.SoftmaxAttention(), 2), "model.attention (RandomBatchAttention)"),
+    (GuardedAttention(sf.SoftmaxAttention(), "float32"), "model.attention (GuardedAttention)"),
+])
+def test_parts_that_do_not_state_capture_safe_are_refused_by_name(part, name) -> None:
+    model = sf.Transformer(attention=part, noise=sf.RandomMLP(width=8, rng="torch"))
+    X0 = sf.sphere.uniform(batch=2, N=4, d=3, seed=0)
+    with pytest.raises(ValueError) as err:
+        sf.solve(model, X0, T=1.0, steps=3, seed=0, capture=True)
+    assert name in str(err.value)
+    assert unsafe_parts(model) == [name]
+    assert unsafe_parts(sf.LimitSDE()) == ["model (LimitSDE)"]
+    assert unsafe_parts(mlp_model()) == []
+
+
+def test_capture_refuses_a_path_a_hook_and_autograd_before_any_work() -> None:
+    model = mlp_model()
+    X0 = sf.sphere.uniform(batch=2, N=4, d=3, seed=0)
+    path = BrownianPath.from_normals(torch.randn(4, 2, 4, 3, dtype=torch.float64))
+    cases = [({"hook": lambda k, X: None}, "hook"), ({"output": "torch", "X0": X0.clone().requires_grad_()}, "autograd"),
+             ({"path": path}, "BrownianPath")]
+    for extra, word in cases:
+        kwargs = {"X0": X0, **extra}
+        with pytest.raises(ValueError, match=f"capture: .*{word}"):
+            sf.solve(model, T=1.0, steps=4, seed=0, capture=True, **kwargs)
+
+
+def test_deferred_records_only_inside_a_capture() -> None:
+    cond = torch.tensor([False, True])
+    assert deferred(cond) is False
+    with deferring() as flags:
+        assert deferred(cond) is True and deferred(~cond) is True
+    assert [bool(f) for f in flags] == [True, True]
+    assert capture_module._FLAGS.get() is None
+
+
+@pytest.mark.parametrize("name, value", [("dynamics", "sde"), ("attention_kind", "multihead"), ("attention_batch", 2),
+                                         ("rng", "parallel"), ("noise", "exact"), ("noise", "random_features")])
+def test_the_config_refuses_what_cannot_be_captured_by_field(name, value) -> None:
+    with pytest.raises(ConfigError, match=f"{name}: capture = true needs"):
+        as_config({"capture": True, name: value, "heads": 1})
+    as_config({"capture": False, name: value, "heads": 1})
+
+
+def test_simulate_captures_from_the_config_with_the_numbers_of_rng_torch() -> None:
+    base = dict(N=5, d=3, L=12, m=16, batch=2, seed=7, record_every=4)
+    plain = run_simulate(RunConfig(**base, rng="torch"))
+    captured = run_simulate(RunConfig(**base, capture=True))
+    same_runs(plain.data, captured.data)
+    assert captured.config.capture is True
+    with pytest.raises(ConfigError, match="model.capture: sync does not capture"):
+        as_config({"model": {"capture": True}}, SyncConfig)
