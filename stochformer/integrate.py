@@ -375,9 +375,10 @@ def solve(
         layer's kernel launches would otherwise set the time; on a CPU the same capture traced by
         ``make_fx`` (slower than the plain loop there: it checks that a run can be captured, and
         gives its numbers). The numbers are those of ``capture=False``: the first step runs
-        uncaptured (its checks), then at most `CAPTURE_STEPS` steps per graph; a graph whose
-        state turns non-finite, or whose part meets a rare data-dependent branch (a failed
-        Cholesky factor), is rerun uncaptured from its start. Needs a model whose parts state
+        uncaptured (its checks), then graphs of `CAPTURE_STEPS` steps; their flag is read at each
+        record (and every `CAPTURE_CHECK` steps), and where a state turned non-finite or a part
+        met a rare data-dependent branch (a failed Cholesky factor) the steps since the last
+        read run again uncaptured, raising or branching as without capture. Needs a model whose parts state
         ``capture_safe`` (a `Transformer` of `SoftmaxAttention` and `RandomMLP` with
         ``rng="torch"``), no ``path``, no ``hook``, and no autograd.
 
@@ -512,6 +513,9 @@ def _first_step(model: Any, X: Any, X0: torch.Tensor, on_sphere: bool) -> None:
 #: short graphs replayed many times pay best; the steps before a record that do not fill one take a
 #: graph of their own length
 CAPTURE_STEPS = 4
+#: most steps between two reads of the captured graphs' flag (each read waits for the device):
+#: what a non-finite state or a deferred branch makes a run compute again, uncaptured
+CAPTURE_CHECK = 256
 
 
 def _check_capture(model: Any, path: Optional[BrownianPath], hook: Optional[Hook], grad: bool) -> None:
@@ -531,12 +535,12 @@ def _check_capture(model: Any, path: Optional[BrownianPath], hook: Optional[Hook
 
 def _run_captured(model: Any, X: torch.Tensor, dt: float, steps: int, generator: torch.Generator,
                   keep: Callable[[int, torch.Tensor], None], kept: Callable[[int], bool], ticks: Any) -> torch.Tensor:
-    """Steps 2 … ``steps`` of `solve` from X (the state after step 1): from one kept step to the next,
-    captured graphs of `CAPTURE_STEPS` steps (one graph per length, captured once) replayed
-    without waiting for the device; their flag (a non-finite state, a deferred branch) is read once
-    at the kept step, and if it is set the steps since the last one run again, uncaptured and
-    checked one by one, from the state and generator saved there. ``ticks`` advances by one per
-    step (the progress bar)."""
+    """Steps 2 … ``steps`` of `solve` from X (the state after step 1): from one kept step to the next
+    (at most `CAPTURE_CHECK` steps apart), captured graphs of `CAPTURE_STEPS` steps (one graph per
+    length, captured once) replayed without waiting for the device; their flag (a non-finite
+    state, a deferred branch) is read at the segment's end, and if it is set the segment runs
+    again, uncaptured and checked step by step, from the state and generator saved at its start.
+    ``ticks`` advances by one per step (the progress bar)."""
     state = X.clone()
     flag = torch.zeros((), dtype=torch.bool, device=X.device)
     graphs: dict[int, Captured] = {}
@@ -556,7 +560,7 @@ def _run_captured(model: Any, X: torch.Tensor, dt: float, steps: int, generator:
     with torch.no_grad():
         while k < steps:
             end = k + 1
-            while end < steps and not kept(end):
+            while end < steps and end - k < CAPTURE_CHECK and not kept(end):
                 end += 1
             start, before = state.clone(), generator.get_state()
             flag.zero_()
@@ -577,6 +581,7 @@ def _run_captured(model: Any, X: torch.Tensor, dt: float, steps: int, generator:
             k = end
             if kept(k):
                 keep(k, state.clone())
+    next(ticks, None)  # the end of the progress bar
     return state
 
 

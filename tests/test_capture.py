@@ -116,7 +116,7 @@ class NaNAfter:
         return torch.where(self.sign * X[..., :1].mean() > self.level, out * float("nan"), out)
 
 
-def test_a_non_finite_state_in_a_captured_graph_names_the_step_of_the_uncaptured_run() -> None:
+def test_a_non_finite_state_in_a_captured_graph_names_the_step_of_the_uncaptured_run(monkeypatch) -> None:
     X0 = sf.sphere.uniform(batch=2, N=4, d=3, seed=0)
     kept = sf.solve(sf.Transformer(attention=sf.SoftmaxAttention(beta=1.0, gamma=1.0)), X0, T=4.0, steps=12, seed=0,
                     save=sf.SaveAt(stats=(), tokens_every=1))
@@ -130,6 +130,18 @@ def test_a_non_finite_state_in_a_captured_graph_names_the_step_of_the_uncaptured
             sf.solve(sf.Transformer(attention=NaNAfter(level, sign)), X0, T=4.0, steps=12, seed=0, capture=capture)
         errors.append(str(err.value))
     assert errors[0] == errors[1] and f"layer {k + 1}" in errors[0]
+    # one record at the end: the flag is still read every CAPTURE_CHECK steps, and only the steps
+    # since the last read run again (checked one by one up to the failing one)
+    monkeypatch.setattr("stochformer.integrate.CAPTURE_CHECK", 3)
+    checked = []
+    real_check = integrate.check_finite
+    monkeypatch.setattr(integrate, "check_finite", lambda X, j, m: checked.append(j) or real_check(X, j, m))
+    with pytest.raises(NonFiniteError) as err:
+        sf.solve(sf.Transformer(attention=NaNAfter(level, sign)), X0, T=4.0, steps=12, seed=0, capture=True,
+                 save=sf.SaveAt(stats=(), final=True))
+    assert str(err.value) == errors[0]
+    rerun = checked[2:]  # after X0 and step 1
+    assert rerun[-1] == k + 1 and rerun == list(range(rerun[0], k + 2)) and len(rerun) <= 3
 
 
 def test_a_part_with_python_state_gives_other_numbers_once_captured(monkeypatch) -> None:
