@@ -3,10 +3,13 @@ tokens, and its error against the exact attention, beside the particle spread.
 
     python benchmarks/bench_random_batch.py            # writes "## Random-batch attention" of docs/benchmarks.md
     python benchmarks/bench_random_batch.py --quick --no-write --out /tmp/rb.json
+    python benchmarks/bench_random_batch.py --device cuda --sizes 1000000 10000000 --error-N 100000 \
+        --out DIR/bench_random_batch_cuda.json --no-doc   # a GPU: the issue's 10⁷ tokens per second
 
 Time: one particle step (Euler, the random-feature field of 256 features, d = 16, float64, β = 1)
 at each N, with random batches of p tokens and, up to ``--exact-up-to`` tokens, with the exact
-chunked attention; the median of ``--steps`` steps after one warm-up step, in this process.
+chunked attention; the median of ``--steps`` steps after one warm-up step, in this process
+(``--device cuda``: on the GPU, synchronised around each timed call; without one, exit 0 and a note).
 
 Error: from one uniform cloud of N tokens, ``--error-steps`` steps to T = 1 driven by the same field
 and the same noise draws (the batches come from the attention's own generator), the exact run and
@@ -46,37 +49,51 @@ SECTION = "## Random-batch attention"
 D, FEATURES = 16, 256
 
 
+#: where the runs go (``--device``)
+DEVICE = torch.device("cpu")
+
+
 def _config(N: int, p: int | None, steps: int) -> RunConfig:
     return RunConfig(N=N, d=D, dynamics="sde", noise="random_features", features=FEATURES, integrator="euler",
-                     T=1.0, L=steps, beta=1.0, attention_batch=p)
+                     T=1.0, L=steps, beta=1.0, attention_batch=p, device=str(DEVICE))
+
+
+def _generator(seed: int) -> torch.Generator:
+    return torch.Generator(device=DEVICE).manual_seed(seed)
+
+
+def _timed(fn) -> float:
+    if DEVICE.type == "cuda":
+        torch.cuda.synchronize()
+    t = time.perf_counter()
+    fn()
+    if DEVICE.type == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter() - t
 
 
 def time_step(N: int, p: int | None, steps: int) -> tuple[float, float]:
     """Median seconds of one particle step and of its attention alone at N tokens (p = None: exact)."""
     cfg = _config(N, p, 10)
-    g = torch.Generator().manual_seed(0)
-    X = uniform(1, N, D, generator=g)
-    field = make_field(cfg, 1, g, token_chunk=4096)
-    stepper = make_particles(cfg, field, N)
+    g = _generator(0)
+    X = uniform(1, N, D, generator=g, device=DEVICE)
+    field = make_field(cfg, 1, g, token_chunk=4096, device=DEVICE)
+    stepper = make_particles(cfg, field, N, device=DEVICE)
     start_run(stepper.attention, 1, D, g, X.dtype, X.device)  # the batches' stream of the run of seed 0
     step, attention = [], []
     for _ in range(steps + 1):
-        t = time.perf_counter()
-        stepper.step(X, cfg.dt, g)
-        step.append(time.perf_counter() - t)
-        t = time.perf_counter()
-        stepper.attention(X)
-        attention.append(time.perf_counter() - t)
+        step.append(_timed(lambda: stepper.step(X, cfg.dt, g)))
+        attention.append(_timed(lambda: stepper.attention(X)))
     return statistics.median(step[1:]), statistics.median(attention[1:])
 
 
 def final_cosine(N: int, p: int | None, steps: int, cloud_seed: int) -> float:
     """m at T = 1 from the cloud of ``cloud_seed``, the field and the noise of seed 0."""
     cfg = _config(N, p, steps)
-    field = make_field(cfg, 1, torch.Generator().manual_seed(0), token_chunk=4096)
-    stepper = make_particles(cfg, field, N)
-    X = uniform(1, N, D, generator=torch.Generator().manual_seed(1000 + cloud_seed))
-    g = torch.Generator().manual_seed(0)
+    field = make_field(cfg, 1, _generator(0), token_chunk=4096, device=DEVICE)
+    stepper = make_particles(cfg, field, N, device=DEVICE)
+    X = uniform(1, N, D, generator=_generator(1000 + cloud_seed), device=DEVICE)
+    g = _generator(0)
     start_run(stepper.attention, 1, D, g, X.dtype, X.device)  # the batches' stream of the run of seed 0
     for _ in range(steps):
         X = stepper.step(X, cfg.dt, g)
@@ -95,7 +112,14 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="smallest sizes (a smoke run)")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "bench_random_batch.json")
     ap.add_argument("--no-write", action="store_true", help="print only: no docs section, no JSON file")
+    ap.add_argument("--no-doc", action="store_true", help="the JSON file only, no docs section (e.g. a GPU run)")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda")
     args = ap.parse_args()
+    global DEVICE
+    DEVICE = torch.device(args.device)
+    if DEVICE.type == "cuda" and not torch.cuda.is_available():
+        print("bench_random_batch: no CUDA device here; nothing measured")
+        return
     if args.quick:
         args.sizes, args.ps, args.steps, args.exact_up_to = [2000], [16, 32], 1, 2000
         args.error_N, args.error_steps, args.clouds = 500, 4, 2
@@ -114,7 +138,7 @@ def main() -> None:
     errors = {str(p): abs(final_cosine(args.error_N, p, args.error_steps, 0) - clouds[0]) for p in args.ps}
     result = {
         "benchmark": "bench_random_batch", "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "device": "cpu", "platform": platform.platform(), "processor": platform.processor() or platform.machine(),
+        "device": torch.cuda.get_device_name(DEVICE) if DEVICE.type == "cuda" else "cpu", "platform": platform.platform(), "processor": platform.processor() or platform.machine(),
         "threads": torch.get_num_threads(), "command": " ".join(["python", "benchmarks/bench_random_batch.py", *sys.argv[1:]]),
         "load_before": load_before, "load_after": os.getloadavg()[0],
         "d": D, "features": FEATURES, "beta": 1.0, "timing": timing,
@@ -146,7 +170,7 @@ def main() -> None:
     lines += ["", "Random batches leave out each token's own term, which the exact attention weighs by about "
               f"e^β/N ({math.e / args.error_N:.0e} here): a floor of that order under the batch error, not separated "
               "from it in this run."]
-    publish(DOC, SECTION, "\n".join(lines) + "\n", write=not args.no_write)
+    publish(DOC, SECTION, "\n".join(lines) + "\n", write=not (args.no_write or args.no_doc))
     if not args.no_write:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(result, indent=2) + "\n")

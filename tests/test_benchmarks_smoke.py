@@ -44,6 +44,8 @@ def _cases(tmp: Path) -> dict[str, list[str]]:
         "bench_meanfield_gpu[cpu]": ["bench_meanfield_gpu.py", str(tmp / "meanfield_cpu"), "--device", "cpu", "--quick"],
         "bench_scaling": ["bench_scaling.py", "--out", str(tmp), "--quick", "--repeats", "1"],
         "bench_random_batch": ["bench_random_batch.py", "--quick", "--no-write"],
+        "bench_random_batch[json]": ["bench_random_batch.py", "--quick", "--no-doc", "--out", str(tmp / "rb.json")],
+        "bench_random_batch[cuda]": ["bench_random_batch.py", "--quick", "--device", "cuda", "--no-write"],
         "bench_sde": ["bench_sde.py", "--quick"],
         "bench_shared": ["bench_shared.py", "--quick", "--rounds", "1", "--no-write"],
         "bench_startup": ["bench_startup.py", "--repeats", "1", "--no-write"],
