@@ -118,3 +118,18 @@ def test_sqrt_psd_falls_back_to_the_cpu_where_the_cuda_eigh_fails(monkeypatch):
     monkeypatch.setattr(torch.linalg, "eigh", broken)
     S = sqrt_psd(K)
     assert S.is_cuda and float((S @ S.transpose(-1, -2) - K).abs().max()) < 1e-12
+
+
+@pytest.mark.parametrize("save", [sf.SaveAt(every=3), sf.SaveAt(stats=(), final=True)])
+def test_captured_run_on_cuda_gives_the_numbers_of_the_uncaptured_run(save):
+    """``solve(capture=True)`` as CUDA graphs (the run's generator registered with each graph): the
+    final tokens and every record equal to the last bit to the uncaptured run's (``rng`` is
+    ``torch`` on CUDA), and the graphs' draws fresh at every replay (the tokens move on)."""
+    X0 = sf.sphere.uniform(4, 16, 8, seed=0, device=CUDA)
+    plain = sf.solve(_net(), X0, T=2.0, steps=21, seed=1, save=save)
+    captured = sf.solve(_net(), X0, T=2.0, steps=21, seed=1, save=save, capture=True)
+    assert captured.attrs["capture"] == "cuda_graph"
+    for name in plain.data_vars:
+        assert (plain[name].values == captured[name].values).all(), name
+    again = sf.solve(_net(), X0, T=2.0, steps=22, seed=1, save=save, capture=True)
+    assert not (again.X_final.values == captured.X_final.values).all()

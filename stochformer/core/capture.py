@@ -133,7 +133,6 @@ class Captured:
         saved, before = (state.clone(), flag.clone()), generator.get_state()
         try:
             if state.is_cuda:
-                self.kind = "cuda_graph"
                 graph = torch.cuda.CUDAGraph()
                 graph.register_generator_state(generator)
                 with torch.cuda.graph(graph):  # on its own side stream: records the kernels, runs none
@@ -142,8 +141,7 @@ class Captured:
             else:
                 from torch.fx.experimental.proxy_tensor import make_fx
 
-                self.kind = "traced"
-                traced = make_fx(fn, tracing_mode="real")(state, flag)  # runs the call it records
+                traced = make_fx(fn)(state, flag)  # on real tensors (its default): runs the call it records
                 self._run = lambda: traced(state, flag)
         except RuntimeError as exc:  # a host synchronisation (or another uncapturable call) in a part
             raise CaptureError(f"capture: the steps could not be captured ({str(exc).splitlines()[0][:200]}); a part "
