@@ -14,8 +14,9 @@ the uncaptured steps' (tests/test_capture.py).
   ``t.item()``) cannot be captured. A part whose rare branch depends on the data (a Cholesky factor
   that failed, a non-finite state) calls [`deferred`][stochformer.core.capture.deferred]: inside a
   capture the condition is recorded as a device flag and the common branch is taken; the caller
-  reads the flag once after the replay and runs the region again, uncaptured, from its start when
-  it is set (so the numbers are those of the uncaptured steps whenever the rare branch is taken).
+  reads the flag now and then (``solve``: at each record) and, when it is set, runs the steps since
+  its last read again, uncaptured (so the numbers are those of the uncaptured steps whenever the
+  rare branch is taken).
 - Python runs once, at the capture: what a part decides in Python (a buffer served, a seed drawn
   on the host, a thread pool) is frozen into the graph. Parts state that they hold no such state
   with ``capture_safe`` ([`unsafe_parts`][stochformer.core.capture.unsafe_parts]); anything else
@@ -129,7 +130,6 @@ class Captured:
 
     def __init__(self, fn: Callable[[torch.Tensor, torch.Tensor], None], state: torch.Tensor, flag: torch.Tensor,
                  generator: torch.Generator) -> None:
-        self.state, self.flag = state, flag
         saved, before = (state.clone(), flag.clone()), generator.get_state()
         try:
             if state.is_cuda:
