@@ -70,8 +70,12 @@ def test_graphs_of_capture_steps_are_captured_once_and_replayed(monkeypatch) -> 
     monkeypatch.setattr("stochformer.integrate.CAPTURE_STEPS", 3)
     model = mlp_model()
     X0 = sf.sphere.uniform(batch=2, N=4, d=3, seed=0)
-    for save, graphs, replayed in [(sf.SaveAt(stats=(), final=True), 2, 5),  # 14 steps after the first: 3+3+3+3+2
-                                   (sf.SaveAt(every=5), 3, 6)]:  # steps 2-5 (3+1), 6-10 (3+2), 11-15 (3+2)
+    for save, check, graphs, replayed in [
+        (sf.SaveAt(stats=(), final=True), 256, 2, 5),  # 14 steps after the first: 3+3+3+3+2
+        (sf.SaveAt(every=5), 256, 3, 6),  # steps 2-5 (3+1), 6-10 (3+2), 11-15 (3+2)
+        (sf.SaveAt(stats=(), final=True), 5, 3, 6),  # the flag read every 5 steps: 2-6 (3+2), 7-11 (3+2), 12-15 (3+1)
+    ]:
+        monkeypatch.setattr("stochformer.integrate.CAPTURE_CHECK", check)
         captures.clear(), replays.clear()
         captured = sf.solve(model, X0, T=1.0, steps=15, save=save, seed=1, capture=True)
         same_runs(sf.solve(model, X0, T=1.0, steps=15, save=save, seed=1), captured)
@@ -143,7 +147,8 @@ def test_a_non_finite_state_in_a_captured_graph_names_the_step_of_the_uncaptured
                  save=sf.SaveAt(stats=(), final=True))
     assert str(err.value) == errors[0]
     rerun = checked[2:]  # after X0 and step 1
-    assert rerun[-1] == k + 1 and rerun == list(range(rerun[0], k + 2)) and len(rerun) <= 3
+    start = 2 + 3 * ((k + 1 - 2) // 3)  # the flag is read after steps 4, 7, 10 and 12: segments 2-4, 5-7, 8-10, 11-12
+    assert rerun == list(range(start, k + 2))
 
 
 def test_a_part_with_python_state_gives_other_numbers_once_captured(monkeypatch) -> None:
@@ -192,16 +197,26 @@ def test_parts_that_do_not_state_capture_safe_are_refused_by_name(part, name) ->
     assert unsafe_parts(mlp_model()) == []
 
 
-def test_capture_refuses_a_path_a_hook_and_autograd_before_any_work() -> None:
+def test_capture_refuses_a_path_a_hook_and_autograd_before_any_work(monkeypatch) -> None:
     model = mlp_model()
     X0 = sf.sphere.uniform(batch=2, N=4, d=3, seed=0)
     path = BrownianPath.from_normals(torch.randn(4, 2, 4, 3, dtype=torch.float64))
-    cases = [({"hook": lambda k, X: None}, "hook"), ({"output": "torch", "X0": X0.clone().requires_grad_()}, "autograd"),
-             ({"path": path}, "BrownianPath")]
-    for extra, word in cases:
-        kwargs = {"X0": X0, **extra}
-        with pytest.raises(ValueError, match=f"capture: .*{word}"):
-            sf.solve(model, T=1.0, steps=4, seed=0, capture=True, **kwargs)
+    monkeypatch.setattr(sf.RandomMLP, "reset", lambda *a: pytest.fail("work started"))
+    cases = [
+        ({"hook": lambda k, X: None}, "capture: a hook runs Python after every step; give hook=None or capture=False"),
+        ({"output": "torch", "X0": X0.clone().requires_grad_()},
+         "capture: a captured run keeps no autograd graph; give X0 without requires_grad or capture=False"),
+        ({"path": path}, "capture: a BrownianPath is read step by step in Python; give path=None or capture=False"),
+        ({"model": sf.Transformer(attention=sf.SoftmaxAttention(), noise=sf.RandomMLP(width=8, rng="parallel"))},
+         "capture: model.noise (RandomMLP) cannot be captured (not capture_safe: Python state that changes from step "
+         "to step, or a host synchronisation); a Transformer of SoftmaxAttention and RandomMLP(rng='torch') can, or "
+         "give capture=False"),
+    ]
+    for extra, message in cases:
+        kwargs = {"model": model, "X0": X0, **extra}
+        with pytest.raises(ValueError) as err:
+            sf.solve(T=1.0, steps=4, seed=0, capture=True, **kwargs)
+        assert str(err.value) == message
 
 
 def test_deferred_records_only_inside_a_capture() -> None:
