@@ -4,8 +4,8 @@
     python benchmarks/bench_capture.py --device cuda           # GPU: CUDA graphs
     python benchmarks/bench_capture.py --quick --no-write      # smallest sizes (a smoke test)
 
-At the sizes of ``bench_transformer.py`` (its model: post-LN, β = γ = 1, ReLU MLP with
-σ_U = σ_W = 0.1, T = 5, one record at the end), ``run_simulate`` with ``rng = torch`` and with
+At the sizes and with the model of ``bench_transformer.py`` (``SIZES``, ``MODEL``: post-LN,
+β = γ = 1, ReLU MLP with σ_U = σ_W = 0.1, T = 5; one record at the end), ``run_simulate`` with ``rng = torch`` and with
 ``capture = true`` run in alternation, ``--rounds`` times each (seeds 1000…, after a two-layer
 warm-up of both); whole runs, a graph's capture included. The captured run's final tokens must be
 identical to the uncaptured run's at every round (printed, recorded). Medians, the ratio
@@ -29,14 +29,12 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_transformer import MODEL, QUICK_SIZES, SIZES  # noqa: E402
 from checkouts import recorded_command  # noqa: E402
 from stochformer.config import RunConfig  # noqa: E402
 from stochformer.experiments.simulate import run_simulate  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-MODEL = dict(beta=1.0, gamma=1.0, sigma_U=0.1, sigma_W=0.1, T=5.0)
-SIZES = [dict(batch=64, N=32, d=16, m=256, L=128), dict(batch=16, N=64, d=64, m=1024, L=64)]
-QUICK = [dict(batch=4, N=6, d=3, m=16, L=9)]
 CONTENDERS = {"uncaptured (rng torch)": dict(rng="torch"), "captured": dict(capture=True)}
 
 
@@ -82,7 +80,7 @@ def main() -> None:
         print("bench_capture: no CUDA device here; nothing measured")
         return
     load = os.getloadavg()[0]
-    results = [measure(size, args.device, 1 if args.quick else args.rounds) for size in (QUICK if args.quick else SIZES)]
+    results = [measure(size, args.device, 1 if args.quick else args.rounds) for size in (QUICK_SIZES[:1] if args.quick else SIZES)]
     for res in results:
         print(json.dumps({k: res[k] for k in ("size", "median_s", "uncaptured_over_captured", "identical")}))
         if not all(res["identical"]):

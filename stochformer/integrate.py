@@ -508,10 +508,10 @@ def _first_step(model: Any, X: Any, X0: torch.Tensor, on_sphere: bool) -> None:
                              likely_fields(model), "tokens")
 
 
-#: steps per captured graph of ``solve(capture=True)``: a graph is captured once per run (a capture
-#: costs the host what the uncaptured steps cost) and replayed for every ``CAPTURE_STEPS`` steps, so
-#: short graphs replayed many times pay best; the steps before a record that do not fill one take a
-#: graph of their own length
+#: steps per captured graph of ``solve(capture=True)``: a graph is captured once per run (its capture
+#: runs the steps' Python once, as uncaptured steps do) and replayed for every ``CAPTURE_STEPS``
+#: steps, so short graphs replayed many times should pay best; 4 is that reasoning, not yet timed on
+#: a GPU. The steps before a record that do not fill one take a graph of their own length
 CAPTURE_STEPS = 4
 #: most steps between two reads of the captured graphs' flag (each read waits for the device):
 #: what a non-finite state or a deferred branch makes a run compute again, uncaptured
