@@ -10,13 +10,19 @@ uncaptured (fault injection); a part that holds Python state gives other numbers
 
 from __future__ import annotations
 
+import ast
+import re
+import sys
+import textwrap
+
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
 import stochformer as sf
-from stochformer.config import ConfigError, RunConfig, as_config
+from stochformer.config import NOISE_KINDS, ConfigError, RunConfig, as_config
+from stochformer.config.build import make_model
 from stochformer import integrate
 from stochformer.core import capture as capture_module
 from stochformer.core.brownian import BrownianPath
@@ -26,6 +32,7 @@ from stochformer.experiments.simulate import run_simulate
 from stochformer.experiments.sync import SyncConfig
 from stochformer.integrate import CAPTURE_STEPS
 from stochformer.model.attention import GuardedAttention, RandomBatchAttention
+from stochformer.model.attention_variants import ATTENTION_KINDS
 
 
 def same_runs(a, b) -> None:
@@ -228,12 +235,87 @@ def test_deferred_records_only_inside_a_capture() -> None:
     assert capture_module._FLAGS.get() is None
 
 
-@pytest.mark.parametrize("name, value", [("dynamics", "sde"), ("attention_kind", "multihead"), ("attention_batch", 2),
-                                         ("rng", "parallel"), ("noise", "exact"), ("noise", "random_features")])
-def test_the_config_refuses_what_cannot_be_captured_by_field(name, value) -> None:
-    with pytest.raises(ConfigError, match=f"{name}: capture = true needs"):
-        as_config({"capture": True, name: value, "heads": 1})
-    as_config({"capture": False, name: value, "heads": 1})
+#: parts of one's own for the config's capture check: an attention that does not state
+#: capture_safe, the same one stating it, a noise that states it (torch's draws) and one that does not
+OWN_PARTS = textwrap.dedent('''
+    import torch
+    from stochformer.model.kernel import NoiseKernel
+    from stochformer.model.noise import ExactField, RandomMLP
+
+    class Cosine:
+        def __init__(self, beta=1.0):
+            self.beta = beta
+        def __call__(self, X, keys=None):
+            keys = X if keys is None else keys
+            return torch.softmax(self.beta * X @ keys.mT, dim=-1) @ keys
+
+    class SafeCosine(Cosine):
+        capture_safe = True
+
+    def safe_mlp(width=8):
+        return RandomMLP(width=width, rng="torch")
+
+    def tanh_field(d=4):
+        return ExactField(NoiseKernel("tanh", d, 0.2, 0.1, 1.0))
+''')
+OWN_ATTENTIONS = ["own_parts:Cosine", "own_parts:SafeCosine"]
+OWN_NOISES = ["own_parts:safe_mlp", "own_parts:tanh_field"]
+
+
+@pytest.fixture
+def own_parts(tmp_path, monkeypatch):
+    (tmp_path / "own_parts.py").write_text(OWN_PARTS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    sys.modules.pop("own_parts", None)
+    yield
+    sys.modules.pop("own_parts", None)
+
+
+@settings(max_examples=60, deadline=None, database=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(dynamics=st.sampled_from(["transformer"] * 4 + ["sde"]), attention=st.sampled_from([True] * 4 + [False]),
+       mlp=st.sampled_from([True] * 4 + [False]), kind=st.sampled_from(["softmax"] * 4 + [*ATTENTION_KINDS, *OWN_ATTENTIONS]),
+       p=st.sampled_from([None, None, 2]), noise=st.sampled_from(["auto"] * 3 + [*NOISE_KINDS, *OWN_NOISES]),
+       rng=st.sampled_from(["auto", "torch"] * 3 + ["parallel"]))
+def test_a_config_captures_exactly_what_solve_captures(own_parts, dynamics, attention, mlp, kind, p, noise, rng) -> None:
+    """The config's capture check is solve's rule (the built parts state ``capture_safe``), not a list
+    of its own: a config it accepts runs captured with the numbers of the uncaptured run with rng
+    torch; one it refuses names the field whose part solve refuses, and every value it names as
+    capturable is accepted for that field."""
+    fields = dict(N=4, d=4, L=6, batch=2, m=8, seed=3, record_every=3, heads=2, dynamics=dynamics, attention=attention,
+                  mlp=mlp, attention_kind=kind, attention_batch=p, noise=noise, rng=rng)
+    try:
+        plain = as_config(fields)
+    except ConfigError:  # not a valid run whatever capture is
+        assume(False)
+    try:
+        cfg = as_config({**fields, "capture": True})
+    except ConfigError as err:
+        message = str(err).removeprefix("invalid configuration: ")
+        field = message.split(":")[0]
+        event(f"refused: {field}")
+        assert field in ("dynamics", "attention_kind", "attention_batch", "noise", "rng") and \
+            message.startswith(f"{field}: capture = true ")
+        if field == "rng":
+            assert rng == "parallel"
+            return
+        model = make_model(plain.with_updates(rng="torch"))
+        assert unsafe_parts(model)
+        with pytest.raises(ValueError, match="capture: model"):
+            sf.solve(model, sf.sphere.uniform(batch=2, N=4, d=4, seed=0), T=1.0, steps=2, seed=0, capture=True)
+        named = message.split("needs ")[1].split(" (got")[0]
+        for value in re.findall(r"'[^']*'|None", named):
+            again = {**fields, "capture": True, field: ast.literal_eval(value)}
+            try:
+                as_config(again)
+            except ConfigError as other:
+                assert not str(other).removeprefix("invalid configuration: ").startswith(f"{field}:"), (value, str(other))
+        return
+    event("accepted")
+    assert rng != "parallel" and not unsafe_parts(make_model(cfg))
+    captured = run_simulate(cfg)
+    assert captured.data.attrs["capture"] == "traced"
+    same_runs(run_simulate(plain.with_updates(rng="torch")).data, captured.data)
 
 
 def test_simulate_captures_from_the_config_with_the_numbers_of_rng_torch() -> None:

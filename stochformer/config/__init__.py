@@ -321,10 +321,43 @@ class RunConfig(StrictConfig):
         False,
         description="replay the layers between records as one captured graph (a CUDA graph on a GPU, where kernel "
         "launches otherwise set the time; a traced graph on a CPU, slower there: a check); the numbers of "
-        "capture = false; transformer dynamics with softmax attention and the MLP noise, rng 'torch' ('auto' "
-        "becomes 'torch'); see `solve(capture=...)`",
+        "capture = false; only where every part built states capture_safe (transformer dynamics with softmax "
+        "attention and the MLP noise, or parts of one's own that state it), rng 'torch' ('auto' becomes 'torch'); "
+        "see `solve(capture=...)`",
     )
     init: InitConfig = Field(default_factory=InitConfig)
+
+    def _check_capture(self) -> None:
+        """What ``solve(capture=True)`` can replay, by field: the model this config builds has only
+        parts that state ``capture_safe`` (the rule solve applies, `core.capture.unsafe_parts`),
+        and its draws are torch's (``rng`` 'auto' becomes 'torch'). The values named capturable
+        in a refusal are those whose built parts state it."""
+        from ..core.capture import unsafe_parts
+        from .build import make_model
+
+        if self.rng == "parallel":
+            raise ValueError("rng: capture = true replays torch's draws: needs 'auto' or 'torch' (got 'parallel'), "
+                             "or capture = false")
+        unsafe = unsafe_parts(make_model(self))
+        if not unsafe:
+            return
+        part = unsafe[0].split(" ")[0].removeprefix("model").removeprefix(".")  # "", "attention" or "noise"
+        field = {"": "dynamics", "noise": "noise"}.get(part, "attention_batch" if self.attention_batch is not None
+                                                       else "attention_kind")
+        choices = {"dynamics": get_args(RunConfig.model_fields["dynamics"].annotation), "attention_batch": (None,),
+                   "attention_kind": ATTENTION_KINDS, "noise": NOISE_KINDS}[field]
+
+        def capturable(value: Any) -> bool:
+            try:
+                return not unsafe_parts(make_model(self.model_copy(update={field: value})))
+            except (ValueError, TypeError):  # a value this config cannot build with
+                return False
+
+        valid = [repr(v) for v in choices if capturable(v)]
+        own = " or one's own part that states capture_safe" if field in ("attention_kind", "noise") else ""
+        raise ValueError(f"{field}: capture = true needs {', '.join(valid) or 'none of its values'}{own} (got "
+                         f"{clip(repr(getattr(self, field)))}: {unsafe[0]} does not state capture_safe), "
+                         "or capture = false")
 
     @field_validator("activation")
     @classmethod
@@ -372,13 +405,8 @@ class RunConfig(StrictConfig):
         if self.weight_law != "gaussian" and self.noise not in ("auto", "mlp"):
             raise ValueError(f"weight_law: {self.weight_law!r} needs explicit weights, noise = 'mlp' or 'auto' "
                              f"(got noise = {self.noise!r})")
-        if self.capture:  # what solve(capture=True) can replay (core.capture.unsafe_parts)
-            allowed = {"dynamics": ("transformer",), "attention_kind": ("softmax",), "attention_batch": (None,),
-                       "rng": ("auto", "torch"), "noise": ("auto", "mlp", "mlp_gaussian")}
-            for name, valid in allowed.items():
-                if getattr(self, name) not in valid:
-                    raise ValueError(f"{name}: capture = true needs {' or '.join(map(repr, valid))} (got "
-                                     f"{clip(repr(getattr(self, name)))}), or capture = false")
+        if self.capture:
+            self._check_capture()
         if self.init.kind == "npy" and self.init.path is not None:
             load_token_array(self.init.path, self.batch, self.N, self.d)
         if self.init.kind == "pair" and self.N != 2:
