@@ -5,8 +5,9 @@ Ctrl-C that keeps what finished and says how to resume.
 Faults end in one line and a clean folder, with real processes where the fault is a process's:
 
 - A full disk: a real tmpfs (mounted here when permitted, else skipped with the reason) filled
-  while a real ``simulate`` or ``sweep`` computes; and, everywhere, a write failing with ENOSPC at
-  every write position of a run (fault injection). One line naming the file, no traceback, no
+  while a real ``simulate`` or ``sweep`` computes; and, everywhere, ENOSPC at every operation of a
+  run that creates or writes something (the lock, the partial folder, its manifest, a temporary
+  file, a rename, a file's data: fault injection). One line naming the errno, no traceback, no
   temporary file or partial folder, no lock; finished tasks kept; the rerun (or ``--resume``) completes.
 - A read-only file system: refused before any work; turned read-only mid-run: one line.
 - Ctrl-C or SIGTERM inside a finaliser (a garbage collection) is raised again, never lost.
@@ -334,66 +335,123 @@ def test_read_only_file_system(tmp_path: Path) -> None:
         assert res.returncode == 0 and is_own(disk, "sweep"), res.stderr
 
 
-def _count_writes(monkeypatch) -> list[int]:
-    """Count the files written through ``stochformer.io.outputs.writing`` (the one way files are written)."""
-    import stochformer.io.outputs as outputs
+class _FileSystemFaults:
+    """ENOSPC at the ``at``-th operation that creates or writes something below ``root`` (0: none,
+    only counted), whichever module of ``stochformer.io`` makes it: ``os.open`` for writing,
+    ``os.write`` on such a descriptor, ``os.replace``, ``os.chmod``, ``mkdir``, ``tempfile.mkdtemp`` /
+    ``mkstemp``, ``Path.write_text`` / ``write_bytes``, ``open(..., "w...")``; and the data of a file
+    written through ``writing`` (its ``file_digest``: after its data went to the temporary file)."""
 
-    calls: list[int] = []
-    original = outputs.file_digest
+    MODULES = ("stochformer.io.outputs", "stochformer.io.store", "stochformer.io.results")
 
-    def counted(path):
-        calls.append(1)
-        return original(path)
+    def __init__(self, monkeypatch, root: Path, at: int = 0) -> None:
+        import importlib
+        import tempfile
+        import types
 
-    monkeypatch.setattr(outputs, "file_digest", counted)
-    return calls
+        self.root, self.at, self.seen, self.fds = str(root.resolve()), at, 0, set()
+        real_os, real_tempfile = os, tempfile
+        fake_os = types.SimpleNamespace(**{k: getattr(real_os, k) for k in dir(real_os) if not k.startswith("__")})
+        fake_os.path = real_os.path
 
+        def opened(path, flags, *args, **kwargs):
+            writes = flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND)
+            if writes:
+                self._op(path)
+            fd = real_os.open(path, flags, *args, **kwargs)
+            if writes and self._below(path):
+                self.fds.add(fd)
+            return fd
 
-def _fail_write(monkeypatch, at: int, code: int = errno.ENOSPC) -> None:
-    """Make the ``at``-th file written through ``writing`` fail as a full disk would (after its data went to the temporary file)."""
-    import stochformer.io.outputs as outputs
+        def written(fd, data):
+            if fd in self.fds:
+                self._op(self.root)
+            return real_os.write(fd, data)
 
-    original, seen = outputs.file_digest, []
+        def closed(fd):
+            self.fds.discard(fd)
+            return real_os.close(fd)
 
-    def failing(path):
-        seen.append(1)
-        if len(seen) == at:
-            raise OSError(code, os.strerror(code), str(path))
-        return original(path)
+        fake_os.open, fake_os.write, fake_os.close = opened, written, closed
+        for name in ("replace", "rename", "chmod", "mkdir", "makedirs", "link"):
+            setattr(fake_os, name, self._wrap(getattr(real_os, name)))
+        fake_tempfile = types.SimpleNamespace(**{k: getattr(real_tempfile, k) for k in dir(real_tempfile) if not k.startswith("__")})
+        for name in ("mkdtemp", "mkstemp"):
+            setattr(fake_tempfile, name, self._wrap(getattr(real_tempfile, name), lambda *a, **k: k.get("dir", self.root)))
+        for module in map(importlib.import_module, self.MODULES):
+            if hasattr(module, "os"):
+                monkeypatch.setattr(module, "os", fake_os)
+            if hasattr(module, "tempfile"):
+                monkeypatch.setattr(module, "tempfile", fake_tempfile)
+            monkeypatch.setattr(module, "open", self._wrap_open(open), raising=False)
+        for name in ("write_text", "write_bytes", "mkdir"):
+            real = getattr(Path, name)
+            monkeypatch.setattr(Path, name, self._wrap(real))
+        import stochformer.io.outputs as outputs
 
-    monkeypatch.setattr(outputs, "file_digest", failing)
+        digest = outputs.file_digest
+
+        def digested(path):
+            self._op(path)
+            return digest(path)
+
+        monkeypatch.setattr(outputs, "file_digest", digested)
+
+    def _below(self, path) -> bool:
+        return os.path.abspath(os.fspath(path)).startswith(self.root)
+
+    def _op(self, path) -> None:
+        if not self._below(path):
+            return
+        self.seen += 1
+        if self.seen == self.at:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), os.fspath(path))
+
+    def _wrap(self, fn, where=lambda *a, **k: a[0]):
+        def wrapped(*args, **kwargs):
+            self._op(where(*args, **kwargs))
+            return fn(*args, **kwargs)
+        return wrapped
+
+    def _wrap_open(self, fn):
+        def wrapped(file, mode="r", *args, **kwargs):
+            if any(c in mode for c in "wax+") and isinstance(file, (str, os.PathLike)):
+                self._op(file)
+            return fn(file, mode, *args, **kwargs)
+        return wrapped
 
 
 @pytest.mark.parametrize("command", ["simulate", "sweep"])
-def test_a_write_failing_at_every_position_ends_cleanly(tmp_path: Path, monkeypatch, command: str) -> None:
-    """Injected ENOSPC at the k-th file a run writes, for every k: exit 1, one line naming the file
-    and the errno, no temporary file or partial folder or lock; a sweep keeps its finished tasks
-    and ``--resume`` completes it; a simulate leaves nothing."""
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "s.toml").write_text(SWEEP_FILE.format(L=3, every=1).replace("samples = 6", "samples = 3"))
+def test_a_file_system_operation_failing_at_every_position_ends_cleanly(tmp_path: Path, monkeypatch, command: str) -> None:
+    """ENOSPC at the k-th operation that creates or writes anything below the run's folder (the
+    lock, the partial folder, its manifest and each line added to it, a temporary file, a rename, a
+    file's data), for every k: one line naming the errno, no traceback, no temporary file, partial
+    folder or lock left; a simulate leaves nothing, a sweep's ``--resume`` completes."""
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    (work / "s.toml").write_text(SWEEP_FILE.format(L=3, every=1).replace("samples = 6", "samples = 2"))
     args = ["simulate", *FAST] if command == "simulate" else ["sweep", "--config", "s.toml", "--quiet", "--scheduler", "serial"]
-    calls = _count_writes(monkeypatch)
-    assert CliRunner().invoke(main, [*args, "--out", "count"]).exit_code == 0
-    total = len(calls)
-    monkeypatch.undo()
-    monkeypatch.chdir(tmp_path)
-    assert total >= 4
+    with monkeypatch.context() as m:
+        faults = _FileSystemFaults(m, work)
+        assert CliRunner().invoke(main, [*args, "--out", "count"]).exit_code == 0
+    total = faults.seen
+    assert total >= 10
     for k in range(1, total + 1):
-        out = f"run{k}"
-        _fail_write(monkeypatch, k)
-        res = CliRunner().invoke(main, [*args, "--out", out])
-        monkeypatch.undo()
-        monkeypatch.chdir(tmp_path)
-        lines = [line for line in _lines(res.output) if not line.startswith("sweep: ")]
-        assert res.exit_code == 1 and len(lines) == 1 and "Traceback" not in res.output, (k, res.output)
-        assert "No space left on device [errno 28]; the disk is full" in lines[0], lines[0]
-        assert not _leftovers(tmp_path), (k, _leftovers(tmp_path))
+        out = work / f"run{k}"
+        with monkeypatch.context() as m:
+            faults = _FileSystemFaults(m, work, k)
+            res = CliRunner().invoke(main, [*args, "--out", str(out)])
+        lines = [line for line in _lines(res.output) if not line.startswith(("sweep: ", "Usage: ", "Try '"))]
+        # exit 2: refused before any work (click's usage lines, then one "Error:" line); 1: failed while writing
+        assert res.exit_code in (1, 2) and len(lines) == 1 and "Traceback" not in res.output, (k, res.output)
+        assert "No space left on device" in lines[0], (k, lines[0])
+        assert not _leftovers(work), (k, _leftovers(work))
         if command == "simulate":
-            assert not (tmp_path / out).exists()
-        else:
-            if (tmp_path / out).exists():
-                res = CliRunner().invoke(main, [*args, "--out", out, "--resume"])
-                assert res.exit_code == 0 and is_own(tmp_path / out, "sweep"), res.output
+            assert not out.exists(), (k, sorted(p.name for p in out.rglob("*")))
+        elif out.exists():
+            res = CliRunner().invoke(main, [*args, "--out", str(out), "--resume"])
+            assert res.exit_code == 0 and is_own(out, "sweep"), (k, res.output)
 
 
 # --- signals --------------------------------------------------------------------------------

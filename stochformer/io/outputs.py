@@ -658,9 +658,12 @@ def hold(out: Path | str, command: str = "", option: str = "--out") -> Iterator[
             pass
         os.close(fd)
     stamp = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
-    os.ftruncate(fd, 0)
-    os.write(fd, f"pid {os.getpid()}, stochformer {command}, started {stamp}".encode())
     try:
+        try:  # who holds it, for a second run's message
+            os.ftruncate(fd, 0)
+            os.write(fd, f"pid {os.getpid()}, stochformer {command}, started {stamp}".encode())
+        except OSError as exc:
+            raise write_error(path, exc) from None
         yield out
     finally:
         with contextlib.suppress(FileNotFoundError):
@@ -682,10 +685,18 @@ def make_partial(out: Path, command: str) -> Manifest:
     folder that `os.replace` later moves to ``out``)."""
     try:
         tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".partial"))
-        os.chmod(tmp, 0o777 & ~_UMASK)  # mkdtemp creates 0700; give the usual permissions
     except OSError as exc:
         raise write_error(out, exc) from None
-    return Manifest.start(tmp, command)
+    try:
+        os.chmod(tmp, 0o777 & ~_UMASK)  # mkdtemp creates 0700; give the usual permissions
+        return Manifest.start(tmp, command)
+    except BaseException as exc:  # the new folder holds at most its marker, cut short: both go
+        with contextlib.suppress(OSError):
+            (tmp / MARKER).unlink(missing_ok=True)
+            tmp.rmdir()
+        if isinstance(exc, OSError):
+            raise write_error(out, exc) from None
+        raise
 
 
 def discard(manifest: Manifest) -> None:
