@@ -13,12 +13,14 @@ import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
 
 from stochformer.cli import main
 from stochformer.measure.clusters import antipodal_pairs, count_clusters, summarise_clusters
 from stochformer.config import ConfigError, InitConfig, RunConfig, build_config
 from stochformer.experiments.sync import (
-    SyncConfig, energy_levels, energy_paths, extrapolated_moment_rate, measure_lyapunov, moment_rate, near_sync_horizon,
+    SyncConfig, energy_levels, energy_paths, extrapolated_moment_rate, fit_window, measure_lyapunov, moment_rate, near_sync_horizon,
     near_sync_spread, predicted_rates, richardson, run_sync,
 )
 from stochformer.core.sphere import normalize
@@ -26,6 +28,49 @@ from stochformer.core.sphere import normalize
 
 def _cfg(*overrides: str, model=RunConfig):
     return build_config({}, list(overrides), model=model)
+
+
+@settings(max_examples=100, deadline=None, database=None, derandomize=True)
+@given(L=st.integers(1, 16), fit_from=st.one_of(st.floats(0.0, 0.999), st.floats(0.7, 0.99), st.sampled_from([0.5, 2 / 3, 0.75, 0.9])),
+       extrapolate=st.booleans(), uniform_start=st.booleans())
+def test_a_sync_config_is_refused_exactly_when_a_rate_window_holds_one_time(L, fit_from, extrapolate, uniform_start):
+    """A rate is a slope: every level's fit window t >= fit_from·T must hold 2 times. The config is
+    accepted exactly then (else one error naming fit_from with the smallest L that works, which is
+    accepted, and one step less refused), and an accepted config's fits on those windows give a
+    finite rate with no warning."""
+    import warnings
+
+    L = 4 * L if extrapolate else L  # L, L/2, L/4 steps
+    fields = {"model": {"L": L, "T": 2.0}, "fit_from": fit_from, "extrapolate": extrapolate, "uniform_start": uniform_start}
+    levels = [L, L // 2, L // 4] if extrapolate else [L]
+    ok = not uniform_start or all(fit_window(n, 2.0, fit_from).sum() >= 2 for n in levels)
+    try:
+        build_config(fields, [], model=SyncConfig)
+    except ConfigError as err:
+        assert not ok and "fit_from: the rate from uniform tokens is a slope" in str(err)
+        need = int(str(err).split("model.L >= ")[1].split(",")[0])
+        build_config({**fields, "model": {"L": need, "T": 2.0}}, [], model=SyncConfig)
+        step = 4 if extrapolate else 1
+        if need > step:
+            with pytest.raises(ConfigError, match="fit_from"):
+                build_config({**fields, "model": {"L": need - step, "T": 2.0}}, [], model=SyncConfig)
+        event("refused")
+        return
+    assert ok
+    event("accepted")
+    if uniform_start:
+        rng = np.random.default_rng(0)
+        paths = {n: np.exp(rng.normal(size=(6, n + 1))) for n in levels}
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            fit = extrapolated_moment_rate(2.0, paths, fit_from, n_boot=20, seed=1)
+        assert math.isfinite(fit["rate"]) and math.isfinite(fit["se"])
+
+
+def test_a_slope_of_one_time_is_refused_not_a_number():
+    t = np.array([0.0, 0.5, 1.0])
+    with pytest.raises(ValueError, match="mask: a slope needs at least 2 distinct times in the fit window \\(got 1\\)"):
+        moment_rate(t, np.ones((4, 3)), np.array([False, False, True]), n_boot=10)
 
 
 def test_moment_rate_recovers_a_geometric_brownian_motion():

@@ -86,6 +86,17 @@ class SyncConfig(ExperimentConfig):
     @model_validator(mode="after")
     def _levels(self) -> "SyncConfig":
         check_extrapolation(self.model.L, self.extrapolate)
+        coarsest = self.model.L // EXTRAPOLATION_LEVELS[-1] if self.extrapolate else self.model.L
+        if self.uniform_start and fit_window(coarsest, 1.0, self.fit_from).sum() < 2:
+            need = math.ceil(1 / (1 - self.fit_from))  # steps n with n (1 − fit_from) >= 1, then the window's rounding
+            if need <= 10**6:
+                need -= need > 1 and fit_window(need - 1, 1.0, self.fit_from).sum() >= 2
+                need += fit_window(need, 1.0, self.fit_from).sum() < 2
+            raise ValueError(f"fit_from: the rate from uniform tokens is a slope fitted on t >= fit_from·T, which holds "
+                             f"{fit_window(coarsest, 1.0, self.fit_from).sum()} time of the {coarsest} steps of its "
+                             f"coarsest run; a slope needs 2: model.L >= "
+                             f"{need * (EXTRAPOLATION_LEVELS[-1] if self.extrapolate else 1)}, a smaller fit_from "
+                             f"(got {self.fit_from}), or uniform_start = false")
         return self
 
     def estimate(self, workers: int = 1) -> Estimate:
@@ -105,6 +116,27 @@ class SyncConfig(ExperimentConfig):
         e = simulate_estimate(self.model, batch=max(self.model.batch, 2 * self.pairs))
         e.memory_fields = "pairs, model.batch or model.N" if e.memory_fields.startswith("N or batch") else e.memory_fields
         return Estimate(e.bytes, e.seconds * 3, e.memory_fields, "model.L, pairs, model.batch or the grid")
+
+
+def fit_window(n: int, T: float, fit_from: float) -> np.ndarray:
+    """The times of a rate's fit, t >= fit_from·T, among the n + 1 times k·T/n of a run of n steps
+    (the bound less 10⁻¹²·T: a time that rounding puts just below it is in).
+
+    Parameters
+    ----------
+    n : int
+        Steps.
+    T : float
+        The horizon.
+    fit_from : float
+        The window's start, a fraction of T.
+
+    Returns
+    -------
+    numpy.ndarray of bool, shape (n + 1,)
+        The times in the window.
+    """
+    return np.arange(n + 1) * (T / n) >= fit_from * T - 1e-12 * T
 
 
 def check_extrapolation(L: int, extrapolate: bool) -> None:
@@ -458,6 +490,8 @@ def log_mean_slope(t: np.ndarray, values: np.ndarray, mask: Optional[np.ndarray]
         The slope.
     """
     mask = np.ones(len(t), bool) if mask is None else mask
+    if len(np.unique(t[mask])) < 2:
+        raise ValueError(f"mask: a slope needs at least 2 distinct times in the fit window (got {len(np.unique(t[mask]))})")
     y = np.log(values[:, mask].mean(axis=0))
     return float(np.polyfit(t[mask], y, 1)[0])
 
@@ -910,8 +944,7 @@ def extrapolated_moment_rate(T: float, levels: dict[int, np.ndarray], fit_from: 
     """
     rates, boots = {}, {}
     for n, values in levels.items():
-        t = np.arange(n + 1) * (T / n)
-        rates[n], boots[n] = moment_rate_bootstrap(t, values, t >= fit_from * T - 1e-12 * T, n_boot, seed)
+        rates[n], boots[n] = moment_rate_bootstrap(np.arange(n + 1) * (T / n), values, fit_window(n, T, fit_from), n_boot, seed)
     paths = next(iter(levels.values())).shape[0]
     if len(levels) == 1:
         (n,) = levels
@@ -1016,7 +1049,7 @@ def run_sync(cfg: SyncConfig, progress: bool = False, model: Optional[ModelSourc
     if cfg.uniform_start:
         fit_u, uni = _energy_rate(run, InitConfig(kind="uniform"), seeds[2], cfg.fit_from, cfg.bootstrap,
                                   cfg.extrapolate, progress, env, given.get(run, "uniform"))
-        mask = times >= cfg.fit_from * run.T - 1e-12 * run.T
+        mask = fit_window(run.L, run.T, cfg.fit_from)
         measured.update(energy_rate_uniform=fit_u["rate"], energy_rate_uniform_se=fit_u["se"],
                         energy_rate_uniform_extrap_err=fit_u["err"], energy_rate_uniform_n=fit_u["paths"])
         measured.update({f"energy_rate_uniform_at_{n}_steps": v for n, v in fit_u["steps"].items()})
