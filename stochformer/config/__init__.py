@@ -158,6 +158,10 @@ _INIT_USED_BY = {"path": "npy", "center": "cluster", "spread": "cluster", "cosin
 
 #: the noise sources a config names (besides an import string)
 NOISE_KINDS = ("auto", "mlp", "mlp_gaussian", "exact", "random_features")
+#: the built-in values of each field whose parts state ``capture_safe`` (`RunConfig`'s capture check;
+#: a Transformer of SoftmaxAttention and RandomMLP, whose draws a capture makes torch's)
+CAPTURABLE: dict[str, tuple[Any, ...]] = {"dynamics": ("transformer",), "attention_kind": ("softmax",),
+                                          "attention_batch": (None,), "noise": ("auto", "mlp", "mlp_gaussian")}
 #: the methods of one's own attention and noise source (the protocols of stochformer.model)
 ATTENTION_METHODS, NOISE_METHODS = ("__call__",), ("reset", "increment")
 
@@ -328,36 +332,34 @@ class RunConfig(StrictConfig):
     init: InitConfig = Field(default_factory=InitConfig)
 
     def _check_capture(self) -> None:
-        """What ``solve(capture=True)`` can replay, by field: the model this config builds has only
-        parts that state ``capture_safe`` (the rule solve applies, `core.capture.unsafe_parts`),
-        and its draws are torch's (``rng`` 'auto' becomes 'torch'). The values named capturable
-        in a refusal are those whose built parts state it."""
+        """What ``solve(capture=True)`` can replay, by field, before any model is built: the parts
+        this config builds must state ``capture_safe`` (solve's rule, `core.capture.unsafe_parts`):
+        a built-in value among `CAPTURABLE`, a part of one's own (an import string) asked itself; and
+        the draws are torch's (``rng`` 'auto' becomes 'torch'). Fields of parts the config does not
+        build (attention = false; no MLP or noise_scale = 0) are not asked. tests/test_capture.py
+        checks that a config accepts exactly what solve captures."""
         from ..core.capture import unsafe_parts
-        from .build import make_model
 
         if self.rng == "parallel":
             raise ValueError("rng: capture = true replays torch's draws: needs 'auto' or 'torch' (got 'parallel'), "
                              "or capture = false")
-        unsafe = unsafe_parts(make_model(self))
-        if not unsafe:
-            return
-        part = unsafe[0].split(" ")[0].removeprefix("model").removeprefix(".")  # "", "attention" or "noise"
-        field = {"": "dynamics", "noise": "noise"}.get(part, "attention_batch" if self.attention_batch is not None
-                                                       else "attention_kind")
-        choices = {"dynamics": get_args(RunConfig.model_fields["dynamics"].annotation), "attention_batch": (None,),
-                   "attention_kind": ATTENTION_KINDS, "noise": NOISE_KINDS}[field]
-
-        def capturable(value: Any) -> bool:
-            try:
-                return not unsafe_parts(make_model(self.model_copy(update={field: value})))
-            except (ValueError, TypeError):  # a value this config cannot build with
-                return False
-
-        valid = [repr(v) for v in choices if capturable(v)]
-        own = " or one's own part that states capture_safe" if field in ("attention_kind", "noise") else ""
-        raise ValueError(f"{field}: capture = true needs {', '.join(valid) or 'none of its values'}{own} (got "
-                         f"{clip(repr(getattr(self, field)))}: {unsafe[0]} does not state capture_safe), "
-                         "or capture = false")
+        built = {"dynamics": True, "attention_kind": self.attention, "attention_batch": self.attention,
+                 "noise": self.mlp and self.noise_scale != 0}
+        for field, valid in CAPTURABLE.items():
+            value = getattr(self, field)
+            if not built[field] or value in valid:
+                continue
+            own = field in ("attention_kind", "noise")
+            if own and ":" in value:
+                protocol = ATTENTION_METHODS if field == "attention_kind" else NOISE_METHODS
+                part = make_part(value, getattr(self, field.removesuffix("_kind") + "_args"), field, protocol)
+                if not unsafe_parts(part):
+                    continue
+                raise ValueError(f"{field}: capture = true needs a part that states capture_safe (got {clip(repr(value))}: "
+                                 f"{type(part).__name__} does not), or capture = false")
+            yours = " or one of one's own that states capture_safe" if own else ""
+            raise ValueError(f"{field}: capture = true needs {' or '.join(map(repr, valid))}{yours} (got "
+                             f"{clip(repr(value))}), or capture = false")
 
     @field_validator("activation")
     @classmethod
