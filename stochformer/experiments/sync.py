@@ -86,17 +86,13 @@ class SyncConfig(ExperimentConfig):
     @model_validator(mode="after")
     def _levels(self) -> "SyncConfig":
         check_extrapolation(self.model.L, self.extrapolate)
-        coarsest = self.model.L // EXTRAPOLATION_LEVELS[-1] if self.extrapolate else self.model.L
-        if self.uniform_start and fit_window(coarsest, 1.0, self.fit_from).sum() < 2:
-            need = math.ceil(1 / (1 - self.fit_from))  # steps n with n (1 − fit_from) >= 1, then the window's rounding
-            if need <= 10**6:
-                need -= need > 1 and fit_window(need - 1, 1.0, self.fit_from).sum() >= 2
-                need += fit_window(need, 1.0, self.fit_from).sum() < 2
+        per = EXTRAPOLATION_LEVELS[-1] if self.extrapolate else 1  # the coarsest run has L/per steps
+        held = int(fit_window(self.model.L // per, 1.0, self.fit_from).sum())
+        if self.uniform_start and held < 2:
             raise ValueError(f"fit_from: the rate from uniform tokens is a slope fitted on t >= fit_from·T, which holds "
-                             f"{fit_window(coarsest, 1.0, self.fit_from).sum()} time of the {coarsest} steps of its "
-                             f"coarsest run; a slope needs 2: model.L >= "
-                             f"{need * (EXTRAPOLATION_LEVELS[-1] if self.extrapolate else 1)}, a smaller fit_from "
-                             f"(got {self.fit_from}), or uniform_start = false")
+                             f"{held} of the {self.model.L // per + 1} times of its coarsest run; a slope needs 2: "
+                             f"model.L >= {per * steps_for_a_slope(self.fit_from)}, a smaller fit_from (got "
+                             f"{self.fit_from}), or uniform_start = false")
         return self
 
     def estimate(self, workers: int = 1) -> Estimate:
@@ -137,6 +133,15 @@ def fit_window(n: int, T: float, fit_from: float) -> np.ndarray:
         The times in the window.
     """
     return np.arange(n + 1) * (T / n) >= fit_from * T - 1e-12 * T
+
+
+def steps_for_a_slope(fit_from: float) -> int:
+    """The fewest steps n of a run whose `fit_window` holds 2 times: n (1 − fit_from) >= 1, up to the
+    window's rounding (checked up to 10⁶ steps)."""
+    n = max(1, math.ceil(1 / (1 - fit_from)) - 1)
+    while n <= 10**6 and fit_window(n, 1.0, fit_from).sum() < 2:
+        n += 1
+    return n
 
 
 def check_extrapolation(L: int, extrapolate: bool) -> None:
@@ -490,8 +495,9 @@ def log_mean_slope(t: np.ndarray, values: np.ndarray, mask: Optional[np.ndarray]
         The slope.
     """
     mask = np.ones(len(t), bool) if mask is None else mask
-    if len(np.unique(t[mask])) < 2:
-        raise ValueError(f"mask: a slope needs at least 2 distinct times in the fit window (got {len(np.unique(t[mask]))})")
+    times = len(np.unique(t[mask]))
+    if times < 2:
+        raise ValueError(f"mask: a slope needs at least 2 distinct times in the fit window (got {times})")
     y = np.log(values[:, mask].mean(axis=0))
     return float(np.polyfit(t[mask], y, 1)[0])
 
