@@ -137,7 +137,18 @@ def fit_window(n: int, T: float, fit_from: float) -> np.ndarray:
 
 def steps_for_a_slope(fit_from: float) -> int:
     """The fewest steps n of a run whose `fit_window` holds 2 times: n (1 − fit_from) >= 1, up to the
-    window's rounding (checked up to 10⁶ steps)."""
+    window's rounding (checked up to 10⁶ steps).
+
+    Parameters
+    ----------
+    fit_from : float
+        The window's start, a fraction of T in [0, 1).
+
+    Returns
+    -------
+    int
+        n.
+    """
     n = max(1, math.ceil(1 / (1 - fit_from)) - 1)
     while n <= 10**6 and fit_window(n, 1.0, fit_from).sum() < 2:
         n += 1
