@@ -51,6 +51,7 @@ from .core.validation import (
     check_output,
     object_record,
     NonFiniteError,
+    first_call,
     check_unit_rows,
     likely_fields,
     memory_errors,
@@ -475,12 +476,16 @@ def solve(
         shape = X0.shape
         ticks = iter(range(1, steps + 1) if progress is None else progress.track(range(1, steps + 1)))
         for k in ticks:
-            X = model.step(X, dt, step_draws(generator, path, k - 1, steps))
+            draws = step_draws(generator, path, k - 1, steps)
+            if k == 1:
+                X = first_call(f"model.step ({callable_name(model)})", _own(type(model)), X, model.step, X, dt, draws)
+            else:
+                X = model.step(X, dt, draws)
             if k == 1 or not torch.is_tensor(X) or X.shape != shape:
                 _first_step(model, X, X0, on_sphere)
             check_finite(X.detach(), k, model)
             if hook is not None:
-                new = hook(k, X)
+                new = first_call(f"hook ({callable_name(hook)})", False, X, hook, k, X) if k == 1 else hook(k, X)
                 if new is not None and (k == 1 or not torch.is_tensor(new) or new.shape != shape):
                     check_output(f"hook ({callable_name(hook)})", new, X0, unit=on_sphere)
                 X = X if new is None else new
@@ -499,8 +504,10 @@ def solve(
 def _first_step(model: Any, X: Any, X0: torch.Tensor, on_sphere: bool) -> None:
     """The first step's output: a user model's checked like any user callable; one of
     stochformer's own that leaves the sphere broke down numerically (a step too large for its
-    parameters): `NonFiniteError` naming the likely cause."""
+    parameters) or to non-finite numbers: `NonFiniteError` naming the likely cause."""
     own = _own(type(model))
+    if own and torch.is_tensor(X) and X.shape == X0.shape and not bool(torch.isfinite(X).all()):
+        raise NonFiniteError("non-finite {what} at layer 1", likely_fields(model), "tokens")
     check_output(f"model.step ({callable_name(model)})", X, X0, unit=on_sphere and not own)
     off = rows_off_sphere(X) if on_sphere and own else None
     if off is not None:

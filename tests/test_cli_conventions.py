@@ -252,15 +252,20 @@ def test_out_reads_dir_and_logging_options_everywhere():
 # --- rates: fields it reads, keys that say what they are ----------------------------------------------------
 
 
-@settings(max_examples=25, deadline=None)
-@given(field=st.sampled_from(sorted(set(RunConfig.model_fields) - set(RATES_FIELDS) - {"init", "Q", "K", "V", "device",
-                                                                                        "sinkhorn_tol", "path_stride"})))
-def test_rates_refuses_a_field_it_does_not_read(field):
-    """Any field rates does not read, set to its default or not, is one usage error naming it."""
+@settings(max_examples=50, deadline=None)
+@given(command=st.sampled_from(["rates", "pair"]), data=st.data())
+def test_rates_and_pair_refuse_a_field_they_do_not_read(command, data):
+    """Any field ``rates`` or ``pair`` does not read, set to its default or not, is one usage error
+    naming it (never silently ignored)."""
+    from stochformer.cli.pair import PAIR_FIELDS
+
+    read = RATES_FIELDS if command == "rates" else PAIR_FIELDS
+    field = data.draw(st.sampled_from(sorted(set(RunConfig.model_fields) - set(read) - {"init", "Q", "K", "V", "device",
+                                                                                         "sinkhorn_tol", "path_stride"})))
     default = RunConfig.model_fields[field].get_default(call_default_factory=True)
-    res = invoke("rates", "--set", f"{field}={json.dumps(default)}")
+    res = invoke(command, "--set", f"{field}={json.dumps(default)}")
     assert res.exit_code == 2, res.output
-    assert f"invalid configuration: {field}: has no effect in rates, which reads only activation, d," in res.output
+    assert f"invalid configuration: {field}: has no effect in {command}, which reads only activation, d," in res.output
 
 
 def test_rates_names_its_keys_and_reads_model_files(tmp_path):

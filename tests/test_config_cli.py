@@ -516,3 +516,14 @@ def test_long_values_and_keys_are_not_echoed(length: int, where: str, command: s
     res = CliRunner().invoke(main, [command, "--quiet", "--set", item, "--out", "unused-out"])
     errors = [line for line in res.output.splitlines() if line.startswith("Error:")]
     assert res.exit_code == 2 and len(errors) == 1 and len(res.output) < 3000, res.output[:500]
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(N=st.integers(2, 64), beta=st.floats(0.0, 10.0), bom=st.booleans())
+def test_a_config_file_with_a_byte_order_mark_reads_as_without(tmp_path_factory, N, beta, bom):
+    """A UTF-8 byte-order mark (which some editors write) before a config file is not part of its
+    TOML: the file reads as the same config without it."""
+    path = tmp_path_factory.mktemp("bom") / "c.toml"
+    path.write_bytes((b"\xef\xbb\xbf" if bom else b"") + f"N = {N}\nbeta = {beta!r}\n".encode())
+    cfg = build_config(None, [], path)
+    assert (cfg.N, cfg.beta) == (N, beta)

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 import stochformer as sf
 from stochformer.config import ConfigError, RunConfig, build_config
 from stochformer.config.build import make_kernel
-from stochformer.core.validation import import_object
+from stochformer.core.validation import NonFiniteError, import_object
 from stochformer.model.kernel import NoiseKernel, rates
 
 MODULE = textwrap.dedent('''
@@ -39,6 +39,9 @@ MODULE = textwrap.dedent('''
 
     scaled_tanh = Scaled(0.7)
     NOT_CALLABLE = 3
+
+    def raising(x):
+        raise ZeroDivisionError("an activation of one's own that fails")
 ''')
 
 
@@ -83,11 +86,15 @@ IDENT = st.from_regex(r"[a-z_][a-z0-9_]{0,8}", fullmatch=True)
     st.tuples(IDENT, IDENT).map(lambda t: f"zz_missing_{t[0]}:{t[1]}"),  # no such module
     st.tuples(IDENT).map(lambda t: f"my_parts:zz_{t[0]}"),  # no such attribute
     st.just("my_parts:NOT_CALLABLE"),
+    # callables that are no activation: they raise on a tensor, or return no tensor of its shape
+    st.sampled_from(["os:getcwd", "math:sqrt", "builtins:len", "torch:sum", "my_parts:raising", "my_parts:Scaled"]),
     st.text(min_size=1, max_size=40).filter(lambda s: ":" in s),  # anything with a colon
 ))
 def test_a_bad_import_string_is_one_activation_error(user_module, spec):
-    """Every string with a colon that does not name an importable callable gives one
-    ``ConfigError`` whose message starts at ``activation`` — from the API and from ``--set``."""
+    """Every string with a colon that does not name a callable mapping a tensor to one of its
+    shape — it names nothing importable, or something that is not callable, or a callable that
+    raises on a tensor or returns something else — gives one ``ConfigError`` whose message starts
+    at ``activation``, before any work (the callable is tried once on a few numbers)."""
     import my_parts  # noqa: F401  (the fixture's module is importable)
 
     try:
@@ -95,9 +102,15 @@ def test_a_bad_import_string_is_one_activation_error(user_module, spec):
     except ValueError:
         fn = None
     if callable(fn):
-        return  # the text happened to name a real callable (e.g. "os:getcwd"): not a bad string
-    with pytest.raises(ConfigError, match=r"activation"):
+        try:
+            works = torch.is_tensor(y := fn(torch.zeros(3, dtype=torch.float64))) and y.shape == (3,)
+        except Exception:
+            works = False
+        if works:
+            return  # the text happened to name a real activation: not a bad string
+    with pytest.raises(ConfigError, match=r"activation") as err:
         build_config(None, [f"activation={spec}"])
+    assert len(str(err.value).splitlines()) == 1
 
 
 def test_the_command_line_takes_an_import_string(user_module):
@@ -260,7 +273,17 @@ BAD_OUTPUTS = {
     "is bool": lambda Y: Y > 0,
     "is complex": lambda Y: Y.to(torch.complex128),
     "is on the meta device": lambda Y: Y.to("meta"),
+    # no output: the callable raises (its own error, Python's, torch's)
+    "raises TypeError": lambda Y: _raise(TypeError("takes no arguments")),
+    "raises KeyError": lambda Y: _raise(KeyError("k")),
+    "raises ZeroDivisionError": lambda Y: 1 / 0,
+    "raises torch's RuntimeError": lambda Y: Y @ torch.ones(7, 5, dtype=Y.dtype),
+    "raises its own exception": lambda Y: _raise(type("UserError", (Exception,), {})("a user's failure")),
 }
+
+
+def _raise(exc: Exception) -> Any:
+    raise exc
 
 
 def _named(fn: Callable, name: str) -> Callable:
@@ -311,17 +334,19 @@ KINDS = {"activation": "activation", "feature activation": "activation", "attent
          "hook": "hook", "noise": "noise", "mlp": "noise", "step": "model.step"}
 
 
-@settings(max_examples=130, deadline=None, database=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@settings(max_examples=180, deadline=None, database=None, derandomize=True, suppress_health_check=list(HealthCheck))
 @given(kind=st.sampled_from(list(KINDS)), bad=st.sampled_from(list(BAD_OUTPUTS)), N=st.integers(2, 4), d=st.integers(2, 4))
-def test_a_user_callable_of_wrong_shape_or_nan_is_refused_naming_it(kind: str, bad: str, N: int, d: int) -> None:
+def test_a_user_callable_of_wrong_output_or_raising_is_refused_naming_it(kind: str, bad: str, N: int, d: int) -> None:
     """An activation, attention, hook, noise source or step function whose output has the wrong
     shape (or type), another dtype or device than its input (integer, bool, complex, half or
-    float32 numbers for float64 tokens, the meta device) or is not finite is refused on its first
-    call, naming what it is and the callable (never broadcast, never a NaN run, never torch's error)."""
+    float32 numbers for float64 tokens, the meta device) or is not finite, or that raises, is
+    refused on its first call with one line naming what it is and the callable (never broadcast,
+    never a NaN run, never torch's error or the user's exception as it was)."""
     model, extra = _model_with(kind, BAD_OUTPUTS[bad])
     with pytest.raises(ValueError) as exc:
         sf.solve(model, sf.sphere.uniform(batch=2, N=N, d=d, seed=0), 1.0, 3, seed=0, **extra)
     text = str(exc.value)
+    assert type(exc.value) in (ValueError, NonFiniteError) and len(text.splitlines()) == 1, repr(exc.value)
     assert KINDS[kind] in text and f"user_{kind}" in text, text
 
 

@@ -14,6 +14,7 @@ import contextlib
 import faulthandler
 import json
 import math
+import os
 import re
 import signal
 import time
@@ -411,8 +412,8 @@ def test_python_api(world) -> None:
 
 # --------------------------------------------------------------------------- Hypothesis
 
-def _invalid_strategy(info: Any) -> st.SearchStrategy | None:
-    """Values outside the field's declared range, as --set text (None: no numeric/literal range)."""
+def _range(info: Any) -> tuple[list[Any], Any, bool, Any, bool]:
+    """A field's types (without None) and its declared range: low, low open, high, high open."""
     ann = info.annotation
     args = [a for a in (get_args(ann) or (ann,)) if a is not type(None)]
     lo = hi = None
@@ -426,6 +427,13 @@ def _invalid_strategy(info: Any) -> st.SearchStrategy | None:
             hi = meta.le
         if getattr(meta, "lt", None) is not None:
             hi, hi_open = meta.lt, True
+    return args, lo, lo_open, hi, hi_open
+
+
+def _invalid_strategy(info: Any) -> st.SearchStrategy | None:
+    """Values outside the field's declared range, as --set text (None: no numeric/literal range)."""
+    ann = info.annotation
+    args, lo, lo_open, hi, hi_open = _range(info)
     if args == [bool]:
         return st.sampled_from(['"maybe"', "2", "[true]", '"yes please"'])
     if get_origin(ann) is Literal:
@@ -500,6 +508,108 @@ def test_hypothesis_out_of_range_fields(world, command: str) -> None:
 ))
 def test_hypothesis_kernel_arguments(world, kw: dict) -> None:
     api_outcome(f"NoiseKernel(**{kw!r})", lambda: rates(NoiseKernel(**kw)))
+
+
+def _extreme_values(info: Any) -> list[str]:
+    """Values inside a numeric field's declared range at its extremes, as --set text: its closed
+    bounds, the numbers next to its open ones, ±1e308 (floats) or ±2**62 (integers) where it has none."""
+    args, lo, lo_open, hi, hi_open = _range(info)
+    if args == [float]:
+        return [repr(float(v)) for v in (
+            (np.nextafter(float(lo), np.inf) if lo_open else float(lo)) if lo is not None else -1e308,
+            (np.nextafter(float(hi), -np.inf) if hi_open else float(hi)) if hi is not None else 1e308,
+            1e-300 if (lo is None or lo < 1e-300) and (hi is None or hi > 1e-300) else None) if v is not None]
+    if args == [int]:
+        return [str(v) for v in (
+            (int(lo) + lo_open) if lo is not None else -(2**62), (int(hi) - hi_open) if hi is not None else 2**62)]
+    return []
+
+
+def _named(message: str, field: str) -> bool:
+    """Whether an error names the field (its last dotted part, as a word: ``T`` in "the step T/L")."""
+    return re.search(rf"(?<!\w){re.escape(field.rsplit('.', 1)[-1])}(?!\w)", message) is not None
+
+
+def _extreme_cases(model: type, prefix: str = "") -> list[tuple[str, str]]:
+    out = []
+    for name, info in model.model_fields.items():
+        if name == "model":
+            out += _extreme_cases(info.annotation, "model.")
+        elif name == "init":
+            out += _extreme_cases(info.annotation, prefix + "init.")
+        else:
+            out += [(prefix + name, v) for v in _extreme_values(info)]
+    return out
+
+
+@pytest.mark.parametrize("command", ["simulate", "sync", "converge", "chaos", "phase", "spectrum", "pair", "rates"])
+def test_hypothesis_extreme_valid_values(world, command: str) -> None:
+    """One numeric field at a time set to an extreme value its declared range admits (a bound,
+    the number next to an open bound, ±1e308 or ±2**62 where there is none): the command runs to a
+    finite result, or stops with one clear line that names that field (a breakdown blames it, a
+    size check asks to reduce it, a range that a command narrows states it) — never a traceback,
+    a hang, or an error about something else."""
+    from stochformer.cli.rates import RATES_FIELDS as READ_BY_RATES
+    from stochformer.cli.pair import PAIR_FIELDS
+    from stochformer.experiments.pair import PairConfig
+
+    model = {"pair": PairConfig, "rates": RunConfig, **HYPO_COMMANDS}[command]
+    cases = [(f, v) for f, v in _extreme_cases(model)
+             if command not in ("pair", "rates") or f in (PAIR_FIELDS if command == "pair" else READ_BY_RATES)]
+    base = {"pair": ["pair", "--json"], "rates": ["rates", "--json"],
+            "sync": ["sync", "--quiet", "--set", "model.L=8", "--set", "model.batch=2", "--set", "pairs=2", "--set",
+                     "bootstrap=10"],
+            "converge": ["converge", "--quiet", "--set", "model.batch=8", "--set", "samples_per_task=4", "--set",
+                         "depths=[2,4]", "--set", "widths=[2,4]", "--set", "bootstrap=100"],
+            "phase": ["phase", "--quiet", "--set", "model.L=4", "--set", "pairs=2", "--set", "boundary_points=5", "--set",
+                      "x_values=[0.0, 0.5]", "--set", "y_values=[0.5, 1.0]"],
+            "chaos": ["chaos", "--quiet", "--set", "sizes=[4,8,16]", "--set", "decor_sizes=[4,8]", "--set", "decor_repeats=16",
+                      "--set", "dims=[3]", "--set", "dims_batch=2", "--set", "model.L=4", "--set", "model.N=32", "--set",
+                      "model.batch=4", "--set", "w2_batch=2"]}.get(command) or COMMANDS[command]
+    problems: list[str] = []
+
+    examples = {"converge": 20, "chaos": 6, "phase": 25}.get(command, 40)  # seconds per run: converge 2–3, chaos 7
+
+    @settings(max_examples=int(os.environ.get("SF_EXTREME_EXAMPLES", examples)), deadline=None, database=None, derandomize=True,
+              suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+    @given(case=st.sampled_from(cases))
+    def run(case: tuple[str, str]) -> None:
+        field, value = case
+        if command not in ("pair", "rates"):  # a valid run that may take long (its rough estimate says so) is no hang
+            from stochformer.experiments.preflight import estimate
+
+            try:
+                cfg = build_config(None, [*(a for a in base[1:] if a not in ("--set", "--quiet")), f"{field}={value}"], model=model)
+            except ValueError:
+                cfg = None
+            e = estimate(cfg) if cfg is not None else None
+            if e is not None and LIMIT_S / 100 < e.seconds < 12 * 3600 and e.bytes < 2**31:  # the size check lets it run
+                return
+        out = ["--out", f"o-x-{command}-{sum(OUTCOMES.values())}"] if command not in ("pair", "rates") else []
+        args = [*base, "--set", f"{field}={value}", *out]
+        started = time.perf_counter()
+        try:
+            with time_limit():
+                res = CliRunner().invoke(main, args, catch_exceptions=True)
+        except Hang:
+            outcome = "hang"
+        else:
+            errors = [line for line in res.output.splitlines() if line.startswith("Error:")]
+            if (res.exception is not None and not isinstance(res.exception, SystemExit)) or "Traceback" in res.output:
+                outcome = "traceback"
+            elif res.exit_code == 0:
+                finite = command not in ("pair", "rates") or json.loads(res.output, parse_constant=lambda c: 1 / 0) is not None
+                outcome = "accepted" if finite and not NONFINITE.search(res.output) else "nonfinite_success"
+            elif len(errors) == 1 and _named(errors[0], field):
+                outcome = "clear"
+            else:
+                outcome = "unnamed" if len(errors) == 1 else "unclear"
+        _record(" ".join(args), "clear" if outcome == "accepted" else outcome, started)
+        if outcome not in ("accepted", "clear"):
+            problems.append(f"{outcome}: {' '.join(args)} -> {(errors or [res.output[-300:]])[-1] if outcome != 'hang' else ''}")
+
+    run()
+    assert not problems, "\n".join(problems)
 
 
 # --------------------------------------------------------------------------- summary (last)

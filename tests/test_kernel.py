@@ -400,7 +400,7 @@ def test_kernel_huge_bias_and_refusals():
     with pytest.raises(ValueError, match=r"^rho: must be cosines \(numbers in \[-1, 1\]\), got 'x'$"):
         k.kappa_prime("x")
     with pytest.raises(ValueError, match=r"^NoiseKernel: kappa does not fit in float64 for activation=relu, d=3, "
-                       r"sigma_U=1e\+160, sigma_W=0, scale=1; reduce sigma_U, sigma_W or scale$"):
+                       r"sigma_U=1e\+160, sigma_W=0, scale=1; reduce sigma_U, sigma_W or scale \(a config's noise_scale\)$"):
         NoiseKernel("relu", 3, 1e160).kappa(0.5)
 
 

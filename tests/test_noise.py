@@ -246,6 +246,35 @@ def test_whiten_gives_normals_that_the_symmetric_root_maps_back(n, d, copies, se
     close(S @ whiten(K, S @ xi, g), S @ xi, 1e-5)
 
 
+@settings(max_examples=60, deadline=None)
+@given(rank=st.integers(0, 5), null=st.integers(0, 3), d=st.integers(1, 3), scale=st.sampled_from([1e-6, 1.0, 1e6]),
+       single=st.booleans(), seed=st.integers(0, 2**31 - 1))
+def test_whiten_is_its_formula_and_draws_the_null_space_from_its_generator(rank, null, d, scale, single, seed):
+    """whiten(K, G, g) = V c with K = V diag(λ) Vᵀ (float64 whatever the inputs' dtype), c = Vᵀ G / √λ
+    on the eigenvalues above WHITEN_RTOL · max |λ| (a relative threshold: the same split at any scale
+    of K) and, below it, fresh N(0, 1) rows drawn from ``g`` in order (one row per null direction); a
+    K of rank 0 gives normals only. Written out from its definition, to 1e-9 relative."""
+    from stochformer.model.noise import WHITEN_RTOL, _eigh
+
+    n = max(1, rank + null)
+    g = torch.Generator().manual_seed(seed)
+    Q, _ = torch.linalg.qr(torch.randn(n, n, generator=g, dtype=F64))
+    lam = torch.cat([0.5 + 1.5 * torch.rand(min(rank, n), generator=g, dtype=F64), torch.zeros(n - min(rank, n), dtype=F64)])
+    K = scale * (Q * lam) @ Q.T
+    G = torch.randn(n, d, generator=g, dtype=F64) * math.sqrt(scale)
+    dtype = torch.float32 if single else F64
+    K_in, G_in = K.to(dtype), G.to(dtype)
+    evals, evecs = _eigh(K_in.to(F64))
+    keep = evals > WHITEN_RTOL * evals.abs().max()
+    coef = evecs.T @ G_in.to(F64)
+    coef[keep] /= evals[keep].sqrt()[:, None]
+    state = torch.Generator().manual_seed(seed + 1)
+    coef[~keep] = torch.randn(int((~keep).sum()), d, generator=state, dtype=F64)
+    out = whiten(K_in, G_in, torch.Generator().manual_seed(seed + 1))
+    assert out.dtype == F64 and (single or rank >= n or not keep.all())  # in float64 the zero eigenvalues are null
+    assert torch.allclose(out, evecs @ coef, rtol=1e-9, atol=1e-9 * float(out.abs().max())), (out, evecs @ coef)
+
+
 def test_whiten_recovers_the_normals_of_a_well_conditioned_kernel():
     """Orthogonal tokens (K = κ(0) off the diagonal, κ(1) on it: eigenvalues far apart from 0):
     whiten(K, K^{1/2}Ξ) = Ξ to 1e-12."""
@@ -846,3 +875,40 @@ def test_layer_normals_of_some_samples_are_views_of_theirs(output, bias):
         else:
             assert torch.equal(rows, whole[1:4]) and rows.data_ptr() == whole[1].data_ptr(), name
     assert part.gram is full.gram
+
+
+def test_a_covariance_that_broke_down_within_a_step_is_a_non_finite_state(monkeypatch):
+    """LAPACK failing on the exact field's covariance (injected: it does so on some non-finite
+    matrices) is `NonFiniteError` when the covariance holds NaN or infinite entries (a state that
+    broke down within a step, before the loop's check), which a run blames on its config's likely
+    fields; on a finite covariance the failure is LAPACK's, unchanged."""
+    from stochformer.core.validation import NonFiniteError
+    from stochformer.model import noise
+
+    def fails(K):
+        raise RuntimeError("linalg.eigh: The algorithm failed to converge")
+
+    monkeypatch.setattr(noise, "_eigh_small", fails)
+    monkeypatch.setattr(noise.torch.linalg, "eigh", fails)
+    for n in (3, 40):  # LAPACK's small path and torch's
+        for bad in (math.nan, math.inf):
+            K = torch.eye(n, dtype=torch.float64).repeat(2, 1, 1)
+            K[1, 0, 1] = bad
+            with pytest.raises(NonFiniteError, match=r"^non-finite tokens in a covariance within a step"):
+                noise._eigh(K)
+        with pytest.raises(RuntimeError, match="failed to converge"):
+            noise._eigh(torch.eye(n, dtype=torch.float64).repeat(2, 1, 1))
+
+
+@settings(max_examples=30, deadline=None)
+@given(d_kernel=st.integers(2, 5), d=st.integers(2, 5), N=st.integers(2, 5))
+def test_an_exact_field_refuses_tokens_of_another_dimension_than_its_kernel(d_kernel, d, N):
+    """ExactField(κ in dimension d_kernel).increment on tokens of dimension d (N of them, N and d
+    independent): an increment of their shape when d = d_kernel, else one ValueError naming both."""
+    field = ExactField(NoiseKernel("relu", d_kernel))
+    X = normalize(torch.randn(2, N, d, generator=torch.Generator().manual_seed(d * 10 + N), dtype=F64))
+    if d == d_kernel:
+        assert field.increment(X, 0.1, torch.Generator().manual_seed(0)).shape == X.shape
+    else:
+        with pytest.raises(ValueError, match=rf"^ExactField: its kernel is for d = {d_kernel}, the tokens have d = {d}$"):
+            field.increment(X, 0.1, torch.Generator().manual_seed(0))

@@ -385,3 +385,83 @@ def test_stale_partials_of_others_stay(tmp_path) -> None:
     (theirs.folder / "mine.txt").write_text("mine")
     remove_stale_partials(out)
     assert not ours.folder.exists() and (theirs.folder / "mine.txt").read_text() == "mine"
+
+
+# --- the names stochformer derives beside --out, by property ---------------------------------
+
+CONVERGE = ["converge", "--quiet", "--set", "model.batch=4", "--set", "samples_per_task=4", "--set", "depths=[2,4]",
+            "--set", "widths=[2,4]", "--set", "bootstrap=100", "--set", "model.N=3", "--set", "model.d=3"]
+#: the names a run derives from --out NAME: its lock, its task store (converge, chaos, phase), a partial folder
+BESIDE = {"lock": ".{}.lock", "tasks": "{}.tasks", "partial": ".{}.k3x9q1zz.partial"}
+
+
+def _plant(path: Path, what: str, base: Path) -> None:
+    """A user's item of kind ``what`` at ``path`` (``base/thesis.txt`` is the target of links)."""
+    target = base / "thesis.txt"
+    if what == "text":
+        path.write_text("my notes\n")
+    elif what == "empty file":
+        path.write_bytes(b"")
+    elif what in ("stale lock", "linked lock"):
+        text = b"pid 4242, stochformer simulate, started 2026-01-01 00:00:00 UTC"
+        if what == "stale lock":
+            path.write_bytes(text)
+        else:  # a user's file that reads like a lock, hard-linked: writing the lock would write it
+            target.write_bytes(text)
+            os.link(target, path)
+    elif what == "hard link":
+        os.link(target, path)
+    elif what == "symlink":
+        path.symlink_to(target)
+    elif what == "empty folder":
+        path.mkdir()
+    elif what == "folder":
+        path.mkdir()
+        (path / "keep.txt").write_text("mine\n")
+    elif what == "fifo":
+        os.mkfifo(path)
+
+
+def _tree(base: Path) -> dict[str, tuple]:
+    """Every item under ``base``: its kind, and a file's bytes and inode."""
+    items = {}
+    for p in sorted(base.rglob("*")):
+        st = p.lstat()
+        kind = "link" if p.is_symlink() else "fifo" if p.is_fifo() else "dir" if p.is_dir() else "file"
+        items[p.relative_to(base).as_posix()] = (kind, p.read_bytes() if kind == "file" else None, st.st_ino)
+    return items
+
+
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(command=st.sampled_from(["simulate", "converge"]), where=st.sampled_from(sorted(BESIDE)),
+       what=st.sampled_from(["text", "empty file", "stale lock", "linked lock", "hard link", "symlink", "empty folder",
+                             "folder", "fifo"]))
+def test_what_a_user_has_beside_the_output_is_never_written_or_removed(tmp_path_factory, command, where, what) -> None:
+    """A user's item at a name a run derives from ``--out`` (the lock, the task store, a partial
+    folder's pattern), whatever its kind, is never written, replaced or removed: the run either
+    uses what it may (no item there; a lock an earlier, killed run left: a plain file with one link,
+    empty or naming its holder; a partial folder is not its own and stays) and succeeds, or stops
+    before any work with one line naming that path. Every other item keeps its bytes and inode."""
+    base = tmp_path_factory.mktemp("beside")
+    (base / "thesis.txt").write_text("my thesis\n")
+    name = BESIDE[where].format("out")
+    _plant(base / name, what, base)
+    ours = where == "lock" and what in ("empty file", "stale lock")  # an earlier run's lock, taken over
+    used = where == "lock" or (where == "tasks" and command == "converge")
+    expected = ours or not used
+    before = {k: v for k, v in _tree(base).items() if not (ours and k == name)}
+    cwd = os.getcwd()
+    os.chdir(base)
+    try:
+        res = CliRunner().invoke(main, [*(SIMULATE if command == "simulate" else CONVERGE), "--out", "out"])
+    finally:
+        os.chdir(cwd)
+    event(f"{where} {what}: {'runs' if expected else 'refused'}")
+    assert "Traceback" not in res.output and res.exit_code in (0, 2), res.output
+    assert (res.exit_code == 0) == expected, (command, where, what, res.output)
+    if not expected:
+        assert name in res.output and res.output.count("Error:") == 1, res.output
+    after = _tree(base)
+    assert {k: v for k, v in after.items() if k in before} == before
+    assert not os.path.lexists(base / BESIDE["lock"].format("out")) or not ours
+    assert all(not k.startswith("out") or k.split("/")[0] in ("out", name) for k in after), sorted(after)

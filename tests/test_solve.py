@@ -225,7 +225,8 @@ def test_an_experiment_blames_a_breakdown_on_its_config_fields(field):
 
 def test_a_model_with_large_parameters_is_blamed_by_them_unless_a_config_is_named(tokens):
     """Without a config, the breakdown names the model's large parameters (here β = 1e6); an error of
-    a part's own first output (no state named) keeps its message within ``blamed_on``; the error
+    a part's own first output (no state named) keeps its event within ``blamed_on``, and its cause
+unless the config's fields name one; the error
     pickles whole (a run in another process)."""
     import pickle
 
@@ -238,6 +239,11 @@ def test_a_model_with_large_parameters_is_blamed_by_them_unless_a_config_is_name
         with blamed_on(RunConfig(), "particles"):
             raise part
     assert caught.value is part and str(part).endswith("likely cause: noise.scale = 1e+06")
+    with pytest.raises(NonFiniteError) as caught:  # a config whose fields name the cause: blamed on them
+        with blamed_on(RunConfig(noise_scale=1e6), "particles"):
+            raise part
+    assert str(caught.value) == ("non-finite noise increment on its first call: the run was stopped and nothing was "
+                                 "written; likely cause: noise_scale = 1e+06")
 
 
 # ----------------------------------------------------------------- solve: the progress bar

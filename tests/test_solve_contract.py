@@ -382,8 +382,8 @@ def test_failures_during_a_run_name_the_model_and_what_to_change():
     """Tokens off the sphere or not finite at the start, a non-finite state at a later step (naming
     the model's large parameters), an allocator's failure in a step (naming the run's shape and
     what to reduce), a hook that returns something other than a tensor after its first step: one
-    ValueError each (NonFiniteError, a ValueError, for the non-finite states); an error that is not
-    about memory passes unchanged."""
+    ValueError each (NonFiniteError, a ValueError, for the non-finite states); any other error a
+    user's step raises on its first call is one ValueError naming it, with that error as its cause."""
     with pytest.raises(ValueError, match=r"^X0: rows must have unit norm \(tokens on the sphere; got norms from 2 to 2\)"):
         solve(Rotate(), 2 * TOKENS, T=1.0, steps=2, seed=0)
     for X0, layer in ((TOKENS * math.nan, 0), (TOKENS, 2)):
@@ -395,8 +395,10 @@ def test_failures_during_a_run_name_the_model_and_what_to_change():
                                              r"available \((CUDA out of memory\. Tried to allocate 2\.00 GiB|MemoryError)\)"
                                              + reduce):
             solve(Blows(error=error), TOKENS, T=1.0, steps=3, seed=0)
-    with pytest.raises(RuntimeError, match="^a failure that is not about memory$"):  # other errors pass unchanged
+    with pytest.raises(ValueError, match=r"^model\.step \(test_solve_contract\.Blows\): raised RuntimeError on its first call "
+                                         r"\(a failure that is not about memory\), given a float64 tensor of shape \(2, 3, 3\)") as err:
         solve(Blows(error=RuntimeError("a failure that is not about memory")), TOKENS, T=1.0, steps=3, seed=0)
+    assert isinstance(err.value.__cause__, RuntimeError)  # the user's own error, kept as the cause
     with pytest.raises(ValueError, match=r"^hook \(.*\): "):
         solve(Rotate(), TOKENS, T=1.0, steps=3, seed=0, hook=lambda k, X: X.tolist() if k == 2 else None)
 

@@ -542,3 +542,20 @@ def test_fraction_intervals_refuse_impossible_counts_naming_the_field(args, mess
             f(*args)
         assert str(err.value) == message
     assert all(math.isnan(v) for v in clopper_pearson_interval(1, 1))  # one trial: a valid count, no interval
+
+
+@settings(max_examples=60, deadline=None)
+@given(values=st.lists(st.floats(-1.0, 1.0), min_size=2, max_size=12), power=st.integers(0, 1000),
+       as_tensor=st.booleans())
+def test_the_standard_error_of_huge_samples_is_finite_and_scales(values, power, as_tensor):
+    """SE(2^k x) = 2^k SE(x) to rounding and finite for samples up to 1e301 (the squares of such
+    numbers overflow: the spread is taken in units of the largest), numpy and torch alike."""
+    x = np.asarray(values, float)
+    big = x * 2.0**power
+    if as_tensor:
+        mean, se = (v.numpy() for v in mean_and_se(torch.from_numpy(big)))
+    else:
+        mean, se = mean_and_se(big)
+    ref = x.std(ddof=1) / math.sqrt(len(x))
+    assert np.isfinite(se) and math.isclose(float(se), ref * 2.0**power, rel_tol=1e-12, abs_tol=1e-300 * 2.0**power)
+    assert math.isclose(float(mean), x.mean() * 2.0**power, rel_tol=1e-12, abs_tol=1e-300 * 2.0**power)

@@ -18,6 +18,8 @@ import numpy as np
 import pytest
 import xarray as xr
 from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from stochformer.cli import main
 from stochformer.config import ConfigError, RunConfig
@@ -240,6 +242,39 @@ def test_bad_sweep_file_fails_before_any_work(tmp_path, text, message):
     assert not out.exists()
     with pytest.raises(ConfigError):
         plan_sweep(load_sweep(sweep_file))
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(grid=st.lists(st.integers(2, 6), min_size=1, max_size=3, unique=True), base_N=st.integers(2, 20), data=st.data())
+def test_a_token_file_is_checked_against_every_points_N(tmp_path_factory, grid, base_N, data):
+    """``init.path`` of shape (rows, d) in a sweep over N is checked at every point, not against
+    the base model's N (which the grid replaces): the sweep plans exactly when every point's N is
+    rows, and a refusal names the first grid value that does not fit, before any work."""
+    rows = data.draw(st.sampled_from([*grid, 7]))
+    folder = tmp_path_factory.mktemp("tokens")
+    np.save(folder / "t.npy", np.random.default_rng(0).standard_normal((rows, 3)))
+    (folder / "s.toml").write_text(f"samples = 2\nsamples_per_task = 2\n[model]\nN = {base_N}\nL = 2\nm = 4\n[model.init]\n"
+                                   f"kind = \"npy\"\npath = \"{folder / 't.npy'}\"\n[grid]\nN = {grid}\n")
+    if all(n == rows for n in grid):
+        assert [c.N for c in plan_sweep(load_sweep(folder / "s.toml")).configs] == grid
+        return
+    with pytest.raises(ConfigError) as err:
+        plan_sweep(load_sweep(folder / "s.toml"))
+    bad = next(k for k, n in enumerate(grid) if n != rows)
+    assert f"grid.N[{bad}] = {grid[bad]}: init.path: array has shape ({rows}, 3)" in str(err.value), str(err.value)
+
+
+@settings(max_examples=30, deadline=None)
+@given(workers=st.integers(1, 10**6), samples=st.integers(1, 6), points=st.integers(1, 3))
+def test_the_size_check_holds_no_more_tasks_at_once_than_there_are(workers, samples, points):
+    """``--workers W`` holds at most min(W, tasks) tasks at once: the estimate for W workers is
+    that for min(W, tasks); where the tasks held at once drive the memory, it names --workers."""
+    cfg = SweepConfig(samples=samples, samples_per_task=1, model={"L": 2, "N": 3, "m": 4},
+                      grid={"beta": [1.0 + k for k in range(points)]})
+    held = min(workers, samples * points)
+    e, e_held = cfg.estimate(workers), cfg.estimate(held)
+    assert (e.bytes, e.memory_fields) == (e_held.bytes, e_held.memory_fields)
+    assert e.memory_fields.startswith("--workers") == (held > 1 and not e.memory_fields.startswith("samples")), e.memory_fields
 
 
 def test_scheduler_strings():

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 
 import numpy as np
 import pytest
@@ -312,3 +313,32 @@ def test_lyapunov_fails_in_float32_through_a_gram_root(monkeypatch, float32_refe
     cfg = float32_reference.with_updates(dtype="float32")
     r = measure_lyapunov(cfg, pairs=256, eps=1e-4)
     assert abs(r["lambda_1"] - predicted_rates(cfg)["lambda_1_pred"]) > 10 * r["lambda_1_se"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(T=st.floats(1e-6, 10.0), L=st.integers(2, 64).map(lambda k: 4 * k), horizon=st.floats(1e-6, 1e4),
+       extrapolate=st.booleans())
+def test_a_near_horizon_is_refused_exactly_when_its_run_is_too_long(T, L, horizon, extrapolate):
+    """The near-synchronisation run takes steps of the model's T/L: a ``near_horizon`` whose run
+    would take more than ``NEAR_STEPS_MAX`` steps is refused naming it, any other accepted."""
+    from stochformer.experiments.sync import NEAR_STEPS_MAX, SyncConfig, near_steps
+
+    steps = near_steps(L, T, horizon, extrapolate)
+    assert steps >= L * horizon / T - 1e-9 * steps and steps % (4 if extrapolate else 1) == 0
+    fields = {"model": {"T": T, "L": L, "batch": 2}, "near_horizon": horizon, "extrapolate": extrapolate}
+    if steps <= NEAR_STEPS_MAX:
+        assert SyncConfig(**fields).near_horizon == horizon
+    else:
+        with pytest.raises(ValueError, match=r"near_horizon: the near-synchronisation run takes steps of model\.T / model\.L"):
+            SyncConfig(**fields)
+
+
+@pytest.mark.parametrize("beta", [sys.float_info.min, 1e-300, 1e-100, 1e-12])  # SyncConfig refuses a subnormal β
+@pytest.mark.parametrize("N", [2, 3, 64])
+def test_energy_max_is_exact_as_beta_vanishes(beta, N):
+    """½(1 − 1/N)(e^β − e^{−β/(N−1)}) = ½(1 − 1/N) β N/(N − 1) (1 + O(β)): positive and exact to
+    rounding however small a normal β is (e^β − e^{−b} as differences of expm1), so the rate bound it sets exists."""
+    from stochformer.experiments.sync import energy_max
+
+    expected = 0.5 * (1 - 1 / N) * (beta + beta / (N - 1))
+    assert energy_max(N, beta) > 0 and math.isclose(energy_max(N, beta), expected, rel_tol=1e-9)

@@ -384,7 +384,7 @@ def test_pair_command_prints_json_and_names_bad_fields():
                 "stationary", "stationary_reason", "mean_z_t", "energy_t", "energy_rate"):
         assert key in out
     assert 0 < out["p_antipodal"] < 1 and out["sync_time_mean"] is None and out["beta_star"] > 0
-    for field, value, valid in (("z0", "1.5", "> -1 and < 1"), ("eps", "0", "> 0 and < 2"), ("eps", "2.5", "> 0 and < 2"),
+    for field, value, valid in (("z0", "1.5", "> -1 and < 1"), ("eps", "0", ">= 1e-12 and < 2"), ("eps", "2.5", ">= 1e-12 and < 2"),
                                 ("t", "-1", ">= 0")):
         res = runner.invoke(main, ["pair", "--set", f"{field}={value}"])
         assert res.exit_code == 2

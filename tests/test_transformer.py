@@ -297,3 +297,30 @@ def test_check_finite_catches_every_non_finite_entry_and_only_those(bad):
         check_finite(X, 7)
     huge = torch.full((2, 3, 4), torch.finfo(torch.float64).max, dtype=torch.float64)
     assert math.isinf(float(huge.sum())) and check_finite(huge, 7) is huge
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_a_run_refuses_a_noise_part_whose_tensors_are_of_another_dtype(dtype):
+    """A noise source of one's own (a dataclass) holding a float64 tensor runs with float64 tokens
+    and is refused, naming the part, its field and both dtypes, at the start of a float32 run."""
+    import dataclasses
+
+    import stochformer as sf
+
+    @dataclasses.dataclass
+    class Scaled:
+        scale: torch.Tensor
+
+        def reset(self, batch, d, generator, dtype, device):
+            pass
+
+        def increment(self, X, dt, draws):
+            return self.scale * math.sqrt(dt) * torch.ones_like(X)
+
+    model = sf.Transformer(None, Scaled(torch.tensor(0.1, dtype=torch.float64)))
+    X0 = sf.sphere.uniform(batch=2, N=3, d=3, seed=0).to(dtype)
+    if dtype == torch.float64:
+        assert sf.solve(model, X0, 1.0, 2, seed=0)["mean_cosine"].shape == (2, 3)  # (batch, time)
+    else:
+        with pytest.raises(ValueError, match=r"^noise: Scaled\.scale is float64 on cpu, the tokens float32 on cpu"):
+            sf.solve(model, X0, 1.0, 2, seed=0)

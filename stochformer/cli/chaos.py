@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 import click
@@ -40,13 +41,19 @@ def chaos_cmd(config_file, overrides, out, force, quiet, scheduler: Optional[str
             result.clouds["initial"], result.clouds["final"],
             rf"reference tokens on $S^2$ ($N_{{\mathrm{{ref}}}} = {cfg.model.N}$, one sample)")
     write_results(folder, force, result, figures, store, fmt)
-    lo, hi = result.to_dict()["exponent_coupling_ci"]
     click.echo(f"chaos: {result.elapsed_s:.1f} s; coupling exponent {result.exponent_coupling:.3f} "
-               f"[{lo:.3f}, {hi:.3f}] (d = {cfg.model.d}, target 1)")
+               f"{_interval(*result.to_dict()['exponent_coupling_ci'])} (d = {cfg.model.d}, target 1)")
     for d in cfg.dims:
         w = result.fits["w2"].get(str(d))
         if w:
-            click.echo(f"  W2^2 exponent d = {d}: {w['exponent']:.3f} [{w['ci'][0]:.3f}, {w['ci'][1]:.3f}]"
+            click.echo(f"  W2^2 exponent d = {d}: {w['exponent']:.3f} {_interval(*w['ci'])}"
                        f"  (r_d = {result.fits['r_d'][str(d)]['law']}: {result.fits['r_d'][str(d)]['exponent']:.3f}; "
                        f"S^{d - 1} rate {result.fits['sphere_rate'][str(d)]['law']}: {result.fits['sphere_rate'][str(d)]['exponent']:.3f})")
     click.echo(f"results in {folder}")
+
+
+def _interval(lo: Optional[float], hi: Optional[float]) -> str:
+    """``[lo, hi]``, or what stands instead of an interval the data do not give (too few samples)."""
+    if lo is None or hi is None or not (math.isfinite(lo) and math.isfinite(hi)):
+        return "(no interval: too few samples)"
+    return f"[{lo:.3f}, {hi:.3f}]"

@@ -456,7 +456,7 @@ def task_store(folder: Path) -> Path:
         if store.is_symlink() or (store.exists() and not store.is_dir()):
             raise OutputError(f"--out: {store} (where finished tasks are kept) exists and is not a folder stochformer "
                               "created; move it away or choose another folder")
-        manifest = own_folder(store, command)
+        manifest = own_folder(store, command, derived=True)
     except OutputError as exc:
         raise click.UsageError(str(exc)) from None
     ctx.with_resource(tracking(manifest))

@@ -7,6 +7,10 @@ import json
 import click
 
 from .common import config_options, fail_cleanly, resolve_config
+from .rates import RATES_FIELDS, check_rates_fields
+
+#: the fields ``pair`` reads: κ's, the attention's over the pair, the energy's and the queries'
+PAIR_FIELDS = (*RATES_FIELDS, "noise", "noise_args", "mlp", "attention", "attention_kind", "beta", "N", "z0", "eps", "t")
 
 
 def _fmt(v) -> str:
@@ -30,11 +34,12 @@ def pair_cmd(config_file, overrides, as_json) -> None:
 
     Fields as for ``rates`` (activation, d, sigma_U, sigma_W, noise_scale; attention, beta, gamma:
     softmax attention Q^T K = beta I, V = gamma I over the pair, gamma default 0 here; energy_beta and
-    N for the energy) and the pair's own: z0 in (-1, 1) (default 0), eps in (0, 2) (default 1e-3),
+    N for the energy) and the pair's own: z0 in (-1, 1) (default 0), eps in [1e-12, 2) (default 1e-3),
     t >= 0 (default 1). A quantity that does not exist is null (JSON) or — with a reason."""
     from ..experiments.pair import PairConfig, pair_report
 
     cfg = resolve_config(config_file, overrides, model=PairConfig, base={"gamma": 0.0, "N": 2})
+    check_rates_fields(cfg.model_fields_set, PAIR_FIELDS, "pair")
     report = pair_report(cfg)
     if as_json:
         click.echo(json.dumps(report, allow_nan=False))

@@ -15,17 +15,19 @@ from .common import config_options, fail_cleanly, print_config_and_exit, resolve
 #: loads only click at start, tests/test_cli_conventions.py keeps the two equal —, the β of E_β and
 #: the attention's γ); any other is refused
 RATES_FIELDS = ("activation", "d", "sigma_U", "sigma_W", "noise_scale", "gain", "energy_beta", "gamma")
+#: the largest d of ``rates``: it lists the d − 1 Lyapunov exponents (10 s and 1.4 GB at 10⁷)
+RATES_D_MAX = 10**7
 #: the JSON keys of ``rates(...).to_dict()`` renamed after the field they echo (``beta`` is E_β's β)
 RENAMED_KEYS = {"beta": "energy_beta"}
 
 
-def check_rates_fields(given: set[str]) -> None:
-    """``click.UsageError`` naming every field in ``given`` that ``rates`` does not read (one error)."""
-    unused = sorted(set(given) - set(RATES_FIELDS))
+def check_rates_fields(given: set[str], fields: tuple[str, ...] = RATES_FIELDS, command: str = "rates") -> None:
+    """``click.UsageError`` naming every field in ``given`` that ``command`` does not read (one error)."""
+    unused = sorted(set(given) - set(fields))
     if unused:
         raise click.UsageError(
-            f"invalid configuration: {', '.join(unused)}: {'has' if len(unused) == 1 else 'have'} no effect in rates, "
-            f"which reads only {', '.join(RATES_FIELDS)}; remove {'it' if len(unused) == 1 else 'them'}"
+            f"invalid configuration: {', '.join(unused)}: {'has' if len(unused) == 1 else 'have'} no effect in {command}, "
+            f"which reads only {', '.join(fields)}; remove {'it' if len(unused) == 1 else 'them'}"
             + ("; the β of E_β and of Theorem 1.4's bound is energy_beta (beta is the attention's)"
                if "beta" in unused else ""))
 
@@ -58,6 +60,9 @@ def rates_cmd(config_file, overrides, as_json) -> None:
 
     cfg = resolve_config(config_file, overrides, base={"gamma": 0.0}, print_it=False)
     check_rates_fields(cfg.model_fields_set)
+    if cfg.d > RATES_D_MAX:
+        raise click.UsageError(f"invalid configuration: d: rates lists the d - 1 Lyapunov exponents: d <= {RATES_D_MAX} "
+                               f"(got {cfg.d})")
     print_config_and_exit({name: getattr(cfg, name) for name in RATES_FIELDS})
     r = rates(make_kernel(cfg), beta=cfg.energy_beta, gamma=cfg.gamma_value)
     spectrum = lyapunov_spectrum(r.kappa, r.kappa_prime, cfg.d)

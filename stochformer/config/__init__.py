@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, Optional, Union, get_args, get_origin
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+import torch
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from ..model.activations import ACTIVATIONS, get_activation
 from ..io.tokens import load_token_array
@@ -156,6 +157,9 @@ class InitConfig(StrictConfig):
 _INIT_USED_BY = {"path": "npy", "center": "cluster", "spread": "cluster", "cosine": "pair"}
 
 
+#: a validation context's key (`validate`): the token file of ``init.path`` is checked against each
+#: point's N and d (a sweep's), not against the base config's
+TOKENS_PER_POINT = "tokens_per_point"
 #: the noise sources a config names (besides an import string)
 NOISE_KINDS = ("auto", "mlp", "mlp_gaussian", "exact", "random_features")
 #: the built-in values of each field whose parts state ``capture_safe`` (`RunConfig`'s capture check;
@@ -374,12 +378,17 @@ class RunConfig(StrictConfig):
     @field_validator("device")
     @classmethod
     def _device(cls, v: str) -> str:
-        if not (v == "cpu" or v == "cuda" or (v.startswith("cuda:") and v[5:].isdigit())):
-            raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:<index>', got {v!r}")
+        valid = v == "cpu" or v == "cuda" or (v.startswith("cuda:") and v[5:].isascii() and v[5:].isdigit())
+        try:
+            valid = valid and torch.device(v) is not None
+        except RuntimeError:  # an index beyond what torch parses
+            valid = False
+        if not valid:
+            raise ValueError("must be 'cpu', 'cuda' or 'cuda:<index>' with an index torch accepts")
         return v
 
     @model_validator(mode="after")
-    def _cross_checks(self) -> "RunConfig":
+    def _cross_checks(self, info: ValidationInfo) -> "RunConfig":
         for field, names, protocol in (("attention_kind", ATTENTION_KINDS, ATTENTION_METHODS),
                                        ("noise", NOISE_KINDS, NOISE_METHODS)):
             spec, args = getattr(self, field), getattr(self, field.removesuffix("_kind") + "_args")
@@ -407,9 +416,11 @@ class RunConfig(StrictConfig):
         if self.weight_law != "gaussian" and self.noise not in ("auto", "mlp"):
             raise ValueError(f"weight_law: {self.weight_law!r} needs explicit weights, noise = 'mlp' or 'auto' "
                              f"(got noise = {self.noise!r})")
+        if ":" in self.activation:  # a user's φ, called once now so that one failing fails before any work
+            get_activation(self.activation)(torch.linspace(-4.0, 4.0, 9, dtype=getattr(torch, self.dtype)))
         if self.capture:
             self._check_capture()
-        if self.init.kind == "npy" and self.init.path is not None:
+        if self.init.kind == "npy" and self.init.path is not None and not (info.context or {}).get(TOKENS_PER_POINT):
             load_token_array(self.init.path, self.batch, self.N, self.d)
         if self.init.kind == "pair" and self.N != 2:
             raise ValueError(f"init.kind = 'pair' needs N = 2 (got N = {self.N})")
@@ -442,6 +453,11 @@ class RunConfig(StrictConfig):
             The validated copy.
         """
         return build_config(self.model_dump(mode="json"), [f"{k}={json.dumps(v)}" for k, v in updates.items()])
+
+
+#: the shortest horizon of an experiment that measures how tokens move (its ``model_min`` of T)
+MEASURED_HORIZON = (1e-6, "what is measured changes with t = layer · T/L, and over a shorter horizon by less than "
+                    "float64 resolves")
 
 
 class ExperimentConfig(StrictConfig):
@@ -724,7 +740,7 @@ def load_toml(path: Union[str, Path]) -> dict[str, Any]:
 
     p = Path(path)
     try:
-        return tomllib.loads(read_input(p, "config", CONFIG_MAX_BYTES).decode("utf-8"))
+        return tomllib.loads(read_input(p, "config", CONFIG_MAX_BYTES).decode("utf-8-sig"))  # a byte-order mark (some editors write one) is not TOML: dropped
     except InputError as exc:
         raise ConfigError(str(exc)) from None
     except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
@@ -750,7 +766,7 @@ def validate(model: type[BaseModel], data: dict[str, Any]) -> Any:
     """
     check_depth(data, "config")
     try:
-        return model.model_validate(data)
+        return model.model_validate(data, context=getattr(model, "validation_context", None))
     except ValidationError as err:
         raise ConfigError(_format_validation_error(err, model)) from None
 

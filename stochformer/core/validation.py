@@ -105,12 +105,14 @@ class NonFiniteError(ValueError):
         return type(self), (self.event, self.cause, self.what)
 
     def blamed(self, cfg: Any, what: Optional[str] = None) -> NonFiniteError:
-        """The same breakdown of the state, blamed on the likely fields of ``cfg`` (`likely_fields`;
-        None: the cause as before) and naming the state ``what`` (None: as before); an error that
-        names no state is returned as it is."""
-        if self.what is None:
-            return self
-        return NonFiniteError(self.event, self.cause if cfg is None else likely_fields(cfg), what or self.what)
+        """The same breakdown, blamed on the likely fields of ``cfg`` (`likely_fields`; None, or
+        fields that name nothing in particular: the cause as before) and naming the state ``what``
+        (None: as before; an error that names no state, such as a part's first output, keeps its event)."""
+        cause = self.cause if cfg is None else likely_fields(cfg)
+        if cause.startswith(GENERIC_CAUSES) and not self.cause.startswith(GENERIC_CAUSES):
+            cause = self.cause
+        what = None if self.what is None else what or self.what
+        return self if (cause, what) == (self.cause, self.what) else NonFiniteError(self.event, cause, what)
 
 
 @contextlib.contextmanager
@@ -699,19 +701,47 @@ def _check_output_kind(who: str, out: torch.Tensor, like: torch.Tensor) -> None:
                          f"(the dtype and device of its input) (got {short(out)})")
 
 
-def first_output(seen: set, key: str, part: Any, out: Any, like: torch.Tensor) -> Any:
-    """``out``, the output of a model's part ``key`` (its ``attention``, its noise source's
-    ``increment``), checked by `check_output` against ``like``, its input, the first time ``key`` is not in ``seen`` (the
-    model clears ``seen`` at the start of every run). One of stochformer's own parts that returns
-    non-finite numbers broke down numerically: `NonFiniteError` naming its large parameters."""
-    if key not in seen:
-        own = (getattr(type(part), "__module__", "") or "").startswith("stochformer")
-        if own and torch.is_tensor(out) and out.shape == like.shape and not bool(torch.isfinite(out).all()):
-            found = ", ".join(_large_parameters(part, f"{key}.")) or "the step size and the part's scales"
-            raise NonFiniteError(f"non-finite {key} increment on its first call", found)
-        check_output(f"{key} ({callable_name(part)})", out, like)
-        seen.add(key)
+def first_output(seen: set, key: str, part: Any, fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)``, a call of a model's part ``key`` (its ``attention``, its noise source's
+    ``increment``; ``args[0]``: the tokens), checked the first time ``key`` is not in ``seen`` (the
+    model clears ``seen`` at the start of every run): by `check_output` against the tokens, and an
+    exception a part of one's own raises becomes one ``ValueError`` naming it (`first_call`).
+    One of stochformer's own parts that returns non-finite numbers broke down numerically:
+    `NonFiniteError` naming its large parameters."""
+    if key in seen:
+        return fn(*args)
+    like = args[0]
+    own = (getattr(type(part), "__module__", "") or "").startswith("stochformer")
+    out = first_call(f"{key} ({callable_name(part)})", own, like, fn, *args)
+    if own and torch.is_tensor(out) and out.shape == like.shape and not bool(torch.isfinite(out).all()):
+        found = ", ".join(_large_parameters(part, f"{key}.")) or "the step size and the part's scales"
+        raise NonFiniteError(f"non-finite {key} increment on its first call", found)
+    check_output(f"{key} ({callable_name(part)})", out, like)
+    seen.add(key)
     return out
+
+
+def first_call(who: str, own: bool, like: torch.Tensor, fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)``, the first call of the callable ``who`` on the tensor ``like``: an exception a
+    user's callable (not ``own``, one of stochformer's) raises becomes `first_call_failed`'s one line."""
+    if own:
+        return fn(*args)
+    try:
+        return fn(*args)
+    except Exception as exc:
+        raise first_call_failed(who, exc, like) from exc
+
+
+def first_call_failed(who: str, exc: Exception, like: torch.Tensor) -> Exception:
+    """What the first call of a user's callable ``who`` on the tensor ``like`` raising ``exc``
+    becomes: a ``ValueError`` of one line naming it, the exception and the input; running out of
+    memory stays what it is (a run names its own sizes)."""
+    if isinstance(exc, (MemoryError, torch.OutOfMemoryError)):
+        return exc
+    text = " ".join(str(exc).split()) or "no message"
+    return ValueError(f"{who}: raised {type(exc).__name__} on its first call ({clip(text, 200)}), given a "
+                      f"{str(like.dtype).removeprefix('torch.')} tensor of shape {tuple(like.shape)} on {like.device}; "
+                      "it must map such a tensor to one of the same shape")
 
 
 # --------------------------------------------------------------------------- the decorator
@@ -903,12 +933,19 @@ def _large_parameters(model: Any, where: str = "", depth: int = 0) -> list[str]:
     return found
 
 
+#: how `likely_fields` begins when it names no field in particular
+GENERIC_CAUSES = ("the step size and ", "the step T/L and ", "the step model.T / model.L and ")
+
+
 def likely_fields(cfg: Any) -> str:
     """The config fields that most likely drive a state to infinity: large entries of the
     attention matrices, large β, γ, biases or noise scale, or a large step T/L; for a model
     instead of a config, its parts' large parameters."""
     if cfg is None:
         return "the step size and the scales of the attention and the noise"
+    if not hasattr(cfg, "L") and hasattr(getattr(cfg, "model", None), "L"):  # an experiment: its model's fields
+        return ", ".join(f"model.{cause}" if cause[0].isalpha() and not cause.startswith("the ") else cause
+                         for cause in likely_fields(cfg.model).split(", ")).replace("T/L", "model.T / model.L")
     if not hasattr(cfg, "L"):  # a model: its parameters
         return ", ".join(_large_parameters(cfg)) or "the step size and the scales of the attention and the noise"
     found = []

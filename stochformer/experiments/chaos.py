@@ -47,7 +47,7 @@ from pydantic import Field, model_validator
 
 from ..core.brownian import BrownianPath
 from ..config.build import make_field, make_grouped_particles, make_particles, setup
-from ..config import ExperimentConfig, RunConfig, as_config, validate
+from ..config import ExperimentConfig, MEASURED_HORIZON, RunConfig, as_config, validate
 from ..measure.diagnostics import cloud_summary
 from ..core.extras import require
 from ..measure.distances import rate_function, sphere_rate, w2_sliced, w2_squared
@@ -75,7 +75,7 @@ class ChaosConfig(ExperimentConfig):
     noises: ClassVar[tuple[str, ...]] = ("random_features", "exact")
     model_defaults: ClassVar[dict] = {"integrator": "euler", "N": 2048, "T": 1.0, "L": 40, "batch": 64, "features": 512,
                                       "noise": "random_features"}
-    model_min: ClassVar[dict] = {"N": (16, "tokens of the reference system N_ref"),
+    model_min: ClassVar[dict] = {"N": (16, "tokens of the reference system N_ref"), "T": MEASURED_HORIZON,
                                  "batch": (2, "independent samples for d = model.d")}
 
     sizes: list[int] = Field([16, 32, 64, 128, 256], min_length=3, description="sizes N < N_ref of the coupled systems")

@@ -36,7 +36,7 @@ from pydantic import Field, model_validator
 
 from ..core.brownian import BrownianPath, Draws
 from ..config.build import initial_tokens, make_attention, make_kernel, make_noise, setup
-from ..config import ExperimentConfig, RunConfig, as_config
+from ..config import ExperimentConfig, MEASURED_HORIZON, RunConfig, as_config
 from ..model.noise import ExactField
 from ..model.sde import INTEGRATORS, LimitSDE
 from ..model.transformer import Transformer
@@ -46,7 +46,7 @@ from ..integrate import SaveAt, solve
 from ..measure.stats import bootstrap, fit_power_law, mean_and_se, resampled_se, t_interval
 from ..tasks import Task, run_tasks
 from ..core.validation import blamed_on, validated
-from .preflight import Estimate, attention_matrices, coupling_cost
+from .preflight import BOOTSTRAP_S, Estimate, attention_matrices, coupling_cost
 
 #: the two sups of the error
 KINDS = ("layer", "continuous")
@@ -60,7 +60,7 @@ class ConvergeConfig(ExperimentConfig):
     command: ClassVar[str] = "converge"
     needs_noise: ClassVar[bool] = True
     model_defaults: ClassVar[dict] = {"N": 8, "T": 1.0, "batch": 512}
-    model_min: ClassVar[dict] = {"batch": (4, "samples (independent weights and noise paths)")}
+    model_min: ClassVar[dict] = {"batch": (4, "samples (independent weights and noise paths)"), "T": MEASURED_HORIZON}
     model_unused: ClassVar[dict] = {"L": "the depths are `depths`", "m": "the widths are `widths` and m = ∞",
                                     "dynamics": "both the transformer and the SDE run", "noise": "the MLP is coupled "
                                     "to the SDE through its exact conditional Gaussian law"}
@@ -103,8 +103,8 @@ class ConvergeConfig(ExperimentConfig):
         run = self.model
         mem, seconds = coupling_cost(run.N, run.d, run.batch, self.samples_per_task, self.widths, self.depths, self.refine)
         mem += 8.0 * attention_matrices(run, min(self.samples_per_task, run.batch), run.N)[0]
-        return Estimate(mem * workers, seconds / max(1, workers), "model.N, samples_per_task or widths",
-                        "depths, refine or model.batch")
+        return Estimate(mem * workers, seconds / max(1, workers) + 3 * BOOTSTRAP_S * self.bootstrap,
+                        "model.N, model.d, samples_per_task or widths", "depths, refine, model.batch or bootstrap")
 
 
 @dataclass

@@ -19,11 +19,16 @@ from ..config import RunConfig
 from ..theory import PairDiffusion, energy_decay_rate, expectation, expected_energy
 
 
+#: the largest d of `PairConfig`: `PairDiffusion` takes about 3.2·d panels (d = 10⁵: 40 s, 7 GB)
+PAIR_D_MAX = 10**5
+
+
 class PairConfig(RunConfig):
     """A [`RunConfig`][stochformer.config.RunConfig] and the pair's start z0, sync level 1 − eps and time t."""
 
     z0: float = Field(0.0, gt=-1.0, lt=1.0, description="initial cosine of the two tokens, in (-1, 1)")
-    eps: float = Field(1e-3, gt=0.0, lt=2.0, description="sync level: the time to reach z >= 1 - eps, eps in (0, 2)")
+    eps: float = Field(1e-3, ge=1e-12, lt=2.0, description="sync level: the time to reach z >= 1 - eps, eps in [1e-12, 2) "
+                       "(a smaller one is below float64's resolution of z near 1)")
     t: float = Field(1.0, ge=0.0, le=1e4, description="time of E[z_t] and of the energy, in [0, 10^4]")
 
     @model_validator(mode="after")
@@ -32,6 +37,9 @@ class PairConfig(RunConfig):
             raise ValueError("attention_kind: the pair theory is derived for softmax attention with Q^T K = beta I, "
                              f"V = gamma I (got attention_kind = {self.attention_kind!r}"
                              + (", explicit Q, K or V" if any(m is not None for m in (self.Q, self.K, self.V)) else "") + ")")
+        if self.d > PAIR_D_MAX:
+            raise ValueError(f"d: the pair theory resolves its diffusion on about 3.2·d panels (40 s and 7 GB at d = "
+                             f"10^5 on 2 cores): d <= {PAIR_D_MAX} (got {self.d})")
         if not self.mlp or self.noise_scale == 0:
             raise ValueError("noise_scale: the pair diffusion needs the MLP noise (mlp = true and noise_scale > 0)")
         return self
@@ -60,8 +68,11 @@ def pair_report(cfg: PairConfig) -> dict[str, Any]:
         out["energy_reason"] = f"with attention the pair law gives the energy of N = 2 tokens only (N = {cfg.N})"
     else:
         e0, et = expected_energy(pair, [0.0, cfg.t], cfg.N, cfg.energy_beta)
-        out["energy_0"], out["energy_t"] = float(e0), float(et)
+        out["energy_0"], out["energy_t"] = _finite(float(e0)), _finite(float(et))
         out["energy_reason"] = "exact: every pair follows the pair diffusion" if pair.v == 0 else "exact for N = 2"
+        if out["energy_0"] is None or out["energy_t"] is None:
+            out["energy_reason"] = (f"E_beta does not fit in float64 at energy_beta = {cfg.energy_beta:g} (e^beta = "
+                                    f"{math.exp(min(cfg.energy_beta, 709)):.3g}); a smaller energy_beta")
     rate = energy_decay_rate(pair, cfg.energy_beta)
     out.update({"energy_beta": cfg.energy_beta, "energy_rate": _finite(rate.rate), "energy_rate_kind": rate.kind,
                 "lambda_bar_prime": _finite(rate.lambda_bar_prime), "energy_rate_gap": _finite(rate.gap)})

@@ -27,7 +27,7 @@ import xarray as xr
 from pydantic import Field, model_validator
 
 from ..config.build import GivenModels, initial_tokens, make_model, setup, task_model
-from ..config import ConfigError, ExperimentConfig, RunConfig, as_config, check_grid_size
+from ..config import ConfigError, ExperimentConfig, MEASURED_HORIZON, RunConfig, as_config, check_grid_size
 from ..io.names import NAMES, axis_description, description
 from ..io.results import Result
 from ..integrate import ModelSource, SaveAt, solve
@@ -36,7 +36,7 @@ from ..measure.stats import mean_and_se
 from ..tasks import Task, run_tasks
 from ..core.validation import blamed_on, validated
 from .sync import check_extrapolation, measure_lyapunov, pair_config, predicted_rates
-from .preflight import Estimate, simulate_estimate
+from .preflight import BOUNDARY_POINT_S, Estimate, model_fields, simulate_estimate
 
 #: Fields that take the grid values; ``sigma`` sets both bias scales.
 PSEUDO_FIELDS = {"sigma": ("sigma_U", "sigma_W")}
@@ -48,6 +48,7 @@ class PhaseConfig(ExperimentConfig):
     fields or ``sigma``) and what is measured at each point."""
 
     command: ClassVar[str] = "phase"
+    model_min: ClassVar[dict] = {"T": MEASURED_HORIZON}
 
     x_field: str = "gamma"
     x_values: list[float] = Field(default_factory=lambda: [-1.0, -0.5, 0.0, 0.5])
@@ -55,7 +56,8 @@ class PhaseConfig(ExperimentConfig):
     y_values: list[float] = Field(default_factory=lambda: [0.0, 0.5, 1.0])
     measure: Literal["lyapunov", "sync_fraction"] = "lyapunov"
     pairs: int = Field(64, ge=2, description="pairs per grid point for measure = 'lyapunov' (>= 2)")
-    eps: float = Field(1e-4, gt=0.0, le=1e-2, description="pair separation, in (0, 0.01]")
+    eps: float = Field(1e-4, ge=1e-12, le=1e-2, description="pair separation, in [1e-12, 0.01] (a smaller one is lost to "
+                       "float64's resolution of unit vectors, 2.2e-16)")
     sync_tol: float = Field(1e-2, gt=0.0, lt=1.0, description="synchronised: min cosine >= 1 - sync_tol, in (0, 1)")
     up_to_sign: bool = Field(False, description="sync_fraction on |cosine| (odd fields synchronise up to sign)")
     boundary_points: int = Field(61, ge=5, le=1001, description="fine grid per axis for the predicted boundary")
@@ -118,10 +120,11 @@ class PhaseConfig(ExperimentConfig):
         per = [simulate_estimate(self.point(x, y), batch=batch) for x in self.x_values for y in self.y_values]
         top = max(per, key=lambda e: e.bytes)
         axes = f"{self.x_field}, {self.y_field}"
-        field = f"the grid values of {axes}, pairs or model.batch" if top.memory_fields.startswith("N or batch") else \
-            f"{top.memory_fields} (the grid values of {axes})"
-        return Estimate(top.bytes * workers, steps * sum(e.seconds for e in per) / max(1, workers), field,
-                        f"model.L, pairs, model.batch or the grid ({axes})")
+        field = f"{model_fields(top.memory_fields, 'pairs' if self.measure == 'lyapunov' else 'model.batch')} (or the "
+        field += f"grid values of {axes})"
+        boundary = BOUNDARY_POINT_S * self.boundary_points**2  # the predicted boundary on its fine grid
+        return Estimate(top.bytes * workers, steps * sum(e.seconds for e in per) / max(1, workers) + boundary, field,
+                        f"model.L, pairs, model.batch, boundary_points or the grid ({axes})")
 
 
 def phase_point(config: dict, measure: str, pairs: int, eps: float, sync_tol: float, up_to_sign: bool, seed: int,

@@ -19,6 +19,7 @@ cost model here: `simulate_estimate`, `attention_matrices`, `coupling_cost`);
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -30,6 +31,10 @@ from ..core.validation import available_memory
 FLOPS = 5e9
 #: fixed cost of one layer or SDE step (Python and kernel launches), seconds
 STEP_OVERHEAD_S = 5e-5
+#: cost of one bootstrap resample of a fitted rate, seconds (measured: 0.1–0.3 ms on 2 cores for spectrum and converge)
+BOOTSTRAP_S = 1e-4
+#: cost of one point of phase's predicted boundary, seconds (measured: 0.4 ms on 2 cores)
+BOUNDARY_POINT_S = 4e-4
 #: cost of one entry κ(⟨x_i, x_j⟩) of the exact field's K, in flops (arccos, sin, sqrt and the checks)
 KERNEL_ENTRY_FLOPS = 200.0
 #: bytes one recorded layer costs: a fixed part (three small tensors) and a part per sample (their
@@ -80,11 +85,11 @@ def _step(cfg: RunConfig, batch: int, N: int) -> tuple[dict[str, float], float]:
         if kind in ("mlp", "mlp_gaussian"):
             from ..model.noise import gram_output_cheaper
 
-            terms["m or batch"] = 1.5 * s * B * N * m
+            terms["m, N or batch"] = 1.5 * s * B * N * m
             # the output's normals: through a root of the N × N Gram, or Φ Z' with Z' (m, d)
             gram_out = kind == "mlp_gaussian" and gram_output_cheaper(N, d, m, cfg.device)
             out = N if gram_out else m
-            terms["d, m or batch"] = 2.0 * s * B * d * out
+            terms[f"d, {'N' if gram_out else 'm'} or batch"] = 2.0 * s * B * d * out
             if kind == "mlp_gaussian" and (gram_out or N < d):  # Y Yᵀ or ΦΦᵀ (B, N, N) and its factor
                 terms["N or batch (the MLP's N x N Gram)"] = 3.0 * s * B * N * N
             flops += 4.0 * B * N * m * min(N, d) + 2.0 * B * N * d * out
@@ -130,7 +135,8 @@ def simulate_estimate(cfg: RunConfig, batch: Optional[int] = None, N: Optional[i
     work, field = _largest(terms)
     state = 8.0 * s * B * N * cfg.d
     records = cfg.L // cfg.record_every + 2
-    kept: dict[str, float] = {"L (or raise record_every)": records * (RECORD_BYTES + RECORD_BYTES_PER_SAMPLE * B)}
+    kept: dict[str, float] = {"L (or raise record_every)": records * RECORD_BYTES,
+                              "batch, or L (or raise record_every)": records * RECORD_BYTES_PER_SAMPLE * B}
     if cfg.path_stride:
         kept["path_stride (or N, batch, L)"] = (cfg.L // cfg.path_stride + 2) * 3.0 * 8 * B * N * cfg.d
     kept_bytes, kept_field = _largest(kept)
@@ -138,6 +144,13 @@ def simulate_estimate(cfg: RunConfig, batch: Optional[int] = None, N: Optional[i
     mem_field = field if work >= kept_bytes else kept_field
     seconds = cfg.L * (STEP_OVERHEAD_S + flops / FLOPS) * (2 if cfg.dynamics == "sde" and cfg.integrator == "heun" else 1)
     return Estimate(total, seconds, mem_field, "L, N, batch or m")
+
+
+def model_fields(fields: str, batch: str = "model.batch") -> str:
+    """`simulate_estimate`'s field names as an experiment's: ``model.`` before the model's fields,
+    and ``batch`` read as what sets the batch there (e.g. ``pairs``)."""
+    return re.sub(r"\b(batch|L|N|m|d|record_every|features|path_stride)\b",
+                  lambda f: batch if f[1] == "batch" else f"model.{f[1]}", fields)
 
 
 def estimate(cfg: Any, workers: int = 1) -> Optional[Estimate]:

@@ -43,7 +43,7 @@ from pydantic import Field, model_validator
 
 from ..core.brownian import BrownianPath
 from ..config.build import make_kernel, noise_kind, setup
-from ..config import ExperimentConfig, RunConfig, as_config
+from ..config import ExperimentConfig, MEASURED_HORIZON, RunConfig, as_config
 from ..io.store import to_jsonable
 from ..model.kernel import first_moment_rate, lyapunov_spectrum, moment_exponent, stability_index
 from ..model.noise import RandomMLP
@@ -60,7 +60,7 @@ from ..measure.stats import bootstrap, mean_and_se, resampled_se
 from ..core.progress import ProgressMeter
 from ..core.validation import blamed_on, validated
 from .sync import EXTRAPOLATION_LEVELS, check_extrapolation, coupling_path, moment_rate_bootstrap, near_sync_horizon, richardson
-from .preflight import FLOPS, STEP_OVERHEAD_S, Estimate
+from .preflight import BOOTSTRAP_S, FLOPS, STEP_OVERHEAD_S, Estimate
 
 #: flops-equivalent of one token's tangent step per sample: per d² (the frame's elementwise work and
 #: its renormalisation) and, for the transformer, per d·m (the jet's features and Gram); read off
@@ -83,7 +83,7 @@ class SpectrumConfig(ExperimentConfig):
     needs_noise: ClassVar[bool] = True
     model_defaults: ClassVar[dict] = {"d": 4, "T": 4.0, "L": 64, "m": 256, "batch": 1000}
     model_fixed: ClassVar[dict] = {"attention": (False, "the spectrum is that of the noise on one token")}
-    model_min: ClassVar[dict] = {"batch": (2, "independent samples for the standard errors"),
+    model_min: ClassVar[dict] = {"batch": (2, "independent samples for the standard errors"), "T": MEASURED_HORIZON,
                                  "d": (3, "a spectrum of d - 1 >= 2 exponents")}
     model_unused: ClassVar[dict] = {
         "N": "one token is stepped with its frame of d - 1 tangent vectors",
@@ -152,8 +152,8 @@ class SpectrumConfig(ExperimentConfig):
         kept = 8.0 * B * levels * (run.L + 2 + d)
         work = 8.0 * B * (12.0 * d * d + (4.0 * d * m if tr else 0.0))
         per_step = STEP_OVERHEAD_S * 40 + B * (SPECTRUM_FLOPS_D2 * d * d + (SPECTRUM_FLOPS_DM * d * m if tr else 0.0)) / FLOPS
-        return Estimate(kept + work, steps * per_step, "model.batch, model.L, model.d or model.m",
-                        "model.L, model.batch, model.d or model.m")
+        return Estimate(kept + work, steps * per_step + BOOTSTRAP_S * self.bootstrap, "model.batch, model.L, model.d or model.m",
+                        "model.L, model.batch, model.d, model.m or bootstrap")
 
 
 # --------------------------------------------------------------------------- the model and the run

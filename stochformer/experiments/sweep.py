@@ -23,7 +23,8 @@ import numpy as np
 import torch
 from pydantic import Field, field_validator, model_validator
 
-from ..config import MAX_GRID_POINTS, ConfigError, ExperimentConfig, InitConfig, RunConfig, as_config, build_config, validate
+from ..config import (MAX_GRID_POINTS, TOKENS_PER_POINT, ConfigError, ExperimentConfig, InitConfig, RunConfig, as_config,
+                      build_config, validate)
 from ..io.store import ResultStore, to_jsonable
 from ..io.names import NAMES, axis_description
 from ..io.results import Result
@@ -82,6 +83,8 @@ class SweepConfig(ExperimentConfig):
     the grid. Nested fields are dotted (``"init.cosine"``)."""
 
     command: ClassVar[str] = "sweep"
+    #: the base model's token file is checked at every point (`plan_sweep`), whose N and d may differ
+    validation_context: ClassVar[dict] = {TOKENS_PER_POINT: True}
     model_unused: ClassVar[dict] = {"batch": "a sweep sets the batch of each task from `samples_per_task`; set "
                                              "`samples` and `samples_per_task` instead"}
 
@@ -155,12 +158,18 @@ class SweepConfig(ExperimentConfig):
             Peak memory (bytes) and a rough time.
         """
         plan = plan_sweep(self)
+        workers = max(1, min(workers, len(plan.configs) * len(plan.task_sizes)))  # no more at once than tasks
         per = [simulate_estimate(c, batch=plan.task_sizes[0]) for c in plan.configs]
         n_layers = max(c.L // c.record_every + 2 for c in plan.configs)
         dataset = 3 * 150.0 * len(plan.configs) * self.samples * n_layers
         task_mem = max(e.bytes for e in per)
         seconds = sum(e.seconds for e in per) * len(plan.task_sizes) / max(1, workers)
-        field = "samples, grid size or model.L" if dataset > task_mem * workers else max(per, key=lambda e: e.bytes).memory_fields
+        if dataset > task_mem * workers:
+            field = "samples, grid size or model.L"
+        else:
+            field = max(per, key=lambda e: e.bytes).memory_fields
+            if workers > 1:  # the tasks held at once
+                field = f"--workers ({workers} tasks at once, up to {task_mem / 2**30:.3g} GiB each) or {field}"
         return Estimate(task_mem * workers + dataset, seconds, field, "samples, grid size, model.L or model.N")
 
 def load_sweep(path: Path | str, overrides: Optional[list[str]] = None) -> SweepConfig:

@@ -29,6 +29,7 @@ the noise scale s through κ → s²κ).
 from __future__ import annotations
 
 import math
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Optional, TypeVar
@@ -40,7 +41,7 @@ from pydantic import Field, model_validator
 
 from ..core.brownian import BrownianPath
 from ..config.build import GivenModels, Setup, initial_tokens, make_kernel, make_model, setup
-from ..config import ExperimentConfig, InitConfig, RunConfig, as_config
+from ..config import ExperimentConfig, MEASURED_HORIZON, InitConfig, RunConfig, as_config
 from ..model.activations import KINKED_ACTIVATIONS
 from ..model.kernel import first_moment_rate, lambda_bar_prime, lyapunov_exponent
 from ..integrate import Model, ModelSource, SaveAt, solve
@@ -50,7 +51,7 @@ from ..io.results import Result
 from ..measure.stats import mean_and_se, resampled_se, richardson_steps
 from ..core.progress import ProgressMeter
 from ..core.validation import blamed_on, validated
-from .preflight import Estimate, simulate_estimate
+from .preflight import Estimate, model_fields, simulate_estimate
 
 
 #: Step counts of the Δt → 0 extrapolation, as divisors of L: L, L/2, L/4 on one Brownian path.
@@ -66,19 +67,21 @@ class SyncConfig(ExperimentConfig):
 
     command: ClassVar[str] = "sync"
     model_defaults: ClassVar[dict] = {"batch": 512}
-    model_min: ClassVar[dict] = {"T": (1e-6, "rates are slopes fitted against t = layer · T/L"),
+    model_min: ClassVar[dict] = {"T": MEASURED_HORIZON,
                                  "batch": (2, "independent runs for each energy rate")}
 
     pairs: int = Field(256, ge=2, description="independent pairs for the Lyapunov exponent (>= 2)")
-    eps: float = Field(1e-4, gt=0.0, le=1e-2, description="pair separation of the Benettin estimator, in (0, 0.01]")
+    eps: float = Field(1e-4, ge=1e-12, le=1e-2, description="pair separation of the Benettin estimator, in [1e-12, 0.01] "
+                       "(a smaller one is lost to float64's resolution of unit vectors, 2.2e-16)")
     near_spread: Optional[float] = Field(
-        None, gt=0.0, le=0.1, description="spread of the near-synchronised cluster, in (0, 0.1]; default from the "
-        "kernel's regularity (near_sync_spread)")
+        None, ge=1e-6, le=0.1, description="spread of the near-synchronised cluster, in [1e-6, 0.1] (its 1 - cosine, "
+        "about spread², stays well above float64's resolution); default from the kernel's regularity (near_sync_spread)")
     uniform_start: bool = Field(True, description="also measure the energy rate from uniform tokens")
     fit_from: float = Field(0.5, ge=0.0, lt=1.0, description="uniform start: fit the rate on t >= fit_from·T, in [0, 1)")
     near_horizon: Optional[float] = Field(
-        None, gt=0.0, description="horizon of the near-synchronisation energy run (> 0); default "
-        "min(T, 1/(2(κ(1)+κ'(1)))), where the log-variance of a pair's 1 − cosine reaches 2")
+        None, ge=1e-6, le=1e4, description="horizon of the near-synchronisation energy run, in [1e-6, 10^4], taken in "
+        "steps of the model's T/L; default min(T, 1/(2(κ(1)+κ'(1)))), where the log-variance of a pair's 1 − cosine "
+        "reaches 2")
     bootstrap: int = Field(400, ge=10, le=1000000, description="bootstrap resamples for the energy-rate SE, in [10, 10^6]")
     extrapolate: bool = Field(True, description="λ₁ and the energy rates extrapolated to Δt → 0 from L, L/2, L/4 steps "
                               "(L a multiple of 4)")
@@ -86,9 +89,17 @@ class SyncConfig(ExperimentConfig):
     @model_validator(mode="after")
     def _levels(self) -> "SyncConfig":
         check_extrapolation(self.model.L, self.extrapolate)
+        if self.model.energy_beta < sys.float_info.min:
+            raise ValueError(f"model.energy_beta: a subnormal β (below {sys.float_info.min:.3g}) loses the measured energy "
+                             f"rates to rounding (got {self.model.energy_beta:g})")
+        if self.near_horizon is not None and near_steps(self.model.L, self.model.T, self.near_horizon, self.extrapolate) > NEAR_STEPS_MAX:
+            raise ValueError(f"near_horizon: the near-synchronisation run takes steps of model.T / model.L = "
+                             f"{self.model.T / self.model.L:.3g}, so {self.near_horizon:g} would take more than "
+                             f"{NEAR_STEPS_MAX} steps; a smaller near_horizon, or a larger model.T / model.L")
         per = EXTRAPOLATION_LEVELS[-1] if self.extrapolate else 1  # the coarsest run has L/per steps
-        held = int(fit_window(self.model.L // per, 1.0, self.fit_from).sum())
-        if self.uniform_start and held < 2:
+        # the window's count of times never falls as the steps grow: only runs short of the fewest are counted
+        if self.uniform_start and self.model.L // per < steps_for_a_slope(self.fit_from):
+            held = int(fit_window(self.model.L // per, 1.0, self.fit_from).sum())
             raise ValueError(f"fit_from: the rate from uniform tokens is a slope fitted on t >= fit_from·T, which holds "
                              f"{held} of the {self.model.L // per + 1} times of its coarsest run; a slope needs 2: "
                              f"model.L >= {per * steps_for_a_slope(self.fit_from)}, a smaller fit_from (got "
@@ -109,9 +120,42 @@ class SyncConfig(ExperimentConfig):
         Estimate
             Peak memory (bytes) and a rough time.
         """
+        by_pairs = 2 * self.pairs >= self.model.batch  # the pair runs hold the larger batch
         e = simulate_estimate(self.model, batch=max(self.model.batch, 2 * self.pairs))
-        e.memory_fields = "pairs, model.batch or model.N" if e.memory_fields.startswith("N or batch") else e.memory_fields
-        return Estimate(e.bytes, e.seconds * 3, e.memory_fields, "model.L, pairs, model.batch or the grid")
+        fields = model_fields(e.memory_fields, "pairs" if by_pairs else "model.batch")
+        # the near-synchronisation run: its default horizon is at most T, so at most L steps
+        near = near_steps(self.model.L, self.model.T, self.near_horizon, self.extrapolate) if self.near_horizon else self.model.L
+        return Estimate(e.bytes, e.seconds * (3 + near / self.model.L), fields,
+                        "model.L, pairs, model.batch, near_horizon or the grid")
+
+
+#: the most steps of the near-synchronisation run (`SyncConfig.near_horizon`)
+NEAR_STEPS_MAX = 10**7
+
+
+def near_steps(L: int, T: float, horizon: float, extrapolate: bool) -> int:
+    """The steps of the near-synchronisation run: its horizon in steps of the model's T/L, rounded up
+    to a multiple of the extrapolation's coarsest factor (at least 2).
+
+    Parameters
+    ----------
+    L : int
+        The model's steps.
+    T : float
+        The model's horizon.
+    horizon : float
+        The near-synchronisation run's horizon.
+    extrapolate : bool
+        Whether the run is extrapolated to Δt → 0 (its steps a multiple of 4).
+
+    Returns
+    -------
+    int
+        The steps (2**62 for a horizon beyond what any run could take).
+    """
+    unit = EXTRAPOLATION_LEVELS[-1] if extrapolate else 1
+    steps = L * horizon / (T * unit)
+    return max(2, unit * math.ceil(steps)) if math.isfinite(steps) and steps < 2**62 else 2**62
 
 
 def fit_window(n: int, T: float, fit_from: float) -> np.ndarray:
@@ -305,7 +349,7 @@ def energy_max(N: int, beta: float) -> float:
     float
         The largest E_β.
     """
-    return 0.5 * (1 - 1 / N) * (math.exp(beta) - math.exp(-beta / (N - 1)))
+    return 0.5 * (1 - 1 / N) * (math.expm1(beta) - math.expm1(-beta / (N - 1)))  # exact as β → 0
 
 
 def predicted_rates(cfg: RunConfig, with_bound: bool = True) -> dict[str, Any]:
@@ -828,7 +872,8 @@ def measure_lyapunov(cfg: RunConfig, pairs: int, eps: float = 1e-4, seed: Option
     X0 = pair_start(pairs, cfg.d, eps, gen, dtype, device)
     model = make_model(cfg, dtype, device) if model is None else model
     if not extrapolate:
-        S = benettin(model, X0, cfg.T, cfg.L, gen, eps, progress)
+        with blamed_on(cfg):
+            S = benettin(model, X0, cfg.T, cfg.L, gen, eps, progress)
         lam, se = endpoint_rate(S, cfg.T)
         mean, sem = mean_and_se(torch.from_numpy(S))
         return {"lambda_1": lam, "lambda_1_se": se, "log_growth_mean": mean.numpy(), "log_growth_se": sem.numpy(),
@@ -838,7 +883,8 @@ def measure_lyapunov(cfg: RunConfig, pairs: int, eps: float = 1e-4, seed: Option
     ends, curves, first = {}, None, None
     for k in EXTRAPOLATION_LEVELS:
         n = cfg.L // k
-        S = benettin(model, X0, cfg.T, n, env.generator(s_model), eps, progress, path)
+        with blamed_on(cfg):
+            S = benettin(model, X0, cfg.T, n, env.generator(s_model), eps, progress, path)
         ends[n] = S[:, -1] / cfg.T
         curves = curves or mean_and_se(torch.from_numpy(S))
         first = S[:PAIR_PATHS] if first is None else first
@@ -995,7 +1041,7 @@ def growth_reach(t: np.ndarray, energy_mean: np.ndarray, mask: np.ndarray, N: in
         The largest rate.
     """
     idx = np.nonzero(mask)[0]
-    if len(idx) < 2 or not energy_mean[idx[0]] > 0:
+    if len(idx) < 2 or not energy_mean[idx[0]] > 0 or not energy_max(N, beta) > 0:
         return None
     return float(math.log(energy_max(N, beta) / energy_mean[idx[0]]) / (t[idx[-1]] - t[idx[0]]))
 
@@ -1041,8 +1087,7 @@ def run_sync(cfg: SyncConfig, progress: bool = False, model: Optional[ModelSourc
     run = cfg.model
     predicted = predicted_rates(run)
     T_near = cfg.near_horizon or min(run.T, near_sync_horizon(predicted["kappa"], predicted["kappa_prime"]))
-    unit = EXTRAPOLATION_LEVELS[-1] if cfg.extrapolate else 1
-    L_near = max(2, unit * math.ceil(run.L * T_near / (run.T * unit)))
+    L_near = near_steps(run.L, run.T, T_near, cfg.extrapolate)
     near_cfg = run.model_copy(update={"T": T_near, "L": L_near})
     given = GivenModels.check(model, [pair_config(run), near_cfg] + ([run] if cfg.uniform_start else []), "sync",
                               prefix="model.")

@@ -43,6 +43,7 @@ import hashlib
 import hmac
 import json
 import os
+import re
 import secrets
 import stat
 import tempfile
@@ -396,13 +397,20 @@ def remove_own_files(manifest: Manifest, under: str = "") -> None:
         raise write_error(manifest.folder / under, exc) from None
 
 
-def own_folder(folder: Path | str, command: str) -> Manifest:
+def own_folder(folder: Path | str, command: str, derived: bool = False) -> Manifest:
     """The manifest to write ``folder`` with: the folder's own (which `verify` must accept for
-    ``command``) if it has files, else a new one (the folder and its parents created)."""
+    ``command``) if it has files, else a new one (the folder and its parents created). With
+    ``derived`` (a folder whose name stochformer derives, such as ``OUT.tasks``, not one the user
+    named), a folder that existed before must be stochformer's own even when empty: a user's empty
+    folder of that name is refused, never adopted and later removed."""
     folder = Path(folder)
     try:
+        existed = folder.is_dir()
         folder.mkdir(parents=True, exist_ok=True)
-        if any(p.name != MARKER for p in folder.iterdir()):
+        if derived and existed and not os.path.lexists(folder / MARKER) and not any(folder.iterdir()):
+            raise OutputError(f"--out: {folder} exists and was not created by stochformer (an empty folder; a run "
+                              "killed while creating it leaves one: if so, remove it); move it away or choose another folder")
+        if (derived and existed) or any(p.name != MARKER for p in folder.iterdir()):
             return verify(folder, command, "--out")
     except OSError as exc:
         raise write_error(folder, exc) from None
@@ -637,10 +645,9 @@ def hold(out: Path | str, command: str = "", option: str = "--out") -> Iterator[
     except OSError as exc:
         raise write_error(path, exc) from None
     while True:
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
-        except OSError as exc:
-            raise write_error(path, exc) from None
+        fd = _open_lock(path, out, option)
+        if fd is None:  # removed between two looks: look again
+            continue
         try:
             _lock(fd)
         except OSError:
@@ -667,8 +674,49 @@ def hold(out: Path | str, command: str = "", option: str = "--out") -> Iterator[
         yield out
     finally:
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
+            if os.path.samestat(os.fstat(fd), os.stat(path)):
+                os.unlink(path)
         os.close(fd)
+
+
+#: what a lock file holds (`hold`): empty while its run starts, else the holder
+_LOCK_TEXT = re.compile(rb"(pid \d+, stochformer [^\n]*)?")
+
+
+def _open_lock(path: Path, out: Path, option: str) -> Optional[int]:
+    """A descriptor of the lock file ``path``: created here, or one an earlier run left (a killed run
+    cannot remove it: a regular file with one link, empty or naming its holder as `hold` writes);
+    None when the name vanished between two looks. Anything else of that name is not stochformer's
+    and is never written or removed: [`OutputError`][stochformer.io.outputs.OutputError]."""
+    flags = os.O_RDWR | getattr(os, "O_NOFOLLOW", 0)
+    try:
+        return os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise write_error(path, exc) from None
+    foreign = OutputError(f"{option}: {path} (the lock file of {out}) exists and is not a lock stochformer wrote; "
+                          "move it away or choose another folder")
+    try:
+        fd = os.open(path, flags | getattr(os, "O_NONBLOCK", 0))
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.EISDIR, errno.ENXIO):  # a link, a folder, a socket
+            raise foreign from None
+        raise write_error(path, exc) from None
+    try:
+        st = os.fstat(fd)
+        ours = stat.S_ISREG(st.st_mode) and st.st_nlink == 1 and st.st_size <= 4096
+        if ours:
+            ours = _LOCK_TEXT.fullmatch(os.pread(fd, 4096, 0)) is not None
+    except OSError as exc:
+        os.close(fd)
+        raise write_error(path, exc) from None
+    if not ours:
+        os.close(fd)
+        raise foreign
+    return fd
 
 
 def _lock(fd: int) -> None:

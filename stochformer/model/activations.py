@@ -12,7 +12,7 @@ from typing import Callable, Union
 
 import torch
 
-from ..core.validation import callable_name, callable_record, check_output, import_object
+from ..core.validation import callable_name, callable_record, check_output, first_call, import_object
 
 Activation = Callable[[torch.Tensor], torch.Tensor]
 ActivationLike = Union[str, Activation]
@@ -97,10 +97,11 @@ def _first_call_checked(fn: Activation) -> Activation:
 
     @functools.wraps(fn)
     def phi(x: torch.Tensor) -> torch.Tensor:
-        y = fn(x)
-        if not checked:
-            check_output(f"activation ({callable_name(fn)})", y, x)
-            checked.append(True)
+        if checked:
+            return fn(x)
+        y = first_call(f"activation ({callable_name(fn)})", False, x, fn, x)
+        check_output(f"activation ({callable_name(fn)})", y, x)
+        checked.append(True)
         return y
 
     return phi

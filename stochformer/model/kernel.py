@@ -181,8 +181,8 @@ class NoiseKernel:
         if not bool(torch.isfinite(value).all()):
             raise ValueError(f"NoiseKernel: {what} does not fit in float64 for activation={self.name}, d={self.d}, "
                              f"sigma_U={self.sigma_U:g}, sigma_W={self.sigma_W:g}, scale={self.scale:g}"
-                             + (f", gain={self.gain:g}; reduce sigma_U, sigma_W, scale or gain" if self.gain != 1.0 else
-                                "; reduce sigma_U, sigma_W or scale"))
+                             + (f", gain={self.gain:g}; reduce sigma_U, sigma_W, scale (a config's noise_scale) or gain" if self.gain != 1.0 else
+                                "; reduce sigma_U, sigma_W or scale (a config's noise_scale)"))
         return value
 
     @cached_property
@@ -653,7 +653,9 @@ def _theorem14_F(kernel: NoiseKernel, u: torch.Tensor, beta: float) -> torch.Ten
     g0 = ku * (d - 2 + u**2) - k1 * (d - 1) * u
     g1 = (1 - u**2) * (k1 - u * ku)
     # e^β − e^{βu} = −e^β expm1(β(u−1)), accurate as u → 1; dividing through by e^β:
-    return beta * torch.exp(beta * (u - 1)) * (g0 + beta * g1) / (-torch.expm1(beta * (u - 1)))
+    x = beta * (u - 1)
+    ratio = torch.where(x < 0, -torch.expm1(x) / beta, 1 - u)  # (e^β − e^{βu}) / (β e^β); x = 0 only by underflow
+    return torch.exp(x) * (g0 + beta * g1) / ratio
 
 
 @validated

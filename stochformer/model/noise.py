@@ -38,7 +38,8 @@ from ..core.sphere import normalize
 from .activations import ActivationLike, get_activation
 from .kernel import NoiseKernel
 from .rng import DEFAULT_AHEAD, DrawPrecision, NormalDraws, RngBackend
-from ..core.validation import Choice, Methods, NonNegativeFloat, PositiveInt, Real, same_device, validated
+from ..core.validation import (Choice, Methods, NonFiniteError, NonNegativeFloat, PositiveInt, Real, likely_fields, same_device,
+                               validated)
 
 
 Randomness = Union[torch.Generator, Draws]
@@ -256,6 +257,8 @@ def _eigh(K: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
             return _eigh_small(K)
         return torch.linalg.eigh(K)
     except RuntimeError:
+        if not bool(torch.isfinite(K).all()):  # a state that broke down within a step, before its check
+            raise NonFiniteError("non-finite {what} in a covariance within a step", likely_fields(None), "tokens") from None
         if not K.is_cuda:
             raise
         evals, evecs = torch.linalg.eigh(K.cpu())

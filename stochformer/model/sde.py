@@ -273,7 +273,7 @@ class LimitSDE:
         """
         if self.attention is None:
             return torch.zeros_like(X)
-        return tangent(X, first_output(self._checked, "attention", self.attention, self.attention(X), X))
+        return tangent(X, first_output(self._checked, "attention", self.attention, self.attention, X))
 
     def _k1(self, d: int) -> float:
         if self.kappa1 is not None:
@@ -320,7 +320,7 @@ class LimitSDE:
         """
         if self.noise is None:
             return torch.zeros_like(X)
-        return first_output(self._checked, "noise", self.noise, self.noise.increment(X, dt, draws), X)
+        return first_output(self._checked, "noise", self.noise, self.noise.increment, X, dt, draws)
 
     def step(self, X: torch.Tensor, dt: float, draws: Randomness) -> torch.Tensor:
         """One step of ``integrator``; ``draws``: the step's [`Draws`][stochformer.core.brownian.Draws].

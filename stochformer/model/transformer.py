@@ -134,10 +134,10 @@ class Transformer:
 
     def _increment(self, dt: float, draws: Randomness) -> Callable[[torch.Tensor], torch.Tensor]:
         noise = self.noise
-        return lambda Y: first_output(self._checked, "noise", noise, noise.increment(Y, dt, draws), Y)  # type: ignore[union-attr]
+        return lambda Y: first_output(self._checked, "noise", noise, noise.increment, Y, dt, draws)  # type: ignore[union-attr]
 
     def _attend(self, X: torch.Tensor) -> torch.Tensor:
-        return first_output(self._checked, "attention", self.attention, self.attention(X), X)  # type: ignore[misc]
+        return first_output(self._checked, "attention", self.attention, self.attention, X)  # type: ignore[arg-type]
 
     def mlp_input(self, X: torch.Tensor, dt: float) -> torch.Tensor:
         """Where the layer's MLP acts: Y = LN(X + Δt · Attn_X(X)) post-LN, X itself in the parallel

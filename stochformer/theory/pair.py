@@ -308,7 +308,8 @@ class PairDiffusion:
         self.d = kernel.d
         self.kappa1 = kernel.kappa1
         if not self.kappa1 > 0:
-            raise ValueError("kernel: the pair diffusion needs noise, kappa(1) > 0 (noise_scale > 0)")
+            raise ValueError(f"kernel: the pair diffusion needs noise, kappa(1) > 0 (got {self.kappa1:.3g}): noise_scale > 0, "
+                             "and sigma_U, sigma_W, gain that leave the activation's output non-zero")
         self.kappa1_prime = kernel.kappa1_prime
         self.kappa_m1 = float(kernel.kappa(-1.0))
         self.kappa_m1_prime = float(kernel.kappa_prime(-1.0))
