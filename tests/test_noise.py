@@ -52,7 +52,7 @@ def test_kernel_takes_cosines_rounded_past_one_as_plus_minus_one(sigma_U):
 def test_kappa_prime_beyond_float64_names_itself():
     """κ' = (s²/d) E[φ'φ'] that overflows (s = 1e200) is refused naming κ' and the fields."""
     with pytest.raises(ValueError, match=r"^NoiseKernel: kappa_prime does not fit in float64 for activation=relu, d=3, "
-                       r"sigma_U=0, sigma_W=0, scale=1e\+200; reduce sigma_U, sigma_W or scale$"):
+                       r"sigma_U=0, sigma_W=0, scale=1e\+200; reduce sigma_U, sigma_W or scale \(a config's noise_scale\)$"):
         NoiseKernel("relu", 3, scale=1e200).kappa_prime(0.3)
 
 
