@@ -510,15 +510,22 @@ def test_hypothesis_kernel_arguments(world, kw: dict) -> None:
     api_outcome(f"NoiseKernel(**{kw!r})", lambda: rates(NoiseKernel(**kw)))
 
 
+#: the decades of `_extreme_values`: every one near 1, sparser towards float64's ends
+DECADES = (-300, -200, -150, -100, -50, -20, -10, -5, -3, -2, -1, 0, 1, 2, 3, 5, 10, 20, 50, 100, 150, 200, 300)
+
+
 def _extreme_values(info: Any) -> list[str]:
-    """Values inside a numeric field's declared range at its extremes, as --set text: its closed
-    bounds, the numbers next to its open ones, ±1e308 (floats) or ±2**62 (integers) where it has none."""
+    """Values inside a numeric field's declared range, as --set text: its closed bounds, the numbers
+    next to its open ones, ±1e308 (floats) or ±2**62 (integers) where it has none, and for floats
+    ±10^k inside the range for k in `DECADES` (every scale at which a square, an exponential or a
+    ratio of two fields may leave the floating range or the solver's limits first). A float that may
+    also be a word counts as a float."""
     args, lo, lo_open, hi, hi_open = _range(info)
-    if args == [float]:
-        return [repr(float(v)) for v in (
-            (np.nextafter(float(lo), np.inf) if lo_open else float(lo)) if lo is not None else -1e308,
-            (np.nextafter(float(hi), -np.inf) if hi_open else float(hi)) if hi is not None else 1e308,
-            1e-300 if (lo is None or lo < 1e-300) and (hi is None or hi > 1e-300) else None) if v is not None]
+    if float in args and all(a is float or get_origin(a) is Literal for a in args):
+        low = (np.nextafter(float(lo), np.inf) if lo_open else float(lo)) if lo is not None else -1e308
+        high = (np.nextafter(float(hi), -np.inf) if hi_open else float(hi)) if hi is not None else 1e308
+        decades = [s * 10.0**k for k in DECADES for s in (1, -1)]
+        return [repr(float(v)) for v in dict.fromkeys([low, high, *(v for v in decades if low < v < high)])]
     if args == [int]:
         return [str(v) for v in (
             (int(lo) + lo_open) if lo is not None else -(2**62), (int(hi) - hi_open) if hi is not None else 2**62)]
@@ -568,13 +575,7 @@ def test_hypothesis_extreme_valid_values(world, command: str) -> None:
                       "model.batch=4", "--set", "w2_batch=2"]}.get(command) or COMMANDS[command]
     problems: list[str] = []
 
-    # examples per command, kept to ~40 s in all (seconds per run: converge 2–3, chaos 7); SF_EXTREME_EXAMPLES=200 for more
-    examples = {"simulate": 15, "sync": 12, "converge": 6, "spectrum": 10, "phase": 6, "chaos": 2}.get(command, 40)
-
-    @settings(max_examples=int(os.environ.get("SF_EXTREME_EXAMPLES", examples)), deadline=None, database=None, derandomize=True,
-              suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-    @given(case=st.sampled_from(cases))
-    def run(case: tuple[str, str]) -> None:
+    def check(case: tuple[str, str]) -> None:
         field, value = case
         if command not in ("pair", "rates"):  # a valid run that may take long (its rough estimate says so) is no hang
             from stochformer.experiments.preflight import estimate
@@ -609,7 +610,14 @@ def test_hypothesis_extreme_valid_values(world, command: str) -> None:
         if outcome not in ("accepted", "clear"):
             problems.append(f"{outcome}: {' '.join(args)} -> {(errors or [res.output[-300:]])[-1] if outcome != 'hang' else ''}")
 
-    run()
+    if command in ("pair", "rates"):  # no simulation: every case (a few seconds)
+        for case in cases:
+            check(case)
+    else:  # examples per command, kept to ~40 s in all (seconds per run: converge 2–3, chaos 7); SF_EXTREME_EXAMPLES=200 for more
+        examples = {"simulate": 15, "sync": 12, "converge": 6, "spectrum": 10, "phase": 6, "chaos": 2}[command]
+        settings(max_examples=int(os.environ.get("SF_EXTREME_EXAMPLES", examples)), deadline=None, database=None,
+                 derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])(
+            given(case=st.sampled_from(cases))(check))()
     assert not problems, "\n".join(problems)
 
 

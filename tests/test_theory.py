@@ -197,6 +197,65 @@ def test_sync_time_is_nonnegative_decreasing_and_vanishes_at_the_level(relu, z0,
     assert 0 < near < 1e-2 and nearer == pytest.approx(near / 10, rel=1e-3)
 
 
+@settings(max_examples=12, deadline=None, derandomize=True)
+@given(v=st.floats(-60.0, -1.0))
+def test_a_sync_time_past_float64_is_inf_with_its_logarithm(v):
+    """A repelling diagonal makes E τ grow like e^{c|v|/κ(1)}: past float64 from about |v| = 30 here.
+    The mean is then inf (JSON null), never an overflow, and its log stays finite: log E τ where
+    the mean is finite, increasing in |v| (a wrong log, or one taken of the clipped mean, fails)."""
+    kernel = NoiseKernel("relu", 3)
+    a, b = PairDiffusion(kernel, 1.0, v).sync_time(0.0, 1e-3), PairDiffusion(kernel, 1.0, v - 1.0).sync_time(0.0, 1e-3)
+    assert math.isfinite(a.log_mean_given) and b.log_mean_given > a.log_mean_given
+    if math.isfinite(a.mean_given):
+        assert a.log_mean_given == pytest.approx(math.log(a.mean_given), rel=1e-12)
+    else:
+        assert a.log_mean_given > math.log(np.finfo(float).max) and math.isinf(a.sd_given)
+    summary = PairDiffusion(kernel, 1.0, v).summary(0.0, 1e-3)
+    assert json.loads(json.dumps(summary)) == summary  # JSON without Infinity or NaN
+    assert summary["sync_time_log10_mean_given_reach"] == pytest.approx(a.log_mean_given / math.log(10), rel=1e-12)
+
+
+@settings(max_examples=10, deadline=None, derandomize=True)
+@given(v=st.floats(1e6, 1e308).flatmap(lambda m: st.sampled_from([m, -m])), d=st.integers(2, 64))
+def test_a_pair_past_the_grid_limit_is_refused_before_allocating_it(v, d):
+    """|v|/κ(1) large needs panels in proportion (the drift over the diffusion): past `MAX_PANELS`
+    the pair is refused naming v and the ratio, with less than 64 MB allocated (before the fix:
+    37.6 GiB asked for at v = 10⁶)."""
+    import tracemalloc
+
+    from stochformer.theory.pair import MAX_PANELS
+
+    kernel = NoiseKernel("relu", d)
+    tracemalloc.start()
+    try:
+        with pytest.raises(ValueError, match=rf"^v: .* at most {MAX_PANELS} .*\|v\|/kappa\(1\)") as err:
+            PairDiffusion(kernel, 1.0, v)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 64 * 2**20, f"{peak / 2**20:.0f} MB allocated before the refusal"
+    assert "gamma" in str(err.value)
+
+
+@settings(max_examples=20, deadline=None, derandomize=True)
+@given(log_scale=st.floats(-120.0, 120.0))
+def test_kappa1_outside_its_range_is_refused_naming_the_fields_that_set_it(log_scale):
+    """κ(1) = s²/(2d)-scaled for ReLU: inside `KAPPA1_RANGE` the pair is built, outside it is refused
+    with the range and the config fields that set κ."""
+    from stochformer.theory.pair import KAPPA1_RANGE
+
+    try:
+        kernel = NoiseKernel("relu", 3, scale=10.0**log_scale)
+    except ValueError:
+        return  # κ itself does not fit in float64: the kernel's own refusal (tested with the kernel)
+    lo, hi = KAPPA1_RANGE
+    if lo <= kernel.kappa1 <= hi:
+        assert PairDiffusion(kernel).sync_time(0.0).mean > 0
+    else:
+        with pytest.raises(ValueError, match=r"kappa\(1\) in \[1e-100, 1e\+100\].*noise_scale, gain, sigma_U and sigma_W"):
+            PairDiffusion(kernel)
+
+
 def test_sync_time_moments_solve_their_boundary_value_problems(relu):
     # L T₁ = −1 and L V = −s T₁'² (V = Var τ) by central differences, both 0 at 1 − ε
     eps, h = 1e-3, 1e-3

@@ -57,6 +57,7 @@ def pair_cmd(config_file, overrides, as_json) -> None:
         ("sd tau", report["sync_time_sd"]),
         ("P(tau < inf)", report["p_reach"]),
         ("E[tau | tau < inf]", report["sync_time_mean_given_reach"]),
+        ("log10 E[tau | tau < inf] (finite where E tau passes float64)", report["sync_time_log10_mean_given_reach"]),
         ("sd[tau | tau < inf]", report["sync_time_sd_given_reach"]),
         (f"stationary mean ({report['stationary_reason']})", report["stationary_mean"]),
         (f"E z_t at t = {cfg.t}", report["mean_z_t"]),

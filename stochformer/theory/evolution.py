@@ -46,6 +46,23 @@ from .value_noise import ValuePair
 #: (``panels``, ``F_scale``, ``F_speed``, ``g``, ``logw``, ``logy``), ``d``, ``antipode`` and ``rate``
 Pair = Union[PairDiffusion, ValuePair]
 
+def _what_sets(pair: Pair) -> str:
+    """The pair's scale besides d that its drift over its diffusion grows with, in a config's fields
+    (for a limit's message)."""
+    if isinstance(pair, PairDiffusion):
+        return (f"|v|/kappa(1) (got {abs(pair.v) / pair.kappa1:.3g}; v is a config's gamma, kappa(1) is set by noise_scale, "
+                "gain, sigma_U and sigma_W)")
+    return f"beta (got {pair.beta:g})"
+
+
+def _what_speeds(pair: Pair) -> str:
+    """What the pair's fastest rate grows with, in a config's fields (for the time limit's message)."""
+    if isinstance(pair, PairDiffusion):
+        return (f"rate = (d + 2)(kappa(1) + kappa'(1)) + |v|: a smaller d, kappa(1) + kappa'(1) (got {pair.c:.3g}; set by "
+                f"noise_scale, gain, sigma_U and sigma_W) or |v| (got {abs(pair.v):.3g}; a config's gamma)")
+    return "rate = d + 2: a smaller d"
+
+
 #: times: a number or an increasing sequence of numbers >= 0
 Times = Union[float, Sequence[float], np.ndarray]
 
@@ -92,8 +109,9 @@ class PairChain:
         # cells at most 2/3 of the diffusion length s/(2|b + a|) = 1/|g| at h = CELL_WIDTH (h/2: half that)
         n = int(math.ceil((hi - lo) / h * max(1.0, 1.5 * g_max * CELL_WIDTH)))
         if n > MAX_CELLS:
-            raise ValueError(f"d: the pair's chain would need {n} cells (their number grows like d), at most {MAX_CELLS}; "
-                             f"reduce d (got {pair.d}) or raise h (got {h:g})")
+            raise ValueError(f"d: the pair's chain would need {n} cells (their number grows like the drift over the "
+                             f"diffusion, |g| up to {g_max:.3g}), at most {MAX_CELLS}; reduce d (got {pair.d}) or "
+                             f"{_what_sets(pair)}, or raise h (got {h:g})")
         self.h = (hi - lo) / n
         self.edges = lo + self.h * np.arange(n + 1)
         self.x = 0.5 * (self.edges[:-1] + self.edges[1:])
@@ -164,7 +182,8 @@ class PairChain:
         work = 7 * (times.max(initial=0.0) / base) * self.n
         if work > MAX_WORK:
             raise ValueError(f"t: the pair's law up to t = {times.max():g} needs about {work:.2g} cell updates (the steps "
-                             f"shrink like 1/d), at most {MAX_WORK:.0g}: t <= {MAX_WORK / (7 * self.n) * base:.3g} here")
+                             f"shrink like 1/rate, the pair's fastest rate {self.pair.rate:.3g}), at most {MAX_WORK:.0g}: "
+                             f"t <= {MAX_WORK / (7 * self.n) * base:.3g} here, or a slower pair: {_what_speeds(self.pair)}")
         eye = sp.identity(self.n, format="csc")
         levels = []
         for k in (1, 2, 4):

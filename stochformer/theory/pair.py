@@ -46,6 +46,12 @@ from .quadrature import NODES, SUB_NODES, Panels, logsumexp
 TOLERANCE = 1e-8
 #: |κ(1) + κ(−1)| below this times κ(1): the kernel is odd (the antipode is a fixed point of the noise)
 ODD_TOLERANCE = 1e-12
+#: κ(1) the pair theory takes: its times scale like 1/κ(1) and the sync time's variance like κ(1)⁻², which
+#: must stay inside float64 with room for the integrals' other factors
+KAPPA1_RANGE = (1e-100, 1e100)
+#: the most panels of the pair's grid (d = 10⁵ without attention: 3.2·10⁵ panels, about 7 GB); their number
+#: grows like the largest |g|, the drift over the diffusion: like d and like |v|/κ(1)
+MAX_PANELS = 350_000
 #: an end exponent within this times κ(1) + κ'(1) of 0 is neutral (neither attracting nor repelling)
 NEUTRAL_TOLERANCE = 1e-12
 
@@ -184,7 +190,9 @@ class SyncTime:
     p_reach : float
         P(τ < ∞).
     mean_given, sd_given : float
-        The same given τ < ∞.
+        The same given τ < ∞ (inf where they pass float64).
+    log_mean_given : float
+        log E[τ | τ < ∞], finite where the mean passes float64 (NaN where not computed).
     """
 
     mean: float
@@ -192,6 +200,7 @@ class SyncTime:
     p_reach: float
     mean_given: float
     sd_given: float
+    log_mean_given: float = math.nan
 
 
 @dataclass(frozen=True)
@@ -310,6 +319,11 @@ class PairDiffusion:
         if not self.kappa1 > 0:
             raise ValueError(f"kernel: the pair diffusion needs noise, kappa(1) > 0 (got {self.kappa1:.3g}): noise_scale > 0, "
                              "and sigma_U, sigma_W, gain that leave the activation's output non-zero")
+        lo, hi = KAPPA1_RANGE
+        if not lo <= self.kappa1 <= hi:
+            raise ValueError(f"kernel: the pair theory takes kappa(1) in [{lo:g}, {hi:g}] (its times scale like 1/kappa(1), the "
+                             f"sync time's variance like kappa(1)^-2; got {self.kappa1:.3g}): noise_scale, gain, sigma_U and "
+                             "sigma_W set it")
         self.kappa1_prime = kernel.kappa1_prime
         self.kappa_m1 = float(kernel.kappa(-1.0))
         self.kappa_m1_prime = float(kernel.kappa_prime(-1.0))
@@ -374,10 +388,19 @@ class PairDiffusion:
         pilot = Panels(edges, self.nodes, SUB_NODES)
         self._pilot = pilot
         self._pilot_kp = self._kappa_prime(pilot.x)
-        g = np.abs(self._fields(pilot, self._pilot_kp)["g"]).max(axis=1)
+        with np.errstate(over="ignore", invalid="ignore"):  # an infinite |g| is refused below, by its panel count
+            g = np.abs(self._fields(pilot, self._pilot_kp)["g"]).max(axis=1)
         slope = np.maximum(g, np.concatenate([[0.0], g[:-1]]))
         slope = np.maximum(slope, np.concatenate([g[1:], [0.0]])) + 4.0
-        parts = np.maximum(1, np.ceil(slope * np.diff(pilot.edges) / self.resolution)).astype(int)
+        need = slope * np.diff(pilot.edges) / self.resolution
+        total = float(np.sum(np.maximum(1.0, np.ceil(need)))) if np.all(np.isfinite(need)) else math.inf
+        if total > MAX_PANELS:
+            ratio = abs(self.v) / self.kappa1
+            raise ValueError(f"v: the pair's drift over its diffusion, |g| up to {float(g.max()):.3g} (it grows like d and like "
+                             f"|v|/kappa(1)), needs {total:.3g} panels, at most {MAX_PANELS} (about 7 GB): a smaller d "
+                             f"(got {self.d}) or |v|/kappa(1) (got {ratio:.3g}; v is a config's gamma, kappa(1) = {self.kappa1:.3g} "
+                             "is set by noise_scale, gain, sigma_U and sigma_W)")
+        parts = np.maximum(1, np.ceil(need)).astype(int)
         pieces = [pilot.edges[:1]] + [np.linspace(pilot.edges[p], pilot.edges[p + 1], n + 1)[1:] for p, n in enumerate(parts)]
         return Panels(np.concatenate(pieces), self.nodes, SUB_NODES)
 
@@ -686,14 +709,16 @@ class PairDiffusion:
             slope_S, slope_m = -slope_S, slope_m + 2 * self._scale_slopes[0]
         else:
             p_reach = 1.0
-        mean, var = self._moments(short, F_S, F_m, slope_S, slope_m, x0)
+        log_mean, log_var = self._moments(short, F_S, F_m, slope_S, slope_m, x0)
+        mean, sd = _exp(log_mean), _exp(0.5 * log_var)
         if left.attracting:
-            return SyncTime(math.inf, math.inf, p_reach, mean, math.sqrt(var))
-        return SyncTime(mean, math.sqrt(var), 1.0, mean, math.sqrt(var))
+            return SyncTime(math.inf, math.inf, p_reach, mean, sd, log_mean)
+        return SyncTime(mean, sd, 1.0, mean, sd, log_mean)
 
     def _moments(self, short: Panels, F_S: np.ndarray, F_m: np.ndarray, slope_S: float, slope_m: float,
                  x0: float) -> tuple[float, float]:
-        """T₁(x0) and V(x0) on the panels ``short`` ending at x_r = atanh(1 − ε)."""
+        """log T₁(x0) and log V(x0) on the panels ``short`` ending at x_r = atanh(1 − ε) (a repelling
+        diagonal makes T₁ grow like e^{c|v|/κ(1)}: past float64 at moderate |v|)."""
         def tail(F, slope):
             return self._tail(float(short.interp(F, short.lo)), slope, +1.0)
 
@@ -704,7 +729,7 @@ class PairDiffusion:
         F_inner = math.log(2.0) + F_S + 2 * logM
         inner, _ = short.log_cumulative(F_inner, tail=tail(F_inner, slope_S + 2 * slope_m))
         logV = float(self._log_from_right(short, F_S + inner, x, -np.inf))
-        return math.exp(logT1), math.exp(logV)
+        return logT1, logV
 
     # ------------------------------------------------------------------ stationary law
 
@@ -798,9 +823,15 @@ class PairDiffusion:
                                    "neither end attracts: z is recurrent"),
             "sync_time_mean": num(st.mean), "sync_time_sd": num(st.sd), "p_reach": st.p_reach,
             "sync_time_mean_given_reach": num(st.mean_given), "sync_time_sd_given_reach": num(st.sd_given),
+            "sync_time_log10_mean_given_reach": num(st.log_mean_given / math.log(10)),
             "stationary": stat.exists, "stationary_reason": stat.reason,
             "stationary_mean": stat.mean, "stationary_sd": stat.sd,
         }
+
+
+def _exp(log: float) -> float:
+    """e^log, inf past float64 (an exponentially long time is a number too large, not an error)."""
+    return math.exp(log) if log < 709.0 else math.inf
 
 
 @validated
