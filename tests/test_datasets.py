@@ -5,7 +5,6 @@ table (stochformer.io.names.NAMES, which docs/datasets.md lists)."""
 
 from __future__ import annotations
 
-import math
 import re
 from pathlib import Path
 
@@ -371,15 +370,3 @@ def test_report_dataset(tmp_path):
         assert report_json(back)["sections"][0]["comparisons"][0]["measured"] == row["measured"]
 
 
-@pytest.mark.slow
-def test_report_tiny_profile(tmp_path):
-    from click.testing import CliRunner
-
-    from stochformer.cli import main
-
-    out = tmp_path / "report"
-    res = CliRunner().invoke(main, ["reproduce", "--profile", "tiny", "--out", str(out), "--quiet"])
-    assert res.exit_code == 0, res.output
-    with xr.open_dataset(out / DATASET, engine="h5netcdf") as ds:
-        check_dataset(ds.load(), OLD_NAMES - {"measured", "predicted"})
-    assert math.isfinite(len(ds["row"]))

@@ -87,6 +87,21 @@ def tiny_report(tmp_path_factory) -> Path:
 
 
 @pytest.mark.slow
+def test_tiny_report_dataset_names_every_variable(tiny_report: Path) -> None:
+    """The tiny report's dataset.nc, read back with xarray: every variable and coordinate named and
+    in its units (`test_datasets.check_dataset`), with at least one row."""
+    import xarray as xr
+
+    from stochformer.io.results import DATASET
+    from test_datasets import OLD_NAMES, check_dataset
+
+    with xr.open_dataset(tiny_report / DATASET, engine="h5netcdf") as ds:
+        ds = ds.load()
+    check_dataset(ds, OLD_NAMES - {"measured", "predicted"})
+    assert len(ds["row"]) > 0
+
+
+@pytest.mark.slow
 def test_tiny_report_figures_keep_the_figure_rules(tiny_report: Path) -> None:
     """Every figure of the tiny report: mathtext only inside $...$, no text under 7 pt, cell labels at
     WCAG contrast >= 4.5 on their cells, legends covering no data, colour maps of monotone lightness."""

@@ -257,7 +257,8 @@ def loglog_slope(x: _Positive, y: _Positive) -> tuple[float, float]:
 
 
 def _loglog_slope(x: Union[Sequence[float], np.ndarray], y: Union[Sequence[float], np.ndarray]) -> tuple[float, float]:
-    b, a = np.polyfit(np.log(np.asarray(x, dtype=float)), np.log(np.asarray(y, dtype=float)), 1)
+    with np.errstate(invalid="ignore", divide="ignore"):  # a mean <= 0: NaN, no power law (the callers say so)
+        b, a = np.polyfit(np.log(np.asarray(x, dtype=float)), np.log(np.asarray(y, dtype=float)), 1)
     return float(b), float(a)
 
 

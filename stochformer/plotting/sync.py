@@ -60,7 +60,9 @@ def plot_sync(result: Any, axes: Optional[Any] = None) -> "Figure":
         log_band(a2, tn, near, near_se, "C1", f"near sync ($L = {L_near}$): rate {near_at:.4g}; "
                  rf"$\Delta t \to 0$: {m['energy_rate']:.4g} ± {m['energy_rate_se']:.2g}")
     if p["lambda_bar_pred"] is not None:
-        a2.plot(tn, e0 * np.exp(p["lambda_bar_pred"] * tn), "C1--", label=rf"$\bar\lambda-2\gamma$ = {p['lambda_bar_pred']:.4g}")
+        with np.errstate(over="ignore"):  # a prediction past float64 is inf, which matplotlib leaves out
+            predicted = e0 * np.exp(p["lambda_bar_pred"] * tn)
+        a2.plot(tn, predicted, "C1--", label=rf"$\bar\lambda-2\gamma$ = {p['lambda_bar_pred']:.4g}")
     if result.energy_uniform is not None:
         mu = result.energy_uniform[0]
         uni, uni_se = result.energy_uniform
@@ -70,7 +72,9 @@ def plot_sync(result: Any, axes: Optional[Any] = None) -> "Figure":
                  f"uniform start ($L = {L}$): rate {uni_at:.4g}; " + rf"$\Delta t \to 0$: {tail}")
         bound = p.get("bound_pred")
         if bound is not None:
-            a2.plot(t, mu[0] * np.exp(bound * t), "C2:", label=rf"bound $\varepsilon+\bar\lambda'$ = {bound:.4g}")
+            with np.errstate(over="ignore"):
+                bounded = mu[0] * np.exp(bound * t)
+            a2.plot(t, bounded, "C2:", label=rf"bound $\varepsilon+\bar\lambda'$ = {bound:.4g}")
     a2.set_yscale("log")
     a2.set(xlabel="$t$", ylabel=r"$E[E_\beta(\mu_t)]$", title="energy (mean ± 2 SE)")
     a2.legend(fontsize=8)

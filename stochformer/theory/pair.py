@@ -374,7 +374,8 @@ class PairDiffusion:
         kz = np.where(right, k1 - Dp, self.kappa_m1 + Dm)
         K2 = np.where(right, w * k1 + (1 - w) * Dp, self.c_minus - y * self.kappa_m1 + (1 - y) * Dm)
         b = np.where(right, (d - 1) * (k1 * w - Dp), (d - 1) * (self.c_minus + Dm - k1 * y)) - J * kz
-        a = 2 * self.v * J * _expit(-self.beta * w)
+        with np.errstate(over="ignore"):  # β(1 − z) past float64 is ±inf, where expit is exactly 0 or 1
+            a = 2 * self.v * J * _expit(-self.beta * w)
         return {"logw": logw, "logy": logy, "K2": K2, "mu": b + a, "g": (b + a) / K2, "kappa": kz}
 
     def _build_panels(self) -> Panels:
