@@ -77,9 +77,9 @@ def test_large_N_uses_chunked_blocks(monkeypatch):
     model = make_particles(cfg, fld, N, block=block, sdpa=False)
     assert model.attention.chunk == query_chunk(N, block) == 100
     softmax_shapes, feature_shapes = [], []
-    real_softmax, real_features = torch.softmax, fld._features
+    real_softmax, real_features = torch.softmax, fld._features_t
     monkeypatch.setattr(torch, "softmax", lambda x, dim: softmax_shapes.append(tuple(x.shape)) or real_softmax(x, dim=dim))
-    monkeypatch.setattr(fld, "_features", lambda X, fields, out=None: feature_shapes.append(tuple(X.shape))
+    monkeypatch.setattr(fld, "_features_t", lambda X, fields, out=None: feature_shapes.append(tuple(X.shape))
                         or real_features(X, fields, out))
     X = _cloud(1, N, 3)
     model.step(X, cfg.dt, torch.Generator().manual_seed(1))

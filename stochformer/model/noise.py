@@ -1257,24 +1257,41 @@ class RandomFeatureField:
         pre = torch.matmul(A, self._weights()[fields], out=out)
         return torch.relu_(pre) if self._phi_in_place else self._phi(pre)
 
-    def _weights(self) -> torch.Tensor:
-        """[u/√d; b] (F, d + 1, M), kept while u and b are: the bias and the 1/√d come with the
-        one product, no further pass over (batch, n, M) per step."""
+    def _weights(self, transposed: bool = False) -> torch.Tensor:
+        """[u/√d; b] (F, d + 1, M), or its transpose (F, M, d + 1) contiguous, kept while u and b are:
+        the bias and the 1/√d come with the one product, no further pass over (batch, n, M) per step."""
         u, b, kept = self._u, self._b, self._u_scaled
         assert u is not None and b is not None, "RandomFeatureField: drawn before use (features_at checks)"
         if kept is None or kept[0] is not u or kept[1] is not b or kept[2] != (u._version, b._version):
-            kept = self._u_scaled = (u, b, (u._version, b._version), torch.cat([u / math.sqrt(u.shape[1]), b], dim=1))
-        return kept[3]
+            W = torch.cat([u / math.sqrt(u.shape[1]), b], dim=1)
+            kept = self._u_scaled = (u, b, (u._version, b._version), W, W.transpose(1, 2).contiguous())
+        return kept[4] if transposed else kept[3]
+
+    def _features_t(self, X: torch.Tensor, fields: slice, out: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """The features of the tokens X (batch, n, d), transposed: (batch, M, n), the layout in which
+        the step's two products run fastest (1.3× faster than (batch, n, M) with MKL at B = 128,
+        N = 64, M = 1024, on one thread and on two)."""
+        if self._u is None or self._b is None:
+            raise RuntimeError("RandomFeatureField.draw(...) (or reset) must be called before use")
+        if self._u.shape[0] == 1:
+            fields = slice(None)
+        A = torch.cat([X, X.new_ones(*X.shape[:-1], 1)], dim=-1).transpose(1, 2)  # [x, 1]ᵀ: (batch, d + 1, n)
+        W = self._weights(transposed=True)[fields]
+        if torch.is_grad_enabled() and (X.requires_grad or self._u.requires_grad or self._b.requires_grad):
+            W = torch.cat([self._u[fields] / math.sqrt(X.shape[-1]), self._b[fields]], dim=1).transpose(1, 2)
+            return self._phi(torch.matmul(W, A))  # no out=, no in place: the graph from u and b
+        pre = torch.matmul(W, A, out=out)
+        return torch.relu_(pre) if self._phi_in_place else self._phi(pre)
 
     def _workspace(self, batch: int, n: int, like: torch.Tensor) -> torch.Tensor:
-        """Memory for the features of a token chunk, (batch, n, M), kept across steps (a fresh
+        """Memory for the features of a token chunk, (batch, M, n), kept across steps (a fresh
         multi-MB tensor per step comes as fresh pages from the OS each time: page faults); it
         grows to the largest chunk asked for, a smaller one (the last chunk) uses its start."""
         size = batch * n * self.features
         w = self._work
         if w is None or w.numel() < size or w.dtype != like.dtype or w.device != like.device:
             w = self._work = torch.empty(size, dtype=like.dtype, device=like.device)
-        return w[:size].view(batch, n, self.features)
+        return w[:size].view(batch, self.features, n)
 
     def increment(self, X: torch.Tensor, dt: float, draws: Randomness) -> torch.Tensor:
         """The Brownian normals of a step are (F, M, d), and (F, 1, d) for B⁰ with σ_W > 0: they
@@ -1308,8 +1325,8 @@ class RandomFeatureField:
         chunk = self.token_chunk or n
         if chunk < 1:  # every row of ``out`` is written by the loop below only for chunk >= 1
             raise ValueError(f"token_chunk: must be an integer >= 1 (got {chunk})")
-        out = torch.empty_like(Xf)
-        Zf = Z.expand(Xf.shape[0], -1, -1)
+        out = Xf.new_empty(Xf.shape[0], d, n)  # ΔWᵀ: the products run with the tokens last
+        Zt = Z.transpose(1, 2).expand(Xf.shape[0], -1, -1)  # (·, d, M), a view
         # samples per block: a block's features stay near FEATURE_BLOCK entries (in cache: 1.4x faster
         # at B = 128, N = 64, M = 1024 than one pass over all samples); each sample's products are the
         # same operations whatever the block, so the same numbers
@@ -1317,12 +1334,12 @@ class RandomFeatureField:
         for a in range(0, Xf.shape[0], per):  # sample blocks
             for s in range(0, n, chunk):  # token chunks, memory O(per · chunk · M)
                 Xs = Xf[a : a + per, s : s + chunk]
-                phi = self._features(Xs, slice(a, a + per), self._workspace(Xs.shape[0], Xs.shape[1], Xs))
+                phi = self._features_t(Xs, slice(a, a + per), self._workspace(Xs.shape[0], Xs.shape[1], Xs))
                 if phi.requires_grad:  # out joins the graph through the slice assignment
-                    out[a : a + per, s : s + chunk] = torch.bmm(phi, Zf[a : a + per])
+                    out[a : a + per, :, s : s + chunk] = torch.matmul(Zt[a : a + per], phi)
                 else:
-                    torch.bmm(phi, Zf[a : a + per], out=out[a : a + per, s : s + chunk])
-        out = out.view(B, N, d)
+                    torch.matmul(Zt[a : a + per], phi, out=out[a : a + per, :, s : s + chunk])
+        out = out.transpose(1, 2).reshape(B, N, d)
         coef = self.scale * math.sqrt(dt)
         out.mul_(coef / math.sqrt(self.features))
         if self.sigma_W > 0:
