@@ -485,8 +485,10 @@ def solve(
                 _first_step(model, X, X0, on_sphere)
             check_finite(X.detach(), k, model)
             if hook is not None:
-                new = first_call(f"hook ({callable_name(hook)})", False, X, hook, k, X) if k == 1 else hook(k, X)
+                new = first_call(f"hook ({callable_name(hook)})", _own(hook), X, hook, k, X) if k == 1 else hook(k, X)
                 if new is not None and (k == 1 or not torch.is_tensor(new) or new.shape != shape):
+                    if _own(hook) and torch.is_tensor(new):  # one of stochformer's (a renormalisation): a breakdown
+                        check_finite(new.detach(), k, model)
                     check_output(f"hook ({callable_name(hook)})", new, X0, unit=on_sphere)
                 X = X if new is None else new
             keep(k, X)

@@ -431,3 +431,25 @@ def test_the_torch_output_keeps_the_graph_of_every_record():
         assert out[name].requires_grad, name
         (grad,) = torch.autograd.grad(out[name][:, -1].sum(), X0, retain_graph=True)
         assert torch.isfinite(grad).all() and grad.abs().sum() > 0, name
+
+
+@settings(max_examples=12, deadline=None, derandomize=True)
+@given(bad=st.sampled_from([math.nan, math.inf, -math.inf]), own=st.booleans(), step=st.integers(0, 5))
+def test_a_hook_returning_non_finite_numbers_is_a_breakdown_if_ours_and_the_users_error_if_theirs(bad, own, step):
+    """One of stochformer's hooks (an experiment's renormalisation) that returns non-finite numbers
+    on its first call reports a numerical breakdown (`NonFiniteError`, which an experiment blames on
+    its config's fields); a user's hook doing the same is a ``ValueError`` naming the hook. Before:
+    both named the hook, so ``sync --set model.sigma_U=1e150`` blamed the experiment's own
+    ``renormalise`` instead of sigma_U."""
+    def hook(k: int, X: torch.Tensor) -> torch.Tensor:
+        out = X.clone()
+        out.view(-1)[step] = bad
+        return out
+
+    hook.__module__ = "stochformer.experiments.sync" if own else "my_project.hooks"
+    X0 = sf.sphere.uniform(batch=2, N=3, d=3, seed=0)
+    with pytest.raises(ValueError) as err:
+        solve(sf.Transformer(), X0, T=1.0, steps=2, seed=0, hook=hook)
+    assert isinstance(err.value, NonFiniteError) == own
+    if not own:
+        assert "hook (" in str(err.value) and "non-finite" in str(err.value)
