@@ -85,8 +85,9 @@ def test_property_float32_within_bound_and_guard_reports_its_rows(N, d, beta, ba
     rows = attn.rows
     assert rows.shape == (min(m, N),) and len(set(rows.tolist())) == len(rows) and int(rows.max()) < N
     rec = attn.record
-    assert rec["last_max_error"] == pytest.approx(err[:, rows.numpy()].max(), rel=1e-9, abs=1e-15)
-    assert rec["last_rms_error"] == pytest.approx(np.sqrt((err[:, rows.numpy()] ** 2).mean()), rel=1e-9, abs=1e-15)
+    # the guard's float64 reference (torch) and this one (NumPy) differ by a few ulps of the O(1) outputs
+    assert rec["last_max_error"] == pytest.approx(err[:, rows.numpy()].max(), rel=1e-9, abs=1e-14)
+    assert rec["last_rms_error"] == pytest.approx(np.sqrt((err[:, rows.numpy()] ** 2).mean()), rel=1e-9, abs=1e-14)
     assert rec["tolerance"] == pytest.approx(0.1 / math.sqrt(K.shape[1]))
 
 
