@@ -13,9 +13,9 @@ timed apart. Then the same steps run under ``torch.profiler``, with the library'
 (``record_function`` around them, put there by this script only) and every torch operation charged
 to the innermost labelled piece it runs in:
 
-- features product: ``[x, 1] · [u/√d; b]`` (``RandomFeatureField.features_at``, less φ);
+- features product: ``[u/√d; b]ᵀ [x, 1]ᵀ`` (``RandomFeatureField._features_t``, less φ);
 - φ: the activation applied to it;
-- product with the normals: Φ Z (``torch.bmm``), and root × normals: K^{1/2} Ξ (exact field);
+- product with the normals: Zᵀ Φᵀ (``torch.matmul``), and root × normals: K^{1/2} Ξ (exact field);
 - field scales: the rest of the field's increment (the scales, B⁰, buffers);
 - normals: ``Draws.brownian``, as a whole (wall time: the parallel sampler fills its streams on
   threads outside torch's operations);
@@ -83,7 +83,7 @@ def config(problem: str, size: dict, rng: str) -> RunConfig:
 @contextlib.contextmanager
 def labelled(model: LimitSDE) -> Iterator[None]:
     """Each piece of the step runs inside ``record_function(label)`` (patched in, restored after)."""
-    targets = [(Draws, "brownian", "normals"), (RandomFeatureField, "features_at", "features"),
+    targets = [(Draws, "brownian", "normals"), (RandomFeatureField, "_features_t", "features"),
                (RandomFeatureField, "increment", "field"), (ExactField, "covariance", "gram"), (noise_module, "sqrt_psd", "root"),
                (ExactField, "increment", "exact"), (LimitSDE, "step", "step")]
     if model.attention is not None:

@@ -475,6 +475,7 @@ def solve(
         keep(0, X)
         shape = X0.shape
         ticks = iter(range(1, steps + 1) if progress is None else progress.track(range(1, steps + 1)))
+        own_hook = _own(hook)  # one of stochformer's (an experiment's renormalisation), not a user's
         for k in ticks:
             draws = step_draws(generator, path, k - 1, steps)
             if k == 1:
@@ -485,9 +486,9 @@ def solve(
                 _first_step(model, X, X0, on_sphere)
             check_finite(X.detach(), k, model)
             if hook is not None:
-                new = first_call(f"hook ({callable_name(hook)})", _own(hook), X, hook, k, X) if k == 1 else hook(k, X)
+                new = first_call(f"hook ({callable_name(hook)})", own_hook, X, hook, k, X) if k == 1 else hook(k, X)
                 if new is not None and (k == 1 or not torch.is_tensor(new) or new.shape != shape):
-                    if _own(hook) and torch.is_tensor(new):  # one of stochformer's (a renormalisation): a breakdown
+                    if own_hook and torch.is_tensor(new):  # ours: non-finite output is a breakdown of the state
                         check_finite(new.detach(), k, model)
                     check_output(f"hook ({callable_name(hook)})", new, X0, unit=on_sphere)
                 X = X if new is None else new

@@ -46,15 +46,6 @@ from .value_noise import ValuePair
 #: (``panels``, ``F_scale``, ``F_speed``, ``g``, ``logw``, ``logy``), ``d``, ``antipode`` and ``rate``
 Pair = Union[PairDiffusion, ValuePair]
 
-def _what_sets(pair: Pair) -> str:
-    """The pair's scale besides d that its drift over its diffusion grows with, in a config's fields
-    (for a limit's message)."""
-    if isinstance(pair, PairDiffusion):
-        return (f"|v|/kappa(1) (got {abs(pair.v) / pair.kappa1:.3g}; v is a config's gamma, kappa(1) is set by noise_scale, "
-                "gain, sigma_U and sigma_W)")
-    return f"beta (got {pair.beta:g})"
-
-
 def _what_speeds(pair: Pair) -> str:
     """What the pair's fastest rate grows with, in a config's fields (for the time limit's message)."""
     if isinstance(pair, PairDiffusion):
@@ -110,8 +101,8 @@ class PairChain:
         n = int(math.ceil((hi - lo) / h * max(1.0, 1.5 * g_max * CELL_WIDTH)))
         if n > MAX_CELLS:
             raise ValueError(f"d: the pair's chain would need {n} cells (their number grows like the drift over the "
-                             f"diffusion, |g| up to {g_max:.3g}), at most {MAX_CELLS}; reduce d (got {pair.d}) or "
-                             f"{_what_sets(pair)}, or raise h (got {h:g})")
+                             f"diffusion, |g| up to {g_max:.3g}), at most {MAX_CELLS}; reduce d (got {pair.d}), "
+                             + (f"{pair.drift_ratio}, " if isinstance(pair, PairDiffusion) else "") + f"or raise h (got {h:g})")
         self.h = (hi - lo) / n
         self.edges = lo + self.h * np.arange(n + 1)
         self.x = 0.5 * (self.edges[:-1] + self.edges[1:])

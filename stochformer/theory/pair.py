@@ -343,6 +343,13 @@ class PairDiffusion:
     # ------------------------------------------------------------------ coefficients
 
     @property
+    def drift_ratio(self) -> str:
+        """|v|/κ(1), which the drift over the diffusion grows with besides d, and the config fields
+        that set it, for a limit's message."""
+        return (f"|v|/kappa(1) (got {abs(self.v) / self.kappa1:.3g}; v is a config's gamma, kappa(1) = {self.kappa1:.3g} "
+                "is set by noise_scale, gain, sigma_U and sigma_W)")
+
+    @property
     def c(self) -> float:
         """κ(1) + κ'(1): s(z) ≈ 4c(1 − z)² near z = 1."""
         return self.kappa1 + self.kappa1_prime
@@ -396,11 +403,9 @@ class PairDiffusion:
         need = slope * np.diff(pilot.edges) / self.resolution
         total = float(np.sum(np.maximum(1.0, np.ceil(need)))) if np.all(np.isfinite(need)) else math.inf
         if total > MAX_PANELS:
-            ratio = abs(self.v) / self.kappa1
             raise ValueError(f"v: the pair's drift over its diffusion, |g| up to {float(g.max()):.3g} (it grows like d and like "
                              f"|v|/kappa(1)), needs {total:.3g} panels, at most {MAX_PANELS} (about 7 GB): a smaller d "
-                             f"(got {self.d}) or |v|/kappa(1) (got {ratio:.3g}; v is a config's gamma, kappa(1) = {self.kappa1:.3g} "
-                             "is set by noise_scale, gain, sigma_U and sigma_W)")
+                             f"(got {self.d}) or {self.drift_ratio}")
         parts = np.maximum(1, np.ceil(need)).astype(int)
         pieces = [pilot.edges[:1]] + [np.linspace(pilot.edges[p], pilot.edges[p + 1], n + 1)[1:] for p, n in enumerate(parts)]
         return Panels(np.concatenate(pieces), self.nodes, SUB_NODES)
