@@ -36,6 +36,7 @@ def _cases(tmp: Path) -> dict[str, list[str]]:
                                         "--out", str(tmp / "field_exact.json"), "--no-doc"],
         "bench_field[exact,diffrax]": ["bench_field.py", "--quick", "--problem", "exact", "--peers", "diffrax",
                                        "--out", str(tmp / "field_exact.json"), "--no-doc"],
+        "bench_field_layout": ["bench_field_layout.py", "--quick", "--out", str(tmp / "layout.json")],
         "bench_capture": ["bench_capture.py", "--quick", "--out", str(tmp / "capture.json")],
         "bench_capture[cuda]": ["bench_capture.py", "--quick", "--device", "cuda", "--no-write"],
         "bench_joint_field": ["bench_joint_field.py", "--sizes", "32,8,8", "--reps", "1"],
@@ -88,7 +89,14 @@ def _check_before(tmp: Path) -> None:
 
 
 #: what a case's output must say, beyond running (no timing)
-CHECKS = {"bench_transformer[load]": _check_load, "bench_transformer[before]": _check_before}
+def _check_layout(tmp: Path) -> None:
+    record = json.loads((tmp / "layout.json").read_text())
+    assert [r["threads"] for r in record["results"]] == [1, 2]
+    assert all(r["max_relative_difference"] <= 1e-12 and r["first_over_last"]["median"] > 0 for r in record["results"])
+
+
+CHECKS = {"bench_transformer[load]": _check_load, "bench_transformer[before]": _check_before,
+          "bench_field_layout": _check_layout}
 GPU = {"bench_meanfield_gpu", "bench_transformer_gpu"}
 PEERS = {"bench_field[torchsde]": "torchsde", "bench_field[diffrax]": "diffrax", "bench_field[exact,torchsde]": "torchsde",
          "bench_field[exact,diffrax]": "diffrax"}

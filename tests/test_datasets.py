@@ -188,7 +188,7 @@ def test_bridge(tmp_path):
 def test_spectrum(tmp_path):
     from stochformer.experiments.spectrum import SpectrumConfig, run_spectrum
 
-    cfg = build_config(None, ["model.dynamics=sde", "model.d=3", "model.batch=8", "model.L=8", "bootstrap=10"],
+    cfg = build_config(None, ["model.dynamics=sde", "model.d=3", "model.batch=8", "model.L=12", "bootstrap=10"],
                        model=SpectrumConfig)
     ds = _written(run_spectrum(cfg), tmp_path)
     check_dataset(ds)
@@ -262,7 +262,7 @@ def _exact(store):
     from stochformer.experiments.exact import ExactConfig, run_exact
 
     return run_exact(ExactConfig(model={"batch": 20, "L": 20}, betas=[0.5, 2.0], beta_grid=5, spectrum_batch=8,
-                                 spectrum_L=8, energy_batch=4, energy_L=10, energy_every=5, energy_levels=1, gains=[0.5, 8.0],
+                                 spectrum_L=16, energy_batch=4, energy_L=10, energy_every=5, energy_levels=1, gains=[0.5, 8.0],
                                  sigmas=[0.0, 0.5], phase_points=[[2.0, 0.0]]))
 
 

@@ -19,7 +19,7 @@ import math
 import pytest
 import torch
 from click.testing import CliRunner
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from stochformer.cli import main
@@ -54,6 +54,8 @@ def test_gain_is_a_change_of_dimension(act, d_small, k, sigma_U, sigma_W):
 @settings(max_examples=40, deadline=None, derandomize=True)
 @given(act=st.sampled_from(HOMOGENEOUS), d=st.integers(2, 64), g=st.floats(0.05, 20.0),
        sigma_U=st.floats(0.0, 3.0), sigma_W=st.floats(0.0, 1.0))
+@example(act="relu", d=2, g=3.0, sigma_U=5.960464477539063e-08, sigma_W=0.0)  # σ_U ≪ g/√d: κ' at ρ = −1 from arccos lost
+@example(act="relu", d=32, g=0.75, sigma_U=1e-09, sigma_W=0.0)  # √ε of its scale (found with random examples)
 def test_gain_of_a_homogeneous_activation(act, d, g, sigma_U, sigma_W):
     """φ(gx) = gφ(x) (ReLU, leaky ReLU, linear): V = g V' with Var V' = 1/d + (σ_U/g)², so
     κ_g(ρ; σ_U, σ_W, s) = κ_1(ρ; σ_U/g, σ_W/g, s g), and the same for κ' (φ' is 0-homogeneous)."""

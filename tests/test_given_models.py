@@ -55,7 +55,7 @@ def _same(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> bool:
 #: can share one model object
 CASES: dict[str, tuple[Callable[..., Any], Callable[[], Any]]] = {
     "simulate": (run_simulate, lambda: RunConfig(**RUN)),
-    "sync": (run_sync, lambda: SyncConfig(model=RUN, pairs=4, bootstrap=20)),
+    "sync": (run_sync, lambda: SyncConfig(model={**RUN, "L": 20}, pairs=4, bootstrap=20)),  # a small step (T/5)
     "phase_over_T": (run_phase, lambda: PhaseConfig(model=RUN, x_field="T", x_values=[1.0, 2.0], y_field="L", y_values=[4],
                                                     pairs=4, extrapolate=False, boundary_points=5)),
     "sweep_over_L": (run_sweep, lambda: SweepConfig.model_validate({"model": SWEPT, "samples": 2, "samples_per_task": 1,

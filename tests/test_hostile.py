@@ -242,8 +242,9 @@ FAST = ["--quiet", "--set", "L=3", "--set", "N=4", "--set", "batch=2", "--set", 
 SWEEP_OK = "sweep_ok.toml"
 COMMANDS = {  # a cheap valid invocation of every experiment command, before --out
     "simulate": ["simulate", *FAST],
-    "sync": ["sync", "--quiet", "--set", "model.L=3", "--set", "model.batch=2", "--set", "pairs=2", "--set", "bootstrap=10"],
-    "phase": ["phase", "--quiet", "--set", "model.L=3", "--set", "pairs=2"],
+    "sync": ["sync", "--quiet", "--set", "model.L=8", "--set", "model.T=1", "--set", "model.batch=2", "--set", "pairs=2",
+             "--set", "bootstrap=10"],
+    "phase": ["phase", "--quiet", "--set", "model.L=4", "--set", "pairs=2"],
     "converge": ["converge", "--quiet"],
     "chaos": ["chaos", "--quiet"],
     "spectrum": ["spectrum", "--quiet", "--set", "model.L=8", "--set", "model.batch=4", "--set", "bootstrap=10"],
@@ -251,6 +252,14 @@ COMMANDS = {  # a cheap valid invocation of every experiment command, before --o
     "reproduce": ["reproduce", "--quiet", "--profile", "tiny"],
 }
 OUT_HAZARDS = ["", ".", "..", "/", "~", "/dev/null", "notes.txt", "notes.txt/sub", "/proc/stochformer-out", "precious"]
+
+
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_every_base_invocation_is_valid(world, sweep_ok, command: str) -> None:
+    """Each command's cheap invocation, which the hazards below alter one thing of, is itself a valid
+    config: otherwise every case built on it would stop at the config and test nothing else."""
+    res = CliRunner().invoke(main, [*COMMANDS[command], "--print-config"], catch_exceptions=False)
+    assert res.exit_code == 0, res.output[-500:]
 
 
 def named_cases() -> list[tuple[str, list[str]]]:
@@ -564,7 +573,7 @@ def test_hypothesis_extreme_valid_values(world, command: str) -> None:
     cases = [(f, v) for f, v in _extreme_cases(model)
              if command not in ("pair", "rates") or f in (PAIR_FIELDS if command == "pair" else READ_BY_RATES)]
     base = {"pair": ["pair", "--json"], "rates": ["rates", "--json"],
-            "sync": ["sync", "--quiet", "--set", "model.L=8", "--set", "model.batch=2", "--set", "pairs=2", "--set",
+            "sync": ["sync", "--quiet", "--set", "model.L=8", "--set", "model.T=1", "--set", "model.batch=2", "--set", "pairs=2", "--set",
                      "bootstrap=10"],
             "converge": ["converge", "--quiet", "--set", "model.batch=8", "--set", "samples_per_task=4", "--set",
                          "depths=[2,4]", "--set", "widths=[2,4]", "--set", "bootstrap=100"],

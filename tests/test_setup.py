@@ -26,7 +26,7 @@ from stochformer.model.attention import SoftmaxAttention
 from stochformer.model.sde import LimitSDE
 from stochformer.model.transformer import Transformer
 
-SMALL = dict(N=4, d=3, L=8, m=16, batch=3)
+SMALL = dict(N=4, d=3, L=8, T=1.0, m=16, batch=3)  # T/(L/4) = 0.5: a small step for sync
 
 
 # --------------------------------------------------------------------------- setup

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import subprocess
 import sys
 
@@ -337,6 +338,71 @@ def test_transformer_spectrum_extrapolated_in_width_matches_the_formula():
 def test_config_refuses_what_cannot_be_measured(overrides: list[str], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         build_config(None, overrides, model=SpectrumConfig)
+
+
+@settings(max_examples=60, deadline=None)
+@given(dynamics=st.sampled_from(["sde", "transformer"]), activation=st.sampled_from(["relu", "tanh", "erf", "gelu"]),
+       d=st.integers(3, 64), log_scale=st.floats(-3.0, 200.0), scaled=st.sampled_from(["sigma_U", "sigma_W", "noise_scale"]),
+       log_T=st.floats(-3.0, 6.0), L=st.integers(1, 64).map(lambda k: 4 * k), extrapolate=st.booleans())
+def test_a_run_is_refused_exactly_where_its_coarsest_step_is_not_small(dynamics, activation, d, log_scale, scaled,
+                                                                        log_T, L, extrapolate) -> None:
+    """The spectrum is the Δt → 0 law (SPEC §8): a config is refused iff the coarsest step run
+    (T/(L/4), or T/L without extrapolation) times the fastest predicted rate exceeds
+    ``SMALL_STEP``, in one line naming model.L with that product; the L it asks for is accepted, and
+    a noise past float64's reach is refused too. ``fastest_rate`` is the largest of |λ_i| over the
+    listed spectrum and κ + κ'."""
+    from stochformer.config.build import make_kernel
+    from stochformer.experiments.sync import SMALL_STEP
+    from stochformer.model.kernel import fastest_rate
+
+    model = {"dynamics": dynamics, "activation": activation, "d": d, scaled: 10.0**log_scale, "T": 10.0**log_T, "L": L,
+             "sigma_W": 0.3 if scaled != "sigma_W" else 10.0**log_scale}
+    run = SpectrumConfig.model_fields["model"].annotation.model_validate(model)
+    try:
+        kern = make_kernel(run)
+        k1, kp = kern.kappa1, kern.kappa1_prime
+    except ValueError:  # a kernel past float64 is refused by its own check, naming the field
+        with pytest.raises(ConfigError, match=scaled):
+            build_config(None, [f"model.{k}={v!r}" if isinstance(v, str) else f"model.{k}={v}" for k, v in model.items()]
+                         + [f"extrapolate={str(extrapolate).lower()}"], model=SpectrumConfig)
+        return
+    rate = fastest_rate(k1, kp, d)
+    if d <= 16:
+        listed = [abs(x) for x in lyapunov_spectrum(k1, kp, d)] + [k1 + kp]
+        assert rate == pytest.approx(max(listed), rel=1e-12)
+    product = rate * (run.T / (L // 4 if extrapolate else L))
+    try:
+        SpectrumConfig(model=model, extrapolate=extrapolate)
+    except ValueError as err:
+        text = str(err)
+        assert product > SMALL_STEP and "model.L: the coarsest step" in text and f"= {product:.3g} > {SMALL_STEP:g}" in text, text
+        asked = re.search(r"raise model.L to at least (\d+)", text)
+        if asked:
+            SpectrumConfig(model={**model, "L": int(asked.group(1))}, extrapolate=extrapolate)
+        else:  # the L it would take is past 2**62, or the rate past float64
+            assert not rate * run.T < 2**58, text
+    else:
+        assert product <= SMALL_STEP
+
+
+@settings(max_examples=25, deadline=None)
+@given(activation=st.sampled_from(["relu", "erf", "tanh"]), points=st.lists(
+    st.tuples(st.floats(0.0, 30.0), st.floats(0.0, 5.0)), max_size=3), spectrum_T=st.floats(0.1, 20.0))
+def test_the_exact_experiments_spectra_take_small_steps_by_default(activation, points, spectrum_T) -> None:
+    """``ExactConfig`` without ``spectrum_L`` gives every spectrum run (the model's noise, each phase
+    point) the least multiple of 4 that is >= 64 and a small step there; the spectrum configs it
+    builds are valid, and one step fewer (4 fewer) would not be small unless 64 already was."""
+    from stochformer.experiments.exact import SPECTRUM_L, ExactConfig, _spectrum_config
+    from stochformer.experiments.sync import check_small_step
+
+    cfg = ExactConfig(model={"activation": activation}, phase_points=[list(p) for p in points], spectrum_T=spectrum_T)
+    for updates in cfg.spectrum_points:
+        L = cfg.spectrum_steps(**updates)
+        spec = _spectrum_config(cfg, 0, **updates)
+        assert spec.model.L == L and L % 4 == 0 and L >= SPECTRUM_L
+        if L > SPECTRUM_L:
+            with pytest.raises(ValueError, match="not a small step"):
+                check_small_step(spec.model.with_updates(L=L - 4), True)
 
 
 def test_preflight_refuses_a_huge_run():

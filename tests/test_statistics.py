@@ -548,15 +548,18 @@ def test_fraction_intervals_refuse_impossible_counts_naming_the_field(args, mess
 @given(values=st.lists(st.floats(-1.0, 1.0), min_size=2, max_size=12), power=st.integers(0, 1000),
        as_tensor=st.booleans())
 def test_the_standard_error_of_huge_samples_is_finite_and_scales(values, power, as_tensor):
-    """SE(2^k x) = 2^k SE(x) to rounding and finite for samples up to 1e301 (the squares of such
-    numbers overflow: the spread is taken in units of the largest), numpy and torch alike."""
+    """SE(2^k x) = 2^k SE(x) to rounding and finite for samples from below 1e-150 (values the float
+    strategy draws near 0) up to 1e301: the squares of such numbers underflow or overflow, so the
+    spread is taken in units of the largest, numpy and torch alike."""
     x = np.asarray(values, float)
     big = x * 2.0**power
     if as_tensor:
         mean, se = (v.numpy() for v in mean_and_se(torch.from_numpy(big)))
     else:
         mean, se = mean_and_se(big)
-    ref = x.std(ddof=1) / math.sqrt(len(x))
+    top = float(np.abs(x).max()) or 1.0  # the reference in units of the largest too: NumPy's squares of |x| < 1e-154 underflow
+    ref = top * (x / top).std(ddof=1) / math.sqrt(len(x))
     rounding = 1e-15 * float(np.abs(x).max()) * 2.0**power  # equal values: an SE of 0 or of rounding, either way
     assert np.isfinite(se) and math.isclose(float(se), ref * 2.0**power, rel_tol=1e-12, abs_tol=rounding + 1e-300 * 2.0**power)
-    assert math.isclose(float(mean), x.mean() * 2.0**power, rel_tol=1e-12, abs_tol=1e-300 * 2.0**power)
+    # the mean of values that cancel carries the rounding of the largest, not of the result
+    assert math.isclose(float(mean), x.mean() * 2.0**power, rel_tol=1e-12, abs_tol=rounding + 1e-300 * 2.0**power)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import sys
 
 import numpy as np
@@ -38,23 +39,23 @@ def test_a_sync_config_is_refused_exactly_when_a_rate_window_holds_one_time(L, f
     """A rate is a slope: every level's fit window t >= fit_from·T must hold 2 times. The config is
     accepted exactly then (else one error naming fit_from with the smallest L that works, which is
     accepted, and one step less refused), and an accepted config's fits on those windows give a
-    finite rate with no warning."""
+    finite rate with no warning. (T = 1/4: every L here is a small step, ``check_small_step``.)"""
     import warnings
 
     L = 4 * L if extrapolate else L  # L, L/2, L/4 steps
-    fields = {"model": {"L": L, "T": 2.0}, "fit_from": fit_from, "extrapolate": extrapolate, "uniform_start": uniform_start}
+    fields = {"model": {"L": L, "T": 0.25}, "fit_from": fit_from, "extrapolate": extrapolate, "uniform_start": uniform_start}
     levels = [L, L // 2, L // 4] if extrapolate else [L]
-    ok = not uniform_start or all(fit_window(n, 2.0, fit_from).sum() >= 2 for n in levels)
+    ok = not uniform_start or all(fit_window(n, 0.25, fit_from).sum() >= 2 for n in levels)
     try:
         build_config(fields, [], model=SyncConfig)
     except ConfigError as err:
         assert not ok and "fit_from: the rate from uniform tokens is a slope" in str(err)
         need = int(str(err).split("model.L >= ")[1].split(",")[0])
-        build_config({**fields, "model": {"L": need, "T": 2.0}}, [], model=SyncConfig)
+        build_config({**fields, "model": {"L": need, "T": 0.25}}, [], model=SyncConfig)
         step = 4 if extrapolate else 1
         if need > step:
             with pytest.raises(ConfigError, match="fit_from"):
-                build_config({**fields, "model": {"L": need - step, "T": 2.0}}, [], model=SyncConfig)
+                build_config({**fields, "model": {"L": need - step, "T": 0.25}}, [], model=SyncConfig)
         event("refused")
         return
     assert ok
@@ -64,7 +65,7 @@ def test_a_sync_config_is_refused_exactly_when_a_rate_window_holds_one_time(L, f
         paths = {n: np.exp(rng.normal(size=(6, n + 1))) for n in levels}
         with warnings.catch_warnings():
             warnings.simplefilter("error")
-            fit = extrapolated_moment_rate(2.0, paths, fit_from, n_boot=20, seed=1)
+            fit = extrapolated_moment_rate(0.25, paths, fit_from, n_boot=20, seed=1)
         assert math.isfinite(fit["rate"]) and math.isfinite(fit["se"])
 
 
@@ -316,11 +317,12 @@ def test_lyapunov_fails_in_float32_through_a_gram_root(monkeypatch, float32_refe
 
 
 @settings(max_examples=60, deadline=None)
-@given(T=st.floats(1e-6, 10.0), L=st.integers(2, 64).map(lambda k: 4 * k), horizon=st.floats(1e-6, 1e4),
+@given(T=st.floats(1e-6, 2.0), L=st.integers(2, 64).map(lambda k: 4 * k), horizon=st.floats(1e-6, 1e4),
        extrapolate=st.booleans())
 def test_a_near_horizon_is_refused_exactly_when_its_run_is_too_long(T, L, horizon, extrapolate):
     """The near-synchronisation run takes steps of the model's T/L: a ``near_horizon`` whose run
-    would take more than ``NEAR_STEPS_MAX`` steps is refused naming it, any other accepted."""
+    would take more than ``NEAR_STEPS_MAX`` steps is refused naming it, any other accepted. (T <= 2
+    with L >= 8 and γ = 1: every step here is small, ``check_small_step``.)"""
     from stochformer.experiments.sync import NEAR_STEPS_MAX, SyncConfig, near_steps
 
     steps = near_steps(L, T, horizon, extrapolate)
@@ -331,6 +333,37 @@ def test_a_near_horizon_is_refused_exactly_when_its_run_is_too_long(T, L, horizo
     else:
         with pytest.raises(ValueError, match=r"near_horizon: the near-synchronisation run takes steps of model\.T / model\.L"):
             SyncConfig(**fields)
+
+
+@settings(max_examples=60, deadline=None)
+@given(gamma=st.floats(-1e6, 1e6), sigma_U=st.sampled_from([0.0, 0.5, 3.0, 1e5]), d=st.integers(3, 40),
+       T=st.floats(1e-3, 1e3), L=st.integers(1, 100).map(lambda k: 4 * k), extrapolate=st.booleans())
+def test_a_sync_config_is_refused_exactly_where_its_coarsest_step_is_not_small(gamma, sigma_U, d, T, L, extrapolate):
+    """λ₁ = λ₁(noise) − γ and the energy rates are Δt → 0 limits: a config is refused iff the coarsest
+    step (T/(L/4), or T/L) times max(the noise's ``fastest_rate``, |γ|) exceeds ``SMALL_STEP``, in one
+    error naming model.L and gamma; the L it asks for is accepted."""
+    from stochformer.experiments.sync import SMALL_STEP, SyncConfig
+    from stochformer.model.kernel import NoiseKernel, fastest_rate
+
+    model = {"gamma": gamma, "sigma_U": sigma_U, "d": d, "T": T, "L": L, "batch": 2}
+    kern = NoiseKernel("relu", d, sigma_U, 0.0)
+    rate = max(fastest_rate(kern.kappa1, kern.kappa1_prime, d), abs(gamma))
+    product = rate * (T / (L // 4 if extrapolate else L))
+    try:
+        SyncConfig(model=model, extrapolate=extrapolate)
+    except ValueError as err:
+        text = str(err)
+        if "model.L: the coarsest step" not in text:  # another check of the config came first
+            assert product <= SMALL_STEP or "fit_from" in text or "near" in text, text
+            return
+        assert product > SMALL_STEP and f"= {product:.3g} > {SMALL_STEP:g}" in text and "gamma" in text, text
+        need = int(re.search(r"raise model.L to at least (\d+)", text).group(1))
+        try:
+            SyncConfig(model={**model, "L": need}, extrapolate=extrapolate)
+        except ValueError as again:
+            assert "model.L: the coarsest step" not in str(again), str(again)
+    else:
+        assert product <= SMALL_STEP
 
 
 @pytest.mark.parametrize("beta", [sys.float_info.min, 1e-300, 1e-100, 1e-12])  # SyncConfig refuses a subnormal β

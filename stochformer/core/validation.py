@@ -20,6 +20,7 @@ import inspect
 import math
 import numbers
 import os
+import re
 import types
 import typing
 from dataclasses import dataclass
@@ -710,15 +711,24 @@ def first_output(seen: set, key: str, part: Any, fn: Callable[..., Any], *args: 
     `NonFiniteError` naming its large parameters."""
     if key in seen:
         return fn(*args)
-    like = args[0]
+    like, who = args[0], f"{key} ({callable_name(part)})"
     own = (getattr(type(part), "__module__", "") or "").startswith("stochformer")
-    out = first_call(f"{key} ({callable_name(part)})", own, like, fn, *args)
-    if own and torch.is_tensor(out) and out.shape == like.shape and not bool(torch.isfinite(out).all()):
-        found = ", ".join(_large_parameters(part, f"{key}.")) or "the step size and the part's scales"
-        raise NonFiniteError(f"non-finite {key} increment on its first call", found)
-    check_output(f"{key} ({callable_name(part)})", out, like)
+    out = first_call(who, own, like, fn, *args)
+    found = ", ".join(_large_parameters(part, f"{key}.")) or "the step size and the part's scales"
+    check_part_output(who, own, out, like, NonFiniteError(f"non-finite {key} increment on its first call", found))
     seen.add(key)
     return out
+
+
+def check_part_output(who: str, own: bool, out: Any, like: torch.Tensor, breakdown: NonFiniteError,
+                      unit: bool = False) -> torch.Tensor:
+    """The first output of the part ``who`` on the tensor ``like``. One of stochformer's own parts
+    (``own``) that returns non-finite numbers of the right shape met a state or scale its numbers
+    cannot hold: ``breakdown``, blamed on the run's fields; anything else is checked as a user's
+    callable's output (`check_output`: a user's non-finite output is that callable's error)."""
+    if own and torch.is_tensor(out) and out.shape == like.shape and not bool(torch.isfinite(out).all()):
+        raise breakdown
+    return check_output(who, out, like, unit)
 
 
 def first_call(who: str, own: bool, like: torch.Tensor, fn: Callable[..., Any], *args: Any) -> Any:
@@ -934,7 +944,23 @@ def _large_parameters(model: Any, where: str = "", depth: int = 0) -> list[str]:
 
 
 #: how `likely_fields` begins when it names no field in particular
-GENERIC_CAUSES = ("the step size and ", "the step T/L and ", "the step model.T / model.L and ")
+GENERIC_CAUSES = ("the step size and ", "the step T/L and ", "the step model.T/model.L and ")
+
+#: a model's field names as words of a message (not already part of a dotted name)
+_MODEL_WORDS = re.compile(r"(?<![\w.])(batch|L|N|m|d|T|record_every|features|path_stride|Q|K|V|beta|gamma|sigma_U|sigma_W|"
+                          r"noise_scale|gain)(?!\w)")
+
+
+def experiment_fields(text: str, batch: str = "model.batch") -> str:
+    """A model's field names in the message ``text`` as an experiment's: ``model.`` before each,
+    and ``batch`` read as what sets the batch there (e.g. ``pairs``); names already dotted stay.
+
+    Examples
+    --------
+    >>> experiment_fields("the step T/L = 2 (raise L or lower T), sigma_U = 1e+150, L or batch", "pairs")
+    'the step model.T/model.L = 2 (raise model.L or lower model.T), model.sigma_U = 1e+150, model.L or pairs'
+    """
+    return _MODEL_WORDS.sub(lambda f: batch if f[1] == "batch" else f"model.{f[1]}", text)
 
 
 def likely_fields(cfg: Any) -> str:
@@ -944,8 +970,7 @@ def likely_fields(cfg: Any) -> str:
     if cfg is None:
         return "the step size and the scales of the attention and the noise"
     if not hasattr(cfg, "L") and hasattr(getattr(cfg, "model", None), "L"):  # an experiment: its model's fields
-        return ", ".join(f"model.{cause}" if cause[0].isalpha() and not cause.startswith("the ") else cause
-                         for cause in likely_fields(cfg.model).split(", ")).replace("T/L", "model.T / model.L")
+        return experiment_fields(likely_fields(cfg.model))
     if not hasattr(cfg, "L"):  # a model: its parameters
         return ", ".join(_large_parameters(cfg)) or "the step size and the scales of the attention and the noise"
     found = []

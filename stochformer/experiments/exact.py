@@ -53,6 +53,11 @@ from ..theory import PairDiffusion, energy_decay_rate, expected_energy, law
 from .preflight import FLOPS, STEP_OVERHEAD_S, Estimate
 from .cluster_spectrum import cluster_stability
 from .spectrum import SpectrumConfig, SpectrumResult, run_spectrum
+from .sync import check_small_step, small_step_depth
+
+
+#: the least steps of a spectrum run's finest level when ``spectrum_L`` is not given
+SPECTRUM_L = 64
 
 
 class ExactConfig(ExperimentConfig):
@@ -80,7 +85,9 @@ class ExactConfig(ExperimentConfig):
     z0: float = Field(0.0, gt=-1.0, lt=1.0, description="initial cosine of the pair, in (-1, 1)")
     beta_grid: int = Field(41, ge=2, le=10000, description="points of the theory line over β, in [2, 10^4]")
     spectrum_batch: int = Field(400, ge=2, description="samples of the spectrum (>= 2)")
-    spectrum_L: int = Field(64, ge=4, description="steps of the spectrum's finest level (a multiple of 4)")
+    spectrum_L: Optional[int] = Field(
+        None, ge=4, description="steps of the spectrum's finest level (a multiple of 4); default: for each spectrum run "
+        "(the model's noise, each phase point) the least multiple of 4 that is at least 64 and a small step there")
     spectrum_T: float = Field(2.0, gt=0.0, description="horizon of the spectrum (> 0)")
     energy_N: int = Field(8, ge=2, description="tokens of the energy runs (>= 2)")
     energy_batch: int = Field(100, ge=2, description="independent energy runs (>= 2)")
@@ -125,9 +132,37 @@ class ExactConfig(ExperimentConfig):
         if self.energy_levels == 2 and (self.energy_L % 2 or self.energy_every % 2):
             raise ValueError(f"energy_L, energy_every: must be even for energy_levels = 2 (steps L and L/2; got "
                              f"{self.energy_L}, {self.energy_every})")
-        if self.spectrum_L % 4:
+        if self.spectrum_L is not None and self.spectrum_L % 4:
             raise ValueError(f"spectrum_L: must be a multiple of 4 (steps L, L/2, L/4; got {self.spectrum_L})")
+        for updates in self.spectrum_points:  # every spectrum run takes small steps, checked before any run
+            where = f" at phase_points ({updates['gain']:g}, {updates['sigma_U']:g})" if updates else ""
+            run = RunConfig(**_spectrum_model(self, attention=False, L=self.spectrum_steps(**updates), **updates))
+            check_small_step(run, True, "spectrum_L", "spectrum_T", where)
         return self
+
+    @property
+    def spectrum_points(self) -> list[dict]:
+        """The spectrum runs, as updates of the model's noise: the model's own ({}), then each phase point's."""
+        return [{}, *({"gain": g, "sigma_U": s} for g, s in self.phase_points)]
+
+    def spectrum_steps(self, **updates: Any) -> int:
+        """L of the spectrum run with ``updates`` of the model's noise: ``spectrum_L``, or by default the
+        least multiple of 4 that is at least ``SPECTRUM_L`` and a small step (`sync.small_step_depth`).
+
+        Parameters
+        ----------
+        **updates
+            ``gain`` and ``sigma_U`` of a phase point (none: the model's own noise).
+
+        Returns
+        -------
+        int
+            The finest level's steps.
+        """
+        if self.spectrum_L is not None:
+            return self.spectrum_L
+        run = RunConfig(**{**_spectrum_model(self, attention=False, **updates), "L": SPECTRUM_L})
+        return max(SPECTRUM_L, small_step_depth(run, True) or SPECTRUM_L)
 
     def estimate(self, workers: int = 1) -> Estimate:
         """Peak memory and rough time of the run (`preflight`): the pair runs (two tokens per
@@ -147,7 +182,7 @@ class ExactConfig(ExperimentConfig):
         """
         d, B = self.model.d, self.model.batch
         pair_steps = len(self.betas) * self.model.L
-        spectrum_steps = (1 + len(self.phase_points)) * self.spectrum_L * 7 // 4
+        spectrum_steps = sum(self.spectrum_steps(**updates) for updates in self.spectrum_points) * 7 // 4
         n = self.energy_N
         energy_steps = self.energy_L * (3 if self.energy_levels == 2 else 2) // 2
         flops = (pair_steps * B * 40.0 * d + spectrum_steps * self.spectrum_batch * 12.0 * d**3
@@ -438,12 +473,17 @@ def pair_part(cfg: ExactConfig, seed: int, given: Optional[GivenModels] = None) 
     return out
 
 
-def _spectrum_config(cfg: ExactConfig, seed: int, **updates: Any) -> SpectrumConfig:
+def _spectrum_model(cfg: ExactConfig, **updates: Any) -> dict:
+    """The model of the spectrum's runs: the limit SDE of one token with the config's noise."""
     run = cfg.model
-    model = {"dynamics": "sde", "activation": run.activation, "d": run.d, "sigma_U": run.sigma_U, "sigma_W": run.sigma_W,
-             "noise_scale": run.noise_scale, "gain": run.gain, "batch": cfg.spectrum_batch, "L": cfg.spectrum_L,
-             "T": cfg.spectrum_T, "seed": seed, "dtype": run.dtype, "device": run.device, **updates}
-    return SpectrumConfig.model_validate({"model": model})
+    return {"dynamics": "sde", "activation": run.activation, "d": run.d, "sigma_U": run.sigma_U, "sigma_W": run.sigma_W,
+            "noise_scale": run.noise_scale, "gain": run.gain, "batch": cfg.spectrum_batch, "T": cfg.spectrum_T,
+            "dtype": run.dtype, "device": run.device, **updates}
+
+
+def _spectrum_config(cfg: ExactConfig, seed: int, **updates: Any) -> SpectrumConfig:
+    noise = {k: v for k, v in updates.items() if k in ("gain", "sigma_U")}
+    return SpectrumConfig.model_validate({"model": _spectrum_model(cfg, seed=seed, L=cfg.spectrum_steps(**noise), **updates)})
 
 
 def _energy_values(erun: Any, steps: int, every: int, energy_beta: float, seed: int, model: Optional[Model] = None

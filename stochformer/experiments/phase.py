@@ -34,9 +34,9 @@ from ..integrate import ModelSource, SaveAt, solve
 from ..core.sphere import gram
 from ..measure.stats import mean_and_se
 from ..tasks import Task, run_tasks
-from ..core.validation import blamed_on, validated
+from ..core.validation import blamed_on, experiment_fields, validated
 from .sync import check_extrapolation, measure_lyapunov, pair_config, predicted_rates
-from .preflight import BOUNDARY_POINT_S, Estimate, model_fields, simulate_estimate
+from .preflight import BOUNDARY_POINT_S, Estimate, simulate_estimate
 
 #: Fields that take the grid values; ``sigma`` sets both bias scales.
 PSEUDO_FIELDS = {"sigma": ("sigma_U", "sigma_W")}
@@ -120,7 +120,7 @@ class PhaseConfig(ExperimentConfig):
         per = [simulate_estimate(self.point(x, y), batch=batch) for x in self.x_values for y in self.y_values]
         top = max(per, key=lambda e: e.bytes)
         axes = f"{self.x_field}, {self.y_field}"
-        field = f"{model_fields(top.memory_fields, 'pairs' if self.measure == 'lyapunov' else 'model.batch')} (or the "
+        field = f"{experiment_fields(top.memory_fields, 'pairs' if self.measure == 'lyapunov' else 'model.batch')} (or the "
         field += f"grid values of {axes})"
         boundary = BOUNDARY_POINT_S * self.boundary_points**2  # the predicted boundary on its fine grid
         return Estimate(top.bytes * workers, steps * sum(e.seconds for e in per) / max(1, workers) + boundary, field,

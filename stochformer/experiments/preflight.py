@@ -19,7 +19,6 @@ cost model here: `simulate_estimate`, `attention_matrices`, `coupling_cost`);
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -144,13 +143,6 @@ def simulate_estimate(cfg: RunConfig, batch: Optional[int] = None, N: Optional[i
     mem_field = field if work >= kept_bytes else kept_field
     seconds = cfg.L * (STEP_OVERHEAD_S + flops / FLOPS) * (2 if cfg.dynamics == "sde" and cfg.integrator == "heun" else 1)
     return Estimate(total, seconds, mem_field, "L, N, batch or m")
-
-
-def model_fields(fields: str, batch: str = "model.batch") -> str:
-    """`simulate_estimate`'s field names as an experiment's: ``model.`` before the model's fields,
-    and ``batch`` read as what sets the batch there (e.g. ``pairs``)."""
-    return re.sub(r"\b(batch|L|N|m|d|record_every|features|path_stride)\b",
-                  lambda f: batch if f[1] == "batch" else f"model.{f[1]}", fields)
 
 
 def estimate(cfg: Any, workers: int = 1) -> Optional[Estimate]:

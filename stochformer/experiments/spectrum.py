@@ -59,7 +59,7 @@ from ..core.sphere import uniform
 from ..measure.stats import bootstrap, mean_and_se, resampled_se
 from ..core.progress import ProgressMeter
 from ..core.validation import blamed_on, validated
-from .sync import EXTRAPOLATION_LEVELS, check_extrapolation, coupling_path, moment_rate_bootstrap, near_sync_horizon, richardson
+from .sync import EXTRAPOLATION_LEVELS, check_extrapolation, check_small_step, coupling_path, moment_rate_bootstrap, near_sync_horizon, richardson
 from .preflight import BOOTSTRAP_S, FLOPS, STEP_OVERHEAD_S, Estimate
 
 #: flops-equivalent of one token's tangent step per sample: per d² (the frame's elementwise work and
@@ -122,6 +122,7 @@ class SpectrumConfig(ExperimentConfig):
                              f"{run.m}), or set extrapolate_width = false")
         if self.moment_horizon is not None and self.moment_horizon > run.T:
             raise ValueError(f"moment_horizon: must be at most model.T = {run.T:g} (got {self.moment_horizon:g})")
+        check_small_step(run, self.extrapolate)
         return self
 
     @property

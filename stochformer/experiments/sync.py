@@ -43,15 +43,15 @@ from ..core.brownian import BrownianPath
 from ..config.build import GivenModels, Setup, initial_tokens, make_kernel, make_model, setup
 from ..config import ExperimentConfig, MEASURED_HORIZON, InitConfig, RunConfig, as_config
 from ..model.activations import KINKED_ACTIVATIONS
-from ..model.kernel import first_moment_rate, lambda_bar_prime, lyapunov_exponent
+from ..model.kernel import fastest_rate, first_moment_rate, lambda_bar_prime, lyapunov_exponent
 from ..integrate import Model, ModelSource, SaveAt, solve
 from ..core.sphere import normalize, tangent, uniform
 from ..io.names import TIME_UNITS, numeric_attrs
 from ..io.results import Result
 from ..measure.stats import mean_and_se, resampled_se, richardson_steps
 from ..core.progress import ProgressMeter
-from ..core.validation import blamed_on, validated
-from .preflight import Estimate, model_fields, simulate_estimate
+from ..core.validation import blamed_on, experiment_fields, validated
+from .preflight import Estimate, simulate_estimate
 
 
 #: Step counts of the Δt → 0 extrapolation, as divisors of L: L, L/2, L/4 on one Brownian path.
@@ -89,6 +89,7 @@ class SyncConfig(ExperimentConfig):
     @model_validator(mode="after")
     def _levels(self) -> "SyncConfig":
         check_extrapolation(self.model.L, self.extrapolate)
+        check_small_step(self.model, self.extrapolate)
         if self.model.energy_beta < sys.float_info.min:
             raise ValueError(f"model.energy_beta: a subnormal β (below {sys.float_info.min:.3g}) loses the measured energy "
                              f"rates to rounding (got {self.model.energy_beta:g})")
@@ -122,7 +123,7 @@ class SyncConfig(ExperimentConfig):
         """
         by_pairs = 2 * self.pairs >= self.model.batch  # the pair runs hold the larger batch
         e = simulate_estimate(self.model, batch=max(self.model.batch, 2 * self.pairs))
-        fields = model_fields(e.memory_fields, "pairs" if by_pairs else "model.batch")
+        fields = experiment_fields(e.memory_fields, "pairs" if by_pairs else "model.batch")
         # the near-synchronisation run: its default horizon is at most T, so at most L steps
         near = near_steps(self.model.L, self.model.T, self.near_horizon, self.extrapolate) if self.near_horizon else self.model.L
         return Estimate(e.bytes, e.seconds * (3 + near / self.model.L), fields,
@@ -212,6 +213,84 @@ def check_extrapolation(L: int, extrapolate: bool) -> None:
     if extrapolate and L % EXTRAPOLATION_LEVELS[-1]:
         raise ValueError(f"model.L: must be a multiple of {EXTRAPOLATION_LEVELS[-1]} for the Δt → 0 extrapolation "
                          f"(L, L/2, L/4 steps; got {L}), or set extrapolate = false")
+
+
+#: the most the coarsest step run times the fastest predicted rate may be
+#: ([`check_small_step`][stochformer.experiments.sync.check_small_step]): one e-fold per step. The
+#: predictions are the Δt → 0 limit; the Richardson value's bias grows with this product (the
+#: spectrum, ReLU, d = 4: 0.4% at 0.36, 1.6% at 0.46, 3.5% at 0.64, 8% at 0.84, 27% at 3.1;
+#: docs/spectrum.md), and far past it a step is not a step of the SDE at all
+SMALL_STEP = 1.0
+
+
+def _fastest(run: RunConfig) -> tuple[float, float, float, float]:
+    """κ(1), κ'(1), γ and the fastest predicted rate max(``fastest_rate``, |γ|) of ``run``."""
+    k = kp = 0.0
+    if run.mlp and run.noise_scale > 0:
+        kern = make_kernel(run)
+        k, kp = kern.kappa1, kern.kappa1_prime
+    gamma = attention_gamma(run) or 0.0
+    return k, kp, gamma, max(fastest_rate(k, kp, run.d), abs(gamma))
+
+
+def small_step_depth(run: RunConfig, extrapolate: bool) -> Optional[int]:
+    """The smallest L (a multiple of 4 with the extrapolation) whose coarsest step is small for
+    ``run`` ([`check_small_step`][stochformer.experiments.sync.check_small_step]).
+
+    Parameters
+    ----------
+    run : RunConfig
+        The model (its L is not read).
+    extrapolate : bool
+        Whether the extrapolation runs (steps L, L/2, L/4).
+
+    Returns
+    -------
+    int or None
+        That L; None where it would pass 2**62 (or the rate passes float64).
+    """
+    rate = _fastest(run)[3]
+    per = EXTRAPOLATION_LEVELS[-1] if extrapolate else 1
+    if not rate * run.T < 2**60:
+        return None
+    need = max(1, math.ceil(per * run.T * rate / SMALL_STEP))
+    return need + -need % per
+
+
+def check_small_step(run: RunConfig, extrapolate: bool, steps: str = "model.L", horizon: str = "model.T",
+                     where: str = "") -> None:
+    """The coarsest step run (T/(L/4) with the Δt → 0 extrapolation, else T/L) times the fastest
+    rate of the predictions is at most ``SMALL_STEP``: the noise's
+    [`fastest_rate`][stochformer.model.kernel.fastest_rate] (SPEC §8) and the attention's |γ|.
+
+    Parameters
+    ----------
+    run : RunConfig
+        The model.
+    extrapolate : bool
+        Whether the extrapolation runs (steps L, L/2, L/4).
+    steps, horizon : str, optional
+        The config's names of L and T (an experiment that runs ``run`` as a part names its own).
+    where : str, optional
+        Which of an experiment's runs this is (in the message).
+
+    Raises
+    ------
+    ValueError
+        Naming model.L, the product, the smallest L that passes and the other fields that set it.
+    """
+    k, kp, gamma, rate = _fastest(run)
+    per = EXTRAPOLATION_LEVELS[-1] if extrapolate else 1
+    step = run.T / (run.L // per)
+    product = rate * step
+    if product <= SMALL_STEP:
+        return
+    need = small_step_depth(run, extrapolate)
+    fix = f"raise {steps} to at least {need}, or lower" if need is not None else "lower"
+    noise = f"d = {run.d}, κ(1) = {k:.3g}, κ'(1) = {kp:.3g}" + (f", gamma = {gamma:.3g}" if gamma else "")
+    raise ValueError(f"{steps}: the coarsest step{where} T/{'(L/4)' if extrapolate else 'L'} = {step:.3g} × the fastest "
+                     f"predicted rate {rate:.3g} ({noise}) = {product:.3g} > {SMALL_STEP:g}, not a small step: {fix} "
+                     f"{horizon}, model.d, gamma or the noise (sigma_U, sigma_W, noise_scale, gain)")
 
 
 # --------------------------------------------------------------------------- predictions

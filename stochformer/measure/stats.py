@@ -107,8 +107,8 @@ def mean_and_se(values: Annotated[Array, Values(missing=True)], axis: int = 0) -
         mean = values.mean(axis)
         if n == 1:
             return mean, torch.zeros_like(mean)
-        big = values.abs().amax(axis, keepdim=True)  # beyond 1e150 the squares overflow: the spread in units of it
-        scale = torch.where(big > 1e150, big, torch.ones_like(big))
+        big = values.abs().amax(axis, keepdim=True)  # beyond 1e150 the squares overflow, below 1e-150 they underflow: the spread in units of it
+        scale = torch.where((big > 1e150) | ((big < 1e-150) & (big > 0)), big, torch.ones_like(big))
         return mean, (values / scale).std(axis, correction=1) * scale.squeeze(axis) / math.sqrt(n)
     values = np.asarray(values, dtype=float)
     mean = values.mean(axis)
@@ -116,7 +116,7 @@ def mean_and_se(values: Annotated[Array, Values(missing=True)], axis: int = 0) -
         return mean, np.zeros_like(mean)
     with np.errstate(invalid="ignore"):
         top = np.abs(values).max(axis, keepdims=True)
-        unit = np.where(top > 1e150, top, 1.0)
+        unit = np.where((top > 1e150) | ((top < 1e-150) & (top > 0)), top, 1.0)
     return mean, (values / unit).std(axis, ddof=1) * np.squeeze(unit, axis) / math.sqrt(n)
 
 

@@ -177,6 +177,19 @@ class NoiseKernel:
         a = (self._g2 / self.d) / s / s
         return ((rho * a + 1.0) / (a + 1.0)).clamp(-1.0, 1.0)
 
+    def _angle(self, rho: torch.Tensor) -> torch.Tensor:
+        """θ = arccos(c(ρ)/v) as 2 atan2(√(v − c), √(v + c)), v − c = g²(1 − ρ)/d and v + c =
+        g²(1 + ρ)/d + 2σ_U² formed without cancellation (arccos of the rounded ratio c/v has an
+        error ε/√(1 − r²): percents of κ' near ρ = −1 when σ_U ≪ g/√d); divided through by
+        max(1, σ_U)² (no overflow); 0 where v = 0."""
+        if self.variance == 0.0:
+            return torch.zeros_like(rho)
+        m = max(1.0, self.sigma_U)
+        g2d = self._g2 / self.d / m / m
+        lo = (g2d * (1 - rho)).clamp(min=0.0)
+        hi = (g2d * (1 + rho)).clamp(min=0.0) + 2 * (self.sigma_U / m) ** 2
+        return 2 * torch.atan2(lo.sqrt(), hi.sqrt())
+
     def _finite(self, value: torch.Tensor, what: str) -> torch.Tensor:
         if not bool(torch.isfinite(value).all()):
             raise ValueError(f"NoiseKernel: {what} does not fit in float64 for activation={self.name}, d={self.d}, "
@@ -380,7 +393,7 @@ class NoiseKernel:
         rho = _as_rho(rho)
         name = self.activation if isinstance(self.activation, str) else None
         if name in ("relu", "leaky_relu"):
-            theta = torch.arccos(self._corr(rho))
+            theta = self._angle(rho)
             a = 0.0 if name == "relu" else LEAKY_RELU_SLOPE
             base = (1 + a * a) * (math.pi - theta) / (2 * math.pi) + a * theta / math.pi
         elif name == "linear":
@@ -556,6 +569,34 @@ def lyapunov_spectrum(kappa: FiniteFloat, kappa_prime: FiniteFloat, d: Annotated
     """
     half = 0.5 * (d - 1)
     return [_fits("lyapunov_spectrum", 0.5 * (d - 1 - 2 * i) * kappa_prime - half * kappa) for i in range(1, d)]
+
+
+def fastest_rate(kappa: float, kappa_prime: float, d: int) -> float:
+    """The fastest rate of one token's tangent law (SPEC §8): max(|λ_1|, |λ_{d−1}|, κ(1) + κ'(1)),
+    the extreme exponents of [`lyapunov_spectrum`][stochformer.model.kernel.lyapunov_spectrum] and the
+    variance rate of log|v_t|, without listing the d − 1 exponents. A step Δt is small for the law
+    where Δt times this is small.
+
+    Parameters
+    ----------
+    kappa, kappa_prime : float
+        κ(1), κ'(1).
+    d : int
+        Token dimension, >= 2.
+
+    Returns
+    -------
+    float
+        The rate per unit time (inf past float64).
+
+    Examples
+    --------
+    >>> from stochformer.model.kernel import fastest_rate
+    >>> fastest_rate(kappa=1.0, kappa_prime=0.5, d=4)                 # |λ_3| = 2.25
+    2.25
+    """
+    half = 0.5 * (d - 1)
+    return max(abs((half - 1) * kappa_prime - half * kappa), abs(half * (kappa_prime + kappa)), abs(kappa + kappa_prime))
 
 
 @validated
