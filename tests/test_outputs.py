@@ -484,6 +484,30 @@ def test_signal_at_a_random_moment_of_simulate(tmp_path: Path, sig: int, seed: i
     assert res.returncode == 0 and is_own(out, "simulate"), res.stderr
 
 
+@pytest.mark.parametrize("when", ["results in", "mean cosine"])
+def test_ctrl_c_after_the_results_are_written_says_they_are_complete(tmp_path: Path, monkeypatch, when: str) -> None:
+    """An interrupt after the output folder is complete (while the summary is printed, or after)
+    exits 130 with one line saying the results are complete and where, never "nothing was
+    written"; the folder is the run's own and complete."""
+    import click
+
+    real_echo = click.echo
+
+    def echo(message: object = None, *args: object, **kwargs: object) -> None:
+        if isinstance(message, str) and when in message:
+            raise KeyboardInterrupt
+        real_echo(message, *args, **kwargs)
+
+    monkeypatch.setattr(click, "echo", echo)
+    out = tmp_path / "run"
+    res = CliRunner().invoke(main, ["simulate", "--quiet", "--set", "L=3", "--set", "N=4", "--set", "batch=2", "--set", "m=8",
+                                    "--out", str(out)])
+    assert res.exit_code == 130, res.output
+    lines = [line for line in res.output.splitlines() if line.strip()]
+    assert lines[-1] == f"interrupted: the run had finished; its results are complete in {out}", res.output
+    assert "nothing was written" not in res.output and is_own(out, "simulate") and not lock_path(out).exists()
+
+
 @pytest.mark.slow
 def test_ctrl_c_at_any_moment_from_the_start_ends_cleanly(tmp_path: Path) -> None:
     """Ctrl-C (SIGINT) at seeded random moments from the process's start: while Python starts, the
@@ -509,9 +533,12 @@ def test_ctrl_c_at_any_moment_from_the_start_ends_cleanly(tmp_path: Path) -> Non
             # (nothing created) or after the command ended, while the interpreter shuts down (its folder complete)
             assert not out.exists() or is_own(out, "simulate"), (delay, stderr)
             continue
-        assert not out.exists(), (delay, proc.returncode, stderr)
         lines = _lines(stderr)
         assert proc.returncode == 130 and len(lines) == 1 and lines[0].startswith("interrupted: "), (delay, stderr)
+        if "results are complete in" in lines[0]:  # after the results were written (the summary, the lock's release)
+            assert is_own(out, "simulate"), (delay, stderr)
+            continue
+        assert not out.exists(), (delay, proc.returncode, stderr)
 
 
 #: A child that runs the command line with a signal raised inside the K-th garbage collection once

@@ -28,8 +28,8 @@ class _Commands(click.Group):
         try:
             with interrupts_never_lost():
                 return super().invoke(ctx)
-        except KeyboardInterrupt as exc:
-            interrupted_exit(exc, "nothing was written")
+        except KeyboardInterrupt as exc:  # after a command's results are complete, it says so
+            interrupted_exit(exc, ctx.meta.get("stochformer.kept") or "nothing was written")
 
 
 @click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})

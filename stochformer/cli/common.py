@@ -472,7 +472,8 @@ def write_results(
 ) -> None:
     """Save ``result`` and the figures (name without suffix → function returning a matplotlib
     figure, saved as NAME.FMT) into an atomically created ``folder`` (every file listed in its
-    manifest); then drop the finished run's task store."""
+    manifest); then drop the finished run's task store. An interrupt after this says the results are
+    complete (``stochformer.kept``)."""
     from ..io.store import output_folder
     from ..io.outputs import remove_own
 
@@ -480,6 +481,7 @@ def write_results(
     with output_folder(folder, force, command) as tmp:
         result.save(tmp)
         save_figures(tmp, figures, fmt)
+    # from here an interrupt (printing the summary, releasing the lock) finds the results complete
+    click.get_current_context().meta["stochformer.kept"] = f"the run had finished; its results are complete in {folder}"
     if store is not None:
         remove_own(store, command)
-    click.get_current_context().meta.pop("stochformer.kept", None)
