@@ -488,7 +488,7 @@ def solve(
             if hook is not None:
                 new = first_call(f"hook ({callable_name(hook)})", own_hook, X, hook, k, X) if k == 1 else hook(k, X)
                 if new is not None and (k == 1 or not torch.is_tensor(new) or new.shape != shape):
-                    check_part_output(f"hook ({callable_name(hook)})", own_hook, new, X0, NonFiniteError(
+                    check_part_output(f"hook ({callable_name(hook)})", own_hook, new, X0, lambda: NonFiniteError(
                         f"non-finite {{what}} at layer {k}", likely_fields(model), "tokens"), unit=on_sphere)
                 X = X if new is None else new
             keep(k, X)
@@ -508,8 +508,8 @@ def _first_step(model: Any, X: Any, X0: torch.Tensor, on_sphere: bool) -> None:
     stochformer's own that leaves the sphere broke down numerically (a step too large for its
     parameters) or to non-finite numbers: `NonFiniteError` naming the likely cause."""
     own = _own(type(model))
-    check_part_output(f"model.step ({callable_name(model)})", own, X, X0,
-                      NonFiniteError("non-finite {what} at layer 1", likely_fields(model), "tokens"), unit=on_sphere and not own)
+    check_part_output(f"model.step ({callable_name(model)})", own, X, X0, lambda: NonFiniteError(
+        "non-finite {what} at layer 1", likely_fields(model), "tokens"), unit=on_sphere and not own)
     off = rows_off_sphere(X) if on_sphere and own else None
     if off is not None:
         raise NonFiniteError(f"{{what}} left the sphere at layer 1 (rows of norm {off[0]:.3g} to {off[1]:.3g})",

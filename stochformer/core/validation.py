@@ -714,20 +714,22 @@ def first_output(seen: set, key: str, part: Any, fn: Callable[..., Any], *args: 
     like, who = args[0], f"{key} ({callable_name(part)})"
     own = (getattr(type(part), "__module__", "") or "").startswith("stochformer")
     out = first_call(who, own, like, fn, *args)
-    found = ", ".join(_large_parameters(part, f"{key}.")) or "the step size and the part's scales"
-    check_part_output(who, own, out, like, NonFiniteError(f"non-finite {key} increment on its first call", found))
+    check_part_output(who, own, out, like, lambda: NonFiniteError(
+        f"non-finite {key} increment on its first call",
+        ", ".join(_large_parameters(part, f"{key}.")) or "the step size and the part's scales"))
     seen.add(key)
     return out
 
 
-def check_part_output(who: str, own: bool, out: Any, like: torch.Tensor, breakdown: NonFiniteError,
+def check_part_output(who: str, own: bool, out: Any, like: torch.Tensor, breakdown: Callable[[], NonFiniteError],
                       unit: bool = False) -> torch.Tensor:
     """The first output of the part ``who`` on the tensor ``like``. One of stochformer's own parts
     (``own``) that returns non-finite numbers of the right shape met a state or scale its numbers
-    cannot hold: ``breakdown``, blamed on the run's fields; anything else is checked as a user's
-    callable's output (`check_output`: a user's non-finite output is that callable's error)."""
+    cannot hold: ``breakdown()``, blamed on the run's fields (built only then); anything else is
+    checked as a user's callable's output (`check_output`: a user's non-finite output is that
+    callable's error)."""
     if own and torch.is_tensor(out) and out.shape == like.shape and not bool(torch.isfinite(out).all()):
-        raise breakdown
+        raise breakdown()
     return check_output(who, out, like, unit)
 
 

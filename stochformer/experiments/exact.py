@@ -482,8 +482,8 @@ def _spectrum_model(cfg: ExactConfig, **updates: Any) -> dict:
 
 
 def _spectrum_config(cfg: ExactConfig, seed: int, **updates: Any) -> SpectrumConfig:
-    noise = {k: v for k, v in updates.items() if k in ("gain", "sigma_U")}
-    return SpectrumConfig.model_validate({"model": _spectrum_model(cfg, seed=seed, L=cfg.spectrum_steps(**noise), **updates)})
+    """The spectrum run with ``updates`` (a phase point's gain and sigma_U) of the model's noise."""
+    return SpectrumConfig.model_validate({"model": _spectrum_model(cfg, seed=seed, L=cfg.spectrum_steps(**updates), **updates)})
 
 
 def _energy_values(erun: Any, steps: int, every: int, energy_beta: float, seed: int, model: Optional[Model] = None

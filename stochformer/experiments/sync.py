@@ -277,7 +277,7 @@ def check_small_step(run: RunConfig, extrapolate: bool, steps: str = "model.L", 
     Raises
     ------
     ValueError
-        Naming model.L, the product, the smallest L that passes and the other fields that set it.
+        Naming ``steps``, the product, the smallest L that passes and the other fields that set it.
     """
     k, kp, gamma, rate = _fastest(run)
     per = EXTRAPOLATION_LEVELS[-1] if extrapolate else 1
