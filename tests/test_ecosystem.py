@@ -99,6 +99,30 @@ def test_core_runs_without_the_extras():
     assert "stochformer[ot]" in run.stdout and "POT" in run.stdout
 
 
+def _core_install_check():
+    """``tools/check_core_install.py``, the core-install part of CI, as a module."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("check_core_install", ROOT / "tools" / "check_core_install.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+CORE_CHECK = _core_install_check()
+
+
+@pytest.mark.parametrize("name", [*CORE_CHECK.WORKS, *CORE_CHECK.NEEDS_EXTRA])
+def test_the_core_install_checks_invocations_are_valid_configs(tmp_path, monkeypatch, name):
+    """Each command the core-install check runs is a valid config (an experiment that refuses its
+    config there fails CI after the whole suite has passed, as a new config rule once did)."""
+    args = CORE_CHECK.WORKS.get(name) or CORE_CHECK.NEEDS_EXTRA[name][0]
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sweep.toml").write_text(CORE_CHECK.SWEEP_TOML)
+    res = CliRunner().invoke(main, [*args, "--print-config"] if name != "rates" else args, catch_exceptions=False)
+    assert res.exit_code == 0, res.output[-1000:]
+
+
 def test_require_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "ot", None)  # simulates an environment without POT
     with pytest.raises(MissingExtraError, match=r"extra stochformer\[ot\].*pip install '\.\[ot\]'"):

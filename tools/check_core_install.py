@@ -14,7 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-SMALL_MODEL = ["--set", "model.L=8", "--set", "model.batch=8"]
+# model.L = 20: sync refuses a coarsest step T/(L/4) that is not small beside |gamma| = 1 (T = 5)
+SMALL_MODEL = ["--set", "model.L=20", "--set", "model.batch=8"]
 WORKS = {
     "simulate": ["simulate", "--set", "N=8", "--set", "L=6", "--set", "batch=2", "--out", "core-simulate"],
     "rates": ["rates", "--set", "d=5", "--json"],
