@@ -33,6 +33,44 @@ def test_phase_config_validates_fields_and_grid_points():
         _phase("x_field=d", "x_values=[1, 4]").point(1, 0.0)
 
 
+@settings(max_examples=60, deadline=None)
+@given(axes=st.sampled_from([("gamma", "sigma"), ("L", "gamma"), ("sigma", "T"), ("d", "L")]),
+       xs=st.lists(st.integers(0, 12), min_size=1, max_size=3), ys=st.lists(st.integers(0, 12), min_size=1, max_size=3),
+       L=st.integers(1, 25).map(lambda k: 4 * k), measure=st.sampled_from(["lyapunov", "sync_fraction"]))
+def test_a_phase_grid_is_refused_exactly_where_one_point_takes_a_step_that_is_not_small(axes, xs, ys, L, measure):
+    """λ₁ − γ, the predicted boundary, is a Δt → 0 limit: a grid is refused iff at some point the
+    coarsest step (T/(L/4) for the extrapolated exponent, else T/L) times max(the noise's
+    ``fastest_rate``, |γ|) exceeds ``SMALL_STEP``; the error names that point and the field to raise."""
+    from stochformer.experiments.sync import SMALL_STEP
+    from stochformer.model.kernel import NoiseKernel, fastest_rate
+
+    scale = {"gamma": 0.5, "sigma": 0.25, "L": 8, "T": 0.5, "d": 1}  # grid values from the integers drawn
+    shift = {"gamma": -3.0, "sigma": 0.0, "L": 8, "T": 0.5, "d": 3}
+    values = [[shift[a] + scale[a] * v for v in vs] for a, vs in zip(axes, (xs, ys))]
+    fields = {"model": {"L": L, "T": 2.0, "gamma": 0.5, "batch": 2}, "measure": measure, "x_field": axes[0], "y_field": axes[1],
+              "x_values": values[0], "y_values": values[1]}
+    per = 4 if measure == "lyapunov" else 1
+    worst = None
+    for x in values[0]:
+        for y in values[1]:
+            at = {"L": L, "T": 2.0, "gamma": 0.5, "sigma": 0.0, "d": 3, axes[0]: x, axes[1]: y}
+            kern = NoiseKernel("relu", int(at["d"]), at["sigma"], at["sigma"])
+            product = max(fastest_rate(kern.kappa1, kern.kappa1_prime, int(at["d"])), abs(at["gamma"])) * at["T"] / (int(at["L"]) // per)
+            if product > SMALL_STEP and worst is None:
+                worst = (x, y, product)
+    try:
+        PhaseConfig(**fields)
+    except ValueError as err:
+        text = str(err)
+        assert worst is not None, text
+        x, y, product = worst
+        steps = ("x_values" if axes[0] == "L" else "y_values") if "L" in axes else "model.L"
+        assert f"{steps}: at {axes[0]} = {x:g}, {axes[1]} = {y:g}, the coarsest step" in text, text
+        assert f"= {product:.3g} > {SMALL_STEP:g}" in text, text
+    else:
+        assert worst is None, worst
+
+
 def test_phase_lyapunov_grid_resumes_and_agrees_with_the_boundary_far_from_it(tmp_path, monkeypatch):
     # ReLU d = 8, σ = 0.5: λ₁ = −1.375. Grid γ ∈ {−3, 0} × σ ∈ {0.5}: predicted λ₁ − γ = +1.625, −1.375,
     # far from 0 compared with the SE (~0.15 with 48 pairs, T = 3), so the signs must agree.

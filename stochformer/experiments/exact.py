@@ -135,7 +135,7 @@ class ExactConfig(ExperimentConfig):
         if self.spectrum_L is not None and self.spectrum_L % 4:
             raise ValueError(f"spectrum_L: must be a multiple of 4 (steps L, L/2, L/4; got {self.spectrum_L})")
         for updates in self.spectrum_points:  # every spectrum run takes small steps, checked before any run
-            where = f" at phase_points ({updates['gain']:g}, {updates['sigma_U']:g})" if updates else ""
+            where = f"at phase_points ({updates['gain']:g}, {updates['sigma_U']:g}), " if updates else ""
             run = RunConfig(**_spectrum_model(self, attention=False, L=self.spectrum_steps(**updates), **updates))
             check_small_step(run, True, "spectrum_L", "spectrum_T", where)
         return self

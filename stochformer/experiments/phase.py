@@ -35,7 +35,7 @@ from ..core.sphere import gram
 from ..measure.stats import mean_and_se
 from ..tasks import Task, run_tasks
 from ..core.validation import blamed_on, experiment_fields, validated
-from .sync import check_extrapolation, measure_lyapunov, pair_config, predicted_rates
+from .sync import check_extrapolation, check_small_step, measure_lyapunov, pair_config, predicted_rates
 from .preflight import BOUNDARY_POINT_S, Estimate, simulate_estimate
 
 #: Fields that take the grid values; ``sigma`` sets both bias scales.
@@ -77,8 +77,14 @@ class PhaseConfig(ExperimentConfig):
             raise ValueError("y_field: must differ from x_field")
         check_grid_size(len(self.x_values) * len(self.y_values), "x_values, y_values")
         depths = self.x_values if self.x_field == "L" else self.y_values if self.y_field == "L" else [self.model.L]
+        extrapolate = self.extrapolate and self.measure == "lyapunov"
         for L in depths:
-            check_extrapolation(int(L), self.extrapolate and self.measure == "lyapunov")
+            check_extrapolation(int(L), extrapolate)
+        swept = {self.x_field: "x_values", self.y_field: "y_values"}
+        for x in self.x_values:
+            for y in self.y_values:
+                check_small_step(self.point(x, y), extrapolate, steps=swept.get("L", "model.L"),
+                                 horizon=swept.get("T", "model.T"), where=f"at {self.x_field} = {x:g}, {self.y_field} = {y:g}, ")
         return self
 
     def point(self, x: float, y: float) -> RunConfig:

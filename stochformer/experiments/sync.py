@@ -28,6 +28,7 @@ the noise scale s through κ → s²κ).
 
 from __future__ import annotations
 
+import functools
 import math
 import sys
 import time
@@ -43,7 +44,7 @@ from ..core.brownian import BrownianPath
 from ..config.build import GivenModels, Setup, initial_tokens, make_kernel, make_model, setup
 from ..config import ExperimentConfig, MEASURED_HORIZON, InitConfig, RunConfig, as_config
 from ..model.activations import KINKED_ACTIVATIONS
-from ..model.kernel import fastest_rate, first_moment_rate, lambda_bar_prime, lyapunov_exponent
+from ..model.kernel import NoiseKernel, fastest_rate, first_moment_rate, lambda_bar_prime, lyapunov_exponent
 from ..integrate import Model, ModelSource, SaveAt, solve
 from ..core.sphere import normalize, tangent, uniform
 from ..io.names import TIME_UNITS, numeric_attrs
@@ -223,12 +224,19 @@ def check_extrapolation(L: int, extrapolate: bool) -> None:
 SMALL_STEP = 1.0
 
 
+@functools.lru_cache(maxsize=4096)
+def _moments_at_one(kern: NoiseKernel) -> tuple[float, float]:
+    """(κ(1), κ'(1)) of a kernel of a named activation, kept (a phase grid checks every point)."""
+    return kern.moments_at_one
+
+
 def _fastest(run: RunConfig) -> tuple[float, float, float, float]:
     """κ(1), κ'(1), γ and the fastest predicted rate max(``fastest_rate``, |γ|) of ``run``."""
     k = kp = 0.0
     if run.mlp and run.noise_scale > 0:
         kern = make_kernel(run)
-        k, kp = kern.kappa1, kern.kappa1_prime
+        named = isinstance(kern, NoiseKernel) and isinstance(kern.activation, str)
+        k, kp = _moments_at_one(kern) if named else (kern.kappa1, kern.kappa1_prime)
     gamma = attention_gamma(run) or 0.0
     return k, kp, gamma, max(fastest_rate(k, kp, run.d), abs(gamma))
 
@@ -272,7 +280,7 @@ def check_small_step(run: RunConfig, extrapolate: bool, steps: str = "model.L", 
     steps, horizon : str, optional
         The config's names of L and T (an experiment that runs ``run`` as a part names its own).
     where : str, optional
-        Which of an experiment's runs this is (in the message).
+        Which of an experiment's runs this is, the message's opening words (``"at gamma = 1, "``).
 
     Raises
     ------
@@ -288,7 +296,7 @@ def check_small_step(run: RunConfig, extrapolate: bool, steps: str = "model.L", 
     need = small_step_depth(run, extrapolate)
     fix = f"raise {steps} to at least {need}, or lower" if need is not None else "lower"
     noise = f"d = {run.d}, κ(1) = {k:.3g}, κ'(1) = {kp:.3g}" + (f", gamma = {gamma:.3g}" if gamma else "")
-    raise ValueError(f"{steps}: the coarsest step{where} T/{'(L/4)' if extrapolate else 'L'} = {step:.3g} × the fastest "
+    raise ValueError(f"{steps}: {where}the coarsest step T/{'(L/4)' if extrapolate else 'L'} = {step:.3g} × the fastest "
                      f"predicted rate {rate:.3g} ({noise}) = {product:.3g} > {SMALL_STEP:g}, not a small step: {fix} "
                      f"{horizon}, model.d, gamma or the noise (sigma_U, sigma_W, noise_scale, gain)")
 
