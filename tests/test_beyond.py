@@ -9,6 +9,8 @@ import math
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from stochformer.config import ConfigError, build_config
 from stochformer.experiments.joint import JointConfig, run_joint
@@ -259,6 +261,42 @@ def test_repulsion_config_is_checked_before_any_work():
             build_config({"model": {name: value}}, model=RepulsionConfig)
     with pytest.raises(ConfigError, match="slope_time: must be < model.T"):
         build_config({"model": {"T": 0.05}}, model=RepulsionConfig)
+
+
+@settings(max_examples=40, deadline=None)
+@given(gammas=st.lists(st.integers(-16, 4), min_size=1, max_size=3), sigmas=st.lists(st.integers(0, 8), min_size=1, max_size=3),
+       probe=st.tuples(st.integers(-16, 4), st.integers(0, 8)), L=st.integers(1, 20).map(lambda k: 4 * k))
+def test_a_repulsion_grid_is_refused_exactly_where_a_step_is_not_small(gammas, sigmas, probe, L):
+    """The criterion λ₁ − γ and the probe's extrapolated λ̂₁ are Δt → 0 laws: a config is refused iff
+    T/L at some grid point, or T/(L/4) at the probe, times max(the noise's ``fastest_rate``, |γ|)
+    exceeds ``SMALL_STEP``; a grid's error names its point of the largest product."""
+    from stochformer.experiments.sync import SMALL_STEP
+    from stochformer.model.kernel import NoiseKernel, fastest_rate
+
+    gammas, sigmas, probe = [g / 4 for g in gammas], [x / 8 for x in sigmas], (probe[0] / 4, probe[1] / 8)
+
+    def product(gamma: float, sigma: float, per: int) -> float:
+        kern = NoiseKernel("relu", 8, sigma, sigma)
+        return max(fastest_rate(kern.kappa1, kern.kappa1_prime, 8), abs(gamma)) * 2.0 / (L // per)
+
+    grid = {}
+    for g in gammas:
+        for x in sigmas:
+            grid.setdefault((g, x), product(g, x, 1))
+    (g, x), worst = max(grid.items(), key=lambda item: item[1])
+    at_probe = product(*probe, 4)
+    try:
+        RepulsionConfig(model={"L": L, "T": 2.0, "d": 8, "N": 4, "batch": 2}, gammas=gammas, sigmas=sigmas, probe=probe)
+    except ValueError as err:
+        text = str(err)
+        if worst > SMALL_STEP:
+            assert f"model.L: at gamma = {g:g}, sigma = {x:g}, the coarsest step T/L" in text, text
+            assert f"= {worst:.3g} > {SMALL_STEP:g}" in text, text
+        else:
+            assert at_probe > SMALL_STEP and f"= {at_probe:.3g} > {SMALL_STEP:g}" in text, text
+            assert f"model.L: at the probe (gamma = {probe[0]:g}, sigma = {probe[1]:g}), the coarsest step T/(L/4)" in text
+    else:
+        assert worst <= SMALL_STEP and at_probe <= SMALL_STEP, (worst, at_probe)
 
 
 # --------------------------------------------------------------------------- the report

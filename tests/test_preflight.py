@@ -125,7 +125,7 @@ def test_time_limit_and_sizes() -> None:
             parse_size(bad)
 
 
-GRIDS = {"phase": ("x_values", "y_values", ["model.L=4", "pairs=2"]), "repulsion": ("gammas", "sigmas", [])}
+GRIDS = {"phase": ("x_values", "y_values", ["model.L=4", "model.T=0.5", "pairs=2"]), "repulsion": ("gammas", "sigmas", ["model.L=400"])}
 
 
 def _grid_model(command: str) -> type:
@@ -147,7 +147,9 @@ def test_a_grid_beyond_the_limit_is_refused_before_its_points_are_built(command:
 
     x, y, extra = GRIDS[command]
     ny = data.draw(st.integers(1, 3 * MAX_GRID_POINTS // nx + 3))
-    sets = [f"{x}={[round(0.1 + i / 4096, 6) for i in range(nx)]}", f"{y}={[round(i / 4096, 6) for i in range(ny)]}", *extra]
+    # values in [0.1, 0.84) and [0, 1): every point of a grid within the limit is a valid config
+    sets = [f"{x}={[round(0.1 + i / 4096, 6) for i in range(nx)]}", f"{y}={[round(i % 4096 / 4096, 6) for i in range(ny)]}",
+            *extra]
     started = time.perf_counter()
     if nx * ny > MAX_GRID_POINTS:
         with pytest.raises(ConfigError, match=rf"{x}, {y}: {nx * ny} grid points; a grid has at most {MAX_GRID_POINTS}"):

@@ -23,6 +23,7 @@ from stochformer.cli import main
 from stochformer.config import ConfigError, ExperimentConfig, RunConfig
 from stochformer.io.store import ResultStore
 from stochformer.report import plan, registered, reproduce
+from stochformer.report.profiles import PROFILES
 from stochformer.io.results import seed_of
 from stochformer.measure.verdict import (FAILS, HOLDS, INCONCLUSIVE, NOT_MEASURED, UNDETERMINED, VERDICTS, Comparison, decide,
                                        recompute)
@@ -520,6 +521,13 @@ def test_quick32_is_the_quick_sizes_in_float32() -> None:
             assert (fast[name].model_copy(update={"model": back}) if run32 is not fast[name] else back) == cfg
         else:
             assert fast[name] == cfg
+
+
+@pytest.mark.parametrize("profile", sorted(set(PROFILES) - {"gpu"}))  # gpu: below, with a device
+def test_every_profile_plans_every_section(profile: str) -> None:
+    """Every section's config is valid at every built-in size (a rule added to a config, such as a
+    small step, must not leave a profile that only fails when someone runs it)."""
+    assert {p.section.name for p in plan(profile)} == {s.name for s in registered()}
 
 
 def test_gpu_profile_plans_every_section_on_cuda_where_it_has_a_device(monkeypatch) -> None:

@@ -46,7 +46,7 @@ from ..integrate import ModelSource, SaveAt, solve
 from ..measure.stats import mean_and_se
 from ..tasks import Task, run_tasks
 from ..core.validation import blamed_on, validated
-from .sync import check_extrapolation, energy_max, epsilon_of_gamma, measure_lyapunov, pair_config, predicted_rates
+from .sync import check_extrapolation, check_small_step, check_small_steps, energy_max, epsilon_of_gamma, measure_lyapunov, pair_config, predicted_rates
 from .preflight import Estimate, simulate_estimate
 
 
@@ -93,12 +93,22 @@ class RepulsionConfig(ExperimentConfig):
         if self.apart_cos >= self.sync_cos:
             raise ValueError(f"apart_cos: must be < sync_cos = {self.sync_cos} (got {self.apart_cos})")
         check_extrapolation(run.L, True)
+        # the criterion λ₁ − γ and the probe's λ̂₁ are Δt → 0 laws: a small step at every point (unvalidated
+        # copies: the grid's values are checked above, and validating 10⁵ points would take a minute)
+        check_small_steps(((f"at gamma = {g:g}, sigma = {s:g}, ", run.model_copy(update=self._updates(g, s)))
+                           for g in self.gammas for s in self.sigmas), False)
+        check_small_step(run.model_copy(update=self._updates(*self.probe)), True,
+                         where=f"at the probe (gamma = {self.probe[0]:g}, sigma = {self.probe[1]:g}), ")
         return self
+
+    @staticmethod
+    def _updates(gamma: float, sigma: float) -> dict[str, Any]:
+        return {"gamma": gamma, "sigma_U": sigma, "sigma_W": sigma, "attention": gamma != 0.0}
 
     def point(self, gamma: float, sigma: float, **updates: Any) -> RunConfig:
         """The [`RunConfig`][stochformer.config.RunConfig] at (γ, σ), with attention on (off for γ = 0) and ``updates``."""
         base = self.model.model_dump(mode="json")
-        base.update({"gamma": gamma, "sigma_U": sigma, "sigma_W": sigma, "attention": gamma != 0.0, **updates})
+        base.update({**self._updates(gamma, sigma), **updates})
         return build_config(base)
 
     def estimate(self, workers: int = 1) -> Estimate:

@@ -33,7 +33,7 @@ import math
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Optional, TypeVar
+from typing import Any, ClassVar, Iterable, Optional, TypeVar
 
 import numpy as np
 import torch
@@ -265,6 +265,32 @@ def small_step_depth(run: RunConfig, extrapolate: bool) -> Optional[int]:
     return need + -need % per
 
 
+class StepNotSmall(ValueError):
+    """A run's coarsest step is not small beside its predictions' fastest rate
+    ([`check_small_step`][stochformer.experiments.sync.check_small_step])."""
+
+
+def step_product(run: RunConfig, extrapolate: bool) -> float:
+    """The coarsest step run (T/(L/4) with the Δt → 0 extrapolation, else T/L) times the fastest
+    predicted rate max(the noise's [`fastest_rate`][stochformer.model.kernel.fastest_rate], |γ|)."""
+    per = EXTRAPOLATION_LEVELS[-1] if extrapolate else 1
+    return _fastest(run)[3] * run.T / (run.L // per)
+
+
+def check_small_steps(points: Iterable[tuple[str, RunConfig]], extrapolate: bool, steps: str = "model.L",
+                      horizon: str = "model.T") -> None:
+    """[`check_small_step`][stochformer.experiments.sync.check_small_step] over a grid's points, given as
+    (``where``, run) pairs: the error names the point with the largest product, so that the L it
+    asks for passes at every point of the same T."""
+    worst, top = None, -math.inf
+    for where, run in points:
+        product = step_product(run, extrapolate)
+        if product > top:
+            worst, top = (where, run), product
+    if worst is not None:
+        check_small_step(worst[1], extrapolate, steps, horizon, worst[0])
+
+
 def check_small_step(run: RunConfig, extrapolate: bool, steps: str = "model.L", horizon: str = "model.T",
                      where: str = "") -> None:
     """The coarsest step run (T/(L/4) with the Δt → 0 extrapolation, else T/L) times the fastest
@@ -284,19 +310,19 @@ def check_small_step(run: RunConfig, extrapolate: bool, steps: str = "model.L", 
 
     Raises
     ------
-    ValueError
-        Naming ``steps``, the product, the smallest L that passes and the other fields that set it.
+    StepNotSmall
+        A ValueError naming ``steps``, the product, the smallest L that passes and the other fields
+        that set it.
     """
     k, kp, gamma, rate = _fastest(run)
-    per = EXTRAPOLATION_LEVELS[-1] if extrapolate else 1
-    step = run.T / (run.L // per)
+    step = run.T / (run.L // (EXTRAPOLATION_LEVELS[-1] if extrapolate else 1))
     product = rate * step
     if product <= SMALL_STEP:
         return
     need = small_step_depth(run, extrapolate)
     fix = f"raise {steps} to at least {need}, or lower" if need is not None else "lower"
     noise = f"d = {run.d}, κ(1) = {k:.3g}, κ'(1) = {kp:.3g}" + (f", gamma = {gamma:.3g}" if gamma else "")
-    raise ValueError(f"{steps}: {where}the coarsest step T/{'(L/4)' if extrapolate else 'L'} = {step:.3g} × the fastest "
+    raise StepNotSmall(f"{steps}: {where}the coarsest step T/{'(L/4)' if extrapolate else 'L'} = {step:.3g} × the fastest "
                      f"predicted rate {rate:.3g} ({noise}) = {product:.3g} > {SMALL_STEP:g}, not a small step: {fix} "
                      f"{horizon}, model.d, gamma or the noise (sigma_U, sigma_W, noise_scale, gain)")
 

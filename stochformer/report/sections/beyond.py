@@ -260,8 +260,9 @@ register(Section(
               "T": 2.0, "pairs": 16, "m": 64},
         quick={**PHASE_DS, "dynamics": "transformer", "x_values": [3, 6, 12], "y_values": [0.0, 0.3, 0.6],
                "L": 100, "T": 4.0, "pairs": 64, "m": 256},
+        # L = 300: a small step at d = 32, σ = 0.6 (the fastest predicted rate there is 8.85; check_small_step)
         full={**PHASE_DS, "dynamics": "transformer", "x_values": [3, 4, 6, 8, 16, 32],
-              "y_values": [0.0, 0.2, 0.4, 0.6], "L": 200, "T": 8.0, "pairs": 512, "m": 256},
+              "y_values": [0.0, 0.2, 0.4, 0.6], "L": 300, "T": 8.0, "pairs": 512, "m": 256},
     ),
     run=run_phase,
 ))

@@ -121,8 +121,9 @@ register(Section(
         tiny={**PHASE_DS, "x_values": [3, 8], "y_values": [0.0, 0.4], "L": 20, "T": 2.0, "pairs": 16},
         quick={**PHASE_DS, "x_values": [3, 4, 6, 8, 12, 16], "y_values": [0.0, 0.2, 0.4, 0.6],
                "L": 100, "T": 4.0, "pairs": 128},
+        # L = 600: a small step at d = 64, σ = 0.6 (the fastest predicted rate there is 17.5; check_small_step)
         full={**PHASE_DS, "x_values": [3, 4, 5, 6, 8, 12, 16, 32, 64], "y_values": [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6],
-              "L": 400, "T": 8.0, "pairs": 1024},
+              "L": 600, "T": 8.0, "pairs": 1024},
         gpu={"pairs": 8192},
     ),
     run=run_phase,
