@@ -60,7 +60,8 @@ CASES: dict[str, tuple[Callable[..., Any], Callable[[], Any]]] = {
                                                     pairs=4, extrapolate=False, boundary_points=5)),
     "sweep_over_L": (run_sweep, lambda: SweepConfig.model_validate({"model": SWEPT, "samples": 2, "samples_per_task": 1,
                                                                     "grid": {"L": [4, 8]}})),
-    "phase": (run_phase, lambda: PhaseConfig(model=RUN, x_values=[-1.0, 1.0], y_values=[0.5], pairs=4, boundary_points=5)),
+    "phase": (run_phase, lambda: PhaseConfig(model={**RUN, "L": 20}, x_values=[-1.0, 1.0], y_values=[0.5], pairs=4,
+                                             boundary_points=5)),  # a small step (T/5)
     "sweep": (run_sweep, lambda: SweepConfig.model_validate({"model": SWEPT, "samples": 2, "samples_per_task": 1,
                                                              "grid": {"gamma": [-1, 1]}})),
     "repulsion": (run_repulsion, lambda: RepulsionConfig(model={"d": 4, "N": 4, "L": 8, "T": 1.0, "batch": 2},

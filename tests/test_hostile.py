@@ -252,14 +252,30 @@ COMMANDS = {  # a cheap valid invocation of every experiment command, before --o
     "sweep": ["sweep", "--config", SWEEP_OK, "--quiet", "--scheduler", "serial"],
     "reproduce": ["reproduce", "--quiet", "--profile", "tiny"],
 }
+#: the extreme-values cases' cheaper invocations (else COMMANDS'), checked valid below
+EXTREME_BASES = {
+    "pair": ["pair", "--json"],
+    "rates": ["rates", "--json"],
+    "sync": ["sync", "--quiet", "--set", "model.L=8", "--set", "model.T=1", "--set", "model.batch=2", "--set", "pairs=2", "--set",
+             "bootstrap=10"],
+    "converge": ["converge", "--quiet", "--set", "model.batch=8", "--set", "samples_per_task=4", "--set",
+                 "depths=[2,4]", "--set", "widths=[2,4]", "--set", "bootstrap=100"],
+    "phase": ["phase", "--quiet", "--set", "model.L=4", "--set", "model.T=0.4", "--set", "pairs=2", "--set",
+              "boundary_points=5", "--set", "x_values=[0.0, 0.5]", "--set", "y_values=[0.5, 1.0]"],
+    "chaos": ["chaos", "--quiet", "--set", "sizes=[4,8,16]", "--set", "decor_sizes=[4,8]", "--set", "decor_repeats=16",
+              "--set", "dims=[3]", "--set", "dims_batch=2", "--set", "model.L=4", "--set", "model.N=32", "--set",
+              "model.batch=4", "--set", "w2_batch=2"],
+}
 OUT_HAZARDS = ["", ".", "..", "/", "~", "/dev/null", "notes.txt", "notes.txt/sub", "/proc/stochformer-out", "precious"]
 
 
-@pytest.mark.parametrize("command", list(COMMANDS))
-def test_every_base_invocation_is_valid(world, sweep_ok, command: str) -> None:
-    """Each command's cheap invocation, which the hazards below alter one thing of, is itself a valid
-    config: otherwise every case built on it would stop at the config and test nothing else."""
-    res = CliRunner().invoke(main, [*COMMANDS[command], "--print-config"], catch_exceptions=False)
+@pytest.mark.parametrize("base", [*COMMANDS.values(), *(b for b in EXTREME_BASES.values() if b[0] not in ("pair", "rates"))],
+                         ids=lambda b: b[0])
+def test_every_base_invocation_is_valid(world, sweep_ok, base: list[str]) -> None:
+    """Each command's cheap invocation, which the hazards and extreme values below alter one thing
+    of, is itself a valid config: otherwise every case built on it would stop at the config and test
+    nothing else."""
+    res = CliRunner().invoke(main, [*base, "--print-config"], catch_exceptions=False)
     assert res.exit_code == 0, res.output[-500:]
 
 
@@ -559,6 +575,7 @@ def _extreme_cases(model: type, prefix: str = "") -> list[tuple[str, str]]:
     return out
 
 
+
 @pytest.mark.parametrize("command", ["simulate", "sync", "converge", "chaos", "phase", "spectrum", "pair", "rates"])
 def test_hypothesis_extreme_valid_values(world, command: str) -> None:
     """One numeric field at a time set to an extreme value its declared range admits (a bound,
@@ -573,16 +590,7 @@ def test_hypothesis_extreme_valid_values(world, command: str) -> None:
     model = {"pair": PairConfig, "rates": RunConfig, **HYPO_COMMANDS}[command]
     cases = [(f, v) for f, v in _extreme_cases(model)
              if command not in ("pair", "rates") or f in (PAIR_FIELDS if command == "pair" else READ_BY_RATES)]
-    base = {"pair": ["pair", "--json"], "rates": ["rates", "--json"],
-            "sync": ["sync", "--quiet", "--set", "model.L=8", "--set", "model.T=1", "--set", "model.batch=2", "--set", "pairs=2", "--set",
-                     "bootstrap=10"],
-            "converge": ["converge", "--quiet", "--set", "model.batch=8", "--set", "samples_per_task=4", "--set",
-                         "depths=[2,4]", "--set", "widths=[2,4]", "--set", "bootstrap=100"],
-            "phase": ["phase", "--quiet", "--set", "model.L=4", "--set", "pairs=2", "--set", "boundary_points=5", "--set",
-                      "x_values=[0.0, 0.5]", "--set", "y_values=[0.5, 1.0]"],
-            "chaos": ["chaos", "--quiet", "--set", "sizes=[4,8,16]", "--set", "decor_sizes=[4,8]", "--set", "decor_repeats=16",
-                      "--set", "dims=[3]", "--set", "dims_batch=2", "--set", "model.L=4", "--set", "model.N=32", "--set",
-                      "model.batch=4", "--set", "w2_batch=2"]}.get(command) or COMMANDS[command]
+    base = EXTREME_BASES.get(command) or COMMANDS[command]
     problems: list[str] = []
 
     def check(case: tuple[str, str]) -> None:

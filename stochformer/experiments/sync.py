@@ -272,16 +272,45 @@ class StepNotSmall(ValueError):
 
 def step_product(run: RunConfig, extrapolate: bool) -> float:
     """The coarsest step run (T/(L/4) with the Δt → 0 extrapolation, else T/L) times the fastest
-    predicted rate max(the noise's [`fastest_rate`][stochformer.model.kernel.fastest_rate], |γ|)."""
+    predicted rate max(the noise's [`fastest_rate`][stochformer.model.kernel.fastest_rate], |γ|).
+
+    Parameters
+    ----------
+    run : RunConfig
+        The model.
+    extrapolate : bool
+        Whether the extrapolation runs (steps L, L/2, L/4).
+
+    Returns
+    -------
+    float
+        The product, which [`check_small_step`][stochformer.experiments.sync.check_small_step]
+        bounds by ``SMALL_STEP``.
+    """
     per = EXTRAPOLATION_LEVELS[-1] if extrapolate else 1
     return _fastest(run)[3] * run.T / (run.L // per)
 
 
 def check_small_steps(points: Iterable[tuple[str, RunConfig]], extrapolate: bool, steps: str = "model.L",
                       horizon: str = "model.T") -> None:
-    """[`check_small_step`][stochformer.experiments.sync.check_small_step] over a grid's points, given as
-    (``where``, run) pairs: the error names the point with the largest product, so that the L it
-    asks for passes at every point of the same T."""
+    """[`check_small_step`][stochformer.experiments.sync.check_small_step] over a grid's points: the
+    error names the point with the largest product, so that the L it asks for passes at every point
+    of the same T.
+
+    Parameters
+    ----------
+    points : iterable of (str, RunConfig)
+        (``where``, run) of every point: the message's opening words and the model there.
+    extrapolate : bool
+        Whether the extrapolation runs (steps L, L/2, L/4).
+    steps, horizon : str, optional
+        The config's names of L and T.
+
+    Raises
+    ------
+    StepNotSmall
+        At the point of the largest product, when it exceeds ``SMALL_STEP``.
+    """
     worst, top = None, -math.inf
     for where, run in points:
         product = step_product(run, extrapolate)
