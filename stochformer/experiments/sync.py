@@ -291,8 +291,12 @@ def step_product(run: RunConfig, extrapolate: bool) -> float:
     return _fastest(run)[3] * run.T / (run.L // per)
 
 
+#: the fields besides T that set a run's fastest predicted rate, as a message names them
+RATE_FIELDS = "model.d, gamma or the noise (sigma_U, sigma_W, noise_scale, gain)"
+
+
 def check_small_steps(points: Iterable[tuple[str, RunConfig]], extrapolate: bool, steps: str = "model.L",
-                      horizon: str = "model.T") -> None:
+                      horizon: str = "model.T", rates: str = RATE_FIELDS) -> None:
     """[`check_small_step`][stochformer.experiments.sync.check_small_step] over a grid's points: the
     error names the point with the largest product, so that the L it asks for passes at every point
     of the same T.
@@ -303,8 +307,8 @@ def check_small_steps(points: Iterable[tuple[str, RunConfig]], extrapolate: bool
         (``where``, run) of every point: the message's opening words and the model there.
     extrapolate : bool
         Whether the extrapolation runs (steps L, L/2, L/4).
-    steps, horizon : str, optional
-        The config's names of L and T.
+    steps, horizon, rates : str, optional
+        The config's names of L, T and the fields that set the rate.
 
     Raises
     ------
@@ -317,11 +321,11 @@ def check_small_steps(points: Iterable[tuple[str, RunConfig]], extrapolate: bool
         if product > top:
             worst, top = (where, run), product
     if worst is not None:
-        check_small_step(worst[1], extrapolate, steps, horizon, worst[0])
+        check_small_step(worst[1], extrapolate, steps, horizon, worst[0], rates)
 
 
 def check_small_step(run: RunConfig, extrapolate: bool, steps: str = "model.L", horizon: str = "model.T",
-                     where: str = "") -> None:
+                     where: str = "", rates: str = RATE_FIELDS) -> None:
     """The coarsest step run (T/(L/4) with the Δt → 0 extrapolation, else T/L) times the fastest
     rate of the predictions is at most ``SMALL_STEP``: the noise's
     [`fastest_rate`][stochformer.model.kernel.fastest_rate] (SPEC §8) and the attention's |γ|.
@@ -336,6 +340,8 @@ def check_small_step(run: RunConfig, extrapolate: bool, steps: str = "model.L", 
         The config's names of L and T (an experiment that runs ``run`` as a part names its own).
     where : str, optional
         Which of an experiment's runs this is, the message's opening words (``"at gamma = 1, "``).
+    rates : str, optional
+        The config's names of the other fields that set the rate (``RATE_FIELDS``).
 
     Raises
     ------
@@ -353,7 +359,7 @@ def check_small_step(run: RunConfig, extrapolate: bool, steps: str = "model.L", 
     noise = f"d = {run.d}, κ(1) = {k:.3g}, κ'(1) = {kp:.3g}" + (f", gamma = {gamma:.3g}" if gamma else "")
     raise StepNotSmall(f"{steps}: {where}the coarsest step T/{'(L/4)' if extrapolate else 'L'} = {step:.3g} × the fastest "
                      f"predicted rate {rate:.3g} ({noise}) = {product:.3g} > {SMALL_STEP:g}, not a small step: {fix} "
-                     f"{horizon}, model.d, gamma or the noise (sigma_U, sigma_W, noise_scale, gain)")
+                     f"{horizon}, {rates}")
 
 
 # --------------------------------------------------------------------------- predictions
