@@ -186,9 +186,14 @@ def test_two_processes_on_one_out_and_ctrl_c(tmp_path: Path) -> None:
 ])
 def test_ctrl_c_keeps_finished_tasks_and_says_how_to_resume(scratch: Path, monkeypatch, command, store, again) -> None:
     """Ctrl-C after the first stored task (in-process; the real signal is tested above): exit 130
-    and one line naming what was kept and the command; the same command (or --resume) completes
-    and leaves nothing else behind."""
+    and one line naming what was kept and the command as given to ``main`` (not the process's own
+    argv, here a notebook kernel's); the same command (or --resume) completes and leaves nothing
+    else behind."""
+    import shlex
+
     from stochformer.io.store import ResultStore
+
+    monkeypatch.setattr(sys, "argv", ["ipykernel_launcher.py", "-f", "kernel-1.json"])
 
     (scratch / "s.toml").write_text("samples = 8\nsamples_per_task = 2\n[model]\nL = 3\nN = 4\nm = 8\n")
     original, stored = ResultStore.store, []
@@ -203,7 +208,8 @@ def test_ctrl_c_keeps_finished_tasks_and_says_how_to_resume(scratch: Path, monke
     lines = [line for line in res.output.splitlines() if line.strip() and not line.startswith("sweep: ")]
     assert res.exit_code == 130 and len(lines) == 1 and "Traceback" not in res.output, res.output
     assert lines[0].startswith(f"interrupted: finished tasks are kept in {store}; ")
-    assert ("continue with: stochformer " if again else "run the same command again to continue: stochformer ") in lines[0]
+    assert lines[0].endswith(("continue with: " if again else "run the same command again to continue: ")
+                             + shlex.join(["stochformer", *command, *again])), lines[0]
     assert len(list((scratch / store).glob("*.json"))) == 1
     monkeypatch.setattr(ResultStore, "store", original)
     res = CliRunner().invoke(main, [*command, *again])

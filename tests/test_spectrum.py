@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from stochformer.core.brownian import BrownianPath, Draws
@@ -341,6 +341,8 @@ def test_config_refuses_what_cannot_be_measured(overrides: list[str], message: s
 
 
 @settings(max_examples=60, deadline=None)
+# tanh at v = 10⁴: κ(1) of the kernel (which the predictions use) and of moments_at_one differ by 1%
+@example(dynamics="sde", activation="tanh", d=3, log_scale=2.0, scaled="sigma_U", log_T=1.0, L=4, extrapolate=False)
 @given(dynamics=st.sampled_from(["sde", "transformer"]), activation=st.sampled_from(["relu", "tanh", "erf", "gelu"]),
        d=st.integers(3, 64), log_scale=st.floats(-3.0, 200.0), scaled=st.sampled_from(["sigma_U", "sigma_W", "noise_scale"]),
        log_T=st.floats(-3.0, 6.0), L=st.integers(1, 64).map(lambda k: 4 * k), extrapolate=st.booleans())

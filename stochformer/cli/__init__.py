@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any, Optional
+
 import click
 
 from ..core.version import __version__
@@ -14,7 +16,7 @@ from .rates import rates_cmd
 from .reproduce import reproduce_cmd
 from .simulate import simulate_cmd
 from .spectrum import spectrum_cmd
-from .common import interrupted_exit, interrupts_never_lost
+from .common import GIVEN_ARGS, interrupted_exit, interrupts_never_lost
 from .sweep import sweep_cmd
 from .sync import sync_cmd
 
@@ -23,6 +25,13 @@ class _Commands(click.Group):
     """The group of commands; Ctrl-C while a command line is read or checked (before the command's
     own handler, which reports what was kept) exits like Ctrl-C during a run: one line, status 130;
     a Ctrl-C that lands in a finaliser is raised again rather than lost."""
+
+    def make_context(self, info_name: Optional[str], args: list[str], parent: Optional[click.Context] = None,
+                     **extra: Any) -> click.Context:
+        given = list(args)  # before parsing consumes them: the command as typed, also from main(args) in Python
+        ctx = super().make_context(info_name, args, parent=parent, **extra)
+        ctx.meta[GIVEN_ARGS] = given
+        return ctx
 
     def invoke(self, ctx: click.Context) -> object:
         try:

@@ -269,14 +269,26 @@ def check_scheduler(scheduler: Optional[str]) -> None:
             raise click.BadParameter(str(exc), param_hint="--scheduler") from None
 
 
+#: the key of ``click.Context.meta`` that holds the command line's arguments as given
+GIVEN_ARGS = "stochformer.args"
+
+
+def given_args() -> list[str]:
+    """The arguments the command line was given: ``main(args)``'s from Python or a notebook (kept by
+    the group in the context), else the process's own."""
+    ctx = click.get_current_context(silent=True)
+    args = ctx.meta.get(GIVEN_ARGS) if ctx is not None else None
+    return list(args) if args is not None else sys.argv[1:]
+
+
 def command_line() -> str:
-    """The command as typed (for messages that say how to resume)."""
-    return shlex.join(["stochformer", *sys.argv[1:]])
+    """The command as typed (for messages that say how to resume, and the record of a run)."""
+    return shlex.join(["stochformer", *given_args()])
 
 
 def resume_command(resumed: bool) -> str:
     """The command that continues this one: as typed, without ``--force``, with ``--resume``."""
-    args = [a for a in sys.argv[1:] if a != "--force"]
+    args = [a for a in given_args() if a != "--force"]
     return shlex.join(["stochformer", *args, *([] if resumed else ["--resume"])])
 
 

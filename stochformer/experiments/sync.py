@@ -225,9 +225,10 @@ SMALL_STEP = 1.0
 
 
 @functools.lru_cache(maxsize=4096)
-def _moments_at_one(kern: NoiseKernel) -> tuple[float, float]:
-    """(κ(1), κ'(1)) of a kernel of a named activation, kept (a phase grid checks every point)."""
-    return kern.moments_at_one
+def _kappas_at_one(kern: NoiseKernel) -> tuple[float, float]:
+    """(κ(1), κ'(1)) of a kernel of a named activation, the values the predictions use, kept (a
+    grid checks every point, and Mehler's series takes tens of ms per kernel)."""
+    return kern.kappa1, kern.kappa1_prime
 
 
 def _fastest(run: RunConfig) -> tuple[float, float, float, float]:
@@ -236,7 +237,7 @@ def _fastest(run: RunConfig) -> tuple[float, float, float, float]:
     if run.mlp and run.noise_scale > 0:
         kern = make_kernel(run)
         named = isinstance(kern, NoiseKernel) and isinstance(kern.activation, str)
-        k, kp = _moments_at_one(kern) if named else (kern.kappa1, kern.kappa1_prime)
+        k, kp = _kappas_at_one(kern) if named else (kern.kappa1, kern.kappa1_prime)
     gamma = attention_gamma(run) or 0.0
     return k, kp, gamma, max(fastest_rate(k, kp, run.d), abs(gamma))
 
