@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import random
 import signal
@@ -512,6 +513,38 @@ def test_ctrl_c_after_the_results_are_written_says_they_are_complete(tmp_path: P
     lines = [line for line in res.output.splitlines() if line.strip()]
     assert lines[-1] == f"interrupted: the run had finished; its results are complete in {out}", res.output
     assert "nothing was written" not in res.output and is_own(out, "simulate") and not lock_path(out).exists()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("moment", ["after the old output's removal", "after the move"])
+def test_a_signal_while_the_output_is_put_in_place_lands_after_it(tmp_path: Path, monkeypatch, sig: int, moment: str) -> None:
+    """Fault injection: a real signal sent at each step of putting a run's folder in place (with
+    --force over the command's own earlier output: after the old folder is removed, after the new one
+    is moved in). The run ends 128 + signum with one line saying its results are complete and where;
+    the folder is the new run's own, complete; no lock, no partial folder, and never both outputs lost."""
+    import stochformer.io.store as store
+
+    out = tmp_path / "run"
+    args = ["simulate", "--quiet", "--set", "L=3", "--set", "N=4", "--set", "batch=2", "--set", "m=8", "--out", str(out)]
+    assert CliRunner().invoke(main, [*args, "--set", "seed=1"]).exit_code == 0
+    step = "remove_own" if moment == "after the old output's removal" else "replace"
+    owner = store if step == "remove_own" else store.os
+    real, sent = getattr(owner, step), []
+
+    def then_signal(*a, **k):
+        real(*a, **k)
+        if Path(a[-1] if step == "replace" else a[0]) == out:
+            sent.append(sig)
+            os.kill(os.getpid(), sig)
+
+    monkeypatch.setattr(owner, step, then_signal)
+    res = CliRunner().invoke(main, [*args, "--set", "seed=2", "--force"])
+    by = "" if sig == signal.SIGINT else f" by {signal.Signals(sig).name}"
+    assert sent == [sig] and res.exit_code == 128 + sig, res.output
+    lines = [line for line in res.output.splitlines() if line.strip()]
+    assert lines[-1] == f"interrupted{by}: the run had finished; its results are complete in {out}", res.output
+    assert is_own(out, "simulate") and json.loads((out / "config.json").read_text())["seed"] == 2
+    assert not lock_path(out).exists() and not _leftovers(tmp_path), _leftovers(tmp_path)
 
 
 @pytest.mark.slow

@@ -489,11 +489,14 @@ def write_results(
     from ..io.store import output_folder
     from ..io.outputs import remove_own
 
-    command = click.get_current_context().meta.get("stochformer.command", "")
-    with output_folder(folder, force, command) as tmp:
+    meta = click.get_current_context().meta
+    command = meta.get("stochformer.command", "")
+
+    def complete() -> None:  # from the move on, an interrupt (the summary, the lock's release) finds them complete
+        meta["stochformer.kept"] = f"the run had finished; its results are complete in {folder}"
+
+    with output_folder(folder, force, command, committed=complete) as tmp:
         result.save(tmp)
         save_figures(tmp, figures, fmt)
-    # from here an interrupt (printing the summary, releasing the lock) finds the results complete
-    click.get_current_context().meta["stochformer.kept"] = f"the run had finished; its results are complete in {folder}"
     if store is not None:
         remove_own(store, command)

@@ -747,6 +747,29 @@ def make_partial(out: Path, command: str) -> Manifest:
         raise
 
 
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """Ctrl-C, SIGTERM and SIGHUP that arrive inside the block are held and delivered (to the handlers
+    in place before it) as it ends: the block is one step for a user who stops the run. In the main
+    thread only (elsewhere Python runs no signal handler); a signal's C-level arrival is not blocked,
+    only its Python handler deferred, so this holds in a process with other threads too."""
+    import signal
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+    signals = [signal.SIGINT, *(getattr(signal, n) for n in ("SIGTERM", "SIGHUP") if hasattr(signal, n))]
+    before = {sig: signal.signal(sig, lambda signum, frame: held.append(signum)) for sig in signals}
+    try:
+        yield
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+        for sig in dict.fromkeys(held):  # each held signal once, in the order it came
+            signal.raise_signal(sig)
+
+
 def discard(manifest: Manifest) -> None:
     """Remove what stochformer wrote in ``manifest.folder`` after a failed run (files it did not
     write stay, and so does the folder then)."""

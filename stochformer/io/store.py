@@ -20,7 +20,7 @@ import os
 import secrets
 import warnings
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import numpy as np
 
@@ -34,6 +34,7 @@ from .outputs import (
     read_limited,
     remove_own,
     remove_stale_partials,
+    signals_held,
     tracking,
     write_error,
     writing,
@@ -130,13 +131,18 @@ def read_json(path: Path | str, option: str = "json", max_bytes: int = JSON_MAX_
 
 
 @contextlib.contextmanager
-def output_folder(out: Path | str, force: bool = False, command: str = "") -> Iterator[Path]:
+def output_folder(out: Path | str, force: bool = False, command: str = "",
+                  committed: Optional[Callable[[], None]] = None) -> Iterator[Path]:
     """Assemble an output folder under a temporary name beside ``out``, listing every file in its
     manifest (made by ``command``); move it to ``out`` only on success.
 
     An existing non-empty ``out`` is replaced only with ``force``, and only if it is wholly
     ``command``'s own unchanged output (`verify`, checked again at the
     moment of replacing); an empty ``out`` is replaced. On failure, what was written is removed.
+    The old output's removal, the move and ``committed`` are one step for a signal
+    ([`signals_held`][stochformer.io.outputs.signals_held]): a Ctrl-C among them lands after them,
+    never between the removal and the move (both outputs lost) or between the move and
+    ``committed`` (the caller not knowing its results are in place).
 
     Parameters
     ----------
@@ -146,6 +152,8 @@ def output_folder(out: Path | str, force: bool = False, command: str = "") -> It
         Replace a non-empty folder of this command's own output.
     command : str, optional
         The command writing it.
+    committed : callable, optional
+        Called once the folder is in place, before any signal held meanwhile is delivered.
 
     Yields
     ------
@@ -159,17 +167,23 @@ def output_folder(out: Path | str, force: bool = False, command: str = "") -> It
         raise write_error(out.parent, exc) from None
     remove_stale_partials(out)
     manifest = make_partial(out, command)
+    moved = False
     try:
         with tracking(manifest):
             yield manifest.folder
-        if out.is_dir() and any(out.iterdir()):
-            remove_own(out, command or None)
-        try:
-            os.replace(manifest.folder, out)
-        except OSError as exc:
-            raise write_error(out, exc) from None
+        with signals_held():
+            if out.is_dir() and any(out.iterdir()):
+                remove_own(out, command or None)
+            try:
+                os.replace(manifest.folder, out)
+            except OSError as exc:
+                raise write_error(out, exc) from None
+            moved = True
+            if committed is not None:
+                committed()
     except BaseException:
-        discard(manifest)
+        if not moved:
+            discard(manifest)
         raise
 
 
