@@ -140,7 +140,7 @@ def output_folder(out: Path | str, force: bool = False, command: str = "",
     ``command``'s own unchanged output (`verify`, checked again at the
     moment of replacing); an empty ``out`` is replaced. On failure, what was written is removed.
     The old output's removal, the move and ``committed`` are one step for a signal
-    ([`signals_held`][stochformer.io.outputs.signals_held]): a Ctrl-C among them lands after them,
+    (``io.outputs.signals_held``): a Ctrl-C among them lands after them,
     never between the removal and the move (both outputs lost) or between the move and
     ``committed`` (the caller not knowing its results are in place).
 
