@@ -94,13 +94,14 @@ class RepulsionConfig(ExperimentConfig):
             raise ValueError(f"apart_cos: must be < sync_cos = {self.sync_cos} (got {self.apart_cos})")
         check_extrapolation(run.L, True)
         # the criterion λ₁ − γ and the probe's λ̂₁ are Δt → 0 laws: a small step at every point (unvalidated
-        # copies: the grid's values are checked above, and validating 10⁵ points would take a minute)
-        rates = "model.d, gammas, sigmas, model.noise_scale or model.gain"  # the grid sets γ and σ_U = σ_W
+        # copies: the grid's values are checked above, and validating 300 × 300 points took 36 s); the grid and
+        # the probe set γ and σ_U = σ_W, so the messages name them
         check_small_steps(((f"at gamma = {g:g}, sigma = {s:g}, ", run.model_copy(update=self._updates(g, s)))
-                           for g in self.gammas for s in self.sigmas), False, rates=rates)
+                           for g in self.gammas for s in self.sigmas), False,
+                          rates="model.d, gammas, sigmas, model.noise_scale or model.gain")
         check_small_step(run.model_copy(update=self._updates(*self.probe)), True,
                          where=f"at the probe (gamma = {self.probe[0]:g}, sigma = {self.probe[1]:g}), ",
-                         rates=rates.replace("gammas, sigmas", "probe"))
+                         rates="model.d, probe, model.noise_scale or model.gain")
         return self
 
     @staticmethod

@@ -242,6 +242,11 @@ def _fastest(run: RunConfig) -> tuple[float, float, float, float]:
     return k, kp, gamma, max(fastest_rate(k, kp, run.d), abs(gamma))
 
 
+def _per_coarsest(extrapolate: bool) -> int:
+    """Steps of the finest level per step of the coarsest (L/4 of L with the extrapolation)."""
+    return EXTRAPOLATION_LEVELS[-1] if extrapolate else 1
+
+
 def small_step_depth(run: RunConfig, extrapolate: bool) -> Optional[int]:
     """The smallest L (a multiple of 4 with the extrapolation) whose coarsest step is small for
     ``run`` ([`check_small_step`][stochformer.experiments.sync.check_small_step]).
@@ -258,8 +263,7 @@ def small_step_depth(run: RunConfig, extrapolate: bool) -> Optional[int]:
     int or None
         That L; None where it would pass 2**62 (or the rate passes float64).
     """
-    rate = _fastest(run)[3]
-    per = EXTRAPOLATION_LEVELS[-1] if extrapolate else 1
+    rate, per = _fastest(run)[3], _per_coarsest(extrapolate)
     if not rate * run.T < 2**60:
         return None
     need = max(1, math.ceil(per * run.T * rate / SMALL_STEP))
@@ -288,8 +292,7 @@ def step_product(run: RunConfig, extrapolate: bool) -> float:
         The product, which [`check_small_step`][stochformer.experiments.sync.check_small_step]
         bounds by ``SMALL_STEP``.
     """
-    per = EXTRAPOLATION_LEVELS[-1] if extrapolate else 1
-    return _fastest(run)[3] * run.T / (run.L // per)
+    return _fastest(run)[3] * run.T / (run.L // _per_coarsest(extrapolate))
 
 
 #: the fields besides T that set a run's fastest predicted rate, as a message names them
@@ -351,7 +354,7 @@ def check_small_step(run: RunConfig, extrapolate: bool, steps: str = "model.L", 
         that set it.
     """
     k, kp, gamma, rate = _fastest(run)
-    step = run.T / (run.L // (EXTRAPOLATION_LEVELS[-1] if extrapolate else 1))
+    step = run.T / (run.L // _per_coarsest(extrapolate))
     product = rate * step
     if product <= SMALL_STEP:
         return
