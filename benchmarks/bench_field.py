@@ -275,7 +275,8 @@ def render(result: dict) -> str:
                                                         for name, e in result["contenders"].items() if name in quiet["seconds"])
                      + ". With one of 2 cores taken, a fair share is a slow-down of up to about 2×.")
     if "final_tokens_equal_to_1e-12" in result:
-        lines.append(f"\nThe two checkouts' final tokens {'agree to 1e-12' if result['final_tokens_equal_to_1e-12'] else 'DIFFER'}.")
+        lines.append("\nstochformer before: another checkout of stochformer (`--before`), run in alternation with this one; "
+                     f"the two checkouts' final tokens {'agree to 1e-12' if result['final_tokens_equal_to_1e-12'] else 'DIFFER'}.")
     if result.get("skipped"):
         lines.append("\nNot run: " + ", ".join(f"{p} ({why})" for p, why in result["skipped"].items()) + ".")
     lines.append("\n" + NOTES[problem] + COMMON_NOTE)

@@ -20,7 +20,8 @@ to the innermost labelled piece it runs in:
 - normals: ``Draws.brownian``, as a whole (wall time: the parallel sampler fills its streams on
   threads outside torch's operations);
 - attention: the attention's call (softmax attention, its products);
-- Gram/κ: ``ExactField.covariance``; root: ``sqrt_psd`` (the symmetric root, ``eigh``);
+- Gram/κ: ``ExactField.covariance``; root: ``noise._eigh`` (the symmetric root's ``eigh``), as a
+  whole (wall time: small problems are factorised on the worker threads);
 - projection and update: everything else in the step (the tangent projections, the Itô
   correction, the Euler update, the normalisation, the finiteness checks of the parts' outputs).
 
@@ -46,12 +47,12 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
-import torch
-from torch.profiler import ProfilerActivity, profile, record_function, schedule
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
+import stochformer  # noqa: E402, F401  (before torch: its OpenMP settings apply, as in a run from the CLI)
+import torch  # noqa: E402
+from torch.profiler import ProfilerActivity, profile, record_function, schedule  # noqa: E402
 from checkouts import recorded_command  # noqa: E402
 from stochformer.config import RunConfig  # noqa: E402
 from stochformer.config.build import make_model  # noqa: E402
@@ -84,7 +85,7 @@ def config(problem: str, size: dict, rng: str) -> RunConfig:
 def labelled(model: LimitSDE) -> Iterator[None]:
     """Each piece of the step runs inside ``record_function(label)`` (patched in, restored after)."""
     targets = [(Draws, "brownian", "normals"), (RandomFeatureField, "_features_t", "features"),
-               (RandomFeatureField, "increment", "field"), (ExactField, "covariance", "gram"), (noise_module, "sqrt_psd", "root"),
+               (RandomFeatureField, "increment", "field"), (ExactField, "covariance", "gram"), (noise_module, "_eigh", "root"),
                (ExactField, "increment", "exact"), (LimitSDE, "step", "step")]
     if model.attention is not None:
         targets.append((type(model.attention), "__call__", "attention"))
@@ -111,6 +112,8 @@ def labelled(model: LimitSDE) -> Iterator[None]:
 
 
 LABELS = {"normals", "features", "field", "gram", "root", "exact", "step", "attention"}
+#: the pieces charged their whole (wall) time: their work runs partly on worker threads
+WHOLE = ("normals", "root")
 
 
 def part_of(label: str, op: str) -> str:
@@ -126,16 +129,16 @@ def part_of(label: str, op: str) -> str:
 
 def charge(events: Any) -> dict[str, float]:
     """Microseconds per part from the profiler's events: the labelled pieces' outermost operations
-    by `part_of`; ``normals`` as its wall time."""
+    by `part_of`; ``normals`` and ``root`` as their wall time."""
     parts = dict.fromkeys(PARTS, 0.0)
     for e in events:
-        if e.name == "normals":
-            parts["normals"] += e.cpu_time_total
+        if e.name in WHOLE:
+            parts[e.name] += e.cpu_time_total
             continue
         if e.name in LABELS or e.cpu_parent is None or e.cpu_parent.name not in LABELS:
             continue  # a label, an operation outside the step, or one inside another operation
         label = e.cpu_parent.name
-        if label == "normals":
+        if label in WHOLE:
             continue
         parts[part_of(label, e.name)] += e.cpu_time_total
     return parts

@@ -17,6 +17,8 @@ import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 from scipy import integrate, special
 
 from stochformer.model.activations import ACTIVATIONS, LEAKY_RELU_SLOPE
@@ -442,3 +444,36 @@ def test_kappa_follows_the_device_of_its_cosines(activation, sigma_U):
     out = k.kappa_of_cosines(rho.to("meta"))
     assert out.device.type == "meta" and out.shape == rho.shape and out.dtype == torch.float64
     assert torch.isfinite(k.kappa_of_cosines(rho)).all()
+
+
+def _relu_kernel_exact(d: int, sigma_U: float, gain: float, rho: float) -> tuple[float, float]:
+    """ReLU's κ(ρ) and κ'(ρ) (s = 1, σ_W = 0) in 50-digit arithmetic: v J(θ)/(2π) and
+    (g²/d)(π − θ)/(2π), θ = arccos(c/v), J = sin θ + (π − θ) cos θ."""
+    import mpmath
+    with mpmath.workdps(50):
+        g2, s2, r = mpmath.mpf(gain) ** 2, mpmath.mpf(sigma_U) ** 2, mpmath.mpf(rho)
+        v, c = g2 / d + s2, g2 * r / d + s2
+        theta = mpmath.acos(c / v)
+        J = mpmath.sin(theta) + (mpmath.pi - theta) * mpmath.cos(theta)
+        return float(v * J / (2 * mpmath.pi)), float(g2 / d * (mpmath.pi - theta) / (2 * mpmath.pi))
+
+
+@settings(max_examples=300, deadline=None)
+@given(d=st.integers(2, 512), log_sigma=st.floats(-12, 1), zero_sigma=st.booleans(), gain=st.floats(0.05, 20),
+       rho=st.one_of(st.floats(-1.0, -0.5), st.just(-1.0), st.floats(-1.0, -0.999999)))
+@example(d=3, log_sigma=-7, zero_sigma=False, gain=1.0, rho=-1.0)  # the old closed form: 8838× off
+@example(d=3, log_sigma=-5, zero_sigma=False, gain=1.0, rho=-1.0)  # 0.9% off
+def test_relu_kernel_keeps_its_relative_precision_near_antipodal_tokens(d, log_sigma, zero_sigma, gain, rho):
+    """κ(ρ) and κ'(ρ) of ReLU to 1e-13 relative, against 50-digit arithmetic, for cosines from −1/2
+    down to −1 and σ_U from 0 to 10: where the correlation c/v is near −1 both are tiny (κ ~ δ³,
+    δ = π − θ) and the closed form's terms of order δ cancel; the kernel then sums J's series in δ
+    computed from v ± c without cancellation (`NoiseKernel._near_antipodal`)."""
+    sigma_U = 0.0 if zero_sigma else 10.0 ** log_sigma
+    k = NoiseKernel("relu", d, sigma_U=sigma_U, gain=gain)
+    want, want_prime = _relu_kernel_exact(d, sigma_U, gain, rho)
+    got, got_prime = float(k.kappa(rho)), float(k.kappa_prime(rho))
+    floor = 1e-40 * k.variance  # the 50-digit reference's own rounding (it gives −8e-53 for a κ of 0)
+    assert abs(got - want) <= 1e-13 * abs(want) + floor, (got, want)
+    assert abs(got_prime - want_prime) <= 1e-13 * abs(want_prime) + floor, (got_prime, want_prime)
+    # and in the exact field's path (a (1, 1) Gram of cosines, checks skipped): the same values
+    assert float(k.kappa_of_cosines(torch.tensor([[rho]], dtype=torch.float64))) == got

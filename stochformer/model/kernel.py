@@ -7,7 +7,9 @@ SPEC §2: ``E[G(x) G(y)ᵀ] = κ(⟨x,y⟩) I_d`` with
 
 where s is the overall noise scale (``noise_scale``, default 1) and g the gain (``gain``, default
 1): the std of the inner weights U, which have variance g² (SPEC §8, the order-to-chaos
-transition; docs/theory.md). By Price's theorem ``κ'(ρ) = (s² g²/d) E[φ'(V₁) φ'(V₂)]``. Closed forms are used for relu, leaky_relu, linear and erf;
+transition; docs/theory.md). By Price's theorem ``κ'(ρ) = (s² g²/d) E[φ'(V₁) φ'(V₂)]``. Closed forms are used for relu, leaky_relu, linear and erf
+(ReLU's to full relative precision also where c/v is near −1: there its arc-cosine part is summed
+as a series in π − θ, `NoiseKernel._near_antipodal`);
 everything else (and any callable) goes through tensor-product Gauss–Hermite quadrature for a
 pre-activation variance v ≤ 1 and Mehler's Hermite series above (accurate at any v), with φ' from
 autograd.
@@ -74,6 +76,12 @@ def _panels(half: float, width: float) -> tuple[torch.Tensor, torch.Tensor]:
     mid, h = (edges[1:] + edges[:-1]) / 2, (edges[1:] - edges[:-1]) / 2
     return (mid[:, None] + h[:, None] * z).reshape(-1), (h[:, None] * w).reshape(-1)
 
+
+#: below this correlation c/v (π − θ < 0.505) ReLU's arc-cosine part is summed as its series
+#: J(θ) = sin δ − δ cos δ = Σ_k (−1)^{k+1} 2k δ^{2k+1}/(2k+1)!, δ = π − θ (`NoiseKernel._near_antipodal`)
+ANTIPODAL = -0.875
+#: that series' coefficients of δ³, δ⁵, …, δ¹⁹ (the next term is below 10⁻²⁰ of the sum for δ < 0.505)
+_ANTIPODAL_SERIES = tuple((-1) ** (k + 1) * 2 * k / math.factorial(2 * k + 1) for k in range(1, 10))
 
 #: the activations with closed-form kernels
 CLOSED_FORMS = ("relu", "leaky_relu", "linear", "erf")
@@ -177,18 +185,40 @@ class NoiseKernel:
         a = (self._g2 / self.d) / s / s
         return ((rho * a + 1.0) / (a + 1.0)).clamp(-1.0, 1.0)
 
-    def _angle(self, rho: torch.Tensor) -> torch.Tensor:
+    def _angle(self, rho: torch.Tensor, complement: bool = False) -> torch.Tensor:
         """θ = arccos(c(ρ)/v) as 2 atan2(√(v − c), √(v + c)), v − c = g²(1 − ρ)/d and v + c =
         g²(1 + ρ)/d + 2σ_U² formed without cancellation (arccos of the rounded ratio c/v has an
         error ε/√(1 − r²): percents of κ' near ρ = −1 when σ_U ≪ g/√d); divided through by
-        max(1, σ_U)² (no overflow); 0 where v = 0."""
+        max(1, σ_U)² (no overflow); 0 where v = 0. ``complement``: π − θ = 2 atan2(√(v + c), √(v − c)),
+        to full relative precision where it is small (θ near π)."""
         if self.variance == 0.0:
-            return torch.zeros_like(rho)
+            return torch.full_like(rho, math.pi) if complement else torch.zeros_like(rho)
         m = max(1.0, self.sigma_U)
         g2d = self._g2 / self.d / m / m
         lo = (g2d * (1 - rho)).clamp(min=0.0)
         hi = (g2d * (1 + rho)).clamp(min=0.0) + 2 * (self.sigma_U / m) ** 2
-        return 2 * torch.atan2(lo.sqrt(), hi.sqrt())
+        return 2 * (torch.atan2(hi.sqrt(), lo.sqrt()) if complement else torch.atan2(lo.sqrt(), hi.sqrt()))
+
+    def _near_antipodal(self, rho: torch.Tensor, r: torch.Tensor, base: torch.Tensor) -> torch.Tensor:
+        """ReLU's E[relu(V₁) relu(V₂)] = v J(θ)/(2π), J = sin θ + (π − θ) cos θ, where the correlation
+        r = c/v is below `ANTIPODAL`: by J's series in δ = π − θ (`_angle`'s complement), where the
+        closed form cancels (J ≈ δ³/3 out of terms of order δ: its relative error grows as ε/δ³, a
+        factor 8838 off at ρ = −1, σ_U = 10⁻⁷, d = 3). ``base`` elsewhere (on a CPU, one comparison
+        when no entry is that close; elsewhere both, without waiting for the device to answer)."""
+        near = r < ANTIPODAL
+        cpu = r.device.type == "cpu"
+        if cpu and not bool(near.any()):
+            return base
+        # on a CPU for those entries only (0.1% of the pairs of uniform tokens at d = 8, 16% at d = 2;
+        # the series costs a few dozen passes), into a copy of base (it may be in an autograd
+        # graph); elsewhere on all entries
+        flat = near.reshape(-1)
+        delta = self._angle(rho.expand(near.shape).reshape(-1)[flat] if cpu else rho, complement=True)
+        d2, series = delta * delta, torch.zeros_like(delta)
+        for c in reversed(_ANTIPODAL_SERIES):
+            series = series * d2 + c
+        value = self.variance * series * d2 * delta / (2 * math.pi)
+        return base.reshape(-1).index_put((flat,), value).view(base.shape) if cpu else torch.where(near, value, base)
 
     def _finite(self, value: torch.Tensor, what: str) -> torch.Tensor:
         if not bool(torch.isfinite(value).all()):
@@ -343,7 +373,7 @@ class NoiseKernel:
         r, v = self._corr(rho), self.variance
         name = self.activation if isinstance(self.activation, str) else None
         if name == "relu":
-            base = _arccos_parts(r, v)[1]
+            base = self._near_antipodal(rho, r, _arccos_parts(r, v)[1])
         elif name == "leaky_relu":
             a = LEAKY_RELU_SLOPE  # φ = relu(x) − a relu(−x)
             base = (1 + a * a) * _arccos_parts(r, v)[1] - 2 * a * _arccos_parts(-r, v)[1]
@@ -393,9 +423,10 @@ class NoiseKernel:
         rho = _as_rho(rho)
         name = self.activation if isinstance(self.activation, str) else None
         if name in ("relu", "leaky_relu"):
-            theta = self._angle(rho)
             a = 0.0 if name == "relu" else LEAKY_RELU_SLOPE
-            base = (1 + a * a) * (math.pi - theta) / (2 * math.pi) + a * theta / math.pi
+            base = (1 + a * a) * self._angle(rho, complement=True) / (2 * math.pi)
+            if a:
+                base = base + a * self._angle(rho) / math.pi
         elif name == "linear":
             base = torch.ones_like(rho)
         elif name == "erf":  # (1 + 2v)² − 4c² = (1 + 2g²(1 − ρ)/d) (1 + 2g²(1 + ρ)/d + 4σ_U²)
