@@ -213,7 +213,7 @@ class NoiseKernel:
         # the series costs a few dozen passes), into a copy of base (it may be in an autograd
         # graph); elsewhere on all entries
         flat = near.reshape(-1)
-        delta = self._angle(rho.expand(near.shape).reshape(-1)[flat] if cpu else rho, complement=True)
+        delta = self._angle(rho.reshape(-1)[flat] if cpu else rho, complement=True)  # r has rho's shape
         d2, series = delta * delta, torch.zeros_like(delta)
         for c in reversed(_ANTIPODAL_SERIES):
             series = series * d2 + c
